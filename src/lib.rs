@@ -1,0 +1,6 @@
+//! The tools of the softroce workspace: capture reading and RDMA packet
+//! decoding shared by `rdma-dump` and the tests.
+
+pub mod capture;
+pub mod decode;
+pub mod dump;

@@ -179,3 +179,30 @@ path = os.path.join(here, "..", "tests", "fixtures", "handmade.json")
 with open(path, "w") as f:
     json.dump({"generator": "scripts/make_wire_fixtures.py", "packets": out, "flow_control": fc}, f, indent=1)
 print(f"wrote {len(out)} packets and {len(fc)} flow-control packets to {os.path.normpath(path)}")
+
+# Capture files for rdma-dump's end-to-end test.
+def write_pcap(path, linktype, frames):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype))
+        for i, fr in enumerate(frames):
+            f.write(struct.pack("<IIII", 1700000000 + i, 0, len(fr), len(fr)))
+            f.write(fr)
+
+fixtures = os.path.join(here, "..", "tests", "fixtures")
+ib_frames = [bytes.fromhex(p["hex"]) for p in out if p["kind"] == "ib"]
+bad_vcrc = bytearray(ib_frames[0]); bad_vcrc[-1] ^= 0xFF
+bad_icrc = bytearray(ib_frames[1]); bad_icrc[-3] ^= 0x01  # last ICRC byte; VCRC recomputed below
+bad_icrc[-2:] = struct.pack("<H", crc16_ib(bytes(bad_icrc[:-2])))
+write_pcap(os.path.join(fixtures, "ib_link.pcap"), 247,
+           ib_frames + [bytes(bad_vcrc), bytes(bad_icrc), ib_frames[0][:20]])
+
+eth = lambda et, payload: bytes.fromhex("020000000002020000000001") + struct.pack("!H", et) + payload
+v2 = [bytes.fromhex(p["hex"]) for p in out if p["kind"] == "roce_v2"]
+v1 = [bytes.fromhex(p["hex"]) for p in out if p["kind"] == "roce_v1"]
+bad_pad = bytearray(v2[0]); bad_pad[28 + 1] |= 0x30  # pad count 3 on a 7-byte payload with pad 1: ICRC fails, parse ok
+truncated = v2[1][:40]
+tcp_like = bytes.fromhex("450000280000400040060000") + bytes(16)
+write_pcap(os.path.join(fixtures, "mixed_ethernet.pcap"), 1,
+           [eth(0x0800, v2[0]), eth(0x8915, v1[0]), eth(0x0800, bytes(bad_pad)), eth(0x0800, truncated),
+            eth(0x0806, bytes(28)), eth(0x0800, tcp_like), eth(0x86DD, v2[-1])])
+print("wrote tests/fixtures/ib_link.pcap and tests/fixtures/mixed_ethernet.pcap")

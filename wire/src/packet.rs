@@ -8,15 +8,12 @@
 //! | [`IbPacket`] | LRH, GRH if LNH says so, transport packet, VCRC |
 
 use crate::error::check_len;
-use crate::icrc::Icrc;
 use crate::ipv4::{Ipv4, Ipv4Repr, PROTOCOL_UDP};
 use crate::ipv6::{Grh, GrhRepr, Ipv6, Ipv6Repr, NEXT_HEADER_IBA};
 use crate::lrh::{Lnh, Lrh, LrhRepr};
-use crate::transport_packet::{finish_packet, TransportPacket, TransportRepr, ICRC_LEN};
+use crate::transport_packet::{finish_with_icrc, TransportPacket, TransportRepr, ICRC_LEN};
 use crate::udp::{Udp, UdpRepr, ROCE_V2_PORT};
 use crate::{vcrc, Error, Result};
-
-const BTH_LEN: usize = 12;
 
 /// A checked view of a RoCE v2 packet, from the IP header through the ICRC.
 /// Bytes after the end the IP header gives (Ethernet padding) are ignored.
@@ -94,9 +91,7 @@ impl<T: AsRef<[u8]>> RoceV2Packet<T> {
     /// The ICRC this packet should carry.
     pub fn computed_icrc(&self) -> u32 {
         let b = self.b();
-        let mut icrc = Icrc::begin_roce_v2(b).expect("headers checked");
-        icrc.update(&b[self.ip_len + Udp::<&[u8]>::LEN + BTH_LEN..b.len() - ICRC_LEN]);
-        icrc.finish()
+        crate::icrc::roce_v2(&b[..b.len() - ICRC_LEN]).expect("headers checked")
     }
 
     /// Whether the carried ICRC is right.
@@ -150,10 +145,29 @@ impl RoceV2Repr {
         Ok(self.ip.header_len() + Udp::<&[u8]>::LEN + self.transport.packet_len(payload_len)?)
     }
 
-    /// Writes the whole packet, IP header through ICRC, computing the ICRC
-    /// as it goes (one pass over the payload). Returns its length.
+    /// Offset of the payload in the emitted packet.
+    pub fn payload_offset(&self) -> Result<usize> {
+        Ok(self.ip.header_len() + Udp::<&[u8]>::LEN + self.transport.header_len()?)
+    }
+
+    /// Writes the whole packet, IP header through ICRC, copying `payload`
+    /// into place. Returns its length.
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        let at = self.payload_offset()?;
         let total = self.buffer_len(payload.len())?;
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
+        }
+        buf[at..at + payload.len()].copy_from_slice(payload);
+        self.emit_in_place(buf, payload.len())
+    }
+
+    /// Writes the headers, pad and ICRC around `payload_len` bytes of
+    /// payload that are already at [`Self::payload_offset`] in `buf` (for
+    /// example read there straight from a memory region). The ICRC is
+    /// computed in one pass over the finished packet. Returns its length.
+    pub fn emit_in_place(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
+        let total = self.buffer_len(payload_len)?;
         if buf.len() < total {
             return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
         }
@@ -165,9 +179,9 @@ impl RoceV2Repr {
         }
         self.udp.emit(&mut buf[ip_len..], l4 - Udp::<&[u8]>::LEN)?;
         let t = ip_len + Udp::<&[u8]>::LEN;
-        let hdr = self.transport.emit_headers(&mut buf[t..], payload.len())?;
-        let icrc = Icrc::begin_roce_v2(&buf[..t + BTH_LEN])?;
-        Ok(finish_packet(buf, t + BTH_LEN..t + hdr, payload, icrc))
+        let hdr = self.transport.emit_headers(&mut buf[t..], payload_len)?;
+        let end = t + hdr + payload_len;
+        Ok(finish_with_icrc(buf, end, payload_len, |b| crate::icrc::roce_v2(b).expect("headers written")))
     }
 }
 
@@ -239,8 +253,9 @@ impl RoceV1Repr {
         let g = Grh::<&[u8]>::LEN;
         GrhRepr { next_header: NEXT_HEADER_IBA, ..self.grh }.emit(buf, total - g)?;
         let hdr = self.transport.emit_headers(&mut buf[g..], payload.len())?;
-        let icrc = Icrc::begin_global(&buf[..g + BTH_LEN])?;
-        Ok(finish_packet(buf, g + BTH_LEN..g + hdr, payload, icrc))
+        let end = g + hdr + payload.len();
+        buf[g + hdr..end].copy_from_slice(payload);
+        Ok(finish_with_icrc(buf, end, payload.len(), |b| crate::icrc::roce_v1(b).expect("headers written")))
     }
 }
 
@@ -377,8 +392,9 @@ impl IbRepr {
             t += Grh::<&[u8]>::LEN;
         }
         let hdr = self.transport.emit_headers(&mut buf[t..], payload.len())?;
-        let icrc = Icrc::begin_ib(&buf[..t + BTH_LEN])?;
-        let end = finish_packet(buf, t + BTH_LEN..t + hdr, payload, icrc);
+        let end = t + hdr + payload.len();
+        buf[t + hdr..end].copy_from_slice(payload);
+        let end = finish_with_icrc(buf, end, payload.len(), |b| crate::icrc::ib(b).expect("headers written"));
         debug_assert_eq!(end, icrc_end);
         let v = vcrc::vcrc(&buf[..icrc_end]);
         buf[icrc_end..total].copy_from_slice(&vcrc::wire_bytes(v));

@@ -278,23 +278,18 @@ impl TransportRepr {
     }
 }
 
-/// Finishes a packet whose headers are already in `buf[..at]` and hashed
-/// into `icrc` up to the BTH: hashes the extension headers, copies the
-/// payload in cache-sized chunks, hashing each chunk while it is hot, then
-/// writes the pad and the ICRC. Returns the end offset.
-pub(crate) fn finish_packet(buf: &mut [u8], ext: core::ops::Range<usize>, payload: &[u8], mut icrc: Icrc) -> usize {
-    icrc.update(&buf[ext.clone()]);
-    let mut at = ext.end;
-    for chunk in payload.chunks(2048) {
-        let dst = &mut buf[at..at + chunk.len()];
-        dst.copy_from_slice(chunk);
-        icrc.update(dst);
-        at += chunk.len();
-    }
-    let pad = pad_for(payload.len());
-    buf[at..at + pad].fill(0);
-    icrc.update(&buf[at..at + pad]);
-    at += pad;
-    buf[at..at + ICRC_LEN].copy_from_slice(&Icrc::wire_bytes(icrc.finish()));
-    at + ICRC_LEN
+/// Zeroes the pad after a payload that ends at `end` and writes `icrc`
+/// after it; returns the end of the packet.
+pub(crate) fn finish_with_icrc(
+    buf: &mut [u8],
+    end: usize,
+    payload_len: usize,
+    icrc: impl FnOnce(&[u8]) -> u32,
+) -> usize {
+    let pad = pad_for(payload_len);
+    buf[end..end + pad].fill(0);
+    let covered = end + pad;
+    let value = icrc(&buf[..covered]);
+    buf[covered..covered + ICRC_LEN].copy_from_slice(&Icrc::wire_bytes(value));
+    covered + ICRC_LEN
 }

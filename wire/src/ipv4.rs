@@ -72,15 +72,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4<T> {
     }
 }
 
-/// The Internet checksum (RFC 1071) of `data`.
+/// The Internet checksum (RFC 1071) of `data`, summed four bytes at a time.
 pub fn checksum(data: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    let mut sum = 0u64;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
     }
-    if let [last] = chunks.remainder() {
-        sum += u32::from(*last) << 8;
+    let mut tail = words.remainder().chunks_exact(2);
+    for c in &mut tail {
+        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = tail.remainder() {
+        sum += u64::from(*last) << 8;
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -104,48 +108,60 @@ pub struct Ipv4Repr {
     pub dst: Ipv4Addr,
 }
 
-impl Ipv4Repr {
-    /// Reads a header, checking version, length fields, checksum and that
-    /// the packet is not a fragment. Returns the header and the payload
-    /// length its total-length field gives.
-    pub fn parse<T: AsRef<[u8]>>(h: &Ipv4<T>) -> Result<(Ipv4Repr, usize)> {
-        if h.version() != 4 {
-            return Err(Error::BadVersion { header: "IPv4", version: h.version() });
+impl<T: AsRef<[u8]>> Ipv4<T> {
+    /// Checks what [`Ipv4Repr::parse`] checks without building the
+    /// representation: version 4, no options, a total length that fits,
+    /// not a fragment, a good checksum. Returns the payload length.
+    pub fn check(&self) -> Result<usize> {
+        if self.version() != 4 {
+            return Err(Error::BadVersion { header: "IPv4", version: self.version() });
         }
-        if h.header_len() != Ipv4::<T>::LEN {
+        if self.header_len() != Self::LEN {
             return Err(Error::InvalidField {
                 header: "IPv4",
                 field: "IHL (options are not used by RoCE)",
-                value: h.header_len() as u64 / 4,
+                value: self.header_len() as u64 / 4,
             });
         }
-        let total = usize::from(h.total_len());
-        if total < Ipv4::<T>::LEN || total > h.b().len() {
-            return Err(Error::LengthMismatch { header: "IPv4", claimed: total, actual: h.b().len() });
+        let total = usize::from(self.total_len());
+        if total < Self::LEN || total > self.b().len() {
+            return Err(Error::LengthMismatch { header: "IPv4", claimed: total, actual: self.b().len() });
         }
-        if h.more_frags() || h.frag_offset() != 0 {
-            return Err(Error::InvalidField { header: "IPv4", field: "fragment", value: u64::from(u16_at(h.b(), 6)) });
+        if self.more_frags() || self.frag_offset() != 0 {
+            return Err(Error::InvalidField {
+                header: "IPv4",
+                field: "fragment",
+                value: u64::from(u16_at(self.b(), 6)),
+            });
         }
-        if !h.checksum_ok() {
+        if !self.checksum_ok() {
             return Err(Error::InvalidField {
                 header: "IPv4",
                 field: "header checksum",
-                value: u64::from(h.checksum()),
+                value: u64::from(self.checksum()),
             });
         }
-        Ok((
-            Ipv4Repr {
-                dscp: h.dscp(),
-                ecn: h.ecn(),
-                ident: h.ident(),
-                dont_frag: h.dont_frag(),
-                ttl: h.ttl(),
-                protocol: h.protocol(),
-                src: h.src(),
-                dst: h.dst(),
-            },
-            total - Ipv4::<T>::LEN,
-        ))
+        Ok(total - Self::LEN)
+    }
+}
+
+impl Ipv4Repr {
+    /// Reads a header, checking version, length fields, checksum and that
+    /// the packet is not a fragment (see [`Ipv4::check`]). Returns the
+    /// header and the payload length its total-length field gives.
+    pub fn parse<T: AsRef<[u8]>>(h: &Ipv4<T>) -> Result<(Ipv4Repr, usize)> {
+        let payload_len = h.check()?;
+        let repr = Ipv4Repr {
+            dscp: h.dscp(),
+            ecn: h.ecn(),
+            ident: h.ident(),
+            dont_frag: h.dont_frag(),
+            ttl: h.ttl(),
+            protocol: h.protocol(),
+            src: h.src(),
+            dst: h.dst(),
+        };
+        Ok((repr, payload_len))
     }
 
     /// Writes the 20-byte header for `payload_len` bytes of payload,

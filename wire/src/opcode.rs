@@ -187,12 +187,16 @@ pub struct OpcodeInfo {
     /// Whether this is a request of a reliable service, which may set AckReq
     /// and is answered by an ACK, a NAK or a response.
     pub is_request: bool,
+    /// Bytes of extension headers after the BTH (`headers.len()`, kept
+    /// precomputed because every parse needs it).
+    pub ext_len: u8,
 }
 
 impl OpcodeInfo {
     /// Bytes of extension headers after the BTH.
+    #[inline]
     pub const fn ext_len(&self) -> usize {
-        self.headers.len()
+        self.ext_len as usize
     }
     /// Whether the packet carries immediate data.
     pub const fn has_immediate(&self) -> bool {
@@ -328,6 +332,7 @@ const fn build(code: u8) -> Option<OpcodeInfo> {
             headers: HeaderSet::CNP_RESERVED,
             has_payload: false,
             is_request: false,
+            ext_len: HeaderSet::CNP_RESERVED.len() as u8,
         });
     }
     let (_suffix, operation, position, headers, has_payload, is_request) = match rc_operation(low) {
@@ -347,14 +352,16 @@ const fn build(code: u8) -> Option<OpcodeInfo> {
     }
     // XRC requests carry the XRCETH; its responses and ACKs do not.
     let extra = if matches!(transport, Transport::Xrc) && !is_request { HeaderSet::EMPTY } else { extra };
+    let headers = headers.union(extra);
     Some(OpcodeInfo {
         name: NAMES[code as usize],
         transport,
         operation,
         position,
-        headers: headers.union(extra),
+        headers,
         has_payload,
         is_request: is_request && matches!(transport, Transport::Rc | Transport::Xrc),
+        ext_len: headers.len() as u8,
     })
 }
 
@@ -475,7 +482,7 @@ mod tests {
         assert_eq!(h(0xb1), HeaderSet::AETH);
         assert_eq!(h(0x81).len(), 16);
         assert_eq!(Opcode(0x13).info().unwrap().ext_len(), 28);
-        assert_eq!(Opcode(0x0c).info().unwrap().has_payload, false);
+        assert!(!Opcode(0x0c).info().unwrap().has_payload);
     }
 
     #[test]
@@ -498,7 +505,7 @@ mod tests {
         assert!(Opcode(0x15).info().is_none(), "0x15 is reserved");
         assert!(Opcode(0x40).info().is_none(), "RD is not implemented");
         assert!(Opcode(0x80).info().is_none(), "only 0x81 of the CNP range");
-        assert!(Opcode(0x24).info().unwrap().is_request == false, "UC is never ACKed");
+        assert!(!Opcode(0x24).info().unwrap().is_request, "UC is never ACKed");
         assert!(Opcode(0x04).info().unwrap().is_request);
         assert!(!Opcode(0x11).info().unwrap().is_request);
     }

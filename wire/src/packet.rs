@@ -11,7 +11,10 @@ use crate::error::check_len;
 use crate::ipv4::{Ipv4, Ipv4Repr, PROTOCOL_UDP};
 use crate::ipv6::{Grh, GrhRepr, Ipv6, Ipv6Repr, NEXT_HEADER_IBA};
 use crate::lrh::{Lnh, Lrh, LrhRepr};
-use crate::transport_packet::{finish_with_icrc, TransportPacket, TransportRepr, ICRC_LEN};
+use crate::transport_packet::{finish_with_icrc, pad_for, TransportPacket, TransportRepr, ICRC_LEN};
+
+const BTH_LEN: usize = 12;
+use crate::opcode::OpcodeInfo;
 use crate::udp::{Udp, UdpRepr, ROCE_V2_PORT};
 use crate::{vcrc, Error, Result};
 
@@ -22,6 +25,7 @@ pub struct RoceV2Packet<T: AsRef<[u8]>> {
     buffer: T,
     ip_len: usize,
     end: usize,
+    info: &'static OpcodeInfo,
 }
 
 impl<T: AsRef<[u8]>> RoceV2Packet<T> {
@@ -34,8 +38,7 @@ impl<T: AsRef<[u8]>> RoceV2Packet<T> {
         let (ip_len, ip_payload, proto) = match b[0] >> 4 {
             4 => {
                 let h = Ipv4::new_checked(b)?;
-                let (_, payload) = Ipv4Repr::parse(&h)?;
-                (Ipv4::<&[u8]>::LEN, payload, h.protocol())
+                (Ipv4::<&[u8]>::LEN, h.check()?, h.protocol())
             }
             6 => {
                 let h = Ipv6::new_checked(b)?;
@@ -56,8 +59,8 @@ impl<T: AsRef<[u8]>> RoceV2Packet<T> {
         if udp_payload != end - ip_len - Udp::<&[u8]>::LEN {
             return Err(Error::LengthMismatch { header: "UDP", claimed: udp_payload + 8, actual: end - ip_len });
         }
-        TransportPacket::new_checked(&b[ip_len + Udp::<&[u8]>::LEN..end])?;
-        Ok(RoceV2Packet { buffer, ip_len, end })
+        let info = TransportPacket::new_checked(&b[ip_len + Udp::<&[u8]>::LEN..end])?.info();
+        Ok(RoceV2Packet { buffer, ip_len, end, info })
     }
 
     fn b(&self) -> &[u8] {
@@ -85,7 +88,7 @@ impl<T: AsRef<[u8]>> RoceV2Packet<T> {
 
     /// The transport packet, BTH through ICRC.
     pub fn transport(&self) -> TransportPacket<&[u8]> {
-        TransportPacket::new_checked(&self.b()[self.ip_len + Udp::<&[u8]>::LEN..]).expect("checked in new_checked")
+        TransportPacket::new_prechecked(&self.b()[self.ip_len + Udp::<&[u8]>::LEN..], self.info)
     }
 
     /// The ICRC this packet should carry.
@@ -167,19 +170,20 @@ impl RoceV2Repr {
     /// example read there straight from a memory region). The ICRC is
     /// computed in one pass over the finished packet. Returns its length.
     pub fn emit_in_place(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
-        let total = self.buffer_len(payload_len)?;
+        let info = self.transport.check()?;
+        let ip_len = self.ip.header_len();
+        let t = ip_len + Udp::<&[u8]>::LEN;
+        let total = t + BTH_LEN + info.ext_len() + payload_len + pad_for(payload_len) + ICRC_LEN;
         if buf.len() < total {
             return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
         }
-        let ip_len = self.ip.header_len();
         let l4 = total - ip_len;
         match &self.ip {
             IpRepr::V4(h) => h.emit(buf, l4)?,
             IpRepr::V6(h) => h.emit(buf, l4)?,
         }
         self.udp.emit(&mut buf[ip_len..], l4 - Udp::<&[u8]>::LEN)?;
-        let t = ip_len + Udp::<&[u8]>::LEN;
-        let hdr = self.transport.emit_headers(&mut buf[t..], payload_len)?;
+        let hdr = self.transport.emit_headers_for(info, &mut buf[t..], payload_len)?;
         let end = t + hdr + payload_len;
         Ok(finish_with_icrc(buf, end, payload_len, |b| crate::icrc::roce_v2(b).expect("headers written")))
     }

@@ -58,6 +58,11 @@ impl<T: AsRef<[u8]>> TransportPacket<T> {
         Ok(TransportPacket { buffer, info })
     }
 
+    /// Wraps a buffer that [`Self::new_checked`] already accepted with this opcode.
+    pub(crate) fn new_prechecked(buffer: T, info: &'static OpcodeInfo) -> Self {
+        TransportPacket { buffer, info }
+    }
+
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -211,6 +216,9 @@ impl TransportRepr {
         let info = opcode.checked_info()?;
         let want = info.headers.difference(HeaderSet::CNP_RESERVED);
         let have = self.present();
+        if want == have {
+            return Ok(info);
+        }
         for (h, _, name) in HeaderSet::ORDER {
             match (want.contains(h), have.contains(h)) {
                 (true, false) => return Err(Error::MissingHeader { opcode: opcode.0, header: name }),
@@ -229,7 +237,11 @@ impl TransportRepr {
     /// Writes the BTH and the extension headers into the front of `buf`,
     /// with the pad count for `payload_len`; returns the bytes written.
     pub fn emit_headers(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
-        let info = self.check()?;
+        self.emit_headers_for(self.check()?, buf, payload_len)
+    }
+
+    /// [`Self::emit_headers`] for headers already checked against `info`.
+    pub(crate) fn emit_headers_for(&self, info: &OpcodeInfo, buf: &mut [u8], payload_len: usize) -> Result<usize> {
         if !info.has_payload && payload_len != 0 {
             return Err(Error::UnexpectedPayload { opcode: self.bth.opcode.0, len: payload_len });
         }

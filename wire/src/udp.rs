@@ -19,6 +19,8 @@ impl<T: AsRef<[u8]>> Udp<T> {
     pub fn dst_port(&self) -> u16 {
         u16_at(self.b(), 2)
     }
+    /// The length field: header plus payload, in bytes.
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> u16 {
         u16_at(self.b(), 4)
     }

@@ -1,5 +1,35 @@
-//! The IBTA transport engine: per-QP requester, responder and completer as
-//! sans-IO state machines driven by events and an explicit clock.
+//! The IBTA transport engine: RC, UC and UD queue pairs as sans-IO state
+//! machines, driven by received packets, posted work requests and an
+//! explicit clock.
 //!
-//! This crate is a placeholder until the transport issue lands; it exists so
-//! that the workspace layout is the final one from the start.
+//! | module | what it holds |
+//! |---|---|
+//! | [`endpoint`] | the device: the sans-IO API, packet dispatch, CQs, SRQs, counters |
+//! | [`qp`] | the QP state machine and attributes (`ibv_modify_qp` rules) |
+//! | [`requester`] | work requests to packets: PSNs, segmentation, AckReq, the go-back-N cursor |
+//! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |
+//! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
+//! | [`memory`] | protection domains, memory regions and access checks |
+//! | [`framing`] | RoCE v2 framing and scatter/gather copies |
+//! | [`wr`] | work requests and completions (libibverbs names and values) |
+//! | [`sim`] | a deterministic simulated link with faults and a pcap writer |
+//! | [`time`] | virtual time |
+
+pub mod completer;
+pub mod endpoint;
+pub mod error;
+pub mod framing;
+pub mod memory;
+pub mod qp;
+pub mod requester;
+pub mod responder;
+pub mod sim;
+pub mod time;
+pub mod wr;
+
+pub use endpoint::{AsyncEvent, Drop, Endpoint, Stats, Transmit, MAX_PACKET};
+pub use error::VerbsError;
+pub use memory::{Access, Pd, RegionMemory};
+pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
+pub use time::Instant;
+pub use wr::{RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

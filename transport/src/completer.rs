@@ -1,0 +1,330 @@
+//! The completer: acknowledgements and responses coming back to the
+//! requester become work completions, retransmissions or errors.
+//!
+//! Rules (IBTA 9.7.5 and what rxe does):
+//! - an ACK for PSN p acknowledges every request packet up to p; a READ or
+//!   atomic it covers whose response has not arrived was lost: that is an
+//!   implied NAK, and the requester goes back to it;
+//! - a response (READ or atomic) implicitly acknowledges every earlier
+//!   SEND and WRITE;
+//! - an ACK or response for a PSN not outstanding is a ghost: ignored;
+//! - PSN sequence error NAK and the local ACK timeout go back N and spend
+//!   one of `retry_cnt`; an RNR NAK waits the NAK's timer and spends one of
+//!   `rnr_retry` (7 = forever); the other NAKs fail the request and move the
+//!   QP to the error state, flushing what is queued.
+
+use crate::endpoint::{CqTable, Drop, Stats};
+use crate::framing::scatter;
+use crate::memory::MemoryTable;
+use crate::qp::{Qp, QpState};
+use crate::requester::SendWqe;
+use crate::time::{local_ack_timeout, Instant};
+use crate::wr::{SendOp, WcStatus, WorkCompletion};
+use rdma_wire::{NakCode, Operation, Psn, Syndrome, TransportPacket};
+
+impl Qp {
+    fn completion_for(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: w.wr.wr_id,
+            status,
+            opcode: w.wr.op.wc_opcode(),
+            qp_num: self.num,
+            byte_len: if status == WcStatus::Success { w.wr.length() as u32 } else { 0 },
+            imm_data: None,
+            invalidated_rkey: None,
+            src_qp: 0,
+            wc_flags: 0,
+        }
+    }
+
+    /// Completes the WQE at the front of the send queue successfully.
+    pub(crate) fn complete_front(&mut self, cqs: &mut CqTable) {
+        let Some(w) = self.req.sq.pop_front() else { return };
+        if w.wr.signaled || self.init.sq_sig_all {
+            cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
+        }
+        self.req.cursor_wqe = self.req.cursor_wqe.saturating_sub(1);
+        if self.req.cursor_wqe == 0 && !self.req.sq.front().is_some_and(|f| f.started) {
+            self.req.cursor_pkt = 0;
+        }
+    }
+
+    /// Fails the front WQE with `status`, flushes every other send and
+    /// receive request and moves the QP to the error state.
+    pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) {
+        tracing::debug!(qpn = self.num, ?status, "QP moves to the error state");
+        if let Some(w) = self.req.sq.pop_front() {
+            cqs.push(self.init.send_cq, self.completion_for(&w, status));
+        }
+        self.state = QpState::Err;
+        self.flush(cqs);
+    }
+
+    /// Completes every queued request with WR_FLUSH_ERR (the QP is in ERR).
+    pub(crate) fn flush(&mut self, cqs: &mut CqTable) {
+        while let Some(w) = self.req.sq.pop_front() {
+            cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::WrFlushErr));
+        }
+        self.req.cursor_wqe = 0;
+        self.req.cursor_pkt = 0;
+        self.req.rto_deadline = None;
+        self.req.rnr_until = None;
+        if self.init.srq.is_none() {
+            while let Some(r) = self.rq.pop_front() {
+                cqs.push(
+                    self.init.recv_cq,
+                    WorkCompletion {
+                        wr_id: r.wr_id,
+                        status: WcStatus::WrFlushErr,
+                        opcode: crate::wr::WcOpcode::Recv,
+                        qp_num: self.num,
+                        byte_len: 0,
+                        imm_data: None,
+                        invalidated_rkey: None,
+                        src_qp: 0,
+                        wc_flags: 0,
+                    },
+                );
+            }
+        }
+        self.resp.abandon_message();
+    }
+
+    /// Whether `psn` has been sent and is not yet acknowledged.
+    fn is_outstanding(&self, psn: Psn) -> bool {
+        psn.distance_from(self.req.comp_psn) < self.req.next_psn.distance_from(self.req.comp_psn)
+    }
+
+    /// Progress was made: the retry budgets refill and the timer restarts.
+    fn progressed(&mut self, now: Instant) {
+        self.req.recovering_at = None;
+        self.req.retry_left = self.params.retry_cnt;
+        self.req.rnr_left = self.params.rnr_retry;
+        self.req.rto_deadline =
+            if self.req.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
+    }
+
+    /// Keeps the cursor from pointing at PSNs already acknowledged.
+    fn cursor_not_before(&mut self, psn: Psn) {
+        let cursor = match self.req.sq.get(self.req.cursor_wqe) {
+            Some(w) if w.started => w.first_psn.add(self.req.cursor_pkt),
+            _ => return,
+        };
+        if cursor.distance_from(self.req.comp_psn) < psn.distance_from(self.req.comp_psn) && !self.req.rewind_to(psn) {
+            self.req.cursor_wqe = self.req.sq.iter().position(|w| !w.started).unwrap_or(self.req.sq.len());
+            self.req.cursor_pkt = 0;
+        }
+    }
+
+    /// Acknowledges every packet up to and including `psn`. Returns false
+    /// if it stopped at a READ or atomic whose response is missing (an
+    /// implied NAK, already acted on).
+    fn ack_through(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) -> bool {
+        while let Some(w) = self.req.sq.front() {
+            if !w.started || psn.distance_from(w.first_psn) >= Psn::HALF {
+                break; // the WQE starts after psn
+            }
+            if w.wr.op.writes_local() {
+                // Covered by an ACK but its response never came: go back to it.
+                tracing::debug!(qpn = self.num, psn = w.first_psn.value(), "implied NAK");
+                let from = self.req.comp_psn;
+                self.recover_gap(from, cqs, stats);
+                return false;
+            }
+            if w.last_psn().distance_from(w.first_psn) <= psn.distance_from(w.first_psn) {
+                self.req.comp_psn = w.last_psn().next();
+                self.complete_front(cqs);
+            } else {
+                self.req.comp_psn = psn.next();
+                break;
+            }
+        }
+        self.cursor_not_before(self.req.comp_psn);
+        true
+    }
+
+    fn go_back(&mut self, psn: Psn, stats: &mut Stats) {
+        if self.req.rewind_to(psn) {
+            stats.retransmits += 1;
+            self.req.retransmits += 1;
+        }
+    }
+
+    /// Goes back to `psn` after a gap in the responses, unless it already
+    /// did for this PSN and nothing has arrived since.
+    fn recover_gap(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
+        if self.req.recovering_at == Some(psn) {
+            stats.drop(Drop::DuplicateResponse, self.num);
+            return;
+        }
+        stats.implied_naks += 1;
+        self.req.recovering_at = Some(psn);
+        self.retry_or_fail(psn, cqs, stats);
+    }
+
+    /// Spends one transport retry, or fails the QP when none is left.
+    fn retry_or_fail(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
+        if self.req.retry_left == 0 {
+            self.fail(WcStatus::RetryExcErr, cqs);
+        } else {
+            self.req.retry_left -= 1;
+            self.go_back(psn, stats);
+        }
+    }
+
+    /// Handles an ACK, NAK, READ response or atomic ACK for this QP.
+    pub(crate) fn handle_response(
+        &mut self,
+        now: Instant,
+        p: &TransportPacket<&[u8]>,
+        mrs: &MemoryTable,
+        cqs: &mut CqTable,
+        stats: &mut Stats,
+    ) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            stats.drop(Drop::QpNotReady, self.num);
+            return;
+        }
+        let bth = p.bth();
+        let psn = bth.psn();
+        let op = p.info().operation;
+        if !self.is_outstanding(psn) {
+            stats.drop(Drop::GhostResponse, self.num);
+            return;
+        }
+        if op == Operation::Acknowledge {
+            let Some(aeth) = p.aeth() else { return };
+            match aeth.syndrome() {
+                Syndrome::Ack(_) => {
+                    if self.ack_through(psn, cqs, stats) {
+                        self.progressed(now);
+                    }
+                }
+                Syndrome::RnrNak(timer) => {
+                    stats.rnr_naks_received += 1;
+                    if psn != self.req.comp_psn && !self.ack_through(psn.sub(1), cqs, stats) {
+                        return;
+                    }
+                    if self.req.rnr_left == 0 {
+                        self.fail(WcStatus::RnrRetryExcErr, cqs);
+                        return;
+                    }
+                    if self.req.rnr_left != 7 {
+                        self.req.rnr_left -= 1;
+                    }
+                    self.req.rnr_until = Some(now + timer.duration());
+                    self.req.rto_deadline = None;
+                    self.go_back(psn, stats);
+                }
+                Syndrome::Nak(code) => {
+                    stats.naks_received += 1;
+                    if psn != self.req.comp_psn && !self.ack_through(psn.sub(1), cqs, stats) {
+                        return;
+                    }
+                    let status = match code {
+                        NakCode::PsnSequenceError => {
+                            self.retry_or_fail(psn, cqs, stats);
+                            return;
+                        }
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                        _ => WcStatus::RemInvReqErr,
+                    };
+                    self.fail(status, cqs);
+                }
+                Syndrome::Reserved(_) => stats.drop(Drop::BadResponse, self.num),
+            }
+            return;
+        }
+
+        // A READ response or an atomic ACK: find the request it answers.
+        let Some(i) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            stats.drop(Drop::GhostResponse, self.num);
+            return;
+        };
+        let wants_read = op == Operation::RdmaReadResponse;
+        let is_match = match self.req.sq[i].wr.op {
+            SendOp::RdmaRead { .. } => wants_read,
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => op == Operation::AtomicAcknowledge,
+            _ => false,
+        };
+        if !is_match {
+            stats.drop(Drop::BadResponse, self.num);
+            return;
+        }
+        // Earlier SENDs and WRITEs are implicitly acknowledged; an earlier
+        // READ or atomic still open means its response was lost.
+        if self.req.sq.iter().take(i).any(|w| w.wr.op.writes_local()) {
+            let from = self.req.comp_psn;
+            self.recover_gap(from, cqs, stats);
+            return;
+        }
+        for _ in 0..i {
+            self.complete_front(cqs);
+        }
+        let first = self.req.sq[0].first_psn;
+        if first.distance_from(self.req.comp_psn) < Psn::HALF {
+            self.req.comp_psn = first;
+        }
+        if psn != self.req.comp_psn {
+            if psn.distance_from(self.req.comp_psn) < Psn::HALF {
+                // Responses before this one were lost.
+                let from = self.req.comp_psn;
+                self.recover_gap(from, cqs, stats);
+            } else {
+                stats.drop(Drop::DuplicateResponse, self.num);
+            }
+            return;
+        }
+        let w = &self.req.sq[0];
+        let k = psn.distance_from(w.first_psn);
+        let mtu = u64::from(self.params.mtu.bytes());
+        let done = match w.wr.op {
+            SendOp::RdmaRead { .. } => {
+                let expected = (w.wr.length() - (u64::from(k) * mtu).min(w.wr.length())).min(mtu);
+                if p.payload().len() as u64 != expected {
+                    stats.drop(Drop::BadResponse, self.num);
+                    self.fail(WcStatus::BadRespErr, cqs);
+                    return;
+                }
+                if scatter(mrs, self.init.pd, &w.wr.sg_list, u64::from(k) * mtu, p.payload()).is_err() {
+                    self.fail(WcStatus::LocProtErr, cqs);
+                    return;
+                }
+                k + 1 == w.npkts
+            }
+            _ => {
+                let orig = p.atomic_ack_eth().map_or(0, |a| a.orig());
+                if scatter(mrs, self.init.pd, &w.wr.sg_list, 0, &orig.to_ne_bytes()).is_err() {
+                    self.fail(WcStatus::LocProtErr, cqs);
+                    return;
+                }
+                true
+            }
+        };
+        self.req.comp_psn = psn.next();
+        if done {
+            self.complete_front(cqs);
+        }
+        self.cursor_not_before(self.req.comp_psn);
+        self.progressed(now);
+    }
+
+    /// The local ACK timer fired.
+    pub(crate) fn handle_ack_timeout(&mut self, now: Instant, cqs: &mut CqTable, stats: &mut Stats) {
+        self.req.rto_deadline = None;
+        if !self.req.outstanding() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        stats.timeouts += 1;
+        tracing::debug!(
+            qpn = self.num,
+            psn = self.req.comp_psn.value(),
+            retries_left = self.req.retry_left,
+            "local ACK timeout"
+        );
+        let from = self.req.comp_psn;
+        self.retry_or_fail(from, cqs, stats);
+        let _ = now;
+    }
+}

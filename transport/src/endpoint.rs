@@ -1,0 +1,520 @@
+//! The endpoint: one soft RDMA device's worth of state (memory regions,
+//! completion queues, shared receive queues, queue pairs) behind a
+//! sans-IO interface, in the style of quinn-proto:
+//!
+//! - [`Endpoint::handle_packet`]: a received IP packet (RoCE v2);
+//! - [`Endpoint::poll_transmit`]: the next packet to send, written into
+//!   the caller's buffer;
+//! - [`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`]: the next
+//!   deadline, and what to do when it passes;
+//! - [`Endpoint::poll_cq`]: work completions.
+//!
+//! The endpoint never reads a clock or touches a socket; drivers (UDP,
+//! raw packets, the simulator in [`crate::sim`]) are loops around it.
+
+use crate::error::VerbsError;
+use crate::framing::Framer;
+use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
+use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
+use crate::requester::{ReqOutcome, SendWqe};
+use crate::responder::RespCtx;
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use core::net::IpAddr;
+use rdma_wire::{Operation, RoceV2Packet, Transport};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Why the endpoint dropped a packet. Each reason has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Drop {
+    Malformed,
+    IcrcMismatch,
+    UnknownQp,
+    QpNotReady,
+    PkeyMismatch,
+    AddressMismatch,
+    WrongTransport,
+    PsnOutOfSequence,
+    OpcodeOutOfSequence,
+    NoReceiveWqe,
+    BadLength,
+    ReceiveTooSmall,
+    ReceiveBufferFault,
+    RkeyViolation,
+    MisalignedAtomic,
+    UnsupportedOpcode,
+    QkeyMismatch,
+    UcMessageDropped,
+    GhostResponse,
+    DuplicateResponse,
+    DuplicateUnknown,
+    BadResponse,
+}
+
+/// Counters of an endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub packets_received: u64,
+    pub packets_sent: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub rnr_naks_sent: u64,
+    pub rnr_naks_received: u64,
+    pub implied_naks: u64,
+    pub duplicates: u64,
+    pub cnps_received: u64,
+    pub ecn_ce_received: u64,
+    pub cq_overruns: u64,
+    pub drops: BTreeMap<Drop, u64>,
+}
+
+impl Stats {
+    pub(crate) fn drop(&mut self, why: Drop, qpn: u32) {
+        *self.drops.entry(why).or_default() += 1;
+        tracing::debug!(qpn, reason = ?why, "packet dropped");
+    }
+
+    /// Drops for one reason.
+    pub fn drops_for(&self, why: Drop) -> u64 {
+        self.drops.get(&why).copied().unwrap_or(0)
+    }
+}
+
+/// Completion queues.
+#[derive(Debug, Default)]
+pub struct CqTable {
+    cqs: Vec<(usize, VecDeque<WorkCompletion>)>,
+    overruns: u64,
+}
+
+impl CqTable {
+    pub(crate) fn push(&mut self, cq: CqId, wc: WorkCompletion) {
+        match self.cqs.get_mut(cq.0) {
+            Some((depth, q)) if q.len() < *depth => q.push_back(wc),
+            _ => {
+                self.overruns += 1;
+                tracing::warn!(cq = cq.0, wr_id = wc.wr_id, "completion queue overrun: completion lost");
+            }
+        }
+    }
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+struct Srq {
+    pd: Pd,
+    queue: VecDeque<RecvWr>,
+    max_wr: u32,
+    /// When the queue drops below this many WQEs, one limit event fires (0 = disarmed).
+    limit: u32,
+}
+
+/// Shared receive queues, and the limit events they raised.
+#[derive(Debug, Default)]
+pub struct SrqTable {
+    srqs: Vec<Srq>,
+    limit_events: VecDeque<SrqId>,
+}
+
+impl SrqTable {
+    pub(crate) fn take(&mut self, id: SrqId) -> Option<RecvWr> {
+        let srq = self.srqs.get_mut(id.0)?;
+        let r = srq.queue.pop_front()?;
+        if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
+            srq.limit = 0; // the event disarms itself, as in ibv_modify_srq(3)
+            self.limit_events.push_back(id);
+        }
+        Some(r)
+    }
+}
+
+/// Asynchronous events (`ibv_get_async_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// An SRQ fell below its limit.
+    SrqLimitReached(SrqId),
+    /// A QP entered the error state.
+    QpFatal(u32),
+    /// A completion queue overflowed.
+    CqOverrun,
+}
+
+/// A packet [`Endpoint::poll_transmit`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written, IP header through ICRC.
+    pub len: usize,
+    pub dest: IpAddr,
+    pub src_port: u16,
+}
+
+/// A buffer this large holds any packet the engine writes (4 KiB MTU).
+pub const MAX_PACKET: usize = 40 + 8 + 12 + 28 + 4096 + 4;
+
+/// One soft RDMA device.
+#[derive(Debug)]
+pub struct Endpoint {
+    framer: Framer,
+    mrs: MemoryTable,
+    next_pd: u32,
+    qps: BTreeMap<u32, Qp>,
+    next_qpn: u32,
+    cqs: CqTable,
+    srqs: SrqTable,
+    stats: Stats,
+    /// Round-robin cursor over QPs for transmission.
+    rr: u32,
+    events: VecDeque<AsyncEvent>,
+}
+
+impl Endpoint {
+    /// A device bound to `local`, its RoCE v2 GID.
+    pub fn new(local: IpAddr) -> Endpoint {
+        Endpoint {
+            framer: Framer { local },
+            mrs: MemoryTable::default(),
+            next_pd: 1,
+            qps: BTreeMap::new(),
+            next_qpn: 0x11, // QPs 0 and 1 are the SMI and GSI; rxe starts at 0x11
+            cqs: CqTable::default(),
+            srqs: SrqTable::default(),
+            stats: Stats::default(),
+            rr: 0,
+            events: VecDeque::new(),
+        }
+    }
+
+    pub fn local_addr(&self) -> IpAddr {
+        self.framer.local
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.cq_overruns = self.cqs.overruns;
+        s
+    }
+
+    pub fn alloc_pd(&mut self) -> Pd {
+        self.next_pd += 1;
+        Pd(self.next_pd - 1)
+    }
+
+    /// Registers `memory` at address `va`; returns (lkey, rkey).
+    pub fn reg_mr(&mut self, pd: Pd, va: u64, memory: RegionMemory, access: Access) -> (u32, u32) {
+        self.mrs.register(pd, va, memory, access)
+    }
+
+    pub fn dereg_mr(&mut self, key: u32) -> bool {
+        self.mrs.deregister(key)
+    }
+
+    /// The region behind a key.
+    pub fn mr(&self, key: u32) -> Option<&MemoryRegion> {
+        self.mrs.get(key)
+    }
+
+    pub fn create_cq(&mut self, depth: usize) -> CqId {
+        self.cqs.cqs.push((depth.max(1), VecDeque::new()));
+        CqId(self.cqs.cqs.len() - 1)
+    }
+
+    /// Takes up to `max` completions, oldest first.
+    pub fn poll_cq(&mut self, cq: CqId, max: usize) -> Vec<WorkCompletion> {
+        let Some((_, q)) = self.cqs.cqs.get_mut(cq.0) else { return Vec::new() };
+        let n = max.min(q.len());
+        q.drain(..n).collect()
+    }
+
+    pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
+        self.srqs.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit });
+        SrqId(self.srqs.srqs.len() - 1)
+    }
+
+    /// Arms the SRQ limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    pub fn arm_srq(&mut self, srq: SrqId, limit: u32) -> Result<(), VerbsError> {
+        self.srqs.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchSrq(srq.0))?.limit = limit;
+        Ok(())
+    }
+
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
+        let s = self.srqs.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchSrq(srq.0))?;
+        if s.queue.len() as u32 >= s.max_wr {
+            return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
+        }
+        let _ = s.pd;
+        s.queue.push_back(wr);
+        Ok(())
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        if let Some(id) = self.srqs.limit_events.pop_front() {
+            return Some(AsyncEvent::SrqLimitReached(id));
+        }
+        self.events.pop_front()
+    }
+
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
+        for cq in [init.send_cq, init.recv_cq] {
+            if cq.0 >= self.cqs.cqs.len() {
+                return Err(VerbsError::NoSuchCq(cq.0));
+            }
+        }
+        if let Some(srq) = init.srq.filter(|s| s.0 >= self.srqs.srqs.len()) {
+            return Err(VerbsError::NoSuchSrq(srq.0));
+        }
+        let qpn = self.next_qpn;
+        self.next_qpn = (self.next_qpn + 1) & 0xff_ffff;
+        self.qps.insert(qpn, Qp::new(qpn, init));
+        Ok(qpn)
+    }
+
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbsError::NoSuchQp(qpn))
+    }
+
+    /// `ibv_modify_qp`. Moving to ERR flushes every queued request.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        qp.modify(attr)?;
+        if qp.state == QpState::Err {
+            qp.flush(&mut self.cqs);
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the state and the attributes in force.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpState, QpParams), VerbsError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok((qp.state, qp.params))
+    }
+
+    /// `ibv_post_send`: checks the request against the QP and queues it.
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let t = qp.init.qp_type;
+        let cap = qp.init.cap;
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err) {
+            return Err(VerbsError::WrongState { qpn, what: "a send", state: qp.state });
+        }
+        if wr.sg_list.len() > cap.max_send_sge as usize {
+            return Err(VerbsError::TooManySge { qpn, n: wr.sg_list.len(), max: cap.max_send_sge });
+        }
+        if let Some(d) = &wr.inline_data {
+            if d.len() > cap.max_inline_data as usize {
+                return Err(VerbsError::InlineTooLarge { qpn, len: d.len(), max: cap.max_inline_data });
+            }
+        }
+        if qp.req.sq.len() >= cap.max_send_wr as usize {
+            return Err(VerbsError::QueueFull { qpn, queue: "send", depth: cap.max_send_wr });
+        }
+        let op_name = match wr.op {
+            SendOp::Send => "SEND",
+            SendOp::SendWithImm { .. } => "SEND_WITH_IMM",
+            SendOp::SendWithInv { .. } => "SEND_WITH_INV",
+            SendOp::RdmaWrite { .. } => "RDMA_WRITE",
+            SendOp::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
+            SendOp::RdmaRead { .. } => "RDMA_READ",
+            SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
+            SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+        };
+        let supported = match t {
+            QpType::Rc => true,
+            QpType::Uc => !wr.op.writes_local() && !matches!(wr.op, SendOp::SendWithInv { .. }),
+            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
+        };
+        if !supported {
+            return Err(VerbsError::UnsupportedOp { qpn, op: op_name, qp_type: t });
+        }
+        let len = wr.length();
+        let max = match t {
+            QpType::Ud => u64::from(qp.params.mtu.bytes()),
+            _ => 1 << 31,
+        };
+        if len > max {
+            return Err(VerbsError::MessageTooLong { qpn, len, max });
+        }
+        if wr.op.is_atomic() && len != 8 {
+            return Err(VerbsError::InvalidAttribute { qpn, attr: "atomic sg_list length (must be 8)", value: len });
+        }
+        if t == QpType::Ud && wr.ud.is_none() {
+            return Err(VerbsError::MissingUdDest(qpn));
+        }
+        qp.req.sq.push_back(SendWqe { wr, first_psn: rdma_wire::Psn::new(0), npkts: 0, started: false, sent: false });
+        if qp.state == QpState::Err {
+            qp.flush(&mut self.cqs);
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        if qp.init.srq.is_some() {
+            return Err(VerbsError::QpHasSrq(qpn));
+        }
+        if qp.state == QpState::Reset {
+            return Err(VerbsError::WrongState { qpn, what: "a receive", state: qp.state });
+        }
+        let cap = qp.init.cap;
+        if wr.sg_list.len() > cap.max_recv_sge as usize {
+            return Err(VerbsError::TooManySge { qpn, n: wr.sg_list.len(), max: cap.max_recv_sge });
+        }
+        if qp.rq.len() >= cap.max_recv_wr as usize {
+            return Err(VerbsError::QueueFull { qpn, queue: "receive", depth: cap.max_recv_wr });
+        }
+        qp.rq.push_back(wr);
+        if qp.state == QpState::Err {
+            qp.flush(&mut self.cqs);
+        }
+        Ok(())
+    }
+
+    /// Handles one received RoCE v2 packet (IP header through ICRC).
+    /// Anything wrong with it is counted and traced, never returned: a
+    /// network peer cannot make the endpoint fail.
+    pub fn handle_packet(&mut self, now: Instant, l3: &[u8]) {
+        self.stats.packets_received += 1;
+        let p = match RoceV2Packet::new_checked(l3) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed packet");
+                self.stats.drop(Drop::Malformed, 0);
+                return;
+            }
+        };
+        if !p.icrc_ok() {
+            self.stats.drop(Drop::IcrcMismatch, 0);
+            return;
+        }
+        let (src, ecn, ip_len) = match (p.ipv4(), p.ipv6()) {
+            (Some(h), _) => (IpAddr::V4(h.src()), h.ecn(), 20),
+            (_, Some(h)) => (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40),
+            _ => unreachable!("a checked packet is IPv4 or IPv6"),
+        };
+        if ecn == 3 {
+            self.stats.ecn_ce_received += 1;
+        }
+        let t = p.transport();
+        let bth = t.bth();
+        let qpn = bth.dest_qp();
+        if t.info().transport == Transport::Cnp {
+            // The rate-control hook of the reaction point (the DCQCN issue fills it).
+            self.stats.cnps_received += 1;
+            tracing::debug!(qpn, "CNP received");
+            return;
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.stats.drop(Drop::UnknownQp, qpn);
+            return;
+        };
+        if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
+            self.stats.drop(Drop::PkeyMismatch, qpn);
+            return;
+        }
+        let transport_ok = matches!(
+            (t.info().transport, qp.init.qp_type),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            self.stats.drop(Drop::WrongTransport, qpn);
+            return;
+        }
+        if qp.init.qp_type != QpType::Ud && qp.params.av.is_some_and(|av| av.dest.to_canonical() != src) {
+            self.stats.drop(Drop::AddressMismatch, qpn);
+            return;
+        }
+        let was_error = qp.state == QpState::Err;
+        let is_response = matches!(
+            t.info().operation,
+            Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
+        );
+        if is_response {
+            qp.handle_response(now, &t, &self.mrs, &mut self.cqs, &mut self.stats);
+        } else {
+            let mut ctx = RespCtx {
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                stats: &mut self.stats,
+                ip_header: &l3[..ip_len],
+            };
+            qp.handle_request(&t, &mut ctx);
+        }
+        if !was_error && qp.state == QpState::Err {
+            self.events.push_back(AsyncEvent::QpFatal(qpn));
+        }
+    }
+
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
+    /// bytes). QPs take turns; within a QP, responses go before requests.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        for _ in 0..self.qps.len() {
+            let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
+                Some((&k, _)) => k,
+                None => return None,
+            };
+            self.rr = qpn.wrapping_add(1);
+            let qp = self.qps.get_mut(&qpn).expect("key from the map");
+            if let Some((len, dest)) = qp.responder_transmit(&self.mrs, &self.framer, buf) {
+                self.stats.packets_sent += 1;
+                return Some(Transmit { len, dest, src_port: qp.src_port });
+            }
+            match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
+                ReqOutcome::Idle => {}
+                ReqOutcome::LocalError(status) => {
+                    // Complete what was before the failing request first.
+                    for _ in 0..qp.req.cursor_wqe {
+                        qp.complete_front(&mut self.cqs);
+                    }
+                    qp.fail(status, &mut self.cqs);
+                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                }
+                ReqOutcome::Sent { len, dest } => {
+                    // UC and UD requests complete once sent.
+                    while qp.req.sq.front().is_some_and(|w| w.sent) {
+                        qp.complete_front(&mut self.cqs);
+                    }
+                    self.stats.packets_sent += 1;
+                    return Some(Transmit { len, dest, src_port: qp.src_port });
+                }
+            }
+        }
+        None
+    }
+
+    /// The next time [`Endpoint::handle_timeout`] has work, or when a
+    /// waiting QP may send again.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until]).flatten().min()
+    }
+
+    /// Fires every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for (&qpn, qp) in self.qps.iter_mut() {
+            if qp.req.rto_deadline.is_some_and(|t| t <= now) {
+                let was_error = qp.state == QpState::Err;
+                qp.handle_ack_timeout(now, &mut self.cqs, &mut self.stats);
+                if !was_error && qp.state == QpState::Err {
+                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                }
+            }
+        }
+    }
+}
+
+/// A receive completion's opcode for a request opcode (for drivers and tests).
+pub fn recv_opcode(imm_write: bool) -> WcOpcode {
+    if imm_write {
+        WcOpcode::RecvRdmaWithImm
+    } else {
+        WcOpcode::Recv
+    }
+}
+
+/// Whether a status is an error other than a flush.
+pub fn is_hard_error(s: WcStatus) -> bool {
+    !matches!(s, WcStatus::Success | WcStatus::WrFlushErr)
+}

@@ -1,0 +1,37 @@
+//! Errors of the verbs-level calls on the engine (create, modify, post).
+//! Transport-level failures are not errors here: they become work
+//! completions with a status, as in libibverbs.
+
+use crate::qp::QpState;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    #[error("no QP with number {0:#x}")]
+    NoSuchQp(u32),
+    #[error("no completion queue {0}")]
+    NoSuchCq(usize),
+    #[error("no shared receive queue {0}")]
+    NoSuchSrq(usize),
+    #[error("QP {qpn:#x}: cannot move from {from:?} to {to:?}")]
+    InvalidTransition { qpn: u32, from: QpState, to: QpState },
+    #[error("QP {qpn:#x}: the {from:?} to {to:?} transition requires {attr}")]
+    MissingAttribute { qpn: u32, from: QpState, to: QpState, attr: &'static str },
+    #[error("QP {qpn:#x}: invalid {attr} {value}")]
+    InvalidAttribute { qpn: u32, attr: &'static str, value: u64 },
+    #[error("QP {qpn:#x}: cannot post {what} in state {state:?}")]
+    WrongState { qpn: u32, what: &'static str, state: QpState },
+    #[error("QP {qpn:#x}: {queue} queue is full ({depth} entries)")]
+    QueueFull { qpn: u32, queue: &'static str, depth: u32 },
+    #[error("QP {qpn:#x}: {n} scatter/gather entries exceed the limit of {max}")]
+    TooManySge { qpn: u32, n: usize, max: u32 },
+    #[error("QP {qpn:#x}: {len} bytes of inline data exceed max_inline_data {max}")]
+    InlineTooLarge { qpn: u32, len: usize, max: u32 },
+    #[error("QP {qpn:#x}: operation {op} is not supported on {qp_type:?} QPs")]
+    UnsupportedOp { qpn: u32, op: &'static str, qp_type: crate::qp::QpType },
+    #[error("QP {qpn:#x}: message of {len} bytes exceeds {max}")]
+    MessageTooLong { qpn: u32, len: u64, max: u64 },
+    #[error("UD send on QP {0:#x} has no destination (SendWr::ud)")]
+    MissingUdDest(u32),
+    #[error("QP {0:#x} uses a shared receive queue: post receives to the SRQ")]
+    QpHasSrq(u32),
+}

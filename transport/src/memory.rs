@@ -1,0 +1,248 @@
+//! Protection domains and memory regions, and the checks every access goes
+//! through: the key, the protection domain, the bounds and the access flags.
+//!
+//! A region's bytes live in a [`RegionMemory`] shared with the application
+//! side. It hands out copies, never references, so no safe caller can hold a
+//! slice that the engine writes underneath it.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Access rights of a memory region, with the bit values of libibverbs'
+/// `IBV_ACCESS_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_WRITE: Access = Access(2);
+    pub const REMOTE_READ: Access = Access(4);
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    pub const NONE: Access = Access(0);
+    /// Everything, as the examples register their buffers.
+    pub const ALL: Access = Access(1 | 2 | 4 | 8);
+
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub const fn union(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        self.union(rhs)
+    }
+}
+
+/// A protection domain handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pd(pub u32);
+
+/// The bytes of a memory region, shared between the application and the
+/// engine. Every access copies under a lock.
+#[derive(Debug, Clone)]
+pub struct RegionMemory(Arc<Mutex<Box<[u8]>>>);
+
+impl RegionMemory {
+    /// `len` zeroed bytes.
+    pub fn zeroed(len: usize) -> RegionMemory {
+        RegionMemory(Arc::new(Mutex::new(vec![0u8; len].into_boxed_slice())))
+    }
+
+    /// Wraps existing bytes.
+    pub fn from_vec(v: Vec<u8>) -> RegionMemory {
+        RegionMemory(Arc::new(Mutex::new(v.into_boxed_slice())))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Box<[u8]>> {
+        // A panic while holding the lock cannot leave the bytes invalid.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `out.len()` bytes from `offset`. The caller has bounds-checked.
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self.lock()[offset..offset + out.len()]);
+    }
+
+    /// Copies `data` to `offset`. The caller has bounds-checked.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        self.lock()[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    /// A copy of every byte.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.lock().to_vec()
+    }
+
+    /// Runs `f` on the 8 bytes at `offset` as one atomic step and returns
+    /// the value that was there. In memory the value is in the host's byte
+    /// order, as an application's `uint64_t` is (and as rxe and ConnectX
+    /// operate on it); only the wire carries it big-endian.
+    pub fn atomic(&self, offset: usize, f: impl FnOnce(u64) -> u64) -> u64 {
+        let mut g = self.lock();
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&g[offset..offset + 8]);
+        let old = u64::from_ne_bytes(v);
+        g[offset..offset + 8].copy_from_slice(&f(old).to_ne_bytes());
+        old
+    }
+}
+
+/// A registered memory region.
+#[derive(Debug, Clone)]
+pub struct MemoryRegion {
+    pub pd: Pd,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// The address the first byte is registered at.
+    pub va: u64,
+    pub len: u64,
+    pub access: Access,
+    pub memory: RegionMemory,
+}
+
+/// Why an access was refused. Each maps to one completion status or NAK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("no memory region with key {0:#x}")]
+    BadKey(u32),
+    #[error("memory region {key:#x} belongs to another protection domain")]
+    PdMismatch { key: u32 },
+    #[error("access of {len} bytes at {addr:#x} is outside memory region {key:#x}")]
+    OutOfBounds { key: u32, addr: u64, len: u64 },
+    #[error("memory region {key:#x} does not allow {needed:?}")]
+    NotPermitted { key: u32, needed: Access },
+    #[error("atomic address {0:#x} is not 8-byte aligned")]
+    Misaligned(u64),
+}
+
+/// The memory regions of an endpoint, by key.
+///
+/// Keys are `index << 8 | generation`, so a stale key of a deregistered
+/// region does not match the region that reuses its slot.
+#[derive(Debug, Default)]
+pub struct MemoryTable {
+    slots: Vec<(u8, Option<MemoryRegion>)>,
+}
+
+impl MemoryTable {
+    /// Registers `memory` at address `va`; returns the new region's keys.
+    pub fn register(&mut self, pd: Pd, va: u64, memory: RegionMemory, access: Access) -> (u32, u32) {
+        let index = match self.slots.iter().position(|(_, r)| r.is_none()) {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.0 = slot.0.wrapping_add(1);
+        let key = ((index as u32 + 1) << 8) | u32::from(slot.0);
+        let len = memory.len() as u64;
+        slot.1 = Some(MemoryRegion { pd, lkey: key, rkey: key, va, len, access, memory });
+        (key, key)
+    }
+
+    /// Removes a region; returns whether it existed.
+    pub fn deregister(&mut self, key: u32) -> bool {
+        match self.slot_mut(key) {
+            Some(slot) => {
+                slot.1 = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn slot_mut(&mut self, key: u32) -> Option<&mut (u8, Option<MemoryRegion>)> {
+        let index = (key >> 8).checked_sub(1)? as usize;
+        let slot = self.slots.get_mut(index)?;
+        (slot.1.is_some() && slot.0 == key as u8).then_some(slot)
+    }
+
+    /// The region with this key.
+    pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
+        let index = (key >> 8).checked_sub(1)? as usize;
+        let (generation, region) = self.slots.get(index)?;
+        (*generation == key as u8).then_some(region.as_ref()?)
+    }
+
+    /// Checks an access of `len` bytes at `addr` through `key` by `pd`
+    /// needing `needed`; returns the region and the offset into it.
+    pub fn check(
+        &self,
+        key: u32,
+        pd: Pd,
+        addr: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<(&MemoryRegion, usize), AccessError> {
+        let r = self.get(key).ok_or(AccessError::BadKey(key))?;
+        if r.pd != pd {
+            return Err(AccessError::PdMismatch { key });
+        }
+        let in_bounds = addr >= r.va && addr.checked_add(len).is_some_and(|end| end <= r.va + r.len);
+        if !in_bounds {
+            return Err(AccessError::OutOfBounds { key, addr, len });
+        }
+        if !r.access.contains(needed) {
+            return Err(AccessError::NotPermitted { key, needed });
+        }
+        Ok((r, (addr - r.va) as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_key_pd_bounds_and_access() {
+        let mut t = MemoryTable::default();
+        let (lkey, rkey) =
+            t.register(Pd(1), 0x1000, RegionMemory::zeroed(64), Access::LOCAL_WRITE | Access::REMOTE_READ);
+        assert!(t.check(rkey, Pd(1), 0x1000, 64, Access::REMOTE_READ).is_ok());
+        assert_eq!(
+            t.check(rkey, Pd(1), 0x1001, 64, Access::REMOTE_READ).unwrap_err(),
+            AccessError::OutOfBounds { key: rkey, addr: 0x1001, len: 64 }
+        );
+        assert_eq!(
+            t.check(rkey, Pd(1), 0xfff, 1, Access::REMOTE_READ).unwrap_err(),
+            AccessError::OutOfBounds { key: rkey, addr: 0xfff, len: 1 }
+        );
+        assert_eq!(
+            t.check(rkey, Pd(2), 0x1000, 1, Access::REMOTE_READ).unwrap_err(),
+            AccessError::PdMismatch { key: rkey }
+        );
+        assert_eq!(
+            t.check(lkey, Pd(1), 0x1000, 8, Access::REMOTE_WRITE).unwrap_err(),
+            AccessError::NotPermitted { key: lkey, needed: Access::REMOTE_WRITE }
+        );
+        assert_eq!(
+            t.check(rkey ^ 0x100, Pd(1), 0x1000, 1, Access::NONE).unwrap_err(),
+            AccessError::BadKey(rkey ^ 0x100)
+        );
+        assert!(t.check(rkey, Pd(1), u64::MAX, 2, Access::NONE).is_err(), "address overflow is out of bounds");
+    }
+
+    #[test]
+    fn stale_keys_do_not_reach_a_reused_slot() {
+        let mut t = MemoryTable::default();
+        let (k1, _) = t.register(Pd(1), 0, RegionMemory::zeroed(8), Access::ALL);
+        assert!(t.deregister(k1));
+        let (k2, _) = t.register(Pd(1), 0, RegionMemory::zeroed(8), Access::ALL);
+        assert_ne!(k1, k2);
+        assert!(t.get(k1).is_none());
+        assert!(t.get(k2).is_some());
+    }
+}

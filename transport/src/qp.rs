@@ -1,0 +1,350 @@
+//! The queue pair: its type, the IBTA state machine with the attribute
+//! rules of `ibv_modify_qp`, and the state the requester, completer and
+//! responder share.
+
+use crate::error::VerbsError;
+use crate::memory::{Access, Pd};
+use crate::requester::Requester;
+use crate::responder::Responder;
+use crate::wr::RecvWr;
+use core::net::IpAddr;
+use rdma_wire::Psn;
+use std::collections::VecDeque;
+
+/// The transport service of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// `ibv_qp_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    Reset,
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained: no new requests start.
+    Sqd,
+    /// Send queue error (UC/UD): the send queue stopped, receives go on.
+    Sqe,
+    Err,
+}
+
+/// `ibv_mtu`: the path MTU, the largest payload of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    Mtu256 = 1,
+    Mtu512 = 2,
+    Mtu1024 = 3,
+    Mtu2048 = 4,
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+    /// The MTU of exactly `bytes` bytes.
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096].into_iter().find(|m| m.bytes() == bytes)
+    }
+}
+
+/// Where a connected QP sends (the address vector of `ibv_ah_attr`, as RoCE v2 uses it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressVector {
+    /// The peer's IP address (its RoCE v2 GID).
+    pub dest: IpAddr,
+    /// IPv4 TTL / IPv6 hop limit (`grh.hop_limit`).
+    pub hop_limit: u8,
+    /// DSCP and ECN bits (`grh.traffic_class`).
+    pub traffic_class: u8,
+}
+
+impl AddressVector {
+    pub fn new(dest: IpAddr) -> AddressVector {
+        AddressVector { dest, hop_limit: 64, traffic_class: 0 }
+    }
+}
+
+/// Capacities of a QP's queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> QpCap {
+        QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 8, max_recv_sge: 8, max_inline_data: 256 }
+    }
+}
+
+/// A completion queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqId(pub usize);
+
+/// A shared receive queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SrqId(pub usize);
+
+/// What `create_qp` takes (`ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInitAttr {
+    pub qp_type: QpType,
+    pub pd: Pd,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub srq: Option<SrqId>,
+    pub cap: QpCap,
+    /// Every send request generates a completion, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+/// Attributes for `modify_qp` (`ibv_qp_attr`). A field set to `Some` is in
+/// the attribute mask; which ones a transition requires follows
+/// `ibv_modify_qp(3)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    pub qp_state: Option<QpState>,
+    pub pkey_index: Option<u16>,
+    pub port_num: Option<u8>,
+    pub qp_access_flags: Option<Access>,
+    pub qkey: Option<u32>,
+    pub path_mtu: Option<Mtu>,
+    pub dest_qp_num: Option<u32>,
+    pub rq_psn: Option<u32>,
+    pub sq_psn: Option<u32>,
+    pub av: Option<AddressVector>,
+    /// Local ACK timeout exponent: 4.096 us x 2^timeout, 0 = none.
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    /// 7 means retry forever.
+    pub rnr_retry: Option<u8>,
+    /// The RNR NAK timer code this QP's responder advertises.
+    pub min_rnr_timer: Option<u8>,
+    pub max_rd_atomic: Option<u8>,
+    pub max_dest_rd_atomic: Option<u8>,
+}
+
+/// The attributes in force on a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpParams {
+    pub access: Access,
+    pub qkey: u32,
+    pub mtu: Mtu,
+    pub dest_qp: u32,
+    pub av: Option<AddressVector>,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub pkey: u16,
+}
+
+impl Default for QpParams {
+    fn default() -> QpParams {
+        QpParams {
+            access: Access::NONE,
+            qkey: 0,
+            mtu: Mtu::Mtu1024,
+            dest_qp: 0,
+            av: None,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            pkey: 0xffff,
+        }
+    }
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    pub num: u32,
+    pub init: QpInitAttr,
+    pub state: QpState,
+    pub params: QpParams,
+    /// Per-QP UDP source port (0xC000..=0xFFFF), for ECMP entropy as rxe does.
+    pub src_port: u16,
+    pub rq: VecDeque<RecvWr>,
+    pub req: Requester,
+    pub resp: Responder,
+}
+
+impl Qp {
+    pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {
+        Qp {
+            num,
+            init,
+            state: QpState::Reset,
+            params: QpParams::default(),
+            src_port: 0xc000 | ((num.wrapping_mul(0x9e37_79b1) >> 18) as u16 & 0x3fff),
+            rq: VecDeque::new(),
+            req: Requester::new(Psn::new(0)),
+            resp: Responder::new(Psn::new(0)),
+        }
+    }
+
+    /// Applies `attr` (the `ibv_modify_qp` rules): checks that the state
+    /// transition is allowed, that the attributes it requires are there
+    /// and that every value is in range, then sets them. Nothing changes if
+    /// anything is wrong.
+    pub(crate) fn modify(&mut self, attr: &QpAttr) -> Result<(), VerbsError> {
+        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+        let qpn = self.num;
+        let from = self.state;
+        let to = attr.qp_state.unwrap_or(from);
+        let t = self.init.qp_type;
+        let allowed = matches!(
+            (from, to),
+            (_, Reset)
+                | (_, QpState::Err)
+                | (Reset, Init)
+                | (Init, Init)
+                | (Init, Rtr)
+                | (Rtr, Rts)
+                | (Rts, Rts)
+                | (Rts, Sqd)
+                | (Sqd, Sqd)
+                | (Sqd, Rts)
+                | (Sqe, Rts)
+        );
+        if !allowed {
+            return Err(VerbsError::InvalidTransition { qpn, from, to });
+        }
+        let missing = |attr: &'static str| VerbsError::MissingAttribute { qpn, from, to, attr };
+        let required: &[(&'static str, bool)] = match (from, to, t) {
+            (Reset, Init, QpType::Ud) => &[
+                ("pkey_index", attr.pkey_index.is_some()),
+                ("port_num", attr.port_num.is_some()),
+                ("qkey", attr.qkey.is_some()),
+            ],
+            (Reset, Init, _) => &[
+                ("pkey_index", attr.pkey_index.is_some()),
+                ("port_num", attr.port_num.is_some()),
+                ("qp_access_flags", attr.qp_access_flags.is_some()),
+            ],
+            (Init, Rtr, QpType::Rc) => &[
+                ("av", attr.av.is_some()),
+                ("path_mtu", attr.path_mtu.is_some()),
+                ("dest_qp_num", attr.dest_qp_num.is_some()),
+                ("rq_psn", attr.rq_psn.is_some()),
+                ("max_dest_rd_atomic", attr.max_dest_rd_atomic.is_some()),
+                ("min_rnr_timer", attr.min_rnr_timer.is_some()),
+            ],
+            (Init, Rtr, QpType::Uc) => &[
+                ("av", attr.av.is_some()),
+                ("path_mtu", attr.path_mtu.is_some()),
+                ("dest_qp_num", attr.dest_qp_num.is_some()),
+                ("rq_psn", attr.rq_psn.is_some()),
+            ],
+            (Rtr, Rts, QpType::Rc) => &[
+                ("sq_psn", attr.sq_psn.is_some()),
+                ("timeout", attr.timeout.is_some()),
+                ("retry_cnt", attr.retry_cnt.is_some()),
+                ("rnr_retry", attr.rnr_retry.is_some()),
+                ("max_rd_atomic", attr.max_rd_atomic.is_some()),
+            ],
+            (Rtr, Rts, _) => &[("sq_psn", attr.sq_psn.is_some())],
+            _ => &[],
+        };
+        if let Some((name, _)) = required.iter().find(|(_, present)| !present) {
+            return Err(missing(name));
+        }
+        let bad = |attr: &'static str, value: u64| VerbsError::InvalidAttribute { qpn, attr, value };
+        let check = |v: Option<u8>, max: u8, name: &'static str| match v {
+            Some(x) if x > max => Err(bad(name, u64::from(x))),
+            _ => Ok(()),
+        };
+        check(attr.timeout, 31, "timeout")?;
+        check(attr.retry_cnt, 7, "retry_cnt")?;
+        check(attr.rnr_retry, 7, "rnr_retry")?;
+        check(attr.min_rnr_timer, 31, "min_rnr_timer")?;
+        check(attr.port_num.map(|p| p.saturating_sub(1)), 0, "port_num (the soft device has port 1)")?;
+        if attr.port_num == Some(0) {
+            return Err(bad("port_num (the soft device has port 1)", 0));
+        }
+        if let Some(i) = attr.pkey_index.filter(|&i| i != 0) {
+            return Err(bad("pkey_index (the P_Key table has one entry)", u64::from(i)));
+        }
+        for (v, name) in [(attr.dest_qp_num, "dest_qp_num"), (attr.rq_psn, "rq_psn"), (attr.sq_psn, "sq_psn")] {
+            if let Some(x) = v.filter(|&x| x > 0xff_ffff) {
+                return Err(bad(name, u64::from(x)));
+            }
+        }
+        if t == QpType::Ud && (attr.av.is_some() || attr.dest_qp_num.is_some()) {
+            return Err(bad("av/dest_qp_num (a UD QP is given its destination per send)", 0));
+        }
+
+        // All checked: apply.
+        let p = &mut self.params;
+        if let Some(v) = attr.qp_access_flags {
+            p.access = v;
+        }
+        if let Some(v) = attr.qkey {
+            p.qkey = v;
+        }
+        if let Some(v) = attr.path_mtu {
+            p.mtu = v;
+        }
+        if let Some(v) = attr.dest_qp_num {
+            p.dest_qp = v;
+        }
+        if let Some(v) = attr.av {
+            p.av = Some(v);
+        }
+        if let Some(v) = attr.timeout {
+            p.timeout = v;
+        }
+        if let Some(v) = attr.retry_cnt {
+            p.retry_cnt = v;
+        }
+        if let Some(v) = attr.rnr_retry {
+            p.rnr_retry = v;
+        }
+        if let Some(v) = attr.min_rnr_timer {
+            p.min_rnr_timer = v;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            p.max_rd_atomic = v.max(1);
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            p.max_dest_rd_atomic = v.max(1);
+        }
+        if let Some(v) = attr.rq_psn {
+            self.resp = Responder::new(Psn::new(v));
+        }
+        if let Some(v) = attr.sq_psn {
+            self.req = Requester::new(Psn::new(v));
+        }
+        if to == Reset {
+            self.req = Requester::new(Psn::new(0));
+            self.resp = Responder::new(Psn::new(0));
+            self.rq.clear();
+        }
+        if to == Rts && from == Rtr {
+            self.req.reset_retries(&self.params);
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// Whether the receive side accepts packets.
+    pub fn can_receive(&self) -> bool {
+        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+    }
+}

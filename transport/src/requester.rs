@@ -1,0 +1,340 @@
+//! The requester: turns send work requests into request packets.
+//!
+//! Each posted request becomes a [`SendWqe`] that owns a fixed range of
+//! PSNs once it starts. A cursor (WQE, packet within it) says what goes on
+//! the wire next; go-back-N retransmission just moves the cursor back to
+//! the first unacknowledged PSN. A READ restarted in the middle is
+//! re-issued for the part whose responses are missing, as the IBTA asks.
+
+use crate::framing::{gather, Framer};
+use crate::memory::{Access, AccessError, MemoryTable, Pd};
+use crate::qp::{Qp, QpParams, QpState, QpType};
+use crate::time::{local_ack_timeout, Instant};
+use crate::wr::{SendOp, SendWr, WcStatus};
+use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, Psn, RethRepr, TransportRepr};
+use std::collections::VecDeque;
+
+/// The requester asks for an ACK at least this often (and on the last
+/// packet of every message), so that the sender's window keeps moving.
+pub const ACK_REQ_EVERY: u32 = 16;
+
+/// A send work request on its way.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    pub wr: SendWr,
+    /// The first PSN, once the WQE has started.
+    pub first_psn: Psn,
+    /// How many PSNs it takes (packets, or READ response packets).
+    pub npkts: u32,
+    pub started: bool,
+    /// For UC and UD: every packet has been sent, so it can complete.
+    pub sent: bool,
+}
+
+impl SendWqe {
+    pub fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.in_window(self.first_psn, self.npkts)
+    }
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+}
+
+/// Requester (and completer) state of a QP's send queue.
+#[derive(Debug)]
+pub struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// Next WQE (index into `sq`) and packet within it to transmit.
+    pub(crate) cursor_wqe: usize,
+    pub(crate) cursor_pkt: u32,
+    /// The PSN the next new WQE starts at.
+    pub(crate) next_psn: Psn,
+    /// The oldest PSN not yet acknowledged.
+    pub(crate) comp_psn: Psn,
+    pub(crate) since_ack_req: u32,
+    /// When the local ACK timer fires, if armed.
+    pub(crate) rto_deadline: Option<Instant>,
+    /// Transmission waits until then after an RNR NAK.
+    pub(crate) rnr_until: Option<Instant>,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    /// The PSN a response gap already sent the requester back to: later
+    /// responses past the same gap must not send it back again.
+    pub(crate) recovering_at: Option<Psn>,
+    /// Counted at the endpoint; kept here to tell the driver.
+    pub retransmits: u64,
+}
+
+impl Requester {
+    pub fn new(sq_psn: Psn) -> Requester {
+        Requester {
+            sq: VecDeque::new(),
+            cursor_wqe: 0,
+            cursor_pkt: 0,
+            next_psn: sq_psn,
+            comp_psn: sq_psn,
+            since_ack_req: 0,
+            rto_deadline: None,
+            rnr_until: None,
+            retry_left: 7,
+            rnr_left: 7,
+            recovering_at: None,
+            retransmits: 0,
+        }
+    }
+
+    pub(crate) fn reset_retries(&mut self, p: &QpParams) {
+        self.retry_left = p.retry_cnt;
+        self.rnr_left = p.rnr_retry;
+    }
+
+    /// Whether any transmitted packet awaits an acknowledgement.
+    pub fn outstanding(&self) -> bool {
+        self.comp_psn != self.next_psn
+    }
+
+    /// Moves the cursor back to `psn` (go-back-N). Returns false if no
+    /// started WQE holds that PSN.
+    pub(crate) fn rewind_to(&mut self, psn: Psn) -> bool {
+        match self.sq.iter().position(|w| w.contains(psn)) {
+            Some(i) => {
+                self.cursor_wqe = i;
+                self.cursor_pkt = psn.distance_from(self.sq[i].first_psn);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// READ and atomic WQEs started and not yet completed, before the cursor.
+    fn rd_atomic_in_flight(&self) -> usize {
+        self.sq.iter().take(self.cursor_wqe).filter(|w| w.started && w.wr.op.writes_local()).count()
+    }
+}
+
+/// PSNs a message of `len` bytes takes at this MTU.
+pub(crate) fn packets_for(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(u64::from(mtu)).max(1) as u32
+}
+
+/// The opcode of packet `k` of `n` of a SEND or WRITE on this service.
+fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
+    let (first, only) = (k == 0, n == 1);
+    let last = k + 1 == n;
+    // Offsets within the RC table (IBTA table 38); UC adds 0x20.
+    let code = match op {
+        SendOp::Send => match (only, first, last) {
+            (true, ..) => 0x04,
+            (_, true, _) => 0x00,
+            (_, _, true) => 0x02,
+            _ => 0x01,
+        },
+        SendOp::SendWithImm { .. } => match (only, first, last) {
+            (true, ..) => 0x05,
+            (_, true, _) => 0x00,
+            (_, _, true) => 0x03,
+            _ => 0x01,
+        },
+        SendOp::SendWithInv { .. } => match (only, first, last) {
+            (true, ..) => 0x17,
+            (_, true, _) => 0x00,
+            (_, _, true) => 0x16,
+            _ => 0x01,
+        },
+        SendOp::RdmaWrite { .. } => match (only, first, last) {
+            (true, ..) => 0x0a,
+            (_, true, _) => 0x06,
+            (_, _, true) => 0x08,
+            _ => 0x07,
+        },
+        SendOp::RdmaWriteWithImm { .. } => match (only, first, last) {
+            (true, ..) => 0x0b,
+            (_, true, _) => 0x06,
+            (_, _, true) => 0x09,
+            _ => 0x07,
+        },
+        SendOp::RdmaRead { .. } => 0x0c,
+        SendOp::CompareSwap { .. } => 0x13,
+        SendOp::FetchAdd { .. } => 0x14,
+    };
+    match t {
+        QpType::Rc => Opcode(code),
+        QpType::Uc => Opcode(0x20 | code),
+        QpType::Ud => Opcode(if matches!(op, SendOp::SendWithImm { .. }) { 0x65 } else { 0x64 }),
+    }
+}
+
+/// What [`Qp::requester_transmit`] did.
+#[derive(Debug)]
+pub(crate) enum ReqOutcome {
+    /// Nothing to send now.
+    Idle,
+    /// A packet of `len` bytes is in the buffer, for `dest`.
+    Sent { len: usize, dest: core::net::IpAddr },
+    /// The WQE at the head of the cursor failed locally: complete it with
+    /// this status and move the QP to the error state.
+    LocalError(WcStatus),
+}
+
+/// Checks every local buffer of a request before it starts.
+fn check_local(mrs: &MemoryTable, pd: Pd, wr: &SendWr) -> Result<(), AccessError> {
+    if wr.inline_data.is_some() {
+        return Ok(());
+    }
+    let needed = if wr.op.writes_local() { Access::LOCAL_WRITE } else { Access::NONE };
+    for s in &wr.sg_list {
+        mrs.check(s.lkey, pd, s.addr, u64::from(s.length), needed)?;
+    }
+    Ok(())
+}
+
+impl Qp {
+    /// Writes the next request packet into `buf`, if there is one to send.
+    pub(crate) fn requester_transmit(
+        &mut self,
+        now: Instant,
+        mrs: &MemoryTable,
+        framer: &Framer,
+        buf: &mut [u8],
+    ) -> ReqOutcome {
+        let may_send = self.state == QpState::Rts || (self.state == QpState::Sqd && self.req.outstanding());
+        if !may_send {
+            return ReqOutcome::Idle;
+        }
+        if self.req.rnr_until.is_some_and(|t| now < t) {
+            return ReqOutcome::Idle;
+        }
+        self.req.rnr_until = None;
+        let mtu = self.params.mtu.bytes();
+        let t = self.init.qp_type;
+        let idx = self.req.cursor_wqe;
+        let Some(wqe) = self.req.sq.get(idx) else { return ReqOutcome::Idle };
+        if !wqe.started {
+            if self.state == QpState::Sqd {
+                return ReqOutcome::Idle; // drained: no new requests start
+            }
+            if wqe.wr.op.writes_local() && self.req.rd_atomic_in_flight() >= usize::from(self.params.max_rd_atomic) {
+                return ReqOutcome::Idle; // wait for a READ or atomic to complete
+            }
+            if let Err(e) = check_local(mrs, self.init.pd, &wqe.wr) {
+                tracing::debug!(qpn = self.num, wr_id = wqe.wr.wr_id, error = %e, "local protection error");
+                return ReqOutcome::LocalError(WcStatus::LocProtErr);
+            }
+            let npkts = match wqe.wr.op {
+                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+                _ => packets_for(wqe.wr.length(), mtu),
+            };
+            let first = self.req.next_psn;
+            let w = &mut self.req.sq[idx];
+            w.first_psn = first;
+            w.npkts = npkts;
+            w.started = true;
+            self.req.next_psn = first.add(npkts);
+        }
+        let wqe = &self.req.sq[idx];
+        let k = self.req.cursor_pkt;
+        let n = wqe.npkts;
+        let psn = wqe.first_psn.add(k);
+        let len = wqe.wr.length();
+        let opcode = data_opcode(t, &wqe.wr.op, k, n);
+        let info = opcode.info().expect("requester opcodes are in the table");
+        let last = info.position.ends() || !info.has_payload;
+        self.req.since_ack_req += 1;
+        let ack_req = t == QpType::Rc && (last || self.req.since_ack_req >= ACK_REQ_EVERY);
+        if ack_req {
+            self.req.since_ack_req = 0;
+        }
+        let dest_qp = match (&wqe.wr.ud, t) {
+            (Some(ud), QpType::Ud) => ud.remote_qpn,
+            _ => self.params.dest_qp,
+        };
+        let mut tr = TransportRepr::new(BthRepr {
+            opcode,
+            solicited: wqe.wr.solicited
+                && last
+                && matches!(info.operation, rdma_wire::Operation::Send | rdma_wire::Operation::RdmaWrite),
+            mig_req: false,
+            pad_count: 0,
+            pkey: self.params.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req,
+            psn,
+        });
+        let offset = u64::from(k) * u64::from(mtu);
+        let mut payload_len = 0usize;
+        match wqe.wr.op {
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                tr.reth = Some(RethRepr { va: remote_addr + offset, rkey, dma_len: (len - offset.min(len)) as u32 });
+            }
+            SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
+                tr.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
+            }
+            SendOp::FetchAdd { remote_addr, rkey, add } => {
+                tr.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
+            }
+            op => {
+                payload_len = (len - offset).min(u64::from(mtu)) as usize;
+                if let SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaWriteWithImm { remote_addr, rkey, .. } = op
+                {
+                    if k == 0 {
+                        tr.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len as u32 });
+                    }
+                }
+                if info.has_immediate() {
+                    tr.imm_dt = match op {
+                        SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } => Some(imm),
+                        _ => None,
+                    };
+                }
+                if info.has_invalidate() {
+                    if let SendOp::SendWithInv { invalidate_rkey } = op {
+                        tr.ieth = Some(invalidate_rkey);
+                    }
+                }
+                if let (QpType::Ud, Some(ud)) = (t, &wqe.wr.ud) {
+                    // A Q_Key with the high bit set means "use the QP's own" (ibv_post_send(3)).
+                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.params.qkey } else { ud.remote_qkey };
+                    tr.deth = Some(DethRepr { qkey, src_qp: self.num });
+                }
+            }
+        }
+        let av = match (&wqe.wr.ud, self.params.av) {
+            (Some(ud), _) if t == QpType::Ud => crate::qp::AddressVector::new(ud.dest),
+            (_, Some(av)) => av,
+            _ => return ReqOutcome::LocalError(WcStatus::LocQpOpErr),
+        };
+        let wr = &wqe.wr;
+        let written = framer.frame(buf, &av, self.src_port, &tr, payload_len, |dst| match &wr.inline_data {
+            Some(d) => {
+                dst.copy_from_slice(&d[offset as usize..offset as usize + dst.len()]);
+                Ok(())
+            }
+            None => gather(mrs, self.init.pd, &wr.sg_list, offset, dst),
+        });
+        let len = match written {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(qpn = self.num, error = %e, "local protection error while gathering");
+                return ReqOutcome::LocalError(WcStatus::LocProtErr);
+            }
+        };
+
+        // Advance the cursor: a READ request covers all its remaining PSNs.
+        let is_read = matches!(self.req.sq[idx].wr.op, SendOp::RdmaRead { .. });
+        if is_read || k + 1 >= n {
+            if t != QpType::Rc {
+                self.req.sq[idx].sent = true;
+            }
+            self.req.cursor_wqe += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        if t == QpType::Rc && self.req.rto_deadline.is_none() {
+            self.req.rto_deadline = local_ack_timeout(self.params.timeout).map(|d| now + d);
+        }
+        ReqOutcome::Sent { len, dest: av.dest }
+    }
+}

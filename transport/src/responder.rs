@@ -1,0 +1,567 @@
+//! The responder: validates and executes incoming requests, and answers
+//! them with ACKs, NAKs, READ responses and atomic ACKs.
+//!
+//! Every packet goes through named steps, in order, as in rxe:
+//! 1. `check_psn`: in sequence, duplicate, or ahead (PSN sequence error);
+//! 2. `check_op_sequence`: a multi-packet message goes first, middle..., last;
+//! 3. `check_resources`: a receive WQE for a SEND (else RNR NAK);
+//! 4. `check_length`: packet sizes against the MTU and the buffers;
+//! 5. `check_rkey`: key, protection domain, bounds and access of RDMA targets;
+//! 6. `execute`: copy, read or atomically update, then complete and ACK.
+//!
+//! Every drop and NAK is counted by reason in [`Stats`] and traced.
+//!
+//! Responses leave in PSN order through one queue, so an ACK never
+//! overtakes the READ response before it; consecutive ACKs coalesce. ACK
+//! credits are advertised as "unlimited" (code 31), as rxe does: the
+//! receive queue is not flow-controlled by credits, and a SEND with no
+//! receive WQE gets an RNR NAK instead.
+
+use crate::endpoint::{CqTable, Drop, SrqTable, Stats};
+use crate::framing::{scatter, sge_len, Framer};
+use crate::memory::{Access, MemoryTable};
+use crate::qp::{Qp, QpType};
+use crate::requester::packets_for;
+use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use rdma_wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,
+    TransportPacket, TransportRepr,
+};
+use std::collections::VecDeque;
+
+/// How many executed atomics a responder remembers for replay.
+const ATOMIC_REPLAY_DEPTH: usize = 64;
+
+/// A message being received over several packets.
+#[derive(Debug, Clone)]
+enum InMessage {
+    Send { recv: RecvWr, offset: u64 },
+    Write { rkey: u32, va: u64, remaining: u64, total: u64 },
+}
+
+/// One answer waiting to go out.
+#[derive(Debug, Clone)]
+pub(crate) enum Response {
+    Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
+    Read { psn: Psn, rkey: u32, va: u64, remaining: u64, first: bool, msn: u32 },
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// Responder state of a QP.
+#[derive(Debug)]
+pub struct Responder {
+    pub(crate) epsn: Psn,
+    pub(crate) msn: u32,
+    cur: Option<InMessage>,
+    /// A PSN sequence error NAK went out; no other until the expected PSN arrives.
+    nak_sent: bool,
+    pub(crate) out: VecDeque<Response>,
+    atomics: VecDeque<(Psn, u64)>,
+    /// UC: drop packets until the next FIRST or ONLY.
+    uc_resync: bool,
+}
+
+impl Responder {
+    pub fn new(rq_psn: Psn) -> Responder {
+        Responder {
+            epsn: rq_psn,
+            msn: 0,
+            cur: None,
+            nak_sent: false,
+            out: VecDeque::new(),
+            atomics: VecDeque::new(),
+            uc_resync: false,
+        }
+    }
+
+    /// Drops the message in progress (the QP is going to the error state).
+    pub(crate) fn abandon_message(&mut self) {
+        self.cur = None;
+        self.out.clear();
+    }
+
+    fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        if syndrome.is_ack() {
+            if let Some(Response::Ack { syndrome: s, .. }) = self.out.back() {
+                if s.is_ack() {
+                    self.out.pop_back(); // coalesce: the newer ACK covers it
+                }
+            }
+        }
+        self.out.push_back(Response::Ack { psn, syndrome, msn });
+    }
+
+    fn nak(&mut self, psn: Psn, code: NakCode) {
+        self.ack(psn, Syndrome::Nak(code));
+    }
+}
+
+/// What the responder needs from the endpoint.
+pub(crate) struct RespCtx<'a> {
+    pub mrs: &'a MemoryTable,
+    pub cqs: &'a mut CqTable,
+    pub srqs: &'a mut SrqTable,
+    pub stats: &'a mut Stats,
+    /// The IP header of the packet (for the GRH area of UD receives).
+    pub ip_header: &'a [u8],
+}
+
+/// Why a request is answered with a NAK (or, on UC/UD, silently dropped).
+enum Fail {
+    Nak(NakCode, Drop),
+    Rnr,
+    Drop(Drop),
+}
+
+impl Qp {
+    fn recv_completion(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            qp_num: self.num,
+            byte_len,
+            imm_data: None,
+            invalidated_rkey: None,
+            src_qp: 0,
+            wc_flags: 0,
+        }
+    }
+
+    /// Takes a receive WQE from the QP's receive queue or its SRQ.
+    fn take_recv(&mut self, ctx: &mut RespCtx<'_>) -> Option<RecvWr> {
+        match self.init.srq {
+            Some(srq) => ctx.srqs.take(srq),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Handles a request packet addressed to this QP.
+    pub(crate) fn handle_request(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        if !self.can_receive() {
+            ctx.stats.drop(Drop::QpNotReady, self.num);
+            return;
+        }
+        match self.init.qp_type {
+            QpType::Ud => self.receive_ud(p, ctx),
+            QpType::Uc => self.receive_uc(p, ctx),
+            QpType::Rc => self.receive_rc(p, ctx),
+        }
+    }
+
+    fn receive_rc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        let bth = p.bth();
+        let psn = bth.psn();
+        // 1. check_psn
+        let d = psn.diff(self.resp.epsn);
+        if d > 0 {
+            ctx.stats.drop(Drop::PsnOutOfSequence, self.num);
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                ctx.stats.naks_sent += 1;
+                let epsn = self.resp.epsn;
+                self.resp.nak(epsn, NakCode::PsnSequenceError);
+            }
+            return;
+        }
+        if d < 0 {
+            self.duplicate_rc(p, ctx);
+            return;
+        }
+        self.resp.nak_sent = false;
+        match self.execute(p, ctx) {
+            Ok(()) => {}
+            Err(Fail::Rnr) => {
+                ctx.stats.rnr_naks_sent += 1;
+                ctx.stats.drop(Drop::NoReceiveWqe, self.num);
+                let timer = RnrTimer::new(self.params.min_rnr_timer);
+                self.resp.ack(psn, Syndrome::RnrNak(timer));
+            }
+            Err(Fail::Nak(code, why)) => {
+                ctx.stats.naks_sent += 1;
+                ctx.stats.drop(why, self.num);
+                self.resp.cur = None;
+                self.resp.nak(psn, code);
+            }
+            Err(Fail::Drop(why)) => ctx.stats.drop(why, self.num),
+        }
+    }
+
+    /// A request with a PSN already seen: re-ACK a SEND or WRITE, replay a
+    /// READ from memory, replay an atomic's saved result (never run it twice).
+    fn duplicate_rc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        ctx.stats.duplicates += 1;
+        let psn = p.bth().psn();
+        match p.info().operation {
+            Operation::RdmaReadRequest => {
+                let Some(reth) = p.reth() else { return };
+                let r = RethRepr::parse(&reth);
+                if self.check_rkey(r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ, ctx).is_err() {
+                    ctx.stats.drop(Drop::RkeyViolation, self.num);
+                    return;
+                }
+                let msn = self.resp.msn;
+                self.resp.out.push_back(Response::Read {
+                    psn,
+                    rkey: r.rkey,
+                    va: r.va,
+                    remaining: u64::from(r.dma_len),
+                    first: true,
+                    msn,
+                });
+            }
+            Operation::CompareSwap | Operation::FetchAdd => match self.resp.atomics.iter().find(|(q, _)| *q == psn) {
+                Some(&(_, orig)) => {
+                    let msn = self.resp.msn;
+                    self.resp.out.push_back(Response::Atomic { psn, orig, msn });
+                }
+                None => ctx.stats.drop(Drop::DuplicateUnknown, self.num),
+            },
+            _ => {
+                let last = self.resp.epsn.sub(1);
+                self.resp.ack(last, Syndrome::ACK_UNLIMITED);
+            }
+        }
+    }
+
+    /// Steps 2 to 6 for an in-sequence RC or UC request.
+    fn execute(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) -> Result<(), Fail> {
+        let info = p.info();
+        let bth = p.bth();
+        let psn = bth.psn();
+        let mtu = u64::from(self.params.mtu.bytes());
+        let payload = p.payload();
+        let rc = self.init.qp_type == QpType::Rc;
+
+        // 2. check_op_sequence
+        let continuing = !info.position.starts();
+        let ok = match (&self.resp.cur, info.operation) {
+            (Some(InMessage::Send { .. }), Operation::Send) => continuing,
+            (Some(InMessage::Write { .. }), Operation::RdmaWrite) => continuing,
+            (None, _) => !continuing,
+            _ => false,
+        };
+        if !ok {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::OpcodeOutOfSequence));
+        }
+
+        // 4. check_length (packet against the MTU)
+        let full_size_needed = matches!(info.position, Position::First | Position::Middle);
+        if payload.len() as u64 > mtu || (full_size_needed && payload.len() as u64 != mtu) {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+        }
+
+        match info.operation {
+            Operation::Send => {
+                // 3. check_resources
+                let (recv, offset) = match self.resp.cur.take() {
+                    Some(InMessage::Send { recv, offset }) => (recv, offset),
+                    _ => match self.take_recv(ctx) {
+                        Some(r) => (r, 0),
+                        None => return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) }),
+                    },
+                };
+                let end = offset + payload.len() as u64;
+                if end > sge_len(&recv.sg_list) {
+                    let wc = self.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
+                    ctx.cqs.push(self.init.recv_cq, wc);
+                    return Err(Fail::Nak(NakCode::InvalidRequest, Drop::ReceiveTooSmall));
+                }
+                // 6. execute
+                if scatter(ctx.mrs, self.init.pd, &recv.sg_list, offset, payload).is_err() {
+                    let wc = self.recv_completion(recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
+                    ctx.cqs.push(self.init.recv_cq, wc);
+                    return Err(Fail::Nak(NakCode::RemoteOperationalError, Drop::ReceiveBufferFault));
+                }
+                if info.position.ends() {
+                    let mut wc = self.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::Recv, end as u32);
+                    if let Some(imm) = p.imm_dt() {
+                        wc.imm_data = Some(imm);
+                        wc.wc_flags |= wc_flags::WITH_IMM;
+                    }
+                    if let Some(rkey) = p.ieth() {
+                        wc.invalidated_rkey = Some(rkey);
+                        wc.wc_flags |= wc_flags::WITH_INV;
+                    }
+                    ctx.cqs.push(self.init.recv_cq, wc);
+                    self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+                } else {
+                    self.resp.cur = Some(InMessage::Send { recv, offset: end });
+                }
+            }
+            Operation::RdmaWrite => {
+                let (rkey, va, remaining, total) = match self.resp.cur.take() {
+                    Some(InMessage::Write { rkey, va, remaining, total }) => (rkey, va, remaining, total),
+                    _ => {
+                        let r = RethRepr::parse(&p.reth().expect("WRITE FIRST/ONLY carry a RETH"));
+                        let len = u64::from(r.dma_len);
+                        // 5. check_rkey (a zero-length WRITE checks nothing, IBTA 9.4.4)
+                        if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_WRITE, ctx).is_err() {
+                            return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
+                        }
+                        (r.rkey, r.va, len, len)
+                    }
+                };
+                let n = payload.len() as u64;
+                if n > remaining || (info.position.ends() && n != remaining) {
+                    return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+                }
+                // A WRITE with immediate consumes a receive WQE at its last packet.
+                let recv = if info.has_immediate() {
+                    match self.take_recv(ctx) {
+                        Some(r) => Some(r),
+                        None => {
+                            self.resp.cur = Some(InMessage::Write { rkey, va, remaining, total });
+                            return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) });
+                        }
+                    }
+                } else {
+                    None
+                };
+                if n > 0 {
+                    let (region, at) = match ctx.mrs.get(rkey) {
+                        Some(r) if va >= r.va && va + n <= r.va + r.len => (r, (va - r.va) as usize),
+                        _ => return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation)),
+                    };
+                    region.memory.write(at, payload);
+                }
+                if info.position.ends() {
+                    if let Some(recv) = recv {
+                        let mut wc = self.recv_completion(
+                            recv.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::RecvRdmaWithImm,
+                            total as u32,
+                        );
+                        wc.imm_data = p.imm_dt();
+                        wc.wc_flags |= wc_flags::WITH_IMM;
+                        ctx.cqs.push(self.init.recv_cq, wc);
+                    }
+                    self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+                } else {
+                    self.resp.cur = Some(InMessage::Write { rkey, va: va + n, remaining: remaining - n, total });
+                }
+            }
+            Operation::RdmaReadRequest if rc => {
+                let r = RethRepr::parse(&p.reth().expect("READ carries a RETH"));
+                let len = u64::from(r.dma_len);
+                if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
+                    return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
+                }
+                self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+                let msn = self.resp.msn;
+                self.resp.out.push_back(Response::Read {
+                    psn,
+                    rkey: r.rkey,
+                    va: r.va,
+                    remaining: len,
+                    first: true,
+                    msn,
+                });
+                self.resp.epsn = psn.add(packets_for(len, mtu as u32));
+                return Ok(());
+            }
+            Operation::CompareSwap | Operation::FetchAdd if rc => {
+                let a = p.atomic_eth().expect("atomics carry an AtomicETH");
+                if a.va() % 8 != 0 {
+                    return Err(Fail::Nak(NakCode::InvalidRequest, Drop::MisalignedAtomic));
+                }
+                let Ok((region, at)) = self.check_rkey(a.rkey(), a.va(), 8, Access::REMOTE_ATOMIC, ctx) else {
+                    return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
+                };
+                let (swap_add, compare) = (a.swap_add(), a.compare());
+                let cas = info.operation == Operation::CompareSwap;
+                let orig = region.memory.atomic(at, |v| {
+                    if cas {
+                        if v == compare {
+                            swap_add
+                        } else {
+                            v
+                        }
+                    } else {
+                        v.wrapping_add(swap_add)
+                    }
+                });
+                if self.resp.atomics.len() == ATOMIC_REPLAY_DEPTH {
+                    self.resp.atomics.pop_front();
+                }
+                self.resp.atomics.push_back((psn, orig));
+                self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+                let msn = self.resp.msn;
+                self.resp.out.push_back(Response::Atomic { psn, orig, msn });
+                self.resp.epsn = psn.next();
+                return Ok(());
+            }
+            _ => return Err(Fail::Nak(NakCode::InvalidRequest, Drop::UnsupportedOpcode)),
+        }
+        self.resp.epsn = psn.next();
+        if rc && bth.ack_req() {
+            self.resp.ack(psn, Syndrome::ACK_UNLIMITED);
+        }
+        Ok(())
+    }
+
+    /// Checks an RDMA target: the QP must allow the access, and the key,
+    /// PD, bounds and region access must allow it.
+    fn check_rkey<'m>(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        needed: Access,
+        ctx: &RespCtx<'m>,
+    ) -> Result<(&'m crate::memory::MemoryRegion, usize), ()> {
+        if !self.params.access.contains(needed) {
+            tracing::debug!(qpn = self.num, ?needed, "QP access flags forbid this operation");
+            return Err(());
+        }
+        ctx.mrs.check(rkey, self.init.pd, va, len, needed).map_err(|e| {
+            tracing::debug!(qpn = self.num, error = %e, "rkey check failed");
+        })
+    }
+
+    /// UC: no ACKs, no NAKs, no retries. A gap drops the rest of the message
+    /// in progress; its receive WQE stays for the next message.
+    fn receive_uc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        let psn = p.bth().psn();
+        if psn != self.resp.epsn {
+            ctx.stats.drop(Drop::PsnOutOfSequence, self.num);
+            if let Some(InMessage::Send { recv, .. }) = self.resp.cur.take() {
+                self.rq.push_front(recv);
+            }
+            self.resp.uc_resync = true;
+        }
+        self.resp.epsn = psn.next();
+        if self.resp.uc_resync {
+            if !p.info().position.starts() {
+                ctx.stats.drop(Drop::UcMessageDropped, self.num);
+                return;
+            }
+            self.resp.uc_resync = false;
+        }
+        if let Err(Fail::Nak(_, why) | Fail::Drop(why)) = self.execute(p, ctx) {
+            ctx.stats.drop(why, self.num);
+            self.resp.cur = None;
+            self.resp.uc_resync = true;
+        }
+        self.resp.epsn = psn.next();
+    }
+
+    /// UD: one packet per message, checked against the QP's Q_Key. The
+    /// first 40 bytes of the receive buffer get the GRH (for IPv4, the
+    /// IPv4 header in its last 20 bytes), as libibverbs applications expect.
+    fn receive_ud(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        let Some(deth) = p.deth() else { return };
+        if deth.qkey() != self.params.qkey {
+            ctx.stats.drop(Drop::QkeyMismatch, self.num);
+            return;
+        }
+        let Some(recv) = self.take_recv(ctx) else {
+            ctx.stats.drop(Drop::NoReceiveWqe, self.num);
+            return;
+        };
+        let payload = p.payload();
+        let total = 40 + payload.len() as u64;
+        if total > sge_len(&recv.sg_list) {
+            let wc = self.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
+            ctx.cqs.push(self.init.recv_cq, wc);
+            ctx.stats.drop(Drop::ReceiveTooSmall, self.num);
+            return;
+        }
+        let mut grh = [0u8; 40];
+        let ip = ctx.ip_header;
+        grh[40 - ip.len().min(40)..].copy_from_slice(&ip[..ip.len().min(40)]);
+        let ok = scatter(ctx.mrs, self.init.pd, &recv.sg_list, 0, &grh).is_ok()
+            && scatter(ctx.mrs, self.init.pd, &recv.sg_list, 40, payload).is_ok();
+        let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
+        let mut wc = self.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
+        wc.src_qp = deth.src_qp();
+        wc.wc_flags |= wc_flags::GRH;
+        if let Some(imm) = p.imm_dt() {
+            wc.imm_data = Some(imm);
+            wc.wc_flags |= wc_flags::WITH_IMM;
+        }
+        ctx.cqs.push(self.init.recv_cq, wc);
+    }
+
+    /// Writes the next response packet into `buf`, if one is waiting.
+    pub(crate) fn responder_transmit(
+        &mut self,
+        mrs: &MemoryTable,
+        framer: &Framer,
+        buf: &mut [u8],
+    ) -> Option<(usize, core::net::IpAddr)> {
+        let av = self.params.av?;
+        let resp = self.resp.out.front_mut()?;
+        let mtu = u64::from(self.params.mtu.bytes());
+        let mut bth = BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: self.params.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: self.params.dest_qp,
+            ack_req: false,
+            psn: Psn::new(0),
+        };
+        let ack = |syndrome, msn| Some(AethRepr { syndrome, msn });
+        let (tr, payload_src, done) = match resp {
+            Response::Ack { psn, syndrome, msn } => {
+                bth.psn = *psn;
+                let mut t = TransportRepr::new(bth);
+                t.aeth = ack(*syndrome, *msn);
+                (t, None, true)
+            }
+            Response::Atomic { psn, orig, msn } => {
+                bth.psn = *psn;
+                bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+                let mut t = TransportRepr::new(bth);
+                t.aeth = ack(Syndrome::ACK_UNLIMITED, *msn);
+                t.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
+                (t, None, true)
+            }
+            Response::Read { psn, rkey, va, remaining, first, msn } => {
+                let n = (*remaining).min(mtu);
+                let last = n == *remaining;
+                bth.psn = *psn;
+                bth.opcode = match (*first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                };
+                let mut t = TransportRepr::new(bth);
+                if *first || last {
+                    t.aeth = ack(Syndrome::ACK_UNLIMITED, *msn);
+                }
+                let src = (*rkey, *va, n as usize);
+                *psn = psn.next();
+                *va += n;
+                *remaining -= n;
+                *first = false;
+                (t, Some(src), last)
+            }
+        };
+        let len = framer
+            .frame(buf, &av, self.src_port, &tr, payload_src.map_or(0, |s| s.2), |dst| {
+                if let Some((rkey, va, n)) = payload_src {
+                    match mrs.get(rkey) {
+                        Some(r) if va >= r.va && va + n as u64 <= r.va + r.len => {
+                            r.memory.read((va - r.va) as usize, dst)
+                        }
+                        // Deregistered since the READ was checked: send zeros rather than stale bytes.
+                        _ => dst.fill(0),
+                    }
+                }
+                Ok::<(), ()>(())
+            })
+            .ok()?;
+        if done {
+            self.resp.out.pop_front();
+        }
+        Some((len, av.dest))
+    }
+}

@@ -1,0 +1,416 @@
+//! A deterministic simulated network for the engine: endpoints joined by
+//! links with latency, bandwidth, loss, duplication, reordering and bit
+//! corruption, all driven by a seeded generator and a virtual clock, so a
+//! seed replays a run exactly. A pcap writer records what was sent
+//! (Ethernet/IP/UDP/RoCE), for `rdma-dump` and Wireshark.
+//!
+//! It is the test bed of the transport, and built to grow: a link is a
+//! queue with a serialisation rate, the shape a switch port takes in the
+//! congestion-control and InfiniBand-link work.
+
+use crate::endpoint::{Endpoint, MAX_PACKET};
+use crate::memory::{Access, Pd, RegionMemory};
+use crate::qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType};
+use crate::time::Instant;
+use core::net::IpAddr;
+use core::time::Duration;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::Write;
+
+/// SplitMix64. A generator this small is used (rather than a crate's) so
+/// that a seed reproduces the same run with every version of every
+/// dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// One direction of a link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkConfig {
+    /// Propagation delay.
+    pub latency: Duration,
+    /// Serialisation rate in bits per second; 0 = infinitely fast.
+    pub bandwidth_bps: u64,
+    /// Probability that a packet is lost.
+    pub loss: f64,
+    /// Probability that a packet arrives twice.
+    pub duplicate: f64,
+    /// Probability that a packet is held back by `reorder_delay`, letting later ones pass.
+    pub reorder: f64,
+    pub reorder_delay: Duration,
+    /// Probability that one bit of a packet is flipped.
+    pub corrupt: f64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig {
+            latency: Duration::from_micros(5),
+            bandwidth_bps: 100_000_000_000,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(20),
+            corrupt: 0.0,
+        }
+    }
+}
+
+/// What the links did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
+    pub undeliverable: u64,
+}
+
+/// A decision the test makes about a packet before the link's own faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Deliver,
+    Drop,
+}
+
+type Filter = Box<dyn FnMut(usize, &[u8]) -> Verdict>;
+
+/// A packet on a link: (arrival, sequence number for ties, destination, bytes).
+type InFlight = Reverse<(Instant, u64, usize, Vec<u8>)>;
+
+/// Endpoints on a simulated network. Every pair talks over a link with the
+/// same [`LinkConfig`]; endpoints are found by their local address.
+pub struct Sim {
+    pub now: Instant,
+    endpoints: Vec<Endpoint>,
+    config: LinkConfig,
+    rng: Rng,
+    /// (arrival, sequence, destination index, packet)
+    in_flight: BinaryHeap<InFlight>,
+    seq: u64,
+    /// When each sender's link is free again (serialisation).
+    busy_until: Vec<Instant>,
+    pub stats: LinkStats,
+    pcap: Option<pcap_file::pcap::PcapWriter<Box<dyn Write>>>,
+    filter: Option<Filter>,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("now", &self.now)
+            .field("endpoints", &self.endpoints.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Sim {
+    pub fn new(seed: u64, config: LinkConfig) -> Sim {
+        Sim {
+            now: Instant::ZERO,
+            endpoints: Vec::new(),
+            config,
+            rng: Rng::new(seed),
+            in_flight: BinaryHeap::new(),
+            seq: 0,
+            busy_until: Vec::new(),
+            stats: LinkStats::default(),
+            pcap: None,
+            filter: None,
+        }
+    }
+
+    /// Records every packet sent, as Ethernet frames, into `out`.
+    pub fn capture(&mut self, out: Box<dyn Write>) -> std::io::Result<()> {
+        let w = pcap_file::pcap::PcapWriter::new(out).map_err(std::io::Error::other)?;
+        self.pcap = Some(w);
+        Ok(())
+    }
+
+    /// Lets a test decide the fate of specific packets (by sender index and
+    /// bytes) before the random faults apply.
+    pub fn set_filter(&mut self, f: impl FnMut(usize, &[u8]) -> Verdict + 'static) {
+        self.filter = Some(Box::new(f));
+    }
+
+    pub fn clear_filter(&mut self) {
+        self.filter = None;
+    }
+
+    pub fn set_config(&mut self, config: LinkConfig) {
+        self.config = config;
+    }
+
+    pub fn add_endpoint(&mut self, ep: Endpoint) -> usize {
+        self.endpoints.push(ep);
+        self.busy_until.push(Instant::ZERO);
+        self.endpoints.len() - 1
+    }
+
+    pub fn ep(&mut self, i: usize) -> &mut Endpoint {
+        &mut self.endpoints[i]
+    }
+
+    fn index_of(&self, addr: IpAddr) -> Option<usize> {
+        let addr = addr.to_canonical();
+        self.endpoints.iter().position(|e| e.local_addr().to_canonical() == addr)
+    }
+
+    fn record(&mut self, packet: &[u8]) {
+        let Some(w) = self.pcap.as_mut() else { return };
+        let ethertype: [u8; 2] = if packet[0] >> 4 == 6 { [0x86, 0xdd] } else { [0x08, 0x00] };
+        let mut frame = Vec::with_capacity(14 + packet.len());
+        frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01]);
+        frame.extend_from_slice(&ethertype);
+        frame.extend_from_slice(packet);
+        let ts = Duration::from_nanos(self.now.as_nanos());
+        let rec = pcap_file::pcap::PcapPacket::new(ts, frame.len() as u32, &frame);
+        let _ = w.write_packet(&rec);
+    }
+
+    /// Moves every packet the endpoints want to send onto the links.
+    fn transmit_all(&mut self) {
+        let mut buf = vec![0u8; MAX_PACKET];
+        for i in 0..self.endpoints.len() {
+            while let Some(tx) = self.endpoints[i].poll_transmit(self.now, &mut buf) {
+                let packet = buf[..tx.len].to_vec();
+                self.stats.sent += 1;
+                self.record(&packet);
+                let Some(dst) = self.index_of(tx.dest) else {
+                    self.stats.undeliverable += 1;
+                    continue;
+                };
+                if let Some(f) = self.filter.as_mut() {
+                    if f(i, &packet) == Verdict::Drop {
+                        self.stats.lost += 1;
+                        continue;
+                    }
+                }
+                self.launch(i, dst, packet);
+            }
+        }
+    }
+
+    /// Puts one packet on the link from `src` to `dst`, applying faults.
+    fn launch(&mut self, src: usize, dst: usize, mut packet: Vec<u8>) {
+        let c = self.config;
+        let serialise = if c.bandwidth_bps == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos((packet.len() as u64 * 8 * 1_000_000_000).div_ceil(c.bandwidth_bps))
+        };
+        let start = self.now.max(self.busy_until[src]);
+        self.busy_until[src] = start + serialise;
+        if self.rng.chance(c.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        if self.rng.chance(c.corrupt) {
+            let bit = self.rng.below(packet.len() as u64 * 8);
+            packet[(bit / 8) as usize] ^= 1 << (bit % 8);
+            self.stats.corrupted += 1;
+        }
+        let mut arrive = start + serialise + c.latency;
+        if self.rng.chance(c.reorder) {
+            arrive += c.reorder_delay;
+            self.stats.reordered += 1;
+        }
+        if self.rng.chance(c.duplicate) {
+            self.stats.duplicated += 1;
+            self.seq += 1;
+            self.in_flight.push(Reverse((arrive + Duration::from_nanos(1), self.seq, dst, packet.clone())));
+        }
+        self.seq += 1;
+        self.in_flight.push(Reverse((arrive, self.seq, dst, packet)));
+    }
+
+    /// When something next happens: a packet arrives or a timer fires.
+    pub fn next_event(&self) -> Option<Instant> {
+        let arrival = self.in_flight.peek().map(|Reverse((t, ..))| *t);
+        let timer = self.endpoints.iter().filter_map(|e| e.poll_timeout()).min();
+        arrival.into_iter().chain(timer).min()
+    }
+
+    /// Sends what is ready, then advances to the next event and handles
+    /// it. Returns false when nothing will ever happen again.
+    pub fn step(&mut self) -> bool {
+        self.transmit_all();
+        let Some(t) = self.next_event() else { return false };
+        self.now = self.now.max(t);
+        while let Some(Reverse((at, ..))) = self.in_flight.peek() {
+            if *at > self.now {
+                break;
+            }
+            let Reverse((_, _, dst, packet)) = self.in_flight.pop().expect("peeked");
+            self.stats.delivered += 1;
+            self.endpoints[dst].handle_packet(self.now, &packet);
+        }
+        for e in &mut self.endpoints {
+            if e.poll_timeout().is_some_and(|d| d <= self.now) {
+                e.handle_timeout(self.now);
+            }
+        }
+        self.transmit_all();
+        true
+    }
+
+    /// Steps until `done` holds, nothing is left to do, or `limit` of
+    /// virtual time has passed. Returns whether `done` held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.next_event().is_some_and(|t| t > end) || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    /// Steps until nothing is left to do or `limit` has passed.
+    pub fn run_idle(&mut self, limit: Duration) {
+        self.run_until(limit, |_| false);
+    }
+}
+
+/// One side of a connected QP pair built by [`connect`].
+#[derive(Debug, Clone)]
+pub struct Side {
+    pub ep: usize,
+    pub qpn: u32,
+    pub pd: Pd,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    /// A registered buffer with every access right.
+    pub mem: RegionMemory,
+    pub va: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// How [`connect`] sets up the pair.
+#[derive(Debug, Clone, Copy)]
+pub struct PairConfig {
+    pub qp_type: QpType,
+    pub mtu: Mtu,
+    pub mem_len: usize,
+    pub a_psn: u32,
+    pub b_psn: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub cap: QpCap,
+}
+
+impl Default for PairConfig {
+    fn default() -> PairConfig {
+        PairConfig {
+            qp_type: QpType::Rc,
+            mtu: Mtu::Mtu1024,
+            mem_len: 1 << 20,
+            a_psn: 0x10,
+            b_psn: 0x20,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            cap: QpCap { max_send_wr: 4096, max_recv_wr: 4096, ..QpCap::default() },
+        }
+    }
+}
+
+/// Adds two endpoints (127.0.0.1 and 127.0.0.2) and connects one QP on
+/// each, through the same RESET, INIT, RTR, RTS steps an application takes.
+pub fn connect(sim: &mut Sim, cfg: PairConfig) -> (Side, Side) {
+    let addrs: [IpAddr; 2] = [[127, 0, 0, 1].into(), [127, 0, 0, 2].into()];
+    let mut sides = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut ep = Endpoint::new(*addr);
+        let pd = ep.alloc_pd();
+        let send_cq = ep.create_cq(65536);
+        let recv_cq = ep.create_cq(65536);
+        let mem = RegionMemory::zeroed(cfg.mem_len);
+        let va = 0x7f00_0000_0000 + (i as u64) * 0x1_0000_0000;
+        let (lkey, rkey) = ep.reg_mr(pd, va, mem.clone(), Access::ALL);
+        let qpn = ep
+            .create_qp(QpInitAttr {
+                qp_type: cfg.qp_type,
+                pd,
+                send_cq,
+                recv_cq,
+                srq: None,
+                cap: cfg.cap,
+                sq_sig_all: false,
+            })
+            .expect("CQs exist");
+        let idx = sim.add_endpoint(ep);
+        sides.push(Side { ep: idx, qpn, pd, send_cq, recv_cq, mem, va, lkey, rkey });
+    }
+    let psns = [cfg.a_psn, cfg.b_psn];
+    for i in 0..2 {
+        let (me, peer) = (&sides[i], &sides[1 - i]);
+        let ep = sim.ep(me.ep);
+        let init = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: (cfg.qp_type != QpType::Ud).then_some(Access::ALL),
+            qkey: (cfg.qp_type == QpType::Ud).then_some(0x1111_1111),
+            ..QpAttr::default()
+        };
+        ep.modify_qp(me.qpn, &init).expect("RESET to INIT");
+        let connected = cfg.qp_type != QpType::Ud;
+        let rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(cfg.mtu),
+            dest_qp_num: connected.then_some(peer.qpn),
+            rq_psn: Some(psns[1 - i]),
+            av: connected.then(|| AddressVector::new(addrs[1 - i])),
+            max_dest_rd_atomic: Some(16),
+            min_rnr_timer: Some(cfg.min_rnr_timer),
+            ..QpAttr::default()
+        };
+        ep.modify_qp(me.qpn, &rtr).expect("INIT to RTR");
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(psns[i]),
+            timeout: Some(cfg.timeout),
+            retry_cnt: Some(cfg.retry_cnt),
+            rnr_retry: Some(cfg.rnr_retry),
+            max_rd_atomic: Some(cfg.max_rd_atomic),
+            ..QpAttr::default()
+        };
+        ep.modify_qp(me.qpn, &rts).expect("RTR to RTS");
+    }
+    let b = sides.pop().expect("two sides");
+    let a = sides.pop().expect("two sides");
+    (a, b)
+}

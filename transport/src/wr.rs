@@ -1,0 +1,174 @@
+//! Work requests and work completions, with the names, values and meaning
+//! of libibverbs' `ibv_send_wr`, `ibv_recv_wr` and `ibv_wc`.
+
+use core::net::IpAddr;
+
+/// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// Where a UD send goes (the address handle, remote QPN and Q_Key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    pub dest: IpAddr,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// What a send work request does (`ibv_wr_opcode` with its operands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    Send,
+    SendWithImm { imm: u32 },
+    SendWithInv { invalidate_rkey: u32 },
+    RdmaWrite { remote_addr: u64, rkey: u32 },
+    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm: u32 },
+    RdmaRead { remote_addr: u64, rkey: u32 },
+    CompareSwap { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
+    FetchAdd { remote_addr: u64, rkey: u32, add: u64 },
+}
+
+impl SendOp {
+    /// The completion opcode this request completes with.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => WcOpcode::Send,
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+
+    /// Whether the local buffers are written (READ and atomics) rather than read.
+    pub fn writes_local(&self) -> bool {
+        matches!(self, SendOp::RdmaRead { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+}
+
+/// A send work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sg_list: Vec<Sge>,
+    /// Generate a completion (`IBV_SEND_SIGNALED`); QPs created with
+    /// `sq_sig_all` complete every request.
+    pub signaled: bool,
+    /// Ask for a solicited event at the receiver (`IBV_SEND_SOLICITED`).
+    pub solicited: bool,
+    /// Data carried in the request itself (`IBV_SEND_INLINE`), copied at post time.
+    pub inline_data: Option<Vec<u8>>,
+    /// For UD QPs: the destination.
+    pub ud: Option<UdDest>,
+}
+
+impl SendWr {
+    /// A signaled request with no solicited event, inline data or UD destination.
+    pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+        SendWr { wr_id, op, sg_list, signaled: true, solicited: false, inline_data: None, ud: None }
+    }
+
+    /// Total bytes of the scatter/gather list (or of the inline data).
+    pub fn length(&self) -> u64 {
+        match &self.inline_data {
+            Some(d) => d.len() as u64,
+            None => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sg_list: Vec<Sge>,
+}
+
+/// `ibv_wc_status`, with its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcStatus {
+    Success = 0,
+    LocLenErr = 1,
+    LocQpOpErr = 2,
+    LocProtErr = 4,
+    WrFlushErr = 5,
+    BadRespErr = 7,
+    LocAccessErr = 8,
+    RemInvReqErr = 9,
+    RemAccessErr = 10,
+    RemOpErr = 11,
+    RetryExcErr = 12,
+    RnrRetryExcErr = 13,
+    GeneralErr = 21,
+}
+
+impl WcStatus {
+    /// The name `ibv_wc_status_str` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+}
+
+/// `ibv_wc_opcode`, with its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcOpcode {
+    Send = 0,
+    RdmaWrite = 1,
+    RdmaRead = 2,
+    CompSwap = 3,
+    FetchAdd = 4,
+    Recv = 128,
+    RecvRdmaWithImm = 129,
+}
+
+/// `ibv_wc_flags` bits.
+pub mod wc_flags {
+    /// The first 40 bytes of the receive buffer hold a GRH (UD).
+    pub const GRH: u32 = 1 << 0;
+    pub const WITH_IMM: u32 = 1 << 1;
+    pub const WITH_INV: u32 = 1 << 3;
+}
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// The QP the request was posted to.
+    pub qp_num: u32,
+    /// Bytes received (receive completions) or transferred.
+    pub byte_len: u32,
+    /// Immediate data, in network order as libibverbs gives it.
+    pub imm_data: Option<u32>,
+    /// The rkey a SEND with invalidate invalidated.
+    pub invalidated_rkey: Option<u32>,
+    /// Source QP (UD receives).
+    pub src_qp: u32,
+    pub wc_flags: u32,
+}

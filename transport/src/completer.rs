@@ -43,9 +43,12 @@ impl Qp {
         if w.wr.signaled || self.init.sq_sig_all {
             cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
         }
-        self.req.cursor_wqe = self.req.cursor_wqe.saturating_sub(1);
-        if self.req.cursor_wqe == 0 && !self.req.sq.front().is_some_and(|f| f.started) {
+        if self.req.cursor_wqe == 0 {
+            // The cursor was inside the completed WQE: all of it is
+            // acknowledged, so continue at the start of the next one.
             self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_wqe -= 1;
         }
     }
 
@@ -95,11 +98,17 @@ impl Qp {
         psn.distance_from(self.req.comp_psn) < self.req.next_psn.distance_from(self.req.comp_psn)
     }
 
-    /// Progress was made: the retry budgets refill and the timer restarts.
-    fn progressed(&mut self, now: Instant) {
+    /// Forward progress refills the retry budgets: they count failed
+    /// attempts in a row, not over the QP's life.
+    fn refill_retries(&mut self) {
         self.req.recovering_at = None;
         self.req.retry_left = self.params.retry_cnt;
         self.req.rnr_left = self.params.rnr_retry;
+    }
+
+    /// Progress was made: the retry budgets refill and the timer restarts.
+    fn progressed(&mut self, now: Instant) {
+        self.refill_retries();
         self.req.rto_deadline =
             if self.req.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
     }
@@ -154,6 +163,7 @@ impl Qp {
     /// did for this PSN and nothing has arrived since.
     fn recover_gap(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
         if self.req.recovering_at == Some(psn) {
+            tracing::trace!(qpn = self.num, psn = psn.value(), "already recovering from this PSN");
             stats.drop(Drop::DuplicateResponse, self.num);
             return;
         }
@@ -189,6 +199,13 @@ impl Qp {
         let psn = bth.psn();
         let op = p.info().operation;
         if !self.is_outstanding(psn) {
+            tracing::trace!(
+                qpn = self.num,
+                psn = psn.value(),
+                comp = self.req.comp_psn.value(),
+                next = self.req.next_psn.value(),
+                "ghost"
+            );
             stats.drop(Drop::GhostResponse, self.num);
             return;
         }
@@ -202,8 +219,11 @@ impl Qp {
                 }
                 Syndrome::RnrNak(timer) => {
                     stats.rnr_naks_received += 1;
-                    if psn != self.req.comp_psn && !self.ack_through(psn.sub(1), cqs, stats) {
-                        return;
+                    if psn != self.req.comp_psn {
+                        if !self.ack_through(psn.sub(1), cqs, stats) {
+                            return;
+                        }
+                        self.refill_retries();
                     }
                     if self.req.rnr_left == 0 {
                         self.fail(WcStatus::RnrRetryExcErr, cqs);
@@ -218,8 +238,11 @@ impl Qp {
                 }
                 Syndrome::Nak(code) => {
                     stats.naks_received += 1;
-                    if psn != self.req.comp_psn && !self.ack_through(psn.sub(1), cqs, stats) {
-                        return;
+                    if psn != self.req.comp_psn {
+                        if !self.ack_through(psn.sub(1), cqs, stats) {
+                            return;
+                        }
+                        self.refill_retries();
                     }
                     let status = match code {
                         NakCode::PsnSequenceError => {

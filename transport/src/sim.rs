@@ -196,7 +196,10 @@ impl Sim {
     fn transmit_all(&mut self) {
         let mut buf = vec![0u8; MAX_PACKET];
         for i in 0..self.endpoints.len() {
+            let span = tracing::debug_span!("ep", addr = %self.endpoints[i].local_addr());
+            let _g = span.enter();
             while let Some(tx) = self.endpoints[i].poll_transmit(self.now, &mut buf) {
+                tracing::trace!(len = tx.len, "sent");
                 let packet = buf[..tx.len].to_vec();
                 self.stats.sent += 1;
                 self.record(&packet);
@@ -267,10 +270,14 @@ impl Sim {
             }
             let Reverse((_, _, dst, packet)) = self.in_flight.pop().expect("peeked");
             self.stats.delivered += 1;
+            let span = tracing::debug_span!("ep", addr = %self.endpoints[dst].local_addr());
+            let _g = span.enter();
             self.endpoints[dst].handle_packet(self.now, &packet);
         }
         for e in &mut self.endpoints {
             if e.poll_timeout().is_some_and(|d| d <= self.now) {
+                let span = tracing::debug_span!("ep", addr = %e.local_addr());
+                let _g = span.enter();
                 e.handle_timeout(self.now);
             }
         }

@@ -32,4 +32,4 @@ pub use error::VerbsError;
 pub use memory::{Access, Pd, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
 pub use time::Instant;
-pub use wr::{RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

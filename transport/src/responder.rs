@@ -153,9 +153,16 @@ impl Qp {
     fn receive_rc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         let bth = p.bth();
         let psn = bth.psn();
+        tracing::trace!(qpn = self.num, psn = psn.value(), epsn = self.resp.epsn.value(), opcode = %bth.opcode(), "request");
         // 1. check_psn
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
+            tracing::trace!(
+                qpn = self.num,
+                psn = psn.value(),
+                epsn = self.resp.epsn.value(),
+                "request ahead of the expected PSN"
+            );
             ctx.stats.drop(Drop::PsnOutOfSequence, self.num);
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;

@@ -229,17 +229,20 @@ impl Sim {
         let start = self.now.max(self.busy_until[src]);
         self.busy_until[src] = start + serialise;
         if self.rng.chance(c.loss) {
+            tracing::trace!(len = packet.len(), "link: lost");
             self.stats.lost += 1;
             return;
         }
         if self.rng.chance(c.corrupt) {
             let bit = self.rng.below(packet.len() as u64 * 8);
             packet[(bit / 8) as usize] ^= 1 << (bit % 8);
+            tracing::trace!(bit, "link: corrupted");
             self.stats.corrupted += 1;
         }
         let mut arrive = start + serialise + c.latency;
         if self.rng.chance(c.reorder) {
             arrive += c.reorder_delay;
+            tracing::trace!("link: held back");
             self.stats.reordered += 1;
         }
         if self.rng.chance(c.duplicate) {
@@ -385,39 +388,46 @@ pub fn connect(sim: &mut Sim, cfg: PairConfig) -> (Side, Side) {
     for i in 0..2 {
         let (me, peer) = (&sides[i], &sides[1 - i]);
         let ep = sim.ep(me.ep);
-        let init = QpAttr {
-            qp_state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port_num: Some(1),
-            qp_access_flags: (cfg.qp_type != QpType::Ud).then_some(Access::ALL),
-            qkey: (cfg.qp_type == QpType::Ud).then_some(0x1111_1111),
-            ..QpAttr::default()
-        };
-        ep.modify_qp(me.qpn, &init).expect("RESET to INIT");
-        let connected = cfg.qp_type != QpType::Ud;
-        let rtr = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(cfg.mtu),
-            dest_qp_num: connected.then_some(peer.qpn),
-            rq_psn: Some(psns[1 - i]),
-            av: connected.then(|| AddressVector::new(addrs[1 - i])),
-            max_dest_rd_atomic: Some(16),
-            min_rnr_timer: Some(cfg.min_rnr_timer),
-            ..QpAttr::default()
-        };
-        ep.modify_qp(me.qpn, &rtr).expect("INIT to RTR");
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(psns[i]),
-            timeout: Some(cfg.timeout),
-            retry_cnt: Some(cfg.retry_cnt),
-            rnr_retry: Some(cfg.rnr_retry),
-            max_rd_atomic: Some(cfg.max_rd_atomic),
-            ..QpAttr::default()
-        };
-        ep.modify_qp(me.qpn, &rts).expect("RTR to RTS");
+        bring_up(ep, me.qpn, addrs[1 - i], peer.qpn, psns[1 - i], psns[i], &cfg);
     }
     let b = sides.pop().expect("two sides");
     let a = sides.pop().expect("two sides");
     (a, b)
+}
+
+/// Takes a QP through RESET, INIT, RTR and RTS as an application does:
+/// towards `peer_qpn` at `peer` (ignored for UD), expecting `rq_psn` and
+/// starting at `sq_psn`, with the timers and limits of `cfg`.
+pub fn bring_up(ep: &mut Endpoint, qpn: u32, peer: IpAddr, peer_qpn: u32, rq_psn: u32, sq_psn: u32, cfg: &PairConfig) {
+    let ud = cfg.qp_type == QpType::Ud;
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        qp_access_flags: (!ud).then_some(Access::ALL),
+        qkey: ud.then_some(0x1111_1111),
+        ..QpAttr::default()
+    };
+    ep.modify_qp(qpn, &init).expect("RESET to INIT");
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        path_mtu: Some(cfg.mtu),
+        dest_qp_num: (!ud).then_some(peer_qpn),
+        rq_psn: Some(rq_psn),
+        av: (!ud).then(|| AddressVector::new(peer)),
+        max_dest_rd_atomic: Some(16),
+        min_rnr_timer: Some(cfg.min_rnr_timer),
+        ..QpAttr::default()
+    };
+    ep.modify_qp(qpn, &rtr).expect("INIT to RTR");
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(sq_psn),
+        timeout: Some(cfg.timeout),
+        retry_cnt: Some(cfg.retry_cnt),
+        rnr_retry: Some(cfg.rnr_retry),
+        max_rd_atomic: Some(cfg.max_rd_atomic),
+        ..QpAttr::default()
+    };
+    ep.modify_qp(qpn, &rts).expect("RTR to RTS");
 }

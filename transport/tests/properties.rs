@@ -4,9 +4,12 @@
 //!
 //! For every seed: every signaled work request completes exactly once and
 //! in order per QP; every successful SEND, WRITE and READ moved its bytes
-//! exactly; atomics were applied exactly once; and nothing panicked. An
-//! error completion is only accepted as retry exhaustion under heavy loss,
-//! followed by flushes.
+//! exactly; atomics were applied exactly once; and nothing panicked.
+//!
+//! The one error accepted is retry exhaustion (RETRY_EXC_ERR, then flushes)
+//! on a link that loses or corrupts at least 5% of packets: eight failed
+//! attempts in a row do happen there, and giving up is then what the IBTA
+//! requires. It must stay rare: at most 1% of seeds.
 //!
 //! `PROPERTY_CASES=N` sets how many seeds (default 10,000);
 //! `PROPERTY_SEED=S` replays one, and `PROPERTY_PCAP=FILE` records what it
@@ -103,7 +106,14 @@ fn pattern(seed: u64, op: &Op) -> Vec<u8> {
 
 const ATOMIC_INIT: u64 = 1_000_000;
 
-fn run(seed: u64) -> Result<(), String> {
+/// How a seed ended, when it ended well.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Clean,
+    RetryExhausted,
+}
+
+fn run(seed: u64) -> Result<Outcome, String> {
     let c = case(seed);
     let cfg = PairConfig {
         mtu: c.mtu,
@@ -169,6 +179,7 @@ fn run(seed: u64) -> Result<(), String> {
         recvs[i].extend(sim.ep(s.ep).poll_cq(s.recv_cq, usize::MAX));
     }
 
+    let mut exhausted = false;
     for (i, from_a) in [(0, true), (1, false)] {
         let mine: Vec<&Op> = c.ops.iter().filter(|o| o.from_a == from_a).collect();
         let got: Vec<u64> = wcs[i].iter().map(|w| w.wr_id).collect();
@@ -177,10 +188,11 @@ fn run(seed: u64) -> Result<(), String> {
             return Err(format!("side {i}: completions {got:?}, posted {want:?}"));
         }
         let mut failed = false;
+        exhausted |= wcs[i].iter().any(|w| w.status == WcStatus::RetryExcErr);
         for w in &wcs[i] {
             match (failed, w.status) {
                 (false, WcStatus::Success) => {}
-                (false, WcStatus::RetryExcErr) if c.link.loss >= 0.1 => failed = true,
+                (false, WcStatus::RetryExcErr) if c.link.loss + c.link.corrupt >= 0.05 => failed = true,
                 (true, WcStatus::WrFlushErr) => {}
                 (_, s) => return Err(format!("side {i}: wr {} completed with {s:?} (loss {})", w.wr_id, c.link.loss)),
             }
@@ -247,7 +259,7 @@ fn run(seed: u64) -> Result<(), String> {
         }
     }
     let _ = atomics_done;
-    Ok(())
+    Ok(if exhausted { Outcome::RetryExhausted } else { Outcome::Clean })
 }
 
 #[test]
@@ -268,6 +280,7 @@ fn random_operations_under_faults_complete_exactly_once_with_exact_data() {
             .try_init();
     }
     let mut failures = Vec::new();
+    let mut exhausted = 0usize;
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(seed)).unwrap_or_else(|p| {
             Err(p
@@ -276,6 +289,13 @@ fn random_operations_under_faults_complete_exactly_once_with_exact_data() {
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default())
         });
+        if outcome == Ok(Outcome::RetryExhausted) {
+            exhausted += 1;
+            if std::env::var("PROPERTY_VERBOSE").is_ok() {
+                let l = case(seed).link;
+                eprintln!("seed {seed}: retry exhaustion at loss {} corrupt {}", l.loss, l.corrupt);
+            }
+        }
         if let Err(e) = outcome {
             eprintln!("seed {seed} failed: {e}\n  case: {:?}\n  replay: PROPERTY_SEED={seed} cargo test -p rdma-transport --test properties", case(seed));
             failures.push(seed);
@@ -285,4 +305,15 @@ fn random_operations_under_faults_complete_exactly_once_with_exact_data() {
         }
     }
     assert!(failures.is_empty(), "{} of {} seeds failed, first {:?}", failures.len(), seeds.len(), failures);
+    eprintln!(
+        "{} seeds: {} ran clean, {} ended in retry exhaustion under loss",
+        seeds.len(),
+        seeds.len() - exhausted,
+        exhausted
+    );
+    assert!(
+        exhausted * 100 <= seeds.len().max(100),
+        "retry exhaustion in {exhausted} of {} seeds is too often",
+        seeds.len()
+    );
 }

@@ -161,8 +161,8 @@ fn srq_feeds_two_qps_and_raises_its_limit_event() {
     ];
     let srq = eps[1].create_srq(pds[1], 16, 0);
     let mut qps = [[0u32; 2]; 2];
-    for i in 0..2 {
-        for q in 0..2 {
+    for (i, side) in qps.iter_mut().enumerate() {
+        for qpn in side.iter_mut() {
             let srq = (i == 1).then_some(srq);
             let init = QpInitAttr {
                 qp_type: QpType::Rc,
@@ -173,12 +173,12 @@ fn srq_feeds_two_qps_and_raises_its_limit_event() {
                 cap: QpCap::default(),
                 sq_sig_all: true,
             };
-            qps[i][q] = eps[i].create_qp(init).unwrap();
+            *qpn = eps[i].create_qp(init).unwrap();
         }
     }
-    for q in 0..2 {
-        bring_up(&mut eps[0], qps[0][q], addrs[1], qps[1][q], 100, 200, &cfg);
-        bring_up(&mut eps[1], qps[1][q], addrs[0], qps[0][q], 200, 100, &cfg);
+    for (&qa, &qb) in qps[0].iter().zip(&qps[1]) {
+        bring_up(&mut eps[0], qa, addrs[1], qb, 100, 200, &cfg);
+        bring_up(&mut eps[1], qb, addrs[0], qa, 200, 100, &cfg);
     }
     for i in 0..4u64 {
         let sg = vec![Sge { addr: 0x10000 + i * 1024, length: 1024, lkey: keys[1] }];

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(roce_v2 roce_v1 ib_packet transport_packet flow_control capture_frame)
+[ ${#targets[@]} -gt 0 ] || targets=(roce_v2 roce_v1 ib_packet transport_packet flow_control capture_frame responder)
 command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz is not installed: cargo install cargo-fuzz" >&2; exit 1; }
 export RUSTC_BOOTSTRAP=1
 python3 - <<'PY'
@@ -21,7 +21,9 @@ hand = json.load(open("tests/fixtures/handmade.json"))
 for i, v in enumerate(vec):
     b = bytes.fromhex(v["l3_packet_hex"])
     seed("roce_v2", f"golden{i}", b)
-    seed("transport_packet", f"golden{i}", b[20 if b[0] >> 4 == 4 else 40:][8:])
+    t = b[20 if b[0] >> 4 == 4 else 40:][8:]
+    seed("transport_packet", f"golden{i}", t)
+    seed("responder", f"golden{i}", len(t).to_bytes(2, "big") + t)
     seed("capture_frame", f"golden{i}", bytes([1]) + bytes(12) + (b"\x08\x00" if b[0] >> 4 == 4 else b"\x86\xdd") + b)
 for i, p in enumerate(hand["packets"]):
     b = bytes.fromhex(p["hex"])

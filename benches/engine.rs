@@ -18,11 +18,18 @@ fn setup(op: &str) -> (Sim, u64) {
         let (wr_op, len) = match op {
             "write_4k" => (SendOp::RdmaWrite { remote_addr: b.va + (i % 256) * 4096, rkey: b.rkey }, 4096),
             _ => {
-                sim.ep(b.ep).post_recv(b.qpn, RecvWr { wr_id: i, sg_list: vec![Sge { addr: b.va, length: 64, lkey: b.lkey }] }).unwrap();
+                sim.ep(b.ep)
+                    .post_recv(b.qpn, RecvWr { wr_id: i, sg_list: vec![Sge { addr: b.va, length: 64, lkey: b.lkey }] })
+                    .unwrap();
                 (SendOp::Send, 8)
             }
         };
-        sim.ep(a.ep).post_send(a.qpn, SendWr::new(i, wr_op, vec![Sge { addr: a.va + (i % 256) * 4096, length: len, lkey: a.lkey }])).unwrap();
+        sim.ep(a.ep)
+            .post_send(
+                a.qpn,
+                SendWr::new(i, wr_op, vec![Sge { addr: a.va + (i % 256) * 4096, length: len, lkey: a.lkey }]),
+            )
+            .unwrap();
     }
     (sim, MESSAGES)
 }

@@ -24,17 +24,11 @@ use rdma_wire::{NakCode, Operation, Psn, Syndrome, TransportPacket};
 
 impl Qp {
     fn completion_for(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
-        WorkCompletion {
-            wr_id: w.wr.wr_id,
-            status,
-            opcode: w.wr.op.wc_opcode(),
-            qp_num: self.num,
-            byte_len: if status == WcStatus::Success { w.wr.length() as u32 } else { 0 },
-            imm_data: None,
-            invalidated_rkey: None,
-            src_qp: 0,
-            wc_flags: 0,
+        let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.num);
+        if status == WcStatus::Success {
+            wc.byte_len = w.wr.length() as u32;
         }
+        wc
     }
 
     /// Completes the WQE at the front of the send queue successfully.
@@ -74,20 +68,8 @@ impl Qp {
         self.req.rnr_until = None;
         if self.init.srq.is_none() {
             while let Some(r) = self.rq.pop_front() {
-                cqs.push(
-                    self.init.recv_cq,
-                    WorkCompletion {
-                        wr_id: r.wr_id,
-                        status: WcStatus::WrFlushErr,
-                        opcode: crate::wr::WcOpcode::Recv,
-                        qp_num: self.num,
-                        byte_len: 0,
-                        imm_data: None,
-                        invalidated_rkey: None,
-                        src_qp: 0,
-                        wc_flags: 0,
-                    },
-                );
+                let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, crate::wr::WcOpcode::Recv, self.num);
+                cqs.push(self.init.recv_cq, wc);
             }
         }
         self.resp.abandon_message();

@@ -116,17 +116,7 @@ enum Fail {
 
 impl Qp {
     fn recv_completion(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            qp_num: self.num,
-            byte_len,
-            imm_data: None,
-            invalidated_rkey: None,
-            src_qp: 0,
-            wc_flags: 0,
-        }
+        WorkCompletion { byte_len, ..WorkCompletion::new(wr_id, status, opcode, self.num) }
     }
 
     /// Takes a receive WQE from the QP's receive queue or its SRQ.

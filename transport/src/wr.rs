@@ -172,3 +172,20 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     pub wc_flags: u32,
 }
+
+impl WorkCompletion {
+    /// A completion with no byte count, immediate data, source QP or flags.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            qp_num,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            src_qp: 0,
+            wc_flags: 0,
+        }
+    }
+}

@@ -1,14 +1,13 @@
 //! Scenario tests: two endpoints on the simulated link, one behaviour
 //! each, asserting the exact completions, data and counters.
 
+mod common;
+
+use common::*;
 use core::time::Duration;
 use rdma_transport::sim::{connect, LinkConfig, PairConfig, Side, Sim, Verdict};
 use rdma_transport::*;
 use rdma_wire::{Opcode, RoceV2Packet};
-
-fn sge(s: &Side, offset: u64, len: u32) -> Vec<Sge> {
-    vec![Sge { addr: s.va + offset, length: len, lkey: s.lkey }]
-}
 
 fn recv(sim: &mut Sim, s: &Side, wr_id: u64, offset: u64, len: u32) {
     sim.ep(s.ep).post_recv(s.qpn, RecvWr { wr_id, sg_list: sge(s, offset, len) }).unwrap();
@@ -18,24 +17,8 @@ fn post(sim: &mut Sim, s: &Side, wr_id: u64, op: SendOp, offset: u64, len: u32) 
     sim.ep(s.ep).post_send(s.qpn, SendWr::new(wr_id, op, sge(s, offset, len))).unwrap();
 }
 
-fn fill(s: &Side, offset: usize, len: usize, seed: u8) -> Vec<u8> {
-    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
-    s.mem.write(offset, &data);
-    data
-}
-
-fn read(s: &Side, offset: usize, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    s.mem.read(offset, &mut v);
-    v
-}
-
 fn completions(sim: &mut Sim, s: &Side, cq: CqId) -> Vec<WorkCompletion> {
     sim.ep(s.ep).poll_cq(cq, usize::MAX)
-}
-
-fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
-    wcs.iter().map(|w| (w.wr_id, w.status)).collect()
 }
 
 fn pair(seed: u64) -> (Sim, Side, Side) {
@@ -46,14 +29,6 @@ fn pair_with(seed: u64, link: LinkConfig, cfg: PairConfig) -> (Sim, Side, Side) 
     let mut sim = Sim::new(seed, link);
     let (a, b) = connect(&mut sim, cfg);
     (sim, a, b)
-}
-
-fn opcode_of(p: &[u8]) -> Opcode {
-    RoceV2Packet::new_checked(p).unwrap().transport().bth().opcode()
-}
-
-fn psn_of(p: &[u8]) -> u32 {
-    RoceV2Packet::new_checked(p).unwrap().transport().bth().psn().value()
 }
 
 const LIMIT: Duration = Duration::from_secs(10);

@@ -1,6 +1,9 @@
 //! UC, UD, SRQ, the QP state machine, and the RC corner cases: PSN wrap,
 //! ghost ACKs, duplicated, reordered and corrupted packets.
 
+mod common;
+
+use common::*;
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_transport::sim::{bring_up, connect, LinkConfig, PairConfig, Side, Sim, Verdict};
@@ -8,30 +11,6 @@ use rdma_transport::*;
 use rdma_wire::{Opcode, RoceV2Packet};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn sge(s: &Side, offset: u64, len: u32) -> Vec<Sge> {
-    vec![Sge { addr: s.va + offset, length: len, lkey: s.lkey }]
-}
-
-fn fill(s: &Side, offset: usize, len: usize, seed: u8) -> Vec<u8> {
-    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect();
-    s.mem.write(offset, &data);
-    data
-}
-
-fn read(s: &Side, offset: usize, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    s.mem.read(offset, &mut v);
-    v
-}
-
-fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
-    wcs.iter().map(|w| (w.wr_id, w.status)).collect()
-}
-
-fn opcode_of(p: &[u8]) -> Opcode {
-    RoceV2Packet::new_checked(p).unwrap().transport().bth().opcode()
-}
 
 #[test]
 fn uc_send_and_write_complete_without_acks() {

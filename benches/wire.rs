@@ -12,18 +12,7 @@ use rdma_wire::*;
 use std::hint::black_box;
 
 fn write_packet(payload: usize) -> (RoceV2Repr, Vec<u8>) {
-    let mut t = TransportRepr::new(BthRepr {
-        opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: 0x11,
-        ack_req: false,
-        psn: Psn::new(1000),
-    });
+    let mut t = TransportRepr::new(BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(1000)));
     t.reth = None;
     let repr = RoceV2Repr {
         ip: IpRepr::V4(Ipv4Repr {

@@ -493,16 +493,8 @@ impl Qp {
         let resp = self.resp.out.front_mut()?;
         let mtu = u64::from(self.params.mtu.bytes());
         let mut bth = BthRepr {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
             pkey: self.params.pkey,
-            fecn: false,
-            becn: false,
-            dest_qp: self.params.dest_qp,
-            ack_req: false,
-            psn: Psn::new(0),
+            ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.params.dest_qp, Psn::new(0))
         };
         let ack = |syndrome, msn| Some(AethRepr { syndrome, msn });
         let (tr, payload_src, done) = match resp {

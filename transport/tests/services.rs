@@ -302,18 +302,11 @@ fn psn_wraps_through_zero() {
 fn ghost_acks_are_ignored() {
     let (mut sim, a, b) = rc_pair(7, LinkConfig::default(), PairConfig::default());
     // An ACK from B for a PSN A never sent, built by hand.
-    let mut ghost = rdma_wire::TransportRepr::new(rdma_wire::BthRepr {
-        opcode: Opcode::RC_ACKNOWLEDGE,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: a.qpn,
-        ack_req: false,
-        psn: rdma_wire::Psn::new(0x5000),
-    });
+    let mut ghost = rdma_wire::TransportRepr::new(rdma_wire::BthRepr::new(
+        Opcode::RC_ACKNOWLEDGE,
+        a.qpn,
+        rdma_wire::Psn::new(0x5000),
+    ));
     ghost.aeth = Some(rdma_wire::AethRepr { syndrome: rdma_wire::Syndrome::ACK_UNLIMITED, msn: 9 });
     let framer = rdma_transport::framing::Framer { local: IpAddr::from([127, 0, 0, 2]) };
     let mut buf = vec![0u8; 128];

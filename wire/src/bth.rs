@@ -106,6 +106,22 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH with the default P_Key (0xFFFF) and every flag clear.
+    pub const fn new(opcode: Opcode, dest_qp: u32, psn: Psn) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
     /// Reads a BTH. The transport header version must be 0 (IBTA 9.2.4).
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<BthRepr> {
         if bth.tver() != 0 {

@@ -21,16 +21,9 @@ impl CnpRepr {
     /// AckReq, reserved bytes zero.
     pub fn to_transport(&self) -> TransportRepr {
         TransportRepr::new(BthRepr {
-            opcode: Opcode::CNP,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
             pkey: self.pkey,
-            fecn: false,
             becn: true,
-            dest_qp: self.dest_qp,
-            ack_req: false,
-            psn: Psn::new(0),
+            ..BthRepr::new(Opcode::CNP, self.dest_qp, Psn::new(0))
         })
     }
 

@@ -14,10 +14,7 @@
 //! use rdma_wire::*;
 //!
 //! // An RC ACK for PSN 42 of QP 0x11, as kernel Soft-RoCE would send it.
-//! let mut ack = TransportRepr::new(BthRepr {
-//!     opcode: Opcode::RC_ACKNOWLEDGE, solicited: false, mig_req: false, pad_count: 0,
-//!     pkey: 0xffff, fecn: false, becn: false, dest_qp: 0x11, ack_req: false, psn: Psn::new(42),
-//! });
+//! let mut ack = TransportRepr::new(BthRepr::new(Opcode::RC_ACKNOWLEDGE, 0x11, Psn::new(42)));
 //! ack.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: 3 });
 //! let repr = RoceV2Repr {
 //!     ip: IpRepr::V4(Ipv4Repr {

@@ -316,7 +316,7 @@ impl Qp {
     }
 
     /// The local ACK timer fired.
-    pub(crate) fn handle_ack_timeout(&mut self, now: Instant, cqs: &mut CqTable, stats: &mut Stats) {
+    pub(crate) fn handle_ack_timeout(&mut self, cqs: &mut CqTable, stats: &mut Stats) {
         self.req.rto_deadline = None;
         if !self.req.outstanding() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return;
@@ -330,6 +330,5 @@ impl Qp {
         );
         let from = self.req.comp_psn;
         self.retry_or_fail(from, cqs, stats);
-        let _ = now;
     }
 }

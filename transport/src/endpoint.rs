@@ -19,7 +19,7 @@ use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
 use crate::requester::{ReqOutcome, SendWqe};
 use crate::responder::RespCtx;
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use rdma_wire::{Operation, RoceV2Packet, Transport};
 use std::collections::{BTreeMap, VecDeque};
@@ -119,14 +119,22 @@ pub struct SrqTable {
 }
 
 impl SrqTable {
-    pub(crate) fn take(&mut self, id: SrqId) -> Option<RecvWr> {
+    /// Puts back a WQE taken for a message that was then abandoned.
+    pub(crate) fn give_back(&mut self, id: SrqId, wr: RecvWr) {
+        if let Some(srq) = self.srqs.get_mut(id.0) {
+            srq.queue.push_front(wr);
+        }
+    }
+
+    /// The next receive WQE and the PD its buffers belong to.
+    pub(crate) fn take(&mut self, id: SrqId) -> Option<(RecvWr, Pd)> {
         let srq = self.srqs.get_mut(id.0)?;
         let r = srq.queue.pop_front()?;
         if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
             srq.limit = 0; // the event disarms itself, as in ibv_modify_srq(3)
             self.limit_events.push_back(id);
         }
-        Some(r)
+        Some((r, srq.pd))
     }
 }
 
@@ -243,7 +251,6 @@ impl Endpoint {
         if s.queue.len() as u32 >= s.max_wr {
             return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
         }
-        let _ = s.pd;
         s.queue.push_back(wr);
         Ok(())
     }
@@ -496,25 +503,11 @@ impl Endpoint {
         for (&qpn, qp) in self.qps.iter_mut() {
             if qp.req.rto_deadline.is_some_and(|t| t <= now) {
                 let was_error = qp.state == QpState::Err;
-                qp.handle_ack_timeout(now, &mut self.cqs, &mut self.stats);
+                qp.handle_ack_timeout(&mut self.cqs, &mut self.stats);
                 if !was_error && qp.state == QpState::Err {
                     self.events.push_back(AsyncEvent::QpFatal(qpn));
                 }
             }
         }
     }
-}
-
-/// A receive completion's opcode for a request opcode (for drivers and tests).
-pub fn recv_opcode(imm_write: bool) -> WcOpcode {
-    if imm_write {
-        WcOpcode::RecvRdmaWithImm
-    } else {
-        WcOpcode::Recv
-    }
-}
-
-/// Whether a status is an error other than a flush.
-pub fn is_hard_error(s: WcStatus) -> bool {
-    !matches!(s, WcStatus::Success | WcStatus::WrFlushErr)
 }

@@ -59,7 +59,9 @@ impl Framer {
         };
         let repr =
             RoceV2Repr { ip, udp: UdpRepr { src_port, dst_port: ROCE_V2_PORT, checksum: 0 }, transport: *transport };
-        let at = repr.payload_offset().expect("the engine builds consistent headers");
+        // The opcode table gives the offset; emit_in_place checks the headers once.
+        let ext = transport.bth.opcode.info().map_or(0, |i| i.ext_len());
+        let at = repr.ip.header_len() + 8 + 12 + ext;
         fill(&mut buf[at..at + payload_len])?;
         Ok(repr.emit_in_place(buf, payload_len).expect("the engine sizes its buffers"))
     }

@@ -19,7 +19,7 @@
 
 use crate::endpoint::{CqTable, Drop, SrqTable, Stats};
 use crate::framing::{scatter, sge_len, Framer};
-use crate::memory::{Access, MemoryTable};
+use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
@@ -35,8 +35,18 @@ const ATOMIC_REPLAY_DEPTH: usize = 64;
 /// A message being received over several packets.
 #[derive(Debug, Clone)]
 enum InMessage {
-    Send { recv: RecvWr, offset: u64 },
-    Write { rkey: u32, va: u64, remaining: u64, total: u64 },
+    /// A SEND being received into `recv`, whose buffers belong to `pd`.
+    Send {
+        recv: RecvWr,
+        pd: Pd,
+        offset: u64,
+    },
+    Write {
+        rkey: u32,
+        va: u64,
+        remaining: u64,
+        total: u64,
+    },
 }
 
 /// One answer waiting to go out.
@@ -119,11 +129,12 @@ impl Qp {
         WorkCompletion { byte_len, ..WorkCompletion::new(wr_id, status, opcode, self.num) }
     }
 
-    /// Takes a receive WQE from the QP's receive queue or its SRQ.
-    fn take_recv(&mut self, ctx: &mut RespCtx<'_>) -> Option<RecvWr> {
+    /// Takes a receive WQE from the QP's receive queue or its SRQ, with
+    /// the PD its buffers are checked against (the SRQ's, for an SRQ).
+    fn take_recv(&mut self, ctx: &mut RespCtx<'_>) -> Option<(RecvWr, Pd)> {
         match self.init.srq {
             Some(srq) => ctx.srqs.take(srq),
-            None => self.rq.pop_front(),
+            None => self.rq.pop_front().map(|r| (r, self.init.pd)),
         }
     }
 
@@ -252,10 +263,10 @@ impl Qp {
         match info.operation {
             Operation::Send => {
                 // 3. check_resources
-                let (recv, offset) = match self.resp.cur.take() {
-                    Some(InMessage::Send { recv, offset }) => (recv, offset),
+                let (recv, pd, offset) = match self.resp.cur.take() {
+                    Some(InMessage::Send { recv, pd, offset }) => (recv, pd, offset),
                     _ => match self.take_recv(ctx) {
-                        Some(r) => (r, 0),
+                        Some((r, pd)) => (r, pd, 0),
                         None => return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) }),
                     },
                 };
@@ -266,7 +277,7 @@ impl Qp {
                     return Err(Fail::Nak(NakCode::InvalidRequest, Drop::ReceiveTooSmall));
                 }
                 // 6. execute
-                if scatter(ctx.mrs, self.init.pd, &recv.sg_list, offset, payload).is_err() {
+                if scatter(ctx.mrs, pd, &recv.sg_list, offset, payload).is_err() {
                     let wc = self.recv_completion(recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
                     ctx.cqs.push(self.init.recv_cq, wc);
                     return Err(Fail::Nak(NakCode::RemoteOperationalError, Drop::ReceiveBufferFault));
@@ -284,7 +295,7 @@ impl Qp {
                     ctx.cqs.push(self.init.recv_cq, wc);
                     self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 } else {
-                    self.resp.cur = Some(InMessage::Send { recv, offset: end });
+                    self.resp.cur = Some(InMessage::Send { recv, pd, offset: end });
                 }
             }
             Operation::RdmaWrite => {
@@ -307,7 +318,7 @@ impl Qp {
                 // A WRITE with immediate consumes a receive WQE at its last packet.
                 let recv = if info.has_immediate() {
                     match self.take_recv(ctx) {
-                        Some(r) => Some(r),
+                        Some((r, _)) => Some(r),
                         None => {
                             self.resp.cur = Some(InMessage::Write { rkey, va, remaining, total });
                             return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) });
@@ -425,7 +436,10 @@ impl Qp {
         if psn != self.resp.epsn {
             ctx.stats.drop(Drop::PsnOutOfSequence, self.num);
             if let Some(InMessage::Send { recv, .. }) = self.resp.cur.take() {
-                self.rq.push_front(recv);
+                match self.init.srq {
+                    Some(srq) => ctx.srqs.give_back(srq, recv),
+                    None => self.rq.push_front(recv),
+                }
             }
             self.resp.uc_resync = true;
         }
@@ -454,7 +468,7 @@ impl Qp {
             ctx.stats.drop(Drop::QkeyMismatch, self.num);
             return;
         }
-        let Some(recv) = self.take_recv(ctx) else {
+        let Some((recv, pd)) = self.take_recv(ctx) else {
             ctx.stats.drop(Drop::NoReceiveWqe, self.num);
             return;
         };
@@ -469,8 +483,8 @@ impl Qp {
         let mut grh = [0u8; 40];
         let ip = ctx.ip_header;
         grh[40 - ip.len().min(40)..].copy_from_slice(&ip[..ip.len().min(40)]);
-        let ok = scatter(ctx.mrs, self.init.pd, &recv.sg_list, 0, &grh).is_ok()
-            && scatter(ctx.mrs, self.init.pd, &recv.sg_list, 40, payload).is_ok();
+        let ok = scatter(ctx.mrs, pd, &recv.sg_list, 0, &grh).is_ok()
+            && scatter(ctx.mrs, pd, &recv.sg_list, 40, payload).is_ok();
         let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
         let mut wc = self.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
         wc.src_qp = deth.src_qp();

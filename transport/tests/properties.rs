@@ -204,7 +204,6 @@ fn run(seed: u64) -> Result<Outcome, String> {
         let i = if op.from_a { 0 } else { 1 };
         wcs[i].iter().any(|w| w.wr_id == op.slot && w.status == WcStatus::Success)
     };
-    let mut atomics_done = 0;
     for op in c.ops.iter().filter(|o| ok(o)) {
         let (me, peer) = side(op.from_a);
         let data = pattern(seed, op);
@@ -235,7 +234,6 @@ fn run(seed: u64) -> Result<Outcome, String> {
                 }
             }
             Kind::FetchAdd(add) => {
-                atomics_done += 1;
                 me.mem.read(local_off(op) as usize, &mut buf);
                 let mut v = [0u8; 8];
                 peer.mem.read(remote_off(op) as usize, &mut v);
@@ -248,7 +246,6 @@ fn run(seed: u64) -> Result<Outcome, String> {
                 }
             }
             Kind::CompareSwap => {
-                atomics_done += 1;
                 me.mem.read(local_off(op) as usize, &mut buf);
                 let mut v = [0u8; 8];
                 peer.mem.read(remote_off(op) as usize, &mut v);
@@ -258,7 +255,6 @@ fn run(seed: u64) -> Result<Outcome, String> {
             }
         }
     }
-    let _ = atomics_done;
     Ok(if exhausted { Outcome::RetryExhausted } else { Outcome::Clean })
 }
 

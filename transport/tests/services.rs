@@ -134,11 +134,14 @@ fn srq_feeds_two_qps_and_raises_its_limit_event() {
     let pds = [eps[0].alloc_pd(), eps[1].alloc_pd()];
     let cqs = [eps[0].create_cq(64), eps[1].create_cq(64)];
     let mems = [RegionMemory::zeroed(65536), RegionMemory::zeroed(65536)];
+    // The SRQ and its buffers live in a PD of their own: receives from an
+    // SRQ are checked against the SRQ's PD, not the receiving QP's.
+    let srq_pd = eps[1].alloc_pd();
     let keys = [
         eps[0].reg_mr(pds[0], 0x10000, mems[0].clone(), Access::ALL).0,
-        eps[1].reg_mr(pds[1], 0x10000, mems[1].clone(), Access::ALL).0,
+        eps[1].reg_mr(srq_pd, 0x10000, mems[1].clone(), Access::ALL).0,
     ];
-    let srq = eps[1].create_srq(pds[1], 16, 0);
+    let srq = eps[1].create_srq(srq_pd, 16, 0);
     let mut qps = [[0u32; 2]; 2];
     for (i, side) in qps.iter_mut().enumerate() {
         for qpn in side.iter_mut() {
@@ -175,11 +178,12 @@ fn srq_feeds_two_qps_and_raises_its_limit_event() {
     sim.run_idle(LIMIT);
     let got = sim.ep(e1).poll_cq(cqs[1], 10);
     assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
+    assert_eq!(&mems[1].to_vec()[..27], b"hello from QP zero, and one");
     assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [100, 101, 102], "taken from the SRQ in order");
     assert_eq!(got.iter().filter(|w| w.qp_num == qps[1][1]).count(), 1, "by both QPs");
     assert_eq!(sim.ep(e1).poll_event(), Some(AsyncEvent::SrqLimitReached(srq)), "fewer than 2 left");
     assert_eq!(sim.ep(e1).poll_event(), None, "the event fires once");
-    let _ = e1;
 }
 
 #[test]

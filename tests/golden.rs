@@ -271,3 +271,36 @@ fn flow_control_packets_match_the_independent_implementation() {
         assert_eq!(&out[..], &bytes[..]);
     }
 }
+
+/// A receiver behind a UDP socket sees every IPv4 packet with Identification
+/// 0; on every kernel Soft-RoCE packet (nonzero, varying Identifications),
+/// the value solved from the ICRC is the one that was sent.
+#[test]
+fn the_ipv4_identification_of_every_captured_packet_is_recovered_from_the_icrc() {
+    let mut recovery = IdentRecovery::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(fixture("golden/pcaps")).unwrap() {
+        let path = entry.unwrap().path();
+        for f in Capture::open(&path).unwrap().map(|f| f.unwrap()) {
+            let Decoded::RoceV2(p) = decode(f.linktype, &f.data) else { continue };
+            let Some(ip) = p.ipv4() else { continue };
+            let sent = ip.ident();
+            let mut seen = p.as_bytes().to_vec();
+            seen[4..6].copy_from_slice(&[0, 0]);
+            Ipv4::new_checked(&mut seen[..20]).unwrap().fill_checksum();
+            let seen_packet = RoceV2Packet::new_checked(&seen[..]).unwrap();
+            let (computed, carried) = (seen_packet.computed_icrc(), seen_packet.transport().icrc());
+            assert_eq!(
+                recovery.recover(seen.len(), computed, carried),
+                Some(sent),
+                "{}: frame {}",
+                path.display(),
+                f.number
+            );
+            if sent != 0 {
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 3000, "only {checked} packets with a nonzero Identification");
+}

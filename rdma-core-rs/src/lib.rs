@@ -1,4 +1,72 @@
-//! The verbs API (devices, PDs, MRs, CQs, QPs) in the shape of libibverbs.
+//! The verbs API of the software RoCE v2 stack: the libibverbs object model
+//! and names, over the transport engine of `rdma-transport`, with packets on
+//! real UDP sockets (port 4791) that kernel Soft-RoCE and RoCE NICs accept.
 //!
-//! This crate is a placeholder until the verbs issue lands; it exists so that
-//! the workspace layout is the final one from the start.
+//! | libibverbs | here |
+//! |---|---|
+//! | `rdma link add rxe0 type rxe netdev eth0` | [`Device::new`]`("rxe0", addr)` |
+//! | `ibv_get_device_list`, `ibv_open_device` | [`devices`], [`Device::open`] → [`Context`] |
+//! | `ibv_query_gid` | [`Context::query_gid`] (index 0: the RoCE v2 GID of the address) |
+//! | `ibv_alloc_pd` | [`Context::alloc_pd`] → [`ProtectionDomain`] |
+//! | `ibv_reg_mr` | [`ProtectionDomain::reg_mr`], [`ProtectionDomain::reg_mr_raw`] (unsafe) → [`MemoryRegion`] |
+//! | `ibv_create_cq`, `ibv_poll_cq` | [`Context::create_cq`] → [`CompletionQueue::poll`], [`CompletionQueue::wait`], [`CompletionQueue::wait_async`] |
+//! | `ibv_create_comp_channel`, `ibv_req_notify_cq`, `ibv_get_cq_event` | [`Context::create_comp_channel`], [`CompletionQueue::req_notify`], [`CompChannel::get_cq_event`] |
+//! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`ProtectionDomain::create_qp`], [`QueuePair::modify`], [`QueuePair::query`] |
+//! | `ibv_post_send`, `ibv_post_recv` | [`QueuePair::post_send`], [`QueuePair::post_recv`] |
+//! | `ibv_create_srq`, `ibv_post_srq_recv` | [`ProtectionDomain::create_srq`], [`SharedReceiveQueue::post_recv`] |
+//! | `ibv_create_ah` | [`ProtectionDomain::create_ah`] → [`AddressHandle::ud_dest`] |
+//! | `ibv_get_async_event` | [`Context::get_async_event`] |
+//!
+//! Work requests, completions, attributes and status codes are the
+//! engine's types, re-exported here with libibverbs' names and values
+//! ([`SendWr`], [`RecvWr`], [`Sge`], [`WorkCompletion`], [`WcStatus`], ...).
+//!
+//! # Soundness: who may touch registered memory
+//!
+//! A peer can write a registered region at any moment (an RDMA WRITE, a
+//! READ response, a received SEND), so no safe call hands out a `&[u8]` or
+//! `&mut [u8]` into it while the engine could write:
+//!
+//! - [`ProtectionDomain::reg_mr`] regions are owned by the library. Their
+//!   bytes are reached by copying ([`MemoryRegion::read`],
+//!   [`MemoryRegion::write`]) or through [`MemoryRegion::lock`], whose guard
+//!   keeps the engine out until it is dropped.
+//! - [`ProtectionDomain::reg_mr_raw`] registers the caller's memory in
+//!   place and is `unsafe`: the caller promises that the memory outlives
+//!   the region and is not touched except through those same accessors.
+//! - Posting is safe: a work request names memory by key and address, and
+//!   every access is checked against the region's bounds, protection domain
+//!   and access flags, by the engine, under the region's lock.
+//!
+//! # Progress
+//!
+//! There is no NIC: the engine runs inside the application's calls (posts
+//! send at once; polls and waits receive and fire timers). Blocking waits
+//! sleep on the socket. [`Progress::Thread`] adds a background thread that
+//! answers peers while the application does something else; in
+//! [`Progress::Manual`] mode (the default), a passive side calls
+//! [`Context::progress`] or a wait in its loops.
+
+mod connect;
+mod context;
+mod cq;
+mod device;
+mod error;
+pub mod faults;
+mod pd;
+mod qp;
+pub mod udp;
+
+pub use connect::{ConnectOptions, PeerInfo};
+pub use context::Context;
+pub use cq::{CompChannel, CompletionQueue};
+pub use device::{devices, Device, DeviceConfig, Gid, Progress};
+pub use error::{Error, Result};
+pub use faults::FaultConfig;
+pub use pd::{MemoryRegion, ProtectionDomain};
+pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use rdma_transport::qp::QpParams;
+pub use rdma_transport::{
+    wc_flags, Access, AddressVector, AsyncEvent, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr, Sge,
+    Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+};

@@ -21,7 +21,7 @@ use crate::responder::RespCtx;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
-use rdma_wire::{Operation, RoceV2Packet, Transport};
+use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Why the endpoint dropped a packet. Each reason has its own counter.
@@ -66,6 +66,11 @@ pub struct Stats {
     pub duplicates: u64,
     pub cnps_received: u64,
     pub ecn_ce_received: u64,
+    /// IPv4 packets whose ICRC checked out only with a recovered
+    /// Identification (see [`Endpoint::set_ipv4_ident_unknown`]).
+    pub ipv4_ident_recovered: u64,
+    /// Work completions delivered to completion queues.
+    pub completions: u64,
     pub cq_overruns: u64,
     pub drops: BTreeMap<Drop, u64>,
 }
@@ -87,12 +92,16 @@ impl Stats {
 pub struct CqTable {
     cqs: Vec<(usize, VecDeque<WorkCompletion>)>,
     overruns: u64,
+    delivered: u64,
 }
 
 impl CqTable {
     pub(crate) fn push(&mut self, cq: CqId, wc: WorkCompletion) {
         match self.cqs.get_mut(cq.0) {
-            Some((depth, q)) if q.len() < *depth => q.push_back(wc),
+            Some((depth, q)) if q.len() < *depth => {
+                q.push_back(wc);
+                self.delivered += 1;
+            }
             _ => {
                 self.overruns += 1;
                 tracing::warn!(cq = cq.0, wr_id = wc.wr_id, "completion queue overrun: completion lost");
@@ -175,6 +184,7 @@ pub struct Endpoint {
     /// Round-robin cursor over QPs for transmission.
     rr: u32,
     events: VecDeque<AsyncEvent>,
+    ident_recovery: Option<IdentRecovery>,
 }
 
 impl Endpoint {
@@ -191,7 +201,27 @@ impl Endpoint {
             stats: Stats::default(),
             rr: 0,
             events: VecDeque::new(),
+            ident_recovery: None,
         }
+    }
+
+    /// Tells the endpoint that the IPv4 Identification of received packets
+    /// is unknown (a UDP socket does not show it) and that handle_packet
+    /// gets it as 0: the ICRC check then solves for the value instead.
+    pub fn set_ipv4_ident_unknown(&mut self, unknown: bool) {
+        self.ident_recovery = unknown.then(IdentRecovery::new);
+    }
+
+    /// The UDP source port a QP sends from (rxe's hash of the QPN by default).
+    pub fn qp_src_port(&self, qpn: u32) -> Result<u16, VerbsError> {
+        Ok(self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.src_port)
+    }
+
+    /// Changes a QP's UDP source port, for a driver that could not bind the
+    /// default one. The ICRC covers the port, so the driver must send from it.
+    pub fn set_qp_src_port(&mut self, qpn: u32, port: u16) -> Result<(), VerbsError> {
+        self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.src_port = port;
+        Ok(())
     }
 
     pub fn local_addr(&self) -> IpAddr {
@@ -201,6 +231,7 @@ impl Endpoint {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         s.cq_overruns = self.cqs.overruns;
+        s.completions = self.cqs.delivered;
         s
     }
 
@@ -230,9 +261,23 @@ impl Endpoint {
 
     /// Takes up to `max` completions, oldest first.
     pub fn poll_cq(&mut self, cq: CqId, max: usize) -> Vec<WorkCompletion> {
-        let Some((_, q)) = self.cqs.cqs.get_mut(cq.0) else { return Vec::new() };
+        let mut out = Vec::new();
+        self.poll_cq_into(cq, max, &mut out);
+        out
+    }
+
+    /// Appends up to `max` completions, oldest first, to `out` (no
+    /// allocation once `out` has room); returns how many.
+    pub fn poll_cq_into(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let Some((_, q)) = self.cqs.cqs.get_mut(cq.0) else { return 0 };
         let n = max.min(q.len());
-        q.drain(..n).collect()
+        out.extend(q.drain(..n));
+        n
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.cqs.cqs.get(cq.0).map_or(0, |(_, q)| q.len())
     }
 
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
@@ -392,9 +437,19 @@ impl Endpoint {
                 return;
             }
         };
-        if !p.icrc_ok() {
-            self.stats.drop(Drop::IcrcMismatch, 0);
-            return;
+        let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
+        if computed != carried {
+            // Behind a UDP socket the IPv4 Identification is unknown (taken
+            // as 0): solve for it rather than skip the check (see rdma_wire::ident).
+            let recovered = match (&mut self.ident_recovery, p.ipv4()) {
+                (Some(r), Some(_)) => r.recover(l3.len(), computed, carried).is_some(),
+                _ => false,
+            };
+            if !recovered {
+                self.stats.drop(Drop::IcrcMismatch, 0);
+                return;
+            }
+            self.stats.ipv4_ident_recovered += 1;
         }
         let (src, ecn, ip_len) = match (p.ipv4(), p.ipv6()) {
             (Some(h), _) => (IpAddr::V4(h.src()), h.ecn(), 20),

@@ -29,7 +29,7 @@ pub mod wr;
 
 pub use endpoint::{AsyncEvent, Drop, Endpoint, Stats, Transmit, MAX_PACKET};
 pub use error::VerbsError;
-pub use memory::{Access, Pd, RegionMemory};
+pub use memory::{Access, Pd, RegionGuard, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
 pub use time::Instant;
 pub use wr::{wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

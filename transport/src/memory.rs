@@ -41,28 +41,103 @@ impl core::ops::BitOr for Access {
 pub struct Pd(pub u32);
 
 /// The bytes of a memory region, shared between the application and the
-/// engine. Every access copies under a lock.
+/// engine. Every access copies under a lock, so no safe caller ever holds a
+/// reference into bytes the engine may write.
 #[derive(Debug, Clone)]
-pub struct RegionMemory(Arc<Mutex<Box<[u8]>>>);
+pub struct RegionMemory(Arc<Bytes>);
+
+#[derive(Debug)]
+enum Bytes {
+    /// Owned by the region.
+    Owned(Mutex<Box<[u8]>>),
+    /// The caller's memory, registered with [`RegionMemory::from_raw`].
+    Raw { ptr: *mut u8, len: usize, lock: Mutex<()> },
+}
+
+// SAFETY: `Raw` memory is only touched under its lock, and the caller of
+// `from_raw` promised it stays valid and is not used through other paths
+// while registered.
+unsafe impl Send for Bytes {}
+unsafe impl Sync for Bytes {}
+
+/// Exclusive access to a region's bytes for as long as it lives.
+pub struct RegionGuard<'a> {
+    _lock: Option<MutexGuard<'a, ()>>,
+    owned: Option<MutexGuard<'a, Box<[u8]>>>,
+    raw: (*mut u8, usize),
+}
+
+impl core::ops::Deref for RegionGuard<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.owned {
+            Some(g) => g,
+            // SAFETY: from_raw's contract, and the lock held by this guard.
+            None => unsafe { core::slice::from_raw_parts(self.raw.0, self.raw.1) },
+        }
+    }
+}
+
+impl core::ops::DerefMut for RegionGuard<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.owned {
+            Some(g) => g,
+            // SAFETY: as above; the guard is the only path to the bytes.
+            None => unsafe { core::slice::from_raw_parts_mut(self.raw.0, self.raw.1) },
+        }
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave plain bytes invalid.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl RegionMemory {
     /// `len` zeroed bytes.
     pub fn zeroed(len: usize) -> RegionMemory {
-        RegionMemory(Arc::new(Mutex::new(vec![0u8; len].into_boxed_slice())))
+        RegionMemory::from_vec(vec![0u8; len])
     }
 
     /// Wraps existing bytes.
     pub fn from_vec(v: Vec<u8>) -> RegionMemory {
-        RegionMemory(Arc::new(Mutex::new(v.into_boxed_slice())))
+        RegionMemory(Arc::new(Bytes::Owned(Mutex::new(v.into_boxed_slice()))))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Box<[u8]>> {
-        // A panic while holding the lock cannot leave the bytes invalid.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// Memory the caller owns, used in place.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes for as long as
+    /// any clone of the returned value exists, and must not be read or
+    /// written except through it (the engine writes it whenever a peer's
+    /// WRITE or a READ response arrives).
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> RegionMemory {
+        RegionMemory(Arc::new(Bytes::Raw { ptr, len, lock: Mutex::new(()) }))
+    }
+
+    /// Locks the bytes: neither the engine nor another thread touches them
+    /// until the guard is dropped. Do not drive the engine (poll, post,
+    /// wait) while holding it: the engine would wait for it forever.
+    pub fn lock(&self) -> RegionGuard<'_> {
+        match &*self.0 {
+            Bytes::Owned(m) => RegionGuard { _lock: None, owned: Some(relock(m)), raw: (core::ptr::null_mut(), 0) },
+            Bytes::Raw { ptr, len, lock } => RegionGuard { _lock: Some(relock(lock)), owned: None, raw: (*ptr, *len) },
+        }
+    }
+
+    /// The address of the first byte (what libibverbs would register as `addr`).
+    pub fn base_addr(&self) -> u64 {
+        match &*self.0 {
+            Bytes::Owned(m) => relock(m).as_ptr() as u64,
+            Bytes::Raw { ptr, .. } => *ptr as u64,
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        match &*self.0 {
+            Bytes::Owned(m) => relock(m).len(),
+            Bytes::Raw { len, .. } => *len,
+        }
     }
 
     pub fn is_empty(&self) -> bool {

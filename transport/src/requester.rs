@@ -301,7 +301,9 @@ impl Qp {
             }
         }
         let av = match (&wqe.wr.ud, self.params.av) {
-            (Some(ud), _) if t == QpType::Ud => crate::qp::AddressVector::new(ud.dest),
+            (Some(ud), _) if t == QpType::Ud => {
+                crate::qp::AddressVector { dest: ud.dest, hop_limit: ud.hop_limit, traffic_class: ud.traffic_class }
+            }
             (_, Some(av)) => av,
             _ => return ReqOutcome::LocalError(WcStatus::LocQpOpErr),
         };

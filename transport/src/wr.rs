@@ -15,8 +15,19 @@ pub struct Sge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdDest {
     pub dest: IpAddr,
+    /// IPv4 TTL / IPv6 hop limit of the address handle.
+    pub hop_limit: u8,
+    /// DSCP and ECN bits of the address handle.
+    pub traffic_class: u8,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
+}
+
+impl UdDest {
+    /// A destination with the default hop limit (64) and traffic class (0).
+    pub fn new(dest: IpAddr, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+        UdDest { dest, hop_limit: 64, traffic_class: 0, remote_qpn, remote_qkey }
+    }
 }
 
 /// What a send work request does (`ibv_wr_opcode` with its operands).

@@ -79,7 +79,7 @@ fn ud_pair(seed: u64) -> (Sim, Side, Side) {
 
 fn ud_send(sim: &mut Sim, a: &Side, b: &Side, wr_id: u64, len: u32, qkey: u32) {
     let mut wr = SendWr::new(wr_id, SendOp::SendWithImm { imm: 0x1234 }, sge(a, 0, len));
-    wr.ud = Some(UdDest { dest: IpAddr::from([127, 0, 0, 2]), remote_qpn: b.qpn, remote_qkey: qkey });
+    wr.ud = Some(UdDest::new(IpAddr::from([127, 0, 0, 2]), b.qpn, qkey));
     sim.ep(a.ep).post_send(a.qpn, wr).unwrap();
 }
 
@@ -112,7 +112,7 @@ fn ud_delivers_with_the_grh_area_and_checks_the_qkey() {
     assert_eq!(sim.ep(b.ep).stats().drops_for(Drop::QkeyMismatch), 1);
     // Messages larger than the MTU are refused at post time.
     let mut wr = SendWr::new(9, SendOp::Send, sge(&a, 0, 2000));
-    wr.ud = Some(UdDest { dest: IpAddr::from([127, 0, 0, 2]), remote_qpn: b.qpn, remote_qkey: 0x1111_1111 });
+    wr.ud = Some(UdDest::new(IpAddr::from([127, 0, 0, 2]), b.qpn, 0x1111_1111));
     assert!(matches!(sim.ep(a.ep).post_send(a.qpn, wr), Err(VerbsError::MessageTooLong { len: 2000, max: 1024, .. })));
 }
 

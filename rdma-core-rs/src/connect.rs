@@ -1,0 +1,110 @@
+//! Bringing a QP up (RESET, INIT, RTR, RTS) towards a peer whose QPN, PSN
+//! and GID were exchanged out of band: the sequence every verbs example
+//! writes by hand, with the attributes each QP type requires.
+
+use crate::device::Gid;
+use crate::error::Result;
+use crate::qp::{AhAttr, QueuePair};
+use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
+
+/// What the peer told us out of band (the libibverbs examples' `pingpong_dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub qpn: u32,
+    /// The first PSN the peer sends with.
+    pub psn: u32,
+    pub gid: Gid,
+}
+
+/// The attributes of the transitions, with the defaults of the examples
+/// and perftest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    pub mtu: Mtu,
+    /// Remote access granted to the peer (`qp_access_flags`).
+    pub access: Access,
+    /// Local ACK timeout exponent: 4.096 us x 2^timeout.
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    /// 7: retry forever.
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    /// Outstanding READs and atomics, each way.
+    pub max_rd_atomic: u8,
+    /// UD only.
+    pub qkey: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub sgid_index: u32,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            mtu: Mtu::Mtu1024,
+            access: Access::ALL,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            qkey: 0x1111_1111,
+            hop_limit: 64,
+            traffic_class: 0,
+            sgid_index: 0,
+        }
+    }
+}
+
+impl QueuePair {
+    /// RESET to INIT: for UD the Q_Key, otherwise the remote access flags.
+    pub fn to_init(&self, opts: &ConnectOptions) -> Result<()> {
+        let ud = self.qp_type() == QpType::Ud;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: (!ud).then_some(opts.access),
+            qkey: ud.then_some(opts.qkey),
+            ..QpAttr::default()
+        })
+    }
+
+    /// INIT to RTR (towards `peer`) and RTR to RTS (sending from `local_psn`).
+    pub fn to_rts(&self, local_psn: u32, peer: &PeerInfo, opts: &ConnectOptions) -> Result<()> {
+        let t = self.qp_type();
+        let connected = t != QpType::Ud;
+        let rc = t == QpType::Rc;
+        let ah = AhAttr {
+            dgid: peer.gid,
+            sgid_index: opts.sgid_index,
+            hop_limit: opts.hop_limit,
+            traffic_class: opts.traffic_class,
+        };
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: connected.then_some(opts.mtu),
+            dest_qp_num: connected.then_some(peer.qpn),
+            rq_psn: connected.then_some(peer.psn),
+            av: connected.then(|| ah.to_av()),
+            max_dest_rd_atomic: rc.then_some(opts.max_rd_atomic),
+            min_rnr_timer: rc.then_some(opts.min_rnr_timer),
+            ..QpAttr::default()
+        })?;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(local_psn),
+            timeout: rc.then_some(opts.timeout),
+            retry_cnt: rc.then_some(opts.retry_cnt),
+            rnr_retry: rc.then_some(opts.rnr_retry),
+            max_rd_atomic: rc.then_some(opts.max_rd_atomic),
+            ..QpAttr::default()
+        })
+    }
+
+    /// RESET through RTS in one call.
+    pub fn connect(&self, local_psn: u32, peer: &PeerInfo, opts: &ConnectOptions) -> Result<()> {
+        self.to_init(opts)?;
+        self.to_rts(local_psn, peer, opts)
+    }
+}

@@ -1,0 +1,305 @@
+//! An open device (`ibv_context`): the engine, its sockets, and how the
+//! application's calls drive them.
+//!
+//! All state sits behind one mutex. Progress (receive what is waiting,
+//! fire due timers, send what the engine has) runs inside the
+//! application's calls: every post sends at once, every poll and wait
+//! receives. Blocking waits sleep in `poll(2)` on the device's socket, one
+//! waiter at a time (the leader); other waiters sleep on a condition
+//! variable and are woken after each round of progress. With
+//! [`Progress::Thread`] a background thread is the permanent leader.
+
+use crate::device::{Device, Gid, Progress};
+use crate::error::Result;
+use crate::pd::ProtectionDomain;
+use crate::udp::{IoStats, UdpIo, BATCH};
+use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+/// Receive batches per round of progress, so a flood cannot starve sends.
+const RX_BATCHES_PER_ROUND: usize = 8;
+
+/// The longest a waiter sleeps without looking again.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// A completion channel's pending events and the CQs armed on it.
+#[derive(Debug, Default)]
+pub(crate) struct ChannelState {
+    pub(crate) events: std::collections::VecDeque<CqId>,
+}
+
+pub(crate) struct State {
+    pub(crate) ep: Endpoint,
+    pub(crate) io: UdpIo,
+    pub(crate) channels: Vec<ChannelState>,
+    /// CQs armed with `req_notify`, and the channel each reports to.
+    pub(crate) armed: Vec<(CqId, usize)>,
+    /// A waiter sleeping in poll(2) on the socket.
+    leader: bool,
+    /// Waiters sleeping on the condition variable.
+    followers: usize,
+}
+
+pub(crate) struct Inner {
+    pub(crate) device: Device,
+    state: Mutex<State>,
+    rx_fd: RawFd,
+    /// Wakes the leader: a post that armed a timer, or shutdown.
+    kick: OwnedFd,
+    epoch: std::time::Instant,
+    progressed: Condvar,
+    thread: AtomicBool,
+    #[cfg(feature = "tokio")]
+    pub(crate) notify: tokio::sync::Notify,
+}
+
+/// An open device. Cheap to clone; every object made from it keeps it open.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("device", &self.inner.device.name()).finish_non_exhaustive()
+    }
+}
+
+fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the fd is owned from here on.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sleeps until one of `fds` is readable or `timeout` passes.
+fn poll_readable(fds: &[RawFd], timeout: Duration) {
+    let mut p: [libc::pollfd; 2] = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+    for (slot, &fd) in p.iter_mut().zip(fds) {
+        slot.fd = fd;
+    }
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: `p` is a valid array of pollfd.
+    unsafe { libc::poll(p.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+}
+
+fn drain_eventfd(fd: RawFd) {
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes into `v`; EAGAIN is fine.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+impl Inner {
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One round of progress: receive, fire timers, send, notify channels.
+    pub(crate) fn progress_locked(&self, st: &mut State) -> Result<()> {
+        let now = self.now();
+        let before = st.ep.stats().completions;
+        for _ in 0..RX_BATCHES_PER_ROUND {
+            if st.io.receive(&mut st.ep, now)? < BATCH {
+                break;
+            }
+        }
+        if st.ep.poll_timeout().is_some_and(|t| t <= now) {
+            st.ep.handle_timeout(now);
+        }
+        st.io.transmit(&mut st.ep, now)?;
+        if st.ep.stats().completions != before {
+            self.fire_channels(st);
+            if st.followers > 0 {
+                self.progressed.notify_all();
+            }
+            #[cfg(feature = "tokio")]
+            self.notify.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Sends what a post queued, and makes the leader look at its timers again.
+    pub(crate) fn doorbell(&self, st: &mut State) -> Result<()> {
+        st.io.transmit(&mut st.ep, self.now())?;
+        if st.leader || self.thread.load(Ordering::Relaxed) {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes to our eventfd.
+            unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+        Ok(())
+    }
+
+    fn fire_channels(&self, st: &mut State) {
+        let State { ep, armed, channels, .. } = st;
+        armed.retain(|&(cq, ch)| {
+            if ep.cq_len(cq) == 0 {
+                return true;
+            }
+            channels[ch].events.push_back(cq);
+            false // an arming is good for one event, as in ibv_req_notify_cq
+        });
+    }
+
+    /// Drives progress until `check` returns a value or `timeout` passes
+    /// (`None` waits as long as it takes).
+    pub(crate) fn wait_until<T>(
+        &self,
+        timeout: Option<Duration>,
+        mut check: impl FnMut(&mut State) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let start = std::time::Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let spin_until = start + self.device.config().spin;
+        let mut st = self.lock();
+        loop {
+            self.progress_locked(&mut st)?;
+            if let Some(v) = check(&mut st) {
+                return Ok(Some(v));
+            }
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            if now < spin_until {
+                drop(st);
+                std::hint::spin_loop();
+                st = self.lock();
+                continue;
+            }
+            let engine = st.ep.poll_timeout().map(|t| t.saturating_since(self.now()));
+            let mut sleep = MAX_SLEEP;
+            for d in [engine, deadline.map(|d| d.saturating_duration_since(now))].into_iter().flatten() {
+                sleep = sleep.min(d);
+            }
+            if st.leader || self.thread.load(Ordering::Relaxed) {
+                st.followers += 1;
+                st = match self.progressed.wait_timeout(st, sleep) {
+                    Ok((g, _)) => g,
+                    Err(e) => e.into_inner().0,
+                };
+                st.followers -= 1;
+            } else {
+                st.leader = true;
+                drop(st);
+                poll_readable(&[self.rx_fd, self.kick.as_raw_fd()], sleep);
+                drain_eventfd(self.kick.as_raw_fd());
+                st = self.lock();
+                st.leader = false;
+                if st.followers > 0 {
+                    self.progressed.notify_all(); // one of them takes over polling
+                }
+            }
+        }
+    }
+}
+
+impl Context {
+    pub(crate) fn open(device: &Device) -> Result<Context> {
+        let cfg = device.config();
+        let mut ep = Endpoint::new(device.addr());
+        ep.set_ipv4_ident_unknown(true); // see crate::udp
+        let io = UdpIo::bind(device.addr(), cfg.scope_id, Some(cfg.faults))?;
+        let rx_fd = io.rx_fd();
+        let inner = Arc::new(Inner {
+            device: device.clone(),
+            state: Mutex::new(State { ep, io, channels: Vec::new(), armed: Vec::new(), leader: false, followers: 0 }),
+            rx_fd,
+            kick: eventfd()?,
+            epoch: std::time::Instant::now(),
+            progressed: Condvar::new(),
+            thread: AtomicBool::new(false),
+            #[cfg(feature = "tokio")]
+            notify: tokio::sync::Notify::new(),
+        });
+        tracing::info!(device = device.name(), addr = %device.addr(), "device open");
+        if cfg.progress == Progress::Thread {
+            spawn_progress_thread(&inner)?;
+        }
+        Ok(Context { inner })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// `ibv_query_gid`.
+    pub fn query_gid(&self, index: u32) -> Result<Gid> {
+        self.inner.device.gid(index)
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let pd = self.inner.lock().ep.alloc_pd();
+        Ok(ProtectionDomain { ctx: self.clone(), pd })
+    }
+
+    /// One round of progress without blocking: what a passive peer (the
+    /// target of WRITEs and READs) calls in its loops in manual mode.
+    pub fn progress(&self) -> Result<()> {
+        let mut st = self.inner.lock();
+        self.inner.progress_locked(&mut st)
+    }
+
+    /// Drives progress for `d`, sleeping on the socket in between.
+    pub fn progress_for(&self, d: Duration) -> Result<()> {
+        self.inner.wait_until(Some(d), |_| None::<()>)?;
+        Ok(())
+    }
+
+    /// `ibv_get_async_event`: the next asynchronous event, waiting up to
+    /// `timeout` (`None`: as long as it takes).
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
+        self.inner.wait_until(timeout, |st| st.ep.poll_event())
+    }
+
+    /// The engine's counters (packets, retransmits, NAKs, drops by reason).
+    pub fn stats(&self) -> Stats {
+        self.inner.lock().ep.stats()
+    }
+
+    /// The socket layer's counters (datagrams, system calls, injected faults).
+    pub fn io_stats(&self) -> IoStats {
+        self.inner.lock().io.stats.clone()
+    }
+}
+
+/// The background progress thread: sleeps on the socket and the engine's
+/// next timer, makes progress, wakes waiters. It holds only a weak
+/// reference, so it ends soon after the last handle to the device goes.
+fn spawn_progress_thread(inner: &Arc<Inner>) -> Result<()> {
+    inner.thread.store(true, Ordering::Relaxed);
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let name = format!("rdma-progress-{}", inner.device.name());
+    std::thread::Builder::new().name(name).spawn(move || loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let sleep = {
+            let mut st = inner.lock();
+            if let Err(e) = inner.progress_locked(&mut st) {
+                tracing::error!(error = %e, "progress thread stops");
+                inner.thread.store(false, Ordering::Relaxed);
+                return;
+            }
+            if st.followers > 0 {
+                inner.progressed.notify_all();
+            }
+            let engine = st.ep.poll_timeout().map(|t| t.saturating_since(inner.now()));
+            engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP))
+        };
+        let fds = [inner.rx_fd, inner.kick.as_raw_fd()];
+        drop(inner);
+        poll_readable(&fds, sleep);
+        if let Some(i) = weak.upgrade() {
+            drain_eventfd(i.kick.as_raw_fd());
+        }
+    })?;
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! Completion queues (`ibv_cq`) and completion channels (`ibv_comp_channel`).
+
+use crate::context::{ChannelState, Context};
+use crate::error::Result;
+use rdma_transport::{CqId, WorkCompletion};
+use std::time::Duration;
+
+/// A completion queue.
+#[derive(Debug, Clone)]
+pub struct CompletionQueue {
+    pub(crate) ctx: Context,
+    pub(crate) id: CqId,
+    depth: usize,
+    channel: Option<usize>,
+}
+
+impl Context {
+    /// `ibv_create_cq` with room for `depth` completions, reporting to
+    /// `channel` when armed with [`CompletionQueue::req_notify`].
+    pub fn create_cq(&self, depth: usize, channel: Option<&CompChannel>) -> Result<CompletionQueue> {
+        if let Some(ch) = channel {
+            if !std::sync::Arc::ptr_eq(&ch.ctx.inner, &self.inner) {
+                return Err(crate::Error::WrongDevice("the completion channel"));
+            }
+        }
+        let id = self.inner.lock().ep.create_cq(depth);
+        Ok(CompletionQueue { ctx: self.clone(), id, depth, channel: channel.map(|c| c.index) })
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        let mut st = self.inner.lock();
+        st.channels.push(ChannelState::default());
+        Ok(CompChannel { ctx: self.clone(), index: st.channels.len() - 1 })
+    }
+}
+
+impl CompletionQueue {
+    /// A number naming this CQ, as [`CompChannel::get_cq_event`] returns it.
+    pub fn id(&self) -> usize {
+        self.id.0
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// `ibv_poll_cq`: makes progress, then appends up to `max` completions
+    /// to `out`, oldest first, without blocking. Returns how many.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        let mut st = self.ctx.inner.lock();
+        self.ctx.inner.progress_locked(&mut st)?;
+        Ok(st.ep.poll_cq_into(self.id, max, out))
+    }
+
+    /// Blocks until at least one completion is there or `timeout` passes
+    /// (`None`: as long as it takes), then takes up to `max` like
+    /// [`CompletionQueue::poll`]. Sleeps on the socket, never spins (beyond
+    /// the device's `spin` setting).
+    pub fn wait(&self, out: &mut Vec<WorkCompletion>, max: usize, timeout: Option<Duration>) -> Result<usize> {
+        let got = self.ctx.inner.wait_until(timeout, |st| {
+            let n = st.ep.poll_cq_into(self.id, max, out);
+            (n > 0).then_some(n)
+        })?;
+        Ok(got.unwrap_or(0))
+    }
+
+    /// `ibv_req_notify_cq`: the next completion added to this CQ raises one
+    /// event on its channel. `solicited_only` is accepted and treated as
+    /// "any completion", which may wake a waiter more often, never less.
+    pub fn req_notify(&self, _solicited_only: bool) -> Result<()> {
+        let Some(ch) = self.channel else {
+            return Err(crate::Error::InvalidArgument(format!(
+                "CQ {} was created without a completion channel",
+                self.id.0
+            )));
+        };
+        let mut st = self.ctx.inner.lock();
+        if !st.armed.iter().any(|&(cq, _)| cq == self.id) {
+            st.armed.push((self.id, ch));
+        }
+        Ok(())
+    }
+
+    /// Waits, without blocking the thread, until a completion is there
+    /// (tokio). Progress is made in this task; the task sleeps on the
+    /// device's socket and timers in between.
+    #[cfg(feature = "tokio")]
+    pub async fn wait_async(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        use tokio::io::unix::AsyncFd;
+        let inner = &self.ctx.inner;
+        let fd = {
+            let st = inner.lock();
+            // SAFETY: dup of our socket; the AsyncFd owns the copy.
+            let d = unsafe { libc::dup(st.io.rx_fd()) };
+            if d < 0 {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            unsafe { OwnedFd::from_raw_fd(d) }
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(crate::Error::InvalidArgument("wait_async needs a tokio runtime with I/O enabled".into()));
+        }
+        // SAFETY: `fd` is owned by the AsyncFd and stays open as long as it.
+        let afd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        loop {
+            let notified = inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let sleep = {
+                let mut st = inner.lock();
+                inner.progress_locked(&mut st)?;
+                let n = st.ep.poll_cq_into(self.id, max, out);
+                if n > 0 {
+                    return Ok(n);
+                }
+                st.ep.poll_timeout().map(|t| t.saturating_since(inner.now())).unwrap_or(Duration::from_millis(100))
+            };
+            tokio::select! {
+                r = afd.readable() => { r?.clear_ready(); }
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+}
+
+/// A completion channel: where armed CQs report that they have completions.
+#[derive(Debug, Clone)]
+pub struct CompChannel {
+    ctx: Context,
+    index: usize,
+}
+
+impl CompChannel {
+    /// `ibv_get_cq_event`: waits up to `timeout` for an armed CQ to get a
+    /// completion and returns its [`CompletionQueue::id`]. Re-arm with
+    /// `req_notify` before polling, as with libibverbs.
+    pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Option<usize>> {
+        let got = self.ctx.inner.wait_until(timeout, |st| st.channels[self.index].events.pop_front())?;
+        Ok(got.map(|cq| cq.0))
+    }
+
+    /// `ibv_ack_cq_events`: nothing to release here, kept for familiarity.
+    pub fn ack_cq_events(&self, _cq: &CompletionQueue, _n: u32) {}
+}

@@ -1,0 +1,178 @@
+//! Soft devices and their GIDs.
+//!
+//! A soft device is what `rdma link add rxe0 type rxe netdev eth0` makes in
+//! the kernel: a RoCE v2 device bound to a local IP address, whose GID
+//! table holds, at index 0, the GID derived from that address
+//! (IPv4-mapped for IPv4). [`Device::new`] makes one; [`devices`] lists
+//! those of this process, as `ibv_get_device_list` does.
+
+use crate::error::{Error, Result};
+use crate::faults::FaultConfig;
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Mutex;
+
+/// A 128-bit global identifier (`union ibv_gid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The RoCE v2 GID of an IP address.
+    pub fn from_ip(ip: IpAddr) -> Gid {
+        match ip {
+            IpAddr::V4(v4) => Gid(v4.to_ipv6_mapped().octets()),
+            IpAddr::V6(v6) => Gid(v6.octets()),
+        }
+    }
+
+    /// The IP address a RoCE v2 GID stands for.
+    pub fn to_ip(self) -> IpAddr {
+        Ipv6Addr::from(self.0).to_canonical()
+    }
+
+    /// The 32 hex digits the libibverbs examples exchange (`gid_to_wire_gid`).
+    pub fn to_wire_hex(self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses the form [`Gid::to_wire_hex`] writes.
+    pub fn from_wire_hex(s: &str) -> Option<Gid> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut g = [0u8; 16];
+        for (i, b) in g.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Gid(g))
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+impl fmt::Display for Gid {
+    /// As `inet_ntop(AF_INET6)` prints it, which is what the examples show.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ipv6Addr::from(self.0).fmt(f)
+    }
+}
+
+/// How a device's engine makes progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Progress {
+    /// Only inside the application's calls (post, poll, wait), like UCX's
+    /// and libfabric's manual progress: no thread, no spinning core. A
+    /// passive peer (the target of WRITEs and READs) must still call
+    /// [`crate::Context::progress`] or wait on something now and then.
+    #[default]
+    Manual,
+    /// A background thread that sleeps on the socket and answers peers
+    /// when the application is busy elsewhere, as a NIC would.
+    Thread,
+}
+
+/// Options of a device.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceConfig {
+    pub progress: Progress,
+    /// Faults injected on every packet the device sends.
+    pub faults: FaultConfig,
+    /// The scope of an IPv6 link-local address (an interface index).
+    pub scope_id: u32,
+    /// Busy-poll this long in blocking waits before sleeping on the socket.
+    pub spin: std::time::Duration,
+}
+
+/// A soft RoCE v2 device: a name and the local address it is bound to.
+#[derive(Debug, Clone)]
+pub struct Device {
+    name: String,
+    addr: IpAddr,
+    config: DeviceConfig,
+}
+
+static DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+
+/// The devices made in this process, like `ibv_get_device_list`.
+pub fn devices() -> Vec<Device> {
+    DEVICES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+impl Device {
+    /// Makes a device `name` bound to `addr` (like `rdma link add NAME type
+    /// rxe netdev …`), with default options, and adds it to [`devices`].
+    pub fn new(name: &str, addr: IpAddr) -> Result<Device> {
+        Device::with_config(name, addr, DeviceConfig::default())
+    }
+
+    pub fn with_config(name: &str, addr: IpAddr, config: DeviceConfig) -> Result<Device> {
+        if addr.is_unspecified() || addr.is_multicast() {
+            return Err(Error::InvalidArgument(format!(
+                "device {name}: {addr} cannot be a device address (it must be one local unicast address)"
+            )));
+        }
+        config.faults.validate().map_err(Error::InvalidArgument)?;
+        let d = Device { name: name.to_string(), addr, config };
+        let mut list = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|o| o.name != d.name);
+        list.push(d.clone());
+        Ok(d)
+    }
+
+    /// `ibv_get_device_name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    /// The GID at `index`: only index 0, the RoCE v2 GID of the address.
+    pub fn gid(&self, index: u32) -> Result<Gid> {
+        match index {
+            0 => Ok(Gid::from_ip(self.addr)),
+            _ => Err(Error::InvalidArgument(format!(
+                "device {}: no GID at index {index} (index 0 holds the RoCE v2 GID of {})",
+                self.name, self.addr
+            ))),
+        }
+    }
+
+    /// `ibv_open_device`: binds the device's UDP socket.
+    pub fn open(&self) -> Result<crate::Context> {
+        crate::Context::open(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gids_of_ipv4_and_ipv6() {
+        let g = Gid::from_ip("127.0.0.2".parse().unwrap());
+        assert_eq!(g.to_wire_hex(), "00000000000000000000ffff7f000002");
+        assert_eq!(g.to_string(), "::ffff:127.0.0.2");
+        assert_eq!(g.to_ip(), "127.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(Gid::from_wire_hex(&g.to_wire_hex()), Some(g));
+        let g6 = Gid::from_ip("fe80::5054:ff:fe77:1".parse().unwrap());
+        assert_eq!(g6.to_wire_hex(), "fe80000000000000505400fffe770001");
+        assert_eq!(Gid::from_wire_hex("zz"), None);
+        assert_eq!(Gid::from_wire_hex("g0000000000000000000ffff7f000002"), None);
+    }
+
+    #[test]
+    fn refuses_unspecified_addresses_and_other_gid_indexes() {
+        assert!(Device::new("bad", "0.0.0.0".parse().unwrap()).is_err());
+        let d = Device::new("rxe-test", "127.0.0.1".parse().unwrap()).unwrap();
+        assert!(d.gid(1).unwrap_err().to_string().contains("index 1"));
+        assert!(devices().iter().any(|x| x.name() == "rxe-test"));
+    }
+}

@@ -1,0 +1,29 @@
+//! Errors of the verbs API.
+
+use rdma_transport::VerbsError;
+use std::io;
+
+/// What went wrong in a verbs call. Every variant names the object or the
+/// value at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The transport refused the request (bad state, queue full, ...).
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    /// A posted list failed at one work request; those before it were posted.
+    #[error("work request {index} of the list (wr_id {wr_id}) was refused: {source}")]
+    Post { index: usize, wr_id: u64, source: VerbsError },
+    /// A socket call failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Objects of two different devices were combined.
+    #[error("{0} belongs to another device")]
+    WrongDevice(&'static str),
+    /// An access outside a memory region through its local accessors.
+    #[error("{len} bytes at offset {offset} are outside the {size}-byte memory region")]
+    OutOfBounds { offset: usize, len: usize, size: usize },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

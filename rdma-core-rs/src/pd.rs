@@ -1,0 +1,160 @@
+//! Protection domains (`ibv_pd`) and memory regions (`ibv_mr`).
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use rdma_transport::{Access, Pd, RegionGuard, RegionMemory, Sge};
+
+/// A protection domain. Memory regions, QPs, SRQs and address handles are
+/// made from it, and a QP reaches only memory registered in its own.
+#[derive(Debug, Clone)]
+pub struct ProtectionDomain {
+    pub(crate) ctx: Context,
+    pub(crate) pd: Pd,
+}
+
+impl ProtectionDomain {
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// `ibv_reg_mr` of `len` zeroed bytes the library owns. The safe way:
+    /// the bytes are only reachable through the region's copying accessors
+    /// and its lock, so nothing can alias what the engine writes.
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        self.register(RegionMemory::zeroed(len), access)
+    }
+
+    /// `ibv_reg_mr` of the bytes of `data`, which the region takes over.
+    pub fn reg_mr_from(&self, data: Vec<u8>, access: Access) -> Result<MemoryRegion> {
+        self.register(RegionMemory::from_vec(data), access)
+    }
+
+    /// `ibv_reg_mr` of the caller's memory, used in place (zero copy for
+    /// applications that manage their own buffers).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes until the
+    /// region is dropped *and* every work request naming it has completed,
+    /// and the caller must not read or write those bytes in that time except
+    /// through [`MemoryRegion::lock`], [`MemoryRegion::read`] and
+    /// [`MemoryRegion::write`]: a peer can write them at any moment.
+    pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<MemoryRegion> {
+        if ptr.is_null() && len > 0 {
+            return Err(Error::InvalidArgument("reg_mr_raw: null pointer".into()));
+        }
+        // SAFETY: forwarded to our caller.
+        self.register(unsafe { RegionMemory::from_raw(ptr, len) }, access)
+    }
+
+    fn register(&self, memory: RegionMemory, access: Access) -> Result<MemoryRegion> {
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE)
+            || access.contains(Access::REMOTE_ATOMIC) && !access.contains(Access::LOCAL_WRITE)
+        {
+            // ibv_reg_mr(3): remote write or atomic access requires local write.
+            return Err(Error::InvalidArgument(format!(
+                "access flags {:#x}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+                access.0
+            )));
+        }
+        let addr = memory.base_addr();
+        let len = memory.len();
+        let (lkey, rkey) = self.ctx.inner.lock().ep.reg_mr(self.pd, addr, memory.clone(), access);
+        tracing::debug!(lkey, rkey, addr, len, "memory region registered");
+        Ok(MemoryRegion { ctx: self.ctx.clone(), memory, addr, len, lkey, rkey, access })
+    }
+}
+
+/// A registered memory region. Its bytes are shared with the engine, which
+/// writes them whenever a peer's WRITE, a READ response or a received SEND
+/// lands; so the safe accessors copy, and [`MemoryRegion::lock`] holds the
+/// engine off for as long as its guard lives. Dropping the region
+/// deregisters it.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    ctx: Context,
+    memory: RegionMemory,
+    addr: u64,
+    len: usize,
+    lkey: u32,
+    rkey: u32,
+    access: Access,
+}
+
+impl MemoryRegion {
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// The address of the first byte (what work requests and peers name).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::OutOfBounds { offset, len, size: self.len });
+        }
+        Ok(())
+    }
+
+    /// A scatter/gather element for `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> Result<Sge> {
+        self.check(offset, len as usize)?;
+        Ok(Sge { addr: self.addr + offset as u64, length: len, lkey: self.lkey })
+    }
+
+    /// The whole region as one scatter/gather element.
+    pub fn sge_all(&self) -> Sge {
+        Sge { addr: self.addr, length: self.len as u32, lkey: self.lkey }
+    }
+
+    /// Copies bytes out of the region.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        self.memory.read(offset, out);
+        Ok(())
+    }
+
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        self.memory.write(offset, data);
+        Ok(())
+    }
+
+    /// The 8-byte value at `offset` in host order (the target of atomics).
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.memory.to_vec()
+    }
+
+    /// Exclusive access to the bytes in place: the engine cannot write them
+    /// until the guard is dropped (a packet for this region waits). Do not
+    /// post, poll or wait on the same device while holding it.
+    pub fn lock(&self) -> RegionGuard<'_> {
+        self.memory.lock()
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        self.ctx.inner.lock().ep.dereg_mr(self.lkey);
+    }
+}

@@ -1,0 +1,232 @@
+//! Queue pairs (`ibv_qp`), shared receive queues (`ibv_srq`) and address
+//! handles (`ibv_ah`).
+
+use crate::context::Context;
+use crate::cq::CompletionQueue;
+use crate::device::Gid;
+use crate::error::{Error, Result};
+use crate::pd::ProtectionDomain;
+use rdma_transport::{AddressVector, QpAttr, QpCap, QpState, QpType, RecvWr, SendWr, SrqId, UdDest};
+use std::sync::Arc;
+
+/// What [`ProtectionDomain::create_qp`] takes (`ibv_qp_init_attr`).
+#[derive(Debug, Clone)]
+pub struct QpInitAttr<'a> {
+    pub qp_type: QpType,
+    pub send_cq: &'a CompletionQueue,
+    pub recv_cq: &'a CompletionQueue,
+    pub srq: Option<&'a SharedReceiveQueue>,
+    pub cap: QpCap,
+    /// Every send generates a completion, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// A QP of `qp_type` on one CQ, default capacities, no SRQ.
+    pub fn new(qp_type: QpType, cq: &'a CompletionQueue) -> QpInitAttr<'a> {
+        QpInitAttr { qp_type, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap::default(), sq_sig_all: false }
+    }
+}
+
+/// A queue pair. Dropping it destroys it.
+#[derive(Debug)]
+pub struct QueuePair {
+    ctx: Context,
+    qpn: u32,
+    qp_type: QpType,
+    src_port: u16,
+}
+
+fn same_device(ctx: &Context, other: &Context, what: &'static str) -> Result<()> {
+    if Arc::ptr_eq(&ctx.inner, &other.inner) {
+        Ok(())
+    } else {
+        Err(Error::WrongDevice(what))
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_qp`. The QP starts in RESET; bring it up with
+    /// [`QueuePair::modify`] (INIT, RTR, RTS).
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
+        same_device(&self.ctx, &attr.send_cq.ctx, "the send CQ")?;
+        same_device(&self.ctx, &attr.recv_cq.ctx, "the receive CQ")?;
+        if let Some(srq) = attr.srq {
+            same_device(&self.ctx, &srq.ctx, "the shared receive queue")?;
+        }
+        let init = rdma_transport::QpInitAttr {
+            qp_type: attr.qp_type,
+            pd: self.pd,
+            send_cq: attr.send_cq.id,
+            recv_cq: attr.recv_cq.id,
+            srq: attr.srq.map(|s| s.id),
+            cap: attr.cap,
+            sq_sig_all: attr.sq_sig_all,
+        };
+        let mut st = self.ctx.inner.lock();
+        let qpn = st.ep.create_qp(init)?;
+        let want = st.ep.qp_src_port(qpn)?;
+        let port = match st.io.reserve_port(want) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = st.ep.destroy_qp(qpn);
+                return Err(e.into());
+            }
+        };
+        st.ep.set_qp_src_port(qpn, port)?;
+        tracing::debug!(qpn, port, qp_type = ?attr.qp_type, "QP created");
+        Ok(QueuePair { ctx: self.ctx.clone(), qpn, qp_type: attr.qp_type, src_port: port })
+    }
+
+    /// `ibv_create_srq` with room for `max_wr` receives; `limit` arms the
+    /// SRQ limit event (0: not armed).
+    pub fn create_srq(&self, max_wr: u32, limit: u32) -> Result<SharedReceiveQueue> {
+        let id = self.ctx.inner.lock().ep.create_srq(self.pd, max_wr, limit);
+        Ok(SharedReceiveQueue { ctx: self.ctx.clone(), id })
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
+        self.ctx.device().gid(attr.sgid_index)?;
+        if attr.dgid.is_zero() {
+            return Err(Error::InvalidArgument("address handle: the destination GID is zero".into()));
+        }
+        Ok(AddressHandle { av: attr.to_av() })
+    }
+}
+
+impl QueuePair {
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// The UDP source port this QP's packets leave from.
+    pub fn src_port(&self) -> u16 {
+        self.src_port
+    }
+
+    /// `ibv_modify_qp`: the fields set in `attr` are the attribute mask.
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        let mut st = self.ctx.inner.lock();
+        st.ep.modify_qp(self.qpn, attr)?;
+        // Moving to ERR flushes: let waiters see the completions.
+        self.ctx.inner.doorbell(&mut st)
+    }
+
+    /// `ibv_query_qp`: the state and the attributes in force.
+    pub fn query(&self) -> Result<(QpState, rdma_transport::qp::QpParams)> {
+        Ok(self.ctx.inner.lock().ep.query_qp(self.qpn)?)
+    }
+
+    /// `ibv_post_send` of a list of work requests, in order; the packets go
+    /// out before this returns. On a refusal, the requests before it stay
+    /// posted and the error says which one failed, like `bad_wr`.
+    pub fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
+        let mut st = self.ctx.inner.lock();
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Err(source) = st.ep.post_send(self.qpn, wr.clone()) {
+                result = Err(Error::Post { index, wr_id: wr.wr_id, source });
+                break;
+            }
+        }
+        self.ctx.inner.doorbell(&mut st)?;
+        result
+    }
+
+    /// `ibv_post_recv` of a list of work requests, in order.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
+        let mut st = self.ctx.inner.lock();
+        for (index, wr) in wrs.iter().enumerate() {
+            st.ep.post_recv(self.qpn, wr.clone()).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })?;
+        }
+        // A receive can unblock an RNR-waiting peer only when it retries;
+        // still, flush anything the engine has (flushed receives in ERR).
+        self.ctx.inner.doorbell(&mut st)
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let mut st = self.ctx.inner.lock();
+        let _ = st.ep.destroy_qp(self.qpn);
+        st.io.release_port(self.src_port);
+    }
+}
+
+/// A shared receive queue.
+#[derive(Debug, Clone)]
+pub struct SharedReceiveQueue {
+    ctx: Context,
+    id: SrqId,
+}
+
+impl SharedReceiveQueue {
+    /// A number naming this SRQ, as in [`rdma_transport::AsyncEvent::SrqLimitReached`].
+    pub fn id(&self) -> usize {
+        self.id.0
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
+        let mut st = self.ctx.inner.lock();
+        for (index, wr) in wrs.iter().enumerate() {
+            st.ep.post_srq_recv(self.id, wr.clone()).map_err(|source| Error::Post {
+                index,
+                wr_id: wr.wr_id,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        Ok(self.ctx.inner.lock().ep.arm_srq(self.id, limit)?)
+    }
+}
+
+/// What [`ProtectionDomain::create_ah`] takes (`ibv_ah_attr` with its GRH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AhAttr {
+    pub dgid: Gid,
+    pub sgid_index: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+impl AhAttr {
+    /// To `dgid` from GID index 0, hop limit 64, traffic class 0.
+    pub fn new(dgid: Gid) -> AhAttr {
+        AhAttr { dgid, sgid_index: 0, hop_limit: 64, traffic_class: 0 }
+    }
+
+    /// The address vector a connected QP takes in its RTR attributes.
+    pub fn to_av(&self) -> AddressVector {
+        AddressVector { dest: self.dgid.to_ip(), hop_limit: self.hop_limit, traffic_class: self.traffic_class }
+    }
+}
+
+/// An address handle: where UD sends go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressHandle {
+    av: AddressVector,
+}
+
+impl AddressHandle {
+    /// The destination of a UD send through this handle to `remote_qpn`
+    /// with `remote_qkey` (for [`SendWr::ud`]).
+    pub fn ud_dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+        UdDest {
+            dest: self.av.dest,
+            hop_limit: self.av.hop_limit,
+            traffic_class: self.av.traffic_class,
+            remote_qpn,
+            remote_qkey,
+        }
+    }
+}

@@ -66,6 +66,8 @@ pub use faults::FaultConfig;
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::qp::QpParams;
+/// Why the engine dropped a packet (a key of [`Stats::drops`]).
+pub use rdma_transport::Drop as DropReason;
 pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr, Sge,
     Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,

@@ -1,0 +1,180 @@
+//! rdma-perf: perftest-style RDMA bandwidth and latency tests over the
+//! software RoCE v2 stack.
+
+use clap::Parser;
+use rdma_core_rs::{FaultConfig, Mtu};
+use softroce::perf::{self, AtomicType, Config, Role, TestKind};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Run a perftest-style test over RoCE v2 on UDP port 4791.
+///
+/// Server: `rdma-perf write-bw` (waits for a client). Client: `rdma-perf
+/// write-bw SERVER`. Both in one process on 127.0.0.1 and 127.0.0.2:
+/// `rdma-perf write-bw --loopback`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "rdma-perf",
+    version,
+    after_help = "Exit status: 0 on success; 1 when the test could not run; 3 when --verify found wrong data.\n\
+Latency figures are full round trips (perftest prints half of them)."
+)]
+struct Args {
+    /// The test.
+    #[arg(value_enum)]
+    test: TestKind,
+    /// The server to connect to (client mode). Without it: server mode.
+    peer: Option<String>,
+    /// Message size in bytes [default: 65536 for bandwidth, 2 for latency, 8 for atomics].
+    #[arg(short = 's', long)]
+    size: Option<usize>,
+    /// Iterations per QP [default: 5000 for bandwidth, 1000 for latency].
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long)]
+    duration: Option<f64>,
+    /// Queue pairs (bandwidth tests).
+    #[arg(short = 'q', long, default_value_t = 1)]
+    qps: usize,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: 4096 on loopback, else 1024].
+    #[arg(short = 'm', long)]
+    mtu: Option<u32>,
+    /// GID index (a soft device has one GID, index 0).
+    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
+    gid_index: u32,
+    /// Messages in flight per QP.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    tx_depth: usize,
+    /// Atomic operation of the atomic tests.
+    #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
+    atomic: AtomicType,
+    /// Out-of-band TCP port.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Local address of the soft device (its RoCE v2 GID).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Run the server in this process too, on --loopback-peer.
+    #[arg(long, conflicts_with = "peer")]
+    loopback: bool,
+    /// The server's address in --loopback runs.
+    #[arg(long, default_value = "127.0.0.2", requires = "loopback")]
+    loopback_peer: IpAddr,
+    /// Check every byte that arrived (and the final value of atomic targets).
+    #[arg(long)]
+    verify: bool,
+    /// One JSON object per test on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+    /// --loopback: probability that a packet is lost.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// --loopback: probability that a packet is swapped with the next.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    /// --loopback: probability that a packet is sent twice.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// --loopback: probability that a packet gets one bit flipped.
+    #[arg(long, default_value_t = 0.0)]
+    corrupt: f64,
+    /// --loopback: seed of the fault injection.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn config(a: &Args) -> Result<Config, String> {
+    let role = match (&a.peer, a.loopback) {
+        (_, true) => Role::Loopback { peer: a.loopback_peer },
+        (Some(p), false) => {
+            let with_port = if p.parse::<IpAddr>().is_ok() || !p.contains(':') {
+                format!("{}:{}", p.trim_matches(['[', ']']), a.port)
+            } else {
+                p.clone()
+            };
+            let addr: SocketAddr = match p.parse::<IpAddr>() {
+                Ok(ip) => SocketAddr::new(ip, a.port),
+                Err(_) => with_port
+                    .to_socket_addrs()
+                    .map_err(|e| format!("cannot resolve the server {p:?}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("the server {p:?} has no address"))?,
+            };
+            Role::Client(addr)
+        }
+        (None, false) => Role::Server,
+    };
+    let mtu = match a.mtu {
+        Some(m) => Mtu::from_bytes(m).ok_or_else(|| format!("--mtu {m}: use 256, 512, 1024, 2048 or 4096"))?,
+        None if a.bind.is_loopback() => Mtu::Mtu4096,
+        None => Mtu::Mtu1024,
+    };
+    let duration = match a.duration {
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            return Err(format!("--duration {d}: must be a positive number of seconds"))
+        }
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    Ok(Config {
+        test: a.test,
+        size: a.size.unwrap_or(a.test.default_size()),
+        iters: a.iters.unwrap_or(a.test.default_iters()),
+        duration,
+        qps: a.qps,
+        mtu,
+        gid_index: a.gid_index,
+        tx_depth: a.tx_depth,
+        atomic: a.atomic,
+        verify: a.verify,
+        faults: FaultConfig {
+            loss: a.loss,
+            duplicate: a.duplicate,
+            reorder: a.reorder,
+            corrupt: a.corrupt,
+            seed: a.seed,
+        },
+        bind: a.bind,
+        role,
+        port: a.port,
+        progress: !a.quiet,
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("RDMA_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rdma-perf: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match perf::run(&cfg) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", serde_json::to_string(&report).expect("a report serializes"));
+            } else {
+                print!("{}", report.table());
+            }
+            if report.verified == Some(false) {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("rdma-perf: {} failed: {e}", cfg.test);
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! rdma-perf: perftest-style bandwidth and latency tests over the verbs
+//! API. A client and a server exchange QP numbers, PSNs, GIDs and buffer
+//! keys out of band ([`oob`]), then the client drives the RDMA traffic
+//! ([`client`]) while the server answers or stays passive ([`server`]).
+//! `--loopback` runs both in one process, on two loopback addresses.
+
+pub mod client;
+pub mod oob;
+pub mod report;
+pub mod server;
+pub mod side;
+
+use rdma_core_rs::{FaultConfig, Mtu};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+pub use report::Report;
+
+/// The tests, named as the perftest binaries are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestKind {
+    WriteBw,
+    ReadBw,
+    SendBw,
+    AtomicBw,
+    WriteLat,
+    ReadLat,
+    SendLat,
+    AtomicLat,
+}
+
+impl TestKind {
+    pub const ALL: [TestKind; 8] = [
+        TestKind::WriteBw,
+        TestKind::ReadBw,
+        TestKind::SendBw,
+        TestKind::AtomicBw,
+        TestKind::WriteLat,
+        TestKind::ReadLat,
+        TestKind::SendLat,
+        TestKind::AtomicLat,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TestKind::WriteBw => "write-bw",
+            TestKind::ReadBw => "read-bw",
+            TestKind::SendBw => "send-bw",
+            TestKind::AtomicBw => "atomic-bw",
+            TestKind::WriteLat => "write-lat",
+            TestKind::ReadLat => "read-lat",
+            TestKind::SendLat => "send-lat",
+            TestKind::AtomicLat => "atomic-lat",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<TestKind> {
+        TestKind::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    pub fn is_latency(self) -> bool {
+        matches!(self, TestKind::WriteLat | TestKind::ReadLat | TestKind::SendLat | TestKind::AtomicLat)
+    }
+
+    pub fn is_atomic(self) -> bool {
+        matches!(self, TestKind::AtomicBw | TestKind::AtomicLat)
+    }
+
+    /// perftest's default message size.
+    pub fn default_size(self) -> usize {
+        match self {
+            _ if self.is_atomic() => 8,
+            _ if self.is_latency() => 2,
+            _ => 65536,
+        }
+    }
+
+    /// perftest's default iteration count.
+    pub fn default_iters(self) -> u64 {
+        if self.is_latency() {
+            1000
+        } else {
+            5000
+        }
+    }
+}
+
+impl fmt::Display for TestKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which atomic operation the atomic tests use (perftest's `-A`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum AtomicType {
+    #[default]
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+impl AtomicType {
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicType::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicType::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+}
+
+/// Where this process sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Waits for a client on `bind`:port.
+    Server,
+    /// Connects to the server's out-of-band port at this address.
+    Client(SocketAddr),
+    /// Both sides in this process: the client on `bind`, the server on `peer`.
+    Loopback { peer: IpAddr },
+}
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub test: TestKind,
+    pub size: usize,
+    pub iters: u64,
+    pub duration: Option<Duration>,
+    pub qps: usize,
+    pub mtu: Mtu,
+    pub gid_index: u32,
+    pub tx_depth: usize,
+    pub atomic: AtomicType,
+    pub verify: bool,
+    pub faults: FaultConfig,
+    pub bind: IpAddr,
+    pub role: Role,
+    /// The out-of-band TCP port.
+    pub port: u16,
+    /// Progress lines on stderr during long runs.
+    pub progress: bool,
+}
+
+/// Why a run could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("{0}")]
+    Verbs(#[from] rdma_core_rs::Error),
+    #[error("out-of-band exchange: {0}")]
+    Oob(#[from] std::io::Error),
+    #[error("invalid option: {0}")]
+    Config(String),
+    #[error("the peer reported: {0}")]
+    Peer(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Config {
+    /// Checks the combination of options.
+    pub fn validate(&self) -> Result<(), PerfError> {
+        let bad = |m: String| Err(PerfError::Config(m));
+        if self.size == 0 {
+            return bad("--size must be at least 1".into());
+        }
+        if self.size > 1 << 30 {
+            return bad(format!("--size {} exceeds 1 GiB", self.size));
+        }
+        if self.test.is_atomic() && self.size != 8 {
+            return bad(format!("atomic tests move 8 bytes; --size {} is not allowed", self.size));
+        }
+        if self.iters == 0 && self.duration.is_none() {
+            return bad("--iters must be at least 1".into());
+        }
+        if self.qps == 0 || self.qps > 1024 {
+            return bad(format!("--qps must be between 1 and 1024, not {}", self.qps));
+        }
+        if self.test.is_latency() && self.qps != 1 {
+            return bad("latency tests use one QP (drop --qps)".into());
+        }
+        if self.tx_depth == 0 || self.tx_depth > 4096 {
+            return bad(format!("--tx-depth must be between 1 and 4096, not {}", self.tx_depth));
+        }
+        if self.gid_index != 0 {
+            return bad(format!(
+                "GID index {}: a soft device has one GID, at index 0 (the RoCE v2 GID of --bind)",
+                self.gid_index
+            ));
+        }
+        if self.faults.is_active() && !matches!(self.role, Role::Loopback { .. }) {
+            return bad("fault injection (--loss, --reorder, --duplicate, --corrupt) needs --loopback".into());
+        }
+        self.faults.validate().map_err(PerfError::Config)?;
+        Ok(())
+    }
+}
+
+/// Runs a test as the configured role and returns this side's report (in
+/// loopback: the client's, with the server's verdict and counters folded in).
+pub fn run(cfg: &Config) -> Result<Report, PerfError> {
+    cfg.validate()?;
+    match &cfg.role {
+        Role::Client(addr) => {
+            let stream = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(10)).map_err(|e| {
+                PerfError::Oob(std::io::Error::new(e.kind(), format!("cannot reach the server at {addr}: {e}")))
+            })?;
+            client::run(cfg, &mut oob::TcpOob::new(stream)?)
+        }
+        Role::Server => {
+            let listener = std::net::TcpListener::bind((cfg.bind, cfg.port)).map_err(|e| {
+                PerfError::Oob(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen on {}:{}: {e}", cfg.bind, cfg.port),
+                ))
+            })?;
+            tracing::info!(addr = %cfg.bind, port = cfg.port, "waiting for a client");
+            if cfg.progress {
+                eprintln!("rdma-perf: waiting for a client on {}:{}", cfg.bind, cfg.port);
+            }
+            let (stream, from) = listener.accept()?;
+            tracing::info!(%from, "client connected");
+            server::run(cfg, cfg.bind, &mut oob::TcpOob::new(stream)?)
+        }
+        Role::Loopback { peer } => {
+            let (mut c, mut s) = oob::channel_pair();
+            let server_addr = *peer;
+            let server_cfg = cfg.clone();
+            let server = std::thread::Builder::new()
+                .name("rdma-perf-server".into())
+                .spawn(move || server::run(&server_cfg, server_addr, &mut s))
+                .map_err(PerfError::Oob)?;
+            let client_result = client::run(cfg, &mut c);
+            drop(c);
+            let server_result = server.join().map_err(|_| PerfError::Failed("the server thread panicked".into()))?;
+            let mut report = client_result?;
+            let server_report = server_result?;
+            report.retransmits += server_report.retransmits;
+            report.counters.add(&server_report.counters);
+            Ok(report)
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! What a run measured, as a perftest-like table or one JSON object.
+
+use hdrhistogram::Histogram;
+use rdma_core_rs::{Context, Stats};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// The endpoint counters a run ends with.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Counters {
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub rnr_naks_sent: u64,
+    pub rnr_naks_received: u64,
+    pub icrc_drops: u64,
+    pub other_drops: u64,
+    pub ipv4_ident_recovered: u64,
+    pub send_syscalls: u64,
+    pub recv_syscalls: u64,
+}
+
+impl Counters {
+    pub fn of(ctx: &Context) -> Counters {
+        let s: Stats = ctx.stats();
+        let io = ctx.io_stats();
+        let icrc = s.drops_for(rdma_core_rs::DropReason::IcrcMismatch);
+        Counters {
+            packets_sent: s.packets_sent,
+            packets_received: s.packets_received,
+            retransmits: s.retransmits,
+            timeouts: s.timeouts,
+            naks_sent: s.naks_sent,
+            naks_received: s.naks_received,
+            rnr_naks_sent: s.rnr_naks_sent,
+            rnr_naks_received: s.rnr_naks_received,
+            icrc_drops: icrc,
+            other_drops: s.drops.values().sum::<u64>() - icrc + io.truncated,
+            ipv4_ident_recovered: s.ipv4_ident_recovered,
+            send_syscalls: io.send_syscalls,
+            recv_syscalls: io.recv_syscalls,
+        }
+    }
+
+    pub fn add(&mut self, o: &Counters) {
+        self.packets_sent += o.packets_sent;
+        self.packets_received += o.packets_received;
+        self.retransmits += o.retransmits;
+        self.timeouts += o.timeouts;
+        self.naks_sent += o.naks_sent;
+        self.naks_received += o.naks_received;
+        self.rnr_naks_sent += o.rnr_naks_sent;
+        self.rnr_naks_received += o.rnr_naks_received;
+        self.icrc_drops += o.icrc_drops;
+        self.other_drops += o.other_drops;
+        self.ipv4_ident_recovered += o.ipv4_ident_recovered;
+        self.send_syscalls += o.send_syscalls;
+        self.recv_syscalls += o.recv_syscalls;
+    }
+}
+
+/// One test's result. The first keys are a contract for scripts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub test: String,
+    pub size: usize,
+    pub iterations: u64,
+    /// Payload bandwidth, gigabits per second.
+    pub gbps: f64,
+    /// Messages per second, millions.
+    pub mpps: f64,
+    /// Full round trip, microseconds (latency tests).
+    pub rtt_us_p50: Option<f64>,
+    pub rtt_us_p99: Option<f64>,
+    /// Whether every byte checked out (`None`: not asked for).
+    pub verified: Option<bool>,
+    pub retransmits: u64,
+    pub role: String,
+    pub qps: usize,
+    pub mtu: u32,
+    pub seconds: f64,
+    pub rtt_us_min: Option<f64>,
+    pub rtt_us_avg: Option<f64>,
+    pub rtt_us_p999: Option<f64>,
+    pub rtt_us_max: Option<f64>,
+    pub counters: Counters,
+    /// What failed verification, if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_detail: Option<String>,
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+impl Report {
+    /// A report of `iterations` messages of `size` bytes in `elapsed`, with
+    /// round-trip times in `rtt` (nanoseconds) for latency tests.
+    pub fn new(
+        cfg: &super::Config,
+        role: &str,
+        iterations: u64,
+        elapsed: Duration,
+        rtt: Option<&Histogram<u64>>,
+    ) -> Report {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let h = rtt.filter(|h| !h.is_empty());
+        Report {
+            test: cfg.test.name().to_string(),
+            size: cfg.size,
+            iterations,
+            gbps: (iterations as f64 * cfg.size as f64 * 8.0) / secs / 1e9,
+            mpps: iterations as f64 / secs / 1e6,
+            rtt_us_p50: h.map(|h| us(h.value_at_quantile(0.5))),
+            rtt_us_p99: h.map(|h| us(h.value_at_quantile(0.99))),
+            verified: None,
+            retransmits: 0,
+            role: role.to_string(),
+            qps: cfg.qps,
+            mtu: cfg.mtu.bytes(),
+            seconds: secs,
+            rtt_us_min: h.map(|h| us(h.min())),
+            rtt_us_avg: h.map(|h| h.mean() / 1000.0),
+            rtt_us_p999: h.map(|h| us(h.value_at_quantile(0.999))),
+            rtt_us_max: h.map(|h| us(h.max())),
+            counters: Counters::default(),
+            verify_detail: None,
+        }
+    }
+
+    /// The perftest-like table.
+    pub fn table(&self) -> String {
+        let line = "-".repeat(96);
+        let mut s = String::new();
+        s += &format!("{line}\n");
+        s += &format!(
+            " {} ({}), {} QP(s), MTU {}, {} iterations in {:.3} s\n",
+            self.test, self.role, self.qps, self.mtu, self.iterations, self.seconds
+        );
+        s += &format!("{line}\n");
+        if self.rtt_us_p50.is_some() {
+            s += &format!(
+                " {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+                "#bytes", "#iters", "t_min[us]", "t_avg[us]", "t_p50[us]", "t_p99[us]", "t_p99.9[us]", "t_max[us]"
+            );
+            s += &format!(
+                " {:>10} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>12.2}\n",
+                self.size,
+                self.iterations,
+                self.rtt_us_min.unwrap_or(0.0),
+                self.rtt_us_avg.unwrap_or(0.0),
+                self.rtt_us_p50.unwrap_or(0.0),
+                self.rtt_us_p99.unwrap_or(0.0),
+                self.rtt_us_p999.unwrap_or(0.0),
+                self.rtt_us_max.unwrap_or(0.0)
+            );
+            s += "  (t = full round trip; perftest prints half of it)\n";
+        } else {
+            s += &format!(
+                " {:>10} {:>10} {:>14} {:>14} {:>14}\n",
+                "#bytes", "#iters", "BW avg[Gb/s]", "BW avg[MB/s]", "MsgRate[Mpps]"
+            );
+            s += &format!(
+                " {:>10} {:>10} {:>14.3} {:>14.2} {:>14.6}\n",
+                self.size,
+                self.iterations,
+                self.gbps,
+                self.gbps * 1e9 / 8.0 / 1e6,
+                self.mpps
+            );
+        }
+        s += &format!("{line}\n");
+        let c = &self.counters;
+        s += &format!(
+            " packets sent {} received {}, retransmits {}, timeouts {}, NAKs sent {} received {}, RNR NAKs sent {} received {}, ICRC drops {}, other drops {}\n",
+            c.packets_sent, c.packets_received, c.retransmits, c.timeouts, c.naks_sent, c.naks_received,
+            c.rnr_naks_sent, c.rnr_naks_received, c.icrc_drops, c.other_drops
+        );
+        s += &match self.verified {
+            None => " verify: not asked (--verify checks every byte)\n".to_string(),
+            Some(true) => " verify: every byte checked out\n".to_string(),
+            Some(false) => format!(" verify: FAILED: {}\n", self.verify_detail.as_deref().unwrap_or("mismatch")),
+        };
+        s += &format!("{line}\n");
+        s
+    }
+}
+
+/// Prints a progress line on stderr about once a second on long runs.
+pub struct ProgressLine {
+    enabled: bool,
+    start: Instant,
+    last: Instant,
+    test: &'static str,
+    size: usize,
+}
+
+impl ProgressLine {
+    pub fn new(enabled: bool, test: &'static str, size: usize) -> ProgressLine {
+        let now = Instant::now();
+        ProgressLine { enabled, start: now, last: now, test, size }
+    }
+
+    pub fn tick(&mut self, done: u64, target: Option<u64>) {
+        if !self.enabled || self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last = Instant::now();
+        let secs = self.start.elapsed().as_secs_f64();
+        let gbps = done as f64 * self.size as f64 * 8.0 / secs / 1e9;
+        let of = target.map(|t| format!(" of {t}")).unwrap_or_default();
+        eprintln!("rdma-perf: {}: {secs:.1} s, {done}{of} iterations, {gbps:.3} Gb/s", self.test);
+    }
+}

@@ -1,0 +1,150 @@
+//! One side's resources: the device, a CQ, the QPs, and one memory region
+//! cut into slots (per QP, one slot per message in flight), plus the data
+//! patterns `--verify` checks.
+
+use super::oob::SideInfo;
+use super::{Config, PerfError, TestKind};
+use rdma_core_rs::*;
+use std::net::IpAddr;
+use std::result::Result;
+
+/// Memory a side registers at most for its slots (per QP it is less).
+const SLOT_MEMORY: usize = 64 << 20;
+
+pub struct Side {
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub cq: CompletionQueue,
+    pub qps: Vec<QueuePair>,
+    pub mr: MemoryRegion,
+    pub slots: usize,
+    pub slot_len: usize,
+    pub psns: Vec<u32>,
+}
+
+/// Slots per QP: a message in flight each, within the memory budget.
+pub fn slots_for(cfg: &Config) -> usize {
+    if cfg.test.is_latency() {
+        return 2; // slot 0 is what this side sends from, slot 1 what the peer fills
+    }
+    let slot_len = cfg.size.max(8);
+    let budget = (SLOT_MEMORY / cfg.qps / slot_len).max(1);
+    cfg.tx_depth.min(budget).max(1)
+}
+
+fn initial_psn(seed: u64) -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut x = t ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (x >> 40) as u32 & 0xff_ffff
+}
+
+impl Side {
+    /// Opens a device on `addr` and makes the resources of `cfg`.
+    pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig) -> Result<Side, PerfError> {
+        let dev = Device::with_config(&format!("rxe-perf-{addr}"), addr, config)?;
+        let ctx = dev.open()?;
+        let pd = ctx.alloc_pd()?;
+        let slots = slots_for(cfg);
+        let slot_len = cfg.size.max(8);
+        let depth = (cfg.qps * (slots + cfg.tx_depth) * 2).max(64);
+        let cq = ctx.create_cq(depth, None)?;
+        let mut qps = Vec::with_capacity(cfg.qps);
+        let mut psns = Vec::with_capacity(cfg.qps);
+        for q in 0..cfg.qps {
+            let mut attr = QpInitAttr::new(QpType::Rc, &cq);
+            let wrs = (cfg.tx_depth.max(slots) + 8) as u32;
+            attr.cap =
+                QpCap { max_send_wr: wrs, max_recv_wr: wrs, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+            qps.push(pd.create_qp(&attr)?);
+            psns.push(initial_psn(q as u64 + u64::from(addr.is_ipv4())));
+        }
+        let mr = pd.reg_mr(cfg.qps * slots * slot_len, Access::ALL)?;
+        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, psns })
+    }
+
+    pub fn info(&self) -> Result<SideInfo, PerfError> {
+        Ok(SideInfo {
+            qpns: self.qps.iter().map(|q| q.qp_num()).collect(),
+            psns: self.psns.clone(),
+            gid: self.ctx.query_gid(0)?.to_wire_hex(),
+            addr: self.mr.addr(),
+            rkey: self.mr.rkey(),
+            slots: self.slots,
+            slot_len: self.slot_len,
+        })
+    }
+
+    /// Brings every QP up towards the peer's matching QP.
+    pub fn connect(&self, peer: &SideInfo, cfg: &Config) -> Result<(), PerfError> {
+        if peer.qpns.len() != self.qps.len() || peer.psns.len() != self.qps.len() {
+            return Err(PerfError::Peer(format!("the peer has {} QPs, this side {}", peer.qpns.len(), self.qps.len())));
+        }
+        let gid = Gid::from_wire_hex(&peer.gid)
+            .ok_or_else(|| PerfError::Peer(format!("bad GID {:?} from the peer", peer.gid)))?;
+        let opts = ConnectOptions { mtu: cfg.mtu, ..ConnectOptions::default() };
+        for (q, qp) in self.qps.iter().enumerate() {
+            qp.connect(self.psns[q], &PeerInfo { qpn: peer.qpns[q], psn: peer.psns[q], gid }, &opts)?;
+        }
+        Ok(())
+    }
+
+    /// Offset of slot `s` of QP `q` in the region.
+    pub fn offset(&self, q: usize, s: usize) -> usize {
+        (q * self.slots + s) * self.slot_len
+    }
+
+    /// A scatter/gather element over `len` bytes of slot `s` of QP `q`.
+    pub fn sge(&self, q: usize, s: usize, len: usize) -> Sge {
+        Sge { addr: self.mr.addr() + self.offset(q, s) as u64, length: len as u32, lkey: self.mr.lkey() }
+    }
+}
+
+/// The address of the peer's slot `s` of QP `q`.
+pub fn remote_addr(peer: &SideInfo, q: usize, s: usize) -> u64 {
+    peer.addr + ((q * peer.slots + s) * peer.slot_len) as u64
+}
+
+/// The bytes message `iter` of QP `q` carries: a stream no other message
+/// repeats, cheap to make and to check.
+pub fn pattern(buf: &mut [u8], q: usize, iter: u64) {
+    let mut x = (iter ^ ((q as u64) << 48)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+}
+
+/// The marker in the last byte of a latency-test WRITE, which the other
+/// side polls for: different from the previous iteration's, never zero.
+pub fn marker(iter: u64) -> u8 {
+    (iter % 255) as u8 + 1
+}
+
+/// A write-lat message: the pattern with the marker in its last byte.
+pub fn lat_message(buf: &mut [u8], iter: u64) {
+    pattern(buf, 0, iter);
+    if let Some(last) = buf.last_mut() {
+        *last = marker(iter);
+    }
+}
+
+/// The first mismatch between `got` and message `iter` of QP `q`.
+pub fn check(got: &[u8], q: usize, iter: u64, what: &str) -> Result<(), String> {
+    let mut want = vec![0u8; got.len()];
+    pattern(&mut want, q, iter);
+    match got.iter().zip(&want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => {
+            Err(format!("{what}: QP {q} message {iter}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]))
+        }
+    }
+}
+
+/// The tests in which the server is passive (it only answers the engine).
+pub fn server_is_passive(t: TestKind) -> bool {
+    matches!(t, TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw | TestKind::ReadLat | TestKind::AtomicLat)
+}

@@ -69,6 +69,6 @@ pub use rdma_transport::qp::QpParams;
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;
 pub use rdma_transport::{
-    wc_flags, Access, AddressVector, AsyncEvent, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr, Sge,
-    Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
+    Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };

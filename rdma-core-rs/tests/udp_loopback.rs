@@ -35,3 +35,167 @@ fn rc_write_and_send_arrive_byte_exact() {
     b.mr.read(500_000, &mut got).unwrap();
     assert_eq!(got, &data[10..3010]);
 }
+
+fn write_wr(id: u64, a: &Side, off: usize, len: u32, b: &Side, roff: u64) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::RdmaWrite { remote_addr: b.mr.addr() + roff, rkey: b.mr.rkey() },
+        vec![a.mr.sge(off, len).unwrap()],
+    )
+}
+
+#[test]
+fn rc_read_write_with_imm_atomics_inline_and_unsignaled() {
+    let (a, b) = pair(QpType::Rc);
+    let data = pattern(20_000, 3);
+    b.mr.write(0, &data).unwrap();
+    // READ
+    let rd = SendWr::new(
+        1,
+        SendOp::RdmaRead { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+        vec![a.mr.sge(100_000, 20_000).unwrap()],
+    );
+    a.qp.post_send(&[rd]).unwrap();
+    let wc = a.wait_one();
+    assert_eq!((wc.status, wc.opcode, wc.byte_len), (WcStatus::Success, WcOpcode::RdmaRead, 20_000));
+    let mut got = vec![0u8; 20_000];
+    a.mr.read(100_000, &mut got).unwrap();
+    assert_eq!(got, data);
+
+    // WRITE with immediate consumes a receive and reports the immediate.
+    b.qp.post_recv(&[RecvWr { wr_id: 77, sg_list: vec![] }]).unwrap();
+    let wi = SendWr::new(
+        2,
+        SendOp::RdmaWriteWithImm { remote_addr: b.mr.addr() + 300_000, rkey: b.mr.rkey(), imm: 0x0102_0304 },
+        vec![a.mr.sge(100_000, 5000).unwrap()],
+    );
+    a.qp.post_send(&[wi]).unwrap();
+    assert_eq!(a.wait_one().status, WcStatus::Success);
+    let r = b.wait_one();
+    assert_eq!((r.wr_id, r.opcode, r.imm_data, r.byte_len), (77, WcOpcode::RecvRdmaWithImm, Some(0x0102_0304), 5000));
+    b.mr.read(300_000, &mut got[..5000]).unwrap();
+    assert_eq!(&got[..5000], &data[..5000]);
+
+    // Atomics: host-order 64-bit values in memory.
+    b.mr.write(8192, &100u64.to_ne_bytes()).unwrap();
+    let fa = SendWr::new(
+        3,
+        SendOp::FetchAdd { remote_addr: b.mr.addr() + 8192, rkey: b.mr.rkey(), add: 5 },
+        vec![a.mr.sge(0, 8).unwrap()],
+    );
+    let cs = SendWr::new(
+        4,
+        SendOp::CompareSwap { remote_addr: b.mr.addr() + 8192, rkey: b.mr.rkey(), compare: 105, swap: 7 },
+        vec![a.mr.sge(8, 8).unwrap()],
+    );
+    a.qp.post_send(&[fa, cs]).unwrap();
+    let (w1, w2) = (a.wait_one(), a.wait_one());
+    assert_eq!((w1.wr_id, w1.opcode, w2.wr_id, w2.opcode), (3, WcOpcode::FetchAdd, 4, WcOpcode::CompSwap));
+    assert_eq!((a.mr.read_u64(0).unwrap(), a.mr.read_u64(8).unwrap()), (100, 105));
+    assert_eq!(b.mr.read_u64(8192).unwrap(), 7);
+
+    // Inline data is copied at post time: changing the source afterwards
+    // does not change what arrives. Unsignaled requests complete silently.
+    b.qp.post_recv(&[RecvWr { wr_id: 5, sg_list: vec![b.mr.sge(0, 64).unwrap()] }]).unwrap();
+    let mut inline = SendWr::new(6, SendOp::Send, vec![]);
+    inline.inline_data = Some(b"inline payload".to_vec());
+    inline.signaled = false;
+    let mut quiet = write_wr(7, &a, 0, 16, &b, 1024);
+    quiet.signaled = false;
+    let last = write_wr(8, &a, 0, 16, &b, 2048);
+    a.qp.post_send(&[inline, quiet, last]).unwrap();
+    assert_eq!(a.wait_one().wr_id, 8, "only the signaled request completes");
+    let r = b.wait_one();
+    assert_eq!(r.byte_len, 14);
+    b.mr.read(0, &mut got[..14]).unwrap();
+    assert_eq!(&got[..14], b"inline payload");
+}
+
+#[test]
+fn uc_send_and_write_with_imm() {
+    let (a, b) = pair(QpType::Uc);
+    let data = pattern(9000, 11);
+    a.mr.write(0, &data).unwrap();
+    b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![b.mr.sge(0, 9000).unwrap()] }]).unwrap();
+    a.qp.post_send(&[SendWr::new(1, SendOp::Send, vec![a.mr.sge(0, 9000).unwrap()])]).unwrap();
+    assert_eq!(a.wait_one().status, WcStatus::Success);
+    let r = b.wait_one();
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 9000));
+    assert_eq!(&b.mr.to_vec()[..9000], &data[..]);
+    b.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: vec![] }]).unwrap();
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaWriteWithImm { remote_addr: b.mr.addr() + 50_000, rkey: b.mr.rkey(), imm: 9 },
+        vec![a.mr.sge(0, 3000).unwrap()],
+    );
+    a.qp.post_send(&[wr]).unwrap();
+    a.wait_one();
+    assert_eq!(b.wait_one().imm_data, Some(9));
+    // READ is not a UC operation.
+    let rd =
+        SendWr::new(3, SendOp::RdmaRead { remote_addr: b.mr.addr(), rkey: b.mr.rkey() }, vec![a.mr.sge(0, 8).unwrap()]);
+    assert!(matches!(a.qp.post_send(&[rd]), Err(Error::Post { index: 0, .. })));
+}
+
+#[test]
+fn ud_send_through_an_address_handle_with_the_grh_area() {
+    let (a_ip, b_ip) = addresses();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (a, _) = Side::new("ud-a", a_ip, QpType::Ud, cfg.clone(), None);
+    let (b, _) = Side::new("ud-b", b_ip, QpType::Ud, cfg, None);
+    let opts = ConnectOptions::default();
+    a.qp.connect(1, &b.info(0), &opts).unwrap();
+    b.qp.connect(2, &a.info(0), &opts).unwrap();
+    b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![b.mr.sge(0, 40 + 512).unwrap()] }]).unwrap();
+    let ah = a.pd.create_ah(&AhAttr::new(b.ctx.query_gid(0).unwrap())).unwrap();
+    a.mr.write(0, &pattern(512, 5)).unwrap();
+    let mut wr = SendWr::new(1, SendOp::SendWithImm { imm: 42 }, vec![a.mr.sge(0, 512).unwrap()]);
+    wr.ud = Some(ah.ud_dest(b.qp.qp_num(), opts.qkey));
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(a.wait_one().status, WcStatus::Success);
+    let r = b.wait_one();
+    assert_eq!((r.status, r.byte_len, r.src_qp, r.imm_data), (WcStatus::Success, 552, a.qp.qp_num(), Some(42)));
+    assert_ne!(r.wc_flags & wc_flags::GRH, 0);
+    assert_eq!(&b.mr.to_vec()[40..552], &pattern(512, 5)[..]);
+    // A UD message larger than the MTU is refused at post time.
+    let mut big = SendWr::new(2, SendOp::Send, vec![a.mr.sge(0, 8192).unwrap()]);
+    big.ud = Some(ah.ud_dest(b.qp.qp_num(), opts.qkey));
+    assert!(a.qp.post_send(&[big]).is_err());
+}
+
+#[test]
+fn srq_feeds_two_qps_and_raises_its_limit_event() {
+    let (a_ip, b_ip) = addresses();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (a, _) = Side::new("srq-a", a_ip, QpType::Rc, cfg.clone(), None);
+    let (b, srq) = Side::new("srq-b", b_ip, QpType::Rc, cfg, Some(64));
+    let srq = srq.unwrap();
+    // A second pair of QPs on the same devices, the receiver on the same SRQ.
+    let a2 = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap();
+    let mut attr = QpInitAttr::new(QpType::Rc, &b.cq);
+    attr.srq = Some(&srq);
+    let b2 = b.pd.create_qp(&attr).unwrap();
+    let opts = ConnectOptions::default();
+    a.qp.connect(1, &b.info(2), &opts).unwrap();
+    b.qp.connect(2, &a.info(1), &opts).unwrap();
+    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+    a2.connect(3, &PeerInfo { qpn: b2.qp_num(), psn: 4, gid: gid(&b) }, &opts).unwrap();
+    b2.connect(4, &PeerInfo { qpn: a2.qp_num(), psn: 3, gid: gid(&a) }, &opts).unwrap();
+    assert!(b.qp.post_recv(&[RecvWr { wr_id: 0, sg_list: vec![] }]).is_err(), "a QP with an SRQ takes no receives");
+    let wrs: Vec<RecvWr> =
+        (0..4).map(|i| RecvWr { wr_id: 100 + i, sg_list: vec![b.mr.sge(i as usize * 1000, 1000).unwrap()] }).collect();
+    srq.post_recv(&wrs).unwrap();
+    srq.arm_limit(3).unwrap();
+    a.qp.post_send(&[SendWr::new(1, SendOp::Send, vec![a.mr.sge(0, 10).unwrap()])]).unwrap();
+    a2.post_send(&[SendWr::new(2, SendOp::Send, vec![a.mr.sge(0, 20).unwrap()])]).unwrap();
+    let mut got = [b.wait_one(), b.wait_one()];
+    got.sort_by_key(|w| w.wr_id);
+    assert_eq!((got[0].wr_id, got[1].wr_id), (100, 101));
+    let mut qpns = [got[0].qp_num, got[1].qp_num];
+    qpns.sort();
+    let mut want = [b.qp.qp_num(), b2.qp_num()];
+    want.sort();
+    assert_eq!(qpns, want);
+    let ev = b.ctx.get_async_event(WAIT).unwrap();
+    assert_eq!(ev, Some(AsyncEvent::SrqLimitReached(SrqId(srq.id()))));
+}

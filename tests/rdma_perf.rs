@@ -1,0 +1,160 @@
+//! rdma-perf end to end: every test in --loopback mode with --verify, a
+//! run under injected faults, a client and a server over TCP, and the CLI's
+//! contracts (JSON keys, exit codes, errors).
+
+use rdma_core_rs::{FaultConfig, Mtu};
+use softroce::perf::{self, AtomicType, Config, Role, TestKind};
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Fresh loopback addresses per run, so tests in parallel never collide.
+fn addresses() -> (IpAddr, IpAddr) {
+    static NEXT: AtomicU8 = AtomicU8::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let x = 10 + (std::process::id() % 200) as u8;
+    (IpAddr::V4(Ipv4Addr::new(127, x, 100 + n, 1)), IpAddr::V4(Ipv4Addr::new(127, x, 100 + n, 2)))
+}
+
+fn config(test: TestKind) -> Config {
+    let (c, s) = addresses();
+    Config {
+        test,
+        size: test.default_size(),
+        iters: 200,
+        duration: None,
+        qps: 1,
+        mtu: Mtu::Mtu4096,
+        gid_index: 0,
+        tx_depth: 32,
+        atomic: AtomicType::FetchAndAdd,
+        verify: true,
+        faults: FaultConfig::default(),
+        bind: c,
+        role: Role::Loopback { peer: s },
+        port: 18515,
+        progress: false,
+    }
+}
+
+#[test]
+fn every_test_runs_in_loopback_and_verifies() {
+    for test in TestKind::ALL {
+        let mut cfg = config(test);
+        if !test.is_atomic() && !test.is_latency() {
+            cfg.size = 10_000; // several packets per message, not a multiple of the MTU
+            cfg.qps = 2;
+        }
+        let r = perf::run(&cfg).unwrap_or_else(|e| panic!("{test}: {e}"));
+        assert_eq!(r.verified, Some(true), "{test}: {:?}", r.verify_detail);
+        assert_eq!(r.iterations, 200 * cfg.qps as u64, "{test}");
+        assert!(r.gbps > 0.0 && r.mpps > 0.0, "{test}");
+        assert_eq!(r.rtt_us_p50.is_some(), test.is_latency(), "{test}");
+        assert!(r.counters.packets_sent > 0);
+    }
+}
+
+#[test]
+fn compare_and_swap_and_duration_mode() {
+    let mut cfg = config(TestKind::AtomicBw);
+    cfg.atomic = AtomicType::CmpAndSwap;
+    let r = perf::run(&cfg).unwrap();
+    assert_eq!(r.verified, Some(true), "{:?}", r.verify_detail);
+    let mut cfg = config(TestKind::WriteBw);
+    cfg.duration = Some(std::time::Duration::from_millis(300));
+    let r = perf::run(&cfg).unwrap();
+    assert_eq!(r.verified, Some(true), "{:?}", r.verify_detail);
+    assert!(r.iterations > 0 && r.seconds >= 0.3, "{r:?}");
+}
+
+#[test]
+fn injected_faults_are_recovered_and_every_byte_verifies() {
+    for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw, TestKind::AtomicBw, TestKind::SendLat] {
+        let mut cfg = config(test);
+        cfg.iters = 60;
+        cfg.tx_depth = 8;
+        if !test.is_atomic() && !test.is_latency() {
+            cfg.size = 8192;
+        }
+        cfg.mtu = Mtu::Mtu1024;
+        cfg.faults = FaultConfig { loss: 0.03, duplicate: 0.02, reorder: 0.02, corrupt: 0.01, seed: 3 };
+        let r = perf::run(&cfg).unwrap_or_else(|e| panic!("{test}: {e}"));
+        assert_eq!(r.verified, Some(true), "{test}: {:?}", r.verify_detail);
+        assert!(r.retransmits > 0, "{test}: faults were injected but nothing was retransmitted");
+    }
+}
+
+#[test]
+fn client_and_server_over_tcp() {
+    let (c, s) = addresses();
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let mut server = config(TestKind::SendBw);
+    server.bind = s;
+    server.port = port;
+    server.role = Role::Server;
+    let srv = std::thread::spawn(move || perf::run(&server));
+    let mut client = config(TestKind::SendBw);
+    client.bind = c;
+    client.port = port;
+    client.role = Role::Client((s, port).into());
+    let mut result = perf::run(&client);
+    for _ in 0..50 {
+        // The server may not be listening yet.
+        if result.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        result = perf::run(&client);
+    }
+    let r = result.unwrap();
+    let sr = srv.join().unwrap().unwrap();
+    assert_eq!((r.verified, sr.verified), (Some(true), Some(true)));
+    assert_eq!((r.role.as_str(), sr.role.as_str()), ("client", "server"));
+    assert_eq!(sr.iterations, 200);
+}
+
+fn rdma_perf(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rdma-perf")).args(args).output().unwrap()
+}
+
+#[test]
+fn the_cli_prints_the_json_contract_and_refuses_bad_options() {
+    let (c, s) = addresses();
+    let out = rdma_perf(&[
+        "send-lat",
+        "--loopback",
+        "--bind",
+        &c.to_string(),
+        "--loopback-peer",
+        &s.to_string(),
+        "-n",
+        "50",
+        "--verify",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["test", "size", "iterations", "gbps", "mpps", "rtt_us_p50", "rtt_us_p99", "verified", "retransmits"] {
+        assert!(v.get(key).is_some(), "missing key {key}: {v}");
+    }
+    assert_eq!(v["test"], "send-lat");
+    assert_eq!(v["iterations"], 50);
+    assert_eq!(v["verified"], true);
+    assert!(v["rtt_us_p50"].as_f64().unwrap() > 0.0);
+
+    for (args, needle) in [
+        (vec!["write-bw", "--loopback", "--mtu", "1000"], "--mtu 1000"),
+        (vec!["write-bw", "--loopback", "-x", "3"], "GID index 3"),
+        (vec!["atomic-bw", "--loopback", "-s", "16"], "8 bytes"),
+        (vec!["write-lat", "--loopback", "-q", "2"], "one QP"),
+        (vec!["write-bw", "127.0.0.9", "--loss", "0.1"], "needs --loopback"),
+        (vec!["write-bw", "--loopback", "--loss", "2"], "probability"),
+    ] {
+        let out = rdma_perf(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = rdma_perf(&["bogus-test"]);
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+}

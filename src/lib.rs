@@ -5,3 +5,4 @@ pub mod capture;
 pub mod decode;
 pub mod dump;
 pub mod perf;
+pub mod pingpong;

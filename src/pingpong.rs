@@ -1,0 +1,333 @@
+//! The libibverbs ping-pong examples (`ibv_rc_pingpong`, `ibv_uc_pingpong`,
+//! `ibv_ud_pingpong`, `ibv_srq_pingpong`) over the verbs API: the same
+//! flags, the same TCP exchange of `LID:QPN:PSN:GID` on port 18515, the
+//! same output, so either side can be the real tool.
+
+use clap::Parser;
+use rdma_core_rs::*;
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::result::Result;
+use std::time::{Duration, Instant};
+
+/// Which example.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Rc,
+    Uc,
+    Ud,
+    Srq,
+}
+
+/// The flags of the libibverbs examples, plus `--bind`.
+#[derive(Parser, Debug, Clone)]
+#[command(disable_help_flag = false)]
+pub struct Args {
+    /// Server to connect to; none: wait for a client.
+    pub servername: Option<String>,
+    /// Listen on / connect to this TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// The device name (the soft device made on --bind).
+    #[arg(short = 'd', long = "ib-dev", default_value = "rxe0")]
+    pub ib_dev: String,
+    /// The port of the device (a soft device has port 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Message size [default: 4096; ud_pingpong 2048].
+    #[arg(short = 's', long = "size")]
+    pub size: Option<usize>,
+    /// Path MTU.
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Receives to post at a time [default: 500; srq_pingpong 1000].
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<usize>,
+    /// Iterations.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    pub iters: u64,
+    /// Service level (accepted; RoCE v2 carries none).
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on completion events instead of polling.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Local GID index.
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    pub gid_idx: i32,
+    /// QPs (srq_pingpong).
+    #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+    pub num_qp: usize,
+    /// Local address of the soft device.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+}
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+const MSG_LEN: usize = 52; // "0000:000000:000000:" + 32 hex digits + NUL
+const UD_QKEY: u32 = 0x1111_1111;
+const GRH: usize = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PingPongError {
+    #[error("{0}")]
+    Verbs(#[from] rdma_core_rs::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// `LID:QPN:PSN:GID` as the examples write it.
+fn wire_msg(qpn: u32, psn: u32, gid: Gid) -> [u8; MSG_LEN] {
+    let s = format!("{:04x}:{:06x}:{:06x}:{}", 0, qpn, psn, gid.to_wire_hex());
+    let mut m = [0u8; MSG_LEN];
+    m[..s.len()].copy_from_slice(s.as_bytes());
+    m
+}
+
+fn parse_msg(m: &[u8]) -> Result<PeerInfo, PingPongError> {
+    let s = std::str::from_utf8(m).unwrap_or("").trim_end_matches('\0');
+    let bad = || PingPongError::Failed(format!("Couldn't parse the remote address {s:?}"));
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 4 {
+        return Err(bad());
+    }
+    let qpn = u32::from_str_radix(parts[1], 16).map_err(|_| bad())?;
+    let psn = u32::from_str_radix(parts[2], 16).map_err(|_| bad())?;
+    let gid = Gid::from_wire_hex(parts[3]).ok_or_else(bad)?;
+    Ok(PeerInfo { qpn, psn, gid })
+}
+
+fn print_dest(which: &str, p: &PeerInfo) {
+    println!("  {which} address:  LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", p.qpn, p.psn, p.gid);
+}
+
+fn psn() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u32);
+    (t.wrapping_mul(2_654_435_761)) & 0xff_ffff
+}
+
+/// Runs one of the examples with its flags.
+pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
+    let size = args.size.unwrap_or(if kind == Kind::Ud { 2048 } else { 4096 });
+    let rx_depth = args.rx_depth.unwrap_or(if kind == Kind::Srq { 1000 } else { 500 });
+    let num_qp = if kind == Kind::Srq { args.num_qp } else { 1 };
+    let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| PingPongError::Usage(format!("Invalid MTU {}", args.mtu)))?;
+    if args.gid_idx > 0 {
+        return Err(PingPongError::Usage(format!("GID index {}: a soft device has GID 0 only", args.gid_idx)));
+    }
+    if args.ib_port != 1 {
+        return Err(PingPongError::Usage(format!("IB port {}: a soft device has port 1", args.ib_port)));
+    }
+    if kind == Kind::Ud && size > mtu.bytes() as usize {
+        return Err(PingPongError::Usage(format!("Requested size larger than port MTU ({})", mtu.bytes())));
+    }
+    if num_qp == 0 || num_qp > rx_depth {
+        return Err(PingPongError::Usage("num_qp must be between 1 and rx_depth".into()));
+    }
+    let dev = Device::new(&args.ib_dev, args.bind)?;
+    let ctx = dev.open()?;
+    let pd = ctx.alloc_pd()?;
+    let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
+    let cq = ctx.create_cq(rx_depth + num_qp, channel.as_ref())?;
+    let qp_type = match kind {
+        Kind::Uc => QpType::Uc,
+        Kind::Ud => QpType::Ud,
+        _ => QpType::Rc,
+    };
+    let srq = if kind == Kind::Srq { Some(pd.create_srq(rx_depth as u32, 0)?) } else { None };
+    let extra = if kind == Kind::Ud { GRH } else { 0 };
+    // Page-aligned in the real examples; one buffer, sent from and received into.
+    let mr = pd.reg_mr(size + extra, Access::LOCAL_WRITE)?;
+    let mut qps = Vec::new();
+    for _ in 0..num_qp {
+        let mut attr = QpInitAttr::new(qp_type, &cq);
+        attr.srq = srq.as_ref();
+        attr.cap = QpCap {
+            max_send_wr: 1,
+            max_recv_wr: rx_depth as u32,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        qps.push(pd.create_qp(&attr)?);
+    }
+    let opts = ConnectOptions { mtu, qkey: UD_QKEY, access: Access::NONE, ..ConnectOptions::default() };
+    for qp in &qps {
+        qp.to_init(&opts)?;
+    }
+    let recv_wr = |i: u64| RecvWr { wr_id: RECV_WRID | i << 8, sg_list: vec![mr.sge_all()] };
+    // Receives before the exchange, as the examples do.
+    match &srq {
+        Some(srq) => srq.post_recv(&(0..rx_depth).map(|_| recv_wr(0)).collect::<Vec<_>>())?,
+        None => qps[0].post_recv(&(0..rx_depth).map(|_| recv_wr(0)).collect::<Vec<_>>())?,
+    }
+    let gid = ctx.query_gid(0)?;
+    let local: Vec<PeerInfo> = qps.iter().map(|q| PeerInfo { qpn: q.qp_num(), psn: psn(), gid }).collect();
+    for l in &local {
+        print_dest("local", l);
+    }
+    let is_client = args.servername.is_some();
+    let mut stream = match &args.servername {
+        Some(s) => {
+            let addr = format!("{}:{}", s, args.port);
+            TcpStream::connect(&addr).map_err(|e| PingPongError::Failed(format!("Couldn't connect to {addr}: {e}")))?
+        }
+        None => {
+            let l = TcpListener::bind((args.bind, args.port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
+                .map_err(|e| PingPongError::Failed(format!("Couldn't listen to port {}: {e}", args.port)))?;
+            l.accept()?.0
+        }
+    };
+    let mut remote = Vec::new();
+    let mut buf = [0u8; MSG_LEN];
+    if is_client {
+        for l in &local {
+            stream.write_all(&wire_msg(l.qpn, l.psn, l.gid))?;
+        }
+        for _ in 0..num_qp {
+            stream.read_exact(&mut buf)?;
+            remote.push(parse_msg(&buf)?);
+        }
+    } else {
+        for _ in 0..num_qp {
+            stream.read_exact(&mut buf)?;
+            remote.push(parse_msg(&buf)?);
+        }
+    }
+    for (i, qp) in qps.iter().enumerate() {
+        qp.to_rts(local[i].psn, &remote[i], &opts)?;
+    }
+    if is_client {
+        stream.write_all(b"done\0")?;
+    } else {
+        for l in &local {
+            stream.write_all(&wire_msg(l.qpn, l.psn, l.gid))?;
+        }
+        let mut done = [0u8; 5];
+        stream.read_exact(&mut done)?;
+    }
+    for r in &remote {
+        print_dest("remote", r);
+    }
+    let ah = if kind == Kind::Ud { Some(pd.create_ah(&AhAttr::new(remote[0].gid))?) } else { None };
+    let send = |i: usize| -> Result<(), PingPongError> {
+        let len = size as u32;
+        let mut wr = SendWr::new(SEND_WRID | (i as u64) << 8, SendOp::Send, vec![mr.sge(extra, len)?]);
+        if let Some(ah) = &ah {
+            wr.ud = Some(ah.ud_dest(remote[i].qpn, UD_QKEY));
+        }
+        qps[i].post_send(&[wr])?;
+        Ok(())
+    };
+    let mut pending = vec![RECV_WRID; num_qp];
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut posted_recvs = vec![rx_depth; num_qp];
+    let start = Instant::now();
+    if is_client {
+        for (i, p) in pending.iter_mut().enumerate() {
+            if scnt < args.iters {
+                send(i)?;
+                scnt += 1;
+                *p |= SEND_WRID;
+            }
+        }
+    }
+    if channel.is_some() {
+        cq.req_notify(false)?;
+    }
+    let mut wcs = Vec::with_capacity(2 * num_qp + 2);
+    while rcnt < args.iters || scnt < args.iters {
+        wcs.clear();
+        match &channel {
+            Some(ch) => {
+                if ch.get_cq_event(Some(Duration::from_secs(30)))?.is_none() {
+                    return Err(PingPongError::Failed("Failed to get cq_event".into()));
+                }
+                ch.ack_cq_events(&cq, 1);
+                cq.req_notify(false)?;
+                cq.poll(&mut wcs, 2 * num_qp + 2)?;
+            }
+            None => {
+                if cq.wait(&mut wcs, 2 * num_qp + 2, Some(Duration::from_secs(30)))? == 0 {
+                    return Err(PingPongError::Failed("poll CQ failed: no completion in 30 s".into()));
+                }
+            }
+        }
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                return Err(PingPongError::Failed(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status.as_str(),
+                    wc.status as u32,
+                    wc.wr_id
+                )));
+            }
+            let i = qps.iter().position(|q| q.qp_num() == wc.qp_num).unwrap_or(0);
+            match wc.wr_id & 0xff {
+                SEND_WRID => {}
+                RECV_WRID => {
+                    rcnt += 1;
+                    posted_recvs[i] -= 1;
+                    if posted_recvs[i] <= 1 || srq.is_some() {
+                        let n = if srq.is_some() { 1 } else { rx_depth - posted_recvs[i] };
+                        let wrs: Vec<RecvWr> = (0..n).map(|_| recv_wr(0)).collect();
+                        match &srq {
+                            Some(s) => s.post_recv(&wrs)?,
+                            None => {
+                                qps[i].post_recv(&wrs)?;
+                                posted_recvs[i] += n;
+                            }
+                        }
+                    }
+                }
+                other => return Err(PingPongError::Failed(format!("Completion for unknown wr_id {other}"))),
+            }
+            pending[i] &= !(wc.wr_id & 0xff);
+            if pending[i] == 0 && scnt < args.iters {
+                send(i)?;
+                scnt += 1;
+                pending[i] = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = size as u64 * args.iters * 2;
+    let usec = secs * 1e6;
+    println!("{} bytes in {:.2} seconds = {:.2} Mbit/sec", bytes, secs, bytes as f64 * 8.0 / usec);
+    println!("{} iters in {:.2} seconds = {:.2} usec/iter", args.iters, secs, usec / args.iters as f64);
+    Ok(())
+}
+
+/// The `main` of each example.
+pub fn main(kind: Kind) -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(kind, &args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exchange_message_matches_the_captured_one() {
+        // From tests/fixtures/golden/pcaps/rc_pingpong.pcap.
+        let captured = b"0000:000017:35de35:00000000000000000000ffff0a4d000c\0";
+        let p = parse_msg(captured).unwrap();
+        assert_eq!((p.qpn, p.psn), (0x17, 0x35de35));
+        assert_eq!(p.gid.to_ip(), "10.77.0.12".parse::<IpAddr>().unwrap());
+        assert_eq!(&wire_msg(p.qpn, p.psn, p.gid), captured);
+        assert!(parse_msg(b"0000:zz:0:0").is_err());
+    }
+}

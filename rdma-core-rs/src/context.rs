@@ -106,7 +106,7 @@ impl Inner {
     /// One round of progress: receive, fire timers, send, notify channels.
     pub(crate) fn progress_locked(&self, st: &mut State) -> Result<()> {
         let now = self.now();
-        let before = st.ep.stats().completions;
+        let before = st.ep.completions_delivered();
         for _ in 0..RX_BATCHES_PER_ROUND {
             if st.io.receive(&mut st.ep, now)? < BATCH {
                 break;
@@ -116,7 +116,7 @@ impl Inner {
             st.ep.handle_timeout(now);
         }
         st.io.transmit(&mut st.ep, now)?;
-        if st.ep.stats().completions != before {
+        if st.ep.completions_delivered() != before {
             self.fire_channels(st);
             if st.followers > 0 {
                 self.progressed.notify_all();

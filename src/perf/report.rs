@@ -87,9 +87,18 @@ pub struct Report {
     pub rtt_us_p999: Option<f64>,
     pub rtt_us_max: Option<f64>,
     pub counters: Counters,
+    /// Peak resident memory of this process (VmHWM), KiB.
+    pub peak_rss_kib: Option<u64>,
     /// What failed verification, if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify_detail: Option<String>,
+}
+
+/// VmHWM from /proc/self/status (Linux).
+fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn us(ns: u64) -> f64 {
@@ -127,6 +136,7 @@ impl Report {
             rtt_us_p999: h.map(|h| us(h.value_at_quantile(0.999))),
             rtt_us_max: h.map(|h| us(h.max())),
             counters: Counters::default(),
+            peak_rss_kib: peak_rss_kib(),
             verify_detail: None,
         }
     }

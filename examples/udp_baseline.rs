@@ -1,0 +1,170 @@
+//! The raw UDP baselines `scripts/bench.sh` compares rdma-perf with, on
+//! loopback, one sender thread and one receiver thread in one process
+//! (as `rdma-perf --loopback` runs):
+//!
+//! - `bw MODE SIZE SECS`: datagrams of SIZE bytes for SECS seconds;
+//!   MODE is `plain` (one send and one receive system call per datagram),
+//!   `mmsg` (sendmmsg/recvmmsg of 32) or `gso` (UDP_SEGMENT sends of up to
+//!   64 segments, UDP_GRO receives). Prints the receiver's figures.
+//! - `pingpong SIZE ITERS POLL`: a SIZE-byte ping-pong; POLL is `busy`
+//!   (non-blocking receives in a loop) or `block`. Prints round trips.
+//!
+//! Output: one JSON object.
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const UDP_SEGMENT: i32 = 103;
+const UDP_GRO: i32 = 104;
+
+fn setopt(s: &UdpSocket, level: i32, name: i32, v: i32) {
+    // SAFETY: an int option on our socket.
+    let r = unsafe { libc::setsockopt(s.as_raw_fd(), level, name, (&v as *const i32).cast(), 4) };
+    assert_eq!(r, 0, "setsockopt {name}: {}", std::io::Error::last_os_error());
+}
+
+fn bw(mode: &str, size: usize, secs: f64) {
+    let rx = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let dest = rx.local_addr().unwrap();
+    setopt(&rx, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
+    rx.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    if mode == "gso" {
+        setopt(&rx, libc::SOL_UDP, UDP_GRO, 1);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_tx = stop.clone();
+    let mode_tx = mode.to_string();
+    let sender = std::thread::spawn(move || {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(dest).unwrap();
+        setopt(&tx, libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20);
+        let segs = if mode_tx == "gso" { (65000 / size).clamp(1, 64) } else { 1 };
+        if mode_tx == "gso" {
+            setopt(&tx, libc::SOL_UDP, UDP_SEGMENT, size as i32);
+        }
+        let buf = vec![0x5au8; size * segs];
+        let fd = tx.as_raw_fd();
+        while !stop_tx.load(Ordering::Relaxed) {
+            if mode_tx == "mmsg" {
+                let mut iov: Vec<libc::iovec> =
+                    (0..32).map(|_| libc::iovec { iov_base: buf.as_ptr() as *mut _, iov_len: size }).collect();
+                let mut msgs: Vec<libc::mmsghdr> = iov
+                    .iter_mut()
+                    .map(|v| {
+                        // SAFETY: zeroed msghdr is valid; we set the iovec.
+                        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                        m.msg_hdr.msg_iov = v;
+                        m.msg_hdr.msg_iovlen = 1;
+                        m
+                    })
+                    .collect();
+                // SAFETY: valid headers and buffers.
+                unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), 32, 0) };
+            } else {
+                let _ = tx.send(&buf);
+            }
+        }
+    });
+    let mut buf = vec![0u8; 1 << 16];
+    let mut bytes = 0u64;
+    let mut datagrams = 0u64;
+    let fd = rx.as_raw_fd();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        if mode == "mmsg" {
+            let mut bufs = vec![[0u8; 9000]; 32];
+            let mut iov: Vec<libc::iovec> =
+                bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+            let mut msgs: Vec<libc::mmsghdr> = iov
+                .iter_mut()
+                .map(|v| {
+                    // SAFETY: as above.
+                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    m.msg_hdr.msg_iov = v;
+                    m.msg_hdr.msg_iovlen = 1;
+                    m
+                })
+                .collect();
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+            // SAFETY: valid headers and buffers.
+            let n = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), 32, libc::MSG_WAITFORONE, &mut ts) };
+            for m in msgs.iter().take(n.max(0) as usize) {
+                bytes += u64::from(m.msg_len);
+                datagrams += 1;
+            }
+        } else if let Ok(n) = rx.recv(&mut buf) {
+            bytes += n as u64;
+            datagrams += (n as u64).div_ceil(size as u64);
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+    println!(
+        "{{\"test\":\"udp-bw\",\"mode\":\"{mode}\",\"size\":{size},\"gbps\":{},\"mpps\":{}}}",
+        bytes as f64 * 8.0 / elapsed / 1e9,
+        datagrams as f64 / elapsed / 1e6
+    );
+}
+
+fn pingpong(size: usize, iters: usize, busy: bool) {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.2:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    b.connect(a.local_addr().unwrap()).unwrap();
+    a.set_nonblocking(busy).unwrap();
+    b.set_nonblocking(busy).unwrap();
+    let recv = |s: &UdpSocket, buf: &mut [u8]| loop {
+        match s.recv(buf) {
+            Ok(n) => return n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let echo = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..iters + 100 {
+            let n = recv(&b, &mut buf);
+            b.send(&buf[..n]).unwrap();
+        }
+    });
+    let msg = vec![7u8; size];
+    let mut buf = vec![0u8; 65536];
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..iters + 100 {
+        let t = Instant::now();
+        a.send(&msg).unwrap();
+        recv(&a, &mut buf);
+        if i >= 100 {
+            rtts.push(t.elapsed().as_nanos() as f64 / 1000.0); // warm-up excluded
+        }
+    }
+    echo.join().unwrap();
+    rtts.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    let q = |p: f64| rtts[((rtts.len() as f64 - 1.0) * p) as usize];
+    println!(
+        "{{\"test\":\"udp-pingpong\",\"poll\":\"{}\",\"size\":{size},\"rtt_us_p50\":{},\"rtt_us_p99\":{}}}",
+        if busy { "busy" } else { "block" },
+        q(0.5),
+        q(0.99)
+    );
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong SIZE ITERS busy|block";
+    match a.get(1).map(String::as_str) {
+        Some("bw") if a.len() == 5 => bw(&a[2], a[3].parse().expect(usage), a[4].parse().expect(usage)),
+        Some("pingpong") if a.len() == 5 => {
+            pingpong(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy")
+        }
+        _ => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    }
+}

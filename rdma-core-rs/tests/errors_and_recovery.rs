@@ -102,14 +102,6 @@ fn loss_duplication_reordering_and_corruption_still_deliver_every_byte() {
     assert!(sb.drops_for(DropReason::IcrcMismatch) > 0, "corrupted packets are caught by the ICRC: {sb:?}");
 }
 
-fn write_wr(id: u64, a: &Side, off: usize, len: u32, b: &Side, roff: u64) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::RdmaWrite { remote_addr: b.mr.addr() + roff, rkey: b.mr.rkey() },
-        vec![a.mr.sge(off, len).unwrap()],
-    )
-}
-
 #[test]
 fn datagrams_that_are_not_roce_or_are_for_unknown_qps_are_counted_and_dropped() {
     let (a, b) = pair(QpType::Rc);

@@ -36,14 +36,6 @@ fn rc_write_and_send_arrive_byte_exact() {
     assert_eq!(got, &data[10..3010]);
 }
 
-fn write_wr(id: u64, a: &Side, off: usize, len: u32, b: &Side, roff: u64) -> SendWr {
-    SendWr::new(
-        id,
-        SendOp::RdmaWrite { remote_addr: b.mr.addr() + roff, rkey: b.mr.rkey() },
-        vec![a.mr.sge(off, len).unwrap()],
-    )
-}
-
 #[test]
 fn rc_read_write_with_imm_atomics_inline_and_unsignaled() {
     let (a, b) = pair(QpType::Rc);

@@ -2,7 +2,7 @@
 
 use super::oob::{Hello, Msg, Oob, SideInfo};
 use super::report::{Counters, ProgressLine, Report};
-use super::side::{self, remote_addr, Side};
+use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
 use hdrhistogram::Histogram;
 use rdma_core_rs::*;
@@ -88,13 +88,6 @@ fn split_wr_id(id: u64) -> (usize, u64) {
 fn bad_status(wc: &WorkCompletion) -> PerfError {
     let (q, i) = split_wr_id(wc.wr_id);
     PerfError::Failed(format!("QP {q} work request {i} completed with status {:?} ({})", wc.status, wc.status.as_str()))
-}
-
-/// Records the first verification failure and keeps going.
-fn note(slot: &mut Option<String>, r: Result<(), String>) {
-    if let (None, Err(e)) = (&*slot, r) {
-        *slot = Some(e);
-    }
 }
 
 /// The 8-byte value an atomic of round `r` should find (and leave).

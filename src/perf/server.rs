@@ -5,7 +5,7 @@
 use super::client::OOB_TIMEOUT;
 use super::oob::{Hello, Msg, Oob, SideInfo};
 use super::report::{Counters, Report};
-use super::side::{self, remote_addr, Side};
+use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
 use rdma_core_rs::*;
 use std::net::IpAddr;
@@ -126,12 +126,6 @@ fn peer_message(m: Option<Msg>) -> Result<Option<Vec<u64>>, PerfError> {
         Some(Msg::Done { iters }) => Ok(Some(iters)),
         Some(Msg::Error(e)) => Err(PerfError::Peer(e)),
         Some(other) => Err(PerfError::Peer(format!("unexpected message {other:?}"))),
-    }
-}
-
-fn note(slot: &mut Option<String>, r: Result<(), String>) {
-    if let (None, Err(e)) = (&*slot, r) {
-        *slot = Some(e);
     }
 }
 

@@ -148,3 +148,10 @@ pub fn check(got: &[u8], q: usize, iter: u64, what: &str) -> Result<(), String> 
 pub fn server_is_passive(t: TestKind) -> bool {
     matches!(t, TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw | TestKind::ReadLat | TestKind::AtomicLat)
 }
+
+/// Records the first verification failure and keeps going.
+pub fn note(slot: &mut Option<String>, r: Result<(), String>) {
+    if let (None, Err(e)) = (&*slot, r) {
+        *slot = Some(e);
+    }
+}

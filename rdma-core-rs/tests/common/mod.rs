@@ -92,6 +92,15 @@ pub fn pair(qp_type: QpType) -> (Side, Side) {
     )
 }
 
+/// An RDMA WRITE of `len` bytes at `off` of `a`'s region to `roff` of `b`'s.
+pub fn write_wr(id: u64, a: &Side, off: usize, len: u32, b: &Side, roff: u64) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::RdmaWrite { remote_addr: b.mr.addr() + roff, rkey: b.mr.rkey() },
+        vec![a.mr.sge(off, len).unwrap()],
+    )
+}
+
 /// A recognisable pattern.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()

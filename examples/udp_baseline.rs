@@ -26,6 +26,19 @@ fn setopt(s: &UdpSocket, level: i32, name: i32, v: i32) {
     assert_eq!(r, 0, "setsockopt {name}: {}", std::io::Error::last_os_error());
 }
 
+/// One message header per iovec, for sendmmsg/recvmmsg.
+fn headers(iov: &mut [libc::iovec]) -> Vec<libc::mmsghdr> {
+    iov.iter_mut()
+        .map(|v| {
+            // SAFETY: a zeroed msghdr is valid; the iovec is set below.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect()
+}
+
 fn bw(mode: &str, size: usize, secs: f64) {
     let rx = UdpSocket::bind("127.0.0.2:0").unwrap();
     let dest = rx.local_addr().unwrap();
@@ -51,16 +64,7 @@ fn bw(mode: &str, size: usize, secs: f64) {
             if mode_tx == "mmsg" {
                 let mut iov: Vec<libc::iovec> =
                     (0..32).map(|_| libc::iovec { iov_base: buf.as_ptr() as *mut _, iov_len: size }).collect();
-                let mut msgs: Vec<libc::mmsghdr> = iov
-                    .iter_mut()
-                    .map(|v| {
-                        // SAFETY: zeroed msghdr is valid; we set the iovec.
-                        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                        m.msg_hdr.msg_iov = v;
-                        m.msg_hdr.msg_iovlen = 1;
-                        m
-                    })
-                    .collect();
+                let mut msgs = headers(&mut iov);
                 // SAFETY: valid headers and buffers.
                 unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), 32, 0) };
             } else {
@@ -79,16 +83,7 @@ fn bw(mode: &str, size: usize, secs: f64) {
             let mut bufs = vec![[0u8; 9000]; 32];
             let mut iov: Vec<libc::iovec> =
                 bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
-            let mut msgs: Vec<libc::mmsghdr> = iov
-                .iter_mut()
-                .map(|v| {
-                    // SAFETY: as above.
-                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    m.msg_hdr.msg_iov = v;
-                    m.msg_hdr.msg_iovlen = 1;
-                    m
-                })
-                .collect();
+            let mut msgs = headers(&mut iov);
             let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
             // SAFETY: valid headers and buffers.
             let n = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), 32, libc::MSG_WAITFORONE, &mut ts) };

@@ -74,6 +74,8 @@ pub struct UdpIo {
     rx_bufs: Vec<Box<[u8]>>,
     tx_bufs: Vec<Box<[u8]>>,
     tx_meta: Vec<Transmit>,
+    /// Destination addresses of a send batch (kept to avoid an allocation per batch).
+    tx_addrs: Vec<SockAddr>,
     faults: Option<Faults>,
     pub stats: IoStats,
 }
@@ -164,6 +166,7 @@ impl UdpIo {
             rx_bufs: (0..BATCH).map(|_| buf()).collect(),
             tx_bufs: (0..BATCH).map(|_| buf()).collect(),
             tx_meta: Vec::with_capacity(BATCH),
+            tx_addrs: Vec::with_capacity(BATCH),
             faults: faults.filter(|f| f.is_active()).map(Faults::new),
             stats: IoStats::default(),
         })
@@ -329,9 +332,14 @@ impl UdpIo {
                 j += 1;
             }
             match self.tx.get(&port) {
-                Some(s) => {
-                    send_many(&s.socket, &self.tx_bufs[i..j], &self.tx_meta[i..j], hl, self.scope_id, &mut self.stats)
-                }
+                Some(s) => send_many(
+                    &s.socket,
+                    &self.tx_bufs[i..j],
+                    &self.tx_meta[i..j],
+                    (hl, self.scope_id),
+                    &mut self.tx_addrs,
+                    &mut self.stats,
+                ),
                 None => {
                     self.stats.send_errors += (j - i) as u64;
                     tracing::warn!(port, "no socket for UDP source port: packets not sent");
@@ -393,9 +401,16 @@ fn send_one(socket: &Socket, bytes: &[u8], dest: IpAddr, scope_id: u32, stats: &
     }
 }
 
-fn send_many(socket: &Socket, bufs: &[Box<[u8]>], meta: &[Transmit], hl: usize, scope_id: u32, stats: &mut IoStats) {
+fn send_many(
+    socket: &Socket,
+    bufs: &[Box<[u8]>],
+    meta: &[Transmit],
+    (hl, scope_id): (usize, u32),
+    addrs: &mut Vec<SockAddr>,
+    stats: &mut IoStats,
+) {
     let n = meta.len();
-    let mut addrs: Vec<SockAddr> = Vec::with_capacity(0);
+    addrs.clear();
     let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
     let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
     // One address for a run to one destination (the common case), else one each.

@@ -109,17 +109,44 @@ fn datagrams_that_are_not_roce_or_are_for_unknown_qps_are_counted_and_dropped() 
     let dest = (b.ctx.device().addr(), 4791);
     sock.send_to(b"hello, not RoCE", dest).unwrap();
     sock.send_to(&[0u8; 3], dest).unwrap();
-    // A SEND ONLY header for a QP that does not exist (and a zero ICRC).
-    let mut pkt = vec![0u8; 12 + 4];
-    pkt[0] = 0x04; // RC SEND ONLY
-    pkt[1] = 0x40;
-    pkt[2..4].copy_from_slice(&[0xff, 0xff]);
-    pkt[5..8].copy_from_slice(&[0x00, 0x0f, 0xff]); // QPN 0xfff
-    sock.send_to(&pkt, dest).unwrap();
+    // A well-formed SEND ONLY with a right ICRC (over the headers the kernel
+    // writes for this socket), for a QP that does not exist.
+    let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) = (a.ctx.device().addr(), b.ctx.device().addr()) else {
+        unreachable!("IPv4 test addresses")
+    };
+    let repr = rdma_wire::RoceV2Repr {
+        ip: rdma_wire::IpRepr::V4(rdma_wire::Ipv4Repr {
+            dscp: 0,
+            ecn: 0,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            protocol: 17,
+            src,
+            dst,
+        }),
+        udp: rdma_wire::UdpRepr { src_port: sock.local_addr().unwrap().port(), dst_port: 4791, checksum: 0 },
+        transport: rdma_wire::TransportRepr::new(rdma_wire::BthRepr::new(
+            rdma_wire::Opcode::RC_SEND_ONLY,
+            0xfff,
+            rdma_wire::Psn::new(0),
+        )),
+    };
+    let mut pkt = [0u8; 128];
+    let len = repr.emit(&mut pkt, b"payload!").unwrap();
+    sock.send_to(&pkt[28..len], dest).unwrap();
+    // And the same packet with one payload bit flipped.
+    pkt[len - 6] ^= 1;
+    sock.send_to(&pkt[28..len], dest).unwrap();
     let start = std::time::Instant::now();
     loop {
         let s = b.ctx.stats();
-        if s.drops_for(DropReason::Malformed) >= 2 && s.drops.values().sum::<u64>() >= 3 {
+        let (malformed, unknown, icrc) = (
+            s.drops_for(DropReason::Malformed),
+            s.drops_for(DropReason::UnknownQp),
+            s.drops_for(DropReason::IcrcMismatch),
+        );
+        if (malformed, unknown, icrc) == (2, 1, 1) {
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "{s:?}");

@@ -188,7 +188,12 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfErro
             }
         }
         wcs.clear();
-        side.cq.poll(&mut wcs, 1024)?;
+        if posted_any {
+            side.cq.poll(&mut wcs, 1024)?;
+        } else {
+            // Nothing to post until something completes: sleep on the socket.
+            side.cq.wait(&mut wcs, 1024, Some(Duration::from_millis(5)))?;
+        }
         for wc in &wcs {
             if wc.status != WcStatus::Success {
                 return Err(bad_status(wc));
@@ -198,21 +203,8 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfErro
         }
         let done: u64 = completed.iter().sum();
         progress.tick(done, target.map(|t| t * nq as u64));
-        let finished = (0..nq).all(|q| completed[q] == posted[q] && (stop || target.is_some_and(|t| posted[q] >= t)));
-        if finished {
+        if (0..nq).all(|q| completed[q] == posted[q] && (stop || target.is_some_and(|t| posted[q] >= t))) {
             break;
-        }
-        if wcs.is_empty() && !posted_any {
-            // Nothing to post until something completes: sleep on the socket.
-            side.cq.wait(&mut wcs, 1024, Some(Duration::from_millis(5)))?;
-            for wc in &wcs {
-                if wc.status != WcStatus::Success {
-                    return Err(bad_status(wc));
-                }
-                let (q, i) = split_wr_id(wc.wr_id);
-                completed[q] = completed[q].max(i + 1);
-            }
-            wcs.clear();
         }
     }
     let elapsed = start.elapsed();
@@ -330,14 +322,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError>
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
                     side.mr.read(side.offset(0, 1), &mut buf)?;
-                    let mut want = vec![0u8; size];
-                    side::lat_message(&mut want, i);
-                    if buf != want {
-                        note(
-                            &mut verify_error,
-                            Err(format!("write-lat: message {i} differs from what the server wrote")),
-                        );
-                    }
+                    note(&mut verify_error, side::check_lat(&buf, i, "the server"));
                 }
             }
             TestKind::ReadLat => {

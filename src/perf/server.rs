@@ -247,14 +247,7 @@ fn serve(
                     if b[0] == side::marker(i) {
                         if cfg.verify {
                             side.mr.read(side.offset(0, 1), &mut buf)?;
-                            let mut want = vec![0u8; size];
-                            side::lat_message(&mut want, i);
-                            if buf != want {
-                                note(
-                                    &mut verify_error,
-                                    Err(format!("write-lat: message {i} differs from what the client wrote")),
-                                );
-                            }
+                            note(&mut verify_error, side::check_lat(&buf, i, "the client"));
                         }
                         side::lat_message(&mut buf, i);
                         side.mr.write(side.offset(0, 0), &buf)?;

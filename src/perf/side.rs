@@ -132,6 +132,17 @@ pub fn lat_message(buf: &mut [u8], iter: u64) {
     }
 }
 
+/// Whether `got` is write-lat message `iter` as `writer` should have written it.
+pub fn check_lat(got: &[u8], iter: u64, writer: &str) -> Result<(), String> {
+    let mut want = vec![0u8; got.len()];
+    lat_message(&mut want, iter);
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("write-lat: message {iter} differs from what {writer} wrote"))
+    }
+}
+
 /// The first mismatch between `got` and message `iter` of QP `q`.
 pub fn check(got: &[u8], q: usize, iter: u64, what: &str) -> Result<(), String> {
     let mut want = vec![0u8; got.len()];

@@ -68,6 +68,8 @@ const SEND_WRID: u64 = 2;
 const MSG_LEN: usize = 52; // "0000:000000:000000:" + 32 hex digits + NUL
 const UD_QKEY: u32 = 0x1111_1111;
 const GRH: usize = 40;
+/// srq_pingpong's table size (`MAX_QP`), which its exchange always sends.
+const SRQ_MAX_QP: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PingPongError {
@@ -102,6 +104,41 @@ fn parse_msg(m: &[u8]) -> Result<PeerInfo, PingPongError> {
     Ok(PeerInfo { qpn, psn, gid })
 }
 
+/// How many `LID:QPN:PSN:GID` entries each side sends: srq_pingpong always
+/// sends its full table of 256 (zeros past the QPs it uses), the others one.
+fn exchange_entries(kind: Kind) -> usize {
+    if kind == Kind::Srq {
+        SRQ_MAX_QP
+    } else {
+        1
+    }
+}
+
+/// This side's entries, padded with all-zero ones to `entries`.
+fn exchange_messages(local: &[PeerInfo], entries: usize) -> Vec<u8> {
+    let zero = PeerInfo { qpn: 0, psn: 0, gid: Gid::default() };
+    (0..entries).flat_map(|i| wire_msg_of(local.get(i).unwrap_or(&zero))).collect()
+}
+
+fn wire_msg_of(p: &PeerInfo) -> [u8; MSG_LEN] {
+    wire_msg(p.qpn, p.psn, p.gid)
+}
+
+/// Reads the peer's `entries` entries and keeps the first `used`.
+fn read_remote(stream: &mut TcpStream, entries: usize, used: usize) -> Result<Vec<PeerInfo>, PingPongError> {
+    let mut buf = [0u8; MSG_LEN];
+    let mut remote = Vec::with_capacity(used);
+    for i in 0..entries {
+        stream
+            .read_exact(&mut buf)
+            .map_err(|e| PingPongError::Failed(format!("Couldn't read remote address [{i}] of {entries}: {e}")))?;
+        if i < used {
+            remote.push(parse_msg(&buf)?);
+        }
+    }
+    Ok(remote)
+}
+
 fn print_dest(which: &str, p: &PeerInfo) {
     println!("  {which} address:  LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", p.qpn, p.psn, p.gid);
 }
@@ -126,8 +163,8 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
     if kind == Kind::Ud && size > mtu.bytes() as usize {
         return Err(PingPongError::Usage(format!("Requested size larger than port MTU ({})", mtu.bytes())));
     }
-    if num_qp == 0 || num_qp > rx_depth {
-        return Err(PingPongError::Usage("num_qp must be between 1 and rx_depth".into()));
+    if num_qp == 0 || num_qp > rx_depth || num_qp > SRQ_MAX_QP {
+        return Err(PingPongError::Usage(format!("num_qp must be between 1 and rx_depth (and at most {SRQ_MAX_QP})")));
     }
     let dev = Device::new(&args.ib_dev, args.bind)?;
     let ctx = dev.open()?;
@@ -184,31 +221,20 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
             l.accept()?.0
         }
     };
-    let mut remote = Vec::new();
-    let mut buf = [0u8; MSG_LEN];
-    if is_client {
-        for l in &local {
-            stream.write_all(&wire_msg(l.qpn, l.psn, l.gid))?;
-        }
-        for _ in 0..num_qp {
-            stream.read_exact(&mut buf)?;
-            remote.push(parse_msg(&buf)?);
-        }
+    let entries = exchange_entries(kind);
+    let remote = if is_client {
+        stream.write_all(&exchange_messages(&local, entries))?;
+        read_remote(&mut stream, entries, num_qp)?
     } else {
-        for _ in 0..num_qp {
-            stream.read_exact(&mut buf)?;
-            remote.push(parse_msg(&buf)?);
-        }
-    }
+        read_remote(&mut stream, entries, num_qp)?
+    };
     for (i, qp) in qps.iter().enumerate() {
         qp.to_rts(local[i].psn, &remote[i], &opts)?;
     }
     if is_client {
         stream.write_all(b"done\0")?;
     } else {
-        for l in &local {
-            stream.write_all(&wire_msg(l.qpn, l.psn, l.gid))?;
-        }
+        stream.write_all(&exchange_messages(&local, entries))?;
         let mut done = [0u8; 5];
         stream.read_exact(&mut done)?;
     }
@@ -328,6 +354,23 @@ mod tests {
         assert_eq!((p.qpn, p.psn), (0x17, 0x35de35));
         assert_eq!(p.gid.to_ip(), "10.77.0.12".parse::<IpAddr>().unwrap());
         assert_eq!(&wire_msg(p.qpn, p.psn, p.gid), captured);
+    }
+
+    #[test]
+    fn srq_pingpong_sends_its_whole_table_like_rdma_core() {
+        // rdma-core's srq_pingpong writes and reads MAX_QP (256) entries
+        // whatever -q says, zeros past the QPs in use: a peer that sends only
+        // -q entries leaves it waiting forever (found in the Soft-RoCE lab).
+        let gid = Gid::from_ip("10.88.0.1".parse().unwrap());
+        let local = vec![PeerInfo { qpn: 0x11, psn: 0x123456, gid }, PeerInfo { qpn: 0x12, psn: 0x654321, gid }];
+        assert_eq!(exchange_entries(Kind::Srq), 256);
+        assert_eq!(exchange_entries(Kind::Rc), 1);
+        let m = exchange_messages(&local, exchange_entries(Kind::Srq));
+        assert_eq!(m.len(), 256 * 52);
+        assert_eq!(&m[..52], &wire_msg(0x11, 0x123456, gid));
+        assert_eq!(&m[52..104], &wire_msg(0x12, 0x654321, gid));
+        assert_eq!(&m[104..156], b"0000:000000:000000:00000000000000000000000000000000\0");
+        assert!(m[104..].chunks(52).all(|c| c == &m[104..156]));
         assert!(parse_msg(b"0000:zz:0:0").is_err());
     }
 }

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# The Soft-RoCE lab: small qemu guests running the Linux kernel's Soft-RoCE
+# (rdma_rxe) with rdma-core's tools and perftest, on a bridge inside a network
+# namespace this script creates. Our stack runs on the host side of that
+# bridge (see `host`), so every packet stays inside the namespace.
+#
+#   scripts/lab/lab.sh prepare            fetch and unpack the guest (once; cached)
+#   scripts/lab/lab.sh up [N]             namespace + bridge + N guests (default 2)
+#   scripts/lab/lab.sh run K 'CMD' [SECS] run CMD in guest K: its output and exit code
+#   scripts/lab/lab.sh start K 'CMD'      start CMD in guest K; prints a job id
+#   scripts/lab/lab.sh wait K ID [SECS]   wait for that job: its output and exit code
+#   scripts/lab/lab.sh host CMD...        run CMD on the host side, inside the namespace
+#   scripts/lab/lab.sh capture start|stop NAME   tcpdump of the bridge -> $RUN/NAME.pcap
+#   scripts/lab/lab.sh status | down
+#
+# Addresses: host side 10.88.0.1 and fd88::1; guest K at 10.88.0.(10+K) and
+# fd88::(10+K) (hex). MTU 9000 on the bridge, the taps and the guests, so path
+# MTU 4096 works. Needs root, qemu-system-x86_64, busybox (static), cpio and
+# iproute2; `prepare` needs apt-get with Debian bookworm sources.
+#
+# Environment: SRLAB_CACHE (guest files, default ~/.cache/softroce-lab),
+# SRLAB_RUN (run state, default /tmp/softroce-lab), SRLAB_NS (namespace name,
+# default srlab), SRLAB_MEM (guest MiB, default 768).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${SRLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/softroce-lab}
+RUN=${SRLAB_RUN:-/tmp/softroce-lab}
+NS=${SRLAB_NS:-srlab}
+MEM=${SRLAB_MEM:-768}
+BRIDGE=srbr0
+MTU=9000
+HOST4=10.88.0.1
+HOST6=fd88::1
+
+# Debian packages unpacked into the guest's root file system: rdma-core's
+# libraries, providers and tools, perftest, iproute2 (tc, ip), kmod, bash,
+# tcpdump, and the libraries they load.
+GUEST_PACKAGES="libc6 libgcc-s1 libstdc++6 libgomp1 libibverbs1 ibverbs-providers librdmacm1 libibumad3
+ ibverbs-utils perftest rdmacm-utils iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libelf1 libbpf1 libcap2
+ libdb5.3 libselinux1 libtirpc3 libxtables12 zlib1g libzstd1 liblzma5 libpcre2-8-0 libgssapi-krb5-2 libkrb5-3
+ libk5crypto3 libcom-err2 libkrb5support0 libkeyutils1 libssl3 libpci3 libudev1 libbsd0 libmd0 kmod bash
+ libtinfo6 tcpdump libpcap0.8 libdbus-1-3 libsystemd0 liblz4-1 libgcrypt20 libgpg-error0"
+# Kernel modules the guest loads (their dependencies come along).
+GUEST_MODULES="rdma_rxe rdma_ucm ib_umad ib_uverbs virtio_net virtio_pci 9pnet_virtio 9p crc32_generic
+ crc32c_generic sch_netem sch_tbf"
+
+die() { echo "lab: $*" >&2; exit 1; }
+in_ns() { ip netns exec "$NS" "$@"; }
+guest_ip4() { echo "10.88.0.$((10 + $1))"; }
+guest_ip6() { printf 'fd88::%x\n' $((10 + $1)); }
+
+need() {
+    local missing=()
+    for tool in "$@"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+    [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (Debian: qemu-system-x86 busybox-static cpio iproute2 tcpdump)"
+}
+
+# ---------------------------------------------------------------- prepare
+fetch_debs() {
+    (cd "$CACHE/debs" && for p in "$1" $GUEST_PACKAGES; do
+        ls "${p}"_*.deb >/dev/null 2>&1 || apt-get -o APT::Sandbox::User=root download -q "$p" >/dev/null || exit 1
+    done)
+}
+
+prepare() {
+    need apt-get dpkg cpio gzip busybox
+    local kpkg debs root kver kdir
+    kpkg=$(apt-cache depends linux-image-amd64 | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
+    [ -n "$kpkg" ] || die "cannot find the kernel package linux-image-amd64 depends on (apt-get update?)"
+    kver=${kpkg#linux-image-}
+    if [ -e "$CACHE/ready" ] && [ "$(cat "$CACHE/ready")" = "$kver" ]; then
+        echo "lab: guest for kernel $kver already prepared in $CACHE"
+        return
+    fi
+    debs=$CACHE/debs
+    mkdir -p "$debs"
+    echo "lab: downloading $kpkg and $(echo $GUEST_PACKAGES | wc -w) packages into $debs"
+    fetch_debs "$kpkg" || { apt-get update -q >/dev/null && fetch_debs "$kpkg"; } || die "apt-get download failed"
+
+    kdir=$CACHE/kernel
+    rm -rf "$kdir" && mkdir -p "$kdir"
+    dpkg -x "$(ls "$debs/${kpkg}"_*.deb | head -1)" "$kdir"
+    cp "$kdir/boot/vmlinuz-$kver" "$CACHE/vmlinuz"
+
+    root=$CACHE/root
+    rm -rf "$root" && mkdir -p "$root"
+    for p in $GUEST_PACKAGES; do dpkg -x "$(ls "$debs/${p}"_*.deb | head -1)" "$root"; done
+    # depmod from the guest's own kmod (same Debian release as this host)
+    ln -sf kmod "$root/bin/depmod"
+    "$root/bin/depmod" -b "$kdir" "$kver"
+    local mods=$kdir/lib/modules/$kver
+    mkdir -p "$root/lib/modules/$kver"
+    cp "$mods"/modules.order "$mods"/modules.builtin "$mods"/modules.builtin.modinfo "$root/lib/modules/$kver/"
+    for m in $GUEST_MODULES; do grep -E "(^|/)$m\.ko(\.[a-z]+)?:" "$mods/modules.dep" || die "no module $m"; done |
+        tr ' :' '\n\n' | grep . | sort -u | while read -r f; do
+            mkdir -p "$root/lib/modules/$kver/$(dirname "$f")"
+            cp "$mods/$f" "$root/lib/modules/$kver/$f"
+        done
+    "$root/bin/depmod" -b "$root" "$kver"
+
+    cp "$(command -v busybox)" "$root/bin/busybox"
+    local applet d
+    for applet in $("$root/bin/busybox" --list); do
+        for d in bin sbin usr/bin usr/sbin; do [ -e "$root/$d/$applet" ] && continue 2; done
+        ln -s busybox "$root/bin/$applet"
+    done
+    for t in modprobe insmod rmmod modinfo; do ln -sf ../bin/kmod "$root/sbin/$t"; done
+    mkdir -p "$root"/{proc,sys,dev,tmp,share,run,root}
+    install -m755 "$HERE/guest-init.sh" "$root/init"
+    (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1 >"$CACHE/initramfs.gz.new")
+    mv "$CACHE/initramfs.gz.new" "$CACHE/initramfs.gz"
+    echo "$kver" >"$CACHE/ready"
+    echo "lab: prepared kernel $kver and $(du -h "$CACHE/initramfs.gz" | cut -f1) initramfs in $CACHE"
+}
+
+# Rebuilds the initramfs when guest-init.sh changed since the last prepare.
+refresh_init() {
+    [ -e "$CACHE/ready" ] || die "the guest is not prepared: run '$0 prepare' first"
+    if ! cmp -s "$HERE/guest-init.sh" "$CACHE/root/init"; then
+        install -m755 "$HERE/guest-init.sh" "$CACHE/root/init"
+        (cd "$CACHE/root" && find . | cpio -o -H newc --quiet | gzip -1 >"$CACHE/initramfs.gz.new")
+        mv "$CACHE/initramfs.gz.new" "$CACHE/initramfs.gz"
+    fi
+}
+
+# ---------------------------------------------------------------- up/down
+net_up() {
+    ip netns list | grep -qw "^$NS" && return
+    ip netns add "$NS"
+    echo "$NS" >"$RUN/netns"
+    in_ns ip link set lo up
+    in_ns ip link add "$BRIDGE" type bridge stp_state 0 forward_delay 0
+    in_ns ip link set "$BRIDGE" mtu "$MTU"
+    in_ns sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+    in_ns sysctl -qw net.ipv6.conf.default.router_solicitations=0
+    in_ns ip addr add "$HOST4/24" dev "$BRIDGE"
+    in_ns ip -6 addr add "$HOST6/64" dev "$BRIDGE" nodad
+    in_ns ip link set "$BRIDGE" up
+}
+
+boot() {
+    local k=$1 tap=srtap$1 accel
+    local share=$RUN/share
+    mkdir -p "$share/vm$k"
+    rm -rf "${share:?}/vm$k"/{jobs,done,ready}
+    in_ns ip tuntap add dev "$tap" mode tap
+    in_ns ip link set "$tap" mtu "$MTU" master "$BRIDGE" up
+    # KVM only where the CPU offers it: a nested guest without vmx/svm hangs.
+    accel="-accel tcg,thread=multi -cpu max"
+    if grep -qwE 'vmx|svm' /proc/cpuinfo && [ -w /dev/kvm ]; then accel="-enable-kvm -cpu host"; fi
+    date +%s.%N >"$RUN/vm$k.started"
+    # shellcheck disable=SC2086
+    in_ns qemu-system-x86_64 $accel -m "$MEM" -smp 1 -name "srlab-vm$k" \
+        -nodefaults -display none -no-reboot \
+        -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.gz" \
+        -append "console=ttyS0 panic=-1 quiet srlab.vm=$k srlab.ip4=$(guest_ip4 "$k")/24 srlab.ip6=$(guest_ip6 "$k")/64 srlab.mtu=$MTU" \
+        -serial "file:$RUN/vm$k.console" \
+        -netdev "tap,id=net0,ifname=$tap,script=no,downscript=no" \
+        -device "virtio-net-pci,netdev=net0,mac=52:54:00:88:00:$(printf %02x "$k"),host_mtu=$MTU" \
+        -fsdev "local,id=share,path=$share,security_model=none" \
+        -device virtio-9p-pci,fsdev=share,mount_tag=share \
+        -daemonize -pidfile "$RUN/vm$k.pid" || die "qemu did not start guest $k"
+}
+
+wait_ready() {
+    local k=$1 i
+    for i in $(seq 1 1200); do
+        if [ -e "$RUN/share/vm$k/ready" ]; then
+            printf 'lab: vm%s ready at %s (%.1f s after start)\n' "$k" "$(guest_ip4 "$k")" \
+                "$(echo "$(date +%s.%N) - $(cat "$RUN/vm$k.started")" | bc)"
+            return 0
+        fi
+        kill -0 "$(cat "$RUN/vm$k.pid" 2>/dev/null || echo 0)" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "lab: vm$k did not come up; the end of its console:" >&2
+    tail -20 "$RUN/vm$k.console" >&2
+    return 1
+}
+
+up() {
+    local n=${1:-2} k
+    need qemu-system-x86_64 ip bc
+    refresh_init
+    mkdir -p "$RUN/share"
+    [ -e "$RUN/vm1.pid" ] && die "a lab is already up ($RUN); run '$0 down' first"
+    net_up
+    for k in $(seq 1 "$n"); do boot "$k"; done
+    for k in $(seq 1 "$n"); do wait_ready "$k" || { down; return 1; }; done
+}
+
+down() {
+    local p pid i
+    for p in "$RUN"/capture-*.pid "$RUN"/vm*.pid; do
+        [ -e "$p" ] || continue
+        pid=$(cat "$p")
+        kill "$pid" 2>/dev/null || true
+        for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -f "$p"
+    done
+    if [ -e "$RUN/netns" ]; then
+        ip netns del "$(cat "$RUN/netns")" 2>/dev/null || true
+        rm -f "$RUN/netns"
+    fi
+    rm -rf "$RUN/share"
+    echo "lab: down"
+}
+
+# ---------------------------------------------------------------- jobs
+submit() {
+    local k=$1 cmd=$2 id dir=$RUN/share/vm$1
+    [ -e "$dir/ready" ] || die "guest $k is not up"
+    id=$(date +%s%N)$RANDOM
+    printf '%s\n' "$cmd" >"$dir/jobs/.$id"
+    mv "$dir/jobs/.$id" "$dir/jobs/$id.sh"
+    echo "$id"
+}
+
+wait_job() {
+    local k=$1 id=$2 secs=${3:-300} dir=$RUN/share/vm$1/done i
+    for ((i = 0; i < secs * 10; i++)); do
+        if [ -e "$dir/$id.rc" ]; then
+            cat "$dir/$id.out"
+            return "$(cat "$dir/$id.rc")"
+        fi
+        sleep 0.1
+    done
+    cat "$dir/$id.out" 2>/dev/null || true
+    echo "lab: guest $k job $id did not finish in $secs s" >&2
+    return 124
+}
+
+capture() {
+    local what=$1 name=$2 pid
+    case "$what" in
+        start)
+            in_ns tcpdump -i "$BRIDGE" -s 0 -U -w "$RUN/$name.pcap" >"$RUN/capture-$name.log" 2>&1 &
+            echo $! >"$RUN/capture-$name.pid"
+            for _ in $(seq 1 30); do grep -q listening "$RUN/capture-$name.log" && break; sleep 0.1; done
+            ;;
+        stop)
+            [ -e "$RUN/capture-$name.pid" ] || die "no capture named $name"
+            pid=$(cat "$RUN/capture-$name.pid")
+            sleep 0.3
+            kill -INT "$pid" 2>/dev/null || true
+            for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            rm -f "$RUN/capture-$name.pid"
+            echo "$RUN/$name.pcap"
+            ;;
+        *) die "capture start|stop NAME" ;;
+    esac
+}
+
+status() {
+    local p
+    ip netns list | grep -w "^$NS" || echo "no namespace $NS"
+    for p in "$RUN"/vm*.pid; do
+        [ -e "$p" ] || continue
+        echo "$(basename "$p" .pid): pid $(cat "$p") $(kill -0 "$(cat "$p")" 2>/dev/null && echo running || echo gone)"
+    done
+}
+
+[ "$(id -u)" = 0 ] || die "run as root (network namespaces and taps)"
+mkdir -p "$RUN"
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+    prepare) prepare ;;
+    up) up "$@" ;;
+    down) down ;;
+    run) id=$(submit "$1" "$2"); wait_job "$1" "$id" "${3:-300}" ;;
+    start) submit "$1" "$2" ;;
+    wait) wait_job "$@" ;;
+    host) in_ns "$@" ;;
+    capture) capture "$@" ;;
+    status) status ;;
+    guest-ip4) guest_ip4 "$1" ;;
+    guest-ip6) guest_ip6 "$1" ;;
+    help | -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
+    *) die "unknown command $cmd (try: $0 help)" ;;
+esac

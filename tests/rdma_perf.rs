@@ -3,7 +3,7 @@
 //! contracts (JSON keys, exit codes, errors).
 
 use rdma_core_rs::{FaultConfig, Mtu};
-use softroce::perf::{self, AtomicType, Config, Role, TestKind};
+use softroce::perf::{self, AtomicType, Config, Exchange, Role, TestKind};
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -33,6 +33,7 @@ fn config(test: TestKind) -> Config {
         bind: c,
         role: Role::Loopback { peer: s },
         port: 18515,
+        exchange: Exchange::RdmaPerf,
         progress: false,
     }
 }
@@ -84,16 +85,13 @@ fn injected_faults_are_recovered_and_every_byte_verifies() {
     }
 }
 
-#[test]
-fn client_and_server_over_tcp() {
+/// Runs `client` against a server made from `server` in a thread, over TCP.
+fn over_tcp(mut client: Config, mut server: Config, port: u16) -> (perf::Report, perf::Report) {
     let (c, s) = addresses();
-    let port = 20000 + (std::process::id() % 20000) as u16;
-    let mut server = config(TestKind::SendBw);
     server.bind = s;
     server.port = port;
     server.role = Role::Server;
     let srv = std::thread::spawn(move || perf::run(&server));
-    let mut client = config(TestKind::SendBw);
     client.bind = c;
     client.port = port;
     client.role = Role::Client((s, port).into());
@@ -106,8 +104,44 @@ fn client_and_server_over_tcp() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         result = perf::run(&client);
     }
-    let r = result.unwrap();
-    let sr = srv.join().unwrap().unwrap();
+    let r = result.unwrap_or_else(|e| panic!("{} client: {e}", client.test));
+    let sr = srv.join().unwrap().unwrap_or_else(|e| panic!("{} server: {e}", client.test));
+    (r, sr)
+}
+
+#[test]
+fn every_test_over_perftests_exchange() {
+    // The hand-shake script of each perftest binary, both sides ours: the
+    // lab runs the same against perftest itself (scripts/interop.sh).
+    let base = 21000 + (std::process::id() % 10000) as u16;
+    for (k, test) in TestKind::ALL.into_iter().enumerate() {
+        let mut cfg = config(test);
+        cfg.exchange = Exchange::Perftest;
+        cfg.iters = 100;
+        if test == TestKind::WriteBw || test == TestKind::SendBw {
+            cfg.qps = 3;
+        }
+        let (r, sr) = over_tcp(cfg.clone(), cfg.clone(), base + k as u16);
+        assert_eq!(r.iterations, 100 * cfg.qps as u64, "{test}");
+        assert_eq!(sr.iterations, 100 * cfg.qps as u64, "{test}");
+        // FETCH_AND_ADD is what a perftest peer lets both sides check
+        let checked = test.is_atomic().then_some(true);
+        assert_eq!(
+            (r.verified, sr.verified),
+            (checked, checked),
+            "{test}: {:?} {:?}",
+            r.verify_detail,
+            sr.verify_detail
+        );
+    }
+}
+
+#[test]
+fn client_and_server_over_tcp() {
+    let mut cfg = config(TestKind::SendBw);
+    let port = 20000 + (std::process::id() % 1000) as u16;
+    cfg.exchange = Exchange::RdmaPerf;
+    let (r, sr) = over_tcp(cfg.clone(), cfg, port);
     assert_eq!((r.verified, sr.verified), (Some(true), Some(true)));
     assert_eq!((r.role.as_str(), sr.role.as_str()), ("client", "server"));
     assert_eq!(sr.iterations, 200);

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use rdma_core_rs::{FaultConfig, Mtu};
-use softroce::perf::{self, AtomicType, Config, Role, TestKind};
+use softroce::perf::{self, AtomicType, Config, Exchange, Role, TestKind};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -53,6 +53,11 @@ struct Args {
     /// Out-of-band TCP port.
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
+    /// Out-of-band exchange: perftest's (pairs with ib_write_bw and the
+    /// other perftest tools) or rdma-perf's own (both sides rdma-perf; the
+    /// server takes the client's options and --verify checks every byte).
+    #[arg(long = "oob", value_enum, default_value_t = Exchange::Perftest)]
+    oob: Exchange,
     /// Local address of the soft device (its RoCE v2 GID).
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
@@ -142,6 +147,7 @@ fn config(a: &Args) -> Result<Config, String> {
         bind: a.bind,
         role,
         port: a.port,
+        exchange: a.oob,
         progress: !a.quiet,
     })
 }

@@ -1,6 +1,7 @@
 //! The client side: it drives the RDMA traffic and measures.
 
 use super::oob::{Hello, Msg, Oob, SideInfo};
+use super::perftest::{self, BwReport, Dest, Link, Script};
 use super::report::{Counters, ProgressLine, Report};
 use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
@@ -22,7 +23,7 @@ fn expect_info(m: Msg) -> Result<SideInfo, PerfError> {
 
 pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
     let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
-    let side = Side::open(cfg.bind, cfg, device)?;
+    let side = Side::open(cfg.bind, cfg, device, side::layout(cfg))?;
     oob.send(&Msg::Hello(Hello {
         test: cfg.test.name().into(),
         size: cfg.size,
@@ -42,7 +43,7 @@ pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
         Msg::Error(e) => return Err(PerfError::Peer(e)),
         other => return Err(PerfError::Peer(format!("unexpected message {other:?}"))),
     }
-    let outcome = if cfg.test.is_latency() { latency(cfg, &side, &peer) } else { bandwidth(cfg, &side, &peer) };
+    let outcome = traffic(cfg, &side, &peer, false);
     let run = match outcome {
         Ok(r) => r,
         Err(e) => {
@@ -67,6 +68,16 @@ pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
         report.verify_detail = detail;
     }
     Ok(report)
+}
+
+/// Runs the test's traffic against `peer` (`foreign`: a perftest peer,
+/// whose memory starts with data of its own).
+fn traffic(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<Run, PerfError> {
+    if cfg.test.is_latency() {
+        latency(cfg, side, peer, foreign)
+    } else {
+        bandwidth(cfg, side, peer, foreign)
+    }
 }
 
 /// What the traffic loop measured.
@@ -98,19 +109,38 @@ fn atomic_op(atomic: AtomicType, remote_addr: u64, rkey: u32, round: u64) -> Sen
     }
 }
 
-/// Checks the original value an atomic of round `round` returned.
-fn check_atomic(side: &Side, q: usize, s: usize, round: u64) -> Result<(), String> {
-    let got = side.mr.read_u64(side.offset(q, s)).map_err(|e| e.to_string())?;
-    if got == round {
-        Ok(())
-    } else {
-        Err(format!("atomic: QP {q} slot {s} round {round}: returned {got}, expected {round}"))
+/// What atomics returned, per remote target: each returns the value the
+/// one before it left. Our own server starts every target at 0; a foreign
+/// peer's memory starts at whatever it holds, learned from the first return.
+struct AtomicTrack {
+    base: Vec<Option<u64>>,
+    targets: usize,
+}
+
+impl AtomicTrack {
+    fn new(qps: usize, targets: usize, known_zero: bool) -> AtomicTrack {
+        AtomicTrack { base: vec![known_zero.then_some(0); qps * targets.max(1)], targets: targets.max(1) }
+    }
+
+    /// Checks what op `j` of QP `q` returned into local slot `s`.
+    fn check(&mut self, side: &Side, q: usize, s: usize, j: u64) -> Result<(), String> {
+        let got = side.mr.read_u64(side.offset(q, s)).map_err(|e| e.to_string())?;
+        let (t, round) = ((j % self.targets as u64) as usize, j / self.targets as u64);
+        let base = *self.base[q * self.targets + t].get_or_insert(got.wrapping_sub(round));
+        let want = base.wrapping_add(round);
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("atomic: QP {q} target {t} round {round}: returned {got}, expected {want}"))
+        }
     }
 }
 
-fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError> {
+fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<Run, PerfError> {
     let nq = side.qps.len();
     let slots = side.slots as u64;
+    let peer_slots = peer.slots.max(1) as u64;
+    let mut atomics = AtomicTrack::new(nq, peer.slots, !foreign);
     let depth = (cfg.tx_depth as u64).min(slots);
     let target = if cfg.duration.is_some() { None } else { Some(cfg.iters) };
     // Unsignaled runs of requests, one completion each; every request is
@@ -146,7 +176,7 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfErro
                             side::pattern(&mut scratch[..size], q, i);
                             side.mr.write(off, &scratch[..size])?;
                         }
-                        SendOp::RdmaWrite { remote_addr: remote_addr(peer, q, s), rkey: peer.rkey }
+                        SendOp::RdmaWrite { remote_addr: remote_addr(peer, q, i), rkey: peer.rkeys[q] }
                     }
                     TestKind::SendBw => {
                         if cfg.verify {
@@ -160,20 +190,21 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfErro
                     TestKind::ReadBw => {
                         if cfg.verify {
                             if i >= slots {
+                                // what the read of message i - slots brought
+                                let target = (i - slots) % peer_slots;
                                 side.mr.read(off, &mut scratch[..size])?;
-                                note(&mut verify_error, side::check(&scratch[..size], q, s as u64, "read-bw"));
+                                note(&mut verify_error, side::check(&scratch[..size], q, target, "read-bw"));
                             }
                             scratch[..size].fill(0);
                             side.mr.write(off, &scratch[..size])?;
                         }
-                        SendOp::RdmaRead { remote_addr: remote_addr(peer, q, s), rkey: peer.rkey }
+                        SendOp::RdmaRead { remote_addr: remote_addr(peer, q, i), rkey: peer.rkeys[q] }
                     }
                     TestKind::AtomicBw => {
-                        let round = i / slots;
                         if cfg.verify && i >= slots {
-                            note(&mut verify_error, check_atomic(side, q, s, round - 1));
+                            note(&mut verify_error, atomics.check(side, q, s, i - slots));
                         }
-                        atomic_op(cfg.atomic, remote_addr(peer, q, s), peer.rkey, round)
+                        atomic_op(cfg.atomic, remote_addr(peer, q, i), peer.rkeys[q], i / peer_slots)
                     }
                     _ => unreachable!("bandwidth tests only"),
                 };
@@ -216,9 +247,9 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfErro
                 match cfg.test {
                     TestKind::ReadBw => {
                         side.mr.read(side.offset(q, s), &mut scratch[..size])?;
-                        note(&mut verify_error, side::check(&scratch[..size], q, s as u64, "read-bw"));
+                        note(&mut verify_error, side::check(&scratch[..size], q, i % peer_slots, "read-bw"));
                     }
-                    TestKind::AtomicBw => note(&mut verify_error, check_atomic(side, q, s, i / slots)),
+                    TestKind::AtomicBw => note(&mut verify_error, atomics.check(side, q, s, i)),
                     _ => {}
                 }
             }
@@ -277,10 +308,11 @@ fn poll_marker(side: &Side, wcs: &mut Vec<WorkCompletion>, size: usize, marker: 
     }
 }
 
-fn latency(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError> {
+fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<Run, PerfError> {
     let size = cfg.size;
     let qp = &side.qps[0];
     let mut hist = new_histogram();
+    let mut atomics = AtomicTrack::new(1, 1, !foreign);
     let mut wcs = Vec::with_capacity(16);
     let mut buf = vec![0u8; size];
     let mut verify_error = None;
@@ -313,16 +345,29 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError>
                 }
             }
             TestKind::WriteLat => {
+                // As perftest: the server writes first, then each side
+                // answers the other's WRITE with its own; a round trip is
+                // from this side's WRITE i to the server's WRITE i + 1.
+                if i == 0 {
+                    poll_marker(side, &mut wcs, size, side::marker(0))?;
+                    if cfg.verify {
+                        side.mr.read(side.offset(0, 1), &mut buf)?;
+                        note(&mut verify_error, side::check_lat(&buf, 0, "the server"));
+                    }
+                }
                 side::lat_message(&mut buf, i);
                 side.mr.write(side.offset(0, 0), &buf)?;
                 t0 = Instant::now();
-                let op = SendOp::RdmaWrite { remote_addr: remote_addr(peer, 0, 1), rkey: peer.rkey };
+                let op = SendOp::RdmaWrite { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
                 qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 0, size)])])?;
-                poll_marker(side, &mut wcs, size, side::marker(i))?;
-                hist.record(t0.elapsed().as_nanos() as u64).ok();
-                if cfg.verify {
-                    side.mr.read(side.offset(0, 1), &mut buf)?;
-                    note(&mut verify_error, side::check_lat(&buf, i, "the server"));
+                let more = deadline.map_or(i + 1 < cfg.iters, |d| Instant::now() < d);
+                if more {
+                    poll_marker(side, &mut wcs, size, side::marker(i + 1))?;
+                    hist.record(t0.elapsed().as_nanos() as u64).ok();
+                    if cfg.verify {
+                        side.mr.read(side.offset(0, 1), &mut buf)?;
+                        note(&mut verify_error, side::check_lat(&buf, i + 1, "the server"));
+                    }
                 }
             }
             TestKind::ReadLat => {
@@ -331,7 +376,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError>
                     side.mr.write(side.offset(0, 1), &buf)?;
                 }
                 t0 = Instant::now();
-                let op = SendOp::RdmaRead { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkey };
+                let op = SendOp::RdmaRead { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
                 qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 1, size)])])?;
                 poll_for(side, &mut wcs, WcOpcode::RdmaRead)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
@@ -342,13 +387,13 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError>
             }
             TestKind::AtomicLat => {
                 t0 = Instant::now();
-                let op = atomic_op(cfg.atomic, remote_addr(peer, 0, 0), peer.rkey, i);
+                let op = atomic_op(cfg.atomic, remote_addr(peer, 0, 0), peer.rkeys[0], i);
                 qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 1, 8)])])?;
                 let want = if cfg.atomic == AtomicType::FetchAndAdd { WcOpcode::FetchAdd } else { WcOpcode::CompSwap };
                 poll_for(side, &mut wcs, want)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
-                    note(&mut verify_error, check_atomic(side, 0, 1, i));
+                    note(&mut verify_error, atomics.check(side, 0, 1, i));
                 }
             }
             _ => unreachable!("latency tests only"),
@@ -360,4 +405,106 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo) -> Result<Run, PerfError>
     // Collect the completions of the last sends so the QP ends quiet.
     let _ = side.cq.wait(&mut wcs, 16, Some(Duration::from_millis(1)));
     Ok(Run { iters: vec![i], elapsed, rtt: Some(hist), verify_error })
+}
+
+/// This side's hand-shake entries: one per QP.
+pub(super) fn dests(side: &Side) -> Result<Vec<Dest>, PerfError> {
+    let info = side.info()?;
+    let gid = side.ctx.query_gid(0)?;
+    Ok((0..side.qps.len())
+        .map(|q| Dest {
+            lid: 0,
+            out_reads: info.out_reads,
+            qpn: info.qpns[q],
+            psn: info.psns[q],
+            rkey: info.rkeys[q],
+            vaddr: info.addrs[q],
+            gid,
+            srqn: 0,
+        })
+        .collect())
+}
+
+/// A perftest peer's entries as the traffic loops use them: its buffer
+/// cycles through `cycle_slots` targets `stride` bytes apart.
+pub(super) fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> SideInfo {
+    let slots = if cfg.test.is_latency() { 1 } else { perftest::cycle_slots(cfg.size, cycle, cache) };
+    SideInfo {
+        qpns: theirs.iter().map(|d| d.qpn).collect(),
+        psns: theirs.iter().map(|d| d.psn).collect(),
+        gid: theirs.first().map(|d| d.gid.to_wire_hex()).unwrap_or_default(),
+        addrs: theirs.iter().map(|d| d.vaddr).collect(),
+        rkeys: theirs.iter().map(|d| d.rkey).collect(),
+        slots,
+        slot_len: perftest::stride(cfg.size, cache),
+        out_reads: theirs.first().map_or(1, |d| d.out_reads),
+    }
+}
+
+/// The layout of a side facing a perftest peer: message `i` of the peer
+/// lands `stride` bytes after message `i - 1`, within the cycle buffer.
+pub(super) fn perftest_layout(cfg: &Config, cycle: usize, cache: usize) -> (usize, usize) {
+    let stride = perftest::stride(cfg.size.max(8), cache);
+    let (slots, _) = side::layout(cfg);
+    (slots.max(perftest::cycle_slots(cfg.size, cycle, cache)), stride)
+}
+
+/// What `--verify` can check against a perftest peer, whose buffers hold
+/// random bytes: the values FETCH_AND_ADD atomics return (each one more
+/// than the last on its target).
+pub(super) fn checkable_with_perftest(cfg: &Config) -> bool {
+    cfg.test.is_atomic() && cfg.atomic == AtomicType::FetchAndAdd
+}
+
+/// The hand shakes of a phase: entry `k` of the script.
+pub(super) fn shake(
+    link: &mut Link,
+    mine: &[Dest],
+    order: &[usize],
+    idle: &mut dyn FnMut() -> std::io::Result<()>,
+) -> Result<Vec<Dest>, PerfError> {
+    let picked: Vec<Dest> = order.iter().map(|&k| mine[k]).collect();
+    Ok(link.hand_shakes(&picked, OOB_TIMEOUT, idle)?)
+}
+
+/// The client against a perftest server (`ib_write_bw SERVER` style).
+pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
+    let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
+    let cfg = &Config { mtu, verify: cfg.verify && checkable_with_perftest(cfg), ..cfg.clone() };
+    let side = Side::open(cfg.bind, cfg, DeviceConfig::default(), perftest_layout(cfg, cycle, cache))?;
+    let script = Script::of(cfg.test, cfg.qps);
+    let mine = dests(&side)?;
+    let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
+    let theirs = shake(link, &mine, &script.before, &mut idle)?;
+    let peer = peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
+    side.connect(&peer, cfg)?;
+    shake(link, &mine, &script.after, &mut idle)?;
+    let run = traffic(cfg, &side, &peer, true)?;
+    if script.reports {
+        shake(link, &mine, &[0], &mut idle)?;
+        let total: u64 = run.iters.iter().sum();
+        let secs = run.elapsed.as_secs_f64().max(1e-9);
+        let mbs = total as f64 * cfg.size as f64 / secs / f64::from(1 << 20);
+        let mine_report = BwReport {
+            size: cfg.size as u64,
+            iters: total,
+            bw_peak: mbs,
+            bw_avg: mbs,
+            msg_rate: total as f64 / secs / 1e6,
+        };
+        link.reports(&mine_report)?;
+    }
+    if script.close {
+        shake(link, &mine, &[0], &mut idle)?;
+        link.done()?;
+    }
+    let total: u64 = run.iters.iter().sum();
+    let mut report = Report::new(cfg, "client", total, run.elapsed, run.rtt.as_ref());
+    report.counters = Counters::of(&side.ctx);
+    report.retransmits = report.counters.retransmits;
+    if cfg.verify {
+        report.verified = Some(run.verify_error.is_none());
+        report.verify_detail = run.verify_error;
+    }
+    Ok(report)
 }

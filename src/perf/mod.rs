@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod oob;
+pub mod perftest;
 pub mod report;
 pub mod server;
 pub mod side;
@@ -111,6 +112,17 @@ impl AtomicType {
     }
 }
 
+/// Which out-of-band exchange a client and server speak over TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Exchange {
+    /// perftest's (ib_write_bw and friends): pairs with perftest peers.
+    #[default]
+    Perftest,
+    /// rdma-perf's own: both sides rdma-perf; the client's options rule
+    /// and `--verify` checks every byte on both sides.
+    RdmaPerf,
+}
+
 /// Where this process sits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -140,6 +152,8 @@ pub struct Config {
     pub role: Role,
     /// The out-of-band TCP port.
     pub port: u16,
+    /// The out-of-band exchange over TCP (`--loopback` uses rdma-perf's own).
+    pub exchange: Exchange,
     /// Progress lines on stderr during long runs.
     pub progress: bool,
 }
@@ -194,6 +208,14 @@ impl Config {
             return bad("fault injection (--loss, --reorder, --duplicate, --corrupt) needs --loopback".into());
         }
         self.faults.validate().map_err(PerfError::Config)?;
+        let tcp = !matches!(self.role, Role::Loopback { .. });
+        if tcp && self.exchange == Exchange::Perftest && self.duration.is_some() && !side::server_is_passive(self.test)
+        {
+            return bad(format!(
+                "--duration with {} needs --oob rdma-perf (perftest's exchange ends these tests by count)",
+                self.test
+            ));
+        }
         Ok(())
     }
 }
@@ -207,7 +229,12 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
             let stream = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(10)).map_err(|e| {
                 PerfError::Oob(std::io::Error::new(e.kind(), format!("cannot reach the server at {addr}: {e}")))
             })?;
-            client::run(cfg, &mut oob::TcpOob::new(stream)?)
+            match cfg.exchange {
+                Exchange::Perftest => {
+                    client::run_perftest(cfg, &mut perftest::Link::new(stream, true, client::OOB_TIMEOUT)?)
+                }
+                Exchange::RdmaPerf => client::run(cfg, &mut oob::TcpOob::new(stream)?),
+            }
         }
         Role::Server => {
             let listener = std::net::TcpListener::bind((cfg.bind, cfg.port)).map_err(|e| {
@@ -222,7 +249,12 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
             }
             let (stream, from) = listener.accept()?;
             tracing::info!(%from, "client connected");
-            server::run(cfg, cfg.bind, &mut oob::TcpOob::new(stream)?)
+            match cfg.exchange {
+                Exchange::Perftest => {
+                    server::run_perftest(cfg, &mut perftest::Link::new(stream, false, client::OOB_TIMEOUT)?)
+                }
+                Exchange::RdmaPerf => server::run(cfg, cfg.bind, &mut oob::TcpOob::new(stream)?),
+            }
         }
         Role::Loopback { peer } => {
             let (mut c, mut s) = oob::channel_pair();

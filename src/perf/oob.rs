@@ -22,18 +22,22 @@ pub struct Hello {
     pub verify: bool,
 }
 
-/// One side's QPs and memory.
+/// One side's QPs and memory, as the peer needs them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SideInfo {
     pub qpns: Vec<u32>,
     pub psns: Vec<u32>,
     /// The RoCE v2 GID, 32 hex digits.
     pub gid: String,
-    pub addr: u64,
-    pub rkey: u32,
-    /// Buffer slots per QP, each `slot_len` bytes.
+    /// Per QP: where the peer aims (the first of `slots` targets).
+    pub addrs: Vec<u64>,
+    pub rkeys: Vec<u32>,
+    /// Targets per QP, `slot_len` bytes apart; the peer's message `i` goes
+    /// to target `i % slots`.
     pub slots: usize,
     pub slot_len: usize,
+    /// RDMA READs and atomics this side takes in flight per QP.
+    pub out_reads: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,8 +2,10 @@
 //! of send-bw) or stays passive while the engine serves WRITEs, READs and
 //! atomics, and checks what arrived.
 
+use super::client;
 use super::client::OOB_TIMEOUT;
 use super::oob::{Hello, Msg, Oob, SideInfo};
+use super::perftest::{self, BwReport, Link, Script};
 use super::report::{Counters, Report};
 use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
@@ -49,7 +51,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
         }
     };
     let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
-    let side = match Side::open(addr, &cfg, device) {
+    let side = match Side::open(addr, &cfg, device, side::layout(&cfg)) {
         Ok(s) => s,
         Err(e) => {
             let _ = oob.send(&Msg::Error(format!("the server could not set up: {e}")));
@@ -65,7 +67,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
     prepare(&cfg, &side)?;
     oob.send(&Msg::Ready)?;
     let start = Instant::now();
-    let result = serve(&cfg, &side, &peer, oob);
+    let result = serve(&cfg, &side, &peer, &mut until_done(oob, side::server_is_passive(cfg.test)));
     let elapsed = start.elapsed();
     let (iters, mut verify_error) = match result {
         Ok(r) => r,
@@ -75,7 +77,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
         }
     };
     if cfg.verify && verify_error.is_none() {
-        verify_error = final_check(&cfg, &side, &iters)?.err();
+        verify_error = final_check(&cfg, &side, &iters, side.slots)?.err();
     }
     let counters = Counters::of(&side.ctx);
     let verified = cfg.verify.then_some(verify_error.is_none());
@@ -102,7 +104,7 @@ fn prepare(cfg: &Config, side: &Side) -> Result<(), PerfError> {
         }
         TestKind::ReadLat => {
             side::pattern(&mut buf, 0, 0);
-            side.mr.write(side.offset(0, 0), &buf)?;
+            side.mr.write(side.target(0, 0), &buf)?;
         }
         TestKind::SendBw => {
             for (q, qp) in side.qps.iter().enumerate() {
@@ -120,6 +122,28 @@ fn prepare(cfg: &Config, side: &Side) -> Result<(), PerfError> {
     Ok(())
 }
 
+/// When the server's part ends: asked with what it served per QP so far
+/// (receives of send-bw, round trips of the ping-pongs), it answers with
+/// the client's per-QP iteration counts once the client is done.
+type Until<'a> = dyn FnMut(&[u64]) -> Result<Option<Vec<u64>>, PerfError> + 'a;
+
+/// The end condition of rdma-perf's own exchange: the client's Done.
+fn until_done<'a>(
+    oob: &'a mut dyn Oob,
+    passive: bool,
+) -> impl FnMut(&[u64]) -> Result<Option<Vec<u64>>, PerfError> + 'a {
+    let mut done: Option<Vec<u64>> = None;
+    move |served: &[u64]| {
+        if done.is_none() {
+            done = peer_message(oob.try_recv()?)?;
+        }
+        Ok(match &done {
+            Some(iters) if passive || served.iter().zip(iters).all(|(s, i)| s >= i) => Some(iters.clone()),
+            _ => None,
+        })
+    }
+}
+
 fn peer_message(m: Option<Msg>) -> Result<Option<Vec<u64>>, PerfError> {
     match m {
         None => Ok(None),
@@ -135,14 +159,14 @@ fn serve(
     cfg: &Config,
     side: &Side,
     peer: &SideInfo,
-    oob: &mut dyn Oob,
+    until: &mut Until,
 ) -> Result<(Vec<u64>, Option<String>), PerfError> {
     let mut verify_error = None;
     let mut wcs = Vec::with_capacity(1024);
     let size = cfg.size;
     match cfg.test {
         t if side::server_is_passive(t) => loop {
-            if let Some(iters) = peer_message(oob.try_recv()?)? {
+            if let Some(iters) = until(&[])? {
                 return Ok((iters, None));
             }
             side.ctx.progress_for(Duration::from_millis(2))?;
@@ -152,7 +176,6 @@ fn serve(
             let mut seen: Vec<Vec<bool>> = vec![Vec::new(); nq];
             let mut received = vec![0u64; nq];
             let mut buf = vec![0u8; size];
-            let mut done: Option<Vec<u64>> = None;
             loop {
                 wcs.clear();
                 side.cq.wait(&mut wcs, 1024, Some(Duration::from_millis(2)))?;
@@ -183,22 +206,16 @@ fn serve(
                     }
                     side.qps[q].post_recv(&[RecvWr { wr_id: wc.wr_id, sg_list: vec![side.sge(q, s, size)] }])?;
                 }
-                if done.is_none() {
-                    done = peer_message(oob.try_recv()?)?;
-                }
-                if let Some(iters) = &done {
-                    if (0..nq).all(|q| received[q] >= iters[q]) {
-                        if cfg.verify {
-                            for q in 0..nq {
-                                if let Some(i) =
-                                    (0..iters[q] as usize).find(|&i| !seen[q].get(i).copied().unwrap_or(false))
-                                {
-                                    note(&mut verify_error, Err(format!("send-bw: QP {q} message {i} never arrived")));
-                                }
+                if let Some(iters) = until(&received)? {
+                    if cfg.verify {
+                        for q in 0..nq {
+                            if let Some(i) = (0..iters[q] as usize).find(|&i| !seen[q].get(i).copied().unwrap_or(false))
+                            {
+                                note(&mut verify_error, Err(format!("send-bw: QP {q} message {i} never arrived")));
                             }
                         }
-                        return Ok((iters.clone(), verify_error));
                     }
+                    return Ok((iters, verify_error));
                 }
             }
         }
@@ -206,13 +223,12 @@ fn serve(
             let qp = &side.qps[0];
             let mut buf = vec![0u8; size];
             let mut i = 0u64;
+            let mut sent = 0u64; // write-lat: WRITEs this side made
             let mut last_heard = Instant::now();
             loop {
                 // The client says when it is done (it counts, in -D runs too).
-                if let Some(iters) = peer_message(oob.try_recv()?)? {
-                    if iters[0] <= i {
-                        return Ok((iters, verify_error));
-                    }
+                if let Some(iters) = until(&[i])? {
+                    return Ok((iters, verify_error));
                 }
                 let arrived = if cfg.test == TestKind::SendLat {
                     wcs.clear();
@@ -240,23 +256,36 @@ fn serve(
                     }
                     got
                 } else {
+                    // The server writes first (as perftest's does), then
+                    // answers each of the client's WRITEs with the next.
+                    let write = |n: u64, buf: &mut Vec<u8>| -> Result<(), PerfError> {
+                        side::lat_message(buf, n);
+                        side.mr.write(side.offset(0, 0), buf)?;
+                        let op = SendOp::RdmaWrite { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
+                        qp.post_send(&[SendWr::new(n, op, vec![side.sge(0, 0, size)])])?;
+                        Ok(())
+                    };
+                    if sent == 0 {
+                        write(0, &mut buf)?;
+                        sent = 1;
+                    }
                     let at = side.offset(0, 1) + size - 1;
                     let mut b = [0u8];
                     side.ctx.progress()?;
+                    wcs.clear();
+                    side.cq.poll(&mut wcs, 16)?;
+                    if let Some(wc) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+                        return Err(PerfError::Failed(format!("WRITE completed with {:?}", wc.status)));
+                    }
                     side.mr.read(at, &mut b)?;
                     if b[0] == side::marker(i) {
                         if cfg.verify {
                             side.mr.read(side.offset(0, 1), &mut buf)?;
                             note(&mut verify_error, side::check_lat(&buf, i, "the client"));
                         }
-                        side::lat_message(&mut buf, i);
-                        side.mr.write(side.offset(0, 0), &buf)?;
-                        let op = SendOp::RdmaWrite { remote_addr: remote_addr(peer, 0, 1), rkey: peer.rkey };
-                        qp.post_send(&[SendWr::new(i, op, vec![side.sge(0, 0, size)])])?;
-                        wcs.clear();
-                        side.cq.poll(&mut wcs, 16)?;
-                        if let Some(wc) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-                            return Err(PerfError::Failed(format!("WRITE completed with {:?}", wc.status)));
+                        if cfg.duration.is_some() || sent < cfg.iters {
+                            write(sent, &mut buf)?;
+                            sent += 1;
                         }
                         true
                     } else {
@@ -278,7 +307,8 @@ fn serve(
 
 /// Checks the server's memory at the end: the last WRITE of every slot, or
 /// the final value of every atomic target.
-fn final_check(cfg: &Config, side: &Side, iters: &[u64]) -> Result<Result<(), String>, PerfError> {
+/// `targets`: how many targets per QP the client's atomics cycle through.
+fn final_check(cfg: &Config, side: &Side, iters: &[u64], targets: usize) -> Result<Result<(), String>, PerfError> {
     let slots = side.slots as u64;
     let mut buf = vec![0u8; cfg.size];
     for (q, &n) in iters.iter().enumerate() {
@@ -293,10 +323,10 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64]) -> Result<Result<(), St
                 }
             }
             TestKind::AtomicBw | TestKind::AtomicLat => {
-                let targets = if cfg.test == TestKind::AtomicLat { 1 } else { slots };
+                let targets = if cfg.test == TestKind::AtomicLat { 1 } else { targets as u64 };
                 for s in 0..targets {
                     let want = n / targets + u64::from(s < n % targets);
-                    let got = side.mr.read_u64(side.offset(q, s as usize))?;
+                    let got = side.mr.read_u64(side.target(q, s as usize))?;
                     if got != want {
                         return Ok(Err(format!(
                             "{}: QP {q} target {s} holds {got} after {n} operations, expected exactly {want}",
@@ -309,4 +339,65 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64]) -> Result<Result<(), St
         }
     }
     Ok(Ok(()))
+}
+
+/// The server against a perftest client (`ib_write_bw` with no server name
+/// on the other side's command line... that is, `ib_write_bw SERVER` there
+/// and `rdma-perf write-bw` here).
+pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
+    let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
+    let cfg = &Config { mtu, verify: cfg.verify && client::checkable_with_perftest(cfg), ..cfg.clone() };
+    let side = Side::open(cfg.bind, cfg, DeviceConfig::default(), client::perftest_layout(cfg, cycle, cache))?;
+    let script = Script::of(cfg.test, cfg.qps);
+    let mine = client::dests(&side)?;
+    let theirs = {
+        let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
+        client::shake(link, &mine, &script.before, &mut idle)?
+    };
+    let peer = client::peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
+    side.connect(&peer, cfg)?;
+    // what the client reads carries this side's pattern; receives go up
+    // before the last hand shake, as perftest's do
+    prepare(&Config { verify: false, ..cfg.clone() }, &side)?;
+    {
+        let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
+        client::shake(link, &mine, &script.after, &mut idle)?;
+    }
+    let n = cfg.qps;
+    let iters = cfg.iters;
+    let start = Instant::now();
+    let (served, _) = {
+        let mut until = |counts: &[u64]| -> Result<Option<Vec<u64>>, PerfError> {
+            if side::server_is_passive(cfg.test) {
+                // the client's hand shake after its traffic (or its closing one)
+                return Ok(link.poll_hand_shake(&mine[0])?.then(|| vec![iters; n]));
+            }
+            Ok((counts.len() == n && counts.iter().all(|&c| c >= iters)).then(|| counts.to_vec()))
+        };
+        serve(&Config { verify: false, ..cfg.clone() }, &side, &peer, &mut until)?
+    };
+    let elapsed = start.elapsed();
+    let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
+    if script.reports {
+        // the client's figures; perftest's server prints them, so do we
+        let theirs = link.reports(&BwReport::default())?;
+        tracing::info!(size = theirs.size, iters = theirs.iters, mb_s = theirs.bw_avg, "the client's report");
+    }
+    if script.close {
+        if !script.server_closes_first {
+            client::shake(link, &mine, &[0], &mut idle)?;
+        }
+        link.done()?;
+    }
+    let mut report = Report::new(cfg, "server", served.iter().sum(), elapsed, None);
+    let counters = Counters::of(&side.ctx);
+    report.retransmits = counters.retransmits;
+    report.counters = counters;
+    if cfg.verify {
+        let targets = perftest::cycle_slots(cfg.size, cycle, cache);
+        let verdict = final_check(cfg, &side, &served, targets)?;
+        report.verified = Some(verdict.is_ok());
+        report.verify_detail = verdict.err();
+    }
+    Ok(report)
 }

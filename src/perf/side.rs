@@ -20,7 +20,11 @@ pub struct Side {
     pub slots: usize,
     pub slot_len: usize,
     pub psns: Vec<u32>,
+    pub latency: bool,
 }
+
+/// RDMA READs and atomics a side takes in flight per QP (and asks for).
+pub const OUT_READS: u32 = 16;
 
 /// Slots per QP: a message in flight each, within the memory budget.
 pub fn slots_for(cfg: &Config) -> usize {
@@ -41,13 +45,13 @@ fn initial_psn(seed: u64) -> u32 {
 }
 
 impl Side {
-    /// Opens a device on `addr` and makes the resources of `cfg`.
-    pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig) -> Result<Side, PerfError> {
+    /// Opens a device on `addr` and makes the resources of `cfg`, with
+    /// `slots` slots of `slot_len` bytes per QP.
+    pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: (usize, usize)) -> Result<Side, PerfError> {
         let dev = Device::with_config(&format!("rxe-perf-{addr}"), addr, config)?;
         let ctx = dev.open()?;
         let pd = ctx.alloc_pd()?;
-        let slots = slots_for(cfg);
-        let slot_len = cfg.size.max(8);
+        let (slots, slot_len) = layout;
         let depth = (cfg.qps * (slots + cfg.tx_depth) * 2).max(64);
         let cq = ctx.create_cq(depth, None)?;
         let mut qps = Vec::with_capacity(cfg.qps);
@@ -61,19 +65,31 @@ impl Side {
             psns.push(initial_psn(q as u64 + u64::from(addr.is_ipv4())));
         }
         let mr = pd.reg_mr(cfg.qps * slots * slot_len, Access::ALL)?;
-        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, psns })
+        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, psns, latency: cfg.test.is_latency() })
     }
 
     pub fn info(&self) -> Result<SideInfo, PerfError> {
+        let n = self.qps.len();
         Ok(SideInfo {
             qpns: self.qps.iter().map(|q| q.qp_num()).collect(),
             psns: self.psns.clone(),
             gid: self.ctx.query_gid(0)?.to_wire_hex(),
-            addr: self.mr.addr(),
-            rkey: self.mr.rkey(),
-            slots: self.slots,
+            addrs: (0..n).map(|q| self.mr.addr() + self.target(q, 0) as u64).collect(),
+            rkeys: vec![self.mr.rkey(); n],
+            slots: if self.latency { 1 } else { self.slots },
             slot_len: self.slot_len,
+            out_reads: OUT_READS,
         })
+    }
+
+    /// Offset of target `s` of QP `q`: where the peer's message `s` lands
+    /// (latency tests: slot 1, slot 0 being what this side sends from).
+    pub fn target(&self, q: usize, s: usize) -> usize {
+        if self.latency {
+            self.offset(0, 1)
+        } else {
+            self.offset(q, s)
+        }
     }
 
     /// Brings every QP up towards the peer's matching QP.
@@ -83,7 +99,8 @@ impl Side {
         }
         let gid = Gid::from_wire_hex(&peer.gid)
             .ok_or_else(|| PerfError::Peer(format!("bad GID {:?} from the peer", peer.gid)))?;
-        let opts = ConnectOptions { mtu: cfg.mtu, ..ConnectOptions::default() };
+        let max_rd_atomic = peer.out_reads.clamp(1, OUT_READS) as u8;
+        let opts = ConnectOptions { mtu: cfg.mtu, max_rd_atomic, ..ConnectOptions::default() };
         for (q, qp) in self.qps.iter().enumerate() {
             qp.connect(self.psns[q], &PeerInfo { qpn: peer.qpns[q], psn: peer.psns[q], gid }, &opts)?;
         }
@@ -101,9 +118,14 @@ impl Side {
     }
 }
 
-/// The address of the peer's slot `s` of QP `q`.
-pub fn remote_addr(peer: &SideInfo, q: usize, s: usize) -> u64 {
-    peer.addr + ((q * peer.slots + s) * peer.slot_len) as u64
+/// Where message `i` of QP `q` goes in the peer's memory.
+pub fn remote_addr(peer: &SideInfo, q: usize, i: u64) -> u64 {
+    peer.addrs[q] + (i % peer.slots.max(1) as u64) * peer.slot_len as u64
+}
+
+/// The layout of `cfg`'s own protocol: a slot per message in flight.
+pub fn layout(cfg: &Config) -> (usize, usize) {
+    (slots_for(cfg), cfg.size.max(8))
 }
 
 /// The bytes message `iter` of QP `q` carries: a stream no other message
@@ -119,9 +141,10 @@ pub fn pattern(buf: &mut [u8], q: usize, iter: u64) {
 }
 
 /// The marker in the last byte of a latency-test WRITE, which the other
-/// side polls for: different from the previous iteration's, never zero.
+/// side polls for: perftest's, the iteration count from 1, modulo 256
+/// (always different from the previous one).
 pub fn marker(iter: u64) -> u8 {
-    (iter % 255) as u8 + 1
+    (iter + 1) as u8
 }
 
 /// A write-lat message: the pattern with the marker in its last byte.

@@ -1,0 +1,434 @@
+//! perftest's out-of-band exchange (TCP port 18515), so that `rdma-perf`
+//! pairs with `ib_write_bw` and friends with no extra flag.
+//!
+//! Learned from captures of perftest 4.5 talking to itself (kernel
+//! Soft-RoCE guests) and checked against its behaviour: fixed-size binary
+//! and text messages, each exchanged as "the client writes, then reads;
+//! the server reads, then writes":
+//!
+//! 1. versions: 16 bytes, NUL-padded text ("6.06");
+//! 2. system data: page size ("cycle buffer") and cache line size, 4-byte
+//!    big-endian each; both sides take the larger;
+//! 3. MTU: the `ibv_mtu` enum in decimal, 2 bytes ("3\0" is 1024); both
+//!    take the smaller;
+//! 4. "hand shakes": one 108-byte text message per QP,
+//!    `LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID bytes:SRQN:`, repeated as
+//!    barriers at fixed points of each test ([`Script`]);
+//! 5. after a bandwidth test, reports (size, iterations, peak, average,
+//!    message rate; 8 bytes each, big-endian);
+//! 6. closing: one more hand shake and "done\0".
+
+use rdma_core_rs::{Gid, Mtu};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use super::TestKind;
+
+/// The protocol revision this speaks (perftest 4.5's).
+pub const VERSION: &str = "6.06";
+/// perftest refuses peers older than this, and so do we.
+pub const MIN_PEER_VERSION: f64 = 5.70;
+pub const VERSION_LEN: usize = 16;
+/// A hand-shake message with a GID (`KEY_MSG_SIZE_GID`).
+pub const KEY_MSG_LEN: usize = 108;
+/// What this side announces as its cycle buffer (the page size) and cache line.
+pub const CYCLE_BUFFER: u32 = 4096;
+pub const CACHE_LINE: u32 = 64;
+
+/// One QP's entry of a hand shake (perftest's `pingpong_dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dest {
+    pub lid: u16,
+    /// RDMA READs and atomics this side takes in flight (max_dest_rd_atomic).
+    pub out_reads: u32,
+    pub qpn: u32,
+    pub psn: u32,
+    pub rkey: u32,
+    /// Where the peer aims its WRITEs, READs and atomics.
+    pub vaddr: u64,
+    pub gid: Gid,
+    pub srqn: u32,
+}
+
+impl Dest {
+    /// The 108-byte message (`KEY_PRINT_FMT_GID`, NUL-padded).
+    pub fn encode(&self) -> [u8; KEY_MSG_LEN] {
+        let mut s = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
+        );
+        for b in self.gid.0 {
+            s.push_str(&format!("{b:02x}:"));
+        }
+        s.push_str(&format!("{:08x}:", self.srqn));
+        let mut m = [0u8; KEY_MSG_LEN];
+        let n = s.len().min(KEY_MSG_LEN - 1);
+        m[..n].copy_from_slice(&s.as_bytes()[..n]);
+        m
+    }
+
+    /// Parses a hand-shake message.
+    pub fn decode(m: &[u8]) -> Result<Dest, String> {
+        let text = std::str::from_utf8(m).map_err(|_| "a hand-shake message that is not text".to_string())?;
+        let text = text.trim_end_matches('\0');
+        let f: Vec<&str> = text.split(':').collect();
+        // 6 fields, 16 GID bytes, the SRQ number, and the empty tail after the last ':'
+        if f.len() < 23 {
+            return Err(format!("a hand-shake message with {} fields, expected 23: {text:?}", f.len()));
+        }
+        let hex = |i: usize| u64::from_str_radix(f[i], 16).map_err(|_| format!("field {i} ({:?}) of {text:?}", f[i]));
+        let mut gid = [0u8; 16];
+        for (k, b) in gid.iter_mut().enumerate() {
+            *b = hex(6 + k)? as u8;
+        }
+        Ok(Dest {
+            lid: hex(0)? as u16,
+            out_reads: hex(1)? as u32,
+            qpn: hex(2)? as u32 & 0xff_ffff,
+            psn: hex(3)? as u32 & 0xff_ffff,
+            rkey: hex(4)? as u32,
+            vaddr: hex(5)?,
+            gid: Gid(gid),
+            srqn: hex(22)? as u32,
+        })
+    }
+}
+
+/// `ibv_mtu` as perftest exchanges it.
+pub fn mtu_enum(m: Mtu) -> u8 {
+    match m.bytes() {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        _ => 5,
+    }
+}
+
+pub fn mtu_from_enum(e: u8) -> Option<Mtu> {
+    Mtu::from_bytes(match e {
+        1 => 256,
+        2 => 512,
+        3 => 1024,
+        4 => 2048,
+        5 => 4096,
+        _ => return None,
+    })
+}
+
+/// perftest's `INC`: `size` rounded up to a whole number of cache lines.
+pub fn stride(size: usize, cache_line: usize) -> usize {
+    size.div_ceil(cache_line.max(1)) * cache_line.max(1)
+}
+
+/// How many targets a perftest client cycles through in the peer's buffer
+/// (`increase_rem_addr`): the messages that fit the cycle buffer, one if a
+/// message is more than half of it.
+pub fn cycle_slots(size: usize, cycle_buffer: usize, cache_line: usize) -> usize {
+    if size <= cycle_buffer / 2 {
+        (cycle_buffer / stride(size, cache_line)).max(1)
+    } else {
+        1
+    }
+}
+
+/// What a bandwidth test reports to the peer at the end.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BwReport {
+    pub size: u64,
+    pub iters: u64,
+    /// MB/s, as perftest prints them by default.
+    pub bw_peak: f64,
+    pub bw_avg: f64,
+    /// Millions of messages per second.
+    pub msg_rate: f64,
+}
+
+/// Where a test's hand shakes fall, as each perftest binary does them:
+/// which QPs' entries go before the QPs are connected and after, and what
+/// follows the traffic. Every entry but the first per-QP round is a
+/// barrier that repeats the same data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    pub before: Vec<usize>,
+    pub after: Vec<usize>,
+    /// Bandwidth tests: a hand shake and the reports after the traffic.
+    pub reports: bool,
+    /// The closing hand shake and "done" (every test but write-lat).
+    pub close: bool,
+    /// The server closes right after the set-up and lets the client run
+    /// (read-lat, atomic-lat: the server has nothing to do).
+    pub server_closes_first: bool,
+}
+
+impl Script {
+    /// The sequence of each perftest binary with `qps` QPs.
+    pub fn of(test: TestKind, qps: usize) -> Script {
+        let each: Vec<usize> = (0..qps).collect();
+        let join = |parts: &[&[usize]]| parts.concat();
+        let (before, after) = match test {
+            TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw => (each.clone(), join(&[&each, &[0]])),
+            // send tests: one after connecting, one per QP, one once receives are posted
+            TestKind::SendBw | TestKind::SendLat => (each.clone(), join(&[&[0], &each, &[0]])),
+            TestKind::WriteLat | TestKind::ReadLat | TestKind::AtomicLat => {
+                (join(&[&[0], &each]), join(&[&each, &[0]]))
+            }
+        };
+        Script {
+            before,
+            after,
+            reports: matches!(test, TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw),
+            close: test != TestKind::WriteLat,
+            server_closes_first: matches!(test, TestKind::ReadLat | TestKind::AtomicLat),
+        }
+    }
+}
+
+/// The TCP connection to a perftest peer.
+pub struct Link {
+    stream: TcpStream,
+    client: bool,
+    /// Bytes read towards the message being waited for.
+    partial: Vec<u8>,
+    pub peer_version: String,
+    timeout: Duration,
+}
+
+fn proto_err(m: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, m)
+}
+
+impl Link {
+    pub fn new(stream: TcpStream, client: bool, timeout: Duration) -> io::Result<Link> {
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        Ok(Link { stream, client, partial: Vec::new(), peer_version: String::new(), timeout })
+    }
+
+    fn write(&mut self, m: &[u8]) -> io::Result<()> {
+        self.stream.set_nonblocking(false)?;
+        let r = self.stream.write_all(m);
+        self.stream.set_nonblocking(true)?;
+        r
+    }
+
+    /// Reads towards `len` bytes without blocking; the message once complete.
+    fn poll_read(&mut self, len: usize) -> io::Result<Option<Vec<u8>>> {
+        while self.partial.len() < len {
+            let mut chunk = vec![0u8; len - self.partial.len()];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the perftest peer closed the connection"))
+                }
+                Ok(n) => self.partial.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(std::mem::take(&mut self.partial)))
+    }
+
+    /// Reads `len` bytes, calling `idle` while none are there (to keep the
+    /// RDMA engine going), up to `wait`.
+    fn read(&mut self, len: usize, wait: Duration, idle: &mut dyn FnMut() -> io::Result<()>) -> io::Result<Vec<u8>> {
+        let end = Instant::now() + wait;
+        loop {
+            if let Some(m) = self.poll_read(len)? {
+                return Ok(m);
+            }
+            if Instant::now() >= end {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "the perftest peer went quiet"));
+            }
+            idle()?;
+        }
+    }
+
+    /// One exchange: the client writes then reads, the server reads then writes.
+    pub fn exchange(
+        &mut self,
+        mine: &[u8],
+        wait: Duration,
+        idle: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<Vec<u8>> {
+        if self.client {
+            self.write(mine)?;
+            self.read(mine.len(), wait, idle)
+        } else {
+            let theirs = self.read(mine.len(), wait, idle)?;
+            self.write(mine)?;
+            Ok(theirs)
+        }
+    }
+
+    fn simple(&mut self, mine: &[u8]) -> io::Result<Vec<u8>> {
+        let t = self.timeout;
+        self.exchange(mine, t, &mut || {
+            std::thread::sleep(Duration::from_micros(200));
+            Ok(())
+        })
+    }
+
+    /// Versions, system data and MTU; returns the agreed cycle buffer,
+    /// cache line and MTU.
+    pub fn set_up(&mut self, mtu: Mtu) -> io::Result<(usize, usize, Mtu)> {
+        let mut v = [0u8; VERSION_LEN];
+        v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+        let theirs = self.simple(&v)?;
+        let text: String = theirs.iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
+        let number: f64 = text.trim().parse().unwrap_or(0.0);
+        if number < MIN_PEER_VERSION {
+            return Err(proto_err(format!(
+                "the peer speaks perftest exchange version {text:?}; {MIN_PEER_VERSION:.2} or newer is needed"
+            )));
+        }
+        self.peer_version = text;
+        let cycle = self.simple(&CYCLE_BUFFER.to_be_bytes())?;
+        let cache = self.simple(&CACHE_LINE.to_be_bytes())?;
+        let cycle = u32::from_be_bytes([cycle[0], cycle[1], cycle[2], cycle[3]]).max(CYCLE_BUFFER);
+        let cache = u32::from_be_bytes([cache[0], cache[1], cache[2], cache[3]]).max(CACHE_LINE);
+        if !(64..=1 << 30).contains(&cycle) || cache > 4096 {
+            return Err(proto_err(format!("implausible system data from the peer: page {cycle}, cache line {cache}")));
+        }
+        let m = self.simple(&[b'0' + mtu_enum(mtu), 0])?;
+        let theirs = (m[0] as char).to_digit(10).and_then(|d| mtu_from_enum(d as u8));
+        let agreed = match theirs {
+            Some(t) if t.bytes() < mtu.bytes() => t,
+            _ => mtu,
+        };
+        Ok((cycle as usize, cache as usize, agreed))
+    }
+
+    /// One hand shake per entry of `mine`; the peer's entries.
+    pub fn hand_shakes(
+        &mut self,
+        mine: &[Dest],
+        wait: Duration,
+        idle: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<Vec<Dest>> {
+        let mut theirs = Vec::with_capacity(mine.len());
+        for d in mine {
+            let m = self.exchange(&d.encode(), wait, idle)?;
+            theirs.push(Dest::decode(&m).map_err(proto_err)?);
+        }
+        Ok(theirs)
+    }
+
+    /// The server side of a hand shake, without blocking: true once the
+    /// client's message was there and ours went back.
+    pub fn poll_hand_shake(&mut self, mine: &Dest) -> io::Result<bool> {
+        match self.poll_read(KEY_MSG_LEN)? {
+            None => Ok(false),
+            Some(m) => {
+                Dest::decode(&m).map_err(proto_err)?;
+                self.write(&mine.encode())?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// The reports after a bandwidth test; the peer's.
+    pub fn reports(&mut self, mine: &BwReport) -> io::Result<BwReport> {
+        let size = self.simple(&mine.size.to_be_bytes())?;
+        let iters = self.simple(&mine.iters.to_be_bytes())?;
+        let peak = self.simple(&mine.bw_peak.to_bits().to_be_bytes())?;
+        let avg = self.simple(&mine.bw_avg.to_bits().to_be_bytes())?;
+        let rate = self.simple(&mine.msg_rate.to_bits().to_be_bytes())?;
+        let u = |b: Vec<u8>| u64::from_be_bytes(b[..8].try_into().expect("8 bytes"));
+        Ok(BwReport {
+            size: u(size),
+            iters: u(iters),
+            bw_peak: f64::from_bits(u(peak)),
+            bw_avg: f64::from_bits(u(avg)),
+            msg_rate: f64::from_bits(u(rate)),
+        })
+    }
+
+    /// The closing "done" (after the closing hand shake).
+    pub fn done(&mut self) -> io::Result<()> {
+        // The peer may already have closed; it never reads this.
+        let _ = self.write(b"done\0");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // From the capture of ib_atomic_bw between two kernel Soft-RoCE guests
+    // (tests/fixtures/golden/pcaps/ib_atomic_bw.pcap, TCP 18515).
+    const CAPTURED: &[u8; KEY_MSG_LEN] = b"0000:0080:00001f:0fecdf:000010f7:000055aa63fb3000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:0c:00000000:\0";
+
+    #[test]
+    fn a_captured_hand_shake_parses_and_reencodes_byte_for_byte() {
+        let d = Dest::decode(CAPTURED).unwrap();
+        assert_eq!(d.lid, 0);
+        assert_eq!(d.out_reads, 0x80);
+        assert_eq!(d.qpn, 0x1f);
+        assert_eq!(d.psn, 0x0fecdf);
+        assert_eq!(d.rkey, 0x10f7);
+        assert_eq!(d.vaddr, 0x55aa_63fb_3000);
+        assert_eq!(d.gid.to_ip(), "10.77.0.12".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!(d.srqn, 0);
+        assert_eq!(&d.encode(), CAPTURED);
+    }
+
+    #[test]
+    fn bad_hand_shakes_are_errors() {
+        assert!(Dest::decode(b"0000:0080:00001f").is_err());
+        assert!(Dest::decode(&[0xffu8; KEY_MSG_LEN]).is_err());
+        let mut m = *CAPTURED;
+        m[5] = b'x';
+        assert!(Dest::decode(&m).is_err());
+    }
+
+    #[test]
+    fn the_cycle_matches_perftests_increase_rem_addr() {
+        assert_eq!(stride(8, 64), 64);
+        assert_eq!(stride(65, 64), 128);
+        assert_eq!(cycle_slots(8, 4096, 64), 64); // atomics: 64 targets
+        assert_eq!(cycle_slots(2048, 4096, 64), 2);
+        assert_eq!(cycle_slots(2049, 4096, 64), 1);
+        assert_eq!(cycle_slots(65536, 4096, 64), 1);
+    }
+
+    #[test]
+    fn mtu_enum_round_trips() {
+        for b in [256, 512, 1024, 2048, 4096] {
+            let m = Mtu::from_bytes(b).unwrap();
+            assert_eq!(mtu_from_enum(mtu_enum(m)), Some(m));
+        }
+        assert_eq!(mtu_enum(Mtu::from_bytes(1024).unwrap()), 3); // "3\0" in the capture
+    }
+
+    #[test]
+    fn the_whole_exchange_of_a_bandwidth_test_runs_against_itself() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let me = Dest::decode(CAPTURED).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut link = Link::new(s, false, Duration::from_secs(5)).unwrap();
+            let set = link.set_up(Mtu::from_bytes(4096).unwrap()).unwrap();
+            let theirs = link.hand_shakes(&[me], Duration::from_secs(5), &mut || Ok(())).unwrap();
+            while !link.poll_hand_shake(&me).unwrap() {}
+            let r = link.reports(&BwReport::default()).unwrap();
+            (set, theirs, r)
+        });
+        let mut link = Link::new(TcpStream::connect(addr).unwrap(), true, Duration::from_secs(5)).unwrap();
+        let set = link.set_up(Mtu::from_bytes(1024).unwrap()).unwrap();
+        let other = Dest { qpn: 0x99, ..me };
+        let theirs = link.hand_shakes(&[other], Duration::from_secs(5), &mut || Ok(())).unwrap();
+        link.hand_shakes(&[other], Duration::from_secs(5), &mut || Ok(())).unwrap();
+        let mine = BwReport { size: 8, iters: 200, bw_peak: 1.5, bw_avg: 1.25, msg_rate: 0.5 };
+        link.reports(&mine).unwrap();
+        let (sset, stheirs, sr) = server.join().unwrap();
+        assert_eq!(set, (4096, 64, Mtu::from_bytes(1024).unwrap()));
+        assert_eq!(sset, set, "both sides agree on the smaller MTU");
+        assert_eq!(theirs, vec![me]);
+        assert_eq!(stheirs, vec![other]);
+        assert_eq!(sr, mine);
+    }
+}

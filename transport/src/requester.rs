@@ -18,6 +18,13 @@ use std::collections::VecDeque;
 /// packet of every message), so that the sender's window keeps moving.
 pub const ACK_REQ_EVERY: u32 = 16;
 
+/// An RC requester sends no packet more than this many PSNs past the
+/// oldest unacknowledged one (rxe's `RXE_MAX_UNACKED_PSNS`). It bounds what
+/// a go-back-N resends: without it, a receiver slower than this sender
+/// (kernel Soft-RoCE under emulation, in the lab) drops a packet, gets the
+/// whole queue again, drops more, and the sender runs out of retries.
+pub const MAX_UNACKED_PSNS: u32 = 128;
+
 /// A send work request on its way.
 #[derive(Debug, Clone)]
 pub struct SendWqe {
@@ -209,6 +216,10 @@ impl Qp {
         let t = self.init.qp_type;
         let idx = self.req.cursor_wqe;
         let Some(wqe) = self.req.sq.get(idx) else { return ReqOutcome::Idle };
+        let next = if wqe.started { wqe.first_psn.add(self.req.cursor_pkt) } else { self.req.next_psn };
+        if t == QpType::Rc && next != self.req.comp_psn && next.distance_from(self.req.comp_psn) >= MAX_UNACKED_PSNS {
+            return ReqOutcome::Idle; // the window is full: wait for ACKs
+        }
         if !wqe.started {
             if self.state == QpState::Sqd {
                 return ReqOutcome::Idle; // drained: no new requests start

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use core::time::Duration;
+use rdma_transport::requester::MAX_UNACKED_PSNS;
 use rdma_transport::sim::{connect, LinkConfig, PairConfig, Side, Sim, Verdict};
 use rdma_transport::*;
 use rdma_wire::{Opcode, RoceV2Packet};
@@ -265,4 +266,36 @@ fn access_flags_and_protection_domains_are_enforced() {
         assert_eq!(target.to_vec(), vec![0u8; 64], "{case}: nothing written");
         assert_eq!(sim.ep(b.ep).stats().drops_for(Drop::RkeyViolation), 1, "{case}");
     }
+}
+
+#[test]
+fn an_rc_sender_keeps_at_most_128_unacknowledged_psns_in_flight() {
+    // Found against kernel Soft-RoCE in the lab: without a window, a slow
+    // receiver that drops one packet gets the whole send queue again.
+    let cfg = PairConfig { retry_cnt: 1, timeout: 8, ..PairConfig::default() };
+    let (mut sim, a, b) = pair_with(21, LinkConfig::default(), cfg);
+    let psns = std::rc::Rc::new(std::cell::RefCell::new(std::collections::BTreeSet::new()));
+    let seen = psns.clone();
+    sim.set_filter(move |src, p| {
+        if src == 0 {
+            seen.borrow_mut().insert(psn_of(p));
+            Verdict::Deliver
+        } else {
+            Verdict::Drop // no ACK ever comes back
+        }
+    });
+    // 300 packets of 1024 bytes
+    post(&mut sim, &a, 1, SendOp::RdmaWrite { remote_addr: b.va, rkey: b.rkey }, 0, 300 * 1024);
+    sim.run_idle(LIMIT);
+    assert_eq!(statuses(&completions(&mut sim, &a, a.send_cq)), [(1, WcStatus::RetryExcErr)]);
+    assert_eq!(psns.borrow().len(), MAX_UNACKED_PSNS as usize, "distinct PSNs sent without an ACK");
+
+    // With ACKs the window moves and the whole message lands.
+    let (mut sim, a, b) = pair(22);
+    let data = fill(&a, 0, 300 * 1024, 5);
+    post(&mut sim, &a, 1, SendOp::RdmaWrite { remote_addr: b.va, rkey: b.rkey }, 0, 300 * 1024);
+    sim.run_idle(LIMIT);
+    assert_eq!(statuses(&completions(&mut sim, &a, a.send_cq)), [(1, WcStatus::Success)]);
+    assert_eq!(read(&b, 0, 300 * 1024), data);
+    assert_eq!(sim.ep(a.ep).stats().retransmits, 0);
 }

@@ -9,6 +9,7 @@
 #   scripts/lab/lab.sh run K 'CMD' [SECS] run CMD in guest K: its output and exit code
 #   scripts/lab/lab.sh start K 'CMD'      start CMD in guest K; prints a job id
 #   scripts/lab/lab.sh wait K ID [SECS]   wait for that job: its output and exit code
+#   scripts/lab/lab.sh out K ID           what that job printed so far
 #   scripts/lab/lab.sh host CMD...        run CMD on the host side, inside the namespace
 #   scripts/lab/lab.sh capture start|stop NAME   tcpdump of the bridge -> $RUN/NAME.pcap
 #   scripts/lab/lab.sh status | down
@@ -273,11 +274,12 @@ case "$cmd" in
     run) id=$(submit "$1" "$2"); wait_job "$1" "$id" "${3:-300}" ;;
     start) submit "$1" "$2" ;;
     wait) wait_job "$@" ;;
+    out) cat "$RUN/share/vm$1/done/$2.out" 2>/dev/null || true ;;
     host) in_ns "$@" ;;
     capture) capture "$@" ;;
     status) status ;;
     guest-ip4) guest_ip4 "$1" ;;
     guest-ip6) guest_ip6 "$1" ;;
-    help | -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help | -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command $cmd (try: $0 help)" ;;
 esac

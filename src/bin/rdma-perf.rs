@@ -76,19 +76,19 @@ struct Args {
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
-    /// --loopback: probability that a packet is lost.
+    /// Fault injection on the packets this side sends: probability that one is lost.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
-    /// --loopback: probability that a packet is swapped with the next.
+    /// Fault injection: probability that a packet is swapped with the next.
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
-    /// --loopback: probability that a packet is sent twice.
+    /// Fault injection: probability that a packet is sent twice.
     #[arg(long, default_value_t = 0.0)]
     duplicate: f64,
-    /// --loopback: probability that a packet gets one bit flipped.
+    /// Fault injection: probability that a packet gets one bit flipped (its ICRC then fails).
     #[arg(long, default_value_t = 0.0)]
     corrupt: f64,
-    /// --loopback: seed of the fault injection.
+    /// Seed of the fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
 }

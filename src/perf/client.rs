@@ -471,7 +471,8 @@ pub(super) fn shake(
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
     let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
     let cfg = &Config { mtu, verify: cfg.verify && checkable_with_perftest(cfg), ..cfg.clone() };
-    let side = Side::open(cfg.bind, cfg, DeviceConfig::default(), perftest_layout(cfg, cycle, cache))?;
+    let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
+    let side = Side::open(cfg.bind, cfg, device, perftest_layout(cfg, cycle, cache))?;
     let script = Script::of(cfg.test, cfg.qps);
     let mine = dests(&side)?;
     let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);

@@ -204,9 +204,6 @@ impl Config {
                 self.gid_index
             ));
         }
-        if self.faults.is_active() && !matches!(self.role, Role::Loopback { .. }) {
-            return bad("fault injection (--loss, --reorder, --duplicate, --corrupt) needs --loopback".into());
-        }
         self.faults.validate().map_err(PerfError::Config)?;
         let tcp = !matches!(self.role, Role::Loopback { .. });
         if tcp && self.exchange == Exchange::Perftest && self.duration.is_some() && !side::server_is_passive(self.test)

@@ -347,7 +347,8 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64], targets: usize) -> Resu
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
     let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
     let cfg = &Config { mtu, verify: cfg.verify && client::checkable_with_perftest(cfg), ..cfg.clone() };
-    let side = Side::open(cfg.bind, cfg, DeviceConfig::default(), client::perftest_layout(cfg, cycle, cache))?;
+    let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
+    let side = Side::open(cfg.bind, cfg, device, client::perftest_layout(cfg, cycle, cache))?;
     let script = Script::of(cfg.test, cfg.qps);
     let mine = client::dests(&side)?;
     let theirs = {

@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Interop matrix against the Linux kernel's Soft-RoCE (rdma_rxe) and
+# rdma-core's own tools, in the qemu lab of scripts/lab/lab.sh.
+#
+#   scripts/interop.sh            the whole matrix (one boot of two guests)
+#   scripts/interop.sh --quick    IPv4, MTU 1024, no loss cases
+#
+# Every case runs in both directions (our tool as client and rdma-core's as
+# server, and the reverse), over IPv4 and IPv6 GIDs, at path MTU 1024 and
+# 4096: the libibverbs ping-pongs against our examples, perftest against
+# rdma-perf; then the RC cases through 5% loss and reordering (netem in
+# guest 2), and packets with a corrupted ICRC in each direction.
+#
+# Prints a table (case, direction, IP, MTU, result, figure) and exits 1 if
+# any case failed. Logs: target/interop/. Skips (exit 0, with a message)
+# only where qemu or network namespaces are not available.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LAB="$ROOT/scripts/lab/lab.sh"
+OUT="$ROOT/target/interop"
+QUICK=0
+[ "${1:-}" = --quick ] && QUICK=1
+
+skip() { echo "interop: SKIPPED: $*"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces and taps)"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (Debian: qemu-system-x86)"
+if ! ip netns add srlab-probe 2>/dev/null; then skip "network namespaces are not available here"; fi
+ip netns del srlab-probe
+
+set -e
+mkdir -p "$OUT"
+rm -f "$OUT"/*.log
+echo "interop: building rdma-perf and the ping-pong examples"
+(cd "$ROOT" && cargo build --release --quiet --bin rdma-perf --examples)
+BIN="$ROOT/target/release"
+bash "$LAB" prepare
+bash "$LAB" down >/dev/null 2>&1 || true
+trap 'bash "$LAB" down >/dev/null 2>&1 || true' EXIT
+bash "$LAB" up 2
+set +e
+
+# guest 2 loses 5% of what it sends and reorders some of it
+bash "$LAB" run 2 'tc qdisc add dev eth0 root netem loss 5% delay 1ms reorder 25% 50%' >/dev/null ||
+    { echo "interop: netem is not available in the guest"; exit 1; }
+
+HOST4=10.88.0.1
+HOST6=fd88::1
+FAILED=0
+ROWS=()
+
+# The guest's GID index of an address (rxe lists fe80::, then ::ffff:IPv4, then the others).
+gid_index() {
+    local k=$1 ip=$2
+    bash "$LAB" run "$k" "for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+        [ \"\$(cat \$f)\" = \"$3\" ] && basename \$f; done" | head -1
+}
+
+# Expands an IPv6 or IPv4-mapped address the way sysfs prints GIDs.
+gid_text() {
+    python3 -c 'import ipaddress,sys
+a=ipaddress.ip_address(sys.argv[1])
+b=(ipaddress.IPv6Address("::ffff:"+str(a)) if a.version==4 else a).packed.hex()
+print(":".join(b[i:i+4] for i in range(0,32,4)))' "$1"
+}
+
+declare -A GIDX
+for k in 1 2; do
+    for v in 4 6; do
+        if [ $v = 4 ]; then a=$(bash "$LAB" guest-ip4 $k); else a=$(bash "$LAB" guest-ip6 $k); fi
+        GIDX[$k,$v]=$(gid_index $k "$a" "$(gid_text "$a")")
+        [ -n "${GIDX[$k,$v]}" ] || { echo "interop: guest $k has no GID for $a"; exit 1; }
+    done
+done
+
+# Waits until something listens on TCP 18515 (in the guest: $1 = K; on the host side: $1 = host).
+wait_listen() {
+    local i
+    for i in $(seq 1 300); do
+        if [ "$1" = host ]; then
+            bash "$LAB" host ss -ltnH 2>/dev/null | grep -q ':18515 ' && return 0
+        else
+            bash "$LAB" out "$1" "$2" | grep -q '^LISTENING' && return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# One case: NAME DIR(ours-client|ours-server) IP MTU GUEST 'our cmd' 'their cmd' FIGURE-KIND
+# Our command gets --bind and (as client) the server's address; theirs gets the server's address.
+run_case() {
+    local name=$1 dir=$2 ipv=$3 mtu=$4 k=$5 ours=$6 theirs=$7 kind=$8
+    local host guest log="$OUT/$name-$dir-ipv$ipv-$mtu-vm$k"
+    if [ "$ipv" = 4 ]; then host=$HOST4; guest=$(bash "$LAB" guest-ip4 "$k"); else host=$HOST6; guest=$(bash "$LAB" guest-ip6 "$k"); fi
+    local g4
+    g4=$(bash "$LAB" guest-ip4 "$k")
+    local ok=0 ours_rc theirs_rc
+    if [ "$dir" = ours-client ]; then
+        # rdma-core's tools listen on IPv4 only: the TCP exchange goes there
+        local id
+        id=$(bash "$LAB" start "$k" "timeout 140 $theirs > /tmp/server.out 2>&1 & p=\$!
+            for i in \$(seq 1 200); do ss -ltnH | grep -q ':18515 ' && break; sleep 0.05; done
+            echo LISTENING; wait \$p; rc=\$?; cat /tmp/server.out; exit \$rc")
+        if wait_listen "$k" "$id"; then
+            bash "$LAB" host timeout 150 $ours --bind "$host" "$g4" >"$log.ours.log" 2>&1
+            ours_rc=$?
+        else
+            ours_rc=125
+            echo "the guest's server never listened" >"$log.ours.log"
+        fi
+        bash "$LAB" wait "$k" "$id" 150 >"$log.theirs.log" 2>&1
+        theirs_rc=$?
+    else
+        bash "$LAB" host timeout 150 $ours --bind "$host" >"$log.ours.log" 2>&1 &
+        local pid=$!
+        if wait_listen host; then
+            bash "$LAB" run "$k" "timeout 140 $theirs $host" 150 >"$log.theirs.log" 2>&1
+            theirs_rc=$?
+        else
+            theirs_rc=125
+        fi
+        wait $pid
+        ours_rc=$?
+    fi
+    [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && ok=1
+    local figure
+    figure=$(figure_of "$kind" "$log.ours.log")
+    local shown=$dir
+    [ "$dir" = ours-client ] && shown="ours -> rxe" || shown="rxe -> ours"
+    if [ $ok = 1 ]; then
+        ROWS+=("$(printf '%-28s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" PASS "$figure")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-28s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" FAIL "ours=$ours_rc rxe=$theirs_rc, see $log.*.log")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
+# What to show of a passing run, from our side's output.
+figure_of() {
+    local kind=$1 f=$2
+    case "$kind" in
+        pingpong) grep -o '[0-9.]* usec/iter' "$f" | head -1 ;;
+        json) python3 - "$f" <<'EOF' 2>/dev/null
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        c = r["counters"]
+        if r["role"] == "server":
+            main = f"server: {c['packets_received']} packets in, {c['packets_sent']} out"
+        elif r.get("rtt_us_p50"):
+            main = f"{r['rtt_us_p50']:.0f} us RTT p50"
+        else:
+            main = f"{r['gbps'] * 1000:.1f} Mb/s"
+        extra = f", {r['retransmits']} retransmits" if r["retransmits"] else ""
+        extra += f", {c['icrc_drops']} ICRC drops" if c["icrc_drops"] else ""
+        extra += ", verified" if r.get("verified") else ""
+        print(main + extra)
+EOF
+        ;;
+    esac
+}
+
+pingpong_cases() { # K IPV MTU [rc-only]
+    local k=$1 v=$2 m=$3 g=${GIDX[$1,$2]} kinds="rc uc ud srq"
+    [ "${4:-}" = rc-only ] && kinds="rc srq"
+    for kind in $kinds; do
+        local size="" mflag="-m $m"
+        # UD has no path MTU: its "MTU" is the message size
+        [ "$kind" = ud ] && { size="-s $m"; mflag=""; }
+        local n=50
+        for dir in ours-client ours-server; do
+            run_case "${kind}_pingpong" "$dir" "$v" "$m" "$k" \
+                "$BIN/examples/${kind}_pingpong -n $n $mflag $size" \
+                "ibv_${kind}_pingpong -d rxe0 -g $g -n $n $mflag $size" pingpong
+        done
+    done
+}
+
+# perftest's tools and the matching rdma-perf test: name | ours | theirs
+PERFTEST_CASES="ib_write_bw|write-bw -s 16384 -n 100|ib_write_bw -s 16384 -n 100
+ib_read_bw|read-bw -s 16384 -n 100|ib_read_bw -s 16384 -n 100
+ib_send_bw|send-bw -s 16384 -n 100|ib_send_bw -s 16384 -n 100
+ib_atomic_bw(FETCH_AND_ADD)|atomic-bw -n 100 --verify|ib_atomic_bw -n 100
+ib_atomic_bw(CMP_AND_SWAP)|atomic-bw -n 100 -A CMP_AND_SWAP|ib_atomic_bw -n 100 -A CMP_AND_SWAP
+ib_write_lat|write-lat -s 2 -n 100|ib_write_lat -s 2 -n 100
+ib_read_lat|read-lat -s 2 -n 100|ib_read_lat -s 2 -n 100
+ib_send_lat|send-lat -s 2 -n 100|ib_send_lat -s 2 -n 100"
+
+perftest_cases() { # K IPV MTU [EXTRA-OURS]
+    local k=$1 v=$2 m=$3 extra=${4:-} g=${GIDX[$1,$2]}
+    local name ours theirs dir
+    while IFS='|' read -r name ours theirs; do
+        for dir in ours-client ours-server; do
+            run_case "$name" "$dir" "$v" "$m" "$k" "$BIN/rdma-perf $ours -m $m --json --quiet $extra" \
+                "$theirs -d rxe0 -x $g -F -m $m" json
+        done
+    done <<<"$PERFTEST_CASES"
+}
+
+echo
+printf '%-28s %-12s %-5s %-5s %-5s %s\n' CASE DIRECTION IP MTU RESULT FIGURE
+if [ $QUICK = 1 ]; then
+    pingpong_cases 1 4 1024
+    perftest_cases 1 4 1024
+else
+    for v in 4 6; do
+        for m in 1024 4096; do
+            pingpong_cases 1 $v $m
+            perftest_cases 1 $v $m
+        done
+    done
+    # RC through 5% loss and reordering (guest 2's netem)
+    for v in 4 6; do
+        pingpong_cases 2 $v 1024 rc-only
+        perftest_cases 2 $v 1024
+    done
+    # Corrupted ICRCs: ours flips bits in 2% of what it sends (rxe drops
+    # them); then guest 1's netem corrupts 2% of what rxe sends (we drop them)
+    run_case "icrc-corrupt(ours)" ours-client 4 1024 1 \
+        "$BIN/rdma-perf write-bw -s 16384 -n 100 -m 1024 --json --quiet --corrupt 0.02" \
+        "ib_write_bw -s 16384 -n 100 -d rxe0 -x ${GIDX[1,4]} -F -m 1024" json
+    bash "$LAB" run 1 'tc qdisc add dev eth0 root netem corrupt 2%' >/dev/null
+    run_case "icrc-corrupt(rxe)" ours-server 4 1024 1 \
+        "$BIN/rdma-perf write-bw -s 16384 -n 100 -m 1024 --json --quiet" \
+        "ib_write_bw -s 16384 -n 100 -d rxe0 -x ${GIDX[1,4]} -F -m 1024" json
+    bash "$LAB" run 1 'tc qdisc del dev eth0 root' >/dev/null
+fi
+
+echo
+echo "interop: ${#ROWS[@]} cases, $FAILED failed (logs in $OUT)"
+printf '%s\n' "${ROWS[@]}" >"$OUT/results.txt"
+[ $FAILED = 0 ]

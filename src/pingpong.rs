@@ -37,7 +37,7 @@ pub struct Args {
     /// Message size [default: 4096; ud_pingpong 2048].
     #[arg(short = 's', long = "size")]
     pub size: Option<usize>,
-    /// Path MTU.
+    /// Path MTU (RC, UC, SRQ; UD messages go up to the port MTU, 4096).
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: u32,
     /// Receives to post at a time [default: 500; srq_pingpong 1000].
@@ -160,6 +160,9 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
     if args.ib_port != 1 {
         return Err(PingPongError::Usage(format!("IB port {}: a soft device has port 1", args.ib_port)));
     }
+    // UD messages are bounded by the port's MTU, not a path MTU (ibv_ud_pingpong
+    // has no -m): a soft device's port MTU is 4096, the largest IB MTU.
+    let mtu = if kind == Kind::Ud { Mtu::Mtu4096 } else { mtu };
     if kind == Kind::Ud && size > mtu.bytes() as usize {
         return Err(PingPongError::Usage(format!("Requested size larger than port MTU ({})", mtu.bytes())));
     }

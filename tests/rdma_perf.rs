@@ -191,3 +191,83 @@ fn the_cli_prints_the_json_contract_and_refuses_bad_options() {
     let out = rdma_perf(&["bogus-test"]);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
 }
+
+#[test]
+fn write_lat_server_writes_first_as_perftests_does() {
+    // perftest's ib_write_lat client waits for the server's first WRITE
+    // before it writes (found in the lab: a server that waited for the
+    // client deadlocked against it). This client does what ib_write_lat's
+    // does, over perftest's exchange, with the verbs API.
+    use rdma_core_rs::*;
+    use softroce::perf::perftest::{Dest, Link, Script};
+    use std::time::{Duration, Instant};
+    let (c, s) = addresses();
+    let port = 23000 + (std::process::id() % 9000) as u16;
+    let mut server = config(TestKind::WriteLat);
+    server.exchange = Exchange::Perftest;
+    server.iters = 5;
+    server.bind = s;
+    server.port = port;
+    server.role = Role::Server;
+    let srv = std::thread::spawn(move || perf::run(&server));
+
+    let ctx = Device::new("perftest-like", c).unwrap().open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+    let mr = pd.reg_mr(8192, Access::ALL).unwrap();
+    let size = 2;
+    let mine = Dest {
+        lid: 0,
+        out_reads: 1,
+        qpn: qp.qp_num(),
+        psn: 0x1234,
+        rkey: mr.rkey(),
+        vaddr: mr.addr() + 4096, // where the peer writes, as perftest's buf + BUFF_SIZE
+        gid: ctx.query_gid(0).unwrap(),
+        srqn: 0,
+    };
+    let stream = (0..100)
+        .find_map(|_| {
+            std::net::TcpStream::connect((s, port)).ok().or_else(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                None
+            })
+        })
+        .expect("the server listens");
+    let mut link = Link::new(stream, true, Duration::from_secs(10)).unwrap();
+    let (_, _, mtu) = link.set_up(Mtu::Mtu4096).unwrap();
+    let script = Script::of(TestKind::WriteLat, 1);
+    let mut idle = || ctx.progress().map(|_| ()).map_err(std::io::Error::other);
+    let theirs = link.hand_shakes(&vec![mine; script.before.len()], Duration::from_secs(10), &mut idle).unwrap();
+    let peer = theirs[theirs.len() - 1];
+    let opts = ConnectOptions { mtu, ..ConnectOptions::default() };
+    qp.connect(mine.psn, &PeerInfo { qpn: peer.qpn, psn: peer.psn, gid: peer.gid }, &opts).unwrap();
+    link.hand_shakes(&vec![mine; script.after.len()], Duration::from_secs(10), &mut idle).unwrap();
+
+    let wait_for = |marker: u8| {
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut b = [0u8];
+        loop {
+            ctx.progress().unwrap();
+            mr.read(4096 + size - 1, &mut b).unwrap();
+            if b[0] == marker {
+                return true;
+            }
+            if Instant::now() > end {
+                return false;
+            }
+        }
+    };
+    let mut wcs = Vec::new();
+    for k in 1..=5u8 {
+        // perftest's client: wait for the server's WRITE k, then write k
+        assert!(wait_for(k), "the server's WRITE {k} never came (it must write first, as ib_write_lat's does)");
+        mr.write(size - 1, &[k]).unwrap();
+        let op = SendOp::RdmaWrite { remote_addr: peer.vaddr, rkey: peer.rkey };
+        qp.post_send(&[SendWr::new(u64::from(k), op, vec![mr.sge(0, size as u32).unwrap()])]).unwrap();
+        cq.wait(&mut wcs, 4, Some(Duration::from_secs(10))).unwrap();
+    }
+    let r = srv.join().unwrap().unwrap();
+    assert_eq!(r.iterations, 5);
+}

@@ -237,7 +237,8 @@ capture() {
     local what=$1 name=$2 pid
     case "$what" in
         start)
-            in_ns tcpdump -i "$BRIDGE" -s 0 -U -w "$RUN/$name.pcap" >"$RUN/capture-$name.log" 2>&1 &
+            # `ip netns exec` execs tcpdump: $! is tcpdump itself (not a subshell)
+            ip netns exec "$NS" tcpdump -i "$BRIDGE" -s 0 -U -w "$RUN/$name.pcap" >"$RUN/capture-$name.log" 2>&1 &
             echo $! >"$RUN/capture-$name.pid"
             for _ in $(seq 1 30); do grep -q listening "$RUN/capture-$name.log" && break; sleep 0.1; done
             ;;

@@ -187,11 +187,18 @@ pub struct Qp {
 
 impl Qp {
     pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {
+        // UD has no path MTU: its messages go up to the port's MTU, which
+        // for a soft device is the largest there is (as rxe takes the port's
+        // active MTU).
+        let params = match init.qp_type {
+            QpType::Ud => QpParams { mtu: Mtu::Mtu4096, ..QpParams::default() },
+            _ => QpParams::default(),
+        };
         Qp {
             num,
             init,
             state: QpState::Reset,
-            params: QpParams::default(),
+            params,
             src_port: 0xc000 | ((num.wrapping_mul(0x9e37_79b1) >> 18) as u16 & 0x3fff),
             rq: VecDeque::new(),
             req: Requester::new(Psn::new(0)),

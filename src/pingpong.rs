@@ -218,7 +218,8 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
             TcpStream::connect(&addr).map_err(|e| PingPongError::Failed(format!("Couldn't connect to {addr}: {e}")))?
         }
         None => {
-            let l = TcpListener::bind((args.bind, args.port))
+            // every address, as the libibverbs examples listen (AI_PASSIVE)
+            let l = TcpListener::bind(("::", args.port))
                 .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
                 .map_err(|e| PingPongError::Failed(format!("Couldn't listen to port {}: {e}", args.port)))?;
             l.accept()?.0

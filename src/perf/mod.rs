@@ -234,15 +234,19 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
             }
         }
         Role::Server => {
-            let listener = std::net::TcpListener::bind((cfg.bind, cfg.port)).map_err(|e| {
-                PerfError::Oob(std::io::Error::new(
-                    e.kind(),
-                    format!("cannot listen on {}:{}: {e}", cfg.bind, cfg.port),
-                ))
-            })?;
-            tracing::info!(addr = %cfg.bind, port = cfg.port, "waiting for a client");
+            // Every address, as perftest's server does: its clients speak
+            // IPv4 to the exchange even when the GIDs are IPv6.
+            let listener = std::net::TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, cfg.port))
+                .or_else(|_| std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, cfg.port)))
+                .map_err(|e| {
+                    PerfError::Oob(std::io::Error::new(
+                        e.kind(),
+                        format!("cannot listen on TCP port {}: {e}", cfg.port),
+                    ))
+                })?;
+            tracing::info!(port = cfg.port, "waiting for a client");
             if cfg.progress {
-                eprintln!("rdma-perf: waiting for a client on {}:{}", cfg.bind, cfg.port);
+                eprintln!("rdma-perf: waiting for a client on TCP port {} (device {})", cfg.port, cfg.bind);
             }
             let (stream, from) = listener.accept()?;
             tracing::info!(%from, "client connected");

@@ -1,7 +1,7 @@
 //! The client side: it drives the RDMA traffic and measures.
 
 use super::oob::{Hello, Msg, Oob, SideInfo};
-use super::perftest::{self, BwReport, Dest, Link, Script};
+use super::perftest::{self, BwReport, Link, Script};
 use super::report::{Counters, ProgressLine, Report};
 use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
@@ -407,82 +407,22 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
     Ok(Run { iters: vec![i], elapsed, rtt: Some(hist), verify_error })
 }
 
-/// This side's hand-shake entries: one per QP.
-pub(super) fn dests(side: &Side) -> Result<Vec<Dest>, PerfError> {
-    let info = side.info()?;
-    let gid = side.ctx.query_gid(0)?;
-    Ok((0..side.qps.len())
-        .map(|q| Dest {
-            lid: 0,
-            out_reads: info.out_reads,
-            qpn: info.qpns[q],
-            psn: info.psns[q],
-            rkey: info.rkeys[q],
-            vaddr: info.addrs[q],
-            gid,
-            srqn: 0,
-        })
-        .collect())
-}
-
-/// A perftest peer's entries as the traffic loops use them: its buffer
-/// cycles through `cycle_slots` targets `stride` bytes apart.
-pub(super) fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> SideInfo {
-    let slots = if cfg.test.is_latency() { 1 } else { perftest::cycle_slots(cfg.size, cycle, cache) };
-    SideInfo {
-        qpns: theirs.iter().map(|d| d.qpn).collect(),
-        psns: theirs.iter().map(|d| d.psn).collect(),
-        gid: theirs.first().map(|d| d.gid.to_wire_hex()).unwrap_or_default(),
-        addrs: theirs.iter().map(|d| d.vaddr).collect(),
-        rkeys: theirs.iter().map(|d| d.rkey).collect(),
-        slots,
-        slot_len: perftest::stride(cfg.size, cache),
-        out_reads: theirs.first().map_or(1, |d| d.out_reads),
-    }
-}
-
-/// The layout of a side facing a perftest peer: message `i` of the peer
-/// lands `stride` bytes after message `i - 1`, within the cycle buffer.
-pub(super) fn perftest_layout(cfg: &Config, cycle: usize, cache: usize) -> (usize, usize) {
-    let stride = perftest::stride(cfg.size.max(8), cache);
-    let (slots, _) = side::layout(cfg);
-    (slots.max(perftest::cycle_slots(cfg.size, cycle, cache)), stride)
-}
-
-/// What `--verify` can check against a perftest peer, whose buffers hold
-/// random bytes: the values FETCH_AND_ADD atomics return (each one more
-/// than the last on its target).
-pub(super) fn checkable_with_perftest(cfg: &Config) -> bool {
-    cfg.test.is_atomic() && cfg.atomic == AtomicType::FetchAndAdd
-}
-
-/// The hand shakes of a phase: entry `k` of the script.
-pub(super) fn shake(
-    link: &mut Link,
-    mine: &[Dest],
-    order: &[usize],
-    idle: &mut dyn FnMut() -> std::io::Result<()>,
-) -> Result<Vec<Dest>, PerfError> {
-    let picked: Vec<Dest> = order.iter().map(|&k| mine[k]).collect();
-    Ok(link.hand_shakes(&picked, OOB_TIMEOUT, idle)?)
-}
-
 /// The client against a perftest server (`ib_write_bw SERVER` style).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
     let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
-    let cfg = &Config { mtu, verify: cfg.verify && checkable_with_perftest(cfg), ..cfg.clone() };
+    let cfg = &Config { mtu, verify: cfg.verify && perftest::checkable(cfg), ..cfg.clone() };
     let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
-    let side = Side::open(cfg.bind, cfg, device, perftest_layout(cfg, cycle, cache))?;
+    let side = Side::open(cfg.bind, cfg, device, perftest::layout(cfg, cycle, cache))?;
     let script = Script::of(cfg.test, cfg.qps);
-    let mine = dests(&side)?;
-    let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
-    let theirs = shake(link, &mine, &script.before, &mut idle)?;
-    let peer = peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
+    let mine = perftest::dests(&side)?;
+    let mut idle = perftest::idle(&side);
+    let theirs = perftest::shake(link, &mine, &script.before, &mut idle)?;
+    let peer = perftest::peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
     side.connect(&peer, cfg)?;
-    shake(link, &mine, &script.after, &mut idle)?;
+    perftest::shake(link, &mine, &script.after, &mut idle)?;
     let run = traffic(cfg, &side, &peer, true)?;
     if script.reports {
-        shake(link, &mine, &[0], &mut idle)?;
+        perftest::shake(link, &mine, &[0], &mut idle)?;
         let total: u64 = run.iters.iter().sum();
         let secs = run.elapsed.as_secs_f64().max(1e-9);
         let mbs = total as f64 * cfg.size as f64 / secs / f64::from(1 << 20);
@@ -496,7 +436,7 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
         link.reports(&mine_report)?;
     }
     if script.close {
-        shake(link, &mine, &[0], &mut idle)?;
+        perftest::shake(link, &mine, &[0], &mut idle)?;
         link.done()?;
     }
     let total: u64 = run.iters.iter().sum();

@@ -23,7 +23,9 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use super::TestKind;
+use super::oob::SideInfo;
+use super::side::Side;
+use super::{AtomicType, Config, PerfError, TestKind};
 
 /// The protocol revision this speaks (perftest 4.5's).
 pub const VERSION: &str = "6.06";
@@ -351,6 +353,75 @@ impl Link {
         let _ = self.write(b"done\0");
         Ok(())
     }
+}
+
+// ------------------------------------------------------------------
+// rdma-perf's side of it: its QPs and memory as perftest describes them.
+
+/// This side's hand-shake entries: one per QP.
+pub fn dests(side: &Side) -> Result<Vec<Dest>, PerfError> {
+    let info = side.info()?;
+    let gid = side.ctx.query_gid(0)?;
+    Ok((0..side.qps.len())
+        .map(|q| Dest {
+            lid: 0,
+            out_reads: info.out_reads,
+            qpn: info.qpns[q],
+            psn: info.psns[q],
+            rkey: info.rkeys[q],
+            vaddr: info.addrs[q],
+            gid,
+            srqn: 0,
+        })
+        .collect())
+}
+
+/// A perftest peer's entries as the traffic loops use them: its buffer
+/// cycles through `cycle_slots` targets `stride` bytes apart.
+pub fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> SideInfo {
+    let slots = if cfg.test.is_latency() { 1 } else { cycle_slots(cfg.size, cycle, cache) };
+    SideInfo {
+        qpns: theirs.iter().map(|d| d.qpn).collect(),
+        psns: theirs.iter().map(|d| d.psn).collect(),
+        gid: theirs.first().map(|d| d.gid.to_wire_hex()).unwrap_or_default(),
+        addrs: theirs.iter().map(|d| d.vaddr).collect(),
+        rkeys: theirs.iter().map(|d| d.rkey).collect(),
+        slots,
+        slot_len: stride(cfg.size, cache),
+        out_reads: theirs.first().map_or(1, |d| d.out_reads),
+    }
+}
+
+/// The layout of a side facing a perftest peer: message `i` of the peer
+/// lands `stride` bytes after message `i - 1`, within the cycle buffer.
+pub fn layout(cfg: &Config, cycle: usize, cache: usize) -> (usize, usize) {
+    let stride = stride(cfg.size.max(8), cache);
+    let (slots, _) = super::side::layout(cfg);
+    (slots.max(cycle_slots(cfg.size, cycle, cache)), stride)
+}
+
+/// What `--verify` can check against a perftest peer, whose buffers hold
+/// random bytes: the values FETCH_AND_ADD atomics return (each one more
+/// than the last on its target).
+pub fn checkable(cfg: &Config) -> bool {
+    cfg.test.is_atomic() && cfg.atomic == AtomicType::FetchAndAdd
+}
+
+/// The hand shakes of a phase: entry `k` of the script.
+pub fn shake(
+    link: &mut Link,
+    mine: &[Dest],
+    order: &[usize],
+    idle: &mut dyn FnMut() -> std::io::Result<()>,
+) -> Result<Vec<Dest>, PerfError> {
+    let picked: Vec<Dest> = order.iter().map(|&k| mine[k]).collect();
+    Ok(link.hand_shakes(&picked, super::client::OOB_TIMEOUT, idle)?)
+}
+
+/// What a side does while it waits for the peer's next message: keep its
+/// engine answering (a passive server serves the traffic in these waits).
+pub fn idle(side: &Side) -> impl FnMut() -> io::Result<()> + '_ {
+    || side.ctx.progress_for(Duration::from_millis(1)).map(|_| ()).map_err(io::Error::other)
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! of send-bw) or stays passive while the engine serves WRITEs, READs and
 //! atomics, and checks what arrived.
 
-use super::client;
 use super::client::OOB_TIMEOUT;
 use super::oob::{Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link, Script};
@@ -341,29 +340,23 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64], targets: usize) -> Resu
     Ok(Ok(()))
 }
 
-/// The server against a perftest client (`ib_write_bw` with no server name
-/// on the other side's command line... that is, `ib_write_bw SERVER` there
-/// and `rdma-perf write-bw` here).
+/// The server against a perftest client (`rdma-perf write-bw` here,
+/// `ib_write_bw SERVER` there).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
     let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
-    let cfg = &Config { mtu, verify: cfg.verify && client::checkable_with_perftest(cfg), ..cfg.clone() };
+    let cfg = &Config { mtu, verify: cfg.verify && perftest::checkable(cfg), ..cfg.clone() };
     let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
-    let side = Side::open(cfg.bind, cfg, device, client::perftest_layout(cfg, cycle, cache))?;
+    let side = Side::open(cfg.bind, cfg, device, perftest::layout(cfg, cycle, cache))?;
     let script = Script::of(cfg.test, cfg.qps);
-    let mine = client::dests(&side)?;
-    let theirs = {
-        let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
-        client::shake(link, &mine, &script.before, &mut idle)?
-    };
-    let peer = client::peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
+    let mine = perftest::dests(&side)?;
+    let mut idle = perftest::idle(&side);
+    let theirs = perftest::shake(link, &mine, &script.before, &mut idle)?;
+    let peer = perftest::peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
     side.connect(&peer, cfg)?;
     // what the client reads carries this side's pattern; receives go up
     // before the last hand shake, as perftest's do
     prepare(&Config { verify: false, ..cfg.clone() }, &side)?;
-    {
-        let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
-        client::shake(link, &mine, &script.after, &mut idle)?;
-    }
+    perftest::shake(link, &mine, &script.after, &mut idle)?;
     let n = cfg.qps;
     let iters = cfg.iters;
     let start = Instant::now();
@@ -378,7 +371,6 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
         serve(&Config { verify: false, ..cfg.clone() }, &side, &peer, &mut until)?
     };
     let elapsed = start.elapsed();
-    let mut idle = || side.ctx.progress_for(Duration::from_millis(1)).map_err(std::io::Error::other);
     if script.reports {
         // the client's figures; perftest's server prints them, so do we
         let theirs = link.reports(&BwReport::default())?;
@@ -386,7 +378,7 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
     }
     if script.close {
         if !script.server_closes_first {
-            client::shake(link, &mine, &[0], &mut idle)?;
+            perftest::shake(link, &mine, &[0], &mut idle)?;
         }
         link.done()?;
     }

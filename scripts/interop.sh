@@ -91,7 +91,8 @@ wait_listen() {
 # Our command gets --bind and (as client) the server's address; theirs gets the server's address.
 run_case() {
     local name=$1 dir=$2 ipv=$3 mtu=$4 k=$5 ours=$6 theirs=$7 kind=$8
-    local host guest log="$OUT/$name-$dir-ipv$ipv-$mtu-vm$k"
+    name="$name${LABEL:-}"
+    local host guest log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-$mtu-vm$k"
     if [ "$ipv" = 4 ]; then host=$HOST4; guest=$(bash "$LAB" guest-ip4 "$k"); else host=$HOST6; guest=$(bash "$LAB" guest-ip6 "$k"); fi
     local g4
     g4=$(bash "$LAB" guest-ip4 "$k")
@@ -130,10 +131,10 @@ run_case() {
     local shown=$dir
     [ "$dir" = ours-client ] && shown="ours -> rxe" || shown="rxe -> ours"
     if [ $ok = 1 ]; then
-        ROWS+=("$(printf '%-28s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" PASS "$figure")")
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" PASS "$figure")")
     else
         FAILED=$((FAILED + 1))
-        ROWS+=("$(printf '%-28s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" FAIL "ours=$ours_rc rxe=$theirs_rc, see $log.*.log")")
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" FAIL "ours=$ours_rc rxe=$theirs_rc, see $log.*.log")")
     fi
     echo "${ROWS[-1]}"
 }
@@ -202,7 +203,7 @@ perftest_cases() { # K IPV MTU [EXTRA-OURS]
 }
 
 echo
-printf '%-28s %-12s %-5s %-5s %-5s %s\n' CASE DIRECTION IP MTU RESULT FIGURE
+printf '%-34s %-12s %-5s %-5s %-5s %s\n' CASE DIRECTION IP MTU RESULT FIGURE
 if [ $QUICK = 1 ]; then
     pingpong_cases 1 4 1024
     perftest_cases 1 4 1024
@@ -214,10 +215,12 @@ else
         done
     done
     # RC through 5% loss and reordering (guest 2's netem)
+    LABEL=" +loss"
     for v in 4 6; do
         pingpong_cases 2 $v 1024 rc-only
         perftest_cases 2 $v 1024
     done
+    LABEL=""
     # Corrupted ICRCs: ours flips bits in 2% of what it sends (rxe drops
     # them); then guest 1's netem corrupts 2% of what rxe sends (we drop them)
     run_case "icrc-corrupt(ours)" ours-client 4 1024 1 \

@@ -1,7 +1,7 @@
 //! The client side: it drives the RDMA traffic and measures.
 
 use super::oob::{Hello, Msg, Oob, SideInfo};
-use super::perftest::{self, BwReport, Link, Script};
+use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, ProgressLine, Report};
 use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
@@ -409,20 +409,12 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
 
 /// The client against a perftest server (`ib_write_bw SERVER` style).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
-    let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
-    let cfg = &Config { mtu, verify: cfg.verify && perftest::checkable(cfg), ..cfg.clone() };
-    let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
-    let side = Side::open(cfg.bind, cfg, device, perftest::layout(cfg, cycle, cache))?;
-    let script = Script::of(cfg.test, cfg.qps);
-    let mine = perftest::dests(&side)?;
-    let mut idle = perftest::idle(&side);
-    let theirs = perftest::shake(link, &mine, &script.before, &mut idle)?;
-    let peer = perftest::peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
-    side.connect(&peer, cfg)?;
-    perftest::shake(link, &mine, &script.after, &mut idle)?;
-    let run = traffic(cfg, &side, &peer, true)?;
+    let s = perftest::Session::connect(cfg, link)?;
+    s.shake(link, &s.script.after)?;
+    let (cfg, side, peer, script) = (&s.cfg, &s.side, &s.peer, &s.script);
+    let run = traffic(cfg, side, peer, true)?;
     if script.reports {
-        perftest::shake(link, &mine, &[0], &mut idle)?;
+        s.shake(link, &[0])?;
         let total: u64 = run.iters.iter().sum();
         let secs = run.elapsed.as_secs_f64().max(1e-9);
         let mbs = total as f64 * cfg.size as f64 / secs / f64::from(1 << 20);
@@ -436,7 +428,7 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
         link.reports(&mine_report)?;
     }
     if script.close {
-        perftest::shake(link, &mine, &[0], &mut idle)?;
+        s.shake(link, &[0])?;
         link.done()?;
     }
     let total: u64 = run.iters.iter().sum();

@@ -407,15 +407,45 @@ pub fn checkable(cfg: &Config) -> bool {
     cfg.test.is_atomic() && cfg.atomic == AtomicType::FetchAndAdd
 }
 
-/// The hand shakes of a phase: entry `k` of the script.
-pub fn shake(
-    link: &mut Link,
-    mine: &[Dest],
-    order: &[usize],
-    idle: &mut dyn FnMut() -> std::io::Result<()>,
-) -> Result<Vec<Dest>, PerfError> {
-    let picked: Vec<Dest> = order.iter().map(|&k| mine[k]).collect();
-    Ok(link.hand_shakes(&picked, super::client::OOB_TIMEOUT, idle)?)
+/// A side set up against a perftest peer and connected to it: the agreed
+/// parameters, this side's resources and entries, the peer's QPs.
+pub struct Session {
+    /// The run's options with the agreed MTU (and `--verify` narrowed to
+    /// what a perftest peer lets one check).
+    pub cfg: Config,
+    pub side: Side,
+    pub mine: Vec<Dest>,
+    pub peer: SideInfo,
+    pub script: Script,
+    /// The agreed cycle buffer and cache line.
+    pub cycle: usize,
+    pub cache: usize,
+}
+
+impl Session {
+    /// The set-up exchange, the resources, the hand shakes before the
+    /// connection, and the connection.
+    pub fn connect(cfg: &Config, link: &mut Link) -> Result<Session, PerfError> {
+        let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
+        let cfg = Config { mtu, verify: cfg.verify && checkable(cfg), ..cfg.clone() };
+        let device = rdma_core_rs::DeviceConfig { faults: cfg.faults, ..Default::default() };
+        let side = Side::open(cfg.bind, &cfg, device, layout(&cfg, cycle, cache))?;
+        let script = Script::of(cfg.test, cfg.qps);
+        let mine = dests(&side)?;
+        let mut s = Session { peer: peer_of(&[], &cfg, cycle, cache), cfg, side, mine, script, cycle, cache };
+        let theirs = s.shake(link, &s.script.before.clone())?;
+        s.peer = peer_of(&theirs[theirs.len() - s.cfg.qps..], &s.cfg, cycle, cache);
+        s.side.connect(&s.peer, &s.cfg)?;
+        Ok(s)
+    }
+
+    /// The hand shakes of `order` (indices into this side's entries),
+    /// keeping the engine going meanwhile; the peer's entries.
+    pub fn shake(&self, link: &mut Link, order: &[usize]) -> Result<Vec<Dest>, PerfError> {
+        let picked: Vec<Dest> = order.iter().map(|&k| self.mine[k]).collect();
+        let mut idle = idle(&self.side);
+        Ok(link.hand_shakes(&picked, super::client::OOB_TIMEOUT, &mut idle)?)
+    }
 }
 
 /// What a side does while it waits for the peer's next message: keep its

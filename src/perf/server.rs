@@ -4,7 +4,7 @@
 
 use super::client::OOB_TIMEOUT;
 use super::oob::{Hello, Msg, Oob, SideInfo};
-use super::perftest::{self, BwReport, Link, Script};
+use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, Report};
 use super::side::{self, note, remote_addr, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
@@ -343,20 +343,12 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64], targets: usize) -> Resu
 /// The server against a perftest client (`rdma-perf write-bw` here,
 /// `ib_write_bw SERVER` there).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
-    let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
-    let cfg = &Config { mtu, verify: cfg.verify && perftest::checkable(cfg), ..cfg.clone() };
-    let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
-    let side = Side::open(cfg.bind, cfg, device, perftest::layout(cfg, cycle, cache))?;
-    let script = Script::of(cfg.test, cfg.qps);
-    let mine = perftest::dests(&side)?;
-    let mut idle = perftest::idle(&side);
-    let theirs = perftest::shake(link, &mine, &script.before, &mut idle)?;
-    let peer = perftest::peer_of(&theirs[theirs.len() - cfg.qps..], cfg, cycle, cache);
-    side.connect(&peer, cfg)?;
+    let s = perftest::Session::connect(cfg, link)?;
+    let (cfg, side, peer, script, mine) = (&s.cfg, &s.side, &s.peer, &s.script, &s.mine);
     // what the client reads carries this side's pattern; receives go up
     // before the last hand shake, as perftest's do
-    prepare(&Config { verify: false, ..cfg.clone() }, &side)?;
-    perftest::shake(link, &mine, &script.after, &mut idle)?;
+    prepare(&Config { verify: false, ..cfg.clone() }, side)?;
+    s.shake(link, &script.after)?;
     let n = cfg.qps;
     let iters = cfg.iters;
     let start = Instant::now();
@@ -368,7 +360,7 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
             }
             Ok((counts.len() == n && counts.iter().all(|&c| c >= iters)).then(|| counts.to_vec()))
         };
-        serve(&Config { verify: false, ..cfg.clone() }, &side, &peer, &mut until)?
+        serve(&Config { verify: false, ..cfg.clone() }, side, peer, &mut until)?
     };
     let elapsed = start.elapsed();
     if script.reports {
@@ -378,7 +370,7 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
     }
     if script.close {
         if !script.server_closes_first {
-            perftest::shake(link, &mine, &[0], &mut idle)?;
+            s.shake(link, &[0])?;
         }
         link.done()?;
     }
@@ -387,8 +379,8 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
     report.retransmits = counters.retransmits;
     report.counters = counters;
     if cfg.verify {
-        let targets = perftest::cycle_slots(cfg.size, cycle, cache);
-        let verdict = final_check(cfg, &side, &served, targets)?;
+        let targets = perftest::cycle_slots(cfg.size, s.cycle, s.cache);
+        let verdict = final_check(cfg, side, &served, targets)?;
         report.verified = Some(verdict.is_ok());
         report.verify_detail = verdict.err();
     }

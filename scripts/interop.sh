@@ -50,10 +50,9 @@ FAILED=0
 ROWS=()
 
 # The guest's GID index of an address (rxe lists fe80::, then ::ffff:IPv4, then the others).
-gid_index() {
-    local k=$1 ip=$2
-    bash "$LAB" run "$k" "for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
-        [ \"\$(cat \$f)\" = \"$3\" ] && basename \$f; done" | head -1
+gid_index() { # K GID-TEXT
+    bash "$LAB" run "$1" "for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+        [ \"\$(cat \$f)\" = \"$2\" ] && basename \$f; done" | head -1
 }
 
 # Expands an IPv6 or IPv4-mapped address the way sysfs prints GIDs.
@@ -68,7 +67,7 @@ declare -A GIDX
 for k in 1 2; do
     for v in 4 6; do
         if [ $v = 4 ]; then a=$(bash "$LAB" guest-ip4 $k); else a=$(bash "$LAB" guest-ip6 $k); fi
-        GIDX[$k,$v]=$(gid_index $k "$a" "$(gid_text "$a")")
+        GIDX[$k,$v]=$(gid_index $k "$(gid_text "$a")")
         [ -n "${GIDX[$k,$v]}" ] || { echo "interop: guest $k has no GID for $a"; exit 1; }
     done
 done
@@ -92,8 +91,9 @@ wait_listen() {
 run_case() {
     local name=$1 dir=$2 ipv=$3 mtu=$4 k=$5 ours=$6 theirs=$7 kind=$8
     name="$name${LABEL:-}"
-    local host guest log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-$mtu-vm$k"
-    if [ "$ipv" = 4 ]; then host=$HOST4; guest=$(bash "$LAB" guest-ip4 "$k"); else host=$HOST6; guest=$(bash "$LAB" guest-ip6 "$k"); fi
+    local log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-$mtu-vm$k"
+    local host=$HOST6
+    [ "$ipv" = 4 ] && host=$HOST4
     local g4
     g4=$(bash "$LAB" guest-ip4 "$k")
     local ok=0 ours_rc theirs_rc

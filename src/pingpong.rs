@@ -117,11 +117,12 @@ fn exchange_entries(kind: Kind) -> usize {
 /// This side's entries, padded with all-zero ones to `entries`.
 fn exchange_messages(local: &[PeerInfo], entries: usize) -> Vec<u8> {
     let zero = PeerInfo { qpn: 0, psn: 0, gid: Gid::default() };
-    (0..entries).flat_map(|i| wire_msg_of(local.get(i).unwrap_or(&zero))).collect()
-}
-
-fn wire_msg_of(p: &PeerInfo) -> [u8; MSG_LEN] {
-    wire_msg(p.qpn, p.psn, p.gid)
+    (0..entries)
+        .flat_map(|i| {
+            let p = local.get(i).unwrap_or(&zero);
+            wire_msg(p.qpn, p.psn, p.gid)
+        })
+        .collect()
 }
 
 /// Reads the peer's `entries` entries and keeps the first `used`.

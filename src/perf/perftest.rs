@@ -193,7 +193,6 @@ pub struct Link {
     client: bool,
     /// Bytes read towards the message being waited for.
     partial: Vec<u8>,
-    pub peer_version: String,
     timeout: Duration,
 }
 
@@ -205,7 +204,7 @@ impl Link {
     pub fn new(stream: TcpStream, client: bool, timeout: Duration) -> io::Result<Link> {
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
-        Ok(Link { stream, client, partial: Vec::new(), peer_version: String::new(), timeout })
+        Ok(Link { stream, client, partial: Vec::new(), timeout })
     }
 
     fn write(&mut self, m: &[u8]) -> io::Result<()> {
@@ -285,7 +284,7 @@ impl Link {
                 "the peer speaks perftest exchange version {text:?}; {MIN_PEER_VERSION:.2} or newer is needed"
             )));
         }
-        self.peer_version = text;
+        tracing::debug!(version = %text, "perftest peer");
         let cycle = self.simple(&CYCLE_BUFFER.to_be_bytes())?;
         let cache = self.simple(&CACHE_LINE.to_be_bytes())?;
         let cycle = u32::from_be_bytes([cycle[0], cycle[1], cycle[2], cycle[3]]).max(CYCLE_BUFFER);

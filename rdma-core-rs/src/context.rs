@@ -207,7 +207,7 @@ impl Context {
         let cfg = device.config();
         let mut ep = Endpoint::new(device.addr());
         ep.set_ipv4_ident_unknown(true); // see crate::udp
-        let io = UdpIo::bind(device.addr(), cfg.scope_id, Some(cfg.faults))?;
+        let io = UdpIo::bind(device.addr(), cfg.scope_id, Some(cfg.faults), !cfg.plain_datagrams)?;
         let rx_fd = io.rx_fd();
         let inner = Arc::new(Inner {
             device: device.clone(),
@@ -269,6 +269,11 @@ impl Context {
     /// The socket layer's counters (datagrams, system calls, injected faults).
     pub fn io_stats(&self) -> IoStats {
         self.inner.lock().io.stats.clone()
+    }
+
+    /// The UDP offloads the device uses (GSO, GRO).
+    pub fn offloads(&self) -> crate::udp::Offloads {
+        self.inner.lock().io.offloads()
     }
 }
 

@@ -83,6 +83,9 @@ pub struct DeviceConfig {
     pub scope_id: u32,
     /// Busy-poll this long in blocking waits before sleeping on the socket.
     pub spin: std::time::Duration,
+    /// One datagram per packet: no UDP GSO on send, no GRO on receive
+    /// (for comparison, and what a fault-injecting device does anyway).
+    pub plain_datagrams: bool,
 }
 
 /// A soft RoCE v2 device: a name and the local address it is bound to.

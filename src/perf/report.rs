@@ -21,6 +21,10 @@ pub struct Counters {
     pub ipv4_ident_recovered: u64,
     pub send_syscalls: u64,
     pub recv_syscalls: u64,
+    /// Sends that carried several packets (UDP GSO).
+    pub gso_sends: u64,
+    /// Received datagrams that carried several packets (UDP GRO).
+    pub gro_receives: u64,
 }
 
 impl Counters {
@@ -42,6 +46,8 @@ impl Counters {
             ipv4_ident_recovered: s.ipv4_ident_recovered,
             send_syscalls: io.send_syscalls,
             recv_syscalls: io.recv_syscalls,
+            gso_sends: io.gso_sends,
+            gro_receives: io.gro_receives,
         }
     }
 
@@ -59,6 +65,8 @@ impl Counters {
         self.ipv4_ident_recovered += o.ipv4_ident_recovered;
         self.send_syscalls += o.send_syscalls;
         self.recv_syscalls += o.recv_syscalls;
+        self.gso_sends += o.gso_sends;
+        self.gro_receives += o.gro_receives;
     }
 }
 
@@ -188,6 +196,10 @@ impl Report {
             " packets sent {} received {}, retransmits {}, timeouts {}, NAKs sent {} received {}, RNR NAKs sent {} received {}, ICRC drops {}, other drops {}\n",
             c.packets_sent, c.packets_received, c.retransmits, c.timeouts, c.naks_sent, c.naks_received,
             c.rnr_naks_sent, c.rnr_naks_received, c.icrc_drops, c.other_drops
+        );
+        s += &format!(
+            " system calls: {} sends ({} with GSO), {} receives ({} GRO datagrams)\n",
+            c.send_syscalls, c.gso_sends, c.recv_syscalls, c.gro_receives
         );
         s += &match self.verified {
             None => " verify: not asked (--verify checks every byte)\n".to_string(),

@@ -153,6 +153,49 @@ impl IdentRecovery {
     }
 }
 
+/// What the IPv4 Identification does to the ICRC of packets of one length.
+///
+/// A sender that hands the kernel one run of segments (UDP GSO) gets
+/// Identification 0, 1, 2, … on the segments the kernel cuts, where it
+/// built each packet assuming 0: by linearity, fixing the ICRC of segment
+/// `k` is one XOR with [`IdentShift::difference`]`(k)`, not a new CRC over
+/// the packet.
+#[derive(Debug, Clone, Copy)]
+pub struct IdentShift {
+    l3_len: usize,
+    /// The ICRC difference each Identification bit makes.
+    columns: [u32; 16],
+}
+
+impl IdentShift {
+    /// For packets of `l3_len` bytes, IP header through ICRC; `None` when
+    /// that is too short to hold an IPv4 header and an ICRC.
+    pub fn new(l3_len: usize) -> Option<IdentShift> {
+        let hashed = 8 + l3_len.checked_sub(4)?;
+        let shift = shift_for(hashed.checked_sub(IDENT_AT + 2)?);
+        let mut columns = [0u32; 16];
+        for (bit, c) in columns.iter_mut().enumerate() {
+            *c = mult_mod_p(shift, raw_crc(&(1u16 << bit).to_be_bytes()));
+        }
+        Some(IdentShift { l3_len, columns })
+    }
+
+    pub fn l3_len(&self) -> usize {
+        self.l3_len
+    }
+
+    /// ICRC(packet with `ident`) XOR ICRC(the same packet with 0).
+    pub fn difference(&self, ident: u16) -> u32 {
+        let mut d = 0;
+        let mut rest = ident;
+        while rest != 0 {
+            d ^= self.columns[rest.trailing_zeros() as usize];
+            rest &= rest - 1;
+        }
+        d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +258,28 @@ mod tests {
         }
         // A single flipped bit outside the Identification is never mistaken for it.
         assert_eq!(solved, 0);
+    }
+
+    #[test]
+    fn shift_turns_the_icrc_of_identification_zero_into_any_other() {
+        for len in [60usize, 61, 100, 1100, 4156] {
+            let shift = IdentShift::new(len).unwrap();
+            let zero = icrc::roce_v2(&packet(len, 0)[..len - 4]).unwrap();
+            for ident in [0u16, 1, 2, 3, 15, 63, 0x8000, 0xbeef, 0xffff] {
+                let want = icrc::roce_v2(&packet(len, ident)[..len - 4]).unwrap();
+                assert_eq!(zero ^ shift.difference(ident), want, "len={len} ident={ident:#x}");
+            }
+        }
+        assert!(IdentShift::new(3).is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shift_and_recovery_agree(len in 40usize..5000, ident: u16) {
+            let shift = IdentShift::new(len).unwrap();
+            let computed = 0x1234_5678u32;
+            let carried = computed ^ shift.difference(ident);
+            proptest::prop_assert_eq!(IdentRecovery::new().recover(len, computed, carried), Some(ident));
+        }
     }
 }

@@ -75,7 +75,7 @@ pub use error::{Error, Result};
 pub use ethernet::EthernetRepr;
 pub use flow_control::{FlowControl, FlowControlOp, FlowControlRepr};
 pub use icrc::Icrc;
-pub use ident::IdentRecovery;
+pub use ident::{IdentRecovery, IdentShift};
 pub use immdt::{Ieth, ImmDt};
 pub use ipv4::{Ipv4, Ipv4Repr};
 pub use ipv6::{Grh, GrhRepr, Ipv6, Ipv6Repr};

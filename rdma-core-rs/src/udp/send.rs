@@ -1,0 +1,294 @@
+//! Sending: the engine builds up to [`TX_BATCH`] packets into the send
+//! buffers; they are grouped by source port (one socket each) and
+//! destination, and every run of equal-sized packets to one destination
+//! (the last may be shorter) leaves as one UDP_SEGMENT message: the kernel
+//! cuts it into datagrams, each a complete RoCE packet with its own BTH and
+//! ICRC. All the messages of one port go in one `sendmmsg`.
+//!
+//! The kernel numbers the IPv4 Identification of the segments it cuts 0, 1,
+//! 2, …, and the ICRC covers that field, so the ICRC of segment `k` is
+//! corrected by one XOR ([`IdentShift`]) before sending. Packets of one QP
+//! keep their order; packets of different QPs need none between them.
+
+use super::{ip_header_len, sock_addr, IoStats, UdpIo, TX_BATCH};
+use rdma_transport::{Endpoint, Instant, Transmit};
+use rdma_wire::{IdentShift, ROCE_V2_PORT};
+use socket2::Socket;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+/// Segments in one UDP_SEGMENT message (Linux's UDP_MAX_SEGMENTS is at least 64).
+const MAX_SEGMENTS: usize = 64;
+
+/// One message of a `sendmmsg`: the packets at `order[first..first + count]`,
+/// cut by the kernel every `segment` bytes when `count > 1`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Message {
+    first: usize,
+    count: usize,
+    segment: usize,
+}
+
+/// Room for one UDP_SEGMENT control message (CMSG_SPACE of a u16), aligned.
+type Control = [u64; 4];
+
+/// The ICRC corrections for the packet lengths seen lately (bulk traffic has few).
+#[derive(Debug, Default)]
+pub(super) struct ShiftCache {
+    recent: Vec<IdentShift>,
+}
+
+impl ShiftCache {
+    const SIZE: usize = 8;
+
+    fn get(&mut self, l3_len: usize) -> Option<IdentShift> {
+        if let Some(s) = self.recent.iter().find(|s| s.l3_len() == l3_len) {
+            return Some(*s);
+        }
+        let s = IdentShift::new(l3_len)?;
+        if self.recent.len() == Self::SIZE {
+            self.recent.remove(0);
+        }
+        self.recent.push(s);
+        Some(s)
+    }
+}
+
+/// Errors by which a kernel (or a device without checksum offload) refuses UDP_SEGMENT.
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP))
+}
+
+impl UdpIo {
+    /// Sends everything the engine has to send. Returns the number of packets.
+    pub fn transmit(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        let mut total = 0;
+        loop {
+            self.tx_meta.clear();
+            while self.tx_meta.len() < TX_BATCH {
+                let i = self.tx_meta.len();
+                match ep.poll_transmit(now, &mut self.tx_bufs[i]) {
+                    Some(t) => self.tx_meta.push(t),
+                    None => break,
+                }
+            }
+            let k = self.tx_meta.len();
+            if k == 0 {
+                break;
+            }
+            total += k;
+            if self.faults.is_some() {
+                self.send_with_faults(k);
+            } else {
+                self.send_batch(k);
+            }
+            if k < TX_BATCH {
+                break;
+            }
+        }
+        if let Some(f) = &mut self.faults {
+            if let Some((bytes, dest, port)) = f.take_held() {
+                if let Some(t) = self.tx.get(&port) {
+                    send_one(&t.socket, &bytes, dest, self.scope_id, &mut self.stats);
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// One packet per send, through the fault injector.
+    fn send_with_faults(&mut self, k: usize) {
+        let hl = ip_header_len(self.local);
+        let Some(f) = &mut self.faults else { return };
+        for i in 0..k {
+            let t = self.tx_meta[i];
+            let body = &mut self.tx_bufs[i][hl + 8..t.len];
+            for (bytes, dest) in f.apply(body, t.dest, t.src_port, &mut self.stats) {
+                if let Some(s) = self.tx.get(&t.src_port) {
+                    send_one(&s.socket, &bytes, dest, self.scope_id, &mut self.stats);
+                }
+            }
+        }
+    }
+
+    /// Sends `tx_bufs[..k]`: one `sendmmsg` per source port.
+    fn send_batch(&mut self, k: usize) {
+        // Group by (port, destination), keeping each group's order: an
+        // insertion sort of at most TX_BATCH indices, stable and without allocation.
+        let mut order = [0usize; TX_BATCH];
+        let key = |t: &Transmit| (t.src_port, t.dest);
+        for i in 0..k {
+            let mut j = i;
+            while j > 0 && key(&self.tx_meta[order[j - 1]]) > key(&self.tx_meta[i]) {
+                order[j] = order[j - 1];
+                j -= 1;
+            }
+            order[j] = i;
+        }
+        let mut start = 0;
+        while start < k {
+            let port = self.tx_meta[order[start]].src_port;
+            let mut end = start + 1;
+            while end < k && self.tx_meta[order[end]].src_port == port {
+                end += 1;
+            }
+            self.send_port(port, &order[start..end]);
+            start = end;
+        }
+    }
+
+    /// Splits the packets `order` (one source port) into messages.
+    fn plan(&self, order: &[usize], messages: &mut [Message; TX_BATCH]) -> usize {
+        let hl = ip_header_len(self.local);
+        let body = |i: usize| self.tx_meta[i].len - hl - 8;
+        // The UDP length field bounds a message's payload.
+        let max_bytes = usize::from(u16::MAX) - hl - 8;
+        let (mut n, mut p) = (0, 0);
+        while p < order.len() {
+            let first = order[p];
+            let (segment, dest) = (body(first), self.tx_meta[first].dest);
+            let (mut count, mut bytes) = (1, segment);
+            while self.offloads.gso && p + count < order.len() && count < MAX_SEGMENTS {
+                let next = order[p + count];
+                let len = body(next);
+                if self.tx_meta[next].dest != dest || len > segment || bytes + len > max_bytes {
+                    break;
+                }
+                count += 1;
+                bytes += len;
+                if len < segment {
+                    break; // only the last segment may be shorter
+                }
+            }
+            messages[n] = Message { first: p, count, segment };
+            n += 1;
+            p += count;
+        }
+        n
+    }
+
+    /// XORs into the ICRC of each segment but the first of `m` the
+    /// difference its Identification (its index) makes. Twice undoes it.
+    fn correct_icrcs(&mut self, order: &[usize], m: Message) {
+        if !self.local.is_ipv4() {
+            return; // IPv6 has no Identification
+        }
+        for k in 1..m.count {
+            let i = order[m.first + k];
+            let len = self.tx_meta[i].len;
+            let Some(shift) = self.shifts.get(len) else { continue };
+            let buf = &mut self.tx_bufs[i];
+            let at = len - 4;
+            let icrc = u32::from_le_bytes(buf[at..len].try_into().expect("4 bytes")) ^ shift.difference(k as u16);
+            buf[at..len].copy_from_slice(&icrc.to_le_bytes());
+            buf[4..6].copy_from_slice(&(k as u16).to_be_bytes()); // what the wire will carry
+        }
+    }
+
+    fn send_port(&mut self, port: u16, order: &[usize]) {
+        let Some(socket) = self.tx.get(&port).map(|t| t.socket.as_raw_fd()) else {
+            self.stats.send_errors += order.len() as u64;
+            tracing::warn!(port, "no socket for UDP source port: packets not sent");
+            return;
+        };
+        let mut messages = [Message::default(); TX_BATCH];
+        let n = self.plan(order, &mut messages);
+        for &m in &messages[..n] {
+            if m.count > 1 {
+                self.correct_icrcs(order, m);
+            }
+        }
+        let hl = ip_header_len(self.local);
+        self.tx_addrs.clear();
+        for m in &messages[..n] {
+            self.tx_addrs.push(sock_addr(self.tx_meta[order[m.first]].dest, ROCE_V2_PORT, self.scope_id));
+        }
+        // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
+        let mut iovs: [libc::iovec; TX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut control = [Control::default(); TX_BATCH];
+        for (p, &i) in order.iter().enumerate() {
+            let body = &self.tx_bufs[i][hl + 8..self.tx_meta[i].len];
+            iovs[p] = libc::iovec { iov_base: body.as_ptr() as *mut _, iov_len: body.len() };
+        }
+        for (j, m) in messages[..n].iter().enumerate() {
+            let h = &mut msgs[j].msg_hdr;
+            h.msg_name = self.tx_addrs[j].as_ptr() as *mut _;
+            h.msg_namelen = self.tx_addrs[j].len();
+            h.msg_iov = &mut iovs[m.first];
+            h.msg_iovlen = m.count;
+            if m.count > 1 {
+                set_segment_size(h, &mut control[j], m.segment as u16);
+            }
+        }
+        let mut sent = 0;
+        while sent < n {
+            self.stats.send_syscalls += 1;
+            // SAFETY: the headers point at live buffers, addresses and control messages.
+            let r = unsafe { libc::sendmmsg(socket, msgs[sent..].as_mut_ptr(), (n - sent) as u32, 0) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.message_failed(port, order, messages[sent], e);
+                sent += 1;
+                continue;
+            }
+            for m in &messages[sent..sent + r as usize] {
+                self.stats.datagrams_sent += m.count as u64;
+                self.stats.gso_sends += u64::from(m.count > 1);
+            }
+            sent += r as usize;
+        }
+    }
+
+    /// A message the kernel refused: one packet is lost (the transport
+    /// retransmits); a refused UDP_SEGMENT is resent packet by packet, and
+    /// turns GSO off when the kernel or device cannot do it at all.
+    fn message_failed(&mut self, port: u16, order: &[usize], m: Message, e: io::Error) {
+        if m.count == 1 {
+            self.stats.send_errors += 1;
+            tracing::warn!(error = %e, "send failed");
+            return;
+        }
+        if self.offloads.gso && gso_refused(&e) {
+            self.offloads.gso = false;
+            tracing::warn!(error = %e, "the kernel refuses UDP_SEGMENT: sending one datagram per packet from now on");
+        }
+        self.correct_icrcs(order, m); // back to Identification 0
+        let hl = ip_header_len(self.local);
+        let Some(t) = self.tx.get(&port) else { return };
+        for &i in &order[m.first..m.first + m.count] {
+            let meta = self.tx_meta[i];
+            send_one(&t.socket, &self.tx_bufs[i][hl + 8..meta.len], meta.dest, self.scope_id, &mut self.stats);
+        }
+    }
+}
+
+/// Attaches a UDP_SEGMENT control message of `size` to `h`.
+fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u16) {
+    h.msg_control = room.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE(2) = 24 <= size_of::<Control>(); the header and
+    // its data lie inside `room`.
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
+    }
+}
+
+pub(super) fn send_one(socket: &Socket, bytes: &[u8], dest: IpAddr, scope_id: u32, stats: &mut IoStats) {
+    stats.send_syscalls += 1;
+    match socket.send_to(bytes, &sock_addr(dest, ROCE_V2_PORT, scope_id)) {
+        Ok(_) => stats.datagrams_sent += 1,
+        Err(e) => {
+            stats.send_errors += 1;
+            tracing::warn!(error = %e, %dest, "send failed");
+        }
+    }
+}

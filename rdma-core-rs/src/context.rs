@@ -77,15 +77,19 @@ fn eventfd() -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Sleeps until one of `fds` is readable or `timeout` passes.
+/// Sleeps until one of `fds` is readable or `timeout` passes (to the
+/// microsecond: the engine's ACK delay and timers are that fine).
 fn poll_readable(fds: &[RawFd], timeout: Duration) {
     let mut p: [libc::pollfd; 2] = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
     for (slot, &fd) in p.iter_mut().zip(fds) {
         slot.fd = fd;
     }
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-    // SAFETY: `p` is a valid array of pollfd.
-    unsafe { libc::poll(p.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `p` is a valid array of pollfd; `ts` a valid timespec.
+    unsafe { libc::ppoll(p.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
 }
 
 fn drain_eventfd(fd: RawFd) {
@@ -104,18 +108,22 @@ impl Inner {
     }
 
     /// One round of progress: receive, fire timers, send, notify channels.
-    pub(crate) fn progress_locked(&self, st: &mut State) -> Result<()> {
+    /// Returns whether any packet came or went.
+    pub(crate) fn progress_locked(&self, st: &mut State) -> Result<bool> {
         let now = self.now();
         let before = st.ep.completions_delivered();
+        let mut moved = 0;
         for _ in 0..RX_BATCHES_PER_ROUND {
-            if st.io.receive(&mut st.ep, now)? < BATCH {
+            let n = st.io.receive(&mut st.ep, now)?;
+            moved += n;
+            if n < BATCH {
                 break;
             }
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now);
         }
-        st.io.transmit(&mut st.ep, now)?;
+        moved += st.io.transmit(&mut st.ep, now)?;
         if st.ep.completions_delivered() != before {
             self.fire_channels(st);
             if st.followers > 0 {
@@ -124,7 +132,7 @@ impl Inner {
             #[cfg(feature = "tokio")]
             self.notify.notify_waiters();
         }
-        Ok(())
+        Ok(moved > 0)
     }
 
     /// Sends what a post queued, and makes the leader look at its timers again.
@@ -158,14 +166,20 @@ impl Inner {
     ) -> Result<Option<T>> {
         let start = std::time::Instant::now();
         let deadline = timeout.map(|t| start + t);
-        let spin_until = start + self.device.config().spin;
+        // Adaptive polling: spin while packets keep moving, sleep once
+        // `spin` has passed without any.
+        let spin = self.device.config().spin;
+        let mut spin_until = start + spin;
         let mut st = self.lock();
         loop {
-            self.progress_locked(&mut st)?;
+            let moved = self.progress_locked(&mut st)?;
             if let Some(v) = check(&mut st) {
                 return Ok(Some(v));
             }
             let now = std::time::Instant::now();
+            if moved {
+                spin_until = now + spin;
+            }
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
@@ -207,6 +221,7 @@ impl Context {
         let cfg = device.config();
         let mut ep = Endpoint::new(device.addr());
         ep.set_ipv4_ident_unknown(true); // see crate::udp
+        ep.set_ack_delay(cfg.ack_delay);
         let io = UdpIo::bind(device.addr(), cfg.scope_id, Some(cfg.faults), !cfg.plain_datagrams)?;
         let rx_fd = io.rx_fd();
         let inner = Arc::new(Inner {
@@ -246,7 +261,7 @@ impl Context {
     /// target of WRITEs and READs) calls in its loops in manual mode.
     pub fn progress(&self) -> Result<()> {
         let mut st = self.inner.lock();
-        self.inner.progress_locked(&mut st)
+        self.inner.progress_locked(&mut st).map(drop)
     }
 
     /// Drives progress for `d`, sleeping on the socket in between.

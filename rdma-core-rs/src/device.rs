@@ -11,6 +11,7 @@ use crate::faults::FaultConfig;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// A 128-bit global identifier (`union ibv_gid`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -74,18 +75,44 @@ pub enum Progress {
 }
 
 /// Options of a device.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DeviceConfig {
     pub progress: Progress,
     /// Faults injected on every packet the device sends.
     pub faults: FaultConfig,
     /// The scope of an IPv6 link-local address (an interface index).
     pub scope_id: u32,
-    /// Busy-poll this long in blocking waits before sleeping on the socket.
-    pub spin: std::time::Duration,
+    /// Adaptive polling: blocking waits busy-poll this long before they
+    /// sleep on the socket, so that an answer that comes quickly is seen
+    /// at busy-poll latency, and an idle wait costs no CPU after it.
+    pub spin: Duration,
+    /// How long a lone ACK may wait to leave with the next packet sent
+    /// (`Endpoint::set_ack_delay`): in a ping-pong the ACK then goes out
+    /// in the same system call as the reply, after it. Zero: ACK at once.
+    pub ack_delay: Duration,
     /// One datagram per packet: no UDP GSO on send, no GRO on receive
     /// (for comparison, and what a fault-injecting device does anyway).
     pub plain_datagrams: bool,
+}
+
+impl DeviceConfig {
+    /// The default of [`DeviceConfig::spin`].
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+    /// The default of [`DeviceConfig::ack_delay`].
+    pub const DEFAULT_ACK_DELAY: Duration = Duration::from_micros(20);
+}
+
+impl Default for DeviceConfig {
+    fn default() -> DeviceConfig {
+        DeviceConfig {
+            progress: Progress::default(),
+            faults: FaultConfig::default(),
+            scope_id: 0,
+            spin: DeviceConfig::DEFAULT_SPIN,
+            ack_delay: DeviceConfig::DEFAULT_ACK_DELAY,
+            plain_datagrams: false,
+        }
+    }
 }
 
 /// A soft RoCE v2 device: a name and the local address it is bound to.

@@ -21,6 +21,7 @@ use crate::responder::RespCtx;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
+use core::time::Duration;
 use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -183,6 +184,10 @@ pub struct Endpoint {
     stats: Stats,
     /// Round-robin cursor over QPs for transmission.
     rr: u32,
+    /// How long a lone ACK may wait for other packets to leave with.
+    ack_delay: Duration,
+    /// `poll_transmit` has handed out a packet since it last returned `None`.
+    sending: bool,
     events: VecDeque<AsyncEvent>,
     ident_recovery: Option<IdentRecovery>,
 }
@@ -200,6 +205,8 @@ impl Endpoint {
             srqs: SrqTable::default(),
             stats: Stats::default(),
             rr: 0,
+            ack_delay: Duration::ZERO,
+            sending: false,
             events: VecDeque::new(),
             ident_recovery: None,
         }
@@ -515,9 +522,34 @@ impl Endpoint {
         }
     }
 
+    /// Lets a lone positive ACK wait up to `delay` for company: it leaves
+    /// with the next packet this endpoint sends (after it, in the same
+    /// round of `poll_transmit` calls), or covers later requests too, or
+    /// leaves alone when `delay` has passed ([`Endpoint::poll_timeout`]
+    /// says when). Zero (the default, as rxe) sends every ACK at once.
+    /// NAKs, READ responses and atomic ACKs never wait.
+    pub fn set_ack_delay(&mut self, delay: Duration) {
+        self.ack_delay = delay;
+    }
+
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
     /// bytes). QPs take turns; within a QP, responses go before requests.
+    /// Call it until it returns `None`: that ends a round, and held ACKs
+    /// leave at the end of a round that sent anything.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let t = self.next_packet(now, buf, false).or_else(|| {
+            if self.sending && !self.ack_delay.is_zero() {
+                self.next_packet(now, buf, true)
+            } else {
+                None
+            }
+        });
+        self.sending = t.is_some();
+        t
+    }
+
+    fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        let hold = (self.ack_delay, flush);
         for _ in 0..self.qps.len() {
             let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,
@@ -525,7 +557,7 @@ impl Endpoint {
             };
             self.rr = qpn.wrapping_add(1);
             let qp = self.qps.get_mut(&qpn).expect("key from the map");
-            if let Some((len, dest)) = qp.responder_transmit(&self.mrs, &self.framer, buf) {
+            if let Some((len, dest)) = qp.responder_transmit(now, hold, &self.mrs, &self.framer, buf) {
                 self.stats.packets_sent += 1;
                 return Some(Transmit { len, dest, src_port: qp.src_port });
             }
@@ -555,7 +587,8 @@ impl Endpoint {
     /// The next time [`Endpoint::handle_timeout`] has work, or when a
     /// waiting QP may send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until]).flatten().min()
+        let d = self.ack_delay;
+        self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d)]).flatten().min()
     }
 
     /// Fires every timer that is due.

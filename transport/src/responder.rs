@@ -69,6 +69,9 @@ pub struct Responder {
     atomics: VecDeque<(Psn, u64)>,
     /// UC: drop packets until the next FIRST or ONLY.
     uc_resync: bool,
+    /// Since when a lone positive ACK has waited for company (see
+    /// [`crate::Endpoint::set_ack_delay`]).
+    pub(crate) ack_held_since: Option<crate::Instant>,
 }
 
 impl Responder {
@@ -81,13 +84,20 @@ impl Responder {
             out: VecDeque::new(),
             atomics: VecDeque::new(),
             uc_resync: false,
+            ack_held_since: None,
         }
+    }
+
+    /// When a held ACK must leave, if one is held.
+    pub(crate) fn ack_due(&self, delay: core::time::Duration) -> Option<crate::Instant> {
+        self.ack_held_since.map(|t| t + delay)
     }
 
     /// Drops the message in progress (the QP is going to the error state).
     pub(crate) fn abandon_message(&mut self) {
         self.cur = None;
         self.out.clear();
+        self.ack_held_since = None;
     }
 
     fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
@@ -497,13 +507,28 @@ impl Qp {
     }
 
     /// Writes the next response packet into `buf`, if one is waiting.
+    ///
+    /// A lone positive ACK is held for up to `hold` (since it was first
+    /// held), so that it leaves with the next packet this endpoint sends
+    /// anyway (`flush`) or covers more requests: a ping-pong's ACK then
+    /// rides in the same `sendmmsg` as the reply, after it.
     pub(crate) fn responder_transmit(
         &mut self,
+        now: crate::Instant,
+        (hold, flush): (core::time::Duration, bool),
         mrs: &MemoryTable,
         framer: &Framer,
         buf: &mut [u8],
     ) -> Option<(usize, core::net::IpAddr)> {
         let av = self.params.av?;
+        let lone_ack = self.resp.out.len() == 1
+            && matches!(self.resp.out.front(), Some(Response::Ack { syndrome, .. }) if syndrome.is_ack());
+        if lone_ack && !hold.is_zero() && !flush {
+            let since = *self.resp.ack_held_since.get_or_insert(now);
+            if now < since + hold {
+                return None;
+            }
+        }
         let resp = self.resp.out.front_mut()?;
         let mtu = u64::from(self.params.mtu.bytes());
         let mut bth = BthRepr {
@@ -564,6 +589,9 @@ impl Qp {
             .ok()?;
         if done {
             self.resp.out.pop_front();
+            if self.resp.out.is_empty() {
+                self.resp.ack_held_since = None;
+            }
         }
         Some((len, av.dest))
     }

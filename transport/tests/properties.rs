@@ -130,6 +130,12 @@ fn run(seed: u64) -> Result<Outcome, String> {
         sim.capture(Box::new(std::io::BufWriter::new(f))).map_err(|e| e.to_string())?;
     }
     let (a, b) = connect(&mut sim, cfg);
+    // Half the seeds hold lone ACKs, as the verbs devices do.
+    if seed % 2 == 1 {
+        let delay = core::time::Duration::from_micros(20);
+        sim.ep(a.ep).set_ack_delay(delay);
+        sim.ep(b.ep).set_ack_delay(delay);
+    }
     let side = |from_a: bool| if from_a { (a.clone(), b.clone()) } else { (b.clone(), a.clone()) };
 
     for op in &c.ops {

@@ -299,3 +299,52 @@ fn an_rc_sender_keeps_at_most_128_unacknowledged_psns_in_flight() {
     assert_eq!(read(&b, 0, 300 * 1024), data);
     assert_eq!(sim.ep(a.ep).stats().retransmits, 0);
 }
+
+#[test]
+fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes() {
+    let delay = Duration::from_micros(20);
+    // Alone: nothing else to send, so the ACK leaves when the delay has passed.
+    for (d, seed) in [(Duration::ZERO, 40), (delay, 41)] {
+        let (mut sim, a, b) = pair(seed);
+        sim.ep(b.ep).set_ack_delay(d);
+        recv(&mut sim, &b, 100, 0, 64);
+        post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+        assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+        let arrived = sim.now;
+        if !d.is_zero() {
+            assert!(sim.ep(b.ep).poll_timeout().is_some_and(|t| t <= arrived + d), "the held ACK has a deadline");
+        }
+        assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
+        let acked_after = sim.now - arrived;
+        if d.is_zero() {
+            assert!(acked_after < delay / 2, "an immediate ACK took {acked_after:?}");
+        } else {
+            assert!(acked_after >= d && acked_after < d + delay / 2, "a held ACK took {acked_after:?}");
+        }
+        assert_eq!(statuses(&completions(&mut sim, &a, a.send_cq)), [(1, WcStatus::Success)]);
+        assert_eq!(sim.stats.sent, 2, "one SEND, one ACK");
+    }
+
+    // A reply: the ACK leaves right after it, in the same round, long before the delay.
+    let (mut sim, a, b) = pair(42);
+    sim.ep(b.ep).set_ack_delay(delay);
+    let from_b = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = from_b.clone();
+    let b_index = b.ep;
+    sim.set_filter(move |src, p| {
+        if src == b_index {
+            seen.borrow_mut().push(opcode_of(p));
+        }
+        Verdict::Deliver
+    });
+    recv(&mut sim, &a, 200, 0, 64);
+    recv(&mut sim, &b, 100, 0, 64);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    let arrived = sim.now;
+    assert!(from_b.borrow().is_empty(), "the ACK waited for company");
+    post(&mut sim, &b, 2, SendOp::Send, 100, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
+    assert!(sim.now - arrived < delay / 2, "the ACK left with the reply, not after the delay");
+    assert_eq!(from_b.borrow()[..2], [Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE]);
+}

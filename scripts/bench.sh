@@ -1,32 +1,114 @@
 #!/usr/bin/env bash
-# End-to-end benchmark: rdma-perf --loopback against raw UDP baselines
-# measured in the same run on the same machine (examples/udp_baseline.rs),
-# printed as ratios. Usage: scripts/bench.sh [SECONDS_PER_RUN]
+# End-to-end benchmark: rdma-perf --loopback against raw UDP baselines and
+# against UCX (ucx_perftest, UCX_TLS=tcp) and libfabric (fi_pingpong -p tcp),
+# all measured in this one run on this machine, printed as ratios.
+#
+# Usage: scripts/bench.sh [SECONDS_PER_RUN]   (default 2)
+#   BENCH_NO_INSTALL=1  do not apt-get install ucx-utils / libfabric-bin
+#   BENCH_OUT=FILE      also keep every raw JSON result in FILE
 # Not a test: figures on a noisy 2-core machine vary; compare within a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-2}"
+out="${BENCH_OUT:-$(mktemp)}"
+: >"$out"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"; [ -n "${BENCH_OUT:-}" ] || rm -f "$out"' EXIT
+
 echo "== building (release)" >&2
 cargo build --release -q --bin rdma-perf --example udp_baseline
 perf=target/release/rdma-perf
 udp=target/release/examples/udp_baseline
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 
-run() { echo "== $*" >&2; "$@" | tail -1 | tee -a "$out" >&2; }
+if ! command -v ucx_perftest >/dev/null || ! command -v fi_pingpong >/dev/null; then
+    if [ -z "${BENCH_NO_INSTALL:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "== installing the peers to compare with: ucx-utils libfabric-bin" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q ucx-utils libfabric-bin >"$logs/apt.log" 2>&1 ||
+            echo "   (could not install them: see apt-get; their rows will be missing)" >&2
+    fi
+fi
 
-# Bandwidth: 64 KiB WRITEs on 1 QP, MTU 4096 (4124-byte datagrams on the wire).
+# Runs a command that prints one JSON object as its last line, keeps it.
+run() {
+    echo "== $*" >&2
+    local line
+    line=$("$@" | tail -1)
+    echo "$line" >>"$out"
+    echo "   $line" >&2
+}
+
+# rdma-perf on loopback, tagged with extra keys for the table.
+rp() {
+    local tag=$1
+    shift
+    echo "== rdma-perf $* ($tag)" >&2
+    local line
+    line=$($perf "$@" --loopback --quiet --json | tail -1)
+    echo "{\"tag\":\"$tag\",${line#\{}" >>"$out"
+    echo "   $(echo "$line" | cut -c1-160)" >&2
+}
+
+# Raw UDP: 4124-byte datagrams are 4 KiB-MTU RoCE packets; 92 bytes a 64-byte WRITE.
 run $udp bw plain 4124 "$secs"
 run $udp bw mmsg 4124 "$secs"
 run $udp bw gso 4124 "$secs"
-run $perf write-bw --loopback --quiet --json -s 65536 -D "$secs"
-# 8-byte round trips, busy-polling on both sides (rdma-perf polls its CQ).
-run $udp pingpong 8 20000 busy
-run $perf send-lat --loopback --quiet --json -s 8 -n 20000
-run $perf write-lat --loopback --quiet --json -s 8 -n 20000
-# Small messages: 64-byte WRITEs on 4 QPs against 92-byte datagrams.
 run $udp bw mmsg 92 "$secs"
-run $perf write-bw --loopback --quiet --json -s 64 -q 4 -D "$secs"
+run $udp pingpong 8 20000 busy
+run $udp pingpong 8 20000 block
+
+# Bandwidth, 1 QP, MTU 4096.
+for test in write-bw read-bw send-bw; do
+    for size in 4096 65536 1048576; do
+        depth=128
+        [ "$size" = 1048576 ] && depth=16
+        rp bw $test -s $size -t $depth -D "$secs"
+    done
+done
+# Scaling with QPs (64 KiB WRITEs), and the small-message rate.
+for q in 2 8 64; do
+    rp scale write-bw -s 65536 -q $q -t 32 -D "$secs"
+done
+rp rate write-bw -s 64 -q 8 -D "$secs"
+# 8-byte round trips: busy-polling, then blocking (pure sleep, and adaptive).
+for test in send-lat write-lat read-lat; do
+    rp busy $test -s 8 -n 20000
+done
+rp block send-lat -s 8 -n 20000 --events --spin-us 0
+rp block read-lat -s 8 -n 20000 --events --spin-us 0
+rp adaptive send-lat -s 8 -n 20000 --events
+
+# UCX over TCP: put bandwidth at 64 KiB and tag ping-pong latency.
+ucx() {
+    local port=$1
+    shift
+    UCX_TLS=tcp timeout 60 ucx_perftest -p "$port" >"$logs/ucx-server.log" 2>&1 &
+    local srv=$!
+    sleep 1
+    UCX_TLS=tcp timeout 60 ucx_perftest 127.0.0.1 -p "$port" "$@" 2>&1 | awk '/^Final:/ {print}' | tail -1
+    wait "$srv" 2>/dev/null || true
+}
+if command -v ucx_perftest >/dev/null; then
+    echo "== ucx_perftest (UCX_TLS=tcp)" >&2
+    for size in 4096 65536 1048576; do
+        n=$((size >= 1048576 ? 2000 : 20000))
+        f=$(ucx 13400 -t ucp_put_bw -s $size -n $n || true)
+        # Final: iters p50 avg overall | MB/s avg overall | msg/s avg overall
+        [ -n "$f" ] && echo "{\"test\":\"ucx-put-bw\",\"size\":$size,\"mbs\":$(echo "$f" | awk '{print $7}')}" >>"$out"
+    done
+    f=$(ucx 13401 -t tag_lat -s 8 -n 20000 || true)
+    # ucx_perftest prints half of the round trip.
+    [ -n "$f" ] && echo "{\"test\":\"ucx-tag-lat\",\"size\":8,\"half_rtt_us_p50\":$(echo "$f" | awk '{print $3}')}" >>"$out"
+fi
+if command -v fi_pingpong >/dev/null; then
+    echo "== fi_pingpong -p tcp -e msg" >&2
+    timeout 60 fi_pingpong -p tcp -e msg -B 47700 -S 8 -I 20000 >"$logs/fi-server.log" 2>&1 &
+    srv=$!
+    sleep 1
+    line=$(timeout 60 fi_pingpong -p tcp -e msg -P 47700 -S 8 -I 20000 127.0.0.1 2>&1 | awk '$1 == 8 {print}' | tail -1 || true)
+    wait "$srv" 2>/dev/null || true
+    # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec: two transfers per round trip.
+    [ -n "$line" ] && echo "{\"test\":\"fi-pingpong\",\"size\":8,\"usec_per_xfer\":$(echo "$line" | awk '{print $7}')}" >>"$out"
+fi
 
 python3 - "$out" <<'PY'
 import json, sys
@@ -35,23 +117,63 @@ def pick(**kw):
     for r in rows:
         if all(r.get(k) == v for k, v in kw.items()):
             return r
-    raise SystemExit(f"missing result {kw}")
+    return None
 plain, mmsg, gso = (pick(test="udp-bw", mode=m, size=4124) for m in ("plain", "mmsg", "gso"))
-wbw = pick(test="write-bw", size=65536)
-upp = pick(test="udp-pingpong", size=8)
-slat, wlat = pick(test="send-lat", size=8), pick(test="write-lat", size=8)
-small_udp, small = pick(test="udp-bw", mode="mmsg", size=92), pick(test="write-bw", size=64)
+busy, block = pick(test="udp-pingpong", poll="busy"), pick(test="udp-pingpong", poll="block")
+def ucx_gbps(size):
+    r = pick(test="ucx-put-bw", size=size)
+    return r and r["mbs"] * 2**20 * 8 / 1e9
+ucx_lat = pick(test="ucx-tag-lat")
+ucx_rtt = ucx_lat and 2 * ucx_lat["half_rtt_us_p50"]
+fi = pick(test="fi-pingpong")
+fi_rtt = fi and 2 * fi["usec_per_xfer"]
+def ratio(a, b):
+    return f"{a / b:6.2f}x" if a is not None and b else "     -"
+
 print()
-print(f"{'measure':46} {'rdma-perf':>12} {'baseline':>12} {'ratio':>8}  goal")
-def line(name, a, b, unit, goal, higher=True):
-    r = a / b if b else float("nan")
-    print(f"{name:46} {a:>9.2f} {unit:2} {b:>9.2f} {unit:2} {r:>7.2f}x  {goal}")
-line("WRITE 64 KiB, 1 QP vs UDP GSO/GRO (Gb/s)", wbw["gbps"], gso["gbps"], "", ">= 0.5x")
-line("WRITE 64 KiB, 1 QP vs UDP sendmmsg (Gb/s)", wbw["gbps"], mmsg["gbps"], "", "")
-line("WRITE 64 KiB, 1 QP vs UDP plain (Gb/s)", wbw["gbps"], plain["gbps"], "", "")
-line("SEND 8 B RTT p50 vs UDP busy-poll (us)", slat["rtt_us_p50"], upp["rtt_us_p50"], "", "<= 1.3x")
-line("WRITE 8 B RTT p50 vs UDP busy-poll (us)", wlat["rtt_us_p50"], upp["rtt_us_p50"], "", "<= 1.3x")
-line("64 B WRITEs, 4 QPs vs 92 B UDP sendmmsg (Mmsg/s)", small["mpps"], small_udp["mpps"], "", "")
-print(f"{'peak RSS of the 1-QP WRITE run (both sides)':46} {wbw['peak_rss_kib']/1024:>9.1f} MiB")
-print(f"{'retransmits in the WRITE run':46} {wbw['retransmits']:>12}")
+print("Bandwidth, 1 QP, MTU 4096 (Gb/s of payload); raw UDP moves 4124-byte datagrams")
+print(f"  {'test':10} {'size':>8} {'Gb/s':>7}  {'/plain':>7} {'/mmsg':>7} {'/GSO':>7}  {'UCX put':>7} {'/UCX':>7}")
+for test in ("write-bw", "read-bw", "send-bw"):
+    for size in (4096, 65536, 1048576):
+        r = pick(tag="bw", test=test, size=size)
+        if not r:
+            continue
+        u = ucx_gbps(size) if test == "write-bw" else None
+        us = f"{u:7.2f}" if u else "      -"
+        print(f"  {test:10} {size:>8} {r['gbps']:7.2f}  {ratio(r['gbps'], plain['gbps'])} "
+              f"{ratio(r['gbps'], mmsg['gbps'])} {ratio(r['gbps'], gso['gbps'])}  {us} {ratio(r['gbps'], u)}")
+print(f"  raw UDP: plain {plain['gbps']:.2f}, sendmmsg {mmsg['gbps']:.2f}, GSO/GRO {gso['gbps']:.2f} Gb/s")
+print()
+print("Scaling, 64 KiB WRITEs (Gb/s)")
+one = pick(tag="bw", test="write-bw", size=65536)
+print(f"  {'QPs':>4} {'Gb/s':>7} {'/1 QP':>7}")
+for q in (1, 2, 8, 64):
+    r = one if q == 1 else pick(tag="scale", qps=q)
+    if r:
+        print(f"  {q:>4} {r['gbps']:7.2f} {ratio(r['gbps'], one['gbps'])}")
+print()
+rate, small = pick(tag="rate"), pick(test="udp-bw", mode="mmsg", size=92)
+print("Message rate, 64-byte WRITEs on 8 QPs (million messages/s)")
+print(f"  rdma-perf {rate['mpps']:.3f}   raw UDP sendmmsg of 92 bytes {small['mpps']:.3f}   {ratio(rate['mpps'], small['mpps'])}")
+print()
+print("8-byte round trips, p50 (us)")
+print(f"  {'test':22} {'RTT':>7}  {'/UDP same mode':>14} {'/UCX':>7} {'/libfabric':>10}")
+for tag, test, base, mode in (("busy", "send-lat", busy, "busy"), ("busy", "write-lat", busy, "busy"),
+                              ("busy", "read-lat", busy, "busy"), ("block", "send-lat", block, "block"),
+                              ("block", "read-lat", block, "block"), ("adaptive", "send-lat", busy, "busy")):
+    r = pick(tag=tag, test=test)
+    if r:
+        name = f"{test} ({tag})"
+        print(f"  {name:22} {r['rtt_us_p50']:7.2f}  {ratio(r['rtt_us_p50'], base['rtt_us_p50']):>14} "
+              f"{ratio(r['rtt_us_p50'], ucx_rtt)} {ratio(r['rtt_us_p50'], fi_rtt):>10}")
+print(f"  raw UDP ping-pong: busy {busy['rtt_us_p50']:.2f}, blocking {block['rtt_us_p50']:.2f}"
+      + (f"; UCX tag_lat {ucx_rtt:.2f}" if ucx_rtt else "; UCX: not installed")
+      + (f"; fi_pingpong {fi_rtt:.2f}" if fi_rtt else "; libfabric: not installed or failed"))
+print("  (adaptive: --events with the default spin: spins while packets move, sleeps when idle)")
+print()
+print("Goals: WRITE 64 KiB 1 QP >= 0.5x GSO and >= 2x UCX; RTT <= 1.3x raw UDP (same mode), below UCX and")
+print("libfabric; >= 1 M 64-byte WRITEs/s.")
+wbw = one
+print(f"  WRITE 64 KiB / GSO {ratio(wbw['gbps'], gso['gbps'])}, / UCX {ratio(wbw['gbps'], ucx_gbps(65536))}; "
+      f"peak RSS {wbw['peak_rss_kib'] / 1024:.1f} MiB; retransmits {wbw['retransmits']}")
 PY

@@ -35,7 +35,33 @@ fn config(test: TestKind) -> Config {
         port: 18515,
         exchange: Exchange::RdmaPerf,
         progress: false,
+        events: false,
+        spin: rdma_core_rs::DeviceConfig::DEFAULT_SPIN,
+        plain_datagrams: false,
     }
+}
+
+#[test]
+fn bandwidth_with_and_without_udp_offloads_and_latency_on_events() {
+    let mut cfg = config(TestKind::WriteBw);
+    cfg.iters = 300;
+    let offloaded = perf::run(&cfg).expect("write-bw");
+    assert_eq!(offloaded.verified, Some(true));
+    assert!(offloaded.counters.gso_sends > 0, "64 KiB WRITEs leave as GSO runs: {:?}", offloaded.counters);
+    assert!(offloaded.counters.gro_receives > 0, "and arrive as GRO datagrams: {:?}", offloaded.counters);
+
+    let plain = perf::run(&Config { plain_datagrams: true, ..config(TestKind::WriteBw) }).expect("plain write-bw");
+    assert_eq!(plain.verified, Some(true));
+    assert_eq!((plain.counters.gso_sends, plain.counters.gro_receives), (0, 0));
+
+    for test in [TestKind::SendLat, TestKind::ReadLat, TestKind::AtomicLat] {
+        let r = perf::run(&Config { events: true, spin: std::time::Duration::ZERO, ..config(test) })
+            .unwrap_or_else(|e| panic!("{test} --events: {e}"));
+        assert_eq!(r.verified, Some(true), "{test} --events");
+        assert_eq!(r.iterations, 200);
+    }
+    let refused = perf::run(&Config { events: true, ..config(TestKind::WriteLat) }).unwrap_err();
+    assert!(refused.to_string().contains("--events is for"), "{refused}");
 }
 
 #[test]

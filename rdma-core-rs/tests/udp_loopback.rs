@@ -191,3 +191,37 @@ fn srq_feeds_two_qps_and_raises_its_limit_event() {
     let ev = b.ctx.get_async_event(WAIT).unwrap();
     assert_eq!(ev, Some(AsyncEvent::SrqLimitReached(SrqId(srq.id()))));
 }
+
+#[test]
+fn forty_qps_share_sixteen_send_sockets_and_every_write_lands() {
+    let (a_ip, b_ip) = addresses();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (a, _) = Side::new("many-a", a_ip, QpType::Rc, cfg.clone(), None);
+    let (b, _) = Side::new("many-b", b_ip, QpType::Rc, cfg, None);
+    let opts = ConnectOptions { mtu: Mtu::Mtu1024, ..ConnectOptions::default() };
+    let mut qps = Vec::new();
+    for i in 0..40u32 {
+        let mk = |s: &Side| s.pd.create_qp(&QpInitAttr::new(QpType::Rc, &s.cq)).unwrap();
+        let (qa, qb) = (mk(&a), mk(&b));
+        let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+        qa.connect(i, &PeerInfo { qpn: qb.qp_num(), psn: 1000 + i, gid: gid(&b) }, &opts).unwrap();
+        qb.connect(1000 + i, &PeerInfo { qpn: qa.qp_num(), psn: i, gid: gid(&a) }, &opts).unwrap();
+        qps.push((qa, qb));
+    }
+    let ports: std::collections::BTreeSet<u16> = qps.iter().map(|(qa, _)| qa.src_port()).collect();
+    assert_eq!(ports.len(), rdma_core_rs::udp::MAX_TX_SOCKETS, "source ports in use: {ports:?}");
+    assert!(ports.iter().all(|&p| p >= 0xc000));
+
+    let data = pattern(40 * 8192, 3);
+    a.mr.write(0, &data).unwrap();
+    for (i, (qa, _)) in qps.iter().enumerate() {
+        qa.post_send(&[write_wr(i as u64, &a, i * 8192, 8192, &b, (i * 8192) as u64)]).unwrap();
+    }
+    for _ in 0..qps.len() {
+        assert_eq!(a.wait_one().status, WcStatus::Success);
+    }
+    let mut got = vec![0u8; data.len()];
+    b.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "some WRITE did not land intact");
+    assert!(a.ctx.io_stats().gso_sends > 0, "8 KiB WRITEs of 1 KiB packets leave as GSO runs");
+}

@@ -2,7 +2,7 @@
 //! software RoCE v2 stack.
 
 use clap::Parser;
-use rdma_core_rs::{FaultConfig, Mtu};
+use rdma_core_rs::{DeviceConfig, FaultConfig, Mtu};
 use softroce::perf::{self, AtomicType, Config, Exchange, Role, TestKind};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -91,6 +91,16 @@ struct Args {
     /// Seed of the fault injection.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Latency tests wait for completions (spin, then sleep on the socket)
+    /// instead of polling: send-lat, read-lat, atomic-lat (perftest's -e).
+    #[arg(short = 'e', long)]
+    events: bool,
+    /// Microseconds a blocking wait spins, while packets keep moving, before it sleeps.
+    #[arg(long = "spin-us", default_value_t = DeviceConfig::DEFAULT_SPIN.as_micros() as u64)]
+    spin_us: u64,
+    /// One datagram per packet: no UDP GSO on send, no GRO on receive.
+    #[arg(long = "no-offload")]
+    no_offload: bool,
 }
 
 fn config(a: &Args) -> Result<Config, String> {
@@ -149,6 +159,9 @@ fn config(a: &Args) -> Result<Config, String> {
         port: a.port,
         exchange: a.oob,
         progress: !a.quiet,
+        events: a.events,
+        spin: Duration::from_micros(a.spin_us),
+        plain_datagrams: a.no_offload,
     })
 }
 

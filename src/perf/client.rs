@@ -22,7 +22,7 @@ fn expect_info(m: Msg) -> Result<SideInfo, PerfError> {
 }
 
 pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
-    let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
+    let device = cfg.device();
     let side = Side::open(cfg.bind, cfg, device, side::layout(cfg))?;
     oob.send(&Msg::Hello(Hello {
         test: cfg.test.name().into(),
@@ -264,11 +264,20 @@ fn new_histogram() -> Histogram<u64> {
 
 /// Polls until a completion of `want` arrives; returns it. Other
 /// completions (unsignaled-run sends) are checked and dropped.
-fn poll_for(side: &Side, wcs: &mut Vec<WorkCompletion>, want: WcOpcode) -> Result<WorkCompletion, PerfError> {
+fn poll_for(
+    side: &Side,
+    wcs: &mut Vec<WorkCompletion>,
+    want: WcOpcode,
+    events: bool,
+) -> Result<WorkCompletion, PerfError> {
     let start = Instant::now();
     loop {
         wcs.clear();
-        side.cq.poll(wcs, 16)?;
+        if events {
+            side.cq.wait(wcs, 16, Some(Duration::from_millis(100)))?;
+        } else {
+            side.cq.poll(wcs, 16)?;
+        }
         let mut found = None;
         for wc in wcs.iter() {
             if wc.status != WcStatus::Success {
@@ -331,7 +340,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
                 }
                 t0 = Instant::now();
                 qp.post_send(&[SendWr::new(wr_id(0, i), SendOp::Send, vec![side.sge(0, 0, size)])])?;
-                let wc = poll_for(side, &mut wcs, WcOpcode::Recv)?;
+                let wc = poll_for(side, &mut wcs, WcOpcode::Recv, cfg.events)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
                     if wc.byte_len as usize != size {
@@ -378,7 +387,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
                 t0 = Instant::now();
                 let op = SendOp::RdmaRead { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
                 qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 1, size)])])?;
-                poll_for(side, &mut wcs, WcOpcode::RdmaRead)?;
+                poll_for(side, &mut wcs, WcOpcode::RdmaRead, cfg.events)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
                     side.mr.read(side.offset(0, 1), &mut buf)?;
@@ -390,7 +399,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
                 let op = atomic_op(cfg.atomic, remote_addr(peer, 0, 0), peer.rkeys[0], i);
                 qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 1, 8)])])?;
                 let want = if cfg.atomic == AtomicType::FetchAndAdd { WcOpcode::FetchAdd } else { WcOpcode::CompSwap };
-                poll_for(side, &mut wcs, want)?;
+                poll_for(side, &mut wcs, want, cfg.events)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
                     note(&mut verify_error, atomics.check(side, 0, 1, i));

@@ -156,6 +156,13 @@ pub struct Config {
     pub exchange: Exchange,
     /// Progress lines on stderr during long runs.
     pub progress: bool,
+    /// Latency tests wait for completions in `CompletionQueue::wait`
+    /// (spin, then sleep on the socket) instead of polling (perftest's `-e`).
+    pub events: bool,
+    /// How long blocking waits spin before they sleep (`DeviceConfig::spin`).
+    pub spin: Duration,
+    /// One datagram per packet: no UDP GSO/GRO (`DeviceConfig::plain_datagrams`).
+    pub plain_datagrams: bool,
 }
 
 /// Why a run could not be done.
@@ -174,6 +181,16 @@ pub enum PerfError {
 }
 
 impl Config {
+    /// The options of this side's soft device.
+    pub fn device(&self) -> rdma_core_rs::DeviceConfig {
+        rdma_core_rs::DeviceConfig {
+            faults: self.faults,
+            spin: self.spin,
+            plain_datagrams: self.plain_datagrams,
+            ..rdma_core_rs::DeviceConfig::default()
+        }
+    }
+
     /// Checks the combination of options.
     pub fn validate(&self) -> Result<(), PerfError> {
         let bad = |m: String| Err(PerfError::Config(m));
@@ -202,6 +219,12 @@ impl Config {
             return bad(format!(
                 "GID index {}: a soft device has one GID, at index 0 (the RoCE v2 GID of --bind)",
                 self.gid_index
+            ));
+        }
+        if self.events && !matches!(self.test, TestKind::SendLat | TestKind::ReadLat | TestKind::AtomicLat) {
+            return bad(format!(
+                "--events is for send-lat, read-lat and atomic-lat; {} polls memory or streams, as perftest's does",
+                self.test
             ));
         }
         self.faults.validate().map_err(PerfError::Config)?;

@@ -427,7 +427,7 @@ impl Session {
     pub fn connect(cfg: &Config, link: &mut Link) -> Result<Session, PerfError> {
         let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
         let cfg = Config { mtu, verify: cfg.verify && checkable(cfg), ..cfg.clone() };
-        let device = rdma_core_rs::DeviceConfig { faults: cfg.faults, ..Default::default() };
+        let device = cfg.device();
         let side = Side::open(cfg.bind, &cfg, device, layout(&cfg, cycle, cache))?;
         let script = Script::of(cfg.test, cfg.qps);
         let mine = dests(&side)?;

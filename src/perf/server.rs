@@ -49,7 +49,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
             return Err(e);
         }
     };
-    let device = DeviceConfig { faults: cfg.faults, ..DeviceConfig::default() };
+    let device = cfg.device();
     let side = match Side::open(addr, &cfg, device, side::layout(&cfg)) {
         Ok(s) => s,
         Err(e) => {
@@ -231,7 +231,11 @@ fn serve(
                 }
                 let arrived = if cfg.test == TestKind::SendLat {
                     wcs.clear();
-                    side.cq.poll(&mut wcs, 16)?;
+                    if cfg.events {
+                        side.cq.wait(&mut wcs, 16, Some(Duration::from_millis(2)))?;
+                    } else {
+                        side.cq.poll(&mut wcs, 16)?;
+                    }
                     let mut got = false;
                     for wc in &wcs {
                         if wc.status != WcStatus::Success {

@@ -168,6 +168,11 @@ pub struct Transmit {
     pub src_port: u16,
 }
 
+/// Packets a QP sends in a row before the next QP's turn: runs long enough
+/// for a driver to hand the kernel as one segmented send (UDP GSO), short
+/// enough that no QP waits long.
+pub const TX_BURST: u32 = 16;
+
 /// A buffer this large holds any packet the engine writes (4 KiB MTU).
 pub const MAX_PACKET: usize = 40 + 8 + 12 + 28 + 4096 + 4;
 
@@ -184,6 +189,8 @@ pub struct Endpoint {
     stats: Stats,
     /// Round-robin cursor over QPs for transmission.
     rr: u32,
+    /// Packets the QP at `rr` has sent in its current turn.
+    burst: u32,
     /// How long a lone ACK may wait for other packets to leave with.
     ack_delay: Duration,
     /// `poll_transmit` has handed out a packet since it last returned `None`.
@@ -205,6 +212,7 @@ impl Endpoint {
             srqs: SrqTable::default(),
             stats: Stats::default(),
             rr: 0,
+            burst: 0,
             ack_delay: Duration::ZERO,
             sending: false,
             events: VecDeque::new(),
@@ -533,8 +541,8 @@ impl Endpoint {
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
-    /// bytes). QPs take turns; within a QP, responses go before requests.
-    /// Call it until it returns `None`: that ends a round, and held ACKs
+    /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
+    /// responses go before requests. Call it until it returns `None`: that ends a round, and held ACKs
     /// leave at the end of a round that sent anything.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.next_packet(now, buf, false).or_else(|| {
@@ -549,39 +557,55 @@ impl Endpoint {
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
-        let hold = (self.ack_delay, flush);
         for _ in 0..self.qps.len() {
             let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,
                 None => return None,
             };
-            self.rr = qpn.wrapping_add(1);
-            let qp = self.qps.get_mut(&qpn).expect("key from the map");
-            if let Some((len, dest)) = qp.responder_transmit(now, hold, &self.mrs, &self.framer, buf) {
-                self.stats.packets_sent += 1;
-                return Some(Transmit { len, dest, src_port: qp.src_port });
-            }
-            match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
-                ReqOutcome::Idle => {}
-                ReqOutcome::LocalError(status) => {
-                    // Complete what was before the failing request first.
-                    for _ in 0..qp.req.cursor_wqe {
-                        qp.complete_front(&mut self.cqs);
+            match self.transmit_from(qpn, now, buf, flush) {
+                Some(t) => {
+                    // Stay on this QP for a burst, then give the next its turn.
+                    self.burst += 1;
+                    if self.burst >= TX_BURST {
+                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                    } else {
+                        self.rr = qpn;
                     }
-                    qp.fail(status, &mut self.cqs);
-                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                    return Some(t);
                 }
-                ReqOutcome::Sent { len, dest } => {
-                    // UC and UD requests complete once sent.
-                    while qp.req.sq.front().is_some_and(|w| w.sent) {
-                        qp.complete_front(&mut self.cqs);
-                    }
-                    self.stats.packets_sent += 1;
-                    return Some(Transmit { len, dest, src_port: qp.src_port });
-                }
+                None => (self.rr, self.burst) = (qpn.wrapping_add(1), 0),
             }
         }
         None
+    }
+
+    /// The next packet of one QP: a response first, else a request.
+    fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        let qp = self.qps.get_mut(&qpn).expect("key from the map");
+        if let Some((len, dest)) = qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf) {
+            self.stats.packets_sent += 1;
+            return Some(Transmit { len, dest, src_port: qp.src_port });
+        }
+        match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
+            ReqOutcome::Idle => None,
+            ReqOutcome::LocalError(status) => {
+                // Complete what was before the failing request first.
+                for _ in 0..qp.req.cursor_wqe {
+                    qp.complete_front(&mut self.cqs);
+                }
+                qp.fail(status, &mut self.cqs);
+                self.events.push_back(AsyncEvent::QpFatal(qpn));
+                None
+            }
+            ReqOutcome::Sent { len, dest } => {
+                // UC and UD requests complete once sent.
+                while qp.req.sq.front().is_some_and(|w| w.sent) {
+                    qp.complete_front(&mut self.cqs);
+                }
+                self.stats.packets_sent += 1;
+                Some(Transmit { len, dest, src_port: qp.src_port })
+            }
+        }
     }
 
     /// The next time [`Endpoint::handle_timeout`] has work, or when a

@@ -42,6 +42,9 @@ pub const BATCH: usize = 32;
 /// Packets built per round of sending: four GSO runs of 4 KiB packets.
 pub const TX_BATCH: usize = 64;
 
+/// Send sockets (UDP source ports) per device; more QPs share them.
+pub const MAX_TX_SOCKETS: usize = 16;
+
 /// Room in front of a received datagram for the rebuilt IP and UDP headers.
 const HEADROOM: usize = 48;
 
@@ -218,11 +221,20 @@ impl UdpIo {
     }
 
     /// Makes sure a socket sends from UDP port `want` (or the next free
-    /// port of 0xC000..0xFFFF) and returns the port it got.
+    /// port of 0xC000..0xFFFF) and returns the port it got. Past
+    /// [`MAX_TX_SOCKETS`] QPs share the least used socket: the source port
+    /// is flow entropy for ECMP, not an identity (peers demultiplex by
+    /// QPN), and shared sockets let one `sendmmsg` carry many QPs.
     pub fn reserve_port(&mut self, want: u16) -> io::Result<u16> {
         if let Some(t) = self.tx.get_mut(&want) {
             t.users += 1;
             return Ok(want);
+        }
+        if self.tx.len() >= MAX_TX_SOCKETS {
+            if let Some((&port, t)) = self.tx.iter_mut().min_by_key(|(&p, t)| (t.users, p)) {
+                t.users += 1;
+                return Ok(port);
+            }
         }
         let mut port = want;
         let mut last_err = None;

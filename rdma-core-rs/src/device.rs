@@ -88,7 +88,12 @@ pub struct DeviceConfig {
     pub spin: Duration,
     /// How long a lone ACK may wait to leave with the next packet sent
     /// (`Endpoint::set_ack_delay`): in a ping-pong the ACK then goes out
-    /// in the same system call as the reply, after it. Zero: ACK at once.
+    /// in the same system call as the reply, after it. Zero (the default):
+    /// ACK at once. Opt-in for now: a held ACK leaves only while something
+    /// drives progress, so with manual progress an application that stops
+    /// calling (closes its QP, blocks elsewhere) strands it and the peer
+    /// waits for its completion; the kernel Soft-RoCE lab showed exactly
+    /// that. A timer for held ACKs will lift this.
     pub ack_delay: Duration,
     /// One datagram per packet: no UDP GSO on send, no GRO on receive
     /// (for comparison, and what a fault-injecting device does anyway).
@@ -98,8 +103,8 @@ pub struct DeviceConfig {
 impl DeviceConfig {
     /// The default of [`DeviceConfig::spin`].
     pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-    /// The default of [`DeviceConfig::ack_delay`].
-    pub const DEFAULT_ACK_DELAY: Duration = Duration::from_micros(20);
+    /// The default of [`DeviceConfig::ack_delay`]: off (see there).
+    pub const DEFAULT_ACK_DELAY: Duration = Duration::ZERO;
 }
 
 impl Default for DeviceConfig {

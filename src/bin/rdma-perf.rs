@@ -101,6 +101,11 @@ struct Args {
     /// One datagram per packet: no UDP GSO on send, no GRO on receive.
     #[arg(long = "no-offload")]
     no_offload: bool,
+    /// Microseconds a lone ACK may wait to leave with the next packet sent
+    /// (0: at once). Only for runs whose both sides keep polling to the end,
+    /// as --loopback runs do: a side that stops calling strands the ACK.
+    #[arg(long = "ack-delay-us", default_value_t = 0)]
+    ack_delay_us: u64,
 }
 
 fn config(a: &Args) -> Result<Config, String> {
@@ -162,6 +167,7 @@ fn config(a: &Args) -> Result<Config, String> {
         events: a.events,
         spin: Duration::from_micros(a.spin_us),
         plain_datagrams: a.no_offload,
+        ack_delay: Duration::from_micros(a.ack_delay_us),
     })
 }
 

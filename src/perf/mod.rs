@@ -163,6 +163,8 @@ pub struct Config {
     pub spin: Duration,
     /// One datagram per packet: no UDP GSO/GRO (`DeviceConfig::plain_datagrams`).
     pub plain_datagrams: bool,
+    /// How long a lone ACK may wait for company (`DeviceConfig::ack_delay`).
+    pub ack_delay: Duration,
 }
 
 /// Why a run could not be done.
@@ -187,6 +189,7 @@ impl Config {
             faults: self.faults,
             spin: self.spin,
             plain_datagrams: self.plain_datagrams,
+            ack_delay: self.ack_delay,
             ..rdma_core_rs::DeviceConfig::default()
         }
     }

@@ -542,8 +542,9 @@ impl Endpoint {
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
     /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
-    /// responses go before requests. Call it until it returns `None`: that ends a round, and held ACKs
-    /// leave at the end of a round that sent anything.
+    /// responses go before requests. Call it until it returns `None`: that
+    /// ends a round, and held ACKs leave at the end of a round that sent
+    /// anything.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.next_packet(now, buf, false).or_else(|| {
             if self.sending && !self.ack_delay.is_zero() {

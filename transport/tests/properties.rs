@@ -130,7 +130,7 @@ fn run(seed: u64) -> Result<Outcome, String> {
         sim.capture(Box::new(std::io::BufWriter::new(f))).map_err(|e| e.to_string())?;
     }
     let (a, b) = connect(&mut sim, cfg);
-    // Half the seeds hold lone ACKs, as the verbs devices do.
+    // Half the seeds hold lone ACKs (a verbs device's DeviceConfig::ack_delay).
     if seed % 2 == 1 {
         let delay = core::time::Duration::from_micros(20);
         sim.ep(a.ep).set_ack_delay(delay);

@@ -78,11 +78,10 @@ struct Basis {
 
 impl Basis {
     fn new(tail: usize) -> Basis {
-        let shift = shift_for(tail);
+        let columns = ident_columns(tail);
         let mut rows = [(0u32, 0u16); 16];
         for bit in 0..16 {
-            let ident = 1u16 << bit;
-            let (mut v, mut c) = (mult_mod_p(shift, raw_crc(&ident.to_be_bytes())), ident);
+            let (mut v, mut c) = (columns[bit], 1u16 << bit);
             for &(rv, rc) in &rows[..bit] {
                 if v & lead(rv) != 0 {
                     v ^= rv;
@@ -107,6 +106,13 @@ impl Basis {
         }
         (diff == 0).then_some(ident)
     }
+}
+
+/// The ICRC difference each Identification bit makes when `tail` bytes are
+/// hashed after the field (bit k of the field at index k).
+fn ident_columns(tail: usize) -> [u32; 16] {
+    let shift = shift_for(tail);
+    core::array::from_fn(|bit| mult_mod_p(shift, raw_crc(&(1u16 << bit).to_be_bytes())))
 }
 
 fn lead(v: u32) -> u32 {
@@ -172,12 +178,7 @@ impl IdentShift {
     /// that is too short to hold an IPv4 header and an ICRC.
     pub fn new(l3_len: usize) -> Option<IdentShift> {
         let hashed = 8 + l3_len.checked_sub(4)?;
-        let shift = shift_for(hashed.checked_sub(IDENT_AT + 2)?);
-        let mut columns = [0u32; 16];
-        for (bit, c) in columns.iter_mut().enumerate() {
-            *c = mult_mod_p(shift, raw_crc(&(1u16 << bit).to_be_bytes()));
-        }
-        Some(IdentShift { l3_len, columns })
+        Some(IdentShift { l3_len, columns: ident_columns(hashed.checked_sub(IDENT_AT + 2)?) })
     }
 
     pub fn l3_len(&self) -> usize {

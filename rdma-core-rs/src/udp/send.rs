@@ -174,15 +174,18 @@ impl UdpIo {
         if !self.local.is_ipv4() {
             return; // IPv6 has no Identification
         }
+        // One correction per packet length: all the run's packets but maybe the last.
+        let mut shift = None;
         for k in 1..m.count {
             let i = order[m.first + k];
             let len = self.tx_meta[i].len;
-            let Some(shift) = self.shifts.get(len) else { continue };
-            let buf = &mut self.tx_bufs[i];
-            let at = len - 4;
-            let icrc = u32::from_le_bytes(buf[at..len].try_into().expect("4 bytes")) ^ shift.difference(k as u16);
-            buf[at..len].copy_from_slice(&icrc.to_le_bytes());
-            buf[4..6].copy_from_slice(&(k as u16).to_be_bytes()); // what the wire will carry
+            if shift.is_none_or(|s: IdentShift| s.l3_len() != len) {
+                shift = self.shifts.get(len);
+            }
+            let Some(s) = shift else { continue };
+            let icrc = &mut self.tx_bufs[i][len - 4..len];
+            let fixed = u32::from_le_bytes((&*icrc).try_into().expect("4 bytes")) ^ s.difference(k as u16);
+            icrc.copy_from_slice(&fixed.to_le_bytes());
         }
     }
 

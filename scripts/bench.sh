@@ -78,6 +78,11 @@ done
 rp block send-lat -s 8 -n 20000 --events --spin-us 0
 rp block read-lat -s 8 -n 20000 --events --spin-us 0
 rp adaptive send-lat -s 8 -n 20000 --events
+# The io_uring driver on the same tests (the default is the socket driver).
+rp uring-bw write-bw -s 65536 -t 128 -D "$secs" --io io-uring
+rp uring-rate write-bw -s 64 -q 8 -D "$secs" --io io-uring
+rp uring-busy send-lat -s 8 -n 20000 --io io-uring
+rp uring-block send-lat -s 8 -n 20000 --events --spin-us 0 --io io-uring
 
 # UCX over TCP: put bandwidth at 64 KiB and tag ping-pong latency.
 ucx() {
@@ -172,6 +177,16 @@ print(f"  raw UDP ping-pong: busy {busy['rtt_us_p50']:.2f}, blocking {block['rtt
       + (f"; UCX tag_lat {ucx_rtt:.2f}" if ucx_rtt else "; UCX: not installed")
       + (f"; fi_pingpong {fi_rtt:.2f}" if fi_rtt else "; libfabric: not installed or failed"))
 print("  (adaptive: --events with the default spin: spins while packets move, sleeps when idle)")
+print()
+print("I/O drivers: io_uring against the socket driver (the default), same tests")
+print(f"  {'test':34} {'sockets':>9} {'io_uring':>9} {'ratio':>7}")
+for name, sock, ur, key in (("WRITE 64 KiB, 1 QP (Gb/s)", one, pick(tag="uring-bw"), "gbps"),
+                            ("64 B WRITEs, 8 QPs (M/s)", rate, pick(tag="uring-rate"), "mpps"),
+                            ("SEND RTT p50, busy-polling (us)", pick(tag="busy", test="send-lat"), pick(tag="uring-busy"), "rtt_us_p50"),
+                            ("SEND RTT p50, blocking (us)", pick(tag="block", test="send-lat"), pick(tag="uring-block"), "rtt_us_p50")):
+    if sock and ur:
+        drv = ur["counters"].get("io_driver", "?")
+        print(f"  {name:34} {sock[key]:9.2f} {ur[key]:9.2f} {ratio(ur[key], sock[key])}" + ("" if drv == "io-uring" else f"  (ran on {drv})"))
 print()
 print("Goals: WRITE 64 KiB 1 QP >= 0.5x GSO and >= 2x UCX; RTT <= 1.3x raw UDP (same mode), below UCX and")
 print("libfabric; >= 1 M 64-byte WRITEs/s.")

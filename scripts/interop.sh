@@ -4,6 +4,11 @@
 #
 #   scripts/interop.sh            the whole matrix (one boot of two guests)
 #   scripts/interop.sh --quick    IPv4, MTU 1024, no loss cases
+#   scripts/interop.sh --only REGEX [--repeat N]
+#                                 only the cases whose row (name, direction,
+#                                 IP, MTU, e.g. 'rc_pingpong \+loss.*ours -> rxe.*IPv6')
+#                                 matches REGEX, each N times (to chase a flaky case)
+#   scripts/interop.sh --pingpong-iters N   ping-pong iterations (default 50)
 #
 # Every case runs in both directions (our tool as client and rdma-core's as
 # server, and the reverse), over IPv4 and IPv6 GIDs, at path MTU 1024 and
@@ -20,7 +25,23 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LAB="$ROOT/scripts/lab/lab.sh"
 OUT="$ROOT/target/interop"
 QUICK=0
-[ "${1:-}" = --quick ] && QUICK=1
+ONLY=""
+REPEAT=1
+PINGPONG_ITERS=50
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --only) ONLY=${2:?--only needs a regular expression}; shift ;;
+        --repeat) REPEAT=${2:?--repeat needs a count}; shift ;;
+        --pingpong-iters) PINGPONG_ITERS=${2:?--pingpong-iters needs a count}; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "interop: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+for n in "$REPEAT" "$PINGPONG_ITERS"; do
+    case "$n" in ''|*[!0-9]*|0) echo "interop: --repeat and --pingpong-iters need a positive count, not '$n'" >&2; exit 2 ;; esac
+done
 
 skip() { echo "interop: SKIPPED: $*"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces and taps)"
@@ -91,9 +112,23 @@ wait_listen() {
 run_case() {
     local name=$1 dir=$2 ipv=$3 mtu=$4 k=$5 ours=$6 theirs=$7 kind=$8
     name="$name${LABEL:-}"
-    local log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-$mtu-vm$k"
+    local base="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-$mtu-vm$k"
     local host=$HOST6
     [ "$ipv" = 4 ] && host=$HOST4
+    local shown=$dir
+    [ "$dir" = ours-client ] && shown="ours -> rxe" || shown="rxe -> ours"
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" "$mtu" | grep -Eq -- "$ONLY" || return 0
+    fi
+    local round log=$base
+    for round in $(seq 1 "$REPEAT"); do
+        [ "$REPEAT" -gt 1 ] && log="$base.round$round"
+        run_once
+    done
+}
+
+# One round of run_case (bash's dynamic scope gives it run_case's locals).
+run_once() {
     local g4
     g4=$(bash "$LAB" guest-ip4 "$k")
     local ok=0 ours_rc theirs_rc
@@ -128,8 +163,6 @@ run_case() {
     [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && ok=1
     local figure
     figure=$(figure_of "$kind" "$log.ours.log")
-    local shown=$dir
-    [ "$dir" = ours-client ] && shown="ours -> rxe" || shown="rxe -> ours"
     if [ $ok = 1 ]; then
         ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" PASS "$figure")")
     else
@@ -137,6 +170,14 @@ run_case() {
         ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" FAIL "ours=$ours_rc rxe=$theirs_rc, see $log.*.log")")
     fi
     echo "${ROWS[-1]}"
+    if [ $ok = 0 ]; then
+        # what each side said last, so a CI log explains the failure by itself
+        local side
+        for side in ours theirs; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+    fi
 }
 
 # What to show of a passing run, from our side's output.
@@ -159,6 +200,7 @@ for line in open(sys.argv[1]):
         extra = f", {r['retransmits']} retransmits" if r["retransmits"] else ""
         extra += f", {c['icrc_drops']} ICRC drops" if c["icrc_drops"] else ""
         extra += ", verified" if r.get("verified") else ""
+        extra += ", io_uring" if c.get("io_driver") == "io-uring" else ""
         print(main + extra)
 EOF
         ;;
@@ -172,7 +214,7 @@ pingpong_cases() { # K IPV MTU [rc-only]
         local size="" mflag="-m $m"
         # UD has no path MTU: its "MTU" is the message size
         [ "$kind" = ud ] && { size="-s $m"; mflag=""; }
-        local n=50
+        local n=$PINGPONG_ITERS
         for dir in ours-client ours-server; do
             run_case "${kind}_pingpong" "$dir" "$v" "$m" "$k" \
                 "$BIN/examples/${kind}_pingpong -n $n $mflag $size" \

@@ -39,6 +39,7 @@ fn config(test: TestKind) -> Config {
         spin: rdma_core_rs::DeviceConfig::DEFAULT_SPIN,
         plain_datagrams: false,
         ack_delay: std::time::Duration::ZERO,
+        io_driver: rdma_core_rs::IoDriver::Sockets,
     }
 }
 
@@ -64,6 +65,28 @@ fn bandwidth_with_and_without_udp_offloads_and_latency_on_events() {
     }
     let refused = perf::run(&Config { events: true, ..config(TestKind::WriteLat) }).unwrap_err();
     assert!(refused.to_string().contains("--events is for"), "{refused}");
+}
+
+/// The io_uring driver carries a bandwidth and a latency run, GSO/GRO
+/// included, and reports itself (unless the environment forces a driver).
+#[test]
+fn io_uring_driver_carries_bandwidth_and_latency_runs() {
+    let forced = std::env::var("SOFTROCE_IO_DRIVER").is_ok_and(|v| !v.is_empty());
+    let io_driver = rdma_core_rs::IoDriver::IoUring;
+    let bw = perf::run(&Config { iters: 300, io_driver, ..config(TestKind::WriteBw) }).expect("write-bw on io_uring");
+    assert_eq!(bw.verified, Some(true));
+    assert!(bw.counters.gso_sends > 0 && bw.counters.gro_receives > 0, "{:?}", bw.counters);
+    let lat = perf::run(&Config { io_driver, ..config(TestKind::SendLat) }).expect("send-lat on io_uring");
+    assert_eq!((lat.verified, lat.iterations), (Some(true), 200));
+    if !forced {
+        assert_eq!(bw.counters.io_driver, "io-uring", "this kernel has io_uring (Linux 6.0+)");
+        // One multishot receive stays armed: far fewer receive calls than datagrams.
+        assert!(
+            bw.counters.recv_syscalls * 4 < bw.counters.packets_received,
+            "receives without system calls: {:?}",
+            bw.counters
+        );
+    }
 }
 
 #[test]

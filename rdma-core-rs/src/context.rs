@@ -46,7 +46,8 @@ pub(crate) struct State {
 pub(crate) struct Inner {
     pub(crate) device: Device,
     state: Mutex<State>,
-    rx_fd: RawFd,
+    /// What a blocking wait sleeps on (see `UdpIo::wait_fds`).
+    wait_fds: [RawFd; 2],
     /// Wakes the leader: a post that armed a timer, or shutdown.
     kick: OwnedFd,
     epoch: std::time::Instant,
@@ -80,7 +81,8 @@ fn eventfd() -> std::io::Result<OwnedFd> {
 /// Sleeps until one of `fds` is readable or `timeout` passes (to the
 /// microsecond: the engine's ACK delay and timers are that fine).
 fn poll_readable(fds: &[RawFd], timeout: Duration) {
-    let mut p: [libc::pollfd; 2] = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+    // A negative fd is skipped by poll(2).
+    let mut p: [libc::pollfd; 3] = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 3];
     for (slot, &fd) in p.iter_mut().zip(fds) {
         slot.fd = fd;
     }
@@ -124,6 +126,11 @@ impl Inner {
             st.ep.handle_timeout(now);
         }
         moved += st.io.transmit(&mut st.ep, now)?;
+        if st.io.has_pending() {
+            // io_uring: receives reaped while sending wait for no readiness event
+            moved += st.io.receive(&mut st.ep, now)?;
+            moved += st.io.transmit(&mut st.ep, now)?;
+        }
         if st.ep.completions_delivered() != before {
             self.fire_channels(st);
             if st.followers > 0 {
@@ -183,7 +190,7 @@ impl Inner {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            if now < spin_until {
+            if now < spin_until || st.io.has_pending() {
                 drop(st);
                 std::hint::spin_loop();
                 st = self.lock();
@@ -204,7 +211,7 @@ impl Inner {
             } else {
                 st.leader = true;
                 drop(st);
-                poll_readable(&[self.rx_fd, self.kick.as_raw_fd()], sleep);
+                poll_readable(&[self.wait_fds[0], self.wait_fds[1], self.kick.as_raw_fd()], sleep);
                 drain_eventfd(self.kick.as_raw_fd());
                 st = self.lock();
                 st.leader = false;
@@ -222,12 +229,12 @@ impl Context {
         let mut ep = Endpoint::new(device.addr());
         ep.set_ipv4_ident_unknown(true); // see crate::udp
         ep.set_ack_delay(cfg.ack_delay);
-        let io = UdpIo::bind(device.addr(), cfg.scope_id, Some(cfg.faults), !cfg.plain_datagrams)?;
-        let rx_fd = io.rx_fd();
+        let io = UdpIo::bind(device.addr(), cfg.scope_id, Some(cfg.faults), !cfg.plain_datagrams, cfg.io_driver)?;
+        let wait_fds = io.wait_fds();
         let inner = Arc::new(Inner {
             device: device.clone(),
             state: Mutex::new(State { ep, io, channels: Vec::new(), armed: Vec::new(), leader: false, followers: 0 }),
-            rx_fd,
+            wait_fds,
             kick: eventfd()?,
             epoch: std::time::Instant::now(),
             progressed: Condvar::new(),
@@ -290,6 +297,11 @@ impl Context {
     pub fn offloads(&self) -> crate::udp::Offloads {
         self.inner.lock().io.offloads()
     }
+
+    /// The I/O driver in use: [`crate::IoDriver::IoUring`] or [`crate::IoDriver::Sockets`].
+    pub fn io_driver(&self) -> crate::IoDriver {
+        self.inner.lock().io.driver()
+    }
 }
 
 /// The background progress thread: sleeps on the socket and the engine's
@@ -312,9 +324,13 @@ fn spawn_progress_thread(inner: &Arc<Inner>) -> Result<()> {
                 inner.progressed.notify_all();
             }
             let engine = st.ep.poll_timeout().map(|t| t.saturating_since(inner.now()));
-            engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP))
+            if st.io.has_pending() {
+                Duration::ZERO
+            } else {
+                engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP))
+            }
         };
-        let fds = [inner.rx_fd, inner.kick.as_raw_fd()];
+        let fds = [inner.wait_fds[0], inner.wait_fds[1], inner.kick.as_raw_fd()];
         drop(inner);
         poll_readable(&fds, sleep);
         if let Some(i) = weak.upgrade() {

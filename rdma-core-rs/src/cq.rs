@@ -116,7 +116,11 @@ impl CompletionQueue {
                 if n > 0 {
                     return Ok(n);
                 }
-                st.ep.poll_timeout().map(|t| t.saturating_since(inner.now())).unwrap_or(Duration::from_millis(100))
+                if st.io.has_pending() {
+                    Duration::ZERO
+                } else {
+                    st.ep.poll_timeout().map(|t| t.saturating_since(inner.now())).unwrap_or(Duration::from_millis(100))
+                }
             };
             tokio::select! {
                 r = afd.readable() => { r?.clear_ready(); }

@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::faults::FaultConfig;
+use crate::udp::IoDriver;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
@@ -98,6 +99,9 @@ pub struct DeviceConfig {
     /// One datagram per packet: no UDP GSO on send, no GRO on receive
     /// (for comparison, and what a fault-injecting device does anyway).
     pub plain_datagrams: bool,
+    /// The system calls that move packets: plain sockets (the default) or
+    /// io_uring (see [`IoDriver`]).
+    pub io_driver: IoDriver,
 }
 
 impl DeviceConfig {
@@ -116,6 +120,7 @@ impl Default for DeviceConfig {
             spin: DeviceConfig::DEFAULT_SPIN,
             ack_delay: DeviceConfig::DEFAULT_ACK_DELAY,
             plain_datagrams: false,
+            io_driver: IoDriver::Sockets,
         }
     }
 }

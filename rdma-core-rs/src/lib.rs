@@ -72,4 +72,4 @@ pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-pub use udp::{IoStats, Offloads};
+pub use udp::{IoDriver, IoStats, Offloads};

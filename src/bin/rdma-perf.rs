@@ -2,7 +2,7 @@
 //! software RoCE v2 stack.
 
 use clap::Parser;
-use rdma_core_rs::{DeviceConfig, FaultConfig, Mtu};
+use rdma_core_rs::{DeviceConfig, FaultConfig, IoDriver, Mtu};
 use softroce::perf::{self, AtomicType, Config, Exchange, Role, TestKind};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -106,6 +106,15 @@ struct Args {
     /// as --loopback runs do: a side that stops calling strands the ACK.
     #[arg(long = "ack-delay-us", default_value_t = 0)]
     ack_delay_us: u64,
+    /// The system calls that move packets: sockets (recvmmsg/sendmmsg) or
+    /// io-uring (multishot receive into registered buffers; falls back to
+    /// sockets where the kernel lacks it). SOFTROCE_IO_DRIVER overrides it.
+    #[arg(long = "io", default_value = "sockets", value_parser = parse_io_driver)]
+    io: IoDriver,
+}
+
+fn parse_io_driver(s: &str) -> Result<IoDriver, String> {
+    s.parse()
 }
 
 fn config(a: &Args) -> Result<Config, String> {
@@ -167,6 +176,7 @@ fn config(a: &Args) -> Result<Config, String> {
         events: a.events,
         spin: Duration::from_micros(a.spin_us),
         plain_datagrams: a.no_offload,
+        io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),
     })
 }

@@ -165,6 +165,8 @@ pub struct Config {
     pub plain_datagrams: bool,
     /// How long a lone ACK may wait for company (`DeviceConfig::ack_delay`).
     pub ack_delay: Duration,
+    /// The system calls that move packets (`DeviceConfig::io_driver`).
+    pub io_driver: rdma_core_rs::IoDriver,
 }
 
 /// Why a run could not be done.
@@ -190,6 +192,7 @@ impl Config {
             spin: self.spin,
             plain_datagrams: self.plain_datagrams,
             ack_delay: self.ack_delay,
+            io_driver: self.io_driver,
             ..rdma_core_rs::DeviceConfig::default()
         }
     }

@@ -25,6 +25,8 @@ pub struct Counters {
     pub gso_sends: u64,
     /// Received datagrams that carried several packets (UDP GRO).
     pub gro_receives: u64,
+    /// The I/O driver that moved the packets: "sockets" or "io-uring".
+    pub io_driver: String,
 }
 
 impl Counters {
@@ -48,6 +50,7 @@ impl Counters {
             recv_syscalls: io.recv_syscalls,
             gso_sends: io.gso_sends,
             gro_receives: io.gro_receives,
+            io_driver: ctx.io_driver().name().to_string(),
         }
     }
 
@@ -67,6 +70,9 @@ impl Counters {
         self.recv_syscalls += o.recv_syscalls;
         self.gso_sends += o.gso_sends;
         self.gro_receives += o.gro_receives;
+        if self.io_driver.is_empty() {
+            self.io_driver.clone_from(&o.io_driver);
+        }
     }
 }
 
@@ -198,8 +204,8 @@ impl Report {
             c.rnr_naks_sent, c.rnr_naks_received, c.icrc_drops, c.other_drops
         );
         s += &format!(
-            " system calls: {} sends ({} with GSO), {} receives ({} GRO datagrams)\n",
-            c.send_syscalls, c.gso_sends, c.recv_syscalls, c.gro_receives
+            " system calls ({}): {} sends ({} with GSO), {} receives ({} GRO datagrams)\n",
+            c.io_driver, c.send_syscalls, c.gso_sends, c.recv_syscalls, c.gro_receives
         );
         s += &match self.verified {
             None => " verify: not asked (--verify checks every byte)\n".to_string(),

@@ -22,10 +22,14 @@
 //! System calls are batched and offloaded ([`send`], [`recv`]): runs of
 //! equal-sized packets leave as one UDP_SEGMENT (GSO) send each, several
 //! per `sendmmsg`; the receive socket takes UDP_GRO super-datagrams and
-//! plain datagrams alike, [`BATCH`] per `recvmmsg`.
+//! plain datagrams alike, [`BATCH`] per `recvmmsg`. The io_uring driver
+//! (`uring`, [`IoDriver::IoUring`]) moves the same messages with a
+//! multishot receive into registered buffers and one `io_uring_enter`
+//! per round of sending.
 
 mod recv;
 mod send;
+mod uring;
 
 use crate::faults::{FaultConfig, Faults};
 use rdma_transport::{Transmit, MAX_PACKET};
@@ -87,6 +91,53 @@ pub struct Offloads {
     pub gro: bool,
 }
 
+/// Which system calls move the packets. Both drivers use the same
+/// sockets, offloads and packet layout, and pass the same tests.
+///
+/// The environment variable `SOFTROCE_IO_DRIVER` (`io-uring` or
+/// `sockets`), when set, overrides the configured choice, so that a whole
+/// test suite or an unchanged application runs on either driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoDriver {
+    /// `recvmmsg` / `sendmmsg` on the sockets: the default, because on
+    /// loopback it measured faster than io_uring (README, Performance).
+    #[default]
+    Sockets,
+    /// io_uring: a multishot `recvmsg` over a ring of registered buffers,
+    /// and every send of a round in one `io_uring_enter`. Where the kernel
+    /// lacks it (multishot `recvmsg` and provided-buffer rings came in
+    /// Linux 6.0) or forbids it, the device falls back to sockets with a
+    /// warning; [`crate::Context::io_driver`] says which one runs.
+    IoUring,
+}
+
+impl IoDriver {
+    /// The name used by `SOFTROCE_IO_DRIVER`, rdma-perf's `--io` and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoDriver::IoUring => "io-uring",
+            IoDriver::Sockets => "sockets",
+        }
+    }
+}
+
+impl std::str::FromStr for IoDriver {
+    type Err = String;
+    fn from_str(s: &str) -> Result<IoDriver, String> {
+        match s {
+            "io-uring" | "io_uring" | "uring" => Ok(IoDriver::IoUring),
+            "sockets" | "socket" => Ok(IoDriver::Sockets),
+            other => Err(format!("unknown I/O driver '{other}' (expected io-uring or sockets)")),
+        }
+    }
+}
+
+/// The driver in use and its state.
+enum Driver {
+    Sockets(recv::RxRing),
+    Uring(Box<uring::Uring>),
+}
+
 /// A send socket and how many QPs use it.
 struct TxSocket {
     socket: Socket,
@@ -99,15 +150,42 @@ pub struct UdpIo {
     scope_id: u32,
     rx: Socket,
     tx: HashMap<u16, TxSocket>,
-    rx_ring: recv::RxRing,
     tx_bufs: Vec<Box<[u8]>>,
     tx_meta: Vec<Transmit>,
     /// Destination addresses of a send (kept to avoid an allocation per send).
     tx_addrs: Vec<SockAddr>,
     shifts: send::ShiftCache,
+    /// The messages of a round of sending (see `send::Batch`).
+    batch: Option<Box<send::Batch>>,
+    driver: Driver,
     faults: Option<Faults>,
     offloads: Offloads,
     pub stats: IoStats,
+}
+
+fn driver_kind(d: &Driver) -> IoDriver {
+    match d {
+        Driver::Sockets(_) => IoDriver::Sockets,
+        Driver::Uring(_) => IoDriver::IoUring,
+    }
+}
+
+/// Sets up the driver `want` asks for (or `SOFTROCE_IO_DRIVER` names):
+/// io_uring falls back to sockets, with the reason traced.
+fn open_driver(want: IoDriver, rx: &Socket, capacity: usize) -> io::Result<Driver> {
+    let want = match std::env::var("SOFTROCE_IO_DRIVER") {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .map_err(|e: String| io::Error::new(io::ErrorKind::InvalidInput, format!("SOFTROCE_IO_DRIVER: {e}")))?,
+        _ => want,
+    };
+    if want == IoDriver::IoUring {
+        match uring::Uring::new(rx.as_raw_fd(), capacity) {
+            Ok(u) => return Ok(Driver::Uring(Box::new(u))),
+            Err(e) => tracing::warn!(error = %e, "io_uring is unavailable: using the socket driver"),
+        }
+    }
+    Ok(Driver::Sockets(recv::RxRing::new(capacity)))
 }
 
 fn ip_header_len(local: IpAddr) -> usize {
@@ -178,7 +256,14 @@ impl UdpIo {
     /// Binds `local`:4791 (`scope_id` for an IPv6 link-local address).
     /// `offload` asks for UDP GSO and GRO; each is used only where the
     /// kernel takes it.
-    pub fn bind(local: IpAddr, scope_id: u32, faults: Option<FaultConfig>, offload: bool) -> io::Result<UdpIo> {
+    /// `driver` picks the system calls (see [`IoDriver`]).
+    pub fn bind(
+        local: IpAddr,
+        scope_id: u32,
+        faults: Option<FaultConfig>,
+        offload: bool,
+        driver: IoDriver,
+    ) -> io::Result<UdpIo> {
         let rx = Socket::new(domain(local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&rx, local)?;
         if local.is_ipv6() {
@@ -193,11 +278,14 @@ impl UdpIo {
         let faults = faults.filter(|f| f.is_active()).map(Faults::new);
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
-        tracing::debug!(%local, gso = offloads.gso, gro = offloads.gro, "UDP backend bound");
+        let capacity = if gro { GRO_MAX } else { MAX_PACKET };
+        let driver = open_driver(driver, &rx, capacity)?;
+        tracing::debug!(%local, gso = offloads.gso, gro = offloads.gro, driver = driver_kind(&driver).name(), "UDP backend bound");
         Ok(UdpIo {
             local,
             scope_id,
-            rx_ring: recv::RxRing::new(if gro { GRO_MAX } else { MAX_PACKET }),
+            driver,
+            batch: Some(Box::new(send::Batch::new())),
             rx,
             tx: HashMap::new(),
             tx_bufs: (0..TX_BATCH).map(|_| vec![0u8; MAX_PACKET].into_boxed_slice()).collect(),
@@ -210,9 +298,34 @@ impl UdpIo {
         })
     }
 
-    /// The receive socket, for `poll(2)` and readiness notification.
+    /// The receive socket: readable when a datagram arrives (with either
+    /// driver), for readiness notification.
     pub fn rx_fd(&self) -> RawFd {
         self.rx.as_raw_fd()
+    }
+
+    /// What a blocking wait sleeps on in `poll(2)`: the receive socket and,
+    /// with io_uring, the ring (readable when completions wait; -1 if none).
+    pub fn wait_fds(&self) -> [RawFd; 2] {
+        match &self.driver {
+            Driver::Sockets(_) => [self.rx.as_raw_fd(), -1],
+            Driver::Uring(u) => [self.rx.as_raw_fd(), u.fd()],
+        }
+    }
+
+    /// The driver in use ([`IoDriver::IoUring`] or [`IoDriver::Sockets`]).
+    pub fn driver(&self) -> IoDriver {
+        driver_kind(&self.driver)
+    }
+
+    /// Whether received packets may wait for [`UdpIo::receive`] without a
+    /// new readiness event (io_uring: completions taken while sending, or
+    /// the kernel's deferred receive work): the caller must not sleep first.
+    pub fn has_pending(&mut self) -> bool {
+        match &mut self.driver {
+            Driver::Sockets(_) => false,
+            Driver::Uring(u) => u.has_work(),
+        }
     }
 
     /// The offloads in use (GSO turns itself off if the kernel refuses it).

@@ -5,7 +5,7 @@
 //! headers are rebuilt in the bytes just before it, which for the second
 //! packet of a run on are the tail of the packet before, already handled.
 
-use super::{ip_header_len, UdpIo, BATCH, HEADROOM};
+use super::{ip_header_len, Driver, IoStats, UdpIo, BATCH, HEADROOM};
 use rdma_transport::{Endpoint, Instant};
 use rdma_wire::ROCE_V2_PORT;
 use socket2::SockAddr;
@@ -34,7 +34,7 @@ impl RxRing {
 }
 
 /// The segment size of a UDP_GRO datagram, if the control message says one.
-fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
+pub(super) fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
     // SAFETY: `hdr` is the header recvmmsg filled in; the CMSG macros stay
     // within msg_control / msg_controllen.
     unsafe {
@@ -54,11 +54,15 @@ impl UdpIo {
     /// Receives what is waiting (one `recvmmsg`) and hands each packet,
     /// headers rebuilt, to the engine. Returns the number of datagrams.
     pub fn receive(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        let rx_ring = match &mut self.driver {
+            Driver::Sockets(ring) => ring,
+            Driver::Uring(u) => return u.receive(ep, now, self.local, &mut self.stats),
+        };
         let mut names: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
         // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
         let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        let RxRing { bufs, control } = &mut self.rx_ring;
+        let RxRing { bufs, control } = rx_ring;
         for i in 0..BATCH {
             let b = &mut bufs[i][HEADROOM..];
             iovs[i] = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
@@ -91,7 +95,6 @@ impl UdpIo {
             };
         }
         let n = n as usize;
-        let hl = ip_header_len(self.local);
         for (i, m) in msgs.iter().enumerate().take(n) {
             let len = m.msg_len as usize;
             if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
@@ -103,25 +106,44 @@ impl UdpIo {
             // SAFETY: the kernel wrote msg_namelen bytes of a socket address.
             let src = unsafe { SockAddr::new(*names[i].as_ptr(), m.msg_hdr.msg_namelen).as_socket() };
             let Some(src) = src else { continue };
-            let seg = gro_segment_size(&m.msg_hdr).filter(|&s| s < len).unwrap_or(len.max(1));
-            if seg < len {
-                self.stats.gro_receives += 1;
-            }
-            let buf = &mut bufs[i];
-            let (mut at, end) = (HEADROOM, HEADROOM + len);
-            loop {
-                let this = seg.min(end - at);
-                let start = at - hl - 8;
-                rebuild_headers(&mut buf[start..at], src, self.local, this);
-                self.stats.datagrams_received += 1;
-                ep.handle_packet(now, &buf[start..at + this]);
-                at += this;
-                if at >= end {
-                    break;
-                }
-            }
+            let seg = gro_segment_size(&m.msg_hdr);
+            deliver(ep, now, &mut bufs[i], HEADROOM, len, seg, src, self.local, &mut self.stats);
         }
         Ok(n)
+    }
+}
+
+/// Hands the packets of one datagram (`len` bytes at `buf[at..]`, cut
+/// every `seg` bytes if UDP_GRO coalesced it) to the engine, each with its
+/// IP and UDP headers rebuilt in the `ip_header_len + 8` bytes before it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn deliver(
+    ep: &mut Endpoint,
+    now: Instant,
+    buf: &mut [u8],
+    mut at: usize,
+    len: usize,
+    seg: Option<usize>,
+    src: SocketAddr,
+    local: IpAddr,
+    stats: &mut IoStats,
+) {
+    let hl = ip_header_len(local);
+    let seg = seg.filter(|&s| s < len).unwrap_or(len.max(1));
+    if seg < len {
+        stats.gro_receives += 1;
+    }
+    let end = at + len;
+    loop {
+        let this = seg.min(end - at);
+        let start = at - hl - 8;
+        rebuild_headers(&mut buf[start..at], src, local, this);
+        stats.datagrams_received += 1;
+        ep.handle_packet(now, &buf[start..at + this]);
+        at += this;
+        if at >= end {
+            break;
+        }
     }
 }
 

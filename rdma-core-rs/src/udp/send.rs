@@ -10,21 +10,21 @@
 //! corrected by one XOR ([`IdentShift`]) before sending. Packets of one QP
 //! keep their order; packets of different QPs need none between them.
 
-use super::{ip_header_len, sock_addr, IoStats, UdpIo, TX_BATCH};
+use super::{ip_header_len, sock_addr, Driver, IoStats, UdpIo, TX_BATCH};
 use rdma_transport::{Endpoint, Instant, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
 use socket2::Socket;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// Segments in one UDP_SEGMENT message (Linux's UDP_MAX_SEGMENTS is at least 64).
 const MAX_SEGMENTS: usize = 64;
 
-/// One message of a `sendmmsg`: the packets at `order[first..first + count]`,
+/// One message: the packets at `order[first..first + count]`,
 /// cut by the kernel every `segment` bytes when `count > 1`.
 #[derive(Debug, Clone, Copy, Default)]
-struct Message {
+pub(super) struct Message {
     first: usize,
     count: usize,
     segment: usize,
@@ -112,7 +112,9 @@ impl UdpIo {
         }
     }
 
-    /// Sends `tx_bufs[..k]`: one `sendmmsg` per source port.
+    /// Sends `tx_bufs[..k]`: the packets are grouped by source port and
+    /// destination and planned into messages, which leave in one
+    /// `sendmmsg` per source port, or all in one `io_uring_enter`.
     fn send_batch(&mut self, k: usize) {
         // Group by (port, destination), keeping each group's order: an
         // insertion sort of at most TX_BATCH indices, stable and without allocation.
@@ -126,6 +128,11 @@ impl UdpIo {
             }
             order[j] = i;
         }
+        let order = &order[..k];
+        // The batch lives in the device (allocated once): an io_uring
+        // request still queued after a failure points at live memory.
+        let mut batch = self.batch.take().unwrap_or_else(|| Box::new(Batch::new()));
+        batch.len = 0;
         let mut start = 0;
         while start < k {
             let port = self.tx_meta[order[start]].src_port;
@@ -133,23 +140,44 @@ impl UdpIo {
             while end < k && self.tx_meta[order[end]].src_port == port {
                 end += 1;
             }
-            self.send_port(port, &order[start..end]);
+            match self.tx.get(&port).map(|t| t.socket.as_raw_fd()) {
+                Some(fd) => self.plan(order, start, end, fd, port, &mut batch),
+                None => {
+                    self.stats.send_errors += (end - start) as u64;
+                    tracing::warn!(port, "no socket for UDP source port: packets not sent");
+                }
+            }
             start = end;
         }
+        for j in 0..batch.len {
+            if batch.messages[j].count > 1 {
+                self.correct_icrcs(order, batch.messages[j]);
+            }
+        }
+        batch.fill(self, order);
+        let failed = match &mut self.driver {
+            Driver::Uring(u) => u.send(&mut batch, &mut self.stats),
+            Driver::Sockets(_) => send_sockets(&mut batch, &mut self.stats),
+        };
+        for (j, e) in failed.iter() {
+            self.message_failed(batch.ports[j], order, batch.messages[j], &e);
+        }
+        self.batch = Some(batch);
     }
 
-    /// Splits the packets `order` (one source port) into messages.
-    fn plan(&self, order: &[usize], messages: &mut [Message; TX_BATCH]) -> usize {
+    /// Splits the packets `order[start..end]` (one source port) into
+    /// messages, appended to `batch`.
+    fn plan(&self, order: &[usize], start: usize, end: usize, fd: RawFd, port: u16, batch: &mut Batch) {
         let hl = ip_header_len(self.local);
         let body = |i: usize| self.tx_meta[i].len - hl - 8;
         // The UDP length field bounds a message's payload.
         let max_bytes = usize::from(u16::MAX) - hl - 8;
-        let (mut n, mut p) = (0, 0);
-        while p < order.len() {
+        let mut p = start;
+        while p < end {
             let first = order[p];
             let (segment, dest) = (body(first), self.tx_meta[first].dest);
             let (mut count, mut bytes) = (1, segment);
-            while self.offloads.gso && p + count < order.len() && count < MAX_SEGMENTS {
+            while self.offloads.gso && p + count < end && count < MAX_SEGMENTS {
                 let next = order[p + count];
                 let len = body(next);
                 if self.tx_meta[next].dest != dest || len > segment || bytes + len > max_bytes {
@@ -161,11 +189,13 @@ impl UdpIo {
                     break; // only the last segment may be shorter
                 }
             }
-            messages[n] = Message { first: p, count, segment };
-            n += 1;
+            let j = batch.len;
+            batch.messages[j] = Message { first: p, count, segment };
+            batch.fds[j] = fd;
+            batch.ports[j] = port;
+            batch.len += 1;
             p += count;
         }
-        n
     }
 
     /// XORs into the ICRC of each segment but the first of `m` the
@@ -189,74 +219,16 @@ impl UdpIo {
         }
     }
 
-    fn send_port(&mut self, port: u16, order: &[usize]) {
-        let Some(socket) = self.tx.get(&port).map(|t| t.socket.as_raw_fd()) else {
-            self.stats.send_errors += order.len() as u64;
-            tracing::warn!(port, "no socket for UDP source port: packets not sent");
-            return;
-        };
-        let mut messages = [Message::default(); TX_BATCH];
-        let n = self.plan(order, &mut messages);
-        for &m in &messages[..n] {
-            if m.count > 1 {
-                self.correct_icrcs(order, m);
-            }
-        }
-        let hl = ip_header_len(self.local);
-        self.tx_addrs.clear();
-        for m in &messages[..n] {
-            self.tx_addrs.push(sock_addr(self.tx_meta[order[m.first]].dest, ROCE_V2_PORT, self.scope_id));
-        }
-        // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
-        let mut iovs: [libc::iovec; TX_BATCH] = unsafe { std::mem::zeroed() };
-        let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
-        let mut control = [Control::default(); TX_BATCH];
-        for (p, &i) in order.iter().enumerate() {
-            let body = &self.tx_bufs[i][hl + 8..self.tx_meta[i].len];
-            iovs[p] = libc::iovec { iov_base: body.as_ptr() as *mut _, iov_len: body.len() };
-        }
-        for (j, m) in messages[..n].iter().enumerate() {
-            let h = &mut msgs[j].msg_hdr;
-            h.msg_name = self.tx_addrs[j].as_ptr() as *mut _;
-            h.msg_namelen = self.tx_addrs[j].len();
-            h.msg_iov = &mut iovs[m.first];
-            h.msg_iovlen = m.count;
-            if m.count > 1 {
-                set_segment_size(h, &mut control[j], m.segment as u16);
-            }
-        }
-        let mut sent = 0;
-        while sent < n {
-            self.stats.send_syscalls += 1;
-            // SAFETY: the headers point at live buffers, addresses and control messages.
-            let r = unsafe { libc::sendmmsg(socket, msgs[sent..].as_mut_ptr(), (n - sent) as u32, 0) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                self.message_failed(port, order, messages[sent], e);
-                sent += 1;
-                continue;
-            }
-            for m in &messages[sent..sent + r as usize] {
-                self.stats.datagrams_sent += m.count as u64;
-                self.stats.gso_sends += u64::from(m.count > 1);
-            }
-            sent += r as usize;
-        }
-    }
-
     /// A message the kernel refused: one packet is lost (the transport
     /// retransmits); a refused UDP_SEGMENT is resent packet by packet, and
     /// turns GSO off when the kernel or device cannot do it at all.
-    fn message_failed(&mut self, port: u16, order: &[usize], m: Message, e: io::Error) {
+    fn message_failed(&mut self, port: u16, order: &[usize], m: Message, e: &io::Error) {
         if m.count == 1 {
             self.stats.send_errors += 1;
             tracing::warn!(error = %e, "send failed");
             return;
         }
-        if self.offloads.gso && gso_refused(&e) {
+        if self.offloads.gso && gso_refused(e) {
             self.offloads.gso = false;
             tracing::warn!(error = %e, "the kernel refuses UDP_SEGMENT: sending one datagram per packet from now on");
         }
@@ -268,6 +240,122 @@ impl UdpIo {
             send_one(&t.socket, &self.tx_bufs[i][hl + 8..meta.len], meta.dest, self.scope_id, &mut self.stats);
         }
     }
+}
+
+/// The messages of one round of sending, ready for `sendmmsg` or io_uring:
+/// message `j` is the packets at `order[first..first + count]` for socket
+/// `fds[j]`, its iovecs at `iovs[first..]`.
+pub(super) struct Batch {
+    pub(super) len: usize,
+    pub(super) messages: [Message; TX_BATCH],
+    pub(super) fds: [RawFd; TX_BATCH],
+    pub(super) ports: [u16; TX_BATCH],
+    pub(super) msgs: [libc::mmsghdr; TX_BATCH],
+    iovs: [libc::iovec; TX_BATCH],
+    control: [Control; TX_BATCH],
+}
+
+// SAFETY: the raw pointers in the headers point into the buffers of the
+// `UdpIo` that owns the batch; they are only used while it is borrowed
+// mutably, on whichever thread holds it.
+unsafe impl Send for Batch {}
+
+impl Batch {
+    pub(super) fn new() -> Batch {
+        Batch {
+            len: 0,
+            messages: [Message::default(); TX_BATCH],
+            fds: [-1; TX_BATCH],
+            ports: [0; TX_BATCH],
+            // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
+            msgs: unsafe { std::mem::zeroed() },
+            iovs: unsafe { std::mem::zeroed() },
+            control: [Control::default(); TX_BATCH],
+        }
+    }
+
+    /// Points the message headers at the packets, their destinations and
+    /// UDP_SEGMENT sizes. `io.tx_addrs` keeps the addresses alive.
+    fn fill(&mut self, io: &mut UdpIo, order: &[usize]) {
+        let hl = ip_header_len(io.local);
+        for (p, &i) in order.iter().enumerate() {
+            let body = &io.tx_bufs[i][hl + 8..io.tx_meta[i].len];
+            self.iovs[p] = libc::iovec { iov_base: body.as_ptr() as *mut _, iov_len: body.len() };
+        }
+        io.tx_addrs.clear();
+        for m in &self.messages[..self.len] {
+            io.tx_addrs.push(sock_addr(io.tx_meta[order[m.first]].dest, ROCE_V2_PORT, io.scope_id));
+        }
+        for j in 0..self.len {
+            let m = self.messages[j];
+            let h = &mut self.msgs[j].msg_hdr;
+            h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
+            h.msg_namelen = io.tx_addrs[j].len();
+            h.msg_iov = &mut self.iovs[m.first];
+            h.msg_iovlen = m.count;
+            if m.count > 1 {
+                set_segment_size(h, &mut self.control[j], m.segment as u16);
+            }
+        }
+    }
+
+    /// Counts message `j` as sent.
+    pub(super) fn sent(&self, j: usize, stats: &mut IoStats) {
+        let m = self.messages[j];
+        stats.datagrams_sent += m.count as u64;
+        stats.gso_sends += u64::from(m.count > 1);
+    }
+}
+
+/// The messages the kernel refused, each with its error number.
+pub(super) struct Failures {
+    len: usize,
+    items: [(usize, i32); TX_BATCH],
+}
+
+impl Failures {
+    pub(super) fn new() -> Failures {
+        Failures { len: 0, items: [(0, 0); TX_BATCH] }
+    }
+
+    pub(super) fn push(&mut self, j: usize, e: &io::Error) {
+        self.items[self.len] = (j, e.raw_os_error().unwrap_or(libc::EIO));
+        self.len += 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, io::Error)> + '_ {
+        self.items[..self.len].iter().map(|&(j, errno)| (j, io::Error::from_raw_os_error(errno)))
+    }
+}
+
+/// The socket driver: one `sendmmsg` per run of messages on one socket.
+fn send_sockets(batch: &mut Batch, stats: &mut IoStats) -> Failures {
+    let mut failed = Failures::new();
+    let mut sent = 0;
+    while sent < batch.len {
+        let fd = batch.fds[sent];
+        let mut end = sent + 1;
+        while end < batch.len && batch.fds[end] == fd {
+            end += 1;
+        }
+        stats.send_syscalls += 1;
+        // SAFETY: the headers point at live buffers, addresses and control messages.
+        let r = unsafe { libc::sendmmsg(fd, batch.msgs[sent..end].as_mut_ptr(), (end - sent) as u32, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            failed.push(sent, &e);
+            sent += 1;
+            continue;
+        }
+        for j in sent..sent + r as usize {
+            batch.sent(j, stats);
+        }
+        sent += r as usize;
+    }
+    failed
 }
 
 /// Attaches a UDP_SEGMENT control message of `size` to `h`.

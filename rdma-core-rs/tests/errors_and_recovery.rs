@@ -75,7 +75,9 @@ fn a_send_before_its_receive_is_posted_waits_through_rnr_naks() {
 fn loss_duplication_reordering_and_corruption_still_deliver_every_byte() {
     let faults = FaultConfig { loss: 0.05, duplicate: 0.03, reorder: 0.03, corrupt: 0.02, seed: 7 };
     let cfg = DeviceConfig { progress: Progress::Thread, faults, ..DeviceConfig::default() };
-    let opts = ConnectOptions { timeout: 8, mtu: Mtu::Mtu1024, ..ConnectOptions::default() }; // ~1 ms timer
+    // ~4 ms timer: short enough for a quick test, long enough that seven
+    // retries (~30 ms) survive a loaded machine starving the progress thread.
+    let opts = ConnectOptions { timeout: 10, mtu: Mtu::Mtu1024, ..ConnectOptions::default() };
     let (a, b) = pair_with(QpType::Rc, cfg, opts);
     let n = 64;
     let len = 4000;

@@ -225,3 +225,44 @@ fn forty_qps_share_sixteen_send_sockets_and_every_write_lands() {
     assert!(got == data, "some WRITE did not land intact");
     assert!(a.ctx.io_stats().gso_sends > 0, "8 KiB WRITEs of 1 KiB packets leave as GSO runs");
 }
+
+/// A lone packet sent after a GSO run of smaller packets leaves whole: the
+/// send batch is reused from round to round, and a UDP_SEGMENT size left
+/// over from the run would make the kernel cut the lone packet into pieces
+/// (with bad ICRCs) that the peer drops until the requester gives up.
+#[test]
+fn a_lone_packet_after_a_gso_run_of_smaller_packets_leaves_whole() {
+    let (a_ip, b_ip) = addresses();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (a, _) = Side::new("lone-a", a_ip, QpType::Rc, cfg.clone(), None);
+    let (b, _) = Side::new("lone-b", b_ip, QpType::Rc, cfg, None);
+    let connect = |mtu: Mtu, psn: u32| {
+        let opts = ConnectOptions { mtu, ..ConnectOptions::default() };
+        let (qa, qb) = (
+            a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap(),
+            b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq)).unwrap(),
+        );
+        qa.connect(psn, &PeerInfo { qpn: qb.qp_num(), psn: psn + 7, gid: b.ctx.query_gid(0).unwrap() }, &opts).unwrap();
+        qb.connect(psn + 7, &PeerInfo { qpn: qa.qp_num(), psn, gid: a.ctx.query_gid(0).unwrap() }, &opts).unwrap();
+        (qa, qb)
+    };
+    let (small, _s) = connect(Mtu::Mtu256, 10);
+    let (large, _l) = connect(Mtu::Mtu4096, 20);
+    let data = pattern(8192, 5);
+    a.mr.write(0, &data).unwrap();
+    for round in 0..4u64 {
+        // four 256-byte packets: one GSO run
+        small.post_send(&[write_wr(2 * round, &a, 0, 1024, &b, 0)]).unwrap();
+        assert_eq!(a.wait_one().status, WcStatus::Success);
+        // one 3000-byte packet, alone in its round
+        large.post_send(&[write_wr(2 * round + 1, &a, 1024, 3000, &b, 1024)]).unwrap();
+        assert_eq!(a.wait_one().status, WcStatus::Success);
+    }
+    let mut got = vec![0u8; 4024];
+    b.mr.read(0, &mut got).unwrap();
+    assert!(got == data[..4024], "the WRITEs did not land intact");
+    let (sa, sb) = (a.ctx.stats(), b.ctx.stats());
+    assert!(a.ctx.io_stats().gso_sends >= 4, "the small WRITEs leave as GSO runs: {:?}", a.ctx.io_stats());
+    assert_eq!(sa.retransmits, 0, "nothing had to be sent twice: {sa:?}");
+    assert_eq!(sb.drops.values().sum::<u64>(), 0, "the peer dropped nothing: {sb:?}");
+}

@@ -295,6 +295,10 @@ impl Batch {
             h.msg_iovlen = m.count;
             if m.count > 1 {
                 set_segment_size(h, &mut self.control[j], m.segment as u16);
+            } else {
+                // the batch is reused: no UDP_SEGMENT left from an earlier round
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
             }
         }
     }

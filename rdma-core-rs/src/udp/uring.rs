@@ -185,13 +185,12 @@ impl Uring {
         let mut u =
             Uring { ring, bufs, recv_hdr, rx_fd, armed: false, stash: VecDeque::with_capacity(usize::from(entries)) };
         u.arm()?;
-        // A kernel without multishot recvmsg fails the request at once.
+        // A kernel without multishot recvmsg fails the request at once (and
+        // ends it: `reap` marks it unarmed, so dropping `u` waits for nothing).
         u.ring.submitter().submit()?;
-        if let Some(c) = u.ring.completion().next() {
-            if c.user_data() == RECV && c.result() < 0 {
-                return Err(io::Error::from_raw_os_error(-c.result()));
-            }
-            u.stash.push_back(Received { result: c.result(), flags: c.flags() });
+        u.reap(|_, _| {});
+        if let Some(r) = u.stash.front().filter(|r| r.result < 0) {
+            return Err(io::Error::from_raw_os_error(-r.result));
         }
         Ok(u)
     }

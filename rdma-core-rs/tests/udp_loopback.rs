@@ -201,12 +201,7 @@ fn forty_qps_share_sixteen_send_sockets_and_every_write_lands() {
     let opts = ConnectOptions { mtu: Mtu::Mtu1024, ..ConnectOptions::default() };
     let mut qps = Vec::new();
     for i in 0..40u32 {
-        let mk = |s: &Side| s.pd.create_qp(&QpInitAttr::new(QpType::Rc, &s.cq)).unwrap();
-        let (qa, qb) = (mk(&a), mk(&b));
-        let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
-        qa.connect(i, &PeerInfo { qpn: qb.qp_num(), psn: 1000 + i, gid: gid(&b) }, &opts).unwrap();
-        qb.connect(1000 + i, &PeerInfo { qpn: qa.qp_num(), psn: i, gid: gid(&a) }, &opts).unwrap();
-        qps.push((qa, qb));
+        qps.push(connected_qps(&a, &b, &opts, i));
     }
     let ports: std::collections::BTreeSet<u16> = qps.iter().map(|(qa, _)| qa.src_port()).collect();
     assert_eq!(ports.len(), rdma_core_rs::udp::MAX_TX_SOCKETS, "source ports in use: {ports:?}");
@@ -236,16 +231,7 @@ fn a_lone_packet_after_a_gso_run_of_smaller_packets_leaves_whole() {
     let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
     let (a, _) = Side::new("lone-a", a_ip, QpType::Rc, cfg.clone(), None);
     let (b, _) = Side::new("lone-b", b_ip, QpType::Rc, cfg, None);
-    let connect = |mtu: Mtu, psn: u32| {
-        let opts = ConnectOptions { mtu, ..ConnectOptions::default() };
-        let (qa, qb) = (
-            a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap(),
-            b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq)).unwrap(),
-        );
-        qa.connect(psn, &PeerInfo { qpn: qb.qp_num(), psn: psn + 7, gid: b.ctx.query_gid(0).unwrap() }, &opts).unwrap();
-        qb.connect(psn + 7, &PeerInfo { qpn: qa.qp_num(), psn, gid: a.ctx.query_gid(0).unwrap() }, &opts).unwrap();
-        (qa, qb)
-    };
+    let connect = |mtu: Mtu, psn: u32| connected_qps(&a, &b, &ConnectOptions { mtu, ..ConnectOptions::default() }, psn);
     let (small, _s) = connect(Mtu::Mtu256, 10);
     let (large, _l) = connect(Mtu::Mtu4096, 20);
     let data = pattern(8192, 5);

@@ -288,6 +288,10 @@ impl Batch {
         }
         for j in 0..self.len {
             let m = self.messages[j];
+            // Every header is written whole: the batch is reused, and nothing
+            // of an earlier round (a UDP_SEGMENT size) may stay in it.
+            // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
+            self.msgs[j] = unsafe { std::mem::zeroed() };
             let h = &mut self.msgs[j].msg_hdr;
             h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
             h.msg_namelen = io.tx_addrs[j].len();
@@ -295,10 +299,6 @@ impl Batch {
             h.msg_iovlen = m.count;
             if m.count > 1 {
                 set_segment_size(h, &mut self.control[j], m.segment as u16);
-            } else {
-                // the batch is reused: no UDP_SEGMENT left from an earlier round
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
             }
         }
     }

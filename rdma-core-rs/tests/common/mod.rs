@@ -105,3 +105,14 @@ pub fn write_wr(id: u64, a: &Side, off: usize, len: u32, b: &Side, roff: u64) ->
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
+
+/// A new RC QP on each side (on their CQs), connected to each other: `a`
+/// sends from PSN `psn`, `b` from `psn + 1000`.
+pub fn connected_qps(a: &Side, b: &Side, opts: &ConnectOptions, psn: u32) -> (QueuePair, QueuePair) {
+    let mk = |s: &Side| s.pd.create_qp(&QpInitAttr::new(QpType::Rc, &s.cq)).unwrap();
+    let (qa, qb) = (mk(a), mk(b));
+    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+    qa.connect(psn, &PeerInfo { qpn: qb.qp_num(), psn: psn + 1000, gid: gid(b) }, opts).unwrap();
+    qb.connect(psn + 1000, &PeerInfo { qpn: qa.qp_num(), psn, gid: gid(a) }, opts).unwrap();
+    (qa, qb)
+}

@@ -23,6 +23,7 @@ use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Why the endpoint dropped a packet. Each reason has its own counter.
@@ -195,6 +196,12 @@ pub struct Endpoint {
     ack_delay: Duration,
     /// `poll_transmit` has handed out a packet since it last returned `None`.
     sending: bool,
+    /// The last round of `poll_transmit` found nothing to send and nothing
+    /// has happened since that could change it (see [`Endpoint::touch`]):
+    /// an idle poll then costs a comparison, not a walk over every QP.
+    tx_idle: bool,
+    /// [`Endpoint::poll_timeout`]'s answer while nothing has changed.
+    deadline: Cell<Option<Option<Instant>>>,
     events: VecDeque<AsyncEvent>,
     ident_recovery: Option<IdentRecovery>,
 }
@@ -215,6 +222,8 @@ impl Endpoint {
             burst: 0,
             ack_delay: Duration::ZERO,
             sending: false,
+            tx_idle: false,
+            deadline: Cell::new(None),
             events: VecDeque::new(),
             ident_recovery: None,
         }
@@ -235,6 +244,7 @@ impl Endpoint {
     /// Changes a QP's UDP source port, for a driver that could not bind the
     /// default one. The ICRC covers the port, so the driver must send from it.
     pub fn set_qp_src_port(&mut self, qpn: u32, port: u16) -> Result<(), VerbsError> {
+        self.touch();
         self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.src_port = port;
         Ok(())
     }
@@ -329,6 +339,7 @@ impl Endpoint {
     }
 
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
+        self.touch();
         for cq in [init.send_cq, init.recv_cq] {
             if cq.0 >= self.cqs.cqs.len() {
                 return Err(VerbsError::NoSuchCq(cq.0));
@@ -344,11 +355,13 @@ impl Endpoint {
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        self.touch();
         self.qps.remove(&qpn).map(|_| ()).ok_or(VerbsError::NoSuchQp(qpn))
     }
 
     /// `ibv_modify_qp`. Moving to ERR flushes every queued request.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
+        self.touch();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         qp.modify(attr)?;
         if qp.state == QpState::Err {
@@ -365,6 +378,7 @@ impl Endpoint {
 
     /// `ibv_post_send`: checks the request against the QP and queues it.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        self.touch();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let t = qp.init.qp_type;
         let cap = qp.init.cap;
@@ -448,6 +462,7 @@ impl Endpoint {
     /// Anything wrong with it is counted and traced, never returned: a
     /// network peer cannot make the endpoint fail.
     pub fn handle_packet(&mut self, now: Instant, l3: &[u8]) {
+        self.touch();
         self.stats.packets_received += 1;
         let p = match RoceV2Packet::new_checked(l3) {
             Ok(p) => p,
@@ -537,6 +552,7 @@ impl Endpoint {
     /// says when). Zero (the default, as rxe) sends every ACK at once.
     /// NAKs, READ responses and atomic ACKs never wait.
     pub fn set_ack_delay(&mut self, delay: Duration) {
+        self.touch();
         self.ack_delay = delay;
     }
 
@@ -546,6 +562,11 @@ impl Endpoint {
     /// ends a round, and held ACKs leave at the end of a round that sent
     /// anything.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+            return None;
+        }
+        // Sending arms timers, and a QP that fails stops its own.
+        self.deadline.set(None);
         let t = self.next_packet(now, buf, false).or_else(|| {
             if self.sending && !self.ack_delay.is_zero() {
                 self.next_packet(now, buf, true)
@@ -554,7 +575,17 @@ impl Endpoint {
             }
         });
         self.sending = t.is_some();
+        self.tx_idle = t.is_none();
         t
+    }
+
+    /// Records that something happened which may give a QP packets to send
+    /// or change a timer: the next `poll_transmit` looks at every QP again,
+    /// and `poll_timeout` recomputes. Every `&mut self` entry point that
+    /// can do either calls it; posting a receive and polling a CQ cannot.
+    fn touch(&mut self) {
+        self.tx_idle = false;
+        self.deadline.set(None);
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
@@ -612,12 +643,18 @@ impl Endpoint {
     /// The next time [`Endpoint::handle_timeout`] has work, or when a
     /// waiting QP may send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if let Some(cached) = self.deadline.get() {
+            return cached;
+        }
         let d = self.ack_delay;
-        self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d)]).flatten().min()
+        let t = self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d)]).flatten().min();
+        self.deadline.set(Some(t));
+        t
     }
 
     /// Fires every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.touch();
         for (&qpn, qp) in self.qps.iter_mut() {
             if qp.req.rto_deadline.is_some_and(|t| t <= now) {
                 let was_error = qp.state == QpState::Err;

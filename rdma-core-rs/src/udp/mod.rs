@@ -172,7 +172,7 @@ fn driver_kind(d: &Driver) -> IoDriver {
 
 /// Sets up the driver `want` asks for (or `SOFTROCE_IO_DRIVER` names):
 /// io_uring falls back to sockets, with the reason traced.
-fn open_driver(want: IoDriver, rx: &Socket, capacity: usize) -> io::Result<Driver> {
+fn open_driver(want: IoDriver, rx: &Socket, capacity: usize, gro: bool) -> io::Result<Driver> {
     let want = match std::env::var("SOFTROCE_IO_DRIVER") {
         Ok(v) if !v.is_empty() => v
             .parse()
@@ -185,7 +185,7 @@ fn open_driver(want: IoDriver, rx: &Socket, capacity: usize) -> io::Result<Drive
             Err(e) => tracing::warn!(error = %e, "io_uring is unavailable: using the socket driver"),
         }
     }
-    Ok(Driver::Sockets(recv::RxRing::new(capacity)))
+    Ok(Driver::Sockets(recv::RxRing::new(capacity, gro)))
 }
 
 fn ip_header_len(local: IpAddr) -> usize {
@@ -279,7 +279,7 @@ impl UdpIo {
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
-        let driver = open_driver(driver, &rx, capacity)?;
+        let driver = open_driver(driver, &rx, capacity, gro)?;
         tracing::debug!(%local, gso = offloads.gso, gro = offloads.gro, driver = driver_kind(&driver).name(), "UDP backend bound");
         Ok(UdpIo {
             local,

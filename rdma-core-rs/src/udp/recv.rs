@@ -17,19 +17,60 @@ use std::os::fd::AsRawFd;
 /// Room for the UDP_GRO control message (an int), aligned for cmsghdr.
 const CMSG_ROOM: usize = 64;
 
-/// The receive buffers, allocated once.
+/// The receive buffers and the `recvmmsg` headers that point into them,
+/// set up once: a poll that finds nothing costs the system call alone, and
+/// a receive resets only the fields the kernel wrote in the headers it used.
 pub(super) struct RxRing {
     bufs: Vec<Box<[u8]>>,
-    control: Vec<[u64; CMSG_ROOM / 8]>,
+    control: Box<[[u64; CMSG_ROOM / 8]; BATCH]>,
+    names: Box<[MaybeUninit<libc::sockaddr_storage>; BATCH]>,
+    iovs: Box<[libc::iovec; BATCH]>,
+    msgs: Box<[libc::mmsghdr; BATCH]>,
+    gro: bool,
 }
 
+// SAFETY: the raw pointers in `iovs` and `msgs` point into the heap blocks
+// this struct owns (never reallocated), so they move with it between threads.
+unsafe impl Send for RxRing {}
+
+const NAME_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+
 impl RxRing {
-    /// `capacity`: the longest datagram taken (longer ones are dropped as truncated).
-    pub(super) fn new(capacity: usize) -> RxRing {
-        RxRing {
+    /// `capacity`: the longest datagram taken (longer ones are dropped as
+    /// truncated); `gro`: the socket hands up UDP_GRO control messages.
+    pub(super) fn new(capacity: usize, gro: bool) -> RxRing {
+        // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
+        let (iovs, msgs) = unsafe { (Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed())) };
+        let mut ring = RxRing {
             bufs: (0..BATCH).map(|_| vec![0u8; HEADROOM + capacity].into_boxed_slice()).collect(),
-            control: vec![[0; CMSG_ROOM / 8]; BATCH],
+            control: Box::new([[0; CMSG_ROOM / 8]; BATCH]),
+            names: Box::new([MaybeUninit::uninit(); BATCH]),
+            iovs,
+            msgs,
+            gro,
+        };
+        for i in 0..BATCH {
+            let b = &mut ring.bufs[i][HEADROOM..];
+            ring.iovs[i] = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
+            let h = &mut ring.msgs[i].msg_hdr;
+            h.msg_name = ring.names[i].as_mut_ptr().cast();
+            h.msg_iov = &mut ring.iovs[i];
+            h.msg_iovlen = 1;
+            if gro {
+                h.msg_control = ring.control[i].as_mut_ptr().cast();
+            }
+            ring.reset(i);
         }
+        ring
+    }
+
+    /// Gives header `i` back its buffer sizes, which the kernel overwrote.
+    fn reset(&mut self, i: usize) {
+        let m = &mut self.msgs[i];
+        m.msg_len = 0;
+        m.msg_hdr.msg_namelen = NAME_LEN;
+        m.msg_hdr.msg_controllen = if self.gro { CMSG_ROOM } else { 0 };
+        m.msg_hdr.msg_flags = 0;
     }
 }
 
@@ -58,29 +99,11 @@ impl UdpIo {
             Driver::Sockets(ring) => ring,
             Driver::Uring(u) => return u.receive(ep, now, self.local, &mut self.stats),
         };
-        let mut names: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
-        // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        let RxRing { bufs, control } = rx_ring;
-        for i in 0..BATCH {
-            let b = &mut bufs[i][HEADROOM..];
-            iovs[i] = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
-            let h = &mut msgs[i].msg_hdr;
-            h.msg_name = names[i].as_mut_ptr().cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
-            if self.offloads.gro {
-                h.msg_control = control[i].as_mut_ptr().cast();
-                h.msg_controllen = CMSG_ROOM;
-            }
-        }
         // SAFETY: every pointer refers to live buffers of the stated sizes.
         let n = unsafe {
             libc::recvmmsg(
                 self.rx.as_raw_fd(),
-                msgs.as_mut_ptr(),
+                rx_ring.msgs.as_mut_ptr(),
                 BATCH as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -95,19 +118,22 @@ impl UdpIo {
             };
         }
         let n = n as usize;
-        for (i, m) in msgs.iter().enumerate().take(n) {
-            let len = m.msg_len as usize;
-            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+        for i in 0..n {
+            let m = &rx_ring.msgs[i];
+            let (len, flags, namelen) = (m.msg_len as usize, m.msg_hdr.msg_flags, m.msg_hdr.msg_namelen);
+            let seg = gro_segment_size(&m.msg_hdr);
+            if flags & libc::MSG_TRUNC != 0 {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += 1;
                 tracing::debug!(len, "oversized datagram dropped");
-                continue;
+            } else {
+                // SAFETY: the kernel wrote msg_namelen bytes of a socket address.
+                let src = unsafe { SockAddr::new(*rx_ring.names[i].as_ptr(), namelen).as_socket() };
+                if let Some(src) = src {
+                    deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, src, self.local, &mut self.stats);
+                }
             }
-            // SAFETY: the kernel wrote msg_namelen bytes of a socket address.
-            let src = unsafe { SockAddr::new(*names[i].as_ptr(), m.msg_hdr.msg_namelen).as_socket() };
-            let Some(src) = src else { continue };
-            let seg = gro_segment_size(&m.msg_hdr);
-            deliver(ep, now, &mut bufs[i], HEADROOM, len, seg, src, self.local, &mut self.stats);
+            rx_ring.reset(i);
         }
         Ok(n)
     }

@@ -43,9 +43,7 @@ rp() {
     shift
     echo "== rdma-perf $* ($tag)" >&2
     local line
-    # Both sides poll to the end in a loopback run, so ACKs may wait 20 us
-    # for company (--ack-delay-us; off by default, see DeviceConfig::ack_delay).
-    line=$($perf "$@" --loopback --quiet --json --ack-delay-us 20 | tail -1)
+    line=$($perf "$@" --loopback --quiet --json | tail -1)
     echo "{\"tag\":\"$tag\",${line#\{}" >>"$out"
     echo "   $(echo "$line" | cut -c1-160)" >&2
 }

@@ -38,7 +38,7 @@ fn config(test: TestKind) -> Config {
         events: false,
         spin: rdma_core_rs::DeviceConfig::DEFAULT_SPIN,
         plain_datagrams: false,
-        ack_delay: std::time::Duration::ZERO,
+        ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,
     }
 }
@@ -57,8 +57,7 @@ fn bandwidth_with_and_without_udp_offloads_and_latency_on_events() {
     assert_eq!((plain.counters.gso_sends, plain.counters.gro_receives), (0, 0));
 
     for test in [TestKind::SendLat, TestKind::ReadLat, TestKind::AtomicLat] {
-        let ack_delay = std::time::Duration::from_micros(20);
-        let r = perf::run(&Config { events: true, spin: std::time::Duration::ZERO, ack_delay, ..config(test) })
+        let r = perf::run(&Config { events: true, spin: std::time::Duration::ZERO, ..config(test) })
             .unwrap_or_else(|e| panic!("{test} --events: {e}"));
         assert_eq!(r.verified, Some(true), "{test} --events");
         assert_eq!(r.iterations, 200);

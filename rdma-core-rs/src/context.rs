@@ -25,6 +25,13 @@ const RX_BATCHES_PER_ROUND: usize = 8;
 /// The longest a waiter sleeps without looking again.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
+/// How often the ACK flusher looks for held ACKs (see [`spawn_ack_flusher`]):
+/// the most a held ACK overstays its delay when the application stops calling.
+const FLUSH_PERIOD: Duration = Duration::from_millis(1);
+
+/// Looks without a held ACK after which the ACK flusher sleeps until woken.
+const FLUSH_QUIET_LOOKS: u32 = 16;
+
 /// A completion channel's pending events and the CQs armed on it.
 #[derive(Debug, Default)]
 pub(crate) struct ChannelState {
@@ -53,6 +60,10 @@ pub(crate) struct Inner {
     epoch: std::time::Instant,
     progressed: Condvar,
     thread: AtomicBool,
+    /// The ACK flusher thread, if the device has one.
+    flusher: std::sync::OnceLock<std::thread::Thread>,
+    /// The ACK flusher sleeps until woken (see [`Inner::wake_flusher`]).
+    flusher_parked: AtomicBool,
     #[cfg(feature = "tokio")]
     pub(crate) notify: tokio::sync::Notify,
 }
@@ -126,6 +137,7 @@ impl Inner {
             st.ep.handle_timeout(now);
         }
         moved += st.io.transmit(&mut st.ep, now)?;
+        self.wake_flusher(st);
         if st.io.has_pending() {
             // io_uring: receives reaped while sending wait for no readiness event
             moved += st.io.receive(&mut st.ep, now)?;
@@ -145,12 +157,32 @@ impl Inner {
     /// Sends what a post queued, and makes the leader look at its timers again.
     pub(crate) fn doorbell(&self, st: &mut State) -> Result<()> {
         st.io.transmit(&mut st.ep, self.now())?;
+        self.wake_flusher(st);
         if st.leader || self.thread.load(Ordering::Relaxed) {
             let one = 1u64;
             // SAFETY: writes 8 bytes to our eventfd.
             unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
         }
         Ok(())
+    }
+
+    /// Wakes the sleeping ACK flusher if an ACK is now held back: one
+    /// atomic load while it is awake, which is all the time in steady traffic.
+    fn wake_flusher(&self, st: &State) {
+        if self.flusher_parked.load(Ordering::Relaxed) && st.ep.holds_acks() {
+            self.flusher_parked.store(false, Ordering::Relaxed);
+            if let Some(t) = self.flusher.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Sends held ACKs now (before a QP goes away: its peer still waits for them).
+    pub(crate) fn release_acks(&self, st: &mut State) {
+        st.ep.release_acks();
+        if let Err(e) = st.io.transmit(&mut st.ep, self.now()) {
+            tracing::debug!(error = %e, "could not send the held ACKs");
+        }
     }
 
     fn fire_channels(&self, st: &mut State) {
@@ -239,12 +271,16 @@ impl Context {
             epoch: std::time::Instant::now(),
             progressed: Condvar::new(),
             thread: AtomicBool::new(false),
+            flusher: std::sync::OnceLock::new(),
+            flusher_parked: AtomicBool::new(false),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         });
         tracing::info!(device = device.name(), addr = %device.addr(), "device open");
         if cfg.progress == Progress::Thread {
             spawn_progress_thread(&inner)?;
+        } else if !cfg.ack_delay.is_zero() {
+            spawn_ack_flusher(&inner)?;
         }
         Ok(Context { inner })
     }
@@ -302,6 +338,64 @@ impl Context {
     pub fn io_driver(&self) -> crate::IoDriver {
         self.inner.lock().io.driver()
     }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(t) = self.flusher.get() {
+            t.unpark(); // it finds the device gone and ends
+        }
+    }
+}
+
+/// The ACK flusher of a device with manual progress and an ACK delay.
+///
+/// A held ACK leaves with the next packet sent, or when its delay is up,
+/// but only while something drives the device. An application that stops
+/// calling (it computes, or blocks on something else) would strand it, and
+/// its peer would wait for the completion or retransmit. This thread
+/// looks every [`FLUSH_PERIOD`] and sends ACKs whose delay is up; it skips
+/// a look while the application is inside a call (that call sends them),
+/// and after [`FLUSH_QUIET_LOOKS`] looks without a held ACK it sleeps
+/// until one is held again. It never receives: progress stays manual.
+fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let name = format!("rdma-acks-{}", inner.device.name());
+    let handle = std::thread::Builder::new().name(name).spawn(move || {
+        let mut quiet = 0;
+        loop {
+            if quiet >= FLUSH_QUIET_LOOKS {
+                std::thread::park();
+                quiet = 0;
+            } else {
+                std::thread::park_timeout(FLUSH_PERIOD);
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            let mut guard = match inner.state.try_lock() {
+                Ok(st) => st,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            let st = &mut *guard;
+            if !st.ep.holds_acks() {
+                quiet += 1;
+                if quiet >= FLUSH_QUIET_LOOKS {
+                    // Under the lock: a call that holds an ACK after this sees the flag.
+                    inner.flusher_parked.store(true, Ordering::Relaxed);
+                }
+                continue;
+            }
+            quiet = 0;
+            let now = inner.now();
+            if st.ep.poll_timeout().is_some_and(|t| t <= now) {
+                if let Err(e) = st.io.transmit(&mut st.ep, now) {
+                    tracing::debug!(error = %e, "ACK flusher could not send");
+                }
+            }
+        }
+    })?;
+    let _ = inner.flusher.set(handle.thread().clone());
+    Ok(())
 }
 
 /// The background progress thread: sleeps on the socket and the engine's

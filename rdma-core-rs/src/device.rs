@@ -89,12 +89,13 @@ pub struct DeviceConfig {
     pub spin: Duration,
     /// How long a lone ACK may wait to leave with the next packet sent
     /// (`Endpoint::set_ack_delay`): in a ping-pong the ACK then goes out
-    /// in the same system call as the reply, after it. Zero (the default):
-    /// ACK at once. Opt-in for now: a held ACK leaves only while something
-    /// drives progress, so with manual progress an application that stops
-    /// calling (closes its QP, blocks elsewhere) strands it and the peer
-    /// waits for its completion; the kernel Soft-RoCE lab showed exactly
-    /// that. A timer for held ACKs will lift this.
+    /// in the same system call as the reply, after it, instead of in a
+    /// system call of its own. Only QPs that are sending themselves hold
+    /// ACKs, so the target of a one-way stream still ACKs at once. A held
+    /// ACK never strands: with manual progress a small thread sends those
+    /// whose delay is up while the application is not calling (at most
+    /// about a millisecond late), and destroying a QP sends its held ACKs
+    /// first. Zero: every ACK at once, as rxe does.
     pub ack_delay: Duration,
     /// One datagram per packet: no UDP GSO on send, no GRO on receive
     /// (for comparison, and what a fault-injecting device does anyway).
@@ -107,8 +108,9 @@ pub struct DeviceConfig {
 impl DeviceConfig {
     /// The default of [`DeviceConfig::spin`].
     pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-    /// The default of [`DeviceConfig::ack_delay`]: off (see there).
-    pub const DEFAULT_ACK_DELAY: Duration = Duration::ZERO;
+    /// The default of [`DeviceConfig::ack_delay`]: 20 µs, about a
+    /// loopback round trip, so that a ping-pong's reply carries its ACK.
+    pub const DEFAULT_ACK_DELAY: Duration = Duration::from_micros(20);
 }
 
 impl Default for DeviceConfig {

@@ -153,6 +153,7 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         let mut st = self.ctx.inner.lock();
+        self.ctx.inner.release_acks(&mut st);
         let _ = st.ep.destroy_qp(self.qpn);
         st.io.release_port(self.src_port);
     }

@@ -252,3 +252,46 @@ fn a_lone_packet_after_a_gso_run_of_smaller_packets_leaves_whole() {
     assert_eq!(sa.retransmits, 0, "nothing had to be sent twice: {sa:?}");
     assert_eq!(sb.drops.values().sum::<u64>(), 0, "the peer dropped nothing: {sb:?}");
 }
+
+/// A QP that has been sending holds a lone ACK back for company
+/// (`DeviceConfig::ack_delay`), yet the requester gets it when the
+/// responder's application stops calling: the device's ACK flusher sends
+/// it once its delay is up, and destroying the QP sends it at once.
+#[test]
+fn held_acks_reach_the_requester_when_the_responder_stops_calling() {
+    let cfg = DeviceConfig {
+        progress: Progress::Manual,
+        ack_delay: std::time::Duration::from_micros(300),
+        ..DeviceConfig::default()
+    };
+    // A retransmit timer of ~1 s: the ACK must come long before it.
+    let opts = ConnectOptions { timeout: 18, ..ConnectOptions::default() };
+    for destroy in [false, true] {
+        let mut held = false;
+        for attempt in 0..20 {
+            let (a, b) = pair_with(QpType::Rc, cfg.clone(), opts);
+            // b sends first, so that its QP is conversing.
+            a.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![a.mr.sge(0, 64).unwrap()] }]).unwrap();
+            b.qp.post_send(&[SendWr::new(2, SendOp::Send, vec![b.mr.sge(0, 8).unwrap()])]).unwrap();
+            assert_eq!(b.wait_one_with(&a).status, WcStatus::Success);
+            assert_eq!(a.wait_one().status, WcStatus::Success);
+            // a sends; b takes it and then stops calling.
+            b.qp.post_recv(&[RecvWr { wr_id: 3, sg_list: vec![b.mr.sge(64, 64).unwrap()] }]).unwrap();
+            let sent_before = b.ctx.stats().packets_sent;
+            a.qp.post_send(&[SendWr::new(4, SendOp::Send, vec![a.mr.sge(64, 8).unwrap()])]).unwrap();
+            assert_eq!(b.wait_one().wr_id, 3);
+            if b.ctx.stats().packets_sent != sent_before {
+                continue; // more than a millisecond passed: b no longer conversing, ACKed at once
+            }
+            held = true;
+            if destroy {
+                drop(b); // QP, then device: nothing of b is left to send a due ACK later
+            }
+            let wc = a.wait_one();
+            assert_eq!((wc.wr_id, wc.status), (4, WcStatus::Success), "destroy {destroy}, attempt {attempt}");
+            assert_eq!(a.ctx.stats().retransmits, 0, "the ACK came without a retransmission (destroy {destroy})");
+            break;
+        }
+        assert!(held, "b never held its ACK in 20 attempts (destroy {destroy})");
+    }
+}

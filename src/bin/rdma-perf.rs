@@ -101,10 +101,10 @@ struct Args {
     /// One datagram per packet: no UDP GSO on send, no GRO on receive.
     #[arg(long = "no-offload")]
     no_offload: bool,
-    /// Microseconds a lone ACK may wait to leave with the next packet sent
-    /// (0: at once). Only for runs whose both sides keep polling to the end,
-    /// as --loopback runs do: a side that stops calling strands the ACK.
-    #[arg(long = "ack-delay-us", default_value_t = 0)]
+    /// Microseconds a lone ACK may wait to leave with the next packet sent,
+    /// so that a reply carries it (0: every ACK at once, as rxe does).
+    /// Only QPs that send themselves hold ACKs.
+    #[arg(long = "ack-delay-us", default_value_t = rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY.as_micros() as u64)]
     ack_delay_us: u64,
     /// The system calls that move packets: sockets (recvmmsg/sendmmsg) or
     /// io-uring (multishot receive into registered buffers; falls back to

@@ -202,6 +202,8 @@ pub struct Endpoint {
     tx_idle: bool,
     /// [`Endpoint::poll_timeout`]'s answer while nothing has changed.
     deadline: Cell<Option<Option<Instant>>>,
+    /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
+    release: bool,
     events: VecDeque<AsyncEvent>,
     ident_recovery: Option<IdentRecovery>,
 }
@@ -224,6 +226,7 @@ impl Endpoint {
             sending: false,
             tx_idle: false,
             deadline: Cell::new(None),
+            release: false,
             events: VecDeque::new(),
             ident_recovery: None,
         }
@@ -549,11 +552,31 @@ impl Endpoint {
     /// with the next packet this endpoint sends (after it, in the same
     /// round of `poll_transmit` calls), or covers later requests too, or
     /// leaves alone when `delay` has passed ([`Endpoint::poll_timeout`]
-    /// says when). Zero (the default, as rxe) sends every ACK at once.
-    /// NAKs, READ responses and atomic ACKs never wait.
+    /// says when). Only a QP that sent a request itself within the last
+    /// millisecond holds ACKs (a ping-pong, or traffic both ways): the
+    /// passive side of a one-way stream ACKs at once, so a requester that
+    /// waits for each completion is never slowed. Zero (the default of the
+    /// engine, as rxe) sends every ACK at once. NAKs, READ responses and
+    /// atomic ACKs never wait.
     pub fn set_ack_delay(&mut self, delay: Duration) {
         self.touch();
         self.ack_delay = delay;
+    }
+
+    /// Lets every held ACK leave in the next round of `poll_transmit`
+    /// without waiting for its delay: for a driver about to destroy a QP,
+    /// or to stop driving the endpoint for a while.
+    pub fn release_acks(&mut self) {
+        self.touch();
+        self.release = true;
+    }
+
+    /// Whether some QP holds a lone ACK back for company (see
+    /// [`Endpoint::set_ack_delay`]): a driver that may stop calling must
+    /// then make sure that `poll_timeout` is honoured, or call
+    /// [`Endpoint::release_acks`]. Walks every QP.
+    pub fn holds_acks(&self) -> bool {
+        self.qps.values().any(|q| q.resp.ack_held_since.is_some())
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
@@ -567,7 +590,7 @@ impl Endpoint {
         }
         // Sending arms timers, and a QP that fails stops its own.
         self.deadline.set(None);
-        let t = self.next_packet(now, buf, false).or_else(|| {
+        let t = self.next_packet(now, buf, self.release).or_else(|| {
             if self.sending && !self.ack_delay.is_zero() {
                 self.next_packet(now, buf, true)
             } else {
@@ -576,6 +599,9 @@ impl Endpoint {
         });
         self.sending = t.is_some();
         self.tx_idle = t.is_none();
+        if t.is_none() {
+            self.release = false;
+        }
         t
     }
 
@@ -647,7 +673,8 @@ impl Endpoint {
             return cached;
         }
         let d = self.ack_delay;
-        let t = self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d)]).flatten().min();
+        let t =
+            self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d)]).flatten().min();
         self.deadline.set(Some(t));
         t
     }

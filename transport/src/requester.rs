@@ -70,6 +70,9 @@ pub struct Requester {
     pub(crate) recovering_at: Option<Psn>,
     /// Counted at the endpoint; kept here to tell the driver.
     pub retransmits: u64,
+    /// When this QP last sent a request packet: a responder holds a lone
+    /// ACK only for a QP that is sending too (see `Qp::responder_transmit`).
+    pub(crate) last_sent: Option<Instant>,
 }
 
 impl Requester {
@@ -82,6 +85,7 @@ impl Requester {
             comp_psn: sq_psn,
             since_ack_req: 0,
             rto_deadline: None,
+            last_sent: None,
             rnr_until: None,
             retry_left: 7,
             rnr_left: 7,
@@ -348,6 +352,7 @@ impl Qp {
         if t == QpType::Rc && self.req.rto_deadline.is_none() {
             self.req.rto_deadline = local_ack_timeout(self.params.timeout).map(|d| now + d);
         }
+        self.req.last_sent = Some(now);
         ReqOutcome::Sent { len, dest: av.dest }
     }
 }

@@ -32,6 +32,10 @@ use std::collections::VecDeque;
 /// How many executed atomics a responder remembers for replay.
 const ATOMIC_REPLAY_DEPTH: usize = 64;
 
+/// How recently a QP must have sent a request for its responder to hold a
+/// lone ACK for company ([`crate::Endpoint::set_ack_delay`]).
+const CONVERSING: core::time::Duration = core::time::Duration::from_millis(1);
+
 /// A message being received over several packets.
 #[derive(Debug, Clone)]
 enum InMessage {
@@ -523,7 +527,11 @@ impl Qp {
         let av = self.params.av?;
         let lone_ack = self.resp.out.len() == 1
             && matches!(self.resp.out.front(), Some(Response::Ack { syndrome, .. }) if syndrome.is_ack());
-        if lone_ack && !hold.is_zero() && !flush {
+        // Only a QP that is itself sending can expect company soon; the
+        // passive target of a one-way stream ACKs at once, so that a
+        // requester waiting for each completion never waits for `hold`.
+        let conversing = self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING);
+        if lone_ack && conversing && !hold.is_zero() && !flush {
             let since = *self.resp.ack_held_since.get_or_insert(now);
             if now < since + hold {
                 return None;

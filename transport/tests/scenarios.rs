@@ -300,34 +300,51 @@ fn an_rc_sender_keeps_at_most_128_unacknowledged_psns_in_flight() {
     assert_eq!(sim.ep(a.ep).stats().retransmits, 0);
 }
 
+/// `from` sends `to` one message and both sides drain their completions,
+/// so that `from`'s QP has sent a request lately (it is conversing).
+fn converse(sim: &mut Sim, from: &Side, to: &Side) {
+    recv(sim, to, 900, 512, 64);
+    post(sim, from, 901, SendOp::Send, 512, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(from.ep).cq_len(from.send_cq) > 0));
+    completions(sim, from, from.send_cq);
+    completions(sim, to, to.recv_cq);
+}
+
 #[test]
 fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes() {
     let delay = Duration::from_micros(20);
-    // Alone: nothing else to send, so the ACK leaves when the delay has passed.
-    for (d, seed) in [(Duration::ZERO, 40), (delay, 41)] {
+    // Alone: nothing else to send, so the ACK leaves when the delay has
+    // passed; a QP that has not sent anything itself ACKs at once.
+    for (d, conversing, seed) in [(Duration::ZERO, true, 40), (delay, true, 41), (delay, false, 43)] {
         let (mut sim, a, b) = pair(seed);
         sim.ep(b.ep).set_ack_delay(d);
+        if conversing {
+            converse(&mut sim, &b, &a);
+        }
+        let sent_before = sim.stats.sent;
         recv(&mut sim, &b, 100, 0, 64);
         post(&mut sim, &a, 1, SendOp::Send, 0, 8);
         assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
         let arrived = sim.now;
-        if !d.is_zero() {
+        let held = !d.is_zero() && conversing;
+        if held {
             assert!(sim.ep(b.ep).poll_timeout().is_some_and(|t| t <= arrived + d), "the held ACK has a deadline");
         }
         assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
         let acked_after = sim.now - arrived;
-        if d.is_zero() {
-            assert!(acked_after < delay / 2, "an immediate ACK took {acked_after:?}");
-        } else {
+        if held {
             assert!(acked_after >= d && acked_after < d + delay / 2, "a held ACK took {acked_after:?}");
+        } else {
+            assert!(acked_after < delay / 2, "an immediate ACK took {acked_after:?} (conversing: {conversing})");
         }
         assert_eq!(statuses(&completions(&mut sim, &a, a.send_cq)), [(1, WcStatus::Success)]);
-        assert_eq!(sim.stats.sent, 2, "one SEND, one ACK");
+        assert_eq!(sim.stats.sent - sent_before, 2, "one SEND, one ACK");
     }
 
     // A reply: the ACK leaves right after it, in the same round, long before the delay.
     let (mut sim, a, b) = pair(42);
     sim.ep(b.ep).set_ack_delay(delay);
+    converse(&mut sim, &b, &a);
     let from_b = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let seen = from_b.clone();
     let b_index = b.ep;
@@ -347,4 +364,18 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
     assert!(sim.now - arrived < delay / 2, "the ACK left with the reply, not after the delay");
     assert_eq!(from_b.borrow()[..2], [Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE]);
+
+    // Released: a driver about to destroy the QP sends the held ACK at once.
+    let (mut sim, a, b) = pair(44);
+    sim.ep(b.ep).set_ack_delay(delay);
+    converse(&mut sim, &b, &a);
+    recv(&mut sim, &b, 100, 0, 64);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    let arrived = sim.now;
+    assert!(sim.ep(b.ep).holds_acks(), "the ACK is held");
+    sim.ep(b.ep).release_acks();
+    assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
+    assert!(sim.now - arrived < delay / 2, "the released ACK did not wait for its delay");
+    assert!(!sim.ep(b.ep).holds_acks());
 }

@@ -129,7 +129,7 @@ impl QueuePair {
         let mut st = self.ctx.inner.lock();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(source) = st.ep.post_send(self.qpn, wr.clone()) {
+            if let Err(source) = st.ep.post_send_copy(self.qpn, wr) {
                 result = Err(Error::Post { index, wr_id: wr.wr_id, source });
                 break;
             }
@@ -142,7 +142,7 @@ impl QueuePair {
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
         for (index, wr) in wrs.iter().enumerate() {
-            st.ep.post_recv(self.qpn, wr.clone()).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })?;
+            st.ep.post_recv_copy(self.qpn, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })?;
         }
         // A receive can unblock an RNR-waiting peer only when it retries;
         // still, flush anything the engine has (flushed receives in ERR).
@@ -176,11 +176,7 @@ impl SharedReceiveQueue {
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
         for (index, wr) in wrs.iter().enumerate() {
-            st.ep.post_srq_recv(self.id, wr.clone()).map_err(|source| Error::Post {
-                index,
-                wr_id: wr.wr_id,
-                source,
-            })?;
+            st.ep.post_srq_recv_copy(self.id, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })?;
         }
         Ok(())
     }

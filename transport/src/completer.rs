@@ -37,6 +37,7 @@ impl Qp {
         if w.wr.signaled || self.init.sq_sig_all {
             cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
         }
+        cqs.recycle(w.wr.sg_list);
         if self.req.cursor_wqe == 0 {
             // The cursor was inside the completed WQE: all of it is
             // acknowledged, so continue at the start of the next one.

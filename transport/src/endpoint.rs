@@ -20,6 +20,7 @@ use crate::requester::{ReqOutcome, SendWqe};
 use crate::responder::RespCtx;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
+use crate::Sge;
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
@@ -95,9 +96,31 @@ pub struct CqTable {
     cqs: Vec<(usize, VecDeque<WorkCompletion>)>,
     overruns: u64,
     delivered: u64,
+    /// Scatter/gather lists of finished work requests, for the engine's
+    /// copies of new ones: posting then allocates nothing in steady state.
+    spare_sges: Vec<Vec<Sge>>,
 }
 
+/// Spare scatter/gather lists kept, and the longest list kept.
+const SPARE_SGES: usize = 4096;
+const SPARE_SGE_CAPACITY: usize = 16;
+
 impl CqTable {
+    /// A copy of `sges` in a spare list if there is one.
+    fn copy_sges(&mut self, sges: &[Sge]) -> Vec<Sge> {
+        let mut v = self.spare_sges.pop().unwrap_or_default();
+        v.extend_from_slice(sges);
+        v
+    }
+
+    /// Keeps the list of a finished work request for reuse.
+    pub(crate) fn recycle(&mut self, mut sges: Vec<Sge>) {
+        if self.spare_sges.len() < SPARE_SGES && sges.capacity() <= SPARE_SGE_CAPACITY {
+            sges.clear();
+            self.spare_sges.push(sges);
+        }
+    }
+
     pub(crate) fn push(&mut self, cq: CqId, wc: WorkCompletion) {
         match self.cqs.get_mut(cq.0) {
             Some((depth, q)) if q.len() < *depth => {
@@ -436,6 +459,25 @@ impl Endpoint {
             qp.flush(&mut self.cqs);
         }
         Ok(())
+    }
+
+    /// [`Endpoint::post_send`] of a copy of `wr`, made without allocating
+    /// in steady state (finished requests' lists are reused).
+    pub fn post_send_copy(&mut self, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
+        let sg_list = self.cqs.copy_sges(&wr.sg_list);
+        self.post_send(qpn, SendWr { sg_list, inline_data: wr.inline_data.clone(), ..*wr })
+    }
+
+    /// [`Endpoint::post_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).
+    pub fn post_recv_copy(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
+        let sg_list = self.cqs.copy_sges(&wr.sg_list);
+        self.post_recv(qpn, RecvWr { wr_id: wr.wr_id, sg_list })
+    }
+
+    /// [`Endpoint::post_srq_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).
+    pub fn post_srq_recv_copy(&mut self, srq: SrqId, wr: &RecvWr) -> Result<(), VerbsError> {
+        let sg_list = self.cqs.copy_sges(&wr.sg_list);
+        self.post_srq_recv(srq, RecvWr { wr_id: wr.wr_id, sg_list })
     }
 
     /// `ibv_post_recv`.

@@ -307,6 +307,7 @@ impl Qp {
                         wc.wc_flags |= wc_flags::WITH_INV;
                     }
                     ctx.cqs.push(self.init.recv_cq, wc);
+                    ctx.cqs.recycle(recv.sg_list);
                     self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 } else {
                     self.resp.cur = Some(InMessage::Send { recv, pd, offset: end });
@@ -359,6 +360,7 @@ impl Qp {
                         wc.imm_data = p.imm_dt();
                         wc.wc_flags |= wc_flags::WITH_IMM;
                         ctx.cqs.push(self.init.recv_cq, wc);
+                        ctx.cqs.recycle(recv.sg_list);
                     }
                     self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 } else {
@@ -508,6 +510,7 @@ impl Qp {
             wc.wc_flags |= wc_flags::WITH_IMM;
         }
         ctx.cqs.push(self.init.recv_cq, wc);
+        ctx.cqs.recycle(recv.sg_list);
     }
 
     /// Writes the next response packet into `buf`, if one is waiting.

@@ -159,11 +159,16 @@ impl Inner {
         st.io.transmit(&mut st.ep, self.now())?;
         self.wake_flusher(st);
         if st.leader || self.thread.load(Ordering::Relaxed) {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes to our eventfd.
-            unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            self.kick();
         }
         Ok(())
+    }
+
+    /// Wakes the waiter sleeping in poll(2) (or the progress thread).
+    fn kick(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes to our eventfd.
+        unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
     /// Wakes the sleeping ACK flusher if an ACK is now held back: one
@@ -390,6 +395,11 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
             if st.ep.poll_timeout().is_some_and(|t| t <= now) {
                 if let Err(e) = st.io.transmit(&mut st.ep, now) {
                     tracing::debug!(error = %e, "ACK flusher could not send");
+                }
+                if st.leader && st.io.has_pending() {
+                    // io_uring reaped packets while sending: no readiness
+                    // event will wake the waiter for them.
+                    inner.kick();
                 }
             }
         }

@@ -6,8 +6,15 @@
 //!   MODE is `plain` (one send and one receive system call per datagram),
 //!   `mmsg` (sendmmsg/recvmmsg of 32) or `gso` (UDP_SEGMENT sends of up to
 //!   64 segments, UDP_GRO receives). Prints the receiver's figures.
-//! - `pingpong SIZE ITERS POLL`: a SIZE-byte ping-pong; POLL is `busy`
-//!   (non-blocking receives in a loop) or `block`. Prints round trips.
+//! - `pingpong SIZE ITERS POLL`: a SIZE-byte ping-pong on connected
+//!   sockets (`send`/`recv`: the cheapest system calls there are); POLL is
+//!   `busy` (non-blocking receives in a loop) or `block`. Prints round trips.
+//! - `pingpong-roce SIZE ITERS POLL`: the same with the system calls an RC
+//!   ping-pong over RoCE v2 makes: each side sends its message and a
+//!   20-byte ACK-sized datagram behind it in one `sendmmsg` of one
+//!   UDP_SEGMENT message from an unconnected socket, and takes them with
+//!   `recvmmsg` on a UDP_GRO socket. The floor of rdma-perf's round trip
+//!   without any engine work.
 //!
 //! Output: one JSON object.
 
@@ -149,13 +156,111 @@ fn pingpong(size: usize, iters: usize, busy: bool) {
     );
 }
 
+/// One side of `pingpong-roce`: unconnected, UDP_GRO on.
+fn roce_socket(addr: &str, busy: bool) -> UdpSocket {
+    let s = UdpSocket::bind(addr).unwrap();
+    setopt(&s, libc::SOL_UDP, UDP_GRO, 1);
+    s.set_nonblocking(busy).unwrap();
+    s
+}
+
+/// Sends `msg` and a 20-byte ACK-sized segment after it to `to`, as one
+/// UDP_SEGMENT message in one `sendmmsg` (as the RoCE backend sends a reply
+/// with the ACK it carries).
+fn send_with_ack(s: &UdpSocket, msg: &mut [u8], to: &std::net::SocketAddr) {
+    let std::net::SocketAddr::V4(to) = to else { panic!("IPv4 loopback only") };
+    let mut name = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    let mut iov = libc::iovec { iov_base: msg.as_mut_ptr().cast(), iov_len: msg.len() };
+    let mut control = [0u64; 4];
+    let mut m = headers(std::slice::from_mut(&mut iov));
+    let h = &mut m[0].msg_hdr;
+    h.msg_name = (&mut name as *mut libc::sockaddr_in).cast();
+    h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    h.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA stay within `control`.
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), (msg.len() - 20) as u16);
+    }
+    // SAFETY: the header points at live buffers of the stated sizes.
+    let n = unsafe { libc::sendmmsg(s.as_raw_fd(), m.as_mut_ptr(), 1, 0) };
+    assert_eq!(n, 1, "sendmmsg: {}", std::io::Error::last_os_error());
+}
+
+/// Receives one datagram (UDP_GRO: the message and its ACK) with `recvmmsg`.
+fn recv_gro(s: &UdpSocket, buf: &mut [u8]) {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut control = [0u64; 8];
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    loop {
+        let mut m = headers(std::slice::from_mut(&mut iov));
+        let h = &mut m[0].msg_hdr;
+        h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        h.msg_control = control.as_mut_ptr().cast();
+        h.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: the header points at live buffers of the stated sizes.
+        let n = unsafe { libc::recvmmsg(s.as_raw_fd(), m.as_mut_ptr(), 1, 0, std::ptr::null_mut()) };
+        if n == 1 {
+            return;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "recvmmsg: {e}");
+        std::hint::spin_loop();
+    }
+}
+
+fn pingpong_roce(size: usize, iters: usize, busy: bool) {
+    let (a, b) = (roce_socket("127.0.0.1:0", busy), roce_socket("127.0.0.2:0", busy));
+    let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let len = size + 20;
+    let echo = std::thread::spawn(move || {
+        let (mut buf, mut reply) = (vec![0u8; 65536], vec![7u8; len]);
+        for _ in 0..iters + 100 {
+            recv_gro(&b, &mut buf);
+            send_with_ack(&b, &mut reply, &a_addr);
+        }
+    });
+    let (mut msg, mut buf) = (vec![7u8; len], vec![0u8; 65536]);
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..iters + 100 {
+        let t = Instant::now();
+        send_with_ack(&a, &mut msg, &b_addr);
+        recv_gro(&a, &mut buf);
+        if i >= 100 {
+            rtts.push(t.elapsed().as_nanos() as f64 / 1000.0); // warm-up excluded
+        }
+    }
+    echo.join().unwrap();
+    rtts.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    let q = |p: f64| rtts[((rtts.len() as f64 - 1.0) * p) as usize];
+    println!(
+        "{{\"test\":\"udp-pingpong-roce\",\"poll\":\"{}\",\"size\":{size},\"rtt_us_p50\":{},\"rtt_us_p99\":{}}}",
+        if busy { "busy" } else { "block" },
+        q(0.5),
+        q(0.99)
+    );
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong SIZE ITERS busy|block";
+    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong|pingpong-roce SIZE ITERS busy|block";
     match a.get(1).map(String::as_str) {
         Some("bw") if a.len() == 5 => bw(&a[2], a[3].parse().expect(usage), a[4].parse().expect(usage)),
         Some("pingpong") if a.len() == 5 => {
             pingpong(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy")
+        }
+        Some("pingpong-roce") if a.len() == 5 => {
+            pingpong_roce(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy")
         }
         _ => {
             eprintln!("{usage}");

@@ -55,6 +55,11 @@ run $udp bw gso 4124 "$secs"
 run $udp bw mmsg 92 "$secs"
 run $udp pingpong 8 20000 busy
 run $udp pingpong 8 20000 block
+# The system calls of an RC ping-pong (a 24-byte SEND of 8 bytes and the
+# 20-byte ACK it carries, one UDP_SEGMENT sendmmsg, recvmmsg with GRO):
+# rdma-perf's floor without any engine work.
+run $udp pingpong-roce 24 20000 busy
+run $udp pingpong-roce 24 20000 block
 
 # Bandwidth, 1 QP, MTU 4096.
 for test in write-bw read-bw send-bw; do
@@ -125,6 +130,7 @@ def pick(**kw):
     return None
 plain, mmsg, gso = (pick(test="udp-bw", mode=m, size=4124) for m in ("plain", "mmsg", "gso"))
 busy, block = pick(test="udp-pingpong", poll="busy"), pick(test="udp-pingpong", poll="block")
+floor = {m: pick(test="udp-pingpong-roce", poll=m) for m in ("busy", "block")}
 def ucx_gbps(size):
     r = pick(test="ucx-put-bw", size=size)
     return r and r["mbs"] * 2**20 * 8 / 1e9
@@ -162,18 +168,24 @@ print("Message rate, 64-byte WRITEs on 8 QPs (million messages/s)")
 print(f"  rdma-perf {rate['mpps']:.3f}   raw UDP sendmmsg of 92 bytes {small['mpps']:.3f}   {ratio(rate['mpps'], small['mpps'])}")
 print()
 print("8-byte round trips, p50 (us)")
-print(f"  {'test':22} {'RTT':>7}  {'/UDP same mode':>14} {'/UCX':>7} {'/libfabric':>10}")
+print(f"  {'test':22} {'RTT':>7}  {'/UDP same mode':>14} {'/RoCE floor':>11} {'/UCX':>7} {'/libfabric':>10}")
 for tag, test, base, mode in (("busy", "send-lat", busy, "busy"), ("busy", "write-lat", busy, "busy"),
                               ("busy", "read-lat", busy, "busy"), ("block", "send-lat", block, "block"),
                               ("block", "read-lat", block, "block"), ("adaptive", "send-lat", busy, "busy")):
     r = pick(tag=tag, test=test)
     if r:
         name = f"{test} ({tag})"
+        f = floor.get(mode)
         print(f"  {name:22} {r['rtt_us_p50']:7.2f}  {ratio(r['rtt_us_p50'], base['rtt_us_p50']):>14} "
+              f"{ratio(r['rtt_us_p50'], f and f['rtt_us_p50']):>11} "
               f"{ratio(r['rtt_us_p50'], ucx_rtt)} {ratio(r['rtt_us_p50'], fi_rtt):>10}")
 print(f"  raw UDP ping-pong: busy {busy['rtt_us_p50']:.2f}, blocking {block['rtt_us_p50']:.2f}"
       + (f"; UCX tag_lat {ucx_rtt:.2f}" if ucx_rtt else "; UCX: not installed")
       + (f"; fi_pingpong {fi_rtt:.2f}" if fi_rtt else "; libfabric: not installed or failed"))
+if floor["busy"] and floor["block"]:
+    print(f"  RoCE system-call floor (udp_baseline pingpong-roce): busy {floor['busy']['rtt_us_p50']:.2f} "
+          f"({ratio(floor['busy']['rtt_us_p50'], busy['rtt_us_p50']).strip()} raw), blocking {floor['block']['rtt_us_p50']:.2f} "
+          f"({ratio(floor['block']['rtt_us_p50'], block['rtt_us_p50']).strip()} raw)")
 print("  (adaptive: --events with the default spin: spins while packets move, sleeps when idle)")
 print()
 print("I/O drivers: io_uring against the socket driver (the default), same tests")

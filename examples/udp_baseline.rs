@@ -136,20 +136,33 @@ fn pingpong(size: usize, iters: usize, busy: bool) {
     });
     let msg = vec![7u8; size];
     let mut buf = vec![0u8; 65536];
+    let rtts = round_trips(iters, || {
+        a.send(&msg).unwrap();
+        recv(&a, &mut buf);
+    });
+    echo.join().unwrap();
+    report("udp-pingpong", busy, size, rtts);
+}
+
+/// Times `iters` round trips (after 100 of warm-up), in microseconds.
+fn round_trips(iters: usize, mut round_trip: impl FnMut()) -> Vec<f64> {
     let mut rtts = Vec::with_capacity(iters);
     for i in 0..iters + 100 {
         let t = Instant::now();
-        a.send(&msg).unwrap();
-        recv(&a, &mut buf);
+        round_trip();
         if i >= 100 {
-            rtts.push(t.elapsed().as_nanos() as f64 / 1000.0); // warm-up excluded
+            rtts.push(t.elapsed().as_nanos() as f64 / 1000.0);
         }
     }
-    echo.join().unwrap();
+    rtts
+}
+
+/// Prints the JSON line of a ping-pong.
+fn report(test: &str, busy: bool, size: usize, mut rtts: Vec<f64>) {
     rtts.sort_by(|x, y| x.partial_cmp(y).unwrap());
     let q = |p: f64| rtts[((rtts.len() as f64 - 1.0) * p) as usize];
     println!(
-        "{{\"test\":\"udp-pingpong\",\"poll\":\"{}\",\"size\":{size},\"rtt_us_p50\":{},\"rtt_us_p99\":{}}}",
+        "{{\"test\":\"{test}\",\"poll\":\"{}\",\"size\":{size},\"rtt_us_p50\":{},\"rtt_us_p99\":{}}}",
         if busy { "busy" } else { "block" },
         q(0.5),
         q(0.99)
@@ -231,24 +244,12 @@ fn pingpong_roce(size: usize, iters: usize, busy: bool) {
         }
     });
     let (mut msg, mut buf) = (vec![7u8; len], vec![0u8; 65536]);
-    let mut rtts = Vec::with_capacity(iters);
-    for i in 0..iters + 100 {
-        let t = Instant::now();
+    let rtts = round_trips(iters, || {
         send_with_ack(&a, &mut msg, &b_addr);
         recv_gro(&a, &mut buf);
-        if i >= 100 {
-            rtts.push(t.elapsed().as_nanos() as f64 / 1000.0); // warm-up excluded
-        }
-    }
+    });
     echo.join().unwrap();
-    rtts.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    let q = |p: f64| rtts[((rtts.len() as f64 - 1.0) * p) as usize];
-    println!(
-        "{{\"test\":\"udp-pingpong-roce\",\"poll\":\"{}\",\"size\":{size},\"rtt_us_p50\":{},\"rtt_us_p99\":{}}}",
-        if busy { "busy" } else { "block" },
-        q(0.5),
-        q(0.99)
-    );
+    report("udp-pingpong-roce", busy, size, rtts);
 }
 
 fn main() {

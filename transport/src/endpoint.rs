@@ -462,7 +462,8 @@ impl Endpoint {
     }
 
     /// [`Endpoint::post_send`] of a copy of `wr`, made without allocating
-    /// in steady state (finished requests' lists are reused).
+    /// in steady state (finished requests' lists are reused; inline data,
+    /// when a request carries some, is still copied into an allocation).
     pub fn post_send_copy(&mut self, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
         let sg_list = self.cqs.copy_sges(&wr.sg_list);
         self.post_send(qpn, SendWr { sg_list, inline_data: wr.inline_data.clone(), ..*wr })

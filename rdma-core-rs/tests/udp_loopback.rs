@@ -295,3 +295,58 @@ fn held_acks_reach_the_requester_when_the_responder_stops_calling() {
         assert!(held, "b never held its ACK in 20 attempts (destroy {destroy})");
     }
 }
+
+/// In a ping-pong the reply leaves in a system call of its own and the
+/// held ACK it releases follows in another, never the two as one GSO send
+/// (which costs the reply time); every send still completes.
+#[test]
+fn a_reply_leaves_alone_and_the_ack_it_releases_after_it() {
+    // A delay far longer than a round, so that every ACK is still held when the reply goes.
+    let cfg = DeviceConfig {
+        progress: Progress::Manual,
+        ack_delay: std::time::Duration::from_millis(5),
+        ..DeviceConfig::default()
+    };
+    let (a, b) = pair_with(QpType::Rc, cfg, ConnectOptions::default());
+    let send = |s: &Side, id| s.qp.post_send(&[SendWr::new(id, SendOp::Send, vec![s.mr.sge(0, 8).unwrap()])]).unwrap();
+    let recv =
+        |s: &Side, id| s.qp.post_recv(&[RecvWr { wr_id: id, sg_list: vec![s.mr.sge(64, 64).unwrap()] }]).unwrap();
+    // Waits for the receive `id` on `s`, keeping the send completions met on the way.
+    let take = |s: &Side, peer: &Side, id, sends: &mut Vec<WorkCompletion>| loop {
+        let wc = s.wait_one_with(peer);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        if wc.opcode == WcOpcode::Recv {
+            assert_eq!(wc.wr_id, id);
+            return;
+        }
+        sends.push(wc);
+    };
+    let rounds = 40;
+    let (mut a_sends, mut b_sends) = (Vec::new(), Vec::new());
+    let mut before = None;
+    for i in 0..rounds {
+        if i == 2 {
+            before = Some(b.ctx.io_stats()); // both QPs have sent: ACKs are held from here on
+        }
+        recv(&a, i);
+        recv(&b, i);
+        send(&a, 1000 + i);
+        take(&b, &a, i, &mut b_sends);
+        send(&b, 2000 + i);
+        take(&a, &b, i, &mut a_sends);
+    }
+    let (before, after) = (before.unwrap(), b.ctx.io_stats());
+    // The last ACKs leave when their delay is up; every send completes.
+    while a_sends.len() < rounds as usize {
+        a_sends.push(a.wait_one_with(&b));
+    }
+    while b_sends.len() < rounds as usize {
+        b_sends.push(b.wait_one_with(&a));
+    }
+    assert!(a_sends.iter().chain(&b_sends).all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Send));
+    assert_eq!(after.gso_sends, before.gso_sends, "a reply left in one GSO send with its ACK: {before:?} -> {after:?}");
+    assert!(
+        after.send_syscalls - before.send_syscalls >= 2 * (rounds - 2),
+        "a reply and its ACK in two system calls: {before:?} -> {after:?}"
+    );
+}

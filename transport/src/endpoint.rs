@@ -190,6 +190,10 @@ pub struct Transmit {
     pub len: usize,
     pub dest: IpAddr,
     pub src_port: u16,
+    /// A held ACK released by the packets sent before it in this round
+    /// (see [`Endpoint::set_ack_delay`]): a driver may send it in a system
+    /// call of its own after theirs, so that it never delays them.
+    pub released_ack: bool,
 }
 
 /// Packets a QP sends in a row before the next QP's turn: runs long enough
@@ -685,7 +689,10 @@ impl Endpoint {
         let qp = self.qps.get_mut(&qpn).expect("key from the map");
         if let Some((len, dest)) = qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf) {
             self.stats.packets_sent += 1;
-            return Some(Transmit { len, dest, src_port: qp.src_port });
+            // Past the first pass of a round only held lone ACKs are left
+            // (anything else left in that pass); a release sends anything.
+            let released_ack = flush && !self.release;
+            return Some(Transmit { len, dest, src_port: qp.src_port, released_ack });
         }
         match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
             ReqOutcome::Idle => None,
@@ -704,7 +711,7 @@ impl Endpoint {
                     qp.complete_front(&mut self.cqs);
                 }
                 self.stats.packets_sent += 1;
-                Some(Transmit { len, dest, src_port: qp.src_port })
+                Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false })
             }
         }
     }

@@ -81,7 +81,7 @@ impl UdpIo {
             if self.faults.is_some() {
                 self.send_with_faults(k);
             } else {
-                self.send_batch(k);
+                self.send_round(k);
             }
             if k < TX_BATCH {
                 break;
@@ -95,6 +95,23 @@ impl UdpIo {
             }
         }
         Ok(total)
+    }
+
+    /// Sends `tx_bufs[..k]`. A round of one packet and the held ACKs it
+    /// released (a ping-pong's reply) sends the packet alone first and the
+    /// ACKs in a second system call: on loopback a two-segment GSO send
+    /// costs the reply about a microsecond more than a lone datagram, while
+    /// the peer is already busy with the reply when the ACK follows.
+    fn send_round(&mut self, k: usize) {
+        let acks = self.tx_meta[..k].iter().rev().take_while(|t| t.released_ack).count();
+        if acks == 0 || k - acks != 1 {
+            self.send_batch(k);
+            return;
+        }
+        self.send_batch(1);
+        self.tx_bufs[..k].rotate_left(1);
+        self.tx_meta[..k].rotate_left(1);
+        self.send_batch(acks);
     }
 
     /// One packet per send, through the fault injector.

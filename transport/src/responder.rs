@@ -518,7 +518,7 @@ impl Qp {
     /// A lone positive ACK is held for up to `hold` (since it was first
     /// held), so that it leaves with the next packet this endpoint sends
     /// anyway (`flush`) or covers more requests: a ping-pong's ACK then
-    /// rides in the same `sendmmsg` as the reply, after it.
+    /// follows the reply instead of going ahead of it.
     pub(crate) fn responder_transmit(
         &mut self,
         now: crate::Instant,

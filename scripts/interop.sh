@@ -61,12 +61,23 @@ trap 'bash "$LAB" down >/dev/null 2>&1 || true' EXIT
 bash "$LAB" up 2
 set +e
 
+HOST4=10.88.0.1
+HOST6=fd88::1
+
+# Neighbours of both families resolved now, before guest 2 starts losing
+# packets. rdma-core's tools make their TCP exchange over IPv4, so the first
+# RoCE packet over IPv6 would wait for neighbour discovery, and a lost
+# solicitation or advertisement is retried only after a second: longer than
+# an RC requester's retry budget (7 retries of ~67 ms), which then fails
+# with retry-exceeded (CI, twice: the first IPv6 case on guest 2).
+for k in 1 2; do
+    bash "$LAB" run "$k" "busybox ping -c 1 -W 5 $HOST4 && busybox ping -6 -c 1 -W 5 $HOST6" 60 >/dev/null ||
+        echo "interop: guest $k could not reach the host by ping"
+done
+
 # guest 2 loses 5% of what it sends and reorders some of it
 bash "$LAB" run 2 'tc qdisc add dev eth0 root netem loss 5% delay 1ms reorder 25% 50%' >/dev/null ||
     { echo "interop: netem is not available in the guest"; exit 1; }
-
-HOST4=10.88.0.1
-HOST6=fd88::1
 FAILED=0
 ROWS=()
 

@@ -301,10 +301,12 @@ fn held_acks_reach_the_requester_when_the_responder_stops_calling() {
 /// (which costs the reply time); every send still completes.
 #[test]
 fn a_reply_leaves_alone_and_the_ack_it_releases_after_it() {
-    // A delay far longer than a round, so that every ACK is still held when the reply goes.
+    // A delay far longer than a round, even on a loaded machine, so that
+    // every ACK is still held when the reply goes (a due ACK would leave
+    // beside the reply in the first pass of the round, not released by it).
     let cfg = DeviceConfig {
         progress: Progress::Manual,
-        ack_delay: std::time::Duration::from_millis(5),
+        ack_delay: std::time::Duration::from_millis(200),
         ..DeviceConfig::default()
     };
     let (a, b) = pair_with(QpType::Rc, cfg, ConnectOptions::default());

@@ -533,10 +533,17 @@ impl Qp {
         // Only a QP that is itself sending can expect company soon; the
         // passive target of a one-way stream ACKs at once, so that a
         // requester waiting for each completion never waits for `hold`.
-        let conversing = self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING);
-        if lone_ack && conversing && !hold.is_zero() && !flush {
-            let since = *self.resp.ack_held_since.get_or_insert(now);
-            if now < since + hold {
+        // Whether to hold is decided when the ACK is first held back.
+        if lone_ack && !hold.is_zero() && !flush {
+            let since = match self.resp.ack_held_since {
+                Some(since) => Some(since),
+                None if self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING) => {
+                    self.resp.ack_held_since = Some(now);
+                    Some(now)
+                }
+                None => None,
+            };
+            if since.is_some_and(|since| now < since + hold) {
                 return None;
             }
         }

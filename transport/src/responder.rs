@@ -535,15 +535,11 @@ impl Qp {
         // requester waiting for each completion never waits for `hold`.
         // Whether to hold is decided when the ACK is first held back.
         if lone_ack && !hold.is_zero() && !flush {
-            let since = match self.resp.ack_held_since {
-                Some(since) => Some(since),
-                None if self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING) => {
-                    self.resp.ack_held_since = Some(now);
-                    Some(now)
-                }
-                None => None,
-            };
-            if since.is_some_and(|since| now < since + hold) {
+            let conversing = self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING);
+            if self.resp.ack_held_since.is_none() && conversing {
+                self.resp.ack_held_since = Some(now);
+            }
+            if self.resp.ack_held_since.is_some_and(|since| now < since + hold) {
                 return None;
             }
         }

@@ -141,12 +141,18 @@ impl QueuePair {
     /// `ibv_post_recv` of a list of work requests, in order.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
-        for (index, wr) in wrs.iter().enumerate() {
-            st.ep.post_recv_copy(self.qpn, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })?;
+        let before = st.ep.completions_delivered();
+        let posted = wrs.iter().enumerate().try_for_each(|(index, wr)| {
+            st.ep.post_recv_copy(self.qpn, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })
+        });
+        // A receive gives the engine nothing to send (an RNR-waiting peer
+        // finds it when it retries), so the common case costs no transmit
+        // pass; in ERR a receive completes at once, flushed, and whoever
+        // waits must hear of it.
+        if st.ep.completions_delivered() != before {
+            self.ctx.inner.doorbell(&mut st)?;
         }
-        // A receive can unblock an RNR-waiting peer only when it retries;
-        // still, flush anything the engine has (flushed receives in ERR).
-        self.ctx.inner.doorbell(&mut st)
+        posted
     }
 }
 

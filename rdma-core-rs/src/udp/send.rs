@@ -328,24 +328,24 @@ impl Batch {
     }
 }
 
-/// The messages the kernel refused, each with its error number.
+/// The messages the kernel refused, each with its error number. Empty
+/// (and so free: no allocation, nothing to clear) on every round that
+/// sends, which is nearly all of them.
 pub(super) struct Failures {
-    len: usize,
-    items: [(usize, i32); TX_BATCH],
+    items: Vec<(usize, i32)>,
 }
 
 impl Failures {
     pub(super) fn new() -> Failures {
-        Failures { len: 0, items: [(0, 0); TX_BATCH] }
+        Failures { items: Vec::new() }
     }
 
     pub(super) fn push(&mut self, j: usize, e: &io::Error) {
-        self.items[self.len] = (j, e.raw_os_error().unwrap_or(libc::EIO));
-        self.len += 1;
+        self.items.push((j, e.raw_os_error().unwrap_or(libc::EIO)));
     }
 
     fn iter(&self) -> impl Iterator<Item = (usize, io::Error)> + '_ {
-        self.items[..self.len].iter().map(|&(j, errno)| (j, io::Error::from_raw_os_error(errno)))
+        self.items.iter().map(|&(j, errno)| (j, io::Error::from_raw_os_error(errno)))
     }
 }
 

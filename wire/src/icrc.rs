@@ -131,12 +131,19 @@ fn masked_ib(headers: &[u8]) -> Result<Masked> {
 /// kernel-sized call, and the rest of the packet goes in a second one.
 fn whole(m: Masked, packet: &[u8]) -> u32 {
     const BLOCK: usize = 192;
+    const KERNEL_MIN: usize = 128; // below this crc32fast uses its table anyway
     let rest = &packet[m.consumed..];
+    let mut hasher = crc32fast::Hasher::new();
+    if m.len + rest.len() < KERNEL_MIN {
+        // An ACK or a small message: nothing to gain from the block copy.
+        hasher.update(&m.bytes[..m.len]);
+        hasher.update(rest);
+        return hasher.finalize();
+    }
     let mut block = [0u8; BLOCK];
     block[..m.len].copy_from_slice(&m.bytes[..m.len]);
     let take = rest.len().min(BLOCK - m.len);
     block[m.len..m.len + take].copy_from_slice(&rest[..take]);
-    let mut hasher = crc32fast::Hasher::new();
     hasher.update(&block[..m.len + take]);
     hasher.update(&rest[take..]);
     hasher.finalize()

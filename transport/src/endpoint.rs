@@ -191,8 +191,9 @@ pub struct Transmit {
     pub dest: IpAddr,
     pub src_port: u16,
     /// A held ACK released by the packets sent before it in this round
-    /// (see [`Endpoint::set_ack_delay`]): a driver may send it in a system
-    /// call of its own after theirs, so that it never delays them.
+    /// (see [`Endpoint::set_ack_delay`]). [`Endpoint::poll_transmit_fresh`]
+    /// stops short of these, so that a driver can send the packets before
+    /// them first.
     pub released_ack: bool,
 }
 
@@ -223,6 +224,8 @@ pub struct Endpoint {
     ack_delay: Duration,
     /// `poll_transmit` has handed out a packet since it last returned `None`.
     sending: bool,
+    /// The last `poll_transmit_fresh` found no new packet on any QP.
+    fresh_done: bool,
     /// The last round of `poll_transmit` found nothing to send and nothing
     /// has happened since that could change it (see [`Endpoint::touch`]):
     /// an idle poll then costs a comparison, not a walk over every QP.
@@ -251,6 +254,7 @@ impl Endpoint {
             burst: 0,
             ack_delay: Duration::ZERO,
             sending: false,
+            fresh_done: false,
             tx_idle: false,
             deadline: Cell::new(None),
             release: false,
@@ -637,7 +641,8 @@ impl Endpoint {
         }
         // Sending arms timers, and a QP that fails stops its own.
         self.deadline.set(None);
-        let t = self.next_packet(now, buf, self.release).or_else(|| {
+        let first = if std::mem::take(&mut self.fresh_done) { None } else { self.next_packet(now, buf, self.release) };
+        let t = first.or_else(|| {
             if self.sending && !self.ack_delay.is_zero() {
                 self.next_packet(now, buf, true)
             } else {
@@ -652,12 +657,32 @@ impl Endpoint {
         t
     }
 
+    /// [`Endpoint::poll_transmit`] without the held ACKs that a round
+    /// releases: `None` here means that only those may be left, and the
+    /// `poll_transmit` calls after it give them. A driver calls this first
+    /// to send a lone reply before those ACKs are even built.
+    pub fn poll_transmit_fresh(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+            return None;
+        }
+        self.deadline.set(None);
+        // The round is not over: `sending` stays as it is for the release.
+        let t = self.next_packet(now, buf, self.release);
+        if t.is_some() {
+            self.sending = true;
+        }
+        // Every QP was just asked: the next `poll_transmit` need not ask again.
+        self.fresh_done = t.is_none();
+        t
+    }
+
     /// Records that something happened which may give a QP packets to send
     /// or change a timer: the next `poll_transmit` looks at every QP again,
     /// and `poll_timeout` recomputes. Every `&mut self` entry point that
     /// can do either calls it; posting a receive and polling a CQ cannot.
     fn touch(&mut self) {
         self.tx_idle = false;
+        self.fresh_done = false;
         self.deadline.set(None);
     }
 

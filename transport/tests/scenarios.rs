@@ -365,6 +365,27 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     assert!(sim.now - arrived < delay / 2, "the ACK left with the reply, not after the delay");
     assert_eq!(from_b.borrow()[..2], [Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE]);
 
+    // Driven by hand: `poll_transmit_fresh` gives the reply and stops short
+    // of the ACK it releases (not even built), which `poll_transmit` gives next.
+    let (mut sim, a, b) = pair(45);
+    sim.ep(b.ep).set_ack_delay(delay);
+    converse(&mut sim, &b, &a);
+    recv(&mut sim, &b, 100, 0, 64);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    assert!(sim.ep(b.ep).holds_acks(), "the ACK is held");
+    post(&mut sim, &b, 2, SendOp::Send, 100, 8);
+    let (now, mut buf) = (sim.now, vec![0u8; MAX_PACKET]);
+    let ep = sim.ep(b.ep);
+    let reply = ep.poll_transmit_fresh(now, &mut buf).expect("the reply");
+    assert_eq!((opcode_of(&buf[..reply.len]), reply.released_ack), (Opcode::RC_SEND_ONLY, false));
+    assert_eq!(ep.poll_transmit_fresh(now, &mut buf), None, "only the released ACK is left");
+    assert!(ep.holds_acks(), "and it is not built yet");
+    let ack = ep.poll_transmit(now, &mut buf).expect("the released ACK");
+    assert_eq!((opcode_of(&buf[..ack.len]), ack.released_ack), (Opcode::RC_ACKNOWLEDGE, true));
+    assert_eq!(ep.poll_transmit(now, &mut buf), None, "the round is over");
+    assert!(!ep.holds_acks());
+
     // Released: a driver about to destroy the QP sends the held ACK at once.
     let (mut sim, a, b) = pair(44);
     sim.ep(b.ep).set_ack_delay(delay);

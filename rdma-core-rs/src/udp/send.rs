@@ -65,14 +65,20 @@ impl UdpIo {
     pub fn transmit(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
         let mut total = 0;
         loop {
+            // New packets first, then the held ACKs they release. A lone new
+            // packet (a ping-pong's reply) leaves at once, before those ACKs
+            // are even built, and they follow in a call of their own: a
+            // two-segment send of reply and ACK costs the reply about a
+            // microsecond on loopback, and the peer is busy with the reply
+            // when the ACK comes.
             self.tx_meta.clear();
-            while self.tx_meta.len() < TX_BATCH {
-                let i = self.tx_meta.len();
-                match ep.poll_transmit(now, &mut self.tx_bufs[i]) {
-                    Some(t) => self.tx_meta.push(t),
-                    None => break,
-                }
+            self.fill(ep, now, Endpoint::poll_transmit_fresh);
+            if self.tx_meta.len() == 1 && self.faults.is_none() {
+                self.send_batch(1);
+                total += 1;
+                self.tx_meta.clear();
             }
+            self.fill(ep, now, Endpoint::poll_transmit);
             let k = self.tx_meta.len();
             if k == 0 {
                 break;
@@ -81,7 +87,7 @@ impl UdpIo {
             if self.faults.is_some() {
                 self.send_with_faults(k);
             } else {
-                self.send_round(k);
+                self.send_batch(k);
             }
             if k < TX_BATCH {
                 break;
@@ -97,21 +103,20 @@ impl UdpIo {
         Ok(total)
     }
 
-    /// Sends `tx_bufs[..k]`. A round of one packet and the held ACKs it
-    /// released (a ping-pong's reply) sends the packet alone first and the
-    /// ACKs in a second system call: on loopback a two-segment GSO send
-    /// costs the reply about a microsecond more than a lone datagram, while
-    /// the peer is already busy with the reply when the ACK follows.
-    fn send_round(&mut self, k: usize) {
-        let acks = self.tx_meta[..k].iter().rev().take_while(|t| t.released_ack).count();
-        if acks == 0 || k - acks != 1 {
-            self.send_batch(k);
-            return;
+    /// Adds packets from `poll` to the round until it has none or the round is full.
+    fn fill(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        poll: fn(&mut Endpoint, Instant, &mut [u8]) -> Option<Transmit>,
+    ) {
+        while self.tx_meta.len() < TX_BATCH {
+            let i = self.tx_meta.len();
+            match poll(ep, now, &mut self.tx_bufs[i]) {
+                Some(t) => self.tx_meta.push(t),
+                None => break,
+            }
         }
-        self.send_batch(1);
-        self.tx_bufs[..k].rotate_left(1);
-        self.tx_meta[..k].rotate_left(1);
-        self.send_batch(acks);
     }
 
     /// One packet per send, through the fault injector.

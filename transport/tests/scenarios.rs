@@ -310,6 +310,19 @@ fn converse(sim: &mut Sim, from: &Side, to: &Side) {
     completions(sim, to, to.recv_cq);
 }
 
+/// A pair where `b`, conversing and with an ACK delay, has just taken a
+/// SEND from `a` and holds its ACK back.
+fn holding_an_ack(seed: u64, delay: Duration) -> (Sim, Side, Side) {
+    let (mut sim, a, b) = pair(seed);
+    sim.ep(b.ep).set_ack_delay(delay);
+    converse(&mut sim, &b, &a);
+    recv(&mut sim, &b, 100, 0, 64);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    assert!(sim.ep(b.ep).holds_acks(), "the ACK is held");
+    (sim, a, b)
+}
+
 #[test]
 fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes() {
     let delay = Duration::from_micros(20);
@@ -367,13 +380,7 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
 
     // Driven by hand: `poll_transmit_fresh` gives the reply and stops short
     // of the ACK it releases (not even built), which `poll_transmit` gives next.
-    let (mut sim, a, b) = pair(45);
-    sim.ep(b.ep).set_ack_delay(delay);
-    converse(&mut sim, &b, &a);
-    recv(&mut sim, &b, 100, 0, 64);
-    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
-    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
-    assert!(sim.ep(b.ep).holds_acks(), "the ACK is held");
+    let (mut sim, _, b) = holding_an_ack(45, delay);
     post(&mut sim, &b, 2, SendOp::Send, 100, 8);
     let (now, mut buf) = (sim.now, vec![0u8; MAX_PACKET]);
     let ep = sim.ep(b.ep);
@@ -387,14 +394,8 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     assert!(!ep.holds_acks());
 
     // Released: a driver about to destroy the QP sends the held ACK at once.
-    let (mut sim, a, b) = pair(44);
-    sim.ep(b.ep).set_ack_delay(delay);
-    converse(&mut sim, &b, &a);
-    recv(&mut sim, &b, 100, 0, 64);
-    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
-    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    let (mut sim, a, b) = holding_an_ack(44, delay);
     let arrived = sim.now;
-    assert!(sim.ep(b.ep).holds_acks(), "the ACK is held");
     sim.ep(b.ep).release_acks();
     assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
     assert!(sim.now - arrived < delay / 2, "the released ACK did not wait for its delay");

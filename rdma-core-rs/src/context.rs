@@ -91,7 +91,9 @@ fn eventfd() -> std::io::Result<OwnedFd> {
 
 /// Sleeps until one of `fds` is readable or `timeout` passes (to the
 /// microsecond: the engine's ACK delay and timers are that fine).
-fn poll_readable(fds: &[RawFd], timeout: Duration) {
+/// Sleeps until one of `fds` is readable or `timeout` passes; returns
+/// which were readable.
+fn poll_readable(fds: &[RawFd; 3], timeout: Duration) -> [bool; 3] {
     // A negative fd is skipped by poll(2).
     let mut p: [libc::pollfd; 3] = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 3];
     for (slot, &fd) in p.iter_mut().zip(fds) {
@@ -102,7 +104,9 @@ fn poll_readable(fds: &[RawFd], timeout: Duration) {
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
     // SAFETY: `p` is a valid array of pollfd; `ts` a valid timespec.
-    unsafe { libc::ppoll(p.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    let n = unsafe { libc::ppoll(p.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    // On an error (EINTR) nothing is known: say every one may be.
+    p.map(|q| n < 0 || q.revents != 0)
 }
 
 fn drain_eventfd(fd: RawFd) {
@@ -248,8 +252,10 @@ impl Inner {
             } else {
                 st.leader = true;
                 drop(st);
-                poll_readable(&[self.wait_fds[0], self.wait_fds[1], self.kick.as_raw_fd()], sleep);
-                drain_eventfd(self.kick.as_raw_fd());
+                let [.., kicked] = poll_readable(&[self.wait_fds[0], self.wait_fds[1], self.kick.as_raw_fd()], sleep);
+                if kicked {
+                    drain_eventfd(self.kick.as_raw_fd()); // a read less per wake-up by a packet
+                }
                 st = self.lock();
                 st.leader = false;
                 if st.followers > 0 {
@@ -436,8 +442,8 @@ fn spawn_progress_thread(inner: &Arc<Inner>) -> Result<()> {
         };
         let fds = [inner.wait_fds[0], inner.wait_fds[1], inner.kick.as_raw_fd()];
         drop(inner);
-        poll_readable(&fds, sleep);
-        if let Some(i) = weak.upgrade() {
+        let [.., kicked] = poll_readable(&fds, sleep);
+        if let Some(i) = weak.upgrade().filter(|_| kicked) {
             drain_eventfd(i.kick.as_raw_fd());
         }
     })?;

@@ -90,8 +90,7 @@ fn eventfd() -> std::io::Result<OwnedFd> {
 }
 
 /// Sleeps until one of `fds` is readable or `timeout` passes (to the
-/// microsecond: the engine's ACK delay and timers are that fine).
-/// Sleeps until one of `fds` is readable or `timeout` passes; returns
+/// microsecond: the engine's ACK delay and timers are that fine); returns
 /// which were readable.
 fn poll_readable(fds: &[RawFd; 3], timeout: Duration) -> [bool; 3] {
     // A negative fd is skipped by poll(2).

@@ -90,8 +90,9 @@ pub struct DeviceConfig {
     /// How long a lone ACK may wait to leave with the next packet sent
     /// (`Endpoint::set_ack_delay`): in a ping-pong the ACK then goes out
     /// right after the reply (in a system call of its own) instead of
-    /// ahead of it, off the reply's critical path. Only QPs that are sending themselves hold
-    /// ACKs, so the target of a one-way stream still ACKs at once. A held
+    /// ahead of it, off the reply's critical path. Only QPs that are
+    /// sending themselves hold ACKs, so the target of a one-way stream
+    /// still ACKs at once. A held
     /// ACK never strands: with manual progress a small thread sends those
     /// whose delay is up while the application is not calling (at most
     /// about a millisecond late), and destroying a QP sends its held ACKs

@@ -253,17 +253,18 @@ fn a_lone_packet_after_a_gso_run_of_smaller_packets_leaves_whole() {
     assert_eq!(sb.drops.values().sum::<u64>(), 0, "the peer dropped nothing: {sb:?}");
 }
 
+/// Manual progress, with lone ACKs held back for up to `delay`.
+fn holding_acks(delay: std::time::Duration) -> DeviceConfig {
+    DeviceConfig { progress: Progress::Manual, ack_delay: delay, ..DeviceConfig::default() }
+}
+
 /// A QP that has been sending holds a lone ACK back for company
 /// (`DeviceConfig::ack_delay`), yet the requester gets it when the
 /// responder's application stops calling: the device's ACK flusher sends
 /// it once its delay is up, and destroying the QP sends it at once.
 #[test]
 fn held_acks_reach_the_requester_when_the_responder_stops_calling() {
-    let cfg = DeviceConfig {
-        progress: Progress::Manual,
-        ack_delay: std::time::Duration::from_micros(300),
-        ..DeviceConfig::default()
-    };
+    let cfg = holding_acks(std::time::Duration::from_micros(300));
     // A retransmit timer of ~1 s: the ACK must come long before it.
     let opts = ConnectOptions { timeout: 18, ..ConnectOptions::default() };
     for destroy in [false, true] {
@@ -304,11 +305,7 @@ fn a_reply_leaves_alone_and_the_ack_it_releases_after_it() {
     // A delay far longer than a round, even on a loaded machine, so that
     // every ACK is still held when the reply goes (a due ACK would leave
     // beside the reply in the first pass of the round, not released by it).
-    let cfg = DeviceConfig {
-        progress: Progress::Manual,
-        ack_delay: std::time::Duration::from_millis(200),
-        ..DeviceConfig::default()
-    };
+    let cfg = holding_acks(std::time::Duration::from_millis(200));
     let (a, b) = pair_with(QpType::Rc, cfg, ConnectOptions::default());
     let send = |s: &Side, id| s.qp.post_send(&[SendWr::new(id, SendOp::Send, vec![s.mr.sge(0, 8).unwrap()])]).unwrap();
     let recv =

@@ -636,11 +636,9 @@ impl Endpoint {
     /// ends a round, and held ACKs leave at the end of a round that sent
     /// anything.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+        if self.idle_until_later(now) {
             return None;
         }
-        // Sending arms timers, and a QP that fails stops its own.
-        self.deadline.set(None);
         let first = if std::mem::take(&mut self.fresh_done) { None } else { self.next_packet(now, buf, self.release) };
         let t = first.or_else(|| {
             if self.sending && !self.ack_delay.is_zero() {
@@ -662,10 +660,9 @@ impl Endpoint {
     /// `poll_transmit` calls after it give them. A driver calls this first
     /// to send a lone reply before those ACKs are even built.
     pub fn poll_transmit_fresh(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+        if self.idle_until_later(now) {
             return None;
         }
-        self.deadline.set(None);
         // The round is not over: `sending` stays as it is for the release.
         let t = self.next_packet(now, buf, self.release);
         if t.is_some() {
@@ -674,6 +671,18 @@ impl Endpoint {
         // Every QP was just asked: the next `poll_transmit` need not ask again.
         self.fresh_done = t.is_none();
         t
+    }
+
+    /// Whether the last round found nothing and no timer is due yet: a
+    /// poll then costs this comparison. Otherwise the QPs are about to be
+    /// walked, and sending arms timers (a QP that fails stops its own), so
+    /// the cached deadline is dropped.
+    fn idle_until_later(&mut self, now: Instant) -> bool {
+        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+            return true;
+        }
+        self.deadline.set(None);
+        false
     }
 
     /// Records that something happened which may give a QP packets to send

@@ -37,6 +37,48 @@ fn rc_write_and_send_arrive_byte_exact() {
 }
 
 #[test]
+fn bulk_payloads_leave_straight_from_their_regions_and_arrive_intact() {
+    let (a, b) = pair(QpType::Rc);
+    // Sizes that end in a packet with pad, and a READ whose responses are
+    // sent from the responder's region.
+    let data = pattern(100_003, 3);
+    a.mr.write(0, &data).unwrap();
+    let remote = pattern(50_001, 4);
+    b.mr.write(300_000, &remote).unwrap();
+    let write = SendWr::new(
+        1,
+        SendOp::RdmaWrite { remote_addr: b.mr.addr() + 7, rkey: b.mr.rkey() },
+        vec![a.mr.sge(0, data.len() as u32).unwrap()],
+    );
+    let read = SendWr::new(
+        2,
+        SendOp::RdmaRead { remote_addr: b.mr.addr() + 300_000, rkey: b.mr.rkey() },
+        vec![a.mr.sge(200_000, remote.len() as u32).unwrap()],
+    );
+    a.qp.post_send(&[write, read]).unwrap();
+    assert_eq!((a.wait_one().status, a.wait_one().status), (WcStatus::Success, WcStatus::Success));
+    let mut got = vec![0u8; data.len()];
+    b.mr.read(7, &mut got).unwrap();
+    assert!(got == data, "the WRITE did not land intact");
+    let mut got = vec![0u8; remote.len()];
+    a.mr.read(200_000, &mut got).unwrap();
+    assert!(got == remote, "the READ did not bring the bytes back intact");
+    let (sa, sb) = (a.ctx.stats(), b.ctx.stats());
+    assert_eq!(sa.retransmits + sb.retransmits, 0, "nothing had to be sent twice: {sa:?} {sb:?}");
+    assert_eq!(sa.drops.values().sum::<u64>() + sb.drops.values().sum::<u64>(), 0, "no ICRC was wrong");
+    let (ia, ib) = (a.ctx.io_stats(), b.ctx.io_stats());
+    if a.ctx.io_driver() == IoDriver::Sockets {
+        // Every packet of the WRITE and of the READ's responses: none is shorter than BY_REF_MIN.
+        let mtu = a.qp.query().unwrap().1.mtu.bytes() as usize;
+        let packets = |n: usize| n.div_ceil(mtu) as u64;
+        assert_eq!(ia.payloads_by_reference, packets(data.len()), "{ia:?}");
+        assert_eq!(ib.payloads_by_reference, packets(remote.len()), "{ib:?}");
+    } else {
+        assert_eq!(ia.payloads_by_reference + ib.payloads_by_reference, 0, "io_uring sends copies");
+    }
+}
+
+#[test]
 fn rc_read_write_with_imm_atomics_inline_and_unsignaled() {
     let (a, b) = pair(QpType::Rc);
     let data = pattern(20_000, 3);

@@ -13,7 +13,7 @@
 //! raw packets, the simulator in [`crate::sim`]) are loops around it.
 
 use crate::error::VerbsError;
-use crate::framing::Framer;
+use crate::framing::{Framer, PayloadRef};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
 use crate::requester::{ReqOutcome, SendWqe};
@@ -184,9 +184,10 @@ pub enum AsyncEvent {
 }
 
 /// A packet [`Endpoint::poll_transmit`] wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Transmit {
-    /// Bytes written, IP header through ICRC.
+    /// Bytes written, IP header through ICRC; without the payload when
+    /// `payload` is set.
     pub len: usize,
     pub dest: IpAddr,
     pub src_port: u16,
@@ -195,6 +196,18 @@ pub struct Transmit {
     /// stops short of these, so that a driver can send the packets before
     /// them first.
     pub released_ack: bool,
+    /// The payload, when the packet carries it by reference (see
+    /// [`Endpoint::set_payload_by_reference`]): the buffer then holds the
+    /// headers and room for pad and ICRC, and the driver sends the
+    /// payload from the region and seals the packet.
+    pub payload: Option<PayloadRef>,
+}
+
+impl Transmit {
+    /// Bytes the packet takes on the wire from the IP header on.
+    pub fn wire_len(&self) -> usize {
+        self.len + self.payload.as_ref().map_or(0, |p| p.len)
+    }
 }
 
 /// Packets a QP sends in a row before the next QP's turn: runs long enough
@@ -242,7 +255,7 @@ impl Endpoint {
     /// A device bound to `local`, its RoCE v2 GID.
     pub fn new(local: IpAddr) -> Endpoint {
         Endpoint {
-            framer: Framer { local },
+            framer: Framer { local, by_ref: false },
             mrs: MemoryTable::default(),
             next_pd: 1,
             qps: BTreeMap::new(),
@@ -622,6 +635,16 @@ impl Endpoint {
         self.release = true;
     }
 
+    /// Lets packets carry payloads of [`crate::framing::BY_REF_MIN`] bytes
+    /// or more by reference to their memory region instead of a copy in
+    /// the packet buffer (see [`Transmit::payload`]): for a driver that
+    /// hands the kernel the headers, the region's bytes and the trailer
+    /// as one scattered send, and so copies each byte once. Off by default:
+    /// every packet is then whole in its buffer.
+    pub fn set_payload_by_reference(&mut self, on: bool) {
+        self.framer.by_ref = on;
+    }
+
     /// Whether some QP holds a lone ACK back for company (see
     /// [`Endpoint::set_ack_delay`]): a driver that may stop calling must
     /// then make sure that `poll_timeout` is honoured, or call
@@ -721,12 +744,14 @@ impl Endpoint {
     /// The next packet of one QP: a response first, else a request.
     fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn).expect("key from the map");
-        if let Some((len, dest)) = qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf) {
+        if let Some((len, dest, payload)) =
+            qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf)
+        {
             self.stats.packets_sent += 1;
             // Past the first pass of a round only held lone ACKs are left
             // (anything else left in that pass); a release sends anything.
             let released_ack = flush && !self.release;
-            return Some(Transmit { len, dest, src_port: qp.src_port, released_ack });
+            return Some(Transmit { len, dest, src_port: qp.src_port, released_ack, payload });
         }
         match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
             ReqOutcome::Idle => None,
@@ -739,13 +764,13 @@ impl Endpoint {
                 self.events.push_back(AsyncEvent::QpFatal(qpn));
                 None
             }
-            ReqOutcome::Sent { len, dest } => {
+            ReqOutcome::Sent { len, dest, payload } => {
                 // UC and UD requests complete once sent.
                 while qp.req.sq.front().is_some_and(|w| w.sent) {
                     qp.complete_front(&mut self.cqs);
                 }
                 self.stats.packets_sent += 1;
-                Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false })
+                Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })
             }
         }
     }

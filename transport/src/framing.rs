@@ -6,7 +6,7 @@
 //! strips the IP and UDP headers, and must make the kernel write the same
 //! ones (see [`Framer`]).
 
-use crate::memory::{Access, AccessError, MemoryTable, Pd};
+use crate::memory::{Access, AccessError, MemoryTable, Pd, RegionMemory};
 use crate::qp::AddressVector;
 use crate::wr::Sge;
 use core::net::IpAddr;
@@ -20,6 +20,55 @@ use rdma_wire::{IpRepr, Ipv4Repr, Ipv6Repr, RoceV2Repr, TransportRepr, UdpRepr, 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framer {
     pub local: IpAddr,
+    /// Whether packets may carry their payload by reference (see
+    /// [`PayloadRef`]): for a driver that sends it straight from the
+    /// memory region instead of from a copy.
+    pub by_ref: bool,
+}
+
+/// Payloads shorter than this are copied even when packets may carry
+/// them by reference: for them a copy costs less than the lock and the
+/// extra pieces of a scattered send.
+pub const BY_REF_MIN: usize = 512;
+
+/// The payload of a packet that is not in the packet's buffer: `len`
+/// bytes at `offset` in `memory`. The buffer holds the headers
+/// (`buf[..at]`), then room for the pad and the ICRC, which
+/// [`PayloadRef::seal`] fills in once the payload's bytes are at hand, so
+/// that the ICRC covers exactly the bytes sent. On the wire the payload
+/// goes between the two, as if it were in the buffer at `at`.
+#[derive(Debug, Clone)]
+pub struct PayloadRef {
+    pub memory: RegionMemory,
+    pub offset: usize,
+    pub len: usize,
+    pub at: usize,
+}
+
+impl PayloadRef {
+    /// Writes the pad and ICRC of `packet` (the buffer's first
+    /// [`crate::Transmit::len`] bytes) for `payload`, which must be the
+    /// referenced bytes, read under the region's lock.
+    pub fn seal(&self, packet: &mut [u8], payload: &[u8]) {
+        debug_assert_eq!(payload.len(), self.len);
+        let icrc = rdma_wire::icrc::roce_v2_split(&packet[..self.at], payload).expect("the engine wrote the headers");
+        let n = packet.len();
+        packet[self.at..n - 4].fill(0);
+        packet[n - 4..].copy_from_slice(&rdma_wire::Icrc::wire_bytes(icrc));
+    }
+
+    /// Makes the packet in `buf` (`len` bytes) whole, with the payload
+    /// copied into place: for paths that need the packet in one piece.
+    /// Returns its new length.
+    pub fn inline(&self, buf: &mut [u8], len: usize) -> usize {
+        let (at, n) = (self.at, self.len);
+        let total = len + n;
+        self.memory.read(self.offset, &mut buf[at..at + n]);
+        buf[at + n..total - 4].fill(0);
+        let icrc = rdma_wire::icrc::roce_v2(&buf[..total - 4]).expect("the engine wrote the headers");
+        buf[total - 4..total].copy_from_slice(&rdma_wire::Icrc::wire_bytes(icrc));
+        total
+    }
 }
 
 /// Largest IP + UDP header in front of a transport packet.
@@ -37,6 +86,62 @@ impl Framer {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<usize, E> {
+        let repr = self.repr(av, src_port, transport);
+        // The opcode table gives the offset; emit_in_place checks the headers once.
+        let ext = transport.bth.opcode.info().map_or(0, |i| i.ext_len());
+        let at = repr.ip.header_len() + 8 + 12 + ext;
+        fill(&mut buf[at..at + payload_len])?;
+        Ok(repr.emit_in_place(buf, payload_len).expect("the engine sizes its buffers"))
+    }
+
+    /// Writes the headers of a packet whose payload stays in `memory`
+    /// (`len` bytes at `offset`), and leaves room for its pad and ICRC.
+    /// Returns the bytes the packet takes in `buf` and the reference.
+    pub fn frame_by_ref(
+        &self,
+        buf: &mut [u8],
+        av: &AddressVector,
+        src_port: u16,
+        transport: &TransportRepr,
+        (memory, offset, len): (RegionMemory, usize, usize),
+    ) -> (usize, PayloadRef) {
+        let repr = self.repr(av, src_port, transport);
+        let at = repr.emit_headers(buf, len).expect("the engine sizes its buffers");
+        let total = at + rdma_wire::pad_for(len) + 4;
+        (total, PayloadRef { memory, offset, len, at })
+    }
+
+    /// Where the payload of `len` bytes starting `offset` bytes into the
+    /// buffers of `sges` lies, if it lies in one region and packets may
+    /// carry it by reference; `None` means: copy it.
+    pub fn payload_ref(
+        &self,
+        mrs: &MemoryTable,
+        pd: Pd,
+        sges: &[Sge],
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(RegionMemory, usize, usize)>, AccessError> {
+        if !self.by_ref || len < BY_REF_MIN {
+            return Ok(None);
+        }
+        let mut off = offset;
+        for s in sges {
+            let sl = u64::from(s.length);
+            if off >= sl {
+                off -= sl;
+                continue;
+            }
+            if sl - off < len as u64 {
+                return Ok(None); // spans two buffers: copied
+            }
+            let (r, at) = mrs.check(s.lkey, pd, s.addr + off, len as u64, Access::NONE)?;
+            return Ok(Some((r.memory.clone(), at, len)));
+        }
+        Ok(None)
+    }
+
+    fn repr(&self, av: &AddressVector, src_port: u16, transport: &TransportRepr) -> RoceV2Repr {
         let ip = match (self.local, av.dest) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
                 dscp: av.traffic_class >> 2,
@@ -57,13 +162,7 @@ impl Framer {
                 dst: to_v6(dst),
             }),
         };
-        let repr =
-            RoceV2Repr { ip, udp: UdpRepr { src_port, dst_port: ROCE_V2_PORT, checksum: 0 }, transport: *transport };
-        // The opcode table gives the offset; emit_in_place checks the headers once.
-        let ext = transport.bth.opcode.info().map_or(0, |i| i.ext_len());
-        let at = repr.ip.header_len() + 8 + 12 + ext;
-        fill(&mut buf[at..at + payload_len])?;
-        Ok(repr.emit_in_place(buf, payload_len).expect("the engine sizes its buffers"))
+        RoceV2Repr { ip, udp: UdpRepr { src_port, dst_port: ROCE_V2_PORT, checksum: 0 }, transport: *transport }
     }
 }
 

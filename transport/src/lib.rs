@@ -29,6 +29,7 @@ pub mod wr;
 
 pub use endpoint::{AsyncEvent, Drop, Endpoint, Stats, Transmit, MAX_PACKET};
 pub use error::VerbsError;
+pub use framing::PayloadRef;
 pub use memory::{Access, Pd, RegionGuard, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
 pub use time::Instant;

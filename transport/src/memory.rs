@@ -125,6 +125,12 @@ impl RegionMemory {
         }
     }
 
+    /// Whether `self` and `other` are the same region's bytes (clones of
+    /// one another).
+    pub fn same(&self, other: &RegionMemory) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The address of the first byte (what libibverbs would register as `addr`).
     pub fn base_addr(&self) -> u64 {
         match &*self.0 {

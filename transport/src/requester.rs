@@ -6,7 +6,7 @@
 //! the first unacknowledged PSN. A READ restarted in the middle is
 //! re-issued for the part whose responses are missing, as the IBTA asks.
 
-use crate::framing::{gather, Framer};
+use crate::framing::{gather, Framer, PayloadRef};
 use crate::memory::{Access, AccessError, MemoryTable, Pd};
 use crate::qp::{Qp, QpParams, QpState, QpType};
 use crate::time::{local_ack_timeout, Instant};
@@ -180,8 +180,9 @@ fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
 pub(crate) enum ReqOutcome {
     /// Nothing to send now.
     Idle,
-    /// A packet of `len` bytes is in the buffer, for `dest`.
-    Sent { len: usize, dest: core::net::IpAddr },
+    /// A packet of `len` bytes is in the buffer, for `dest`; its payload
+    /// is in memory instead when `payload` says where.
+    Sent { len: usize, dest: core::net::IpAddr, payload: Option<PayloadRef> },
     /// The WQE at the head of the cursor failed locally: complete it with
     /// this status and move the QP to the error state.
     LocalError(WcStatus),
@@ -323,14 +324,26 @@ impl Qp {
             _ => return ReqOutcome::LocalError(WcStatus::LocQpOpErr),
         };
         let wr = &wqe.wr;
-        let written = framer.frame(buf, &av, self.src_port, &tr, payload_len, |dst| match &wr.inline_data {
-            Some(d) => {
-                dst.copy_from_slice(&d[offset as usize..offset as usize + dst.len()]);
-                Ok(())
+        let by_ref = match &wr.inline_data {
+            Some(_) => Ok(None),
+            None => framer.payload_ref(mrs, self.init.pd, &wr.sg_list, offset, payload_len),
+        };
+        let written = by_ref.and_then(|r| match r {
+            Some(src) => {
+                let (n, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, src);
+                Ok((n, Some(p)))
             }
-            None => gather(mrs, self.init.pd, &wr.sg_list, offset, dst),
+            None => framer
+                .frame(buf, &av, self.src_port, &tr, payload_len, |dst| match &wr.inline_data {
+                    Some(d) => {
+                        dst.copy_from_slice(&d[offset as usize..offset as usize + dst.len()]);
+                        Ok(())
+                    }
+                    None => gather(mrs, self.init.pd, &wr.sg_list, offset, dst),
+                })
+                .map(|n| (n, None)),
         });
-        let len = match written {
+        let (len, payload) = match written {
             Ok(n) => n,
             Err(e) => {
                 tracing::debug!(qpn = self.num, error = %e, "local protection error while gathering");
@@ -353,6 +366,6 @@ impl Qp {
             self.req.rto_deadline = local_ack_timeout(self.params.timeout).map(|d| now + d);
         }
         self.req.last_sent = Some(now);
-        ReqOutcome::Sent { len, dest: av.dest }
+        ReqOutcome::Sent { len, dest: av.dest, payload }
     }
 }

@@ -18,7 +18,7 @@
 //! receive WQE gets an RNR NAK instead.
 
 use crate::endpoint::{CqTable, Drop, SrqTable, Stats};
-use crate::framing::{scatter, sge_len, Framer};
+use crate::framing::{scatter, sge_len, Framer, PayloadRef, BY_REF_MIN};
 use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
@@ -526,7 +526,7 @@ impl Qp {
         mrs: &MemoryTable,
         framer: &Framer,
         buf: &mut [u8],
-    ) -> Option<(usize, core::net::IpAddr)> {
+    ) -> Option<(usize, core::net::IpAddr, Option<PayloadRef>)> {
         let av = self.params.av?;
         let lone_ack = self.resp.out.len() == 1
             && matches!(self.resp.out.front(), Some(Response::Ack { syndrome, .. }) if syndrome.is_ack());
@@ -587,6 +587,19 @@ impl Qp {
                 (t, Some(src), last)
             }
         };
+        // A READ response's payload travels by reference when the framer
+        // allows it and the region is still there.
+        let by_ref = payload_src.and_then(|(rkey, va, n)| match mrs.get(rkey) {
+            Some(r) if framer.by_ref && n >= BY_REF_MIN && va >= r.va && va + n as u64 <= r.va + r.len => {
+                Some((r.memory.clone(), (va - r.va) as usize, n))
+            }
+            _ => None,
+        });
+        if let Some(src) = by_ref {
+            let (len, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, src);
+            self.responded(done);
+            return Some((len, av.dest, Some(p)));
+        }
         let len = framer
             .frame(buf, &av, self.src_port, &tr, payload_src.map_or(0, |s| s.2), |dst| {
                 if let Some((rkey, va, n)) = payload_src {
@@ -601,12 +614,17 @@ impl Qp {
                 Ok::<(), ()>(())
             })
             .ok()?;
+        self.responded(done);
+        Some((len, av.dest, None))
+    }
+
+    /// The front response has sent a packet: `done` if it was its last.
+    fn responded(&mut self, done: bool) {
         if done {
             self.resp.out.pop_front();
             if self.resp.out.is_empty() {
                 self.resp.ack_held_since = None;
             }
         }
-        Some((len, av.dest))
     }
 }

@@ -87,6 +87,10 @@ pub struct LinkStats {
     pub reordered: u64,
     pub corrupted: u64,
     pub undeliverable: u64,
+    /// Packets whose payload the endpoint gave by reference (see
+    /// [`crate::Endpoint::set_payload_by_reference`]), assembled here as a
+    /// scattered send would put them on the wire.
+    pub by_reference: u64,
 }
 
 /// A decision the test makes about a packet before the link's own faults.
@@ -199,8 +203,17 @@ impl Sim {
             let span = tracing::debug_span!("ep", addr = %self.endpoints[i].local_addr());
             let _g = span.enter();
             while let Some(tx) = self.endpoints[i].poll_transmit(self.now, &mut buf) {
-                tracing::trace!(len = tx.len, "sent");
-                let packet = buf[..tx.len].to_vec();
+                tracing::trace!(len = tx.wire_len(), "sent");
+                let packet = match &tx.payload {
+                    None => buf[..tx.len].to_vec(),
+                    Some(p) => {
+                        self.stats.by_reference += 1;
+                        let mut payload = vec![0u8; p.len];
+                        p.memory.read(p.offset, &mut payload);
+                        p.seal(&mut buf[..tx.len], &payload);
+                        [&buf[..p.at], &payload[..], &buf[p.at..tx.len]].concat()
+                    }
+                };
                 self.stats.sent += 1;
                 self.record(&packet);
                 let Some(dst) = self.index_of(tx.dest) else {

@@ -92,6 +92,63 @@ fn rc_write_with_immediate_and_read_and_atomics() {
     assert_eq!(ops, [WcOpcode::RdmaWrite, WcOpcode::RdmaRead, WcOpcode::FetchAdd, WcOpcode::CompSwap]);
 }
 
+/// What the wire carries for a mix of requests and a READ (one packet
+/// lost), with payloads given by reference or copied into the packets.
+fn wire_of_a_mix(by_ref: bool) -> (Vec<Vec<u8>>, u64) {
+    let (mut sim, a, b) = pair(46);
+    sim.ep(a.ep).set_payload_by_reference(by_ref);
+    sim.ep(b.ep).set_payload_by_reference(by_ref);
+    let wire = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = wire.clone();
+    sim.set_filter(move |_, p| {
+        seen.borrow_mut().push(p.to_vec());
+        // The third packet (a middle one of the SEND) is lost: its retransmission reads the region again.
+        if seen.borrow().len() == 3 {
+            Verdict::Drop
+        } else {
+            Verdict::Deliver
+        }
+    });
+    let sent = fill(&a, 0, 10_001, 5);
+    let written = fill(&a, 20_000, 601, 6); // above BY_REF_MIN, with two bytes of pad
+    let small = fill(&a, 30_000, 100, 7); // below it: always copied
+    let remote = fill(&b, 200_000, 5_003, 8);
+    recv(&mut sim, &b, 1, 0, 20_000);
+    recv(&mut sim, &b, 2, 20_000, 200);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 10_001);
+    post(&mut sim, &a, 2, SendOp::RdmaWrite { remote_addr: b.va + 100_000, rkey: b.rkey }, 20_000, 601);
+    post(&mut sim, &a, 3, SendOp::RdmaRead { remote_addr: b.va + 200_000, rkey: b.rkey }, 50_000, 5_003);
+    post(&mut sim, &a, 4, SendOp::Send, 30_000, 100);
+    sim.run_idle(LIMIT);
+    let ok = |n| (1..=n).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>();
+    assert_eq!(statuses(&completions(&mut sim, &a, a.send_cq)), ok(4));
+    assert_eq!(statuses(&completions(&mut sim, &b, b.recv_cq)), ok(2));
+    assert_eq!((read(&b, 0, 10_001), read(&b, 100_000, 601)), (sent, written));
+    assert_eq!((read(&a, 50_000, 5_003), read(&b, 20_000, 100)), (remote, small));
+    assert!(sim.ep(a.ep).stats().retransmits > 0);
+    let packets = wire.borrow().clone();
+    (packets, sim.stats.by_reference)
+}
+
+#[test]
+fn payloads_given_by_reference_put_the_same_bytes_on_the_wire_as_copies() {
+    let (copied, none) = wire_of_a_mix(false);
+    let (by_ref, n) = wire_of_a_mix(true);
+    assert_eq!(none, 0);
+    // Every packet with a payload of BY_REF_MIN bytes or more, and no other.
+    let big = copied
+        .iter()
+        .filter(|p| RoceV2Packet::new_checked(&p[..]).unwrap().transport().payload().len() >= framing::BY_REF_MIN)
+        .count();
+    assert!(big > 10);
+    assert_eq!(n, big as u64, "packets given by reference");
+    assert_eq!(copied.len(), by_ref.len());
+    for (i, (c, r)) in copied.iter().zip(&by_ref).enumerate() {
+        assert!(c == r, "packet {i} differs");
+        assert!(RoceV2Packet::new_checked(&r[..]).unwrap().icrc_ok(), "packet {i}: ICRC");
+    }
+}
+
 /// Drops the `nth` packet (0-based) from endpoint `from` whose opcode is `op`.
 fn drop_nth(sim: &mut Sim, from: usize, op: Opcode, nth: usize) {
     let mut seen = 0;
@@ -386,11 +443,11 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     let ep = sim.ep(b.ep);
     let reply = ep.poll_transmit_fresh(now, &mut buf).expect("the reply");
     assert_eq!((opcode_of(&buf[..reply.len]), reply.released_ack), (Opcode::RC_SEND_ONLY, false));
-    assert_eq!(ep.poll_transmit_fresh(now, &mut buf), None, "only the released ACK is left");
+    assert!(ep.poll_transmit_fresh(now, &mut buf).is_none(), "only the released ACK is left");
     assert!(ep.holds_acks(), "and it is not built yet");
     let ack = ep.poll_transmit(now, &mut buf).expect("the released ACK");
     assert_eq!((opcode_of(&buf[..ack.len]), ack.released_ack), (Opcode::RC_ACKNOWLEDGE, true));
-    assert_eq!(ep.poll_transmit(now, &mut buf), None, "the round is over");
+    assert!(ep.poll_transmit(now, &mut buf).is_none(), "the round is over");
     assert!(!ep.holds_acks());
 
     // Released: a driver about to destroy the QP sends the held ACK at once.

@@ -210,6 +210,20 @@ pub fn roce_v2(l3: &[u8]) -> Result<u32> {
     Ok(whole(masked_roce_v2(l3)?, l3))
 }
 
+/// The ICRC of a RoCE v2 packet whose payload lies apart from its
+/// headers: `headers` runs from the IP header to the end of the transport
+/// headers, `payload` is the payload, and the pad (zeros up to a multiple
+/// of four bytes) is hashed after it, as a whole packet's would be.
+pub fn roce_v2_split(headers: &[u8], payload: &[u8]) -> Result<u32> {
+    let m = masked_roce_v2(headers)?;
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&m.bytes[..m.len]);
+    hasher.update(&headers[m.consumed..]);
+    hasher.update(payload);
+    hasher.update(&[0u8; 3][..crate::transport_packet::pad_for(payload.len())]);
+    Ok(hasher.finalize())
+}
+
 /// The ICRC of a whole native IB packet: `packet` runs from the LRH to the
 /// last pad byte.
 pub fn ib(packet: &[u8]) -> Result<u32> {

@@ -170,12 +170,27 @@ impl RoceV2Repr {
     /// example read there straight from a memory region). The ICRC is
     /// computed in one pass over the finished packet. Returns its length.
     pub fn emit_in_place(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
+        let total = self.buffer_len(payload_len)?;
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
+        }
+        let end = self.emit_headers(buf, payload_len)? + payload_len;
+        Ok(finish_with_icrc(buf, end, payload_len, |b| crate::icrc::roce_v2(b).expect("headers written")))
+    }
+
+    /// Writes only the headers, IP through the last extension header, of a
+    /// packet with `payload_len` bytes of payload (lengths and pad count
+    /// included): for a sender that keeps the payload apart, for example
+    /// in the memory region it is sent from. Finish such a packet with
+    /// [`crate::icrc::roce_v2_split`]. Returns the length of the headers.
+    pub fn emit_headers(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
         let info = self.transport.check()?;
         let ip_len = self.ip.header_len();
         let t = ip_len + Udp::<&[u8]>::LEN;
         let total = t + BTH_LEN + info.ext_len() + payload_len + pad_for(payload_len) + ICRC_LEN;
-        if buf.len() < total {
-            return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
+        let hdr_len = t + BTH_LEN + info.ext_len();
+        if buf.len() < hdr_len {
+            return Err(Error::BufferTooSmall { needed: hdr_len, available: buf.len() });
         }
         let l4 = total - ip_len;
         match &self.ip {
@@ -183,9 +198,7 @@ impl RoceV2Repr {
             IpRepr::V6(h) => h.emit(buf, l4)?,
         }
         self.udp.emit(&mut buf[ip_len..], l4 - Udp::<&[u8]>::LEN)?;
-        let hdr = self.transport.emit_headers_for(info, &mut buf[t..], payload_len)?;
-        let end = t + hdr + payload_len;
-        Ok(finish_with_icrc(buf, end, payload_len, |b| crate::icrc::roce_v2(b).expect("headers written")))
+        Ok(t + self.transport.emit_headers_for(info, &mut buf[t..], payload_len)?)
     }
 }
 

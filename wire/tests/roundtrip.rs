@@ -143,6 +143,23 @@ proptest! {
     }
 
     #[test]
+    fn headers_apart_from_their_payload_make_the_same_packet((repr, payload) in roce_v2()) {
+        // What a sender that sends the payload straight from memory puts
+        // on the wire: headers, then the payload, then pad and ICRC.
+        let mut whole = vec![0u8; repr.buffer_len(payload.len()).unwrap()];
+        repr.emit(&mut whole, &payload).unwrap();
+        let mut headers = [0x5au8; 128];
+        let h = repr.emit_headers(&mut headers, payload.len()).unwrap();
+        prop_assert_eq!(h, repr.payload_offset().unwrap());
+        let icrc = icrc::roce_v2_split(&headers[..h], &payload).unwrap();
+        let mut apart = headers[..h].to_vec();
+        apart.extend_from_slice(&payload);
+        apart.resize(whole.len() - 4, 0);
+        apart.extend_from_slice(&Icrc::wire_bytes(icrc));
+        prop_assert_eq!(apart, whole);
+    }
+
+    #[test]
     fn any_covered_bit_flip_is_caught((repr, payload) in roce_v2(), pos in any::<prop::sample::Index>(), bit in 0u8..8) {
         let mut buf = vec![0u8; repr.buffer_len(payload.len()).unwrap()];
         repr.emit(&mut buf, &payload).unwrap();

@@ -32,7 +32,7 @@ mod send;
 mod uring;
 
 use crate::faults::{FaultConfig, Faults};
-use rdma_transport::{Transmit, MAX_PACKET};
+use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
 use rdma_wire::ROCE_V2_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
@@ -68,6 +68,9 @@ pub struct IoStats {
     pub send_syscalls: u64,
     /// Sends of more than one segment (UDP_SEGMENT).
     pub gso_sends: u64,
+    /// Packets whose payload the kernel copied straight from the memory
+    /// region (see [`UdpIo::sends_by_reference`]).
+    pub payloads_by_reference: u64,
     /// Received datagrams that held more than one packet (UDP_GRO).
     pub gro_receives: u64,
     /// Datagrams longer than any RoCE packet, dropped.
@@ -152,6 +155,10 @@ pub struct UdpIo {
     tx: HashMap<u16, TxSocket>,
     tx_bufs: Vec<Box<[u8]>>,
     tx_meta: Vec<Transmit>,
+    /// The regions a round's packets send their payloads from, and where
+    /// their bytes are while locked (kept to avoid an allocation per round).
+    tx_regions: Vec<RegionMemory>,
+    tx_spans: Vec<(usize, usize)>,
     /// Destination addresses of a send (kept to avoid an allocation per send).
     tx_addrs: Vec<SockAddr>,
     shifts: send::ShiftCache,
@@ -290,6 +297,8 @@ impl UdpIo {
             tx: HashMap::new(),
             tx_bufs: (0..TX_BATCH).map(|_| vec![0u8; MAX_PACKET].into_boxed_slice()).collect(),
             tx_meta: Vec::with_capacity(TX_BATCH),
+            tx_regions: Vec::new(),
+            tx_spans: Vec::new(),
             tx_addrs: Vec::with_capacity(TX_BATCH),
             shifts: send::ShiftCache::default(),
             faults,
@@ -311,6 +320,16 @@ impl UdpIo {
             Driver::Sockets(_) => [self.rx.as_raw_fd(), -1],
             Driver::Uring(u) => [self.rx.as_raw_fd(), u.fd()],
         }
+    }
+
+    /// Whether this driver sends payloads straight from their memory
+    /// regions ([`rdma_transport::Endpoint::set_payload_by_reference`]):
+    /// the socket driver does, holding the regions locked across the
+    /// `sendmmsg` that reads them. io_uring does not (a request may
+    /// outlive the call that queued it), nor does fault injection (it
+    /// works on whole packets); both take copies.
+    pub fn sends_by_reference(&self) -> bool {
+        matches!(self.driver, Driver::Sockets(_)) && self.faults.is_none()
     }
 
     /// The driver in use ([`IoDriver::IoUring`] or [`IoDriver::Sockets`]).

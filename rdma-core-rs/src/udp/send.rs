@@ -9,9 +9,16 @@
 //! 2, …, and the ICRC covers that field, so the ICRC of segment `k` is
 //! corrected by one XOR ([`IdentShift`]) before sending. Packets of one QP
 //! keep their order; packets of different QPs need none between them.
+//!
+//! A packet whose payload the engine gives by reference (bulk data, see
+//! `UdpIo::sends_by_reference`) leaves as three pieces: its headers, the
+//! payload straight from the memory region, and pad plus ICRC. The round's
+//! regions stay locked from the ICRC, computed over the bytes in the
+//! region, until the kernel has copied them: each payload byte is read
+//! twice (ICRC, kernel copy) and copied once.
 
 use super::{ip_header_len, sock_addr, Driver, IoStats, UdpIo, TX_BATCH};
-use rdma_transport::{Endpoint, Instant, Transmit};
+use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
 use socket2::Socket;
 use std::io;
@@ -113,7 +120,13 @@ impl UdpIo {
         while self.tx_meta.len() < TX_BATCH {
             let i = self.tx_meta.len();
             match poll(ep, now, &mut self.tx_bufs[i]) {
-                Some(t) => self.tx_meta.push(t),
+                Some(mut t) => {
+                    if let (Some(p), false) = (&t.payload, self.sends_by_reference()) {
+                        t.len = p.inline(&mut self.tx_bufs[i], t.len);
+                        t.payload = None;
+                    }
+                    self.tx_meta.push(t)
+                }
                 None => break,
             }
         }
@@ -124,7 +137,7 @@ impl UdpIo {
         let hl = ip_header_len(self.local);
         let Some(f) = &mut self.faults else { return };
         for i in 0..k {
-            let t = self.tx_meta[i];
+            let t = &self.tx_meta[i];
             let body = &mut self.tx_bufs[i][hl + 8..t.len];
             for (bytes, dest) in f.apply(body, t.dest, t.src_port, &mut self.stats) {
                 if let Some(s) = self.tx.get(&t.src_port) {
@@ -138,6 +151,39 @@ impl UdpIo {
     /// destination and planned into messages, which leave in one
     /// `sendmmsg` per source port, or all in one `io_uring_enter`.
     fn send_batch(&mut self, k: usize) {
+        // The regions the payloads are in, each once (locking one twice would deadlock).
+        let mut regions = std::mem::take(&mut self.tx_regions);
+        for t in &self.tx_meta[..k] {
+            if let Some(p) = &t.payload {
+                if !regions.iter().any(|r| r.same(&p.memory)) {
+                    regions.push(p.memory.clone());
+                }
+            }
+        }
+        let mut spans = std::mem::take(&mut self.tx_spans);
+        with_locked(&regions, &mut spans, |spans| self.send_batch_locked(k, &regions, spans));
+        regions.clear();
+        spans.clear();
+        (self.tx_regions, self.tx_spans) = (regions, spans);
+    }
+
+    /// [`UdpIo::send_batch`] with the payloads' regions locked, their bytes
+    /// at `spans` (address, length), in the order of `regions`.
+    fn send_batch_locked(&mut self, k: usize, regions: &[RegionMemory], spans: &[(usize, usize)]) {
+        let mut batch = self.batch.take().unwrap_or_else(|| Box::new(Batch::new()));
+        // Seal each packet given by reference over the bytes the kernel will copy.
+        for i in 0..k {
+            let Some(p) = &self.tx_meta[i].payload else { continue };
+            let r = regions.iter().position(|r| r.same(&p.memory)).expect("every region was collected");
+            let (base, len) = spans[r];
+            assert!(p.offset + p.len <= len, "the engine checked the payload against its region");
+            // SAFETY: the region is locked by `with_locked` for as long as
+            // this call runs, and `base..base + len` are its bytes.
+            let payload = unsafe { std::slice::from_raw_parts((base + p.offset) as *const u8, p.len) };
+            p.seal(&mut self.tx_bufs[i][..self.tx_meta[i].len], payload);
+            batch.payloads[i] = payload.as_ptr();
+            self.stats.payloads_by_reference += 1;
+        }
         // Group by (port, destination), keeping each group's order: an
         // insertion sort of at most TX_BATCH indices, stable and without allocation.
         let mut order = [0usize; TX_BATCH];
@@ -153,7 +199,6 @@ impl UdpIo {
         let order = &order[..k];
         // The batch lives in the device (allocated once): an io_uring
         // request still queued after a failure points at live memory.
-        let mut batch = self.batch.take().unwrap_or_else(|| Box::new(Batch::new()));
         batch.len = 0;
         let mut start = 0;
         while start < k {
@@ -182,7 +227,7 @@ impl UdpIo {
             Driver::Sockets(_) => send_sockets(&mut batch, &mut self.stats),
         };
         for (j, e) in failed.iter() {
-            self.message_failed(batch.ports[j], order, batch.messages[j], &e);
+            self.message_failed(batch.ports[j], order, batch.messages[j], &e, &batch.payloads);
         }
         self.batch = Some(batch);
     }
@@ -191,7 +236,7 @@ impl UdpIo {
     /// messages, appended to `batch`.
     fn plan(&self, order: &[usize], start: usize, end: usize, fd: RawFd, port: u16, batch: &mut Batch) {
         let hl = ip_header_len(self.local);
-        let body = |i: usize| self.tx_meta[i].len - hl - 8;
+        let body = |i: usize| self.tx_meta[i].wire_len() - hl - 8;
         // The UDP length field bounds a message's payload.
         let max_bytes = usize::from(u16::MAX) - hl - 8;
         let mut p = start;
@@ -230,9 +275,9 @@ impl UdpIo {
         let mut shift = None;
         for k in 1..m.count {
             let i = order[m.first + k];
-            let len = self.tx_meta[i].len;
-            if shift.is_none_or(|s: IdentShift| s.l3_len() != len) {
-                shift = self.shifts.get(len);
+            let (len, l3_len) = (self.tx_meta[i].len, self.tx_meta[i].wire_len());
+            if shift.is_none_or(|s: IdentShift| s.l3_len() != l3_len) {
+                shift = self.shifts.get(l3_len);
             }
             let Some(s) = shift else { continue };
             let icrc = &mut self.tx_bufs[i][len - 4..len];
@@ -244,7 +289,14 @@ impl UdpIo {
     /// A message the kernel refused: one packet is lost (the transport
     /// retransmits); a refused UDP_SEGMENT is resent packet by packet, and
     /// turns GSO off when the kernel or device cannot do it at all.
-    fn message_failed(&mut self, port: u16, order: &[usize], m: Message, e: &io::Error) {
+    fn message_failed(
+        &mut self,
+        port: u16,
+        order: &[usize],
+        m: Message,
+        e: &io::Error,
+        payloads: &[*const u8; TX_BATCH],
+    ) {
         if m.count == 1 {
             self.stats.send_errors += 1;
             tracing::warn!(error = %e, "send failed");
@@ -258,8 +310,17 @@ impl UdpIo {
         let hl = ip_header_len(self.local);
         let Some(t) = self.tx.get(&port) else { return };
         for &i in &order[m.first..m.first + m.count] {
-            let meta = self.tx_meta[i];
-            send_one(&t.socket, &self.tx_bufs[i][hl + 8..meta.len], meta.dest, self.scope_id, &mut self.stats);
+            let meta = &self.tx_meta[i];
+            let buf = &self.tx_bufs[i];
+            match &meta.payload {
+                None => send_one(&t.socket, &buf[hl + 8..meta.len], meta.dest, self.scope_id, &mut self.stats),
+                Some(p) => {
+                    // SAFETY: as in send_batch_locked, whose regions are still locked.
+                    let payload = unsafe { std::slice::from_raw_parts(payloads[i], p.len) };
+                    let whole = [&buf[hl + 8..p.at], payload, &buf[p.at..meta.len]].concat();
+                    send_one(&t.socket, &whole, meta.dest, self.scope_id, &mut self.stats);
+                }
+            }
         }
     }
 }
@@ -273,8 +334,11 @@ pub(super) struct Batch {
     pub(super) fds: [RawFd; TX_BATCH],
     pub(super) ports: [u16; TX_BATCH],
     pub(super) msgs: [libc::mmsghdr; TX_BATCH],
-    iovs: [libc::iovec; TX_BATCH],
+    /// Up to three per packet: headers, payload, trailer.
+    iovs: [libc::iovec; 3 * TX_BATCH],
     control: [Control; TX_BATCH],
+    /// Where the payload of packet `i` given by reference is, in its locked region.
+    payloads: [*const u8; TX_BATCH],
 }
 
 // SAFETY: the raw pointers in the headers point into the buffers of the
@@ -293,6 +357,7 @@ impl Batch {
             msgs: unsafe { std::mem::zeroed() },
             iovs: unsafe { std::mem::zeroed() },
             control: [Control::default(); TX_BATCH],
+            payloads: [std::ptr::null(); TX_BATCH],
         }
     }
 
@@ -300,10 +365,27 @@ impl Batch {
     /// UDP_SEGMENT sizes. `io.tx_addrs` keeps the addresses alive.
     fn fill(&mut self, io: &mut UdpIo, order: &[usize]) {
         let hl = ip_header_len(io.local);
+        let iov = |b: *const u8, len: usize| libc::iovec { iov_base: b as *mut _, iov_len: len };
+        // iov_at[p]: the first iovec of the packet at order[p].
+        let mut iov_at = [0usize; TX_BATCH + 1];
+        let mut n = 0;
         for (p, &i) in order.iter().enumerate() {
-            let body = &io.tx_bufs[i][hl + 8..io.tx_meta[i].len];
-            self.iovs[p] = libc::iovec { iov_base: body.as_ptr() as *mut _, iov_len: body.len() };
+            iov_at[p] = n;
+            let (t, buf) = (&io.tx_meta[i], &io.tx_bufs[i]);
+            match &t.payload {
+                None => {
+                    self.iovs[n] = iov(buf[hl + 8..].as_ptr(), t.len - hl - 8);
+                    n += 1;
+                }
+                Some(r) => {
+                    self.iovs[n] = iov(buf[hl + 8..].as_ptr(), r.at - hl - 8);
+                    self.iovs[n + 1] = iov(self.payloads[i], r.len);
+                    self.iovs[n + 2] = iov(buf[r.at..].as_ptr(), t.len - r.at);
+                    n += 3;
+                }
+            }
         }
+        iov_at[order.len()] = n;
         io.tx_addrs.clear();
         for m in &self.messages[..self.len] {
             io.tx_addrs.push(sock_addr(io.tx_meta[order[m.first]].dest, ROCE_V2_PORT, io.scope_id));
@@ -317,8 +399,8 @@ impl Batch {
             let h = &mut self.msgs[j].msg_hdr;
             h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
             h.msg_namelen = io.tx_addrs[j].len();
-            h.msg_iov = &mut self.iovs[m.first];
-            h.msg_iovlen = m.count;
+            h.msg_iov = &mut self.iovs[iov_at[m.first]];
+            h.msg_iovlen = iov_at[m.first + m.count] - iov_at[m.first];
             if m.count > 1 {
                 set_segment_size(h, &mut self.control[j], m.segment as u16);
             }
@@ -406,6 +488,26 @@ pub(super) fn send_one(socket: &Socket, bytes: &[u8], dest: IpAddr, scope_id: u3
         Err(e) => {
             stats.send_errors += 1;
             tracing::warn!(error = %e, %dest, "send failed");
+        }
+    }
+}
+
+/// Locks every region of `regions`, notes where its bytes are (address,
+/// length) in `spans`, and runs `f` on them with all the locks held: the
+/// pieces of a scattered send then cannot change between the ICRC and the
+/// kernel's copy. Recursive so that the guards live on the stack, without
+/// an allocation; a round has a handful of regions at most.
+fn with_locked<R>(
+    regions: &[RegionMemory],
+    spans: &mut Vec<(usize, usize)>,
+    f: impl FnOnce(&[(usize, usize)]) -> R,
+) -> R {
+    match regions.split_first() {
+        None => f(spans),
+        Some((r, rest)) => {
+            let guard = r.lock();
+            spans.push((guard.as_ptr() as usize, guard.len()));
+            with_locked(rest, spans, f)
         }
     }
 }

@@ -106,6 +106,30 @@ fn every_test_runs_in_loopback_and_verifies() {
 }
 
 #[test]
+fn without_verify_bandwidth_tests_use_perftests_buffers() {
+    use softroce::perf::side::layout;
+    let mut cfg = config(TestKind::WriteBw);
+    cfg.size = 65536;
+    let l = layout(&cfg);
+    assert_eq!((l.slots, l.buffers), (32, 32), "--verify: a buffer per message in flight");
+    cfg.verify = false;
+    // ib_write_bw: one buffer for messages over half a page, else a page's worth.
+    for (size, buffers) in [(65536, 1), (2049, 1), (2048, 2), (1024, 4), (64, 32)] {
+        cfg.size = size;
+        assert_eq!(layout(&cfg), perf::side::Layout { slots: 32, slot_len: size, buffers }, "{size} bytes");
+    }
+    let mut lat = config(TestKind::WriteLat);
+    lat.verify = false;
+    assert_eq!(layout(&lat).buffers, layout(&lat).slots, "latency tests keep their two buffers");
+    for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw, TestKind::AtomicBw] {
+        let mut cfg = config(test);
+        cfg.verify = false;
+        let r = perf::run(&cfg).unwrap_or_else(|e| panic!("{test}: {e}"));
+        assert_eq!((r.iterations, r.verified, r.retransmits), (200, None, 0), "{test}");
+    }
+}
+
+#[test]
 fn compare_and_swap_and_duration_mode() {
     let mut cfg = config(TestKind::AtomicBw);
     cfg.atomic = AtomicType::CmpAndSwap;

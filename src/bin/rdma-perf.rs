@@ -68,6 +68,9 @@ struct Args {
     #[arg(long, default_value = "127.0.0.2", requires = "loopback")]
     loopback_peer: IpAddr,
     /// Check every byte that arrived (and the final value of atomic targets).
+    /// Every message in flight then has a buffer of its own; without it a
+    /// bandwidth test uses perftest's buffers (one per QP for messages over
+    /// half a page).
     #[arg(long)]
     verify: bool,
     /// One JSON object per test on stdout instead of the table.

@@ -24,7 +24,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::oob::SideInfo;
-use super::side::Side;
+use super::side::{Layout, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
 
 /// The protocol revision this speaks (perftest 4.5's).
@@ -393,10 +393,10 @@ pub fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> Sid
 
 /// The layout of a side facing a perftest peer: message `i` of the peer
 /// lands `stride` bytes after message `i - 1`, within the cycle buffer.
-pub fn layout(cfg: &Config, cycle: usize, cache: usize) -> (usize, usize) {
-    let stride = stride(cfg.size.max(8), cache);
-    let (slots, _) = super::side::layout(cfg);
-    (slots.max(cycle_slots(cfg.size, cycle, cache)), stride)
+pub fn layout(cfg: &Config, cycle: usize, cache: usize) -> Layout {
+    let slot_len = stride(cfg.size.max(8), cache);
+    let slots = super::side::slots_for(cfg).max(cycle_slots(cfg.size, cycle, cache));
+    Layout { slots, slot_len, buffers: slots }
 }
 
 /// What `--verify` can check against a perftest peer, whose buffers hold

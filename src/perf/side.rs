@@ -1,6 +1,13 @@
 //! One side's resources: the device, a CQ, the QPs, and one memory region
 //! cut into slots (per QP, one slot per message in flight), plus the data
 //! patterns `--verify` checks.
+//!
+//! Without `--verify` the slots of a bandwidth test share perftest's
+//! buffers, as ib_write_bw and its siblings lay them out: a message over
+//! half a page uses one buffer per QP for every message, smaller ones
+//! cycle through one page. The figures then compare with perftest's and
+//! with the raw UDP baselines, which also send from one buffer. With
+//! `--verify` every message in flight has its own slot, to be checked.
 
 use super::oob::SideInfo;
 use super::{Config, PerfError, TestKind};
@@ -19,6 +26,8 @@ pub struct Side {
     pub mr: MemoryRegion,
     pub slots: usize,
     pub slot_len: usize,
+    /// Distinct buffers per QP: slot `s` is buffer `s % buffers`.
+    pub buffers: usize,
     pub psns: Vec<u32>,
     pub latency: bool,
 }
@@ -47,11 +56,11 @@ fn initial_psn(seed: u64) -> u32 {
 impl Side {
     /// Opens a device on `addr` and makes the resources of `cfg`, with
     /// `slots` slots of `slot_len` bytes per QP.
-    pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: (usize, usize)) -> Result<Side, PerfError> {
+    pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: Layout) -> Result<Side, PerfError> {
         let dev = Device::with_config(&format!("rxe-perf-{addr}"), addr, config)?;
         let ctx = dev.open()?;
         let pd = ctx.alloc_pd()?;
-        let (slots, slot_len) = layout;
+        let Layout { slots, slot_len, buffers } = layout;
         let depth = (cfg.qps * (slots + cfg.tx_depth) * 2).max(64);
         let cq = ctx.create_cq(depth, None)?;
         let mut qps = Vec::with_capacity(cfg.qps);
@@ -64,8 +73,8 @@ impl Side {
             qps.push(pd.create_qp(&attr)?);
             psns.push(initial_psn(q as u64 + u64::from(addr.is_ipv4())));
         }
-        let mr = pd.reg_mr(cfg.qps * slots * slot_len, Access::ALL)?;
-        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, psns, latency: cfg.test.is_latency() })
+        let mr = pd.reg_mr(cfg.qps * buffers * slot_len, Access::ALL)?;
+        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, buffers, psns, latency: cfg.test.is_latency() })
     }
 
     pub fn info(&self) -> Result<SideInfo, PerfError> {
@@ -76,7 +85,7 @@ impl Side {
             gid: self.ctx.query_gid(0)?.to_wire_hex(),
             addrs: (0..n).map(|q| self.mr.addr() + self.target(q, 0) as u64).collect(),
             rkeys: vec![self.mr.rkey(); n],
-            slots: if self.latency { 1 } else { self.slots },
+            slots: if self.latency { 1 } else { self.buffers },
             slot_len: self.slot_len,
             out_reads: OUT_READS,
         })
@@ -109,7 +118,7 @@ impl Side {
 
     /// Offset of slot `s` of QP `q` in the region.
     pub fn offset(&self, q: usize, s: usize) -> usize {
-        (q * self.slots + s) * self.slot_len
+        (q * self.buffers + s % self.buffers) * self.slot_len
     }
 
     /// A scatter/gather element over `len` bytes of slot `s` of QP `q`.
@@ -123,9 +132,27 @@ pub fn remote_addr(peer: &SideInfo, q: usize, i: u64) -> u64 {
     peer.addrs[q] + (i % peer.slots.max(1) as u64) * peer.slot_len as u64
 }
 
-/// The layout of `cfg`'s own protocol: a slot per message in flight.
-pub fn layout(cfg: &Config) -> (usize, usize) {
-    (slots_for(cfg), cfg.size.max(8))
+/// How a side cuts its region: `slots` slots of `slot_len` bytes per QP,
+/// in `buffers` distinct buffers (slot `s` is buffer `s % buffers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub slots: usize,
+    pub slot_len: usize,
+    pub buffers: usize,
+}
+
+/// The layout of `cfg`'s own protocol: a slot per message in flight, and
+/// a buffer each with `--verify` or in a latency test; perftest's buffers
+/// otherwise (see the module's comment).
+pub fn layout(cfg: &Config) -> Layout {
+    let slots = slots_for(cfg);
+    let slot_len = cfg.size.max(8);
+    let buffers = if cfg.verify || cfg.test.is_latency() {
+        slots
+    } else {
+        super::perftest::cycle_slots(slot_len, super::perftest::CYCLE_BUFFER as usize, 1).min(slots)
+    };
+    Layout { slots, slot_len, buffers }
 }
 
 /// The bytes message `iter` of QP `q` carries: a stream no other message

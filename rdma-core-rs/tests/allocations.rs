@@ -1,8 +1,9 @@
 //! The steady-state datapath allocates nothing per packet and nothing per
 //! work request: a counting global allocator watches two runs of WRITEs of
 //! different lengths over UDP loopback (64 KiB WRITEs of 16 packets each,
-//! and one-packet WRITEs of 64 bytes); the extra allocations of the longer
-//! run, per extra work request, must be (almost) zero.
+//! one-packet WRITEs of 64 bytes, and the same with the bytes inline in
+//! the request); the extra allocations of the longer run, per extra work
+//! request, must be (almost) zero.
 
 mod common;
 use common::*;
@@ -56,19 +57,28 @@ fn run(a: &Side, b: &Side, n: usize, wrs: &[SendWr]) -> (u64, u64) {
 fn no_allocation_per_packet_or_work_request_in_the_steady_state() {
     let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
     let (a, b) = pair_with(QpType::Rc, cfg, ConnectOptions { mtu: Mtu::Mtu4096, ..ConnectOptions::default() });
-    for len in [65536, 64] {
-        let wrs: Vec<SendWr> = (0..640).map(|i| write_wr(i, &a, (i as usize % 8) * 65536, len, &b, 0)).collect();
+    for (len, inline) in [(65536, false), (64, false), (64, true)] {
+        let wrs: Vec<SendWr> = (0..640)
+            .map(|i| {
+                let mut wr = write_wr(i, &a, (i as usize % 8) * 65536, len, &b, 0);
+                if inline {
+                    // IBV_SEND_INLINE: the bytes travel in the request, copied at post time.
+                    wr.inline_data = Some(vec![i as u8; len as usize]);
+                }
+                wr
+            })
+            .collect();
         run(&a, &b, 64, &wrs); // warm up: buffers, caches, queues at their working size
         let (allocs1, packets1) = run(&a, &b, 192, &wrs);
         let (allocs2, packets2) = run(&a, &b, 576, &wrs);
         let per_wr = (allocs2 as f64 - allocs1 as f64) / (576.0 - 192.0);
         eprintln!(
-            "{len}-byte WRITEs: {allocs1} allocations for {packets1} packets, {allocs2} for {packets2}: {per_wr:.3} per WR"
+            "{len}-byte WRITEs (inline: {inline}): {allocs1} allocations for {packets1} packets, {allocs2} for {packets2}: {per_wr:.3} per WR"
         );
         // One per WR (a copy of its scatter list), per packet or per ACK would show.
         assert!(
             per_wr < 0.1,
-            "{per_wr:.2} allocations per {len}-byte WRITE: something allocates per request or packet"
+            "{per_wr:.2} allocations per {len}-byte WRITE (inline: {inline}): something allocates per request or packet"
         );
     }
 }

@@ -38,6 +38,9 @@ impl Qp {
             cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
         }
         cqs.recycle(w.wr.sg_list);
+        if let Some(d) = w.wr.inline_data {
+            cqs.recycle_inline(d);
+        }
         if self.req.cursor_wqe == 0 {
             // The cursor was inside the completed WQE: all of it is
             // acknowledged, so continue at the start of the next one.

@@ -99,11 +99,16 @@ pub struct CqTable {
     /// Scatter/gather lists of finished work requests, for the engine's
     /// copies of new ones: posting then allocates nothing in steady state.
     spare_sges: Vec<Vec<Sge>>,
+    /// The same for the inline data of finished requests.
+    spare_inline: Vec<Vec<u8>>,
 }
 
 /// Spare scatter/gather lists kept, and the longest list kept.
 const SPARE_SGES: usize = 4096;
 const SPARE_SGE_CAPACITY: usize = 16;
+/// Spare inline buffers kept, and the largest kept.
+const SPARE_INLINE: usize = 1024;
+const SPARE_INLINE_CAPACITY: usize = 1024;
 
 impl CqTable {
     /// A copy of `sges` in a spare list if there is one.
@@ -113,11 +118,26 @@ impl CqTable {
         v
     }
 
+    /// A copy of inline data in a spare buffer if there is one.
+    fn copy_inline(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut v = self.spare_inline.pop().unwrap_or_default();
+        v.extend_from_slice(data);
+        v
+    }
+
     /// Keeps the list of a finished work request for reuse.
     pub(crate) fn recycle(&mut self, mut sges: Vec<Sge>) {
         if self.spare_sges.len() < SPARE_SGES && sges.capacity() <= SPARE_SGE_CAPACITY {
             sges.clear();
             self.spare_sges.push(sges);
+        }
+    }
+
+    /// Keeps the inline data buffer of a finished work request for reuse.
+    pub(crate) fn recycle_inline(&mut self, mut data: Vec<u8>) {
+        if self.spare_inline.len() < SPARE_INLINE && data.capacity() <= SPARE_INLINE_CAPACITY {
+            data.clear();
+            self.spare_inline.push(data);
         }
     }
 
@@ -483,11 +503,11 @@ impl Endpoint {
     }
 
     /// [`Endpoint::post_send`] of a copy of `wr`, made without allocating
-    /// in steady state (finished requests' lists are reused; inline data,
-    /// when a request carries some, is still copied into an allocation).
+    /// in steady state (finished requests' lists and inline buffers are reused).
     pub fn post_send_copy(&mut self, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
         let sg_list = self.cqs.copy_sges(&wr.sg_list);
-        self.post_send(qpn, SendWr { sg_list, inline_data: wr.inline_data.clone(), ..*wr })
+        let inline_data = wr.inline_data.as_deref().map(|d| self.cqs.copy_inline(d));
+        self.post_send(qpn, SendWr { sg_list, inline_data, ..*wr })
     }
 
     /// [`Endpoint::post_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).

@@ -151,7 +151,7 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Resul
     let mut completed = vec![0u64; nq];
     let mut scratch = vec![0u8; side.slot_len];
     let mut wcs = Vec::with_capacity(1024);
-    let mut batch = Vec::with_capacity(32);
+    let mut batch = vec![SendWr::new(0, SendOp::Send, vec![side.sge(0, 0, size)]); 32];
     let mut verify_error = None;
     let mut progress = ProgressLine::new(cfg.progress, cfg.test.name(), size);
     let start = Instant::now();
@@ -163,9 +163,8 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Resul
         }
         let mut posted_any = false;
         for q in 0..nq {
-            batch.clear();
-            while !stop && posted[q] - completed[q] < depth && target.is_none_or(|t| posted[q] < t) && batch.len() < 32
-            {
+            let mut n = 0;
+            while !stop && posted[q] - completed[q] < depth && target.is_none_or(|t| posted[q] < t) && n < batch.len() {
                 let i = posted[q];
                 let s = (i % slots) as usize;
                 let off = side.offset(q, s);
@@ -208,13 +207,16 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Resul
                     }
                     _ => unreachable!("bandwidth tests only"),
                 };
-                let mut wr = SendWr::new(wr_id(q, i), op, vec![side.sge(q, s, size)]);
+                // The requests are built once and rewritten, as perftest's
+                // are: posting copies them, so nothing is allocated per message.
+                let wr = &mut batch[n];
+                (wr.wr_id, wr.op, wr.sg_list[0]) = (wr_id(q, i), op, side.sge(q, s, size));
                 wr.signaled = (i + 1) % sig_every == 0 || last;
-                batch.push(wr);
+                n += 1;
                 posted[q] += 1;
             }
-            if !batch.is_empty() {
-                side.qps[q].post_send(&batch)?;
+            if n > 0 {
+                side.qps[q].post_send(&batch[..n])?;
                 posted_any = true;
             }
         }
@@ -328,18 +330,29 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
     let mut progress = ProgressLine::new(cfg.progress, cfg.test.name(), size);
     let start = Instant::now();
     let deadline = cfg.duration.map(|d| start + d);
+    // The requests, built once (posting copies them): what each test sends
+    // from (SEND and WRITE: slot 0) or into (READ and atomics: slot 1).
+    let mut recv = RecvWr { wr_id: 0, sg_list: vec![side.sge(0, 1, size)] };
+    let sge = match cfg.test {
+        TestKind::SendLat | TestKind::WriteLat => side.sge(0, 0, size),
+        TestKind::AtomicLat => side.sge(0, 1, 8),
+        _ => side.sge(0, 1, size),
+    };
+    let mut wr = SendWr::new(0, SendOp::Send, vec![sge]);
     let mut i = 0u64;
     while deadline.map_or(i < cfg.iters, |d| Instant::now() < d) {
         let t0;
         match cfg.test {
             TestKind::SendLat => {
-                qp.post_recv(&[RecvWr { wr_id: wr_id(0, i), sg_list: vec![side.sge(0, 1, size)] }])?;
+                recv.wr_id = wr_id(0, i);
+                qp.post_recv(std::slice::from_ref(&recv))?;
                 if cfg.verify {
                     side::pattern(&mut buf, 0, i);
                     side.mr.write(side.offset(0, 0), &buf)?;
                 }
+                (wr.wr_id, wr.op) = (wr_id(0, i), SendOp::Send);
                 t0 = Instant::now();
-                qp.post_send(&[SendWr::new(wr_id(0, i), SendOp::Send, vec![side.sge(0, 0, size)])])?;
+                qp.post_send(std::slice::from_ref(&wr))?;
                 let wc = poll_for(side, &mut wcs, WcOpcode::Recv, cfg.events)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
@@ -366,9 +379,10 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
                 }
                 side::lat_message(&mut buf, i);
                 side.mr.write(side.offset(0, 0), &buf)?;
-                t0 = Instant::now();
                 let op = SendOp::RdmaWrite { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
-                qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 0, size)])])?;
+                (wr.wr_id, wr.op) = (wr_id(0, i), op);
+                t0 = Instant::now();
+                qp.post_send(std::slice::from_ref(&wr))?;
                 let more = deadline.map_or(i + 1 < cfg.iters, |d| Instant::now() < d);
                 if more {
                     poll_marker(side, &mut wcs, size, side::marker(i + 1))?;
@@ -384,9 +398,10 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
                     buf.fill(0);
                     side.mr.write(side.offset(0, 1), &buf)?;
                 }
-                t0 = Instant::now();
                 let op = SendOp::RdmaRead { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
-                qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 1, size)])])?;
+                (wr.wr_id, wr.op) = (wr_id(0, i), op);
+                t0 = Instant::now();
+                qp.post_send(std::slice::from_ref(&wr))?;
                 poll_for(side, &mut wcs, WcOpcode::RdmaRead, cfg.events)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();
                 if cfg.verify {
@@ -395,9 +410,10 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
                 }
             }
             TestKind::AtomicLat => {
-                t0 = Instant::now();
                 let op = atomic_op(cfg.atomic, remote_addr(peer, 0, 0), peer.rkeys[0], i);
-                qp.post_send(&[SendWr::new(wr_id(0, i), op, vec![side.sge(0, 1, 8)])])?;
+                (wr.wr_id, wr.op) = (wr_id(0, i), op);
+                t0 = Instant::now();
+                qp.post_send(std::slice::from_ref(&wr))?;
                 let want = if cfg.atomic == AtomicType::FetchAndAdd { WcOpcode::FetchAdd } else { WcOpcode::CompSwap };
                 poll_for(side, &mut wcs, want, cfg.events)?;
                 hist.record(t0.elapsed().as_nanos() as u64).ok();

@@ -175,6 +175,7 @@ fn serve(
             let mut seen: Vec<Vec<bool>> = vec![Vec::new(); nq];
             let mut received = vec![0u64; nq];
             let mut buf = vec![0u8; size];
+            let mut recv = RecvWr { wr_id: 0, sg_list: vec![side.sge(0, 0, size)] }; // rewritten per receive
             loop {
                 wcs.clear();
                 side.cq.wait(&mut wcs, 1024, Some(Duration::from_millis(2)))?;
@@ -203,7 +204,8 @@ fn serve(
                         side.mr.read(side.offset(q, s), &mut buf)?;
                         note(&mut verify_error, side::check(&buf, q, i, "send-bw"));
                     }
-                    side.qps[q].post_recv(&[RecvWr { wr_id: wc.wr_id, sg_list: vec![side.sge(q, s, size)] }])?;
+                    (recv.wr_id, recv.sg_list[0]) = (wc.wr_id, side.sge(q, s, size));
+                    side.qps[q].post_recv(std::slice::from_ref(&recv))?;
                 }
                 if let Some(iters) = until(&received)? {
                     if cfg.verify {
@@ -223,6 +225,9 @@ fn serve(
             let mut buf = vec![0u8; size];
             let mut i = 0u64;
             let mut sent = 0u64; // write-lat: WRITEs this side made
+                                 // The requests, built once (posting copies them).
+            let mut recv = RecvWr { wr_id: 0, sg_list: vec![side.sge(0, 1, size)] };
+            let mut wr = SendWr::new(0, SendOp::Send, vec![side.sge(0, 0, size)]);
             let mut last_heard = Instant::now();
             loop {
                 // The client says when it is done (it counts, in -D runs too).
@@ -250,22 +255,25 @@ fn serve(
                         }
                     }
                     if got {
-                        qp.post_recv(&[RecvWr { wr_id: i + 1, sg_list: vec![side.sge(0, 1, size)] }])?;
+                        recv.wr_id = i + 1;
+                        qp.post_recv(std::slice::from_ref(&recv))?;
                         if cfg.verify {
                             side::pattern(&mut buf, 1, i);
                             side.mr.write(side.offset(0, 0), &buf)?;
                         }
-                        qp.post_send(&[SendWr::new(i, SendOp::Send, vec![side.sge(0, 0, size)])])?;
+                        wr.wr_id = i;
+                        qp.post_send(std::slice::from_ref(&wr))?;
                     }
                     got
                 } else {
                     // The server writes first (as perftest's does), then
                     // answers each of the client's WRITEs with the next.
-                    let write = |n: u64, buf: &mut Vec<u8>| -> Result<(), PerfError> {
+                    let mut write = |n: u64, buf: &mut Vec<u8>| -> Result<(), PerfError> {
                         side::lat_message(buf, n);
                         side.mr.write(side.offset(0, 0), buf)?;
                         let op = SendOp::RdmaWrite { remote_addr: remote_addr(peer, 0, 0), rkey: peer.rkeys[0] };
-                        qp.post_send(&[SendWr::new(n, op, vec![side.sge(0, 0, size)])])?;
+                        (wr.wr_id, wr.op) = (n, op);
+                        qp.post_send(std::slice::from_ref(&wr))?;
                         Ok(())
                     };
                     if sent == 0 {

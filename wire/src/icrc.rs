@@ -32,6 +32,14 @@ const IPV6_LEN: usize = 40;
 const UDP_LEN: usize = 8;
 const LRH_LEN: usize = 8;
 
+/// A fresh CRC-32 hasher. `crc32fast::Hasher::new` looks up the CPU's
+/// features on every call; a clone of one made once does not, and short
+/// packets (ACKs) make that lookup a noticeable part of their cost.
+fn hasher() -> crc32fast::Hasher {
+    static PROTOTYPE: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    PROTOTYPE.get_or_init(crc32fast::Hasher::new).clone()
+}
+
 /// A running ICRC computation.
 #[derive(Clone)]
 pub struct Icrc {
@@ -133,7 +141,7 @@ fn whole(m: Masked, packet: &[u8]) -> u32 {
     const BLOCK: usize = 192;
     const KERNEL_MIN: usize = 128; // below this crc32fast uses its table anyway
     let rest = &packet[m.consumed..];
-    let mut hasher = crc32fast::Hasher::new();
+    let mut hasher = hasher();
     if m.len + rest.len() < KERNEL_MIN {
         // An ACK or a small message: nothing to gain from the block copy.
         hasher.update(&m.bytes[..m.len]);
@@ -151,7 +159,7 @@ fn whole(m: Masked, packet: &[u8]) -> u32 {
 
 impl Icrc {
     fn over(m: Masked) -> Icrc {
-        let mut hasher = crc32fast::Hasher::new();
+        let mut hasher = hasher();
         hasher.update(&m.bytes[..m.len]);
         Icrc { hasher }
     }
@@ -216,7 +224,7 @@ pub fn roce_v2(l3: &[u8]) -> Result<u32> {
 /// of four bytes) is hashed after it, as a whole packet's would be.
 pub fn roce_v2_split(headers: &[u8], payload: &[u8]) -> Result<u32> {
     let m = masked_roce_v2(headers)?;
-    let mut hasher = crc32fast::Hasher::new();
+    let mut hasher = hasher();
     hasher.update(&m.bytes[..m.len]);
     hasher.update(&headers[m.consumed..]);
     hasher.update(payload);

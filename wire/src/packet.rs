@@ -170,11 +170,12 @@ impl RoceV2Repr {
     /// example read there straight from a memory region). The ICRC is
     /// computed in one pass over the finished packet. Returns its length.
     pub fn emit_in_place(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
-        let total = self.buffer_len(payload_len)?;
+        let info = self.transport.check()?;
+        let total = self.headers_len(info) + payload_len + pad_for(payload_len) + ICRC_LEN;
         if buf.len() < total {
             return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
         }
-        let end = self.emit_headers(buf, payload_len)? + payload_len;
+        let end = self.emit_headers_for(info, buf, payload_len)? + payload_len;
         Ok(finish_with_icrc(buf, end, payload_len, |b| crate::icrc::roce_v2(b).expect("headers written")))
     }
 
@@ -184,11 +185,20 @@ impl RoceV2Repr {
     /// in the memory region it is sent from. Finish such a packet with
     /// [`crate::icrc::roce_v2_split`]. Returns the length of the headers.
     pub fn emit_headers(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
-        let info = self.transport.check()?;
+        self.emit_headers_for(self.transport.check()?, buf, payload_len)
+    }
+
+    /// IP through the last extension header, for headers checked against `info`.
+    fn headers_len(&self, info: &OpcodeInfo) -> usize {
+        self.ip.header_len() + Udp::<&[u8]>::LEN + BTH_LEN + info.ext_len()
+    }
+
+    /// [`Self::emit_headers`] for headers already checked against `info`.
+    fn emit_headers_for(&self, info: &OpcodeInfo, buf: &mut [u8], payload_len: usize) -> Result<usize> {
         let ip_len = self.ip.header_len();
         let t = ip_len + Udp::<&[u8]>::LEN;
-        let total = t + BTH_LEN + info.ext_len() + payload_len + pad_for(payload_len) + ICRC_LEN;
-        let hdr_len = t + BTH_LEN + info.ext_len();
+        let hdr_len = self.headers_len(info);
+        let total = hdr_len + payload_len + pad_for(payload_len) + ICRC_LEN;
         if buf.len() < hdr_len {
             return Err(Error::BufferTooSmall { needed: hdr_len, available: buf.len() });
         }

@@ -151,6 +151,9 @@ impl UdpIo {
     /// destination and planned into messages, which leave in one
     /// `sendmmsg` per source port, or all in one `io_uring_enter`.
     fn send_batch(&mut self, k: usize) {
+        if self.tx_meta[..k].iter().all(|t| t.payload.is_none()) {
+            return self.send_batch_locked(k, &[], &[]); // small packets only: nothing to lock
+        }
         // The regions the payloads are in, each once (locking one twice would deadlock).
         let mut regions = std::mem::take(&mut self.tx_regions);
         for t in &self.tx_meta[..k] {
@@ -336,6 +339,8 @@ pub(super) struct Batch {
     pub(super) msgs: [libc::mmsghdr; TX_BATCH],
     /// Up to three per packet: headers, payload, trailer.
     iovs: [libc::iovec; 3 * TX_BATCH],
+    /// Message `j`'s iovecs: the first, and how many.
+    iov_spans: [(usize, usize); TX_BATCH],
     control: [Control; TX_BATCH],
     /// Where the payload of packet `i` given by reference is, in its locked region.
     payloads: [*const u8; TX_BATCH],
@@ -358,6 +363,7 @@ impl Batch {
             iovs: unsafe { std::mem::zeroed() },
             control: [Control::default(); TX_BATCH],
             payloads: [std::ptr::null(); TX_BATCH],
+            iov_spans: [(0, 0); TX_BATCH],
         }
     }
 
@@ -366,26 +372,29 @@ impl Batch {
     fn fill(&mut self, io: &mut UdpIo, order: &[usize]) {
         let hl = ip_header_len(io.local);
         let iov = |b: *const u8, len: usize| libc::iovec { iov_base: b as *mut _, iov_len: len };
-        // iov_at[p]: the first iovec of the packet at order[p].
-        let mut iov_at = [0usize; TX_BATCH + 1];
+        // Each message's iovecs, in order: one per packet, or three for a
+        // packet whose payload is in its region.
         let mut n = 0;
-        for (p, &i) in order.iter().enumerate() {
-            iov_at[p] = n;
-            let (t, buf) = (&io.tx_meta[i], &io.tx_bufs[i]);
-            match &t.payload {
-                None => {
-                    self.iovs[n] = iov(buf[hl + 8..].as_ptr(), t.len - hl - 8);
-                    n += 1;
-                }
-                Some(r) => {
-                    self.iovs[n] = iov(buf[hl + 8..].as_ptr(), r.at - hl - 8);
-                    self.iovs[n + 1] = iov(self.payloads[i], r.len);
-                    self.iovs[n + 2] = iov(buf[r.at..].as_ptr(), t.len - r.at);
-                    n += 3;
+        for j in 0..self.len {
+            let m = self.messages[j];
+            self.iov_spans[j] = (n, 0);
+            for &i in &order[m.first..m.first + m.count] {
+                let (t, buf) = (&io.tx_meta[i], &io.tx_bufs[i]);
+                match &t.payload {
+                    None => {
+                        self.iovs[n] = iov(buf[hl + 8..].as_ptr(), t.len - hl - 8);
+                        n += 1;
+                    }
+                    Some(r) => {
+                        self.iovs[n] = iov(buf[hl + 8..].as_ptr(), r.at - hl - 8);
+                        self.iovs[n + 1] = iov(self.payloads[i], r.len);
+                        self.iovs[n + 2] = iov(buf[r.at..].as_ptr(), t.len - r.at);
+                        n += 3;
+                    }
                 }
             }
+            self.iov_spans[j].1 = n - self.iov_spans[j].0;
         }
-        iov_at[order.len()] = n;
         io.tx_addrs.clear();
         for m in &self.messages[..self.len] {
             io.tx_addrs.push(sock_addr(io.tx_meta[order[m.first]].dest, ROCE_V2_PORT, io.scope_id));
@@ -399,8 +408,9 @@ impl Batch {
             let h = &mut self.msgs[j].msg_hdr;
             h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
             h.msg_namelen = io.tx_addrs[j].len();
-            h.msg_iov = &mut self.iovs[iov_at[m.first]];
-            h.msg_iovlen = iov_at[m.first + m.count] - iov_at[m.first];
+            let (first, count) = self.iov_spans[j];
+            h.msg_iov = &mut self.iovs[first];
+            h.msg_iovlen = count;
             if m.count > 1 {
                 set_segment_size(h, &mut self.control[j], m.segment as u16);
             }

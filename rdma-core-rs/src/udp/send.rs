@@ -100,6 +100,10 @@ impl UdpIo {
                 break;
             }
         }
+        // Drop the round's references to memory regions now, not at the
+        // next call: a region the application deregisters meanwhile is then
+        // held by nothing here.
+        self.tx_meta.clear();
         if let Some(f) = &mut self.faults {
             if let Some((bytes, dest, port)) = f.take_held() {
                 if let Some(t) = self.tx.get(&port) {

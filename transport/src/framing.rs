@@ -224,3 +224,46 @@ pub fn scatter(mrs: &MemoryTable, pd: Pd, sges: &[Sge], offset: u64, data: &[u8]
 pub fn sge_len(sges: &[Sge]) -> u64 {
     sges.iter().map(|s| u64::from(s.length)).sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_wire::{BthRepr, Opcode, Psn, RethRepr};
+
+    /// A packet given by reference, made whole by `inline` or assembled
+    /// around `seal`, is byte for byte the packet `frame` copies, for
+    /// payload lengths with every pad, over IPv4 and IPv6.
+    #[test]
+    fn by_reference_inline_and_seal_match_the_copied_packet() {
+        let memory = RegionMemory::from_vec((0..20_000u32).map(|i| (i * 7 + 3) as u8).collect());
+        for (local, dest) in [
+            (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 2])),
+            (IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 1]), IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 2])),
+        ] {
+            let framer = Framer { local, by_ref: true };
+            let av = AddressVector { dest, hop_limit: 64, traffic_class: 0x12 };
+            for len in [512, 513, 514, 515, 4096] {
+                let mut tr = TransportRepr::new(BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11, Psn::new(5)));
+                tr.reth = Some(RethRepr { va: 0x1000, rkey: 7, dma_len: len as u32 });
+                let offset = 333;
+                let mut copied = vec![0u8; 5000];
+                let n = framer
+                    .frame(&mut copied, &av, 0xc001, &tr, len, |dst| {
+                        memory.read(offset, dst);
+                        Ok::<(), ()>(())
+                    })
+                    .unwrap();
+                let mut buf = vec![0xeeu8; 5000];
+                let (t, p) = framer.frame_by_ref(&mut buf, &av, 0xc001, &tr, (memory.clone(), offset, len));
+                assert_eq!(t + len, n, "{len} bytes");
+                let mut sealed = buf.clone();
+                let payload = &memory.to_vec()[offset..offset + len];
+                p.seal(&mut sealed[..t], payload);
+                let assembled = [&sealed[..p.at], payload, &sealed[p.at..t]].concat();
+                assert!(assembled == copied[..n], "seal, {len} bytes from {local}");
+                let whole = p.inline(&mut buf, t);
+                assert!(whole == n && buf[..n] == copied[..n], "inline, {len} bytes from {local}");
+            }
+        }
+    }
+}

@@ -32,8 +32,11 @@ pub struct Side {
     pub latency: bool,
 }
 
-/// RDMA READs and atomics a side takes in flight per QP (and asks for).
-pub const OUT_READS: u32 = 16;
+/// RDMA READs and atomics a side takes in flight per QP (and asks for):
+/// kernel Soft-RoCE's `max_qp_rd_atom`, which perftest uses when `-o` is
+/// not given (it takes the device's maximum). A peer that announces fewer
+/// (a ConnectX announces 16) gets as many as it announces.
+pub const OUT_READS: u32 = 128;
 
 /// Slots per QP: a message in flight each, within the memory budget.
 pub fn slots_for(cfg: &Config) -> usize {

@@ -351,8 +351,9 @@ pub(super) struct Batch {
 }
 
 // SAFETY: the raw pointers in the headers point into the buffers of the
-// `UdpIo` that owns the batch; they are only used while it is borrowed
-// mutably, on whichever thread holds it.
+// `UdpIo` that owns the batch, and `payloads` into memory regions locked
+// for the round; they are only used while the `UdpIo` is borrowed mutably
+// (and the regions locked), on whichever thread holds it.
 unsafe impl Send for Batch {}
 
 impl Batch {

@@ -282,9 +282,8 @@ fn serve(
                     }
                     let at = side.offset(0, 1) + size - 1;
                     let mut b = [0u8];
-                    side.ctx.progress()?;
                     wcs.clear();
-                    side.cq.poll(&mut wcs, 16)?;
+                    side.cq.poll(&mut wcs, 16)?; // progress, and the WRITE completions
                     if let Some(wc) = wcs.iter().find(|w| w.status != WcStatus::Success) {
                         return Err(PerfError::Failed(format!("WRITE completed with {:?}", wc.status)));
                     }

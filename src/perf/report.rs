@@ -25,6 +25,9 @@ pub struct Counters {
     pub gso_sends: u64,
     /// Received datagrams that carried several packets (UDP GRO).
     pub gro_receives: u64,
+    /// Packets whose payload the kernel copied straight from the memory
+    /// region (the socket driver's bulk sends).
+    pub payloads_by_reference: u64,
     /// The I/O driver that moved the packets: "sockets" or "io-uring".
     pub io_driver: String,
 }
@@ -50,6 +53,7 @@ impl Counters {
             recv_syscalls: io.recv_syscalls,
             gso_sends: io.gso_sends,
             gro_receives: io.gro_receives,
+            payloads_by_reference: io.payloads_by_reference,
             io_driver: ctx.io_driver().name().to_string(),
         }
     }
@@ -69,6 +73,7 @@ impl Counters {
         self.send_syscalls += o.send_syscalls;
         self.recv_syscalls += o.recv_syscalls;
         self.gso_sends += o.gso_sends;
+        self.payloads_by_reference += o.payloads_by_reference;
         self.gro_receives += o.gro_receives;
         if self.io_driver.is_empty() {
             self.io_driver.clone_from(&o.io_driver);
@@ -204,8 +209,8 @@ impl Report {
             c.rnr_naks_sent, c.rnr_naks_received, c.icrc_drops, c.other_drops
         );
         s += &format!(
-            " system calls ({}): {} sends ({} with GSO), {} receives ({} GRO datagrams)\n",
-            c.io_driver, c.send_syscalls, c.gso_sends, c.recv_syscalls, c.gro_receives
+            " system calls ({}): {} sends (carrying {} GSO messages), {} receives ({} GRO datagrams); {} payloads sent straight from their region\n",
+            c.io_driver, c.send_syscalls, c.gso_sends, c.recv_syscalls, c.gro_receives, c.payloads_by_reference
         );
         s += &match self.verified {
             None => " verify: not asked (--verify checks every byte)\n".to_string(),

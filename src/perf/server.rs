@@ -224,8 +224,9 @@ fn serve(
             let qp = &side.qps[0];
             let mut buf = vec![0u8; size];
             let mut i = 0u64;
-            let mut sent = 0u64; // write-lat: WRITEs this side made
-                                 // The requests, built once (posting copies them).
+            // write-lat: WRITEs this side made
+            let mut sent = 0u64;
+            // The requests, built once and rewritten (posting copies them).
             let mut recv = RecvWr { wr_id: 0, sg_list: vec![side.sge(0, 1, size)] };
             let mut wr = SendWr::new(0, SendOp::Send, vec![side.sge(0, 0, size)]);
             let mut last_heard = Instant::now();

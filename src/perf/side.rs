@@ -57,8 +57,8 @@ fn initial_psn(seed: u64) -> u32 {
 }
 
 impl Side {
-    /// Opens a device on `addr` and makes the resources of `cfg`, with
-    /// `slots` slots of `slot_len` bytes per QP.
+    /// Opens a device on `addr` and makes the resources of `cfg`, cut as
+    /// `layout` says.
     pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: Layout) -> Result<Side, PerfError> {
         let dev = Device::with_config(&format!("rxe-perf-{addr}"), addr, config)?;
         let ctx = dev.open()?;

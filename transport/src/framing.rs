@@ -122,7 +122,7 @@ impl Framer {
         offset: u64,
         len: usize,
     ) -> Result<Option<(RegionMemory, usize, usize)>, AccessError> {
-        if !self.by_ref || len < BY_REF_MIN {
+        if !self.takes_by_ref(len) {
             return Ok(None);
         }
         let mut off = offset;
@@ -139,6 +139,12 @@ impl Framer {
             return Ok(Some((r.memory.clone(), at, len)));
         }
         Ok(None)
+    }
+
+    /// Whether a payload of `len` bytes goes by reference (the driver
+    /// allows it, and it is long enough to be worth it).
+    pub fn takes_by_ref(&self, len: usize) -> bool {
+        self.by_ref && len >= BY_REF_MIN
     }
 
     fn repr(&self, av: &AddressVector, src_port: u16, transport: &TransportRepr) -> RoceV2Repr {

@@ -18,7 +18,7 @@
 //! receive WQE gets an RNR NAK instead.
 
 use crate::endpoint::{CqTable, Drop, SrqTable, Stats};
-use crate::framing::{scatter, sge_len, Framer, PayloadRef, BY_REF_MIN};
+use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
@@ -587,29 +587,24 @@ impl Qp {
                 (t, Some(src), last)
             }
         };
-        // A READ response's payload travels by reference when the framer
-        // allows it and the region is still there.
-        let by_ref = payload_src.and_then(|(rkey, va, n)| match mrs.get(rkey) {
-            Some(r) if framer.by_ref && n >= BY_REF_MIN && va >= r.va && va + n as u64 <= r.va + r.len => {
-                Some((r.memory.clone(), (va - r.va) as usize, n))
-            }
-            _ => None,
+        // Where a READ response's bytes are: `None` if the region was
+        // deregistered since the READ was checked (zeros go instead of
+        // stale bytes). They travel by reference when the framer takes them so.
+        let n = payload_src.map_or(0, |s| s.2);
+        let src = payload_src.and_then(|(rkey, va, n)| {
+            let r = mrs.get(rkey).filter(|r| va >= r.va && va + n as u64 <= r.va + r.len)?;
+            Some((&r.memory, (va - r.va) as usize))
         });
-        if let Some(src) = by_ref {
-            let (len, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, src);
+        if let Some((memory, at)) = src.filter(|_| framer.takes_by_ref(n)) {
+            let (len, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, (memory.clone(), at, n));
             self.responded(done);
             return Some((len, av.dest, Some(p)));
         }
         let len = framer
-            .frame(buf, &av, self.src_port, &tr, payload_src.map_or(0, |s| s.2), |dst| {
-                if let Some((rkey, va, n)) = payload_src {
-                    match mrs.get(rkey) {
-                        Some(r) if va >= r.va && va + n as u64 <= r.va + r.len => {
-                            r.memory.read((va - r.va) as usize, dst)
-                        }
-                        // Deregistered since the READ was checked: send zeros rather than stale bytes.
-                        _ => dst.fill(0),
-                    }
+            .frame(buf, &av, self.src_port, &tr, n, |dst| {
+                match src {
+                    Some((memory, at)) => memory.read(at, dst),
+                    None => dst.fill(0),
                 }
                 Ok::<(), ()>(())
             })

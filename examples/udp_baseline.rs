@@ -9,6 +9,12 @@
 //! - `pingpong SIZE ITERS POLL`: a SIZE-byte ping-pong on connected
 //!   sockets (`send`/`recv`: the cheapest system calls there are); POLL is
 //!   `busy` (non-blocking receives in a loop) or `block`. Prints round trips.
+//! - `pingpong-unconnected SIZE ITERS POLL`: the same from unconnected
+//!   sockets (`send_to`/`recv`). An IPv4 RoCE v2 endpoint must send this
+//!   way: the ICRC covers the IPv4 Identification, and Linux writes a
+//!   known one (0, with DF) only on unconnected sockets; a connected
+//!   socket numbers its datagrams from a random start that neither end of
+//!   a UDP socket can read. The cost the protocol itself adds to `pingpong`.
 //! - `pingpong-roce SIZE ITERS POLL`: the same with the system calls an RC
 //!   ping-pong over RoCE v2 makes: each side sends its message and a
 //!   20-byte ACK-sized datagram behind it in one `sendmmsg` of one
@@ -113,11 +119,23 @@ fn bw(mode: &str, size: usize, secs: f64) {
     );
 }
 
-fn pingpong(size: usize, iters: usize, busy: bool) {
+/// `connected`: `send`/`recv` on connected sockets (`pingpong`), else
+/// `send_to` from unconnected ones (`pingpong-unconnected`).
+fn pingpong(size: usize, iters: usize, busy: bool, connected: bool) {
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
     let b = UdpSocket::bind("127.0.0.2:0").unwrap();
-    a.connect(b.local_addr().unwrap()).unwrap();
-    b.connect(a.local_addr().unwrap()).unwrap();
+    let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    if connected {
+        a.connect(b_addr).unwrap();
+        b.connect(a_addr).unwrap();
+    }
+    let send = move |s: &UdpSocket, msg: &[u8], to| {
+        if connected {
+            s.send(msg).unwrap();
+        } else {
+            s.send_to(msg, to).unwrap();
+        }
+    };
     a.set_nonblocking(busy).unwrap();
     b.set_nonblocking(busy).unwrap();
     let recv = |s: &UdpSocket, buf: &mut [u8]| loop {
@@ -131,17 +149,17 @@ fn pingpong(size: usize, iters: usize, busy: bool) {
         let mut buf = vec![0u8; 65536];
         for _ in 0..iters + 100 {
             let n = recv(&b, &mut buf);
-            b.send(&buf[..n]).unwrap();
+            send(&b, &buf[..n], a_addr);
         }
     });
     let msg = vec![7u8; size];
     let mut buf = vec![0u8; 65536];
     let rtts = round_trips(iters, || {
-        a.send(&msg).unwrap();
+        send(&a, &msg, b_addr);
         recv(&a, &mut buf);
     });
     echo.join().unwrap();
-    report("udp-pingpong", busy, size, rtts);
+    report(if connected { "udp-pingpong" } else { "udp-pingpong-unconnected" }, busy, size, rtts);
 }
 
 /// Times `iters` round trips (after 100 of warm-up), in microseconds.
@@ -254,11 +272,14 @@ fn pingpong_roce(size: usize, iters: usize, busy: bool) {
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong|pingpong-roce SIZE ITERS busy|block";
+    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong|pingpong-unconnected|pingpong-roce SIZE ITERS busy|block";
     match a.get(1).map(String::as_str) {
         Some("bw") if a.len() == 5 => bw(&a[2], a[3].parse().expect(usage), a[4].parse().expect(usage)),
         Some("pingpong") if a.len() == 5 => {
-            pingpong(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy")
+            pingpong(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy", true)
+        }
+        Some("pingpong-unconnected") if a.len() == 5 => {
+            pingpong(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy", false)
         }
         Some("pingpong-roce") if a.len() == 5 => {
             pingpong_roce(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy")

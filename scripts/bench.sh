@@ -55,6 +55,11 @@ run $udp bw gso 4124 "$secs"
 run $udp bw mmsg 92 "$secs"
 run $udp pingpong 8 20000 busy
 run $udp pingpong 8 20000 block
+# The same from unconnected sockets: the one system-call cost an IPv4
+# RoCE v2 endpoint cannot avoid (the ICRC covers the IPv4 Identification,
+# which Linux writes as a known 0 only for unconnected sends).
+run $udp pingpong-unconnected 8 20000 busy
+run $udp pingpong-unconnected 8 20000 block
 # The system calls of an RC ping-pong (a 24-byte SEND of 8 bytes and the
 # 20-byte ACK it carries, one UDP_SEGMENT sendmmsg, recvmmsg with GRO):
 # rdma-perf's floor without any engine work.
@@ -131,6 +136,7 @@ def pick(**kw):
 plain, mmsg, gso = (pick(test="udp-bw", mode=m, size=4124) for m in ("plain", "mmsg", "gso"))
 busy, block = pick(test="udp-pingpong", poll="busy"), pick(test="udp-pingpong", poll="block")
 floor = {m: pick(test="udp-pingpong-roce", poll=m) for m in ("busy", "block")}
+unconnected = {m: pick(test="udp-pingpong-unconnected", poll=m) for m in ("busy", "block")}
 def ucx_gbps(size):
     r = pick(test="ucx-put-bw", size=size)
     return r and r["mbs"] * 2**20 * 8 / 1e9
@@ -182,6 +188,10 @@ for tag, test, base, mode in (("busy", "send-lat", busy, "busy"), ("busy", "writ
 print(f"  raw UDP ping-pong: busy {busy['rtt_us_p50']:.2f}, blocking {block['rtt_us_p50']:.2f}"
       + (f"; UCX tag_lat {ucx_rtt:.2f}" if ucx_rtt else "; UCX: not installed")
       + (f"; fi_pingpong {fi_rtt:.2f}" if fi_rtt else "; libfabric: not installed or failed"))
+if unconnected["busy"] and unconnected["block"]:
+    print(f"  unconnected sends alone (udp_baseline pingpong-unconnected): busy {unconnected['busy']['rtt_us_p50']:.2f} "
+          f"({ratio(unconnected['busy']['rtt_us_p50'], busy['rtt_us_p50']).strip()} raw), blocking "
+          f"{unconnected['block']['rtt_us_p50']:.2f} ({ratio(unconnected['block']['rtt_us_p50'], block['rtt_us_p50']).strip()} raw)")
 if floor["busy"] and floor["block"]:
     print(f"  RoCE system-call floor (udp_baseline pingpong-roce): busy {floor['busy']['rtt_us_p50']:.2f} "
           f"({ratio(floor['busy']['rtt_us_p50'], busy['rtt_us_p50']).strip()} raw), blocking {floor['block']['rtt_us_p50']:.2f} "

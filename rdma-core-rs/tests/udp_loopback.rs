@@ -66,15 +66,53 @@ fn bulk_payloads_leave_straight_from_their_regions_and_arrive_intact() {
     let (sa, sb) = (a.ctx.stats(), b.ctx.stats());
     assert_eq!(sa.retransmits + sb.retransmits, 0, "nothing had to be sent twice: {sa:?} {sb:?}");
     assert_eq!(sa.drops.values().sum::<u64>() + sb.drops.values().sum::<u64>(), 0, "no ICRC was wrong");
+    // Every packet of the WRITE and of the READ's responses, on either
+    // driver: none is shorter than BY_REF_MIN.
     let (ia, ib) = (a.ctx.io_stats(), b.ctx.io_stats());
-    if a.ctx.io_driver() == IoDriver::Sockets {
-        // Every packet of the WRITE and of the READ's responses: none is shorter than BY_REF_MIN.
-        let mtu = a.qp.query().unwrap().1.mtu.bytes() as usize;
-        let packets = |n: usize| n.div_ceil(mtu) as u64;
-        assert_eq!(ia.payloads_by_reference, packets(data.len()), "{ia:?}");
-        assert_eq!(ib.payloads_by_reference, packets(remote.len()), "{ib:?}");
-    } else {
-        assert_eq!(ia.payloads_by_reference + ib.payloads_by_reference, 0, "io_uring sends copies");
+    let mtu = a.qp.query().unwrap().1.mtu.bytes() as usize;
+    let packets = |n: usize| n.div_ceil(mtu) as u64;
+    assert_eq!(ia.payloads_by_reference, packets(data.len()), "{:?}: {ia:?}", a.ctx.io_driver());
+    assert_eq!(ib.payloads_by_reference, packets(remote.len()), "{:?}: {ib:?}", b.ctx.io_driver());
+}
+
+#[test]
+fn the_callers_own_memory_goes_by_reference_on_sockets_and_is_copied_on_io_uring() {
+    // io_uring copies payloads in memory registered with reg_mr_raw: were
+    // its ring to break with sends queued, it could keep only memory it
+    // owns alive for them.
+    for driver in [IoDriver::Sockets, IoDriver::IoUring] {
+        let config = DeviceConfig { progress: Progress::Thread, io_driver: driver, ..DeviceConfig::default() };
+        let (a, b) = pair_with(QpType::Rc, config, ConnectOptions::default());
+        let data = pattern(20_000, 5);
+        let mut buf = data.clone().into_boxed_slice();
+        // SAFETY: `buf` outlives `raw` (dropped before it below, after the
+        // WRITE has completed) and is touched only through `raw` meanwhile.
+        let raw = unsafe { a.pd.reg_mr_raw(buf.as_mut_ptr(), buf.len(), Access::ALL).unwrap() };
+        // And a region of its own (`a.mr`): by reference on both drivers.
+        a.mr.write(0, &data).unwrap();
+        let wrs = [
+            SendWr::new(
+                1,
+                SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+                vec![raw.sge(0, data.len() as u32).unwrap()],
+            ),
+            write_wr(2, &a, 0, data.len() as u32, &b, 100_000),
+        ];
+        a.qp.post_send(&wrs).unwrap();
+        assert_eq!((a.wait_one().status, a.wait_one().status), (WcStatus::Success, WcStatus::Success));
+        drop(raw);
+        drop(buf);
+        let mut got = vec![0u8; data.len()];
+        for at in [0, 100_000] {
+            b.mr.read(at, &mut got).unwrap();
+            assert!(got == data, "{driver:?}: the WRITE at {at} did not land intact");
+        }
+        let packets = data.len().div_ceil(a.qp.query().unwrap().1.mtu.bytes() as usize) as u64;
+        let by_ref = a.ctx.io_stats().payloads_by_reference;
+        match a.ctx.io_driver() {
+            IoDriver::Sockets => assert_eq!(by_ref, 2 * packets, "sockets: both WRITEs by reference"),
+            IoDriver::IoUring => assert_eq!(by_ref, packets, "io_uring: only the device's own region by reference"),
+        }
     }
 }
 

@@ -125,6 +125,13 @@ impl RegionMemory {
         }
     }
 
+    /// Whether the bytes are the caller's ([`RegionMemory::from_raw`]):
+    /// they stay valid only while the caller keeps its promise, which a
+    /// clone kept alive here cannot extend.
+    pub fn is_callers(&self) -> bool {
+        matches!(&*self.0, Bytes::Raw { .. })
+    }
+
     /// Whether `self` and `other` are the same region's bytes (clones of
     /// one another).
     pub fn same(&self, other: &RegionMemory) -> bool {

@@ -322,14 +322,25 @@ impl UdpIo {
         }
     }
 
-    /// Whether this driver sends payloads straight from their memory
-    /// regions ([`rdma_transport::Endpoint::set_payload_by_reference`]):
-    /// the socket driver does, holding the regions locked across the
-    /// `sendmmsg` that reads them. io_uring does not (a request may
-    /// outlive the call that queued it), nor does fault injection (it
-    /// works on whole packets); both take copies.
+    /// Whether this device sends payloads straight from their memory
+    /// regions ([`rdma_transport::Endpoint::set_payload_by_reference`]).
+    /// Both drivers do, holding the regions locked until the kernel has
+    /// read them: the socket driver across its `sendmmsg`, io_uring until
+    /// every send of the round has completed. Fault injection does not (it
+    /// works on whole packets). On io_uring, payloads in the caller's own
+    /// memory (`reg_mr_raw`) are copied all the same: see
+    /// [`UdpIo::payload_by_reference`].
     pub fn sends_by_reference(&self) -> bool {
-        matches!(self.driver, Driver::Sockets(_)) && self.faults.is_none()
+        self.faults.is_none()
+    }
+
+    /// Whether this payload leaves by reference. io_uring copies the
+    /// caller's own memory: if its ring broke with sends still queued, the
+    /// driver keeps the regions those sends read alive for as long as the
+    /// kernel may read them (see `Uring::send`), which it can do for memory
+    /// it owns but not for the caller's.
+    pub(super) fn payload_by_reference(&self, memory: &RegionMemory) -> bool {
+        self.sends_by_reference() && !(matches!(self.driver, Driver::Uring(_)) && memory.is_callers())
     }
 
     /// The driver in use ([`IoDriver::IoUring`] or [`IoDriver::Sockets`]).

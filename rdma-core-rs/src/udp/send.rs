@@ -14,8 +14,9 @@
 //! `UdpIo::sends_by_reference`) leaves as three pieces: its headers, the
 //! payload straight from the memory region, and pad plus ICRC. The round's
 //! regions stay locked from the ICRC, computed over the bytes in the
-//! region, until the kernel has copied them: each payload byte is read
-//! twice (ICRC, kernel copy) and copied once.
+//! region, until the kernel has copied them (the `sendmmsg` has returned,
+//! or every io_uring send of the round has completed): each payload byte
+//! is read twice (ICRC, kernel copy) and copied once.
 
 use super::{ip_header_len, sock_addr, Driver, IoStats, UdpIo, TX_BATCH};
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
@@ -125,7 +126,7 @@ impl UdpIo {
             let i = self.tx_meta.len();
             match poll(ep, now, &mut self.tx_bufs[i]) {
                 Some(mut t) => {
-                    if let (Some(p), false) = (&t.payload, self.sends_by_reference()) {
+                    if let Some(p) = t.payload.as_ref().filter(|p| !self.payload_by_reference(&p.memory)) {
                         t.len = p.inline(&mut self.tx_bufs[i], t.len);
                         t.payload = None;
                     }
@@ -230,7 +231,7 @@ impl UdpIo {
         }
         batch.fill(self, order);
         let failed = match &mut self.driver {
-            Driver::Uring(u) => u.send(&mut batch, &mut self.stats),
+            Driver::Uring(u) => u.send(&mut batch, &mut self.stats, regions),
             Driver::Sockets(_) => send_sockets(&mut batch, &mut self.stats),
         };
         for (j, e) in failed.iter() {

@@ -13,7 +13,9 @@
 //! - Send: the messages of a round of sending (GSO runs included, for
 //!   every socket at once) are one `sendmsg` request each, submitted in one
 //!   `io_uring_enter` that also waits for them; UDP sends complete at once
-//!   unless a socket buffer is full.
+//!   unless a socket buffer is full. Bulk payloads go straight from their
+//!   memory regions, as with the socket driver: the regions stay locked
+//!   until every send of the round has completed.
 //!
 //! The ring runs the kernel's receive work cooperatively (COOP_TASKRUN):
 //! instead of interrupting this process for every datagram (which halved
@@ -27,7 +29,7 @@ use super::recv::{deliver, gro_segment_size};
 use super::send::{Batch, Failures};
 use super::IoStats;
 use io_uring::{cqueue, opcode, types, IoUring};
-use rdma_transport::{Endpoint, Instant};
+use rdma_transport::{Endpoint, Instant, RegionMemory};
 use socket2::SockAddr;
 use std::collections::VecDeque;
 use std::io;
@@ -306,9 +308,10 @@ impl Uring {
     }
 
     /// Submits every message of `batch` and waits until each has
-    /// completed (the buffers and headers are reused after). Returns the
-    /// messages the kernel refused.
-    pub(super) fn send(&mut self, batch: &mut Batch, stats: &mut IoStats) -> Failures {
+    /// completed (the buffers and headers are reused after, and the
+    /// caller unlocks `regions`, which the payloads given by reference are
+    /// in). Returns the messages the kernel refused.
+    pub(super) fn send(&mut self, batch: &mut Batch, stats: &mut IoStats, regions: &[RegionMemory]) -> Failures {
         let mut failed = Failures::new();
         let mut pushed = 0;
         let mut done = 0;
@@ -336,6 +339,13 @@ impl Uring {
                 if errors > 1000 {
                     tracing::error!(error = %e, "io_uring_enter keeps failing: sends lost");
                     stats.send_errors += (batch.len - done) as u64;
+                    // A send still queued may read its payload whenever the
+                    // kernel gets to it: the regions it reads are never
+                    // freed (a leak, on a ring that is broken anyway). The
+                    // caller's own memory is never given by reference here.
+                    for r in regions {
+                        std::mem::forget(r.clone());
+                    }
                     break;
                 }
             }

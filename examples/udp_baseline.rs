@@ -10,17 +10,21 @@
 //!   sockets (`send`/`recv`: the cheapest system calls there are); POLL is
 //!   `busy` (non-blocking receives in a loop) or `block`. Prints round trips.
 //! - `pingpong-unconnected SIZE ITERS POLL`: the same from unconnected
-//!   sockets (`send_to`/`recv`). An IPv4 RoCE v2 endpoint must send this
-//!   way: the ICRC covers the IPv4 Identification, and Linux writes a
-//!   known one (0, with DF) only on unconnected sockets; a connected
-//!   socket numbers its datagrams from a random start that neither end of
-//!   a UDP socket can read. The cost the protocol itself adds to `pingpong`.
+//!   sockets (`send_to`/`recv`). This backend's IPv4 RoCE v2 packets leave
+//!   this way: the ICRC covers the IPv4 Identification, and Linux writes a
+//!   fixed one (0, with DF) only on unconnected sockets; a connected
+//!   socket numbers its datagrams from a random start, which the sender
+//!   could learn only by reading its own packets back. The cost the
+//!   protocol itself adds to `pingpong`.
 //! - `pingpong-roce SIZE ITERS POLL`: the same with the system calls an RC
 //!   ping-pong over RoCE v2 makes: each side sends its message and a
 //!   20-byte ACK-sized datagram behind it in one `sendmmsg` of one
 //!   UDP_SEGMENT message from an unconnected socket, and takes them with
 //!   `recvmmsg` on a UDP_GRO socket. The floor of rdma-perf's round trip
 //!   without any engine work.
+//! - `pingpong-roce-connected SIZE ITERS POLL`: `pingpong-roce` from
+//!   connected sockets: the floor if the Identification problem were
+//!   solved (how low a RoCE v2 round trip over UDP sockets could go).
 //!
 //! Output: one JSON object.
 
@@ -187,7 +191,7 @@ fn report(test: &str, busy: bool, size: usize, mut rtts: Vec<f64>) {
     );
 }
 
-/// One side of `pingpong-roce`: unconnected, UDP_GRO on.
+/// One side of `pingpong-roce`: UDP_GRO on.
 fn roce_socket(addr: &str, busy: bool) -> UdpSocket {
     let s = UdpSocket::bind(addr).unwrap();
     setopt(&s, libc::SOL_UDP, UDP_GRO, 1);
@@ -197,21 +201,25 @@ fn roce_socket(addr: &str, busy: bool) -> UdpSocket {
 
 /// Sends `msg` and a 20-byte ACK-sized segment after it to `to`, as one
 /// UDP_SEGMENT message in one `sendmmsg` (as the RoCE backend sends a reply
-/// with the ACK it carries).
-fn send_with_ack(s: &UdpSocket, msg: &mut [u8], to: &std::net::SocketAddr) {
-    let std::net::SocketAddr::V4(to) = to else { panic!("IPv4 loopback only") };
-    let mut name = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: to.port().to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
-        sin_zero: [0; 8],
-    };
+/// with the ACK it carries). `to: None` sends on a connected socket.
+fn send_with_ack(s: &UdpSocket, msg: &mut [u8], to: Option<&std::net::SocketAddr>) {
+    let mut name = to.map(|to| {
+        let std::net::SocketAddr::V4(to) = to else { panic!("IPv4 loopback only") };
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: to.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
+            sin_zero: [0; 8],
+        }
+    });
     let mut iov = libc::iovec { iov_base: msg.as_mut_ptr().cast(), iov_len: msg.len() };
     let mut control = [0u64; 4];
     let mut m = headers(std::slice::from_mut(&mut iov));
     let h = &mut m[0].msg_hdr;
-    h.msg_name = (&mut name as *mut libc::sockaddr_in).cast();
-    h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    if let Some(name) = &mut name {
+        h.msg_name = (name as *mut libc::sockaddr_in).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    }
     h.msg_control = control.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA stay within `control`.
     unsafe {
@@ -250,29 +258,35 @@ fn recv_gro(s: &UdpSocket, buf: &mut [u8]) {
     }
 }
 
-fn pingpong_roce(size: usize, iters: usize, busy: bool) {
+/// `connected`: `pingpong-roce-connected`.
+fn pingpong_roce(size: usize, iters: usize, busy: bool, connected: bool) {
     let (a, b) = (roce_socket("127.0.0.1:0", busy), roce_socket("127.0.0.2:0", busy));
     let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    if connected {
+        a.connect(b_addr).unwrap();
+        b.connect(a_addr).unwrap();
+    }
+    let (a_to, b_to) = if connected { (None, None) } else { (Some(a_addr), Some(b_addr)) };
     let len = size + 20;
     let echo = std::thread::spawn(move || {
         let (mut buf, mut reply) = (vec![0u8; 65536], vec![7u8; len]);
         for _ in 0..iters + 100 {
             recv_gro(&b, &mut buf);
-            send_with_ack(&b, &mut reply, &a_addr);
+            send_with_ack(&b, &mut reply, a_to.as_ref());
         }
     });
     let (mut msg, mut buf) = (vec![7u8; len], vec![0u8; 65536]);
     let rtts = round_trips(iters, || {
-        send_with_ack(&a, &mut msg, &b_addr);
+        send_with_ack(&a, &mut msg, b_to.as_ref());
         recv_gro(&a, &mut buf);
     });
     echo.join().unwrap();
-    report("udp-pingpong-roce", busy, size, rtts);
+    report(if connected { "udp-pingpong-roce-connected" } else { "udp-pingpong-roce" }, busy, size, rtts);
 }
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong|pingpong-unconnected|pingpong-roce SIZE ITERS busy|block";
+    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong|pingpong-unconnected|pingpong-roce|pingpong-roce-connected SIZE ITERS busy|block";
     match a.get(1).map(String::as_str) {
         Some("bw") if a.len() == 5 => bw(&a[2], a[3].parse().expect(usage), a[4].parse().expect(usage)),
         Some("pingpong") if a.len() == 5 => {
@@ -282,7 +296,10 @@ fn main() {
             pingpong(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy", false)
         }
         Some("pingpong-roce") if a.len() == 5 => {
-            pingpong_roce(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy")
+            pingpong_roce(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy", false)
+        }
+        Some("pingpong-roce-connected") if a.len() == 5 => {
+            pingpong_roce(a[2].parse().expect(usage), a[3].parse().expect(usage), a[4] == "busy", true)
         }
         _ => {
             eprintln!("{usage}");

@@ -55,9 +55,9 @@ run $udp bw gso 4124 "$secs"
 run $udp bw mmsg 92 "$secs"
 run $udp pingpong 8 20000 busy
 run $udp pingpong 8 20000 block
-# The same from unconnected sockets: the one system-call cost an IPv4
-# RoCE v2 endpoint cannot avoid (the ICRC covers the IPv4 Identification,
-# which Linux writes as a known 0 only for unconnected sends).
+# The same from unconnected sockets, as this backend sends (the ICRC
+# covers the IPv4 Identification, which Linux writes as a fixed 0 only for
+# unconnected sends).
 run $udp pingpong-unconnected 8 20000 busy
 run $udp pingpong-unconnected 8 20000 block
 # The system calls of an RC ping-pong (a 24-byte SEND of 8 bytes and the
@@ -65,6 +65,9 @@ run $udp pingpong-unconnected 8 20000 block
 # rdma-perf's floor without any engine work.
 run $udp pingpong-roce 24 20000 busy
 run $udp pingpong-roce 24 20000 block
+# The same floor from connected sockets: how low a RoCE v2 round trip
+# over UDP sockets could go if the Identification were predicted.
+run $udp pingpong-roce-connected 24 20000 busy
 
 # Bandwidth, 1 QP, MTU 4096.
 for test in write-bw read-bw send-bw; do
@@ -137,6 +140,7 @@ plain, mmsg, gso = (pick(test="udp-bw", mode=m, size=4124) for m in ("plain", "m
 busy, block = pick(test="udp-pingpong", poll="busy"), pick(test="udp-pingpong", poll="block")
 floor = {m: pick(test="udp-pingpong-roce", poll=m) for m in ("busy", "block")}
 unconnected = {m: pick(test="udp-pingpong-unconnected", poll=m) for m in ("busy", "block")}
+floor_connected = pick(test="udp-pingpong-roce-connected", poll="busy")
 def ucx_gbps(size):
     r = pick(test="ucx-put-bw", size=size)
     return r and r["mbs"] * 2**20 * 8 / 1e9
@@ -196,6 +200,9 @@ if floor["busy"] and floor["block"]:
     print(f"  RoCE system-call floor (udp_baseline pingpong-roce): busy {floor['busy']['rtt_us_p50']:.2f} "
           f"({ratio(floor['busy']['rtt_us_p50'], busy['rtt_us_p50']).strip()} raw), blocking {floor['block']['rtt_us_p50']:.2f} "
           f"({ratio(floor['block']['rtt_us_p50'], block['rtt_us_p50']).strip()} raw)")
+if floor_connected and busy:
+    print(f"  the same floor from connected sockets (pingpong-roce-connected): busy {floor_connected['rtt_us_p50']:.2f} "
+          f"({ratio(floor_connected['rtt_us_p50'], busy['rtt_us_p50']).strip()} raw)")
 print("  (adaptive: --events with the default spin: spins while packets move, sleeps when idle)")
 print()
 print("I/O drivers: io_uring against the socket driver (the default), same tests")

@@ -38,6 +38,7 @@ fn config(test: TestKind) -> Config {
         events: false,
         spin: rdma_core_rs::DeviceConfig::DEFAULT_SPIN,
         plain_datagrams: false,
+        unconnected_sends: false,
         ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,
     }

@@ -101,6 +101,14 @@ pub struct DeviceConfig {
     /// One datagram per packet: no UDP GSO on send, no GRO on receive
     /// (for comparison, and what a fault-injecting device does anyway).
     pub plain_datagrams: bool,
+    /// Send every packet with `sendto` from unconnected sockets. By
+    /// default each send socket of the socket driver connects to its first
+    /// peer, which saves a route lookup per send; for IPv4 the send path
+    /// then learns the Identification the kernel writes (the ICRC covers
+    /// it) with a probe, and falls back to this by itself where it cannot.
+    /// The io_uring driver and fault injection always send unconnected.
+    /// For comparison (rdma-perf `--unconnected`).
+    pub unconnected_sends: bool,
     /// The system calls that move packets: plain sockets (the default) or
     /// io_uring (see [`IoDriver`]).
     pub io_driver: IoDriver,
@@ -123,6 +131,7 @@ impl Default for DeviceConfig {
             spin: DeviceConfig::DEFAULT_SPIN,
             ack_delay: DeviceConfig::DEFAULT_ACK_DELAY,
             plain_datagrams: false,
+            unconnected_sends: false,
             io_driver: IoDriver::Sockets,
         }
     }

@@ -7,8 +7,12 @@
 //! that this test makes, with `gso_max_segs 1` so that the kernel cuts
 //! every UDP_SEGMENT send into datagrams in software before the capture
 //! point, as it does before a NIC without segmentation offload (or the
-//! tap of a virtual machine). A GSO run's segments carry Identification
-//! 0, 1, 2, …: the ICRC of each must cover its own.
+//! tap of a virtual machine). A GSO run's segments carry consecutive
+//! Identifications: the ICRC of each must cover its own. By default the
+//! send sockets are connected, so the kernel numbers datagrams from a
+//! random start that the send path learns by probing; unconnected sends
+//! (`DeviceConfig::unconnected_sends`) number each call's segments from 0.
+//! Both are checked.
 //!
 //! Needs root (namespaces, a packet socket); without it the test says so and passes.
 
@@ -108,12 +112,12 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn side(name: &str, addr: IpAddr) -> Side {
-    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+fn side(name: &str, addr: IpAddr, unconnected_sends: bool) -> Side {
+    let cfg = DeviceConfig { progress: Progress::Thread, unconnected_sends, ..DeviceConfig::default() };
     Side::new(name, addr, QpType::Rc, cfg, None).0
 }
 
-fn check_the_wire(tag: &str, cidrs: [&str; 2]) {
+fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     if !is_root() {
         eprintln!("SKIPPED: namespaces and packet sockets need root; run as root to check the wire");
         return;
@@ -121,8 +125,8 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2]) {
     let wire = Wire::make(tag, cidrs).expect("namespaces and a veth pair");
     let addr = |c: &str| c.split('/').next().unwrap().parse::<IpAddr>().unwrap();
     let (a_ip, b_ip) = (addr(cidrs[0]), addr(cidrs[1]));
-    let (a, cap) = wire.inside(0, || (side(&format!("cap-{tag}-a"), a_ip), capture(&wire.link)));
-    let b = wire.inside(1, || side(&format!("cap-{tag}-b"), b_ip));
+    let (a, cap) = wire.inside(0, || (side(&format!("cap-{tag}-a"), a_ip, unconnected), capture(&wire.link)));
+    let b = wire.inside(1, || side(&format!("cap-{tag}-b"), b_ip, unconnected));
     assert!(a.ctx.offloads().gso, "UDP GSO is on by default");
     let opts = ConnectOptions { mtu: Mtu::Mtu4096, ..ConnectOptions::default() };
     a.qp.connect(0x100, &b.info(0x200), &opts).unwrap();
@@ -160,8 +164,21 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2]) {
     let sent = a.ctx.stats().packets_sent + b.ctx.stats().packets_sent;
     let gso = a.ctx.io_stats().gso_sends + b.ctx.io_stats().gso_sends;
     assert!(gso > 0, "no UDP_SEGMENT send happened: {:?}", a.ctx.io_stats());
+    let (a_io, b_io) = (a.ctx.io_stats(), b.ctx.io_stats());
+    let connected = a_io.connected_sends + b_io.connected_sends;
+    // Only the socket driver connects (see `DeviceConfig::unconnected_sends`).
+    let unconnected = unconnected || a.ctx.io_driver() != IoDriver::Sockets;
+    if unconnected {
+        assert_eq!(connected, 0, "unconnected sends: asked for, or io_uring");
+    } else {
+        assert_eq!(connected, sent, "every packet should leave on a connected socket: {a_io:?}");
+        assert_eq!(a_io.ident_mismatches + b_io.ident_mismatches, 0, "mispredicted Identifications");
+        if a_ip.is_ipv4() {
+            assert!(a_io.ident_probes > 0 && b_io.ident_probes > 0, "IPv4 sockets are probed before they send");
+        }
+    }
 
-    let (mut seen, mut nonzero_ident) = (0u64, 0u64);
+    let (mut seen, mut nonzero_ident, mut idents) = (0u64, 0u64, std::collections::HashSet::new());
     let mut buf = vec![0u8; 65536];
     let start = Instant::now();
     while seen < sent && start.elapsed() < Duration::from_secs(5) {
@@ -177,6 +194,7 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2]) {
         if let Some(ip) = p.ipv4() {
             assert!(ip.dont_frag(), "DF must be set");
             nonzero_ident += u64::from(ip.ident() != 0);
+            idents.insert(ip.ident());
         }
         assert!(p.icrc_ok(), "wrong ICRC on the wire: {:02x?}", &bytes[..48.min(bytes.len())]);
         let sport = p.udp().src_port();
@@ -186,16 +204,25 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2]) {
     assert_eq!(seen, sent, "captured {seen} of the {sent} packets sent");
     if a_ip.is_ipv4() {
         assert!(nonzero_ident > 0, "no segment after the first of a GSO run was captured");
+        // Unconnected: each call's segments count from 0, so few distinct
+        // numbers; connected: a counter per socket, so about one per packet.
+        let spread = idents.len() as u64 * 4 > seen;
+        assert_eq!(spread, !unconnected, "{} distinct Identifications in {seen} packets", idents.len());
     }
     drop((a, b));
 }
 
 #[test]
 fn every_ipv4_packet_on_the_wire_has_a_correct_icrc_over_the_kernels_ip_header() {
-    check_the_wire("4", ["10.211.0.1/24", "10.211.0.2/24"]);
+    check_the_wire("4", ["10.211.0.1/24", "10.211.0.2/24"], false);
+}
+
+#[test]
+fn every_ipv4_packet_from_unconnected_sockets_has_a_correct_icrc() {
+    check_the_wire("4u", ["10.212.0.1/24", "10.212.0.2/24"], true);
 }
 
 #[test]
 fn every_ipv6_packet_on_the_wire_has_a_correct_icrc() {
-    check_the_wire("6", ["fd00:211::1/64", "fd00:211::2/64"]);
+    check_the_wire("6", ["fd00:211::1/64", "fd00:211::2/64"], false);
 }

@@ -104,6 +104,10 @@ struct Args {
     /// One datagram per packet: no UDP GSO on send, no GRO on receive.
     #[arg(long = "no-offload")]
     no_offload: bool,
+    /// Send every packet with sendto from unconnected sockets, as before
+    /// connected sends (for comparison).
+    #[arg(long = "unconnected")]
+    unconnected: bool,
     /// Microseconds a lone ACK may wait to leave with the next packet sent,
     /// so that a reply carries it (0: every ACK at once, as rxe does).
     /// Only QPs that send themselves hold ACKs.
@@ -179,6 +183,7 @@ fn config(a: &Args) -> Result<Config, String> {
         events: a.events,
         spin: Duration::from_micros(a.spin_us),
         plain_datagrams: a.no_offload,
+        unconnected_sends: a.unconnected,
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),
     })

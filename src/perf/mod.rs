@@ -163,6 +163,8 @@ pub struct Config {
     pub spin: Duration,
     /// One datagram per packet: no UDP GSO/GRO (`DeviceConfig::plain_datagrams`).
     pub plain_datagrams: bool,
+    /// Send from unconnected sockets (`DeviceConfig::unconnected_sends`).
+    pub unconnected_sends: bool,
     /// How long a lone ACK may wait for company (`DeviceConfig::ack_delay`).
     pub ack_delay: Duration,
     /// The system calls that move packets (`DeviceConfig::io_driver`).
@@ -191,6 +193,7 @@ impl Config {
             faults: self.faults,
             spin: self.spin,
             plain_datagrams: self.plain_datagrams,
+            unconnected_sends: self.unconnected_sends,
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,
             ..rdma_core_rs::DeviceConfig::default()

@@ -28,6 +28,11 @@ pub struct Counters {
     /// Packets whose payload the kernel copied straight from the memory
     /// region (the socket driver's bulk sends).
     pub payloads_by_reference: u64,
+    /// Packets sent on a connected socket to its peer (no route lookup).
+    pub connected_sends: u64,
+    /// IPv4 Identification probes, and the predictions they found wrong.
+    pub ident_probes: u64,
+    pub ident_mismatches: u64,
     /// The I/O driver that moved the packets: "sockets" or "io-uring".
     pub io_driver: String,
 }
@@ -54,6 +59,9 @@ impl Counters {
             gso_sends: io.gso_sends,
             gro_receives: io.gro_receives,
             payloads_by_reference: io.payloads_by_reference,
+            connected_sends: io.connected_sends,
+            ident_probes: io.ident_probes,
+            ident_mismatches: io.ident_mismatches,
             io_driver: ctx.io_driver().name().to_string(),
         }
     }
@@ -75,6 +83,9 @@ impl Counters {
         self.gso_sends += o.gso_sends;
         self.payloads_by_reference += o.payloads_by_reference;
         self.gro_receives += o.gro_receives;
+        self.connected_sends += o.connected_sends;
+        self.ident_probes += o.ident_probes;
+        self.ident_mismatches += o.ident_mismatches;
         if self.io_driver.is_empty() {
             self.io_driver.clone_from(&o.io_driver);
         }
@@ -211,6 +222,10 @@ impl Report {
         s += &format!(
             " system calls ({}): {} sends (carrying {} GSO messages), {} receives ({} GRO datagrams); {} payloads sent straight from their region\n",
             c.io_driver, c.send_syscalls, c.gso_sends, c.recv_syscalls, c.gro_receives, c.payloads_by_reference
+        );
+        s += &format!(
+            " {} packets sent on connected sockets; {} IPv4 Identification probes, {} mispredictions\n",
+            c.connected_sends, c.ident_probes, c.ident_mismatches
         );
         s += &match self.verified {
             None => " verify: not asked (--verify checks every byte)\n".to_string(),

@@ -5,9 +5,10 @@
 //! itself, so this backend sends only the part after the UDP header and
 //! makes the kernel write what the engine assumed:
 //!
-//! - IPv4 with DF (`IP_PMTUDISC_DO`) and Identification 0, which Linux
-//!   writes for an unconnected socket with DF set, no IP options (checked
-//!   on captured packets by the `wire_capture` test);
+//! - IPv4 with DF (`IP_PMTUDISC_DO`), no IP options, and the
+//!   Identification Linux writes: 0 for an unconnected socket, and for a
+//!   connected one the number the send path has learned ([`connected`];
+//!   checked on captured packets by the `wire_capture` test);
 //! - the QP's UDP source port (rxe's 0xC000..0xFFFF hash of the QPN): one
 //!   send socket per source port, bound to the device address;
 //! - destination port 4791.
@@ -27,11 +28,13 @@
 //! multishot receive into registered buffers and one `io_uring_enter`
 //! per round of sending.
 
+mod connected;
 mod recv;
 mod send;
 mod uring;
 
-use crate::faults::{FaultConfig, Faults};
+use crate::faults::Faults;
+use crate::DeviceConfig;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
 use rdma_wire::ROCE_V2_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -78,6 +81,14 @@ pub struct IoStats {
     /// Packets the kernel refused to send (counted and traced; the
     /// transport retransmits).
     pub send_errors: u64,
+    /// Packets sent on a connected socket to its peer: no address, no
+    /// route lookup (see `connected`).
+    pub connected_sends: u64,
+    /// Probes that learned an IPv4 send socket's next Identification.
+    pub ident_probes: u64,
+    /// Probes that found a prediction wrong (the packets since the last
+    /// check failed the peer's ICRC check and were resent).
+    pub ident_mismatches: u64,
     /// Packets the fault injector dropped, duplicated, reordered, corrupted.
     pub injected_losses: u64,
     pub injected_duplicates: u64,
@@ -141,10 +152,11 @@ enum Driver {
     Uring(Box<uring::Uring>),
 }
 
-/// A send socket and how many QPs use it.
+/// A send socket, how many QPs use it, and its connection.
 struct TxSocket {
     socket: Socket,
     users: usize,
+    conn: connected::Connection,
 }
 
 /// The sockets and buffers of one device.
@@ -167,6 +179,10 @@ pub struct UdpIo {
     driver: Driver,
     faults: Option<Faults>,
     offloads: Offloads,
+    /// Whether send sockets connect to their first peer (see [`connected`]).
+    connect: bool,
+    /// Where IPv4 probes go (see `connected::probe`).
+    sink: Option<(Socket, SockAddr)>,
     pub stats: IoStats,
 }
 
@@ -260,17 +276,11 @@ fn grow_buffers(socket: &Socket) {
 }
 
 impl UdpIo {
-    /// Binds `local`:4791 (`scope_id` for an IPv6 link-local address).
-    /// `offload` asks for UDP GSO and GRO; each is used only where the
-    /// kernel takes it.
-    /// `driver` picks the system calls (see [`IoDriver`]).
-    pub fn bind(
-        local: IpAddr,
-        scope_id: u32,
-        faults: Option<FaultConfig>,
-        offload: bool,
-        driver: IoDriver,
-    ) -> io::Result<UdpIo> {
+    /// Binds `local`:4791 with the options of `cfg`: its `scope_id` (an
+    /// IPv6 link-local address), faults, offloads (UDP GSO and GRO, each
+    /// used only where the kernel takes it), connected sends and driver.
+    pub fn bind(local: IpAddr, cfg: &DeviceConfig) -> io::Result<UdpIo> {
+        let (scope_id, offload) = (cfg.scope_id, !cfg.plain_datagrams);
         let rx = Socket::new(domain(local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&rx, local)?;
         if local.is_ipv6() {
@@ -282,12 +292,25 @@ impl UdpIo {
             io::Error::new(e.kind(), format!("cannot bind UDP {local} port {ROCE_V2_PORT} for RoCE v2: {e}"))
         })?;
         let gro = offload && setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
-        let faults = faults.filter(|f| f.is_active()).map(Faults::new);
+        let faults = Some(cfg.faults).filter(|f| f.is_active()).map(Faults::new);
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
-        let driver = open_driver(driver, &rx, capacity, gro)?;
-        tracing::debug!(%local, gso = offloads.gso, gro = offloads.gro, driver = driver_kind(&driver).name(), "UDP backend bound");
+        let driver = open_driver(cfg.io_driver, &rx, capacity, gro)?;
+        let mut connect = !cfg.unconnected_sends && faults.is_none() && matches!(driver, Driver::Sockets(_));
+        // IPv4 probes go to a sink of the device's own (made here, in the
+        // caller's network namespace, like every other socket of the device).
+        let mut sink = None;
+        if connect && local.is_ipv4() {
+            match send::open_sink(local) {
+                Ok(s) => sink = Some(s),
+                Err(e) => {
+                    tracing::info!(error = %e, "cannot open the probe sink: sending from unconnected sockets");
+                    connect = false;
+                }
+            }
+        }
+        tracing::debug!(%local, gso = offloads.gso, gro = offloads.gro, connect, driver = driver_kind(&driver).name(), "UDP backend bound");
         Ok(UdpIo {
             local,
             scope_id,
@@ -303,6 +326,8 @@ impl UdpIo {
             shifts: send::ShiftCache::default(),
             faults,
             offloads,
+            connect,
+            sink,
             stats: IoStats::default(),
         })
     }
@@ -388,7 +413,7 @@ impl UdpIo {
             }
             match self.open_tx(port) {
                 Ok(socket) => {
-                    self.tx.insert(port, TxSocket { socket, users: 1 });
+                    self.tx.insert(port, TxSocket { socket, users: 1, conn: connected::Connection::default() });
                     return Ok(port);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = Some(e),

@@ -5,10 +5,13 @@
 //! cuts it into datagrams, each a complete RoCE packet with its own BTH and
 //! ICRC. All the messages of one port go in one `sendmmsg`.
 //!
-//! The kernel numbers the IPv4 Identification of the segments it cuts 0, 1,
-//! 2, …, and the ICRC covers that field, so the ICRC of segment `k` is
-//! corrected by one XOR ([`IdentShift`]) before sending. Packets of one QP
-//! keep their order; packets of different QPs need none between them.
+//! The kernel numbers the IPv4 Identification of the segments it cuts
+//! from the number of the send call up (0, 1, 2, … on an unconnected
+//! socket; see [`super::connected`] for a connected one), and the ICRC
+//! covers that field, so the ICRC of each packet built with
+//! Identification 0 is corrected by one XOR ([`IdentShift`]) before
+//! sending. Packets of one QP keep their order; packets of different QPs
+//! need none between them.
 //!
 //! A packet whose payload the engine gives by reference (bulk data, see
 //! `UdpIo::sends_by_reference`) leaves as three pieces: its headers, the
@@ -18,10 +21,11 @@
 //! or every io_uring send of the round has completed): each payload byte
 //! is read twice (ICRC, kernel copy) and copied once.
 
+use super::connected::{self, CHECK_EVERY, MAX_MISMATCHES};
 use super::{ip_header_len, sock_addr, Driver, IoStats, UdpIo, TX_BATCH};
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
-use socket2::Socket;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -215,6 +219,7 @@ impl UdpIo {
             while end < k && self.tx_meta[order[end]].src_port == port {
                 end += 1;
             }
+            self.prepare(port, self.tx_meta[order[start]].dest);
             match self.tx.get(&port).map(|t| t.socket.as_raw_fd()) {
                 Some(fd) => self.plan(order, start, end, fd, port, &mut batch),
                 None => {
@@ -224,18 +229,28 @@ impl UdpIo {
             }
             start = end;
         }
+        // Each send call's Identification (a connected IPv4 socket's next
+        // numbers, in the order of the calls), and the ICRCs corrected for it.
         for j in 0..batch.len {
-            if batch.messages[j].count > 1 {
-                self.correct_icrcs(order, batch.messages[j]);
-            }
+            let base = self.tx.get_mut(&batch.ports[j]).and_then(|t| t.conn.take_ident());
+            batch.idents[j] = base;
+            self.correct_icrcs(order, batch.messages[j], base.unwrap_or(0));
         }
         batch.fill(self, order);
         let failed = match &mut self.driver {
             Driver::Uring(u) => u.send(&mut batch, &mut self.stats, regions),
             Driver::Sockets(_) => send_sockets(&mut batch, &mut self.stats),
         };
-        for (j, e) in failed.iter() {
-            self.message_failed(batch.ports[j], order, batch.messages[j], &e, &batch.payloads);
+        for (j, e, attempted) in failed.iter() {
+            self.message_failed(
+                batch.ports[j],
+                order,
+                batch.messages[j],
+                batch.idents[j],
+                &e,
+                attempted,
+                &batch.payloads,
+            );
         }
         self.batch = Some(batch);
     }
@@ -273,15 +288,20 @@ impl UdpIo {
         }
     }
 
-    /// XORs into the ICRC of each segment but the first of `m` the
-    /// difference its Identification (its index) makes. Twice undoes it.
-    fn correct_icrcs(&mut self, order: &[usize], m: Message) {
-        if !self.local.is_ipv4() {
-            return; // IPv6 has no Identification
+    /// XORs into the ICRC of each packet of `m` the difference its
+    /// Identification makes: `base` for the first, counting up for the
+    /// segments after it. Twice undoes it.
+    fn correct_icrcs(&mut self, order: &[usize], m: Message, base: u16) {
+        if !self.local.is_ipv4() || (base == 0 && m.count == 1) {
+            return; // IPv6 has no Identification; 0 needs no correction
         }
         // One correction per packet length: all the run's packets but maybe the last.
         let mut shift = None;
-        for k in 1..m.count {
+        for k in 0..m.count {
+            let ident = base.wrapping_add(k as u16);
+            if ident == 0 {
+                continue;
+            }
             let i = order[m.first + k];
             let (len, l3_len) = (self.tx_meta[i].len, self.tx_meta[i].wire_len());
             if shift.is_none_or(|s: IdentShift| s.l3_len() != l3_len) {
@@ -289,48 +309,164 @@ impl UdpIo {
             }
             let Some(s) = shift else { continue };
             let icrc = &mut self.tx_bufs[i][len - 4..len];
-            let fixed = u32::from_le_bytes((&*icrc).try_into().expect("4 bytes")) ^ s.difference(k as u16);
+            let fixed = u32::from_le_bytes((&*icrc).try_into().expect("4 bytes")) ^ s.difference(ident);
             icrc.copy_from_slice(&fixed.to_le_bytes());
         }
     }
 
-    /// A message the kernel refused: one packet is lost (the transport
-    /// retransmits); a refused UDP_SEGMENT is resent packet by packet, and
-    /// turns GSO off when the kernel or device cannot do it at all.
+    /// A message the kernel refused (`attempted`), or one behind it on the
+    /// same connected IPv4 socket, whose numbers are then in doubt. A
+    /// refused single packet is lost (the transport retransmits); the
+    /// others are resent packet by packet, and a refused UDP_SEGMENT turns
+    /// GSO off when the kernel or device cannot do it at all.
+    #[allow(clippy::too_many_arguments)]
     fn message_failed(
         &mut self,
         port: u16,
         order: &[usize],
         m: Message,
+        base: Option<u16>,
         e: &io::Error,
+        attempted: bool,
         payloads: &[*const u8; TX_BATCH],
     ) {
-        if m.count == 1 {
+        if let Some(base) = base {
+            // The call may or may not have taken its number: learn it again.
+            if let Some(t) = self.tx.get_mut(&port) {
+                t.conn.next_ident = None;
+            }
+            self.correct_icrcs(order, m, base); // back to Identification 0
+        }
+        if m.count == 1 && attempted {
             self.stats.send_errors += 1;
             tracing::warn!(error = %e, "send failed");
             return;
         }
-        if self.offloads.gso && gso_refused(e) {
+        if m.count > 1 && attempted && self.offloads.gso && gso_refused(e) {
             self.offloads.gso = false;
             tracing::warn!(error = %e, "the kernel refuses UDP_SEGMENT: sending one datagram per packet from now on");
         }
-        self.correct_icrcs(order, m); // back to Identification 0
+        if base.is_none() {
+            self.correct_icrcs(order, m, 0); // back to Identification 0
+        }
         let hl = ip_header_len(self.local);
-        let Some(t) = self.tx.get(&port) else { return };
         for &i in &order[m.first..m.first + m.count] {
+            // Each its own call, with its own number.
+            self.prepare(port, self.tx_meta[i].dest);
+            let Some(t) = self.tx.get_mut(&port) else { return };
+            let ident = t.conn.take_ident();
+            if let Some(id) = ident {
+                self.correct_one(i, id);
+            }
+            let Some(t) = self.tx.get_mut(&port) else { return };
             let meta = &self.tx_meta[i];
             let buf = &self.tx_bufs[i];
-            match &meta.payload {
+            let ok = match &meta.payload {
                 None => send_one(&t.socket, &buf[hl + 8..meta.len], meta.dest, self.scope_id, &mut self.stats),
                 Some(p) => {
                     // SAFETY: as in send_batch_locked, whose regions are still locked.
                     let payload = unsafe { std::slice::from_raw_parts(payloads[i], p.len) };
                     let whole = [&buf[hl + 8..p.at], payload, &buf[p.at..meta.len]].concat();
-                    send_one(&t.socket, &whole, meta.dest, self.scope_id, &mut self.stats);
+                    send_one(&t.socket, &whole, meta.dest, self.scope_id, &mut self.stats)
                 }
+            };
+            if !ok && ident.is_some() {
+                t.conn.next_ident = None;
             }
         }
     }
+
+    /// XORs into the ICRC of packet `i` (built with Identification 0) the
+    /// difference `ident` makes.
+    fn correct_one(&mut self, i: usize, ident: u16) {
+        let (len, l3_len) = (self.tx_meta[i].len, self.tx_meta[i].wire_len());
+        if let Some(s) = self.shifts.get(l3_len) {
+            let icrc = &mut self.tx_bufs[i][len - 4..len];
+            let fixed = u32::from_le_bytes((&*icrc).try_into().expect("4 bytes")) ^ s.difference(ident);
+            icrc.copy_from_slice(&fixed.to_le_bytes());
+        }
+    }
+
+    /// Makes the socket of `port` ready to send to `dest`: connected to its
+    /// first peer if the device connects, and for IPv4 its next
+    /// Identification known (probed, or checked every [`CHECK_EVERY`] sends).
+    fn prepare(&mut self, port: u16, dest: IpAddr) {
+        if !self.connect {
+            return;
+        }
+        let scope_id = self.scope_id;
+        let Some(t) = self.tx.get_mut(&port) else { return };
+        if t.conn.peer.is_none() {
+            if let Err(e) = t.socket.connect(&sock_addr(dest, ROCE_V2_PORT, scope_id)) {
+                return self.unconnect_all(&format!("cannot connect a send socket to {dest}: {e}"));
+            }
+            t.conn = connected::Connection { peer: Some(dest), next_ident: None, sends: 0 };
+        }
+        if self.local.is_ipv4() && (t.conn.next_ident.is_none() || t.conn.sends >= CHECK_EVERY) {
+            self.probe(port);
+        }
+    }
+
+    /// Learns (or checks) the next Identification of the IPv4 socket of `port`.
+    fn probe(&mut self, port: u16) {
+        let (Some((sink, sink_addr)), Some(t)) = (&self.sink, self.tx.get_mut(&port)) else { return };
+        let predicted = t.conn.next_ident;
+        match connected::probe(&t.socket, sink, sink_addr) {
+            Ok(ident) => {
+                self.stats.ident_probes += 1;
+                t.conn.next_ident = Some(ident.wrapping_add(1));
+                t.conn.sends = 0;
+                if predicted.is_some_and(|p| p != ident) {
+                    self.stats.ident_mismatches += 1;
+                    tracing::warn!(
+                        port,
+                        ?predicted,
+                        ident,
+                        "a send socket's IPv4 Identification was not the one predicted"
+                    );
+                    if self.stats.ident_mismatches >= MAX_MISMATCHES {
+                        self.unconnect_all("the IPv4 Identification was mispredicted too often");
+                    }
+                }
+            }
+            Err(e) if connected::is_permanent(&e) => {
+                self.unconnect_all(&format!("cannot learn the IPv4 Identification of a connected socket: {e}"))
+            }
+            Err(e) => {
+                // This socket sends unconnected this round, and connects again at the next.
+                tracing::debug!(port, error = %e, "a probe failed: disconnecting the socket");
+                if let Err(e) = connected::disconnect(&t.socket) {
+                    return self.unconnect_all(&format!("cannot disconnect a send socket: {e}"));
+                }
+                t.conn = connected::Connection::default();
+            }
+        }
+    }
+
+    /// Stops connecting: every send socket sends unconnected (IPv4
+    /// Identification 0) from now on.
+    fn unconnect_all(&mut self, why: &str) {
+        tracing::info!(why, "sending from unconnected sockets");
+        self.connect = false;
+        for t in self.tx.values_mut() {
+            if t.conn.peer.is_some() {
+                if let Err(e) = connected::disconnect(&t.socket) {
+                    tracing::warn!(error = %e, "cannot disconnect a send socket");
+                }
+            }
+            t.conn = connected::Connection::default();
+        }
+    }
+}
+
+/// The socket IPv4 probes are sent to: bound to the device address, any
+/// port; what it receives is thrown away.
+pub(super) fn open_sink(local: IpAddr) -> io::Result<(Socket, SockAddr)> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    s.bind(&sock_addr(local, 0, 0))?;
+    s.set_nonblocking(true)?;
+    let addr = s.local_addr()?;
+    Ok((s, addr))
 }
 
 /// The messages of one round of sending, ready for `sendmmsg` or io_uring:
@@ -349,6 +485,10 @@ pub(super) struct Batch {
     control: [Control; TX_BATCH],
     /// Where the payload of packet `i` given by reference is, in its locked region.
     payloads: [*const u8; TX_BATCH],
+    /// Message `j`'s IPv4 Identification, on a connected socket that numbers them.
+    pub(super) idents: [Option<u16>; TX_BATCH],
+    /// Whether message `j` carries its destination (not to the socket's peer).
+    named: [bool; TX_BATCH],
 }
 
 // SAFETY: the raw pointers in the headers point into the buffers of the
@@ -369,6 +509,8 @@ impl Batch {
             iovs: unsafe { std::mem::zeroed() },
             control: [Control::default(); TX_BATCH],
             payloads: [std::ptr::null(); TX_BATCH],
+            idents: [None; TX_BATCH],
+            named: [true; TX_BATCH],
             iov_spans: [(0, 0); TX_BATCH],
         }
     }
@@ -412,8 +554,13 @@ impl Batch {
             // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
             self.msgs[j] = unsafe { std::mem::zeroed() };
             let h = &mut self.msgs[j].msg_hdr;
-            h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
-            h.msg_namelen = io.tx_addrs[j].len();
+            // To the socket's peer, a connected socket sends without an address.
+            let peer = io.tx.get(&self.ports[j]).and_then(|t| t.conn.peer);
+            self.named[j] = peer != Some(io.tx_meta[order[m.first]].dest);
+            if self.named[j] {
+                h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
+                h.msg_namelen = io.tx_addrs[j].len();
+            }
             let (first, count) = self.iov_spans[j];
             h.msg_iov = &mut self.iovs[first];
             h.msg_iovlen = count;
@@ -428,6 +575,9 @@ impl Batch {
         let m = self.messages[j];
         stats.datagrams_sent += m.count as u64;
         stats.gso_sends += u64::from(m.count > 1);
+        if !self.named[j] {
+            stats.connected_sends += m.count as u64;
+        }
     }
 }
 
@@ -435,7 +585,8 @@ impl Batch {
 /// (and so free: no allocation, nothing to clear) on every round that
 /// sends, which is nearly all of them.
 pub(super) struct Failures {
-    items: Vec<(usize, i32)>,
+    /// Message, error number, whether the kernel refused it itself.
+    items: Vec<(usize, i32, bool)>,
 }
 
 impl Failures {
@@ -444,11 +595,16 @@ impl Failures {
     }
 
     pub(super) fn push(&mut self, j: usize, e: &io::Error) {
-        self.items.push((j, e.raw_os_error().unwrap_or(libc::EIO)));
+        self.items.push((j, e.raw_os_error().unwrap_or(libc::EIO), true));
     }
 
-    fn iter(&self) -> impl Iterator<Item = (usize, io::Error)> + '_ {
-        self.items.iter().map(|&(j, errno)| (j, io::Error::from_raw_os_error(errno)))
+    /// Message `j` was not sent because one before it failed.
+    fn push_behind(&mut self, j: usize, e: &io::Error) {
+        self.items.push((j, e.raw_os_error().unwrap_or(libc::EIO), false));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, io::Error, bool)> + '_ {
+        self.items.iter().map(|&(j, errno, attempted)| (j, io::Error::from_raw_os_error(errno), attempted))
     }
 }
 
@@ -471,6 +627,15 @@ fn send_sockets(batch: &mut Batch, stats: &mut IoStats) -> Failures {
                 continue;
             }
             failed.push(sent, &e);
+            if batch.idents[sent].is_some() {
+                // The socket's numbering is in doubt from here: its other
+                // messages go again one by one, after a probe.
+                for j in sent + 1..end {
+                    failed.push_behind(j, &e);
+                }
+                sent = end;
+                continue;
+            }
             sent += 1;
             continue;
         }
@@ -497,13 +662,18 @@ fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u16) {
     }
 }
 
-pub(super) fn send_one(socket: &Socket, bytes: &[u8], dest: IpAddr, scope_id: u32, stats: &mut IoStats) {
+/// Sends one datagram; false if the kernel refused it (counted and traced).
+pub(super) fn send_one(socket: &Socket, bytes: &[u8], dest: IpAddr, scope_id: u32, stats: &mut IoStats) -> bool {
     stats.send_syscalls += 1;
     match socket.send_to(bytes, &sock_addr(dest, ROCE_V2_PORT, scope_id)) {
-        Ok(_) => stats.datagrams_sent += 1,
+        Ok(_) => {
+            stats.datagrams_sent += 1;
+            true
+        }
         Err(e) => {
             stats.send_errors += 1;
             tracing::warn!(error = %e, %dest, "send failed");
+            false
         }
     }
 }
@@ -525,5 +695,51 @@ fn with_locked<R>(
             spans.push((guard.as_ptr() as usize, guard.len()));
             with_locked(rest, spans, f)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DeviceConfig;
+
+    /// A send the send path did not count (here one made behind its back)
+    /// puts the prediction off. The next check finds it, counts it and
+    /// learns the number again; after [`MAX_MISMATCHES`] the device stops
+    /// connecting, and its sockets write Identification 0 again.
+    #[test]
+    fn a_check_finds_a_wrong_prediction_and_learns_the_number_again() {
+        let (local, dest): (IpAddr, IpAddr) = ("127.31.7.1".parse().unwrap(), "127.31.7.2".parse().unwrap());
+        // The peer: listening, so that no ICMP error fails the sends.
+        let _peer = std::net::UdpSocket::bind((dest, ROCE_V2_PORT)).unwrap();
+        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        let port = io.reserve_port(0xc123).unwrap();
+        let (sink, sink_addr) = open_sink(local).unwrap();
+        let truth = |io: &UdpIo| connected::probe(&io.tx[&port].socket, &sink, &sink_addr).map(|id| id.wrapping_add(1));
+        io.prepare(port, dest);
+        if io.tx[&port].conn.next_ident.is_none() {
+            eprintln!("SKIPPED: this kernel gives no transmit timestamps with data");
+            return;
+        }
+        assert_eq!(io.stats.ident_probes, 1);
+        for round in 1..=MAX_MISMATCHES {
+            // An outside probe takes the predicted number: the prediction is now one short.
+            let predicted = io.tx[&port].conn.next_ident.unwrap();
+            let next = truth(&io).unwrap();
+            assert_eq!(next, predicted.wrapping_add(1), "the outside probe took the predicted number");
+            io.tx.get_mut(&port).unwrap().conn.sends = CHECK_EVERY;
+            io.prepare(port, dest);
+            assert_eq!(io.stats.ident_mismatches, round);
+            if round < MAX_MISMATCHES {
+                let learned = io.tx[&port].conn.next_ident.expect("learned again");
+                assert_eq!(learned, next.wrapping_add(1), "the check's own probe took `next`");
+                assert_eq!(truth(&io).unwrap(), learned.wrapping_add(1), "what the kernel writes agrees");
+                // Make the outside probe above the only unseen send again.
+                io.tx.get_mut(&port).unwrap().conn.next_ident = Some(learned.wrapping_add(1));
+            }
+        }
+        assert!(!io.connect, "too many wrong predictions: the device stops connecting");
+        assert!(io.tx[&port].conn.peer.is_none() && io.tx[&port].conn.next_ident.is_none());
+        assert_eq!(truth(&io).unwrap(), 1, "unconnected again: Identification 0");
     }
 }

@@ -295,22 +295,11 @@ impl UdpIo {
         if !self.local.is_ipv4() || (base == 0 && m.count == 1) {
             return; // IPv6 has no Identification; 0 needs no correction
         }
-        // One correction per packet length: all the run's packets but maybe the last.
-        let mut shift = None;
         for k in 0..m.count {
             let ident = base.wrapping_add(k as u16);
-            if ident == 0 {
-                continue;
+            if ident != 0 {
+                self.correct_one(order[m.first + k], ident);
             }
-            let i = order[m.first + k];
-            let (len, l3_len) = (self.tx_meta[i].len, self.tx_meta[i].wire_len());
-            if shift.is_none_or(|s: IdentShift| s.l3_len() != l3_len) {
-                shift = self.shifts.get(l3_len);
-            }
-            let Some(s) = shift else { continue };
-            let icrc = &mut self.tx_bufs[i][len - 4..len];
-            let fixed = u32::from_le_bytes((&*icrc).try_into().expect("4 bytes")) ^ s.difference(ident);
-            icrc.copy_from_slice(&fixed.to_le_bytes());
         }
     }
 
@@ -377,7 +366,7 @@ impl UdpIo {
     }
 
     /// XORs into the ICRC of packet `i` (built with Identification 0) the
-    /// difference `ident` makes.
+    /// difference `ident` makes (one correction per packet length, cached).
     fn correct_one(&mut self, i: usize, ident: u16) {
         let (len, l3_len) = (self.tx_meta[i].len, self.tx_meta[i].wire_len());
         if let Some(s) = self.shifts.get(l3_len) {

@@ -220,6 +220,7 @@ impl UdpIo {
                 end += 1;
             }
             self.prepare(port, self.tx_meta[order[start]].dest);
+            let from = batch.len;
             match self.tx.get(&port).map(|t| t.socket.as_raw_fd()) {
                 Some(fd) => self.plan(order, start, end, fd, port, &mut batch),
                 None => {
@@ -227,14 +228,19 @@ impl UdpIo {
                     tracing::warn!(port, "no socket for UDP source port: packets not sent");
                 }
             }
+            // Each send call's destination (none to the socket's peer) and
+            // Identification (a connected IPv4 socket's next numbers, in
+            // the order of the calls).
+            if let Some(t) = self.tx.get_mut(&port) {
+                for j in from..batch.len {
+                    batch.named[j] = t.conn.peer != Some(self.tx_meta[order[batch.messages[j].first]].dest);
+                    batch.idents[j] = t.conn.take_ident();
+                }
+            }
             start = end;
         }
-        // Each send call's Identification (a connected IPv4 socket's next
-        // numbers, in the order of the calls), and the ICRCs corrected for it.
         for j in 0..batch.len {
-            let base = self.tx.get_mut(&batch.ports[j]).and_then(|t| t.conn.take_ident());
-            batch.idents[j] = base;
-            self.correct_icrcs(order, batch.messages[j], base.unwrap_or(0));
+            self.correct_icrcs(order, batch.messages[j], batch.idents[j].unwrap_or(0));
         }
         batch.fill(self, order);
         let failed = match &mut self.driver {
@@ -476,7 +482,8 @@ pub(super) struct Batch {
     payloads: [*const u8; TX_BATCH],
     /// Message `j`'s IPv4 Identification, on a connected socket that numbers them.
     pub(super) idents: [Option<u16>; TX_BATCH],
-    /// Whether message `j` carries its destination (not to the socket's peer).
+    /// Whether message `j` carries its destination: a connected socket
+    /// sends to its peer without one.
     named: [bool; TX_BATCH],
 }
 
@@ -543,9 +550,6 @@ impl Batch {
             // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
             self.msgs[j] = unsafe { std::mem::zeroed() };
             let h = &mut self.msgs[j].msg_hdr;
-            // To the socket's peer, a connected socket sends without an address.
-            let peer = io.tx.get(&self.ports[j]).and_then(|t| t.conn.peer);
-            self.named[j] = peer != Some(io.tx_meta[order[m.first]].dest);
             if self.named[j] {
                 h.msg_name = io.tx_addrs[j].as_ptr() as *mut _;
                 h.msg_namelen = io.tx_addrs[j].len();

@@ -38,6 +38,7 @@
 //! and so number it out of order; fault injection sends single datagrams
 //! that it drops, duplicates and reorders itself.
 
+use super::{set_control_message, Control};
 use socket2::{SockAddr, Socket};
 use std::io;
 use std::net::IpAddr;
@@ -87,9 +88,6 @@ pub(super) fn disconnect(socket: &Socket) -> io::Result<()> {
     }
 }
 
-/// Room for one SO_TIMESTAMPING control message (CMSG_SPACE of a u32).
-type Control = [u64; 4];
-
 /// Learns the Identification `socket` (connected IPv4) writes: sends an
 /// empty datagram to `sink` with a transmit timestamp asked for, and reads
 /// the IP header the kernel wrote back from the error queue. Returns the
@@ -107,17 +105,7 @@ pub(super) fn probe(socket: &Socket, sink: &Socket, sink_addr: &SockAddr) -> io:
     let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
     h.msg_name = sink_addr.as_ptr() as *mut _;
     h.msg_namelen = sink_addr.len();
-    h.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE(4) = 16 <= size_of::<Control>(); the header and
-    // its data lie inside `control`.
-    unsafe {
-        h.msg_controllen = libc::CMSG_SPACE(4) as usize;
-        let c = libc::CMSG_FIRSTHDR(&h);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SO_TIMESTAMPING;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), libc::SOF_TIMESTAMPING_TX_SCHED);
-    }
+    set_control_message(&mut h, &mut control, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, libc::SOF_TIMESTAMPING_TX_SCHED);
     // A connected socket reports an ICMP error from its peer (port
     // unreachable) on its next send, which clears it: try again then.
     let mut tries = 0;
@@ -229,21 +217,14 @@ mod tests {
         // A UDP_SEGMENT send of 5 segments takes one number.
         let payload = [7u8; 50];
         let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
-        let mut control = [0u64; 4];
+        let mut control: Control = [0; 4];
         // SAFETY: as in `probe`.
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
         h.msg_iov = &mut iov;
         h.msg_iovlen = 1;
-        h.msg_control = control.as_mut_ptr().cast();
-        unsafe {
-            h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-            let c = libc::CMSG_FIRSTHDR(&h);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), 10);
-            assert_eq!(libc::sendmsg(s.as_raw_fd(), &h, 0), 50, "{}", io::Error::last_os_error());
-        }
+        super::super::send::set_segment_size(&mut h, &mut control, 10);
+        // SAFETY: the header points at live buffers of the stated sizes.
+        assert_eq!(unsafe { libc::sendmsg(s.as_raw_fd(), &h, 0) }, 50, "{}", io::Error::last_os_error());
         let after_gso = probe(&s, &sink, &sink_addr).unwrap();
         assert_eq!(after_gso, after_plain.wrapping_add(2), "the probe, then one number for the GSO send");
         // Disconnected, the socket writes 0 again, and a probe says so.

@@ -234,6 +234,26 @@ fn sock_addr(ip: IpAddr, port: u16, scope_id: u32) -> SockAddr {
     }
 }
 
+/// Room for one small control message (CMSG_SPACE of up to 8 bytes), aligned.
+type Control = [u64; 4];
+
+/// Makes `value` the one control message of `h` (level, type), in `room`.
+fn set_control_message<T: Copy>(h: &mut libc::msghdr, room: &mut Control, level: i32, kind: i32, value: T) {
+    const { assert!(std::mem::size_of::<T>() <= 8) };
+    let len = std::mem::size_of::<T>() as u32;
+    h.msg_control = room.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE(8) = 24 <= size_of::<Control>(), so the header
+    // and its data lie inside `room`.
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(len) as usize;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = kind;
+        (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<T>(), value);
+    }
+}
+
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: a plain int option on a socket we own.
     let r = unsafe {

@@ -22,7 +22,7 @@
 //! is read twice (ICRC, kernel copy) and copied once.
 
 use super::connected::{self, CHECK_EVERY, MAX_MISMATCHES};
-use super::{ip_header_len, sock_addr, Driver, IoStats, UdpIo, TX_BATCH};
+use super::{ip_header_len, set_control_message, sock_addr, Control, Driver, IoStats, UdpIo, TX_BATCH};
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -41,9 +41,6 @@ pub(super) struct Message {
     count: usize,
     segment: usize,
 }
-
-/// Room for one UDP_SEGMENT control message (CMSG_SPACE of a u16), aligned.
-type Control = [u64; 4];
 
 /// The ICRC corrections for the packet lengths seen lately (bulk traffic has few).
 #[derive(Debug, Default)]
@@ -325,12 +322,11 @@ impl UdpIo {
         attempted: bool,
         payloads: &[*const u8; TX_BATCH],
     ) {
-        if let Some(base) = base {
+        if base.is_some() {
             // The call may or may not have taken its number: learn it again.
             if let Some(t) = self.tx.get_mut(&port) {
                 t.conn.next_ident = None;
             }
-            self.correct_icrcs(order, m, base); // back to Identification 0
         }
         if m.count == 1 && attempted {
             self.stats.send_errors += 1;
@@ -341,9 +337,7 @@ impl UdpIo {
             self.offloads.gso = false;
             tracing::warn!(error = %e, "the kernel refuses UDP_SEGMENT: sending one datagram per packet from now on");
         }
-        if base.is_none() {
-            self.correct_icrcs(order, m, 0); // back to Identification 0
-        }
+        self.correct_icrcs(order, m, base.unwrap_or(0)); // back to Identification 0
         let hl = ip_header_len(self.local);
         for &i in &order[m.first..m.first + m.count] {
             // Each its own call, with its own number.
@@ -641,18 +635,8 @@ fn send_sockets(batch: &mut Batch, stats: &mut IoStats) -> Failures {
 }
 
 /// Attaches a UDP_SEGMENT control message of `size` to `h`.
-fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u16) {
-    h.msg_control = room.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE(2) = 24 <= size_of::<Control>(); the header and
-    // its data lie inside `room`.
-    unsafe {
-        h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-        let c = libc::CMSG_FIRSTHDR(h);
-        (*c).cmsg_level = libc::SOL_UDP;
-        (*c).cmsg_type = libc::UDP_SEGMENT;
-        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
-    }
+pub(super) fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u16) {
+    set_control_message(h, room, libc::SOL_UDP, libc::UDP_SEGMENT, size);
 }
 
 /// Sends one datagram; false if the kernel refused it (counted and traced).

@@ -70,13 +70,14 @@ impl Qp {
         self.req.cursor_pkt = 0;
         self.req.rto_deadline = None;
         self.req.rnr_until = None;
-        if self.init.srq.is_none() {
-            while let Some(r) = self.rq.pop_front() {
-                let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, crate::wr::WcOpcode::Recv, self.num);
-                cqs.push(self.init.recv_cq, wc);
-            }
+        // A SEND in progress holds a receive WQE (its own or the SRQ's):
+        // it is flushed with the rest, not lost.
+        let taken = self.resp.abandon_message();
+        let own = if self.init.srq.is_none() { self.rq.drain(..).collect() } else { Vec::new() };
+        for r in taken.into_iter().chain(own) {
+            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, crate::wr::WcOpcode::Recv, self.num);
+            cqs.push(self.init.recv_cq, wc);
         }
-        self.resp.abandon_message();
     }
 
     /// Whether `psn` has been sent and is not yet acknowledged.

@@ -18,6 +18,7 @@ use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
 use crate::requester::{ReqOutcome, SendWqe};
 use crate::responder::RespCtx;
+use crate::rng::Rng;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use crate::Sge;
@@ -50,8 +51,13 @@ pub enum Drop {
     UcMessageDropped,
     GhostResponse,
     DuplicateResponse,
+    /// A duplicate READ or atomic that matches no remembered responder resource.
     DuplicateUnknown,
     BadResponse,
+    /// A READ or atomic past the `max_dest_rd_atomic` the QP advertised.
+    TooManyReads,
+    /// Both ends are limited members of the partition (P_Key bit 15 clear).
+    PkeyLimitedMembers,
 }
 
 /// Counters of an endpoint.
@@ -94,6 +100,11 @@ impl Stats {
 #[derive(Debug, Default)]
 pub struct CqTable {
     cqs: Vec<(usize, VecDeque<WorkCompletion>)>,
+    /// Per CQ: it overflowed, and is in error from then on (IBTA 11.4.2.1:
+    /// a CQ overrun is a CQ error; its QPs go to the error state).
+    in_error: Vec<bool>,
+    /// CQs that overflowed since the endpoint last raised their events.
+    overflowed: Vec<CqId>,
     overruns: u64,
     delivered: u64,
     /// Scatter/gather lists of finished work requests, for the engine's
@@ -142,14 +153,19 @@ impl CqTable {
     }
 
     pub(crate) fn push(&mut self, cq: CqId, wc: WorkCompletion) {
+        let errored = self.in_error.get(cq.0).copied().unwrap_or(true);
         match self.cqs.get_mut(cq.0) {
-            Some((depth, q)) if q.len() < *depth => {
+            Some((depth, q)) if q.len() < *depth && !errored => {
                 q.push_back(wc);
                 self.delivered += 1;
             }
             _ => {
                 self.overruns += 1;
                 tracing::warn!(cq = cq.0, wr_id = wc.wr_id, "completion queue overrun: completion lost");
+                if !errored {
+                    self.in_error[cq.0] = true;
+                    self.overflowed.push(cq);
+                }
             }
         }
     }
@@ -199,8 +215,10 @@ pub enum AsyncEvent {
     SrqLimitReached(SrqId),
     /// A QP entered the error state.
     QpFatal(u32),
-    /// A completion queue overflowed.
-    CqOverrun,
+    /// A completion queue overflowed (`IBV_EVENT_CQ_ERR`): a completion was
+    /// lost, the CQ takes no more, and the QPs that use it went to the
+    /// error state.
+    CqError(CqId),
 }
 
 /// A packet [`Endpoint::poll_transmit`] wrote.
@@ -234,6 +252,16 @@ impl Transmit {
 /// for a driver to hand the kernel as one segmented send (UDP GSO), short
 /// enough that no QP waits long.
 pub const TX_BURST: u32 = 16;
+
+/// The default partition, with full membership.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+/// Entries a port's P_Key table can hold.
+pub const MAX_PKEYS: usize = 16;
+
+/// The lowest QPN a created QP gets (below are the special QPs).
+const FIRST_QPN: u32 = 0x11;
+/// The first QPN is drawn from this many numbers above [`FIRST_QPN`].
+const QPN_START_SPREAD: u32 = 1 << 22;
 
 /// A buffer this large holds any packet the engine writes (4 KiB MTU).
 pub const MAX_PACKET: usize = 40 + 8 + 12 + 28 + 4096 + 4;
@@ -269,17 +297,34 @@ pub struct Endpoint {
     release: bool,
     events: VecDeque<AsyncEvent>,
     ident_recovery: Option<IdentRecovery>,
+    /// The port's P_Key table (`ibv_query_pkey`); a QP's `pkey_index` picks one.
+    pkeys: Vec<u16>,
 }
 
 impl Endpoint {
-    /// A device bound to `local`, its RoCE v2 GID.
+    /// A device bound to `local`, its RoCE v2 GID, whose QP numbers and
+    /// memory keys are drawn from the operating system's randomness.
     pub fn new(local: IpAddr) -> Endpoint {
+        Endpoint::with_rng(local, Rng::from_os())
+    }
+
+    /// A device whose QP numbers and keys follow from `seed`: the same
+    /// seed gives the same numbers, for simulations that must reproduce.
+    pub fn with_seed(local: IpAddr, seed: u64) -> Endpoint {
+        Endpoint::with_rng(local, Rng::new(seed))
+    }
+
+    fn with_rng(local: IpAddr, mut rng: Rng) -> Endpoint {
+        // QPs 0 and 1 are the SMI and GSI, and rxe numbers from 0x11; the
+        // first QPN is drawn at random above that, so that a blind peer
+        // cannot guess it (defence in depth, like the keys').
+        let next_qpn = FIRST_QPN + rng.below(u64::from(QPN_START_SPREAD)) as u32;
         Endpoint {
             framer: Framer { local, by_ref: false },
-            mrs: MemoryTable::default(),
+            mrs: MemoryTable::with_rng(rng),
             next_pd: 1,
             qps: BTreeMap::new(),
-            next_qpn: 0x11, // QPs 0 and 1 are the SMI and GSI; rxe starts at 0x11
+            next_qpn,
             cqs: CqTable::default(),
             srqs: SrqTable::default(),
             stats: Stats::default(),
@@ -293,7 +338,29 @@ impl Endpoint {
             release: false,
             events: VecDeque::new(),
             ident_recovery: None,
+            pkeys: vec![DEFAULT_PKEY],
         }
+    }
+
+    /// Sets the port's P_Key table (at most [`MAX_PKEYS`] entries, none 0
+    /// or 0x8000, the invalid keys). Bit 15 of each key says whether the
+    /// port is a full member of that partition; QPs pick one with their
+    /// `pkey_index` when they next move to INIT.
+    pub fn set_pkey_table(&mut self, pkeys: &[u16]) -> Result<(), VerbsError> {
+        if pkeys.is_empty() || pkeys.len() > MAX_PKEYS || pkeys.iter().any(|&k| k & 0x7fff == 0) {
+            return Err(VerbsError::InvalidAttribute {
+                qpn: 0,
+                attr: "P_Key table (1 to 16 keys, none 0x0000 or 0x8000)",
+                value: pkeys.len() as u64,
+            });
+        }
+        self.pkeys = pkeys.to_vec();
+        Ok(())
+    }
+
+    /// `ibv_query_pkey`.
+    pub fn query_pkey(&self, index: u16) -> Option<u16> {
+        self.pkeys.get(usize::from(index)).copied()
     }
 
     /// Tells the endpoint that the IPv4 Identification of received packets
@@ -353,6 +420,7 @@ impl Endpoint {
 
     pub fn create_cq(&mut self, depth: usize) -> CqId {
         self.cqs.cqs.push((depth.max(1), VecDeque::new()));
+        self.cqs.in_error.push(false);
         CqId(self.cqs.cqs.len() - 1)
     }
 
@@ -415,8 +483,11 @@ impl Endpoint {
         if let Some(srq) = init.srq.filter(|s| s.0 >= self.srqs.srqs.len()) {
             return Err(VerbsError::NoSuchSrq(srq.0));
         }
-        let qpn = self.next_qpn;
-        self.next_qpn = (self.next_qpn + 1) & 0xff_ffff;
+        let mut qpn = self.next_qpn;
+        while qpn < FIRST_QPN || self.qps.contains_key(&qpn) {
+            qpn = (qpn + 1) & 0xff_ffff;
+        }
+        self.next_qpn = (qpn + 1) & 0xff_ffff;
         self.qps.insert(qpn, Qp::new(qpn, init));
         Ok(qpn)
     }
@@ -430,10 +501,22 @@ impl Endpoint {
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
         self.touch();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let pkey = match attr.pkey_index {
+            Some(i) => Some(*self.pkeys.get(usize::from(i)).ok_or(VerbsError::InvalidAttribute {
+                qpn,
+                attr: "pkey_index (past the end of the P_Key table)",
+                value: u64::from(i),
+            })?),
+            None => None,
+        };
         qp.modify(attr)?;
+        if let Some(pkey) = pkey {
+            qp.params.pkey = pkey;
+        }
         if qp.state == QpState::Err {
             qp.flush(&mut self.cqs);
         }
+        self.settle_cq_errors();
         Ok(())
     }
 
@@ -498,6 +581,7 @@ impl Endpoint {
         qp.req.sq.push_back(SendWqe { wr, first_psn: rdma_wire::Psn::new(0), npkts: 0, started: false, sent: false });
         if qp.state == QpState::Err {
             qp.flush(&mut self.cqs);
+            self.settle_cq_errors();
         }
         Ok(())
     }
@@ -541,6 +625,7 @@ impl Endpoint {
         qp.rq.push_back(wr);
         if qp.state == QpState::Err {
             qp.flush(&mut self.cqs);
+            self.settle_cq_errors();
         }
         Ok(())
     }
@@ -549,6 +634,28 @@ impl Endpoint {
     /// Anything wrong with it is counted and traced, never returned: a
     /// network peer cannot make the endpoint fail.
     pub fn handle_packet(&mut self, now: Instant, l3: &[u8]) {
+        self.receive(now, l3);
+        self.settle_cq_errors();
+    }
+
+    /// Raises the event of every CQ that overflowed since the last call,
+    /// and moves the QPs that use it to the error state (their flushed
+    /// requests are lost with the CQ, and counted as overruns).
+    fn settle_cq_errors(&mut self) {
+        while let Some(cq) = self.cqs.overflowed.pop() {
+            tracing::warn!(cq = cq.0, "completion queue overrun: the CQ and its QPs are in error");
+            self.events.push_back(AsyncEvent::CqError(cq));
+            for (&qpn, qp) in self.qps.iter_mut() {
+                if qp.state != QpState::Err && (qp.init.send_cq == cq || qp.init.recv_cq == cq) {
+                    qp.state = QpState::Err;
+                    qp.flush(&mut self.cqs);
+                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                }
+            }
+        }
+    }
+
+    fn receive(&mut self, now: Instant, l3: &[u8]) {
         self.touch();
         self.stats.packets_received += 1;
         let p = match RoceV2Packet::new_checked(l3) {
@@ -596,6 +703,12 @@ impl Endpoint {
         };
         if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
             self.stats.drop(Drop::PkeyMismatch, qpn);
+            return;
+        }
+        // Bit 15 is the membership: two limited members of a partition
+        // may not talk to each other (IBTA 10.9.3).
+        if bth.pkey() & 0x8000 == 0 && qp.params.pkey & 0x8000 == 0 {
+            self.stats.drop(Drop::PkeyLimitedMembers, qpn);
             return;
         }
         let transport_ok = matches!(
@@ -695,6 +808,7 @@ impl Endpoint {
         if t.is_none() {
             self.release = false;
         }
+        self.settle_cq_errors();
         t
     }
 
@@ -713,6 +827,7 @@ impl Endpoint {
         }
         // Every QP was just asked: the next `poll_transmit` need not ask again.
         self.fresh_done = t.is_none();
+        self.settle_cq_errors();
         t
     }
 
@@ -768,6 +883,12 @@ impl Endpoint {
             qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf)
         {
             self.stats.packets_sent += 1;
+            if std::mem::take(&mut qp.resp.fatal) && qp.state != QpState::Err {
+                // The NAK that ends a READ whose region went is out.
+                qp.state = QpState::Err;
+                qp.flush(&mut self.cqs);
+                self.events.push_back(AsyncEvent::QpFatal(qpn));
+            }
             // Past the first pass of a round only held lone ACKs are left
             // (anything else left in that pass); a release sends anything.
             let released_ack = flush && !self.release;
@@ -820,5 +941,6 @@ impl Endpoint {
                 }
             }
         }
+        self.settle_cq_errors();
     }
 }

@@ -221,9 +221,16 @@ pub enum AccessError {
 #[derive(Debug, Default)]
 pub struct MemoryTable {
     slots: Vec<(u8, Option<MemoryRegion>)>,
+    /// Draws each key's low byte.
+    keys: crate::rng::Rng,
 }
 
 impl MemoryTable {
+    /// A table whose keys draw their low byte from `keys`.
+    pub fn with_rng(keys: crate::rng::Rng) -> MemoryTable {
+        MemoryTable { slots: Vec::new(), keys }
+    }
+
     /// Registers `memory` at address `va`; returns the new region's keys.
     pub fn register(&mut self, pd: Pd, va: u64, memory: RegionMemory, access: Access) -> (u32, u32) {
         let index = match self.slots.iter().position(|(_, r)| r.is_none()) {
@@ -234,7 +241,15 @@ impl MemoryTable {
             }
         };
         let slot = &mut self.slots[index];
-        slot.0 = slot.0.wrapping_add(1);
+        // The low byte is drawn at random, as rxe does, and never repeats
+        // the slot's last one: a stale key misses the new region, and a
+        // blind peer has to guess it (defence in depth: RoCE has no
+        // authentication).
+        let mut generation = self.keys.next_u64() as u8;
+        if generation == slot.0 {
+            generation = generation.wrapping_add(1);
+        }
+        slot.0 = generation;
         let key = ((index as u32 + 1) << 8) | u32::from(slot.0);
         let len = memory.len() as u64;
         slot.1 = Some(MemoryRegion { pd, lkey: key, rkey: key, va, len, access, memory });

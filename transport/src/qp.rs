@@ -285,9 +285,6 @@ impl Qp {
         if attr.port_num == Some(0) {
             return Err(bad("port_num (the soft device has port 1)", 0));
         }
-        if let Some(i) = attr.pkey_index.filter(|&i| i != 0) {
-            return Err(bad("pkey_index (the P_Key table has one entry)", u64::from(i)));
-        }
         for (v, name) in [(attr.dest_qp_num, "dest_qp_num"), (attr.rq_psn, "rq_psn"), (attr.sq_psn, "sq_psn")] {
             if let Some(x) = v.filter(|&x| x > 0xff_ffff) {
                 return Err(bad(name, u64::from(x)));

@@ -22,6 +22,7 @@ use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
+use crate::resources::{read_matches, Executed, Resource, Resources};
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,
@@ -29,8 +30,9 @@ use rdma_wire::{
 };
 use std::collections::VecDeque;
 
-/// How many executed atomics a responder remembers for replay.
-const ATOMIC_REPLAY_DEPTH: usize = 64;
+/// The longest message IBTA allows (a RETH's DMA length above it is an
+/// invalid request).
+const MAX_MESSAGE: u64 = 1 << 31;
 
 /// How recently a QP must have sent a request for its responder to hold a
 /// lone ACK for company ([`crate::Endpoint::set_ack_delay`]).
@@ -53,12 +55,24 @@ enum InMessage {
     },
 }
 
-/// One answer waiting to go out.
+/// One answer waiting to go out. READ responses and atomic ACKs name the
+/// responder resource they answer (its first PSN, `origin`): a replay of
+/// that resource takes the place of the answer still queued for it.
 #[derive(Debug, Clone)]
 pub(crate) enum Response {
     Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
-    Read { psn: Psn, rkey: u32, va: u64, remaining: u64, first: bool, msn: u32 },
-    Atomic { psn: Psn, orig: u64, msn: u32 },
+    Read { psn: Psn, rkey: u32, va: u64, remaining: u64, first: bool, msn: u32, origin: Psn },
+    Atomic { psn: Psn, orig: u64, msn: u32, origin: Psn },
+}
+
+impl Response {
+    /// The responder resource this answers, if it is a READ or atomic answer.
+    fn origin(&self) -> Option<Psn> {
+        match self {
+            Response::Ack { .. } => None,
+            Response::Read { origin, .. } | Response::Atomic { origin, .. } => Some(*origin),
+        }
+    }
 }
 
 /// Responder state of a QP.
@@ -70,7 +84,11 @@ pub struct Responder {
     /// A PSN sequence error NAK went out; no other until the expected PSN arrives.
     nak_sent: bool,
     pub(crate) out: VecDeque<Response>,
-    atomics: VecDeque<(Psn, u64)>,
+    /// The READs and atomics executed last, for replay (`max_dest_rd_atomic`).
+    resources: Resources,
+    /// A READ response found its region gone or no longer readable and
+    /// answered with a NAK: the QP moves to the error state once it is sent.
+    pub(crate) fatal: bool,
     /// UC: drop packets until the next FIRST or ONLY.
     uc_resync: bool,
     /// Since when a lone positive ACK has waited for company (see
@@ -86,7 +104,8 @@ impl Responder {
             cur: None,
             nak_sent: false,
             out: VecDeque::new(),
-            atomics: VecDeque::new(),
+            resources: Resources::default(),
+            fatal: false,
             uc_resync: false,
             ack_held_since: None,
         }
@@ -97,11 +116,34 @@ impl Responder {
         self.ack_held_since.map(|t| t + delay)
     }
 
-    /// Drops the message in progress (the QP is going to the error state).
-    pub(crate) fn abandon_message(&mut self) {
-        self.cur = None;
+    /// Drops the message in progress and every queued answer (the QP is
+    /// going to the error state); returns the receive WQE a SEND in
+    /// progress had taken, so that it can be flushed.
+    pub(crate) fn abandon_message(&mut self) -> Option<RecvWr> {
         self.out.clear();
+        self.resources.clear();
         self.ack_held_since = None;
+        match self.cur.take() {
+            Some(InMessage::Send { recv, .. }) => Some(recv),
+            _ => None,
+        }
+    }
+
+    /// READ responses and atomic ACKs queued: the responder resources in use.
+    fn answers_queued(&self) -> usize {
+        self.out.iter().filter(|r| r.origin().is_some()).count()
+    }
+
+    /// Queues a replay of a remembered resource, in place of the answer
+    /// still queued for it if there is one (the requester asked again, so
+    /// it restarts from the PSN it asks for): a resource is answered at most
+    /// once at a time, however often it is asked.
+    fn replay(&mut self, answer: Response) {
+        let origin = answer.origin();
+        match self.out.iter_mut().find(|r| r.origin() == origin) {
+            Some(queued) => *queued = answer,
+            None => self.out.push_back(answer),
+        }
     }
 
     fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
@@ -203,42 +245,54 @@ impl Qp {
             Err(Fail::Nak(code, why)) => {
                 ctx.stats.naks_sent += 1;
                 ctx.stats.drop(why, self.num);
-                self.resp.cur = None;
+                // An invalid request, a remote access error or an
+                // operational error ends the connection on the responder
+                // too, as in rxe: a peer cannot go on probing keys and
+                // bounds for free.
+                tracing::debug!(qpn = self.num, ?code, "NAK: the responder QP moves to the error state");
+                self.state = crate::qp::QpState::Err;
+                self.flush(ctx.cqs);
                 self.resp.nak(psn, code);
             }
             Err(Fail::Drop(why)) => ctx.stats.drop(why, self.num),
         }
     }
 
-    /// A request with a PSN already seen: re-ACK a SEND or WRITE, replay a
-    /// READ from memory, replay an atomic's saved result (never run it twice).
+    /// A request with a PSN already seen: re-ACK a SEND or WRITE; answer
+    /// a READ or atomic again only if it matches a remembered responder
+    /// resource (a READ from memory, an atomic with its saved result, never
+    /// run twice); drop any other.
     fn duplicate_rc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         ctx.stats.duplicates += 1;
         let psn = p.bth().psn();
+        let mtu = u64::from(self.params.mtu.bytes());
+        let msn = self.resp.msn;
         match p.info().operation {
             Operation::RdmaReadRequest => {
                 let Some(reth) = p.reth() else { return };
                 let r = RethRepr::parse(&reth);
-                if self.check_rkey(r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_READ, ctx).is_err() {
+                let len = u64::from(r.dma_len);
+                let Some(res) =
+                    self.resp.resources.find(psn).filter(|res| read_matches(res, psn, r.rkey, r.va, len, mtu))
+                else {
+                    ctx.stats.drop(Drop::DuplicateUnknown, self.num);
+                    return;
+                };
+                // The region may have gone or changed since the READ ran.
+                if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
                     ctx.stats.drop(Drop::RkeyViolation, self.num);
                     return;
                 }
-                let msn = self.resp.msn;
-                self.resp.out.push_back(Response::Read {
-                    psn,
-                    rkey: r.rkey,
-                    va: r.va,
-                    remaining: u64::from(r.dma_len),
-                    first: true,
-                    msn,
-                });
+                let first = true;
+                let answer =
+                    Response::Read { psn, rkey: r.rkey, va: r.va, remaining: len, first, msn, origin: res.first };
+                self.resp.replay(answer);
             }
-            Operation::CompareSwap | Operation::FetchAdd => match self.resp.atomics.iter().find(|(q, _)| *q == psn) {
-                Some(&(_, orig)) => {
-                    let msn = self.resp.msn;
-                    self.resp.out.push_back(Response::Atomic { psn, orig, msn });
+            Operation::CompareSwap | Operation::FetchAdd => match self.resp.resources.find(psn) {
+                Some(Resource { first, what: Executed::Atomic { orig }, .. }) if first == psn => {
+                    self.resp.replay(Response::Atomic { psn, orig, msn, origin: first });
                 }
-                None => ctx.stats.drop(Drop::DuplicateUnknown, self.num),
+                _ => ctx.stats.drop(Drop::DuplicateUnknown, self.num),
             },
             _ => {
                 let last = self.resp.epsn.sub(1);
@@ -319,6 +373,9 @@ impl Qp {
                     _ => {
                         let r = RethRepr::parse(&p.reth().expect("WRITE FIRST/ONLY carry a RETH"));
                         let len = u64::from(r.dma_len);
+                        if len > MAX_MESSAGE {
+                            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+                        }
                         // 5. check_rkey (a zero-length WRITE checks nothing, IBTA 9.4.4)
                         if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_WRITE, ctx).is_err() {
                             return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
@@ -335,7 +392,12 @@ impl Qp {
                     match self.take_recv(ctx) {
                         Some((r, _)) => Some(r),
                         None => {
-                            self.resp.cur = Some(InMessage::Write { rkey, va, remaining, total });
+                            // The retry resends this packet: the last one of a
+                            // longer WRITE continues the message, while an
+                            // ONLY packet starts it again with its RETH.
+                            if !info.position.starts() {
+                                self.resp.cur = Some(InMessage::Write { rkey, va, remaining, total });
+                            }
                             return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) });
                         }
                     }
@@ -370,11 +432,18 @@ impl Qp {
             Operation::RdmaReadRequest if rc => {
                 let r = RethRepr::parse(&p.reth().expect("READ carries a RETH"));
                 let len = u64::from(r.dma_len);
+                if len > MAX_MESSAGE {
+                    return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+                }
+                self.check_rd_atomic_limit()?;
                 if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
                     return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
                 }
                 self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 let msn = self.resp.msn;
+                let npsn = packets_for(len, mtu as u32);
+                let read = Executed::Read { rkey: r.rkey, va: r.va, len };
+                self.resp.resources.remember(Resource { first: psn, npsn, what: read }, self.rd_atomic_capacity());
                 self.resp.out.push_back(Response::Read {
                     psn,
                     rkey: r.rkey,
@@ -382,12 +451,14 @@ impl Qp {
                     remaining: len,
                     first: true,
                     msn,
+                    origin: psn,
                 });
-                self.resp.epsn = psn.add(packets_for(len, mtu as u32));
+                self.resp.epsn = psn.add(npsn);
                 return Ok(());
             }
             Operation::CompareSwap | Operation::FetchAdd if rc => {
                 let a = p.atomic_eth().expect("atomics carry an AtomicETH");
+                self.check_rd_atomic_limit()?;
                 if a.va() % 8 != 0 {
                     return Err(Fail::Nak(NakCode::InvalidRequest, Drop::MisalignedAtomic));
                 }
@@ -407,13 +478,11 @@ impl Qp {
                         v.wrapping_add(swap_add)
                     }
                 });
-                if self.resp.atomics.len() == ATOMIC_REPLAY_DEPTH {
-                    self.resp.atomics.pop_front();
-                }
-                self.resp.atomics.push_back((psn, orig));
+                let atomic = Resource { first: psn, npsn: 1, what: Executed::Atomic { orig } };
+                self.resp.resources.remember(atomic, self.rd_atomic_capacity());
                 self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 let msn = self.resp.msn;
-                self.resp.out.push_back(Response::Atomic { psn, orig, msn });
+                self.resp.out.push_back(Response::Atomic { psn, orig, msn, origin: psn });
                 self.resp.epsn = psn.next();
                 return Ok(());
             }
@@ -422,6 +491,30 @@ impl Qp {
         self.resp.epsn = psn.next();
         if rc && bth.ack_req() {
             self.resp.ack(psn, Syndrome::ACK_UNLIMITED);
+        }
+        Ok(())
+    }
+
+    /// The responder resources this QP advertises (`max_dest_rd_atomic`).
+    fn rd_atomic_capacity(&self) -> usize {
+        usize::from(self.params.max_dest_rd_atomic.max(1))
+    }
+
+    /// A new READ or atomic needs a free responder resource. A requester
+    /// that honours the advertised `max_dest_rd_atomic` never has more
+    /// answers outstanding than that, and every answer still queued here is
+    /// outstanding at the requester; so one past the limit is a protocol
+    /// violation, answered with NAK Invalid Request as IBTA allows (rxe
+    /// instead serves it and leaves the limit to the requester). This
+    /// bounds the answers one QP can have queued.
+    fn check_rd_atomic_limit(&self) -> Result<(), Fail> {
+        if self.resp.answers_queued() >= self.rd_atomic_capacity() {
+            tracing::debug!(
+                qpn = self.num,
+                limit = self.rd_atomic_capacity(),
+                "READ or atomic past max_dest_rd_atomic"
+            );
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::TooManyReads));
         }
         Ok(())
     }
@@ -543,8 +636,9 @@ impl Qp {
                 return None;
             }
         }
-        let resp = self.resp.out.front_mut()?;
         let mtu = u64::from(self.params.mtu.bytes());
+        self.check_read_source(mrs, mtu);
+        let resp = self.resp.out.front_mut()?;
         let mut bth = BthRepr {
             pkey: self.params.pkey,
             ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.params.dest_qp, Psn::new(0))
@@ -557,7 +651,7 @@ impl Qp {
                 t.aeth = ack(*syndrome, *msn);
                 (t, None, true)
             }
-            Response::Atomic { psn, orig, msn } => {
+            Response::Atomic { psn, orig, msn, .. } => {
                 bth.psn = *psn;
                 bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
                 let mut t = TransportRepr::new(bth);
@@ -565,7 +659,7 @@ impl Qp {
                 t.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
                 (t, None, true)
             }
-            Response::Read { psn, rkey, va, remaining, first, msn } => {
+            Response::Read { psn, rkey, va, remaining, first, msn, .. } => {
                 let n = (*remaining).min(mtu);
                 let last = n == *remaining;
                 bth.psn = *psn;
@@ -587,13 +681,13 @@ impl Qp {
                 (t, Some(src), last)
             }
         };
-        // Where a READ response's bytes are: `None` if the region was
-        // deregistered since the READ was checked (zeros go instead of
-        // stale bytes). They travel by reference when the framer takes them so.
+        // Where a READ response's bytes are (`check_read_source` made sure
+        // the region still allows it). They travel by reference when the
+        // framer takes them so.
         let n = payload_src.map_or(0, |s| s.2);
-        let src = payload_src.and_then(|(rkey, va, n)| {
-            let r = mrs.get(rkey).filter(|r| va >= r.va && va + n as u64 <= r.va + r.len)?;
-            Some((&r.memory, (va - r.va) as usize))
+        let src = payload_src.filter(|s| s.2 > 0).and_then(|(rkey, va, n)| {
+            let (r, at) = mrs.check(rkey, self.init.pd, va, n as u64, Access::REMOTE_READ).ok()?;
+            Some((&r.memory, at))
         });
         if let Some((memory, at)) = src.filter(|_| framer.takes_by_ref(n)) {
             let (len, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, (memory.clone(), at, n));
@@ -602,15 +696,35 @@ impl Qp {
         }
         let len = framer
             .frame(buf, &av, self.src_port, &tr, n, |dst| {
-                match src {
-                    Some((memory, at)) => memory.read(at, dst),
-                    None => dst.fill(0),
+                if let Some((memory, at)) = src {
+                    memory.read(at, dst);
                 }
                 Ok::<(), ()>(())
             })
             .ok()?;
         self.responded(done);
         Some((len, av.dest, None))
+    }
+
+    /// Looks the region of the front READ response up again before its next
+    /// packet: the application may have deregistered it (or registered
+    /// another region under a new key) since the READ was checked. Rather
+    /// than send bytes it may no longer read, or zeros under a success
+    /// status, the response becomes a NAK Remote Access Error for the PSN
+    /// it had reached, and the QP goes to the error state once it is sent.
+    fn check_read_source(&mut self, mrs: &MemoryTable, mtu: u64) {
+        let pd = self.init.pd;
+        let allowed = self.params.access.contains(Access::REMOTE_READ);
+        let Some(Response::Read { psn, rkey, va, remaining, msn, .. }) = self.resp.out.front() else { return };
+        let n = (*remaining).min(mtu);
+        if n == 0 || (allowed && mrs.check(*rkey, pd, *va, n, Access::REMOTE_READ).is_ok()) {
+            return;
+        }
+        tracing::debug!(qpn = self.num, rkey, "READ response: the region is gone or no longer readable");
+        let (psn, msn) = (*psn, *msn);
+        self.resp.out.clear();
+        self.resp.out.push_back(Response::Ack { psn, syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
+        self.resp.fatal = true;
     }
 
     /// The front response has sent a packet: `done` if it was its last.

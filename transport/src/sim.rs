@@ -18,32 +18,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 
-/// SplitMix64. A generator this small is used (rather than a crate's) so
-/// that a seed reproduces the same run with every version of every
-/// dependency.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
+pub use crate::rng::Rng;
 
 /// One direction of a link.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -376,7 +351,7 @@ pub fn connect(sim: &mut Sim, cfg: PairConfig) -> (Side, Side) {
     let addrs: [IpAddr; 2] = [[127, 0, 0, 1].into(), [127, 0, 0, 2].into()];
     let mut sides = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
-        let mut ep = Endpoint::new(*addr);
+        let mut ep = Endpoint::with_seed(*addr, i as u64);
         let pd = ep.alloc_pd();
         let send_cq = ep.create_cq(65536);
         let recv_cq = ep.create_cq(65536);
@@ -428,7 +403,7 @@ pub fn bring_up(ep: &mut Endpoint, qpn: u32, peer: IpAddr, peer_qpn: u32, rq_psn
         dest_qp_num: (!ud).then_some(peer_qpn),
         rq_psn: Some(rq_psn),
         av: (!ud).then(|| AddressVector::new(peer)),
-        max_dest_rd_atomic: Some(16),
+        max_dest_rd_atomic: Some(cfg.max_rd_atomic),
         min_rnr_timer: Some(cfg.min_rnr_timer),
         ..QpAttr::default()
     };

@@ -134,14 +134,28 @@ impl Responder {
         self.out.iter().filter(|r| r.origin().is_some()).count()
     }
 
-    /// Queues a replay of a remembered resource, in place of the answer
-    /// still queued for it if there is one (the requester asked again, so
-    /// it restarts from the PSN it asks for): a resource is answered at most
-    /// once at a time, however often it is asked.
+    /// Queues a replay of a remembered resource. A resource is answered at
+    /// most once at a time, however often it is asked: if an answer is
+    /// still queued for it that has not yet passed the PSN asked for, that
+    /// answer covers the request; if it has, it restarts from that PSN
+    /// (the requester missed what was sent).
     fn replay(&mut self, answer: Response) {
         let origin = answer.origin();
         match self.out.iter_mut().find(|r| r.origin() == origin) {
-            Some(queued) => *queued = answer,
+            Some(queued) => {
+                let (Response::Read { psn: at, first, .. }, Response::Read { psn: asked, .. }) =
+                    (&mut *queued, &answer)
+                else {
+                    return; // an atomic's answer is still queued: it answers this too
+                };
+                if asked.diff(*at) < 0 {
+                    *queued = answer;
+                } else if asked == at {
+                    // Asked from exactly where the answer is: it goes on
+                    // from there as the response to that request, anew.
+                    *first = true;
+                }
+            }
             None => self.out.push_back(answer),
         }
     }

@@ -33,6 +33,8 @@ mod recv;
 mod send;
 mod uring;
 
+pub(crate) use recv::split_datagram;
+
 use crate::faults::Faults;
 use crate::DeviceConfig;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
@@ -53,7 +55,7 @@ pub const TX_BATCH: usize = 64;
 pub const MAX_TX_SOCKETS: usize = 16;
 
 /// Room in front of a received datagram for the rebuilt IP and UDP headers.
-const HEADROOM: usize = 48;
+pub(crate) const HEADROOM: usize = 48;
 
 /// The largest datagram UDP_GRO hands up.
 const GRO_MAX: usize = 65536;

@@ -25,12 +25,11 @@
 //! the ring (readable when completions wait), and never while work is
 //! flagged ([`Uring::has_work`]).
 
-use super::recv::{deliver, gro_segment_size};
+use super::recv::{deliver, gro_segment_size, source_address};
 use super::send::{Batch, Failures};
 use super::IoStats;
 use io_uring::{cqueue, opcode, types, IoUring};
 use rdma_transport::{Endpoint, Instant, RegionMemory};
-use socket2::SockAddr;
 use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
@@ -291,8 +290,10 @@ impl Uring {
         let name_len = name.len().min(std::mem::size_of::<libc::sockaddr_storage>());
         // SAFETY: `name_len` bytes fit in `storage`.
         unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), &mut storage as *mut _ as *mut u8, name_len) };
-        // SAFETY: the kernel wrote a socket address of `name_len` bytes.
-        let Some(src) = (unsafe { SockAddr::new(storage, name_len as libc::socklen_t) }).as_socket() else { return };
+        let Some(src) = source_address(&storage, name_len as libc::socklen_t) else {
+            tracing::debug!(name_len, "datagram without a usable source address dropped");
+            return;
+        };
         let control = out.control_data();
         let seg = if control.is_empty() {
             None

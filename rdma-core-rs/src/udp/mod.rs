@@ -51,6 +51,14 @@ pub const BATCH: usize = 32;
 /// Packets built per round of sending: four GSO runs of 4 KiB packets.
 pub const TX_BATCH: usize = 64;
 
+/// Full rounds of [`TX_BATCH`] packets one [`UdpIo::transmit`] call may
+/// send (about 1 MiB at a 4 KiB MTU). The device lock is held while it
+/// sends, and a QP can have megabytes of READ responses queued: without a
+/// bound, receive, timers and the application (an unrelated QP's ACK)
+/// waited for all of them. The caller comes back at once for the rest
+/// ([`UdpIo::sends_left`]).
+pub const TX_BATCHES_PER_CALL: usize = 4;
+
 /// Send sockets (UDP source ports) per device; more QPs share them.
 pub const MAX_TX_SOCKETS: usize = 16;
 
@@ -185,6 +193,8 @@ pub struct UdpIo {
     connect: bool,
     /// Where IPv4 probes go (see `connected::probe`).
     sink: Option<(Socket, SockAddr)>,
+    /// The last `transmit` stopped on its budget with packets left.
+    tx_left: bool,
     pub stats: IoStats,
 }
 
@@ -350,6 +360,7 @@ impl UdpIo {
             offloads,
             connect,
             sink,
+            tx_left: false,
             stats: IoStats::default(),
         })
     }
@@ -397,12 +408,25 @@ impl UdpIo {
 
     /// Whether received packets may wait for [`UdpIo::receive`] without a
     /// new readiness event (io_uring: completions taken while sending, or
-    /// the kernel's deferred receive work): the caller must not sleep first.
-    pub fn has_pending(&mut self) -> bool {
+    /// the kernel's deferred receive work).
+    pub fn receives_pending(&mut self) -> bool {
         match &mut self.driver {
             Driver::Sockets(_) => false,
             Driver::Uring(u) => u.has_work(),
         }
+    }
+
+    /// Whether the last [`UdpIo::transmit`] stopped on its budget
+    /// ([`TX_BATCHES_PER_CALL`]) with packets left to send.
+    pub fn sends_left(&self) -> bool {
+        self.tx_left
+    }
+
+    /// Whether work waits that no readiness event announces: received
+    /// packets ([`UdpIo::receives_pending`]) or sends left by the transmit
+    /// budget ([`UdpIo::sends_left`]). The caller must not sleep first.
+    pub fn has_pending(&mut self) -> bool {
+        self.tx_left || self.receives_pending()
     }
 
     /// The offloads in use (GSO turns itself off if the kernel refuses it).

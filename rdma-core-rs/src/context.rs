@@ -22,6 +22,11 @@ use std::time::Duration;
 /// Receive batches per round of progress, so a flood cannot starve sends.
 const RX_BATCHES_PER_ROUND: usize = 8;
 
+/// Receive calls a drain before a QP's move to RTR makes at most: far more
+/// datagrams than the socket buffer holds, and still a bound under a flood
+/// (what arrives during the drain came after the call began anyway).
+const MAX_DRAIN_CALLS: usize = 1024;
+
 /// The longest a waiter sleeps without looking again.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
@@ -155,6 +160,27 @@ impl Inner {
             self.notify.notify_waiters();
         }
         Ok(moved > 0)
+    }
+
+    /// Hands the engine every datagram waiting in the receive socket (and,
+    /// with io_uring, in the ring), judged in the QP states of now: run
+    /// before a transition that lets a QP receive, so that a packet that
+    /// arrived before it is dropped as the old state demands (counted as
+    /// `QpNotReady`) instead of executed after it. Returns the datagrams.
+    pub(crate) fn drain_receive(&self, st: &mut State) -> Result<usize> {
+        let now = self.now();
+        let mut total = 0;
+        for _ in 0..MAX_DRAIN_CALLS {
+            let n = st.io.receive(&mut st.ep, now)?;
+            total += n;
+            if n == 0 && !st.io.receives_pending() {
+                break;
+            }
+        }
+        if total > 0 {
+            tracing::debug!(datagrams = total, "receive queue drained before a QP state change");
+        }
+        Ok(total)
     }
 
     /// Sends what a post queued, and makes the leader look at its timers again.

@@ -124,3 +124,57 @@ fn a_small_write_is_acked_promptly_while_the_device_serves_large_reads() {
     });
     assert!(reads > 0, "the READs made progress too");
 }
+
+/// An RDMA WRITE of `payload` to `mr` (QP `qpn`, PSN `psn`) as a raw UDP
+/// socket at `from` sends it: the part after the UDP header, its ICRC over
+/// the headers the kernel writes (an unconnected socket: Identification 0).
+fn raw_write(from: &std::net::UdpSocket, to: std::net::IpAddr, qpn: u32, psn: u32, mr: &MemoryRegion, payload: &[u8]) {
+    use rdma_wire::*;
+    let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) = (from.local_addr().unwrap().ip(), to) else {
+        unreachable!("IPv4 test addresses")
+    };
+    let mut t = TransportRepr::new(BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, qpn, Psn::new(psn)));
+    t.reth = Some(RethRepr { va: mr.addr(), rkey: mr.rkey(), dma_len: payload.len() as u32 });
+    let repr = RoceV2Repr {
+        ip: IpRepr::V4(Ipv4Repr { dscp: 0, ecn: 0, ident: 0, dont_frag: true, ttl: 64, protocol: 17, src, dst }),
+        udp: UdpRepr { src_port: from.local_addr().unwrap().port(), dst_port: ROCE_V2_PORT, checksum: 0 },
+        transport: t,
+    };
+    let mut pkt = [0u8; 512];
+    let len = repr.emit(&mut pkt, payload).unwrap();
+    from.send_to(&pkt[28..len], (to, ROCE_V2_PORT)).unwrap();
+}
+
+/// A WRITE that reached a QP in RESET waits in the socket while nobody
+/// calls (manual progress). When the QP is then brought up, it must be
+/// judged as it arrived (dropped: the QP could not receive), not executed.
+/// The same packet sent after RTS lands: it was well-formed all along.
+#[test]
+fn a_write_that_arrived_before_rtr_is_dropped_not_executed_after_it() {
+    let (b_ip, peer_ip) = addresses();
+    let (b, _) = Side::new(&format!("rxe-{b_ip}"), b_ip, QpType::Rc, manual(), None);
+    let raw = std::net::UdpSocket::bind((peer_ip, 0)).unwrap();
+    let payload = pattern(64, 0x5a);
+    let psn = 0x777;
+    assert_eq!(b.qp.query().unwrap().0, QpState::Reset);
+    raw_write(&raw, b_ip, b.qp.qp_num(), psn, &b.mr, &payload);
+    std::thread::sleep(Duration::from_millis(20)); // in B's socket buffer, unread
+    let peer = PeerInfo { qpn: 0x99, psn, gid: Gid::from_ip(peer_ip) };
+    b.qp.connect(0x100, &peer, &ConnectOptions::default()).unwrap();
+    for _ in 0..10 {
+        b.ctx.progress().unwrap();
+    }
+    let mut got = vec![0u8; payload.len()];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, vec![0u8; payload.len()], "a WRITE from before RTR was executed after it");
+    let s = b.ctx.stats();
+    assert_eq!(s.drops_for(DropReason::QpNotReady), 1, "{s:?}");
+
+    raw_write(&raw, b_ip, b.qp.qp_num(), psn, &b.mr, &payload);
+    let start = Instant::now();
+    while got != payload {
+        assert!(start.elapsed() < Duration::from_secs(10), "the WRITE after RTS never landed: {:?}", b.ctx.stats());
+        b.ctx.progress().unwrap();
+        b.mr.read(0, &mut got).unwrap();
+    }
+}

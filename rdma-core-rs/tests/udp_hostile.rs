@@ -178,3 +178,50 @@ fn a_write_that_arrived_before_rtr_is_dropped_not_executed_after_it() {
         b.mr.read(0, &mut got).unwrap();
     }
 }
+
+/// `rx_queue` and `drops` of the IPv4 UDP socket bound to `addr` (from /proc/net/udp).
+fn udp_socket_queue(addr: std::net::SocketAddr) -> Option<(u64, u64)> {
+    let std::net::IpAddr::V4(ip) = addr.ip() else { return None };
+    let want = format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), addr.port());
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&want.as_str())).then(|| {
+            let rx = u64::from_str_radix(f[4].split(':').nth(1).unwrap(), 16).unwrap();
+            (rx, f.last().unwrap().parse().unwrap())
+        })
+    })
+}
+
+/// Datagrams sent to a device's send port (a QP's UDP source port) are
+/// refused by the socket, not queued in a buffer nobody reads; the
+/// socket still sends, and the connected-send probe (which reads its
+/// error queue) still learns the IPv4 Identification.
+#[test]
+fn datagrams_sent_to_a_send_port_are_dropped_not_queued() {
+    let (a, b) = pair(QpType::Rc);
+    let port = a.qp.src_port();
+    let target = std::net::SocketAddr::new(a.ctx.device().addr(), port);
+    let (_, drops_before) = udp_socket_queue(target).expect("the send socket in /proc/net/udp");
+    let flood = std::net::UdpSocket::bind((b.ctx.device().addr(), 0)).unwrap();
+    let junk = [0x42u8; 1000];
+    for _ in 0..5000 {
+        flood.send_to(&junk, target).unwrap();
+    }
+    let (queued, drops) = udp_socket_queue(target).unwrap();
+    assert_eq!(queued, 0, "bytes queued on the send socket");
+    assert!(drops - drops_before >= 4000, "the filter drops (and counts) them: {drops_before} -> {drops}");
+    // The socket still works, connected, with the Identification probed.
+    a.mr.write(0, &pattern(30_000, 1)).unwrap();
+    a.qp.post_send(&[write_wr(1, &a, 0, 30_000, &b, 0)]).unwrap();
+    assert_eq!(a.wait_one().status, WcStatus::Success);
+    let mut got = vec![0u8; 30_000];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, pattern(30_000, 1));
+    let io = a.ctx.io_stats();
+    if a.ctx.io_driver() == IoDriver::Sockets {
+        assert!(io.ident_probes > 0 && io.connected_sends > 0, "{io:?}");
+    }
+    assert_eq!(io.ident_mismatches, 0, "{io:?}");
+    assert_eq!(a.ctx.stats().retransmits, 0);
+}

@@ -70,6 +70,12 @@ const GRO_MAX: usize = 65536;
 
 const SOCKET_BUFFER: usize = 8 << 20;
 
+/// The receive buffer of a send socket (the kernel doubles it): send
+/// sockets are never read, and a drop-all filter keeps datagrams out, but
+/// the connected-send probe's timestamp copy must fit in the error queue,
+/// which is charged to it.
+const TX_SOCKET_RCVBUF: usize = 4096;
+
 /// Counters of the socket layer (the engine counts the rest).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IoStats {
@@ -296,15 +302,32 @@ fn common_options(socket: &Socket, local: IpAddr) -> io::Result<()> {
 }
 
 fn grow_buffers(socket: &Socket) {
+    grow_recv_buffer(socket);
+    grow_send_buffer(socket);
+}
+
+fn grow_recv_buffer(socket: &Socket) {
     // Best effort: as root the FORCE variants pass net.core.*mem_max.
-    let fd = socket.as_raw_fd();
-    let size = SOCKET_BUFFER as i32;
-    if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
+    if setsockopt_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCKET_BUFFER as i32).is_err() {
         let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
     }
-    if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
+}
+
+fn grow_send_buffer(socket: &Socket) {
+    if setsockopt_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER as i32).is_err() {
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
     }
+}
+
+/// Makes a send socket refuse every datagram sent to it: anyone can send
+/// to its port, and nothing reads it. A classic BPF program of one
+/// instruction, `ret #0` (accept 0 bytes), drops each one before it is
+/// queued (counted in the socket's drops). The error queue, which the
+/// connected-send probe reads, does not pass the filter.
+fn refuse_datagrams(socket: &Socket) -> io::Result<()> {
+    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    socket.attach_filter(&[libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: 0 }])?;
+    socket.set_recv_buffer_size(TX_SOCKET_RCVBUF)
 }
 
 impl UdpIo {
@@ -483,7 +506,8 @@ impl UdpIo {
     fn open_tx(&self, port: u16) -> io::Result<Socket> {
         let s = Socket::new(domain(self.local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&s, self.local)?;
-        grow_buffers(&s);
+        grow_send_buffer(&s);
+        refuse_datagrams(&s)?;
         s.bind(&sock_addr(self.local, port, self.scope_id))?;
         Ok(s)
     }

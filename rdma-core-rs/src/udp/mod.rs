@@ -177,6 +177,9 @@ struct TxSocket {
 
 /// The sockets and buffers of one device.
 pub struct UdpIo {
+    // Declared first, dropped first: an io_uring ring ends its requests
+    // before the sockets, buffers and batch they point at go.
+    driver: Driver,
     local: IpAddr,
     scope_id: u32,
     rx: Socket,
@@ -192,7 +195,6 @@ pub struct UdpIo {
     shifts: send::ShiftCache,
     /// The messages of a round of sending (see `send::Batch`).
     batch: Option<Box<send::Batch>>,
-    driver: Driver,
     faults: Option<Faults>,
     offloads: Offloads,
     /// Whether send sockets connect to their first peer (see [`connected`]).

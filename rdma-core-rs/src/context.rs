@@ -22,6 +22,11 @@ use std::time::Duration;
 /// Receive batches per round of progress, so a flood cannot starve sends.
 const RX_BATCHES_PER_ROUND: usize = 8;
 
+/// Receive calls a drain before a QP's move to RTR makes at most: far more
+/// datagrams than the socket buffer holds, and still a bound under a flood
+/// (what arrives during the drain came after the call began anyway).
+const MAX_DRAIN_CALLS: usize = 1024;
+
 /// The longest a waiter sleeps without looking again.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
@@ -141,7 +146,7 @@ impl Inner {
         }
         moved += st.io.transmit(&mut st.ep, now)?;
         self.wake_flusher(st);
-        if st.io.has_pending() {
+        if st.io.receives_pending() {
             // io_uring: receives reaped while sending wait for no readiness event
             moved += st.io.receive(&mut st.ep, now)?;
             moved += st.io.transmit(&mut st.ep, now)?;
@@ -155,6 +160,27 @@ impl Inner {
             self.notify.notify_waiters();
         }
         Ok(moved > 0)
+    }
+
+    /// Hands the engine every datagram waiting in the receive socket (and,
+    /// with io_uring, in the ring), judged in the QP states of now: run
+    /// before a transition that lets a QP receive, so that a packet that
+    /// arrived before it is dropped as the old state demands (counted as
+    /// `QpNotReady`) instead of executed after it. Returns the datagrams.
+    pub(crate) fn drain_receive(&self, st: &mut State) -> Result<usize> {
+        let now = self.now();
+        let mut total = 0;
+        for _ in 0..MAX_DRAIN_CALLS {
+            let n = st.io.receive(&mut st.ep, now)?;
+            total += n;
+            if n == 0 && !st.io.receives_pending() {
+                break;
+            }
+        }
+        if total > 0 {
+            tracing::debug!(datagrams = total, "receive queue drained before a QP state change");
+        }
+        Ok(total)
     }
 
     /// Sends what a post queued, and makes the leader look at its timers again.
@@ -174,10 +200,11 @@ impl Inner {
         unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Wakes the sleeping ACK flusher if an ACK is now held back: one
-    /// atomic load while it is awake, which is all the time in steady traffic.
+    /// Wakes the sleeping ACK flusher if an ACK is now held back, or the
+    /// transmit budget left packets: one atomic load while it is awake,
+    /// which is all the time in steady traffic.
     fn wake_flusher(&self, st: &State) {
-        if self.flusher_parked.load(Ordering::Relaxed) && st.ep.holds_acks() {
+        if self.flusher_parked.load(Ordering::Relaxed) && (st.io.sends_left() || st.ep.holds_acks()) {
             self.flusher_parked.store(false, Ordering::Relaxed);
             if let Some(t) = self.flusher.get() {
                 t.unpark();
@@ -374,13 +401,19 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
     let name = format!("rdma-acks-{}", inner.device.name());
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         let mut quiet = 0;
+        let mut busy = false;
         loop {
-            if quiet >= FLUSH_QUIET_LOOKS {
+            if busy {
+                // Sends left by the transmit budget: back at once, after
+                // letting the application have the lock.
+                std::thread::yield_now();
+            } else if quiet >= FLUSH_QUIET_LOOKS {
                 std::thread::park();
                 quiet = 0;
             } else {
                 std::thread::park_timeout(FLUSH_PERIOD);
             }
+            busy = false;
             let Some(inner) = weak.upgrade() else { return };
             let mut guard = match inner.state.try_lock() {
                 Ok(st) => st,
@@ -388,6 +421,17 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
                 Err(std::sync::TryLockError::WouldBlock) => continue,
             };
             let st = &mut *guard;
+            if st.io.sends_left() {
+                quiet = 0;
+                if let Err(e) = st.io.transmit(&mut st.ep, inner.now()) {
+                    tracing::debug!(error = %e, "ACK flusher could not send");
+                }
+                busy = st.io.sends_left();
+                if st.leader && st.io.receives_pending() {
+                    inner.kick();
+                }
+                continue;
+            }
             if !st.ep.holds_acks() {
                 quiet += 1;
                 if quiet >= FLUSH_QUIET_LOOKS {
@@ -402,7 +446,8 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
                 if let Err(e) = st.io.transmit(&mut st.ep, now) {
                     tracing::debug!(error = %e, "ACK flusher could not send");
                 }
-                if st.leader && st.io.has_pending() {
+                busy = st.io.sends_left();
+                if st.leader && st.io.receives_pending() {
                     // io_uring reaped packets while sending: no readiness
                     // event will wake the waiter for them.
                     inner.kick();

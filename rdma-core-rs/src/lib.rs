@@ -53,6 +53,8 @@ mod cq;
 mod device;
 mod error;
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 mod pd;
 mod qp;
 pub mod udp;

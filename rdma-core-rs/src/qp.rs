@@ -112,6 +112,12 @@ impl QueuePair {
     /// `ibv_modify_qp`: the fields set in `attr` are the attribute mask.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let mut st = self.ctx.inner.lock();
+        if attr.qp_state == Some(QpState::Rtr) {
+            // A packet is judged in the state its QP had when it arrived:
+            // what waits in the socket from before RTR is handled (and
+            // dropped) now, under the same lock as the transition.
+            self.ctx.inner.drain_receive(&mut st)?;
+        }
         st.ep.modify_qp(self.qpn, attr)?;
         // Moving to ERR flushes: let waiters see the completions.
         self.ctx.inner.doorbell(&mut st)

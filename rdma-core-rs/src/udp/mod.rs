@@ -33,6 +33,8 @@ mod recv;
 mod send;
 mod uring;
 
+pub(crate) use recv::split_datagram;
+
 use crate::faults::Faults;
 use crate::DeviceConfig;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
@@ -49,16 +51,30 @@ pub const BATCH: usize = 32;
 /// Packets built per round of sending: four GSO runs of 4 KiB packets.
 pub const TX_BATCH: usize = 64;
 
+/// Full rounds of [`TX_BATCH`] packets one [`UdpIo::transmit`] call may
+/// send (about 1 MiB at a 4 KiB MTU). The device lock is held while it
+/// sends, and a QP can have megabytes of READ responses queued: without a
+/// bound, receive, timers and the application (an unrelated QP's ACK)
+/// waited for all of them. The caller comes back at once for the rest
+/// ([`UdpIo::sends_left`]).
+pub const TX_BATCHES_PER_CALL: usize = 4;
+
 /// Send sockets (UDP source ports) per device; more QPs share them.
 pub const MAX_TX_SOCKETS: usize = 16;
 
 /// Room in front of a received datagram for the rebuilt IP and UDP headers.
-const HEADROOM: usize = 48;
+pub(crate) const HEADROOM: usize = 48;
 
 /// The largest datagram UDP_GRO hands up.
 const GRO_MAX: usize = 65536;
 
 const SOCKET_BUFFER: usize = 8 << 20;
+
+/// The receive buffer of a send socket (the kernel doubles it): send
+/// sockets are never read, and a drop-all filter keeps datagrams out, but
+/// the connected-send probe's timestamp copy must fit in the error queue,
+/// which is charged to it.
+const TX_SOCKET_RCVBUF: usize = 4096;
 
 /// Counters of the socket layer (the engine counts the rest).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -161,6 +177,9 @@ struct TxSocket {
 
 /// The sockets and buffers of one device.
 pub struct UdpIo {
+    // Declared first, dropped first: an io_uring ring ends its requests
+    // before the sockets, buffers and batch they point at go.
+    driver: Driver,
     local: IpAddr,
     scope_id: u32,
     rx: Socket,
@@ -176,13 +195,14 @@ pub struct UdpIo {
     shifts: send::ShiftCache,
     /// The messages of a round of sending (see `send::Batch`).
     batch: Option<Box<send::Batch>>,
-    driver: Driver,
     faults: Option<Faults>,
     offloads: Offloads,
     /// Whether send sockets connect to their first peer (see [`connected`]).
     connect: bool,
     /// Where IPv4 probes go (see `connected::probe`).
     sink: Option<(Socket, SockAddr)>,
+    /// The last `transmit` stopped on its budget with packets left.
+    tx_left: bool,
     pub stats: IoStats,
 }
 
@@ -284,15 +304,32 @@ fn common_options(socket: &Socket, local: IpAddr) -> io::Result<()> {
 }
 
 fn grow_buffers(socket: &Socket) {
+    grow_recv_buffer(socket);
+    grow_send_buffer(socket);
+}
+
+fn grow_recv_buffer(socket: &Socket) {
     // Best effort: as root the FORCE variants pass net.core.*mem_max.
-    let fd = socket.as_raw_fd();
-    let size = SOCKET_BUFFER as i32;
-    if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
+    if setsockopt_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCKET_BUFFER as i32).is_err() {
         let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
     }
-    if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
+}
+
+fn grow_send_buffer(socket: &Socket) {
+    if setsockopt_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER as i32).is_err() {
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
     }
+}
+
+/// Makes a send socket refuse every datagram sent to it: anyone can send
+/// to its port, and nothing reads it. A classic BPF program of one
+/// instruction, `ret #0` (accept 0 bytes), drops each one before it is
+/// queued (counted in the socket's drops). The error queue, which the
+/// connected-send probe reads, does not pass the filter.
+fn refuse_datagrams(socket: &Socket) -> io::Result<()> {
+    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    socket.attach_filter(&[libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: 0 }])?;
+    socket.set_recv_buffer_size(TX_SOCKET_RCVBUF)
 }
 
 impl UdpIo {
@@ -348,6 +385,7 @@ impl UdpIo {
             offloads,
             connect,
             sink,
+            tx_left: false,
             stats: IoStats::default(),
         })
     }
@@ -395,12 +433,25 @@ impl UdpIo {
 
     /// Whether received packets may wait for [`UdpIo::receive`] without a
     /// new readiness event (io_uring: completions taken while sending, or
-    /// the kernel's deferred receive work): the caller must not sleep first.
-    pub fn has_pending(&mut self) -> bool {
+    /// the kernel's deferred receive work).
+    pub fn receives_pending(&mut self) -> bool {
         match &mut self.driver {
             Driver::Sockets(_) => false,
             Driver::Uring(u) => u.has_work(),
         }
+    }
+
+    /// Whether the last [`UdpIo::transmit`] stopped on its budget
+    /// ([`TX_BATCHES_PER_CALL`]) with packets left to send.
+    pub fn sends_left(&self) -> bool {
+        self.tx_left
+    }
+
+    /// Whether work waits that no readiness event announces: received
+    /// packets ([`UdpIo::receives_pending`]) or sends left by the transmit
+    /// budget ([`UdpIo::sends_left`]). The caller must not sleep first.
+    pub fn has_pending(&mut self) -> bool {
+        self.tx_left || self.receives_pending()
     }
 
     /// The offloads in use (GSO turns itself off if the kernel refuses it).
@@ -457,7 +508,8 @@ impl UdpIo {
     fn open_tx(&self, port: u16) -> io::Result<Socket> {
         let s = Socket::new(domain(self.local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&s, self.local)?;
-        grow_buffers(&s);
+        grow_send_buffer(&s);
+        refuse_datagrams(&s)?;
         s.bind(&sock_addr(self.local, port, self.scope_id))?;
         Ok(s)
     }

@@ -8,10 +8,8 @@
 use super::{ip_header_len, Driver, IoStats, UdpIo, BATCH, HEADROOM};
 use rdma_transport::{Endpoint, Instant};
 use rdma_wire::ROCE_V2_PORT;
-use socket2::SockAddr;
 use std::io;
-use std::mem::MaybeUninit;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
 /// Room for the UDP_GRO control message (an int), aligned for cmsghdr.
@@ -23,7 +21,9 @@ const CMSG_ROOM: usize = 64;
 pub(super) struct RxRing {
     bufs: Vec<Box<[u8]>>,
     control: Box<[[u64; CMSG_ROOM / 8]; BATCH]>,
-    names: Box<[MaybeUninit<libc::sockaddr_storage>; BATCH]>,
+    /// Zeroed once; the kernel writes `msg_namelen` bytes of each, and
+    /// only those are read ([`source_address`]).
+    names: Box<[libc::sockaddr_storage; BATCH]>,
     iovs: Box<[libc::iovec; BATCH]>,
     msgs: Box<[libc::mmsghdr; BATCH]>,
     gro: bool,
@@ -39,12 +39,14 @@ impl RxRing {
     /// `capacity`: the longest datagram taken (longer ones are dropped as
     /// truncated); `gro`: the socket hands up UDP_GRO control messages.
     pub(super) fn new(capacity: usize, gro: bool) -> RxRing {
-        // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
-        let (iovs, msgs) = unsafe { (Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed())) };
+        // SAFETY: all-zero iovec, mmsghdr and sockaddr_storage are valid
+        // (null pointers, zero lengths, family AF_UNSPEC).
+        let (iovs, msgs, names) =
+            unsafe { (Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed())) };
         let mut ring = RxRing {
             bufs: (0..BATCH).map(|_| vec![0u8; HEADROOM + capacity].into_boxed_slice()).collect(),
             control: Box::new([[0; CMSG_ROOM / 8]; BATCH]),
-            names: Box::new([MaybeUninit::uninit(); BATCH]),
+            names,
             iovs,
             msgs,
             gro,
@@ -53,7 +55,7 @@ impl RxRing {
             let b = &mut ring.bufs[i][HEADROOM..];
             ring.iovs[i] = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
             let h = &mut ring.msgs[i].msg_hdr;
-            h.msg_name = ring.names[i].as_mut_ptr().cast();
+            h.msg_name = (&mut ring.names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_iov = &mut ring.iovs[i];
             h.msg_iovlen = 1;
             if gro {
@@ -127,15 +129,38 @@ impl UdpIo {
                 self.stats.truncated += 1;
                 tracing::debug!(len, "oversized datagram dropped");
             } else {
-                // SAFETY: the kernel wrote msg_namelen bytes of a socket address.
-                let src = unsafe { SockAddr::new(*rx_ring.names[i].as_ptr(), namelen).as_socket() };
-                if let Some(src) = src {
-                    deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, src, self.local, &mut self.stats);
+                match source_address(&rx_ring.names[i], namelen) {
+                    Some(src) => {
+                        deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, src, self.local, &mut self.stats)
+                    }
+                    None => tracing::debug!(namelen, "datagram without a usable source address dropped"),
                 }
             }
             rx_ring.reset(i);
         }
         Ok(n)
+    }
+}
+
+/// The sender of a datagram, from the `len` bytes of socket address the
+/// kernel wrote into `name`: `None` for another family or a short length.
+pub(super) fn source_address(name: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = usize::try_from(len).ok()?.min(std::mem::size_of::<libc::sockaddr_storage>());
+    match i32::from(name.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: sockaddr_storage is aligned and sized for any address;
+            // the kernel wrote a whole sockaddr_in (checked above).
+            let a = unsafe { &*(name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddrV4::new(ip, u16::from_be(a.sin_port)).into())
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for a whole sockaddr_in6.
+            let a = unsafe { &*(name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddrV6::new(ip, u16::from_be(a.sin6_port), a.sin6_flowinfo, a.sin6_scope_id).into())
+        }
+        _ => None,
     }
 }
 
@@ -147,36 +172,74 @@ pub(super) fn deliver(
     ep: &mut Endpoint,
     now: Instant,
     buf: &mut [u8],
-    mut at: usize,
+    at: usize,
     len: usize,
     seg: Option<usize>,
     src: SocketAddr,
     local: IpAddr,
     stats: &mut IoStats,
 ) {
+    split_datagram(buf, at, len, seg, src, local, stats, |packet| ep.handle_packet(now, packet));
+}
+
+/// The receive path without the engine: cuts the datagram of `len` bytes
+/// at `buf[at..]` into packets of `seg` bytes (the last may be shorter),
+/// rebuilds the IP and UDP headers in front of each, in the bytes before
+/// it, and calls `each` with the packet from its IP header on. A datagram
+/// that does not fit the buffer, or a packet too long for the rebuilt
+/// length fields, is counted as truncated and dropped (the kernel hands
+/// neither up; this keeps the function total for the fuzzer). Returns the
+/// number of packets handed on.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn split_datagram(
+    buf: &mut [u8],
+    mut at: usize,
+    len: usize,
+    seg: Option<usize>,
+    src: SocketAddr,
+    local: IpAddr,
+    stats: &mut IoStats,
+    mut each: impl FnMut(&[u8]),
+) -> usize {
     let hl = ip_header_len(local);
-    let seg = seg.filter(|&s| s < len).unwrap_or(len.max(1));
+    let Some(end) = at.checked_add(len).filter(|&e| e <= buf.len() && at >= hl + 8) else {
+        stats.truncated += 1;
+        tracing::debug!(at, len, "datagram outside its buffer dropped");
+        return 0;
+    };
+    let seg = seg.filter(|&s| s > 0 && s < len).unwrap_or(len.max(1));
     if seg < len {
         stats.gro_receives += 1;
     }
-    let end = at + len;
+    let mut packets = 0;
     loop {
         let this = seg.min(end - at);
         let start = at - hl - 8;
-        rebuild_headers(&mut buf[start..at], src, local, this);
         stats.datagrams_received += 1;
-        ep.handle_packet(now, &buf[start..at + this]);
+        if rebuild_headers(&mut buf[start..at], src, local, this) {
+            each(&buf[start..at + this]);
+            packets += 1;
+        } else {
+            stats.truncated += 1;
+            tracing::debug!(len = this, "packet too long for an IP header dropped");
+        }
         at += this;
         if at >= end {
             break;
         }
     }
+    packets
 }
 
 /// Writes the IPv4 (DF, Identification 0, TTL 64) or IPv6 header and the
 /// UDP header (checksum 0) of a received packet of `len` bytes after UDP.
-fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) {
-    let udp_len = (8 + len) as u16;
+/// False (nothing written) when the lengths do not fit their fields.
+fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) -> bool {
+    let ip_len = if local.is_ipv4() { 20 } else { 0 };
+    let Some(udp_len) = len.checked_add(8 + ip_len).and_then(|l| u16::try_from(l).ok()).map(|l| l - ip_len as u16)
+    else {
+        return false;
+    };
     let (ip, udp) = h.split_at_mut(h.len() - 8);
     match (src.ip(), local) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -194,6 +257,7 @@ fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) {
             let sum = rdma_wire::ipv4::checksum(&ip[..20]);
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
         }
+        (IpAddr::V6(_), IpAddr::V4(_)) => return false, // an IPv4 socket hands up no IPv6 sender
         (s, d) => {
             let v6 = |a: IpAddr| match a {
                 IpAddr::V4(v4) => v4.to_ipv6_mapped(),
@@ -211,4 +275,43 @@ fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) {
     udp[2..4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
     udp[6..8].copy_from_slice(&[0, 0]);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        let a = socket2::SockAddr::from(addr);
+        // SAFETY: all-zero sockaddr_storage is valid; `a.len()` bytes fit.
+        let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                a.as_ptr().cast::<u8>(),
+                (&mut s as *mut libc::sockaddr_storage).cast(),
+                a.len() as usize,
+            )
+        };
+        (s, a.len())
+    }
+
+    /// Only the bytes the kernel reported are read: a length too short for
+    /// the family, or a family that is not IP, gives no sender (reading the
+    /// rest would take stale bytes of an earlier datagram, or none at all).
+    #[test]
+    fn a_source_address_is_read_only_within_the_reported_length_and_family() {
+        for addr in ["127.1.2.3:4791", "[fd00::7]:49152"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let (s, len) = storage_of(addr);
+            assert_eq!(source_address(&s, len), Some(addr));
+            assert_eq!(source_address(&s, len - 1), None, "{addr}: one byte short");
+            assert_eq!(source_address(&s, 2), None, "{addr}: the family alone");
+            assert_eq!(source_address(&s, 0), None);
+            assert_eq!(source_address(&s, 10_000), Some(addr), "a length past the storage is capped");
+        }
+        let (mut s, len) = storage_of("127.0.0.1:1".parse().unwrap());
+        s.ss_family = libc::AF_UNIX as libc::sa_family_t;
+        assert_eq!(source_address(&s, len), None, "not an IP family");
+    }
 }

@@ -22,7 +22,9 @@
 //! is read twice (ICRC, kernel copy) and copied once.
 
 use super::connected::{self, CHECK_EVERY, MAX_MISMATCHES};
-use super::{ip_header_len, set_control_message, sock_addr, Control, Driver, IoStats, UdpIo, TX_BATCH};
+use super::{
+    ip_header_len, set_control_message, sock_addr, Control, Driver, IoStats, UdpIo, TX_BATCH, TX_BATCHES_PER_CALL,
+};
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -70,10 +72,13 @@ fn gso_refused(e: &io::Error) -> bool {
 }
 
 impl UdpIo {
-    /// Sends everything the engine has to send. Returns the number of packets.
+    /// Sends what the engine has to send, up to [`TX_BATCHES_PER_CALL`]
+    /// full rounds; [`UdpIo::sends_left`] then says whether it stopped on
+    /// that budget. Returns the number of packets.
     pub fn transmit(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
         let mut total = 0;
-        loop {
+        self.tx_left = false;
+        for round in 1.. {
             // New packets first, then the held ACKs they release. A lone new
             // packet (a ping-pong's reply) leaves at once, before those ACKs
             // are even built, and they follow in a call of their own: a
@@ -99,6 +104,11 @@ impl UdpIo {
                 self.send_batch(k);
             }
             if k < TX_BATCH {
+                break;
+            }
+            if round == TX_BATCHES_PER_CALL {
+                self.tx_left = true;
+                tracing::trace!(total, "transmit budget spent: the caller comes back for the rest");
                 break;
             }
         }

@@ -25,12 +25,11 @@
 //! the ring (readable when completions wait), and never while work is
 //! flagged ([`Uring::has_work`]).
 
-use super::recv::{deliver, gro_segment_size};
+use super::recv::{deliver, gro_segment_size, source_address};
 use super::send::{Batch, Failures};
 use super::IoStats;
 use io_uring::{cqueue, opcode, types, IoUring};
 use rdma_transport::{Endpoint, Instant, RegionMemory};
-use socket2::SockAddr;
 use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
@@ -69,6 +68,8 @@ struct BufRing {
     ring_bytes: usize,
     /// The ring's tail as we last published it.
     tail: u16,
+    /// The kernel may still write into the buffers: never unmap them.
+    leak: bool,
 }
 
 // SAFETY: the mapping is owned by this value alone; the kernel writes into
@@ -97,7 +98,7 @@ impl BufRing {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        let mut r = BufRing { base, map_len, entries, buf_len, ring_bytes, tail: 0 };
+        let mut r = BufRing { base, map_len, entries, buf_len, ring_bytes, tail: 0, leak: false };
         for bid in 0..entries {
             r.push(bid);
         }
@@ -140,7 +141,12 @@ impl BufRing {
 
 impl Drop for BufRing {
     fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once (the ring is gone by now).
+        if self.leak {
+            return;
+        }
+        // SAFETY: our own mapping, unmapped once; the ring is gone by now
+        // and its receive has ended (see `Uring::drop`), so the kernel
+        // writes into it no more.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
     }
 }
@@ -291,8 +297,10 @@ impl Uring {
         let name_len = name.len().min(std::mem::size_of::<libc::sockaddr_storage>());
         // SAFETY: `name_len` bytes fit in `storage`.
         unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), &mut storage as *mut _ as *mut u8, name_len) };
-        // SAFETY: the kernel wrote a socket address of `name_len` bytes.
-        let Some(src) = (unsafe { SockAddr::new(storage, name_len as libc::socklen_t) }).as_socket() else { return };
+        let Some(src) = source_address(&storage, name_len as libc::socklen_t) else {
+            tracing::debug!(name_len, "datagram without a usable source address dropped");
+            return;
+        };
         let control = out.control_data();
         let seg = if control.is_empty() {
             None
@@ -371,28 +379,77 @@ impl Uring {
     }
 }
 
-impl Drop for Uring {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // Cancel the receive and wait (briefly) for its last completion, so
-        // the kernel writes no more into the buffers before they go.
-        let e = opcode::AsyncCancel::new(RECV).build().user_data(CANCEL);
-        // SAFETY: a cancel request refers to no memory.
-        if unsafe { self.ring.submission().push(&e) }.is_err() {
-            return;
-        }
-        let wait = types::Timespec::new().nsec(10_000_000);
-        for _ in 0..100 {
+impl Uring {
+    /// Cancels the multishot receive and waits for its last completion
+    /// (one without the MORE flag): from then on the kernel owns none of
+    /// the receive buffers. True once that completion has been seen.
+    fn cancel_receive(&mut self) -> bool {
+        let cancel = opcode::AsyncCancel::new(RECV).build().user_data(CANCEL);
+        let deadline = std::time::Instant::now() + CANCEL_PATIENCE;
+        let mut queued = false;
+        while self.armed && std::time::Instant::now() < deadline {
+            // SAFETY: a cancel request refers to no memory.
+            if !queued && unsafe { self.ring.submission().push(&cancel) }.is_ok() {
+                queued = true;
+            }
+            // A full queue is submitted first, making room for the cancel.
+            let wait = types::Timespec::new().nsec(10_000_000);
             let args = types::SubmitArgs::new().timespec(&wait);
-            if self.ring.submitter().submit_with_args(1, &args).is_err() && self.ring.completion().is_empty() {
-                break;
+            if let Err(e) = self.ring.submitter().submit_with_args(1, &args) {
+                // ETIME (nothing yet), EINTR, EBUSY: wait again; anything
+                // else means the ring cannot make progress.
+                if !matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)) {
+                    tracing::warn!(error = %e, "io_uring: cannot cancel the receive");
+                    self.reap(|_, _| {});
+                    break;
+                }
             }
             self.reap(|_, _| {});
-            if !self.armed {
-                break;
-            }
         }
+        !self.armed
+    }
+}
+
+/// How long dropping a device waits for the kernel to end its receive.
+const CANCEL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        if !self.armed || self.cancel_receive() {
+            return; // the ring goes first (field order), then the buffers
+        }
+        // SAFETY (of not unmapping): the multishot receive has not ended,
+        // so the kernel may still write a datagram into any buffer of the
+        // ring, even after the ring's fd is closed (its teardown runs
+        // asynchronously). Unmapping would let that write land in whatever
+        // is mapped there next; leaking the mapping is safe.
+        tracing::error!("io_uring: the receive did not end; its buffers are leaked, not unmapped");
+        self.bufs.leak = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dropping a ring whose submission queue is full still cancels the
+    /// receive and sees it end before the buffers go (the cancel used to
+    /// be skipped when it found no room, and the buffers unmapped).
+    #[test]
+    fn the_receive_ends_before_the_buffers_go_even_with_a_full_submission_queue() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut u = match Uring::new(rx.as_raw_fd(), 2048) {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("SKIPPED: io_uring is unavailable: {e}");
+                return;
+            }
+        };
+        assert!(u.armed);
+        let nop = opcode::Nop::new().build().user_data(7);
+        // SAFETY: a no-op refers to no memory.
+        while unsafe { u.ring.submission().push(&nop) }.is_ok() {}
+        assert!(u.cancel_receive(), "the receive ended");
+        assert!(!u.armed);
     }
 }

@@ -1,0 +1,158 @@
+//! Bodies of the fuzz targets that exercise code of this crate (the thin
+//! `fuzz_target!` wrappers live in `fuzz/`). Each is also run over its
+//! checked-in seed corpus by an ordinary test (`tests/fuzz_corpus_*.rs`).
+//! Every oracle panics on a violation; nothing else may panic.
+
+use crate::udp::{split_datagram, IoStats, HEADROOM};
+use rdma_transport::{Endpoint, Instant};
+use rdma_wire::{IdentRecovery, RoceV2Packet, ROCE_V2_PORT};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Input layout of [`udp_receive`]: a flags byte, then 8 bytes of
+/// parameters, then the datagram as a UDP socket hands it up.
+pub const UDP_RECEIVE_HEADER: usize = 9;
+
+/// Flag bits of [`udp_receive`]'s first byte.
+pub mod udp_flags {
+    /// The device is IPv6 (else IPv4).
+    pub const IPV6: u8 = 1;
+    /// UDP_GRO coalesced the datagram: parameters 0..2 are the segment size (LE).
+    pub const GRO: u8 = 2;
+    /// The sender's family differs from the device's (a case the kernel never hands up).
+    pub const OTHER_FAMILY: u8 = 4;
+    /// The datagram is misplaced in its buffer: parameter 6 is its offset,
+    /// parameter 7 bytes more than the buffer holds are claimed.
+    pub const MISPLACED: u8 = 8;
+}
+
+/// The UDP receive path after the socket: GRO splitting, the IP and UDP
+/// headers rebuilt in front of each packet, and the engine's IPv4
+/// Identification recovery. Input: see [`UDP_RECEIVE_HEADER`] and
+/// [`udp_flags`]; parameters 2..4 are the sender's port, 4..6 the low
+/// bytes of its address.
+///
+/// Oracles: every packet handed on lies in the buffer, with headers whose
+/// lengths, addresses and ports agree with it; the packets' bodies put
+/// together are the datagram; no more packets than segments; an
+/// Identification recovered makes the ICRC check out when written into
+/// the header; the engine counts every packet it is handed, and recovers
+/// exactly those.
+pub fn udp_receive(data: &[u8]) {
+    if data.len() < UDP_RECEIVE_HEADER {
+        return;
+    }
+    let (flags, p, body) = (data[0], &data[1..UDP_RECEIVE_HEADER], &data[UDP_RECEIVE_HEADER..]);
+    let v6 = flags & udp_flags::IPV6 != 0;
+    let seg = (flags & udp_flags::GRO != 0).then(|| usize::from(u16::from_le_bytes([p[0], p[1]])));
+    let port = u16::from_le_bytes([p[2], p[3]]);
+    let (local, src_ip): (IpAddr, IpAddr) = if v6 {
+        (
+            Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).into(),
+            Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, p[4].into(), p[5].into()).into(),
+        )
+    } else {
+        (Ipv4Addr::new(127, 0, 0, 1).into(), Ipv4Addr::new(127, 1, p[4], p[5]).into())
+    };
+    let src_ip = match (flags & udp_flags::OTHER_FAMILY != 0, src_ip) {
+        (false, ip) => ip,
+        (true, IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+        (true, IpAddr::V6(_)) => IpAddr::V4(Ipv4Addr::new(127, 1, p[4], p[5])),
+    };
+    let src = SocketAddr::new(src_ip, port);
+    let (at, len) = if flags & udp_flags::MISPLACED != 0 {
+        (usize::from(p[6] % 64), body.len() + usize::from(p[7] % 4))
+    } else {
+        (HEADROOM, body.len())
+    };
+    let mut buf = vec![0u8; HEADROOM + body.len()];
+    buf[HEADROOM..].copy_from_slice(body);
+    let orig = buf.clone();
+    let hl = if local.is_ipv4() { 20 } else { 40 };
+    let fits = at >= hl + 8 && at + len <= buf.len();
+    let consistent = local.is_ipv4() == src_ip.is_ipv4() || local.is_ipv6();
+
+    let mut stats = IoStats::default();
+    let mut bodies = Vec::with_capacity(len);
+    let mut packets = Vec::new();
+    let buf_range = buf.as_ptr_range();
+    let n = split_datagram(&mut buf, at, len, seg, src, local, &mut stats, |pkt| {
+        let r = pkt.as_ptr_range();
+        assert!(r.start >= buf_range.start && r.end <= buf_range.end, "a packet outside its buffer");
+        check_headers(pkt, hl, src, local);
+        bodies.extend_from_slice(&pkt[hl + 8..]);
+        packets.push(pkt.to_vec());
+    });
+    assert_eq!(n, packets.len());
+    let segments = match seg {
+        Some(s) if s > 0 && s < len => len.div_ceil(s),
+        _ => 1,
+    };
+    assert!(n <= segments, "{n} packets from {segments} segments");
+    if !fits {
+        assert_eq!((n, stats.truncated), (0, 1), "a misplaced datagram is dropped whole");
+        return;
+    }
+    assert_eq!(stats.datagrams_received as usize, segments, "every segment counted");
+    assert_eq!(n as u64 + stats.truncated, segments as u64, "every segment handed on or counted as truncated");
+    if consistent && n == segments {
+        assert!(bodies == orig[at..at + len], "the packets put together are the datagram");
+    } else if !consistent {
+        assert_eq!(n, 0, "an IPv6 sender on an IPv4 device is dropped");
+    }
+    assert!(bodies.len() <= len, "more bytes out than in");
+
+    // Identification recovery, checked against the header it implies.
+    let mut recovery = IdentRecovery::new();
+    let mut recovered = 0;
+    for pkt in &packets {
+        let Ok(p) = RoceV2Packet::new_checked(&pkt[..]) else { continue };
+        let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
+        if computed == carried || p.ipv4().is_none() {
+            continue;
+        }
+        if let Some(ident) = recovery.recover(pkt.len(), computed, carried) {
+            recovered += 1;
+            let mut fixed = pkt.clone();
+            fixed[4..6].copy_from_slice(&ident.to_be_bytes());
+            fixed[10..12].copy_from_slice(&[0, 0]);
+            let sum = rdma_wire::ipv4::checksum(&fixed[..20]);
+            fixed[10..12].copy_from_slice(&sum.to_be_bytes());
+            let p = RoceV2Packet::new_checked(&fixed[..]).expect("only the Identification changed");
+            assert!(p.icrc_ok(), "Identification {ident} recovered, but the ICRC does not check out with it");
+        }
+    }
+    // The engine, with no QP: every packet is counted, and dropped or a CNP.
+    let mut ep = Endpoint::new(local);
+    ep.set_ipv4_ident_unknown(true);
+    for pkt in &packets {
+        ep.handle_packet(Instant::from_nanos(0), pkt);
+    }
+    let s = ep.stats();
+    assert_eq!(s.packets_received, n as u64);
+    assert_eq!(s.drops.values().sum::<u64>() + s.cnps_received, n as u64, "every packet accounted for: {s:?}");
+    assert_eq!(s.ipv4_ident_recovered, recovered, "the engine recovers what the solver does");
+}
+
+/// The rebuilt headers of one packet agree with its length and the datagram's sender.
+fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, local: IpAddr) {
+    assert!(pkt.len() >= hl + 8, "a packet without room for its headers");
+    let be = |at: usize| usize::from(u16::from_be_bytes([pkt[at], pkt[at + 1]]));
+    let udp = &pkt[hl..];
+    assert_eq!(be(hl + 4), udp.len(), "UDP length");
+    assert_eq!(be(hl), usize::from(src.port()), "UDP source port");
+    assert_eq!(be(hl + 2), usize::from(ROCE_V2_PORT), "UDP destination port");
+    match (src.ip(), local) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            assert_eq!(pkt[0], 0x45);
+            assert_eq!(be(2), pkt.len(), "IPv4 total length");
+            assert_eq!(rdma_wire::ipv4::checksum(&pkt[..20]), 0, "IPv4 header checksum");
+            assert_eq!((&pkt[12..16], &pkt[16..20]), (&s.octets()[..], &d.octets()[..]));
+        }
+        (_, IpAddr::V6(d)) => {
+            assert_eq!(pkt[0] >> 4, 6);
+            assert_eq!(be(4), pkt.len() - 40, "IPv6 payload length");
+            assert_eq!(&pkt[24..40], &d.octets()[..]);
+        }
+        (IpAddr::V6(_), IpAddr::V4(_)) => panic!("an IPv6 sender's packet handed on by an IPv4 device"),
+    }
+}

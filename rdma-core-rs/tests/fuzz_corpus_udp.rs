@@ -1,0 +1,152 @@
+//! The UDP receive path's fuzz body (`rdma_core_rs::fuzzing::udp_receive`)
+//! over its seed corpus, `fuzz/corpus/udp_receive/`: real RoCE v2 packets
+//! as a UDP socket hands them up (single, GRO super-datagrams, truncated;
+//! IPv4 with Identifications to recover, and IPv6).
+//!
+//! The corpus is made by `write_the_seed_corpus` (ignored):
+//! `SOFTROCE_WRITE_CORPUS=1 cargo test -p rdma-core-rs --test fuzz_corpus_udp -- --ignored`.
+
+use rdma_core_rs::fuzzing::{udp_flags, udp_receive, UDP_RECEIVE_HEADER};
+use rdma_wire::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/udp_receive")
+}
+
+#[test]
+fn the_udp_receive_body_runs_clean_over_its_seed_corpus() {
+    let mut files: Vec<_> = std::fs::read_dir(corpus_dir())
+        .expect("the seed corpus directory")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 24, "the seed corpus has {} files", files.len());
+    for f in &files {
+        let data = std::fs::read(f).unwrap();
+        let r = std::panic::catch_unwind(|| udp_receive(&data));
+        assert!(r.is_ok(), "{} failed the udp_receive oracles", f.display());
+    }
+}
+
+/// The oracles can fail: a datagram whose packets would need an IPv4
+/// total length past 65535 is dropped, not wrapped (what a u16 cast did).
+#[test]
+fn an_oversized_packet_is_dropped_not_wrapped() {
+    let mut input = vec![0u8; UDP_RECEIVE_HEADER];
+    input.extend(std::iter::repeat_n(0xab, 65_520));
+    udp_receive(&input);
+}
+
+/// A RoCE v2 packet of `payload` bytes from 127.1.0.2 (or fd00::2) to the
+/// fuzz body's device, sent with IPv4 Identification `ident`: the part
+/// after the UDP header, as a socket hands it up.
+fn packet(v6: bool, opcode: Opcode, psn: u32, payload: usize, ident: u16) -> Vec<u8> {
+    let ip = if v6 {
+        IpRepr::V6(Ipv6Repr {
+            traffic_class: 0,
+            flow_label: 0,
+            next_header: 17,
+            hop_limit: 64,
+            src: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+            dst: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+        })
+    } else {
+        IpRepr::V4(Ipv4Repr {
+            dscp: 0,
+            ecn: 0,
+            ident,
+            dont_frag: true,
+            ttl: 64,
+            protocol: 17,
+            src: Ipv4Addr::new(127, 1, 0, 2),
+            dst: Ipv4Addr::new(127, 0, 0, 1),
+        })
+    };
+    let mut t = TransportRepr::new(BthRepr::new(opcode, 0x11, Psn::new(psn)));
+    if opcode == Opcode::RC_RDMA_WRITE_FIRST || opcode == Opcode::RC_RDMA_WRITE_ONLY {
+        t.reth = Some(RethRepr { va: 0x1000, rkey: 0x101, dma_len: payload as u32 * 4 });
+    }
+    if opcode == Opcode::RC_ACKNOWLEDGE {
+        t.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: 3 });
+    }
+    let repr = RoceV2Repr { ip, udp: UdpRepr { src_port: 0xc011, dst_port: ROCE_V2_PORT, checksum: 0 }, transport: t };
+    let data: Vec<u8> = (0..payload).map(|i| (i * 7 + psn as usize) as u8).collect();
+    let mut buf = vec![0u8; 8192];
+    let len = repr.emit(&mut buf, &data).unwrap();
+    let hl = if v6 { 40 } else { 20 };
+    buf[hl + 8..len].to_vec()
+}
+
+/// An input of the fuzz body: flags, parameters (segment size, sender port
+/// 0xc011 and address 0.2), datagram.
+fn input(flags: u8, seg: u16, misplace: [u8; 2], datagram: &[u8]) -> Vec<u8> {
+    let s = seg.to_le_bytes();
+    let mut v = vec![flags, s[0], s[1], 0x11, 0xc0, 0, 2, misplace[0], misplace[1]];
+    assert_eq!(v.len(), UDP_RECEIVE_HEADER);
+    v.extend_from_slice(datagram);
+    v
+}
+
+#[test]
+#[ignore = "writes the seed corpus: SOFTROCE_WRITE_CORPUS=1"]
+fn write_the_seed_corpus() {
+    if std::env::var_os("SOFTROCE_WRITE_CORPUS").is_none() {
+        return;
+    }
+    let dir = corpus_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut n = 0;
+    let mut put = |name: &str, data: Vec<u8>| {
+        udp_receive(&data); // every seed passes the oracles
+        std::fs::write(dir.join(format!("{n:02}-{name}")), data).unwrap();
+        n += 1;
+    };
+    for v6 in [false, true] {
+        let fam = if v6 { "v6" } else { "v4" };
+        let flags = if v6 { udp_flags::IPV6 } else { 0 };
+        // Single packets, Identification 0 and one to recover.
+        put(&format!("{fam}-send-only"), input(flags, 0, [0, 0], &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
+        put(&format!("{fam}-ack"), input(flags, 0, [0, 0], &packet(v6, Opcode::RC_ACKNOWLEDGE, 9, 0, 0)));
+        put(
+            &format!("{fam}-write-only-ident"),
+            input(flags, 0, [0, 0], &packet(v6, Opcode::RC_RDMA_WRITE_ONLY, 1, 64, 0x1234)),
+        );
+        // GRO super-datagrams: equal segments and a short last one, each
+        // numbered on from a first Identification as a GSO send is.
+        for (count, size, last, first_ident) in
+            [(3usize, 256usize, 100usize, 0u16), (4, 1024, 1024, 7), (8, 64, 8, 0xfffe)]
+        {
+            let mut d = Vec::new();
+            let mut seg = 0;
+            for k in 0..count {
+                // Middles and a last: one header size, as GRO coalesces only equal segments.
+                let (op, len) = match k {
+                    k if k + 1 == count => (Opcode::RC_RDMA_WRITE_LAST, last),
+                    _ => (Opcode::RC_RDMA_WRITE_MIDDLE, size),
+                };
+                let p = packet(v6, op, k as u32, len, first_ident.wrapping_add(k as u16));
+                if k == 0 {
+                    seg = p.len();
+                }
+                d.extend_from_slice(&p);
+            }
+            let gro = flags | udp_flags::GRO;
+            put(&format!("{fam}-gro-{count}x{size}-last{last}"), input(gro, seg as u16, [0, 0], &d));
+            // Truncated: the last segment cut short, and cut inside a header.
+            put(&format!("{fam}-gro-{count}x{size}-cut"), input(gro, seg as u16, [0, 0], &d[..d.len() - 5]));
+            put(&format!("{fam}-gro-{count}x{size}-cut-header"), input(gro, seg as u16, [0, 0], &d[..seg + 6]));
+            // A segment size the kernel would not give (0, 1, longer than the datagram).
+            put(&format!("{fam}-gro-{count}x{size}-seg1"), input(gro, 1, [0, 0], &d[..40.min(d.len())]));
+        }
+        // A truncated single packet, an empty datagram, a misplaced one, the other family.
+        let p = packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 3);
+        put(&format!("{fam}-send-truncated"), input(flags, 0, [0, 0], &p[..p.len() / 2]));
+        put(&format!("{fam}-empty"), input(flags, 0, [0, 0], &[]));
+        put(&format!("{fam}-misplaced"), input(flags | udp_flags::MISPLACED, 0, [30, 2], &p));
+        put(&format!("{fam}-other-family"), input(flags | udp_flags::OTHER_FAMILY, 0, [0, 0], &p));
+    }
+    assert!(n >= 24);
+}

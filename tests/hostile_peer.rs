@@ -212,7 +212,6 @@ fn reads_with_never_sent_psns_get_nothing_and_a_write_after_them_is_acked_at_onc
 /// another QP of the same device is ACKed within milliseconds: one round
 /// of sending is bounded, so receiving gets its turn.
 #[test]
-#[ignore = "needs the bounded sending round of the UDP driver, merged next"]
 fn another_qp_is_acked_while_one_serves_large_reads() {
     let [dev, me, other] = addresses();
     let t = Target::new(dev, me, 4 << 20);

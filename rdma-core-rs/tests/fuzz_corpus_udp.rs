@@ -1,5 +1,5 @@
 //! The UDP receive path's fuzz body (`rdma_core_rs::fuzzing::udp_receive`)
-//! over its seed corpus, `fuzz/corpus/udp_receive/`: real RoCE v2 packets
+//! over its seed corpus, `fuzz/seeds/udp_receive/`: real RoCE v2 packets
 //! as a UDP socket hands them up (single, GRO super-datagrams, truncated;
 //! IPv4 with Identifications to recover, and IPv6).
 //!
@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/udp_receive")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/udp_receive")
 }
 
 #[test]

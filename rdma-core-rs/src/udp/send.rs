@@ -715,6 +715,63 @@ mod tests {
     use super::*;
     use crate::DeviceConfig;
 
+    /// A GSO message carries one TOS for all its segments (a control
+    /// message), so a run of equal-sized packets is cut where the TOS
+    /// changes: otherwise an ACK would leave ECN-capable, or data not.
+    #[test]
+    fn a_gso_run_only_groups_packets_of_one_tos() {
+        let local: IpAddr = "127.31.8.1".parse().unwrap();
+        let dest: IpAddr = "127.31.8.2".parse().unwrap();
+        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        assert!(io.offloads.gso);
+        let port = io.reserve_port(0xc321).unwrap();
+        let toses = [0x6a, 0x6a, 0x68, 0x6a, 0x6a, 0x6a];
+        io.tx_meta.clear();
+        for (i, &tos) in toses.iter().enumerate() {
+            io.tx_bufs[i][..2].copy_from_slice(&[0x45, tos]);
+            io.tx_meta.push(Transmit { len: 1000, dest, src_port: port, released_ack: false, payload: None });
+        }
+        let order: Vec<usize> = (0..toses.len()).collect();
+        let mut batch = Batch::new();
+        io.plan(&order, 0, order.len(), io.tx[&port].socket.as_raw_fd(), port, &mut batch);
+        let runs: Vec<(usize, usize)> = batch.messages[..batch.len].iter().map(|m| (m.first, m.count)).collect();
+        assert_eq!(runs, [(0, 2), (2, 1), (3, 3)]);
+    }
+
+    /// The one-packet path (fault injection, resends after a refused
+    /// message) sends with the TOS too, and the receive side reads it
+    /// back from the control message: IPv4 TOS and IPv6 traffic class.
+    #[test]
+    fn send_one_sets_the_tos_and_the_receive_side_reads_it() {
+        for (local, tos) in [("127.31.9.1", 0x6b_u8), ("::1", 0x6a)] {
+            let local: IpAddr = local.parse().unwrap();
+            let rx = Socket::new(super::super::domain(local), Type::DGRAM, Some(Protocol::UDP)).unwrap();
+            let (level, name) = if local.is_ipv4() {
+                (libc::IPPROTO_IP, libc::IP_RECVTOS)
+            } else {
+                (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)
+            };
+            super::super::setsockopt_int(rx.as_raw_fd(), level, name, 1).unwrap();
+            rx.bind(&sock_addr(local, ROCE_V2_PORT, 0)).unwrap();
+            let tx = Socket::new(super::super::domain(local), Type::DGRAM, Some(Protocol::UDP)).unwrap();
+            let mut stats = IoStats::default();
+            assert!(send_one(&tx, b"hello", (local, tos), 0, &mut stats));
+            let mut data = [0u8; 64];
+            let mut control = [0u64; super::super::recv::CMSG_ROOM / 8];
+            let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
+            // SAFETY: all-zero msghdr is valid; the pointers set are live buffers of their lengths.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: as above; blocking, the datagram is already queued on loopback.
+            let n = unsafe { libc::recvmsg(rx.as_raw_fd(), &mut h, 0) };
+            assert_eq!(n, 5, "{}", io::Error::last_os_error());
+            assert_eq!(super::super::recv::read_control(&h).tos, tos, "{local}");
+        }
+    }
+
     /// A send the send path did not count (here one made behind its back)
     /// puts the prediction off. The next check finds it, counts it and
     /// learns the number again; after [`MAX_MISMATCHES`] the device stops

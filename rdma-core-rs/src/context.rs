@@ -298,6 +298,7 @@ impl Context {
         let mut ep = Endpoint::new(device.addr());
         ep.set_ipv4_ident_unknown(true); // see crate::udp
         ep.set_ack_delay(cfg.ack_delay);
+        ep.set_ecn_capable(cfg.ecn_capable);
         let io = UdpIo::bind(device.addr(), cfg)?;
         ep.set_payload_by_reference(io.sends_by_reference());
         let wait_fds = io.wait_fds();

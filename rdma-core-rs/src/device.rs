@@ -112,6 +112,11 @@ pub struct DeviceConfig {
     /// The system calls that move packets: plain sockets (the default) or
     /// io_uring (see [`IoDriver`]).
     pub io_driver: IoDriver,
+    /// Data packets (requests, READ responses) leave ECN-capable, ECT(0),
+    /// when their QP's traffic class leaves the ECN bits at 00, so that a
+    /// congested switch marks them instead of dropping them; ACKs keep the
+    /// traffic class as given (`Endpoint::set_ecn_capable`). On by default.
+    pub ecn_capable: bool,
 }
 
 impl DeviceConfig {
@@ -133,6 +138,7 @@ impl Default for DeviceConfig {
             plain_datagrams: false,
             unconnected_sends: false,
             io_driver: IoDriver::Sockets,
+            ecn_capable: true,
         }
     }
 }

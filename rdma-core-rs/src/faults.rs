@@ -36,7 +36,10 @@ impl FaultConfig {
     }
 }
 
-type Held = (Vec<u8>, IpAddr, u16);
+/// Where a packet goes: its destination and the TOS it leaves with.
+pub(crate) type To = (IpAddr, u8);
+
+type Held = (Vec<u8>, To, u16);
 
 pub(crate) struct Faults {
     cfg: FaultConfig,
@@ -50,13 +53,7 @@ impl Faults {
     }
 
     /// Decides the fate of one packet; returns what to send now, in order.
-    pub(crate) fn apply(
-        &mut self,
-        body: &mut [u8],
-        dest: IpAddr,
-        port: u16,
-        stats: &mut IoStats,
-    ) -> Vec<(Vec<u8>, IpAddr)> {
+    pub(crate) fn apply(&mut self, body: &mut [u8], dest: To, port: u16, stats: &mut IoStats) -> Vec<(Vec<u8>, To)> {
         let mut out = Vec::new();
         if self.rng.chance(self.cfg.loss) {
             stats.injected_losses += 1;
@@ -81,7 +78,7 @@ impl Faults {
     }
 
     /// A held packet goes out after the next one from the same port.
-    fn release_after(&mut self, mut out: Vec<(Vec<u8>, IpAddr)>, port: u16) -> Vec<(Vec<u8>, IpAddr)> {
+    fn release_after(&mut self, mut out: Vec<(Vec<u8>, To)>, port: u16) -> Vec<(Vec<u8>, To)> {
         if self.held.as_ref().is_some_and(|h| h.2 == port) {
             let (b, d, _) = self.held.take().expect("checked");
             out.push((b, d));

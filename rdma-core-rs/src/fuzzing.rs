@@ -3,14 +3,14 @@
 //! checked-in seed corpus by an ordinary test (`tests/fuzz_corpus_*.rs`).
 //! Every oracle panics on a violation; nothing else may panic.
 
-use crate::udp::{split_datagram, IoStats, HEADROOM};
+use crate::udp::{split_datagram, IoStats, RxMeta, HEADROOM};
 use rdma_transport::{Endpoint, Instant};
 use rdma_wire::{IdentRecovery, RoceV2Packet, ROCE_V2_PORT};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// Input layout of [`udp_receive`]: a flags byte, then 8 bytes of
+/// Input layout of [`udp_receive`]: a flags byte, then 9 bytes of
 /// parameters, then the datagram as a UDP socket hands it up.
-pub const UDP_RECEIVE_HEADER: usize = 9;
+pub const UDP_RECEIVE_HEADER: usize = 10;
 
 /// Flag bits of [`udp_receive`]'s first byte.
 pub mod udp_flags {
@@ -29,11 +29,13 @@ pub mod udp_flags {
 /// headers rebuilt in front of each packet, and the engine's IPv4
 /// Identification recovery. Input: see [`UDP_RECEIVE_HEADER`] and
 /// [`udp_flags`]; parameters 2..4 are the sender's port, 4..6 the low
-/// bytes of its address.
+/// bytes of its address, 8 the TOS / traffic class it arrived with.
 ///
 /// Oracles: every packet handed on lies in the buffer, with headers whose
 /// lengths, addresses and ports agree with it; the packets' bodies put
-/// together are the datagram; no more packets than segments; an
+/// together are the datagram; no more packets than segments; the rebuilt
+/// headers carry the TOS; the engine counts a CE mark on exactly the
+/// packets it accepts past the ICRC check when the TOS says CE; an
 /// Identification recovered makes the ICRC check out when written into
 /// the header; the engine counts every packet it is handed, and recovers
 /// exactly those.
@@ -59,6 +61,7 @@ pub fn udp_receive(data: &[u8]) {
         (true, IpAddr::V6(_)) => IpAddr::V4(Ipv4Addr::new(127, 1, p[4], p[5])),
     };
     let src = SocketAddr::new(src_ip, port);
+    let tos = p[8];
     let (at, len) = if flags & udp_flags::MISPLACED != 0 {
         (usize::from(p[6] % 64), body.len() + usize::from(p[7] % 4))
     } else {
@@ -75,10 +78,10 @@ pub fn udp_receive(data: &[u8]) {
     let mut bodies = Vec::with_capacity(len);
     let mut packets = Vec::new();
     let buf_range = buf.as_ptr_range();
-    let n = split_datagram(&mut buf, at, len, seg, src, local, &mut stats, |pkt| {
+    let n = split_datagram(&mut buf, at, len, seg, RxMeta { src, tos }, local, &mut stats, |pkt| {
         let r = pkt.as_ptr_range();
         assert!(r.start >= buf_range.start && r.end <= buf_range.end, "a packet outside its buffer");
-        check_headers(pkt, hl, src, local);
+        check_headers(pkt, hl, src, tos, local);
         bodies.extend_from_slice(&pkt[hl + 8..]);
         packets.push(pkt.to_vec());
     });
@@ -103,10 +106,13 @@ pub fn udp_receive(data: &[u8]) {
 
     // Identification recovery, checked against the header it implies.
     let mut recovery = IdentRecovery::new();
-    let mut recovered = 0;
+    let (mut recovered, mut icrc_ok) = (0, 0);
     for pkt in &packets {
         let Ok(p) = RoceV2Packet::new_checked(&pkt[..]) else { continue };
         let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
+        if computed == carried {
+            icrc_ok += 1;
+        }
         if computed == carried || p.ipv4().is_none() {
             continue;
         }
@@ -131,10 +137,12 @@ pub fn udp_receive(data: &[u8]) {
     assert_eq!(s.packets_received, n as u64);
     assert_eq!(s.drops.values().sum::<u64>() + s.cnps_received, n as u64, "every packet accounted for: {s:?}");
     assert_eq!(s.ipv4_ident_recovered, recovered, "the engine recovers what the solver does");
+    let ce = if tos & 3 == 3 { icrc_ok + recovered } else { 0 };
+    assert_eq!(s.ecn_ce_received, ce, "CE counted on every packet past the ICRC check, and only then");
 }
 
 /// The rebuilt headers of one packet agree with its length and the datagram's sender.
-fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, local: IpAddr) {
+fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, tos: u8, local: IpAddr) {
     assert!(pkt.len() >= hl + 8, "a packet without room for its headers");
     let be = |at: usize| usize::from(u16::from_be_bytes([pkt[at], pkt[at + 1]]));
     let udp = &pkt[hl..];
@@ -144,12 +152,14 @@ fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, local: IpAddr) {
     match (src.ip(), local) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             assert_eq!(pkt[0], 0x45);
+            assert_eq!(pkt[1], tos, "IPv4 TOS");
             assert_eq!(be(2), pkt.len(), "IPv4 total length");
             assert_eq!(rdma_wire::ipv4::checksum(&pkt[..20]), 0, "IPv4 header checksum");
             assert_eq!((&pkt[12..16], &pkt[16..20]), (&s.octets()[..], &d.octets()[..]));
         }
         (_, IpAddr::V6(d)) => {
             assert_eq!(pkt[0] >> 4, 6);
+            assert_eq!((pkt[0] << 4) | (pkt[1] >> 4), tos, "IPv6 traffic class");
             assert_eq!(be(4), pkt.len() - 40, "IPv6 payload length");
             assert_eq!(&pkt[24..40], &d.octets()[..]);
         }

@@ -128,6 +128,12 @@ impl QueuePair {
         Ok(self.ctx.inner.lock().ep.query_qp(self.qpn)?)
     }
 
+    /// This QP's counters: CE-marked packets received
+    /// ([`crate::Context::stats`] counts them for the whole device).
+    pub fn stats(&self) -> Result<rdma_transport::qp::QpStats> {
+        Ok(self.ctx.inner.lock().ep.qp_stats(self.qpn)?)
+    }
+
     /// `ibv_post_send` of a list of work requests, in order; the packets go
     /// out before this returns. On a refusal, the requests before it stay
     /// posted and the error says which one failed, like `bad_wr`.

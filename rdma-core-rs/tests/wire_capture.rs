@@ -14,6 +14,11 @@
 //! (`DeviceConfig::unconnected_sends`) number each call's segments from 0.
 //! Both are checked.
 //!
+//! The QPs are connected with traffic class DSCP 26 (0x68), and every
+//! packet must carry it in its TOS / IPv6 traffic class: data packets
+//! (requests, READ responses) with ECT(0) added (0x6a), ACKs as given. The
+//! ICRC masks that byte, so only this check sees it.
+//!
 //! Needs root (namespaces, a packet socket); without it the test says so and passes.
 
 mod common;
@@ -107,6 +112,11 @@ fn capture(ifname: &str) -> OwnedFd {
     fd
 }
 
+/// The traffic class the QPs connect with (AF31, a PFC priority's DSCP),
+/// and ECN's ECT(0), which data packets add.
+const DSCP_26: u8 = 26 << 2;
+const ECT0: u8 = 0b10;
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -128,7 +138,7 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     let (a, cap) = wire.inside(0, || (side(&format!("cap-{tag}-a"), a_ip, unconnected), capture(&wire.link)));
     let b = wire.inside(1, || side(&format!("cap-{tag}-b"), b_ip, unconnected));
     assert!(a.ctx.offloads().gso, "UDP GSO is on by default");
-    let opts = ConnectOptions { mtu: Mtu::Mtu4096, ..ConnectOptions::default() };
+    let opts = ConnectOptions { mtu: Mtu::Mtu4096, traffic_class: DSCP_26, ..ConnectOptions::default() };
     a.qp.connect(0x100, &b.info(0x200), &opts).unwrap();
     b.qp.connect(0x200, &a.info(0x100), &opts).unwrap();
 
@@ -156,6 +166,16 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     for _ in 0..wrs.len() {
         assert_eq!(a.wait_one().status, WcStatus::Success);
     }
+    // And a WRITE the other way: requests from B, ACKs from A.
+    b.qp.post_send(&[write_wr(6, &b, 0, 20_000, &a, 800_000)]).unwrap();
+    // B's CQ also holds the receive of the SEND above: wait for the WRITE's.
+    loop {
+        let wc = b.wait_one();
+        assert_eq!(wc.status, WcStatus::Success);
+        if wc.wr_id == 6 {
+            break;
+        }
+    }
     let (mut written, mut read) = (vec![0u8; 300_000], vec![0u8; 90_000]);
     b.mr.read(0, &mut written).unwrap();
     a.mr.read(500_000, &mut read).unwrap();
@@ -179,6 +199,8 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     }
 
     let (mut seen, mut nonzero_ident, mut idents) = (0u64, 0u64, std::collections::HashSet::new());
+    // Packets per (sender is A, is an ACK), each with its TOS checked.
+    let mut kinds = std::collections::HashMap::<(bool, bool), u64>::new();
     let mut buf = vec![0u8; 65536];
     let start = Instant::now();
     while seen < sent && start.elapsed() < Duration::from_secs(5) {
@@ -197,11 +219,35 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
             idents.insert(ip.ident());
         }
         assert!(p.icrc_ok(), "wrong ICRC on the wire: {:02x?}", &bytes[..48.min(bytes.len())]);
+        let tos = match (p.ipv4(), p.ipv6()) {
+            (Some(h), _) => h.dscp() << 2 | h.ecn(),
+            (_, Some(h)) => h.traffic_class(),
+            _ => unreachable!("a checked packet is IPv4 or IPv6"),
+        };
+        let op = p.transport().bth().opcode();
+        let ack = matches!(op, rdma_wire::Opcode::RC_ACKNOWLEDGE | rdma_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE);
+        let want = if ack { DSCP_26 } else { DSCP_26 | ECT0 };
+        assert_eq!(tos, want, "TOS of a {op:?} on the wire");
+        let from_a = match p.ipv4() {
+            Some(h) => IpAddr::V4(h.src()) == a_ip,
+            None => p.ipv6().map(|h| IpAddr::V6(h.src())) == Some(a_ip),
+        };
+        *kinds.entry((from_a, ack)).or_default() += 1;
         let sport = p.udp().src_port();
         assert!(sport >= 0xc000, "UDP source port {sport:#x} outside 0xC000..0xFFFF");
         seen += 1;
     }
     assert_eq!(seen, sent, "captured {seen} of the {sent} packets sent");
+    for from_a in [true, false] {
+        for ack in [true, false] {
+            assert!(
+                kinds.get(&(from_a, ack)).is_some_and(|&n| n > 0),
+                "no packet (from A: {from_a}, ACK: {ack}): {kinds:?}"
+            );
+        }
+    }
+    // Nobody marked CE on the way (a CE mark would be counted).
+    assert_eq!(a.ctx.stats().ecn_ce_received + b.ctx.stats().ecn_ce_received, 0);
     if a_ip.is_ipv4() {
         assert!(nonzero_ident > 0, "no segment after the first of a GSO run was captured");
         // Unconnected: each call's segments count from 0, so few distinct

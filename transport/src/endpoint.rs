@@ -15,7 +15,7 @@
 use crate::error::VerbsError;
 use crate::framing::{Framer, PayloadRef};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
-use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
+use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpStats, QpType, SrqId, ECN_CE, ECN_MASK};
 use crate::requester::{ReqOutcome, SendWqe};
 use crate::responder::RespCtx;
 use crate::rng::Rng;
@@ -299,6 +299,8 @@ pub struct Endpoint {
     ident_recovery: Option<IdentRecovery>,
     /// The port's P_Key table (`ibv_query_pkey`); a QP's `pkey_index` picks one.
     pkeys: Vec<u16>,
+    /// New QPs send data packets ECN-capable ([`Endpoint::set_ecn_capable`]).
+    ecn_capable: bool,
 }
 
 impl Endpoint {
@@ -339,6 +341,7 @@ impl Endpoint {
             events: VecDeque::new(),
             ident_recovery: None,
             pkeys: vec![DEFAULT_PKEY],
+            ecn_capable: true,
         }
     }
 
@@ -368,6 +371,17 @@ impl Endpoint {
     /// gets it as 0: the ICRC check then solves for the value instead.
     pub fn set_ipv4_ident_unknown(&mut self, unknown: bool) {
         self.ident_recovery = unknown.then(IdentRecovery::new);
+    }
+
+    /// Whether data packets (requests and READ responses) leave
+    /// ECN-capable, ECT(0), when their QP's traffic class has ECN bits 00
+    /// (see [`crate::AddressVector::for_data`]); ACKs and NAKs never are.
+    /// On by default. Applies to every QP, existing and new.
+    pub fn set_ecn_capable(&mut self, on: bool) {
+        self.ecn_capable = on;
+        for qp in self.qps.values_mut() {
+            qp.ecn_capable = on;
+        }
     }
 
     /// The UDP source port a QP sends from (rxe's hash of the QPN by default).
@@ -488,7 +502,9 @@ impl Endpoint {
             qpn = (qpn + 1) & 0xff_ffff;
         }
         self.next_qpn = (qpn + 1) & 0xff_ffff;
-        self.qps.insert(qpn, Qp::new(qpn, init));
+        let mut qp = Qp::new(qpn, init);
+        qp.ecn_capable = self.ecn_capable;
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 
@@ -524,6 +540,11 @@ impl Endpoint {
     pub fn query_qp(&self, qpn: u32) -> Result<(QpState, QpParams), VerbsError> {
         let qp = self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         Ok((qp.state, qp.params))
+    }
+
+    /// The counters of one QP.
+    pub fn qp_stats(&self, qpn: u32) -> Result<QpStats, VerbsError> {
+        Ok(self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.stats)
     }
 
     /// `ibv_post_send`: checks the request against the QP and queues it.
@@ -685,7 +706,8 @@ impl Endpoint {
             (_, Some(h)) => (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40),
             _ => unreachable!("a checked packet is IPv4 or IPv6"),
         };
-        if ecn == 3 {
+        let ce = ecn & ECN_MASK == ECN_CE;
+        if ce {
             self.stats.ecn_ce_received += 1;
         }
         let t = p.transport();
@@ -722,6 +744,11 @@ impl Endpoint {
         if qp.init.qp_type != QpType::Ud && qp.params.av.is_some_and(|av| av.dest.to_canonical() != src) {
             self.stats.drop(Drop::AddressMismatch, qpn);
             return;
+        }
+        // Counted for the QP only once the packet is known to be its own.
+        if ce {
+            qp.stats.ecn_ce_received += 1;
+            tracing::trace!(qpn, "CE-marked packet received");
         }
         let was_error = qp.state == QpState::Err;
         let is_response = matches!(

@@ -33,6 +33,6 @@ pub use endpoint::{AsyncEvent, Drop, Endpoint, Stats, Transmit, MAX_PACKET};
 pub use error::VerbsError;
 pub use framing::PayloadRef;
 pub use memory::{Access, Pd, RegionGuard, RegionMemory};
-pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
+pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpStats, QpType, SrqId};
 pub use time::Instant;
 pub use wr::{wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

@@ -70,6 +70,34 @@ impl AddressVector {
     pub fn new(dest: IpAddr) -> AddressVector {
         AddressVector { dest, hop_limit: 64, traffic_class: 0 }
     }
+
+    /// The address vector a data packet (a request, a READ response)
+    /// leaves with: ECN-capable transport, ECT(0), when `ecn_capable` and
+    /// the traffic class leaves the ECN bits to the sender (00), so that a
+    /// congested switch marks it CE instead of dropping it (RFC 3168, as
+    /// DCQCN expects). ACKs and NAKs keep the traffic class as given.
+    pub fn for_data(self, ecn_capable: bool) -> AddressVector {
+        if ecn_capable && self.traffic_class & ECN_MASK == 0 {
+            AddressVector { traffic_class: self.traffic_class | ECN_ECT0, ..self }
+        } else {
+            self
+        }
+    }
+}
+
+/// The ECN bits of a traffic class (the low two).
+pub const ECN_MASK: u8 = 0b11;
+/// ECN-capable transport, codepoint ECT(0).
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion experienced.
+pub const ECN_CE: u8 = 0b11;
+
+/// Counters of one QP ([`crate::Endpoint::qp_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// Packets accepted for this QP that arrived marked CE (congestion
+    /// experienced): the input of a DCQCN notification point.
+    pub ecn_ce_received: u64,
 }
 
 /// Capacities of a QP's queues.
@@ -183,6 +211,9 @@ pub struct Qp {
     pub rq: VecDeque<RecvWr>,
     pub req: Requester,
     pub resp: Responder,
+    /// Data packets leave ECN-capable (see [`AddressVector::for_data`]).
+    pub ecn_capable: bool,
+    pub stats: QpStats,
 }
 
 impl Qp {
@@ -203,6 +234,8 @@ impl Qp {
             rq: VecDeque::new(),
             req: Requester::new(Psn::new(0)),
             resp: Responder::new(Psn::new(0)),
+            ecn_capable: true,
+            stats: QpStats::default(),
         }
     }
 

@@ -322,7 +322,8 @@ impl Qp {
             }
             (_, Some(av)) => av,
             _ => return ReqOutcome::LocalError(WcStatus::LocQpOpErr),
-        };
+        }
+        .for_data(self.ecn_capable);
         let wr = &wqe.wr;
         let by_ref = match &wr.inline_data {
             Some(_) => Ok(None),

@@ -698,6 +698,8 @@ impl Qp {
         // Where a READ response's bytes are (`check_read_source` made sure
         // the region still allows it). They travel by reference when the
         // framer takes them so.
+        // READ responses are data (ECN-capable); ACKs keep the traffic class.
+        let av = if payload_src.is_some() { av.for_data(self.ecn_capable) } else { av };
         let n = payload_src.map_or(0, |s| s.2);
         let src = payload_src.filter(|s| s.2 > 0).and_then(|(rkey, va, n)| {
             let (r, at) = mrs.check(rkey, self.init.pd, va, n as u64, Access::REMOTE_READ).ok()?;

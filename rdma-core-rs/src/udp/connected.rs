@@ -99,7 +99,7 @@ pub(super) fn disconnect(socket: &Socket) -> io::Result<()> {
 pub(super) fn probe(socket: &Socket, sink: &Socket, sink_addr: &SockAddr) -> io::Result<u16> {
     let fd = socket.as_raw_fd();
     drain_error_queue(fd);
-    let mut control: Control = [0; 4];
+    let mut control = Control::default();
     // SAFETY: an all-zero msghdr is valid; every pointer set below points
     // at live memory of the stated length.
     let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -217,7 +217,7 @@ mod tests {
         // A UDP_SEGMENT send of 5 segments takes one number.
         let payload = [7u8; 50];
         let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
-        let mut control: Control = [0; 4];
+        let mut control = Control::default();
         // SAFETY: as in `probe`.
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
         h.msg_iov = &mut iov;

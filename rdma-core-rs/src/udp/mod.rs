@@ -11,11 +11,21 @@
 //!   checked on captured packets by the `wire_capture` test);
 //! - the QP's UDP source port (rxe's 0xC000..0xFFFF hash of the QPN): one
 //!   send socket per source port, bound to the device address;
-//! - destination port 4791.
+//! - destination port 4791;
+//! - the TOS (IPv6: traffic class) byte the engine wrote: the QP's traffic
+//!   class, DSCP and ECN, with ECT(0) on data packets by default
+//!   (`DeviceConfig::ecn_capable`). Each send carries it as an `IP_TOS` /
+//!   `IPV6_TCLASS` control message (none for 0, every socket's default), so
+//!   a GSO message only groups packets of one TOS. The ICRC masks the byte,
+//!   so a wrong one would go unnoticed: the `wire_capture` test checks it.
 //!
 //! Receiving, one socket bound to the device address and port 4791 takes
 //! every packet; the IP and UDP headers are rebuilt in front of each packet
-//! from what the socket reports (addresses, ports, length). The one covered
+//! from what the socket reports (addresses, ports, length, and the TOS that
+//! `IP_RECVTOS` / `IPV6_RECVTCLASS` hand up with each datagram, in a control
+//! message next to UDP_GRO's, with either driver): the engine reads the
+//! ECN bits there and counts CE marks per device and per QP
+//! (`Stats::ecn_ce_received`, `QueuePair::stats`). The one covered
 //! field the socket hides, the sender's IPv4 Identification, is recovered
 //! from the ICRC (`rdma_wire::ident`); the engine is told so with
 //! `Endpoint::set_ipv4_ident_unknown`.
@@ -33,7 +43,7 @@ mod recv;
 mod send;
 mod uring;
 
-pub(crate) use recv::split_datagram;
+pub(crate) use recv::{split_datagram, RxMeta};
 
 use crate::faults::Faults;
 use crate::DeviceConfig;
@@ -215,7 +225,7 @@ fn driver_kind(d: &Driver) -> IoDriver {
 
 /// Sets up the driver `want` asks for (or `SOFTROCE_IO_DRIVER` names):
 /// io_uring falls back to sockets, with the reason traced.
-fn open_driver(want: IoDriver, rx: &Socket, capacity: usize, gro: bool) -> io::Result<Driver> {
+fn open_driver(want: IoDriver, rx: &Socket, capacity: usize) -> io::Result<Driver> {
     let want = match std::env::var("SOFTROCE_IO_DRIVER") {
         Ok(v) if !v.is_empty() => v
             .parse()
@@ -228,7 +238,7 @@ fn open_driver(want: IoDriver, rx: &Socket, capacity: usize, gro: bool) -> io::R
             Err(e) => tracing::warn!(error = %e, "io_uring is unavailable: using the socket driver"),
         }
     }
-    Ok(Driver::Sockets(recv::RxRing::new(capacity, gro)))
+    Ok(Driver::Sockets(recv::RxRing::new(capacity)))
 }
 
 fn ip_header_len(local: IpAddr) -> usize {
@@ -254,23 +264,59 @@ fn sock_addr(ip: IpAddr, port: u16, scope_id: u32) -> SockAddr {
     }
 }
 
-/// Room for one small control message (CMSG_SPACE of up to 8 bytes), aligned.
-type Control = [u64; 4];
+/// Room for two small control messages (CMSG_SPACE of up to 8 bytes
+/// each, 24 bytes), aligned: a UDP_SEGMENT size and a TOS.
+type Control = [u64; 6];
 
-/// Makes `value` the one control message of `h` (level, type), in `room`.
+/// Room one control message of up to 8 bytes takes (CMSG_SPACE(8)).
+const CMSG_SPACE_8: usize = 24;
+const _: () = assert!(std::mem::size_of::<Control>() >= 2 * CMSG_SPACE_8);
+
+/// Appends `value` as a control message of `h` (level, type) in `room`,
+/// after the `h.msg_controllen` bytes already there (0 for the first:
+/// callers start from a zeroed header). At most two per header.
 fn set_control_message<T: Copy>(h: &mut libc::msghdr, room: &mut Control, level: i32, kind: i32, value: T) {
     const { assert!(std::mem::size_of::<T>() <= 8) };
     let len = std::mem::size_of::<T>() as u32;
-    h.msg_control = room.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE(8) = 24 <= size_of::<Control>(), so the header
-    // and its data lie inside `room`.
+    let at = h.msg_controllen;
+    // SAFETY: CMSG_SPACE(len) <= CMSG_SPACE_8, checked against `at` below,
+    // so the header and its data lie inside `room`; `at` is a multiple of
+    // the cmsghdr alignment (a sum of CMSG_SPACEs), and `room` is aligned.
     unsafe {
-        h.msg_controllen = libc::CMSG_SPACE(len) as usize;
-        let c = libc::CMSG_FIRSTHDR(h);
+        let space = libc::CMSG_SPACE(len) as usize;
+        assert!(at + space <= std::mem::size_of::<Control>(), "more control messages than room");
+        h.msg_control = room.as_mut_ptr().cast();
+        h.msg_controllen = at + space;
+        let c = room.as_mut_ptr().cast::<u8>().add(at).cast::<libc::cmsghdr>();
         (*c).cmsg_level = level;
         (*c).cmsg_type = kind;
         (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<T>(), value);
+    }
+}
+
+/// Attaches the IPv4 TOS or IPv6 traffic class `tos` as a control message
+/// of `h` (the family of the sending socket is the destination's: sockets
+/// are IPv6-only). TOS 0 is every socket's default, so it needs none.
+fn set_traffic_class(h: &mut libc::msghdr, room: &mut Control, dest: IpAddr, tos: u8) {
+    if tos == 0 {
+        return;
+    }
+    // Both take an int; Linux accepts IP_TOS on sendmsg for UDP and keeps
+    // its ECN bits (only TCP sockets mask them).
+    match dest {
+        IpAddr::V4(_) => set_control_message(h, room, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos)),
+        IpAddr::V6(_) => set_control_message(h, room, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos)),
+    }
+}
+
+/// The IPv4 TOS or IPv6 traffic class the engine wrote into the IP
+/// header at the start of `packet`: the byte the kernel must put on the wire.
+fn traffic_class_of(packet: &[u8]) -> u8 {
+    match packet {
+        [v, tos, ..] if v >> 4 == 4 => *tos,
+        [a, b, ..] => (a << 4) | (b >> 4),
+        _ => 0,
     }
 }
 
@@ -349,11 +395,21 @@ impl UdpIo {
             io::Error::new(e.kind(), format!("cannot bind UDP {local} port {ROCE_V2_PORT} for RoCE v2: {e}"))
         })?;
         let gro = offload && setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        // Every datagram's TOS comes up as a control message: its ECN bits
+        // reach the engine in the rebuilt IP header.
+        let (level, name) = if local.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_RECVTOS)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)
+        };
+        if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
+            tracing::warn!(error = %e, "cannot receive the TOS of datagrams: ECN marks will not be seen");
+        }
         let faults = Some(cfg.faults).filter(|f| f.is_active()).map(Faults::new);
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
-        let driver = open_driver(cfg.io_driver, &rx, capacity, gro)?;
+        let driver = open_driver(cfg.io_driver, &rx, capacity)?;
         let mut connect = !cfg.unconnected_sends && faults.is_none() && matches!(driver, Driver::Sockets(_));
         // IPv4 probes go to a sink of the device's own (made here, in the
         // caller's network namespace, like every other socket of the device).

@@ -4,6 +4,9 @@
 //! message). Every packet is handed to the engine in place: its IP and UDP
 //! headers are rebuilt in the bytes just before it, which for the second
 //! packet of a run on are the tail of the packet before, already handled.
+//! The rebuilt IP header carries the TOS / traffic class the packet
+//! arrived with (IP_RECVTOS / IPV6_RECVTCLASS), so that the engine sees
+//! its ECN bits; GRO coalesces only packets of one TOS.
 
 use super::{ip_header_len, Driver, IoStats, UdpIo, BATCH, HEADROOM};
 use rdma_transport::{Endpoint, Instant};
@@ -12,8 +15,10 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
-/// Room for the UDP_GRO control message (an int), aligned for cmsghdr.
-const CMSG_ROOM: usize = 64;
+/// Room for the control messages of a datagram, aligned for cmsghdr:
+/// UDP_GRO's segment size and the TOS (CMSG_SPACE of an int, 24 bytes, each).
+pub(super) const CMSG_ROOM: usize = 64;
+const _: () = assert!(CMSG_ROOM >= 2 * super::CMSG_SPACE_8);
 
 /// The receive buffers and the `recvmmsg` headers that point into them,
 /// set up once: a poll that finds nothing costs the system call alone, and
@@ -26,7 +31,6 @@ pub(super) struct RxRing {
     names: Box<[libc::sockaddr_storage; BATCH]>,
     iovs: Box<[libc::iovec; BATCH]>,
     msgs: Box<[libc::mmsghdr; BATCH]>,
-    gro: bool,
 }
 
 // SAFETY: the raw pointers in `iovs` and `msgs` point into the heap blocks
@@ -37,8 +41,8 @@ const NAME_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_storage>() 
 
 impl RxRing {
     /// `capacity`: the longest datagram taken (longer ones are dropped as
-    /// truncated); `gro`: the socket hands up UDP_GRO control messages.
-    pub(super) fn new(capacity: usize, gro: bool) -> RxRing {
+    /// truncated). Control messages (UDP_GRO, TOS) are always taken.
+    pub(super) fn new(capacity: usize) -> RxRing {
         // SAFETY: all-zero iovec, mmsghdr and sockaddr_storage are valid
         // (null pointers, zero lengths, family AF_UNSPEC).
         let (iovs, msgs, names) =
@@ -49,7 +53,6 @@ impl RxRing {
             names,
             iovs,
             msgs,
-            gro,
         };
         for i in 0..BATCH {
             let b = &mut ring.bufs[i][HEADROOM..];
@@ -58,9 +61,7 @@ impl RxRing {
             h.msg_name = (&mut ring.names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_iov = &mut ring.iovs[i];
             h.msg_iovlen = 1;
-            if gro {
-                h.msg_control = ring.control[i].as_mut_ptr().cast();
-            }
+            h.msg_control = ring.control[i].as_mut_ptr().cast();
             ring.reset(i);
         }
         ring
@@ -71,26 +72,61 @@ impl RxRing {
         let m = &mut self.msgs[i];
         m.msg_len = 0;
         m.msg_hdr.msg_namelen = NAME_LEN;
-        m.msg_hdr.msg_controllen = if self.gro { CMSG_ROOM } else { 0 };
+        m.msg_hdr.msg_controllen = CMSG_ROOM;
         m.msg_hdr.msg_flags = 0;
     }
 }
 
-/// The segment size of a UDP_GRO datagram, if the control message says one.
-pub(super) fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
-    // SAFETY: `hdr` is the header recvmmsg filled in; the CMSG macros stay
-    // within msg_control / msg_controllen.
+/// What the control messages of a received datagram say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Control {
+    /// The segment size of a UDP_GRO datagram.
+    pub(super) segment: Option<usize>,
+    /// The IPv4 TOS / IPv6 traffic class it arrived with (0 if not reported).
+    pub(super) tos: u8,
+}
+
+/// Reads the control messages of `hdr` (UDP_GRO, IP_TOS, IPV6_TCLASS).
+pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
+    let mut out = Control::default();
+    if hdr.msg_control.is_null() {
+        return out;
+    }
+    // SAFETY: `hdr` is a header the kernel filled in; the CMSG macros stay
+    // within msg_control / msg_controllen, and each read is within the
+    // message's cmsg_len (checked against the data size read).
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(hdr);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                return usize::try_from(size).ok().filter(|&s| s > 0);
+            let (level, kind, len) = ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize);
+            let data = libc::CMSG_DATA(c);
+            let int =
+                || (len >= libc::CMSG_LEN(4) as usize).then(|| std::ptr::read_unaligned(data.cast::<libc::c_int>()));
+            match (level, kind) {
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    out.segment = int().and_then(|s| usize::try_from(s).ok()).filter(|&s| s > 0)
+                }
+                // IPv4 hands up the TOS as one byte.
+                (libc::IPPROTO_IP, libc::IP_TOS) if len >= libc::CMSG_LEN(1) as usize => out.tos = *data,
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    out.tos = int().and_then(|t| u8::try_from(t).ok()).unwrap_or(0)
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(hdr, c);
         }
     }
-    None
+    out
+}
+
+/// What the socket reports about a datagram besides its bytes: the
+/// packets' metadata, written into their rebuilt headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RxMeta {
+    /// The sender's address and UDP port.
+    pub src: SocketAddr,
+    /// The IPv4 TOS / IPv6 traffic class (DSCP and ECN) it arrived with.
+    pub tos: u8,
 }
 
 impl UdpIo {
@@ -123,7 +159,7 @@ impl UdpIo {
         for i in 0..n {
             let m = &rx_ring.msgs[i];
             let (len, flags, namelen) = (m.msg_len as usize, m.msg_hdr.msg_flags, m.msg_hdr.msg_namelen);
-            let seg = gro_segment_size(&m.msg_hdr);
+            let control = read_control(&m.msg_hdr);
             if flags & libc::MSG_TRUNC != 0 {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += 1;
@@ -131,7 +167,9 @@ impl UdpIo {
             } else {
                 match source_address(&rx_ring.names[i], namelen) {
                     Some(src) => {
-                        deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, src, self.local, &mut self.stats)
+                        let meta = RxMeta { src, tos: control.tos };
+                        let seg = control.segment;
+                        deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, meta, self.local, &mut self.stats)
                     }
                     None => tracing::debug!(namelen, "datagram without a usable source address dropped"),
                 }
@@ -175,17 +213,18 @@ pub(super) fn deliver(
     at: usize,
     len: usize,
     seg: Option<usize>,
-    src: SocketAddr,
+    meta: RxMeta,
     local: IpAddr,
     stats: &mut IoStats,
 ) {
-    split_datagram(buf, at, len, seg, src, local, stats, |packet| ep.handle_packet(now, packet));
+    split_datagram(buf, at, len, seg, meta, local, stats, |packet| ep.handle_packet(now, packet));
 }
 
 /// The receive path without the engine: cuts the datagram of `len` bytes
 /// at `buf[at..]` into packets of `seg` bytes (the last may be shorter),
 /// rebuilds the IP and UDP headers in front of each, in the bytes before
-/// it, and calls `each` with the packet from its IP header on. A datagram
+/// it (from `meta`: sender, TOS), and calls `each` with the packet from
+/// its IP header on. A datagram
 /// that does not fit the buffer, or a packet too long for the rebuilt
 /// length fields, is counted as truncated and dropped (the kernel hands
 /// neither up; this keeps the function total for the fuzzer). Returns the
@@ -196,7 +235,7 @@ pub(crate) fn split_datagram(
     mut at: usize,
     len: usize,
     seg: Option<usize>,
-    src: SocketAddr,
+    meta: RxMeta,
     local: IpAddr,
     stats: &mut IoStats,
     mut each: impl FnMut(&[u8]),
@@ -216,7 +255,7 @@ pub(crate) fn split_datagram(
         let this = seg.min(end - at);
         let start = at - hl - 8;
         stats.datagrams_received += 1;
-        if rebuild_headers(&mut buf[start..at], src, local, this) {
+        if rebuild_headers(&mut buf[start..at], meta, local, this) {
             each(&buf[start..at + this]);
             packets += 1;
         } else {
@@ -232,9 +271,12 @@ pub(crate) fn split_datagram(
 }
 
 /// Writes the IPv4 (DF, Identification 0, TTL 64) or IPv6 header and the
-/// UDP header (checksum 0) of a received packet of `len` bytes after UDP.
-/// False (nothing written) when the lengths do not fit their fields.
-fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) -> bool {
+/// UDP header (checksum 0) of a received packet of `len` bytes after UDP,
+/// with the TOS / traffic class it arrived with (the ICRC masks it; the
+/// engine reads its ECN bits). False (nothing written) when the lengths
+/// do not fit their fields.
+fn rebuild_headers(h: &mut [u8], meta: RxMeta, local: IpAddr, len: usize) -> bool {
+    let (src, tos) = (meta.src, meta.tos);
     let ip_len = if local.is_ipv4() { 20 } else { 0 };
     let Some(udp_len) = len.checked_add(8 + ip_len).and_then(|l| u16::try_from(l).ok()).map(|l| l - ip_len as u16)
     else {
@@ -244,7 +286,7 @@ fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) -> 
     match (src.ip(), local) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             ip[0] = 0x45;
-            ip[1] = 0;
+            ip[1] = tos;
             ip[2..4].copy_from_slice(&(udp_len + 20).to_be_bytes());
             ip[4..6].copy_from_slice(&[0, 0]);
             ip[6..8].copy_from_slice(&[0x40, 0]);
@@ -263,7 +305,7 @@ fn rebuild_headers(h: &mut [u8], src: SocketAddr, local: IpAddr, len: usize) -> 
                 IpAddr::V4(v4) => v4.to_ipv6_mapped(),
                 IpAddr::V6(v6) => v6,
             };
-            ip[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+            ip[0..4].copy_from_slice(&[0x60 | (tos >> 4), tos << 4, 0, 0]);
             ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
             ip[6] = 17;
             ip[7] = 64;

@@ -23,7 +23,8 @@
 
 use super::connected::{self, CHECK_EVERY, MAX_MISMATCHES};
 use super::{
-    ip_header_len, set_control_message, sock_addr, Control, Driver, IoStats, UdpIo, TX_BATCH, TX_BATCHES_PER_CALL,
+    ip_header_len, set_control_message, set_traffic_class, sock_addr, traffic_class_of, Control, Driver, IoStats,
+    UdpIo, TX_BATCH, TX_BATCHES_PER_CALL,
 };
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
@@ -36,7 +37,8 @@ use std::os::fd::{AsRawFd, RawFd};
 const MAX_SEGMENTS: usize = 64;
 
 /// One message: the packets at `order[first..first + count]`,
-/// cut by the kernel every `segment` bytes when `count > 1`.
+/// cut by the kernel every `segment` bytes when `count > 1`, all with one
+/// TOS (a control message sets it for the whole message).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Message {
     first: usize,
@@ -117,9 +119,9 @@ impl UdpIo {
         // held by nothing here.
         self.tx_meta.clear();
         if let Some(f) = &mut self.faults {
-            if let Some((bytes, dest, port)) = f.take_held() {
+            if let Some((bytes, to, port)) = f.take_held() {
                 if let Some(t) = self.tx.get(&port) {
-                    send_one(&t.socket, &bytes, dest, self.scope_id, &mut self.stats);
+                    send_one(&t.socket, &bytes, to, self.scope_id, &mut self.stats);
                 }
             }
         }
@@ -154,10 +156,11 @@ impl UdpIo {
         let Some(f) = &mut self.faults else { return };
         for i in 0..k {
             let t = &self.tx_meta[i];
+            let tos = traffic_class_of(&self.tx_bufs[i]);
             let body = &mut self.tx_bufs[i][hl + 8..t.len];
-            for (bytes, dest) in f.apply(body, t.dest, t.src_port, &mut self.stats) {
+            for (bytes, to) in f.apply(body, (t.dest, tos), t.src_port, &mut self.stats) {
                 if let Some(s) = self.tx.get(&t.src_port) {
-                    send_one(&s.socket, &bytes, dest, self.scope_id, &mut self.stats);
+                    send_one(&s.socket, &bytes, to, self.scope_id, &mut self.stats);
                 }
             }
         }
@@ -279,11 +282,14 @@ impl UdpIo {
         while p < end {
             let first = order[p];
             let (segment, dest) = (body(first), self.tx_meta[first].dest);
+            let tos = traffic_class_of(&self.tx_bufs[first]);
             let (mut count, mut bytes) = (1, segment);
             while self.offloads.gso && p + count < end && count < MAX_SEGMENTS {
                 let next = order[p + count];
                 let len = body(next);
-                if self.tx_meta[next].dest != dest || len > segment || bytes + len > max_bytes {
+                // One TOS per message: a data packet (ECT) and an ACK part.
+                let same_tos = traffic_class_of(&self.tx_bufs[next]) == tos;
+                if self.tx_meta[next].dest != dest || !same_tos || len > segment || bytes + len > max_bytes {
                     break;
                 }
                 count += 1;
@@ -360,13 +366,14 @@ impl UdpIo {
             let Some(t) = self.tx.get_mut(&port) else { return };
             let meta = &self.tx_meta[i];
             let buf = &self.tx_bufs[i];
+            let to = (meta.dest, traffic_class_of(buf));
             let ok = match &meta.payload {
-                None => send_one(&t.socket, &buf[hl + 8..meta.len], meta.dest, self.scope_id, &mut self.stats),
+                None => send_one(&t.socket, &buf[hl + 8..meta.len], to, self.scope_id, &mut self.stats),
                 Some(p) => {
                     // SAFETY: as in send_batch_locked, whose regions are still locked.
                     let payload = unsafe { std::slice::from_raw_parts(payloads[i], p.len) };
                     let whole = [&buf[hl + 8..p.at], payload, &buf[p.at..meta.len]].concat();
-                    send_one(&t.socket, &whole, meta.dest, self.scope_id, &mut self.stats)
+                    send_one(&t.socket, &whole, to, self.scope_id, &mut self.stats)
                 }
             };
             if !ok && ident.is_some() {
@@ -564,6 +571,9 @@ impl Batch {
             if m.count > 1 {
                 set_segment_size(h, &mut self.control[j], m.segment as u16);
             }
+            // The TOS byte the engine wrote: the kernel writes its own IP header.
+            let first = order[m.first];
+            set_traffic_class(h, &mut self.control[j], io.tx_meta[first].dest, traffic_class_of(&io.tx_bufs[first]));
         }
     }
 
@@ -649,11 +659,26 @@ pub(super) fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u
     set_control_message(h, room, libc::SOL_UDP, libc::UDP_SEGMENT, size);
 }
 
-/// Sends one datagram; false if the kernel refused it (counted and traced).
-pub(super) fn send_one(socket: &Socket, bytes: &[u8], dest: IpAddr, scope_id: u32, stats: &mut IoStats) -> bool {
+/// Sends one datagram to `to` (destination, TOS); false if the kernel
+/// refused it (counted and traced).
+pub(super) fn send_one(socket: &Socket, bytes: &[u8], to: (IpAddr, u8), scope_id: u32, stats: &mut IoStats) -> bool {
+    let (dest, tos) = to;
     stats.send_syscalls += 1;
-    match socket.send_to(bytes, &sock_addr(dest, ROCE_V2_PORT, scope_id)) {
-        Ok(_) => {
+    let addr = sock_addr(dest, ROCE_V2_PORT, scope_id);
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
+    let mut control = Control::default();
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = addr.as_ptr() as *mut _;
+    h.msg_namelen = addr.len();
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    set_traffic_class(&mut h, &mut control, dest, tos);
+    // SAFETY: the header points at `bytes`, `addr` and `control`, all alive for the call.
+    let r = unsafe { libc::sendmsg(socket.as_raw_fd(), &h, 0) };
+    let r = if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
+    match r {
+        Ok(()) => {
             stats.datagrams_sent += 1;
             true
         }
@@ -689,6 +714,63 @@ fn with_locked<R>(
 mod tests {
     use super::*;
     use crate::DeviceConfig;
+
+    /// A GSO message carries one TOS for all its segments (a control
+    /// message), so a run of equal-sized packets is cut where the TOS
+    /// changes: otherwise an ACK would leave ECN-capable, or data not.
+    #[test]
+    fn a_gso_run_only_groups_packets_of_one_tos() {
+        let local: IpAddr = "127.31.8.1".parse().unwrap();
+        let dest: IpAddr = "127.31.8.2".parse().unwrap();
+        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        assert!(io.offloads.gso);
+        let port = io.reserve_port(0xc321).unwrap();
+        let toses = [0x6a, 0x6a, 0x68, 0x6a, 0x6a, 0x6a];
+        io.tx_meta.clear();
+        for (i, &tos) in toses.iter().enumerate() {
+            io.tx_bufs[i][..2].copy_from_slice(&[0x45, tos]);
+            io.tx_meta.push(Transmit { len: 1000, dest, src_port: port, released_ack: false, payload: None });
+        }
+        let order: Vec<usize> = (0..toses.len()).collect();
+        let mut batch = Batch::new();
+        io.plan(&order, 0, order.len(), io.tx[&port].socket.as_raw_fd(), port, &mut batch);
+        let runs: Vec<(usize, usize)> = batch.messages[..batch.len].iter().map(|m| (m.first, m.count)).collect();
+        assert_eq!(runs, [(0, 2), (2, 1), (3, 3)]);
+    }
+
+    /// The one-packet path (fault injection, resends after a refused
+    /// message) sends with the TOS too, and the receive side reads it
+    /// back from the control message: IPv4 TOS and IPv6 traffic class.
+    #[test]
+    fn send_one_sets_the_tos_and_the_receive_side_reads_it() {
+        for (local, tos) in [("127.31.9.1", 0x6b_u8), ("::1", 0x6a)] {
+            let local: IpAddr = local.parse().unwrap();
+            let rx = Socket::new(super::super::domain(local), Type::DGRAM, Some(Protocol::UDP)).unwrap();
+            let (level, name) = if local.is_ipv4() {
+                (libc::IPPROTO_IP, libc::IP_RECVTOS)
+            } else {
+                (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)
+            };
+            super::super::setsockopt_int(rx.as_raw_fd(), level, name, 1).unwrap();
+            rx.bind(&sock_addr(local, ROCE_V2_PORT, 0)).unwrap();
+            let tx = Socket::new(super::super::domain(local), Type::DGRAM, Some(Protocol::UDP)).unwrap();
+            let mut stats = IoStats::default();
+            assert!(send_one(&tx, b"hello", (local, tos), 0, &mut stats));
+            let mut data = [0u8; 64];
+            let mut control = [0u64; super::super::recv::CMSG_ROOM / 8];
+            let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
+            // SAFETY: all-zero msghdr is valid; the pointers set are live buffers of their lengths.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: as above; blocking, the datagram is already queued on loopback.
+            let n = unsafe { libc::recvmsg(rx.as_raw_fd(), &mut h, 0) };
+            assert_eq!(n, 5, "{}", io::Error::last_os_error());
+            assert_eq!(super::super::recv::read_control(&h).tos, tos, "{local}");
+        }
+    }
 
     /// A send the send path did not count (here one made behind its back)
     /// puts the prediction off. The next check finds it, counts it and

@@ -25,7 +25,7 @@
 //! the ring (readable when completions wait), and never while work is
 //! flagged ([`Uring::has_work`]).
 
-use super::recv::{deliver, gro_segment_size, source_address};
+use super::recv::{deliver, read_control, source_address, RxMeta};
 use super::send::{Batch, Failures};
 use super::IoStats;
 use io_uring::{cqueue, opcode, types, IoUring};
@@ -51,8 +51,8 @@ const GROUP: u16 = 0;
 const OUT_HEADER: usize = 16;
 /// Room for the sender's address (a `sockaddr_in6` fits).
 const NAME_ROOM: usize = 32;
-/// Room for the control messages (UDP_GRO's int).
-const CONTROL_ROOM: usize = 64;
+/// Room for the control messages: UDP_GRO's segment size and the TOS.
+const CONTROL_ROOM: usize = super::recv::CMSG_ROOM;
 /// Where the datagram starts in a buffer: the bytes before it (header,
 /// address, control) are free once read, room for the rebuilt headers.
 const PAYLOAD_AT: usize = OUT_HEADER + NAME_ROOM + CONTROL_ROOM;
@@ -302,17 +302,18 @@ impl Uring {
             return;
         };
         let control = out.control_data();
-        let seg = if control.is_empty() {
-            None
+        let control = if control.is_empty() {
+            Default::default()
         } else {
             // SAFETY: all-zero msghdr is valid; it only frames the control bytes.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             h.msg_control = control.as_ptr() as *mut _;
             h.msg_controllen = control.len();
-            gro_segment_size(&h)
+            read_control(&h)
         };
         let at = len - payload;
-        deliver(ep, now, buf, at, payload, seg, src, local, stats);
+        let meta = RxMeta { src, tos: control.tos };
+        deliver(ep, now, buf, at, payload, control.segment, meta, local, stats);
     }
 
     /// Submits every message of `batch` and waits until each has

@@ -506,6 +506,7 @@ fn a_perftest_peer_whose_cycle_buffer_sizes_64_gib_is_refused_not_an_abort() {
     assert!(rest.is_empty(), "no hand shake from a server over budget");
     let (code, err) = server_end(child);
     assert_eq!(code, Some(1), "exits 1, not by a signal: {err}");
+    assert!(err.contains("the peer's page of 1073741824 bytes"), "names what the peer sent: {err}");
     assert!(err.contains("64 QP(s) x 16777216 buffer(s) of 64 bytes") && err.contains("budget"), "{err}");
 }
 

@@ -461,7 +461,13 @@ impl Session {
         let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
         let cfg = Config { mtu, verify: cfg.verify && checkable(cfg), ..cfg.clone() };
         let device = cfg.device();
-        let side = Side::open(cfg.bind, &cfg, device, layout(&cfg, cycle, cache))?;
+        let layout = layout(&cfg, cycle, cache);
+        // The peer's page size cuts this side's buffers: say so if it is too much.
+        super::budget::check_side(&cfg, &layout).map_err(|mut e| {
+            e.what = format!("the peer's page of {cycle} bytes (cache line {cache}): {}", e.what);
+            e
+        })?;
+        let side = Side::open(cfg.bind, &cfg, device, layout)?;
         let script = Script::of(cfg.test, cfg.qps);
         let mine = dests(&side)?;
         let mut s = Session { peer: peer_of(&[], &cfg, cycle, cache), cfg, side, mine, script, cycle, cache };

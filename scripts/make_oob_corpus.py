@@ -147,6 +147,9 @@ pt = [
     ("no_nul", setup() + b"0" * 108),
     ("not_utf8", setup() + b"\xc3\x28" * 54),
     ("long_message", setup() + dest() + b"0:" * 200),
+    # found by fuzzing: non-ASCII bytes in the version (U+00A0 counts as
+    # whitespace to trim); the oracle had counted UTF-8 bytes, not chars
+    ("version_nbsp", b"6" + b"\xa0" * 10 + b"\x0b\x00" + b"\xa0" * 4 + setup()[16:] + dest()),
     ("truncated_setup", setup()[:11]),
     ("empty", b""),
 ]

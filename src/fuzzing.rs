@@ -161,7 +161,8 @@ fn check_line(line: &[u8]) {
 pub fn perftest_exchange(data: &[u8]) {
     let (version, rest) = data.split_at(data.len().min(VERSION_LEN));
     if let Ok(text) = perftest::parse_version(version) {
-        assert!(text.len() <= VERSION_LEN);
+        // one char per byte (bytes over 0x7f take two in UTF-8)
+        assert!(text.chars().count() <= VERSION_LEN);
         assert!(text.trim().parse::<f64>().is_ok_and(|v| v >= perftest::MIN_PEER_VERSION));
     }
     let (cycle, rest) = rest.split_at(rest.len().min(4));

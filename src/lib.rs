@@ -4,5 +4,8 @@
 pub mod capture;
 pub mod decode;
 pub mod dump;
+/// Fuzz target bodies (`fuzz/` wraps them); not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod perf;
 pub mod pingpong;

@@ -65,9 +65,11 @@ pub struct Args {
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
-const MSG_LEN: usize = 52; // "0000:000000:000000:" + 32 hex digits + NUL
+pub(crate) const MSG_LEN: usize = 52; // "0000:000000:000000:" + 32 hex digits + NUL
 const UD_QKEY: u32 = 0x1111_1111;
 const GRH: usize = 40;
+/// How long the TCP exchange may wait for the peer's next bytes.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// srq_pingpong's table size (`MAX_QP`), which its exchange always sends.
 const SRQ_MAX_QP: usize = 256;
 
@@ -83,23 +85,31 @@ pub enum PingPongError {
     Failed(String),
 }
 
-/// `LID:QPN:PSN:GID` as the examples write it.
-fn wire_msg(qpn: u32, psn: u32, gid: Gid) -> [u8; MSG_LEN] {
-    let s = format!("{:04x}:{:06x}:{:06x}:{}", 0, qpn, psn, gid.to_wire_hex());
+/// `LID:QPN:PSN:GID` as the examples write it (QPN and PSN are 24 bits:
+/// wider values are cut, so the message always fits).
+pub(crate) fn wire_msg(qpn: u32, psn: u32, gid: Gid) -> [u8; MSG_LEN] {
+    let s = format!("{:04x}:{:06x}:{:06x}:{}", 0, qpn & 0xff_ffff, psn & 0xff_ffff, gid.to_wire_hex());
     let mut m = [0u8; MSG_LEN];
     m[..s.len()].copy_from_slice(s.as_bytes());
     m
 }
 
-fn parse_msg(m: &[u8]) -> Result<PeerInfo, PingPongError> {
-    let s = std::str::from_utf8(m).unwrap_or("").trim_end_matches('\0');
+/// Parses the peer's `LID:QPN:PSN:GID`. A QPN or PSN wider than 24 bits,
+/// a LID wider than 16 or a message longer than [`MSG_LEN`] is refused.
+pub(crate) fn parse_msg(m: &[u8]) -> Result<PeerInfo, PingPongError> {
+    let s = std::str::from_utf8(&m[..m.len().min(MSG_LEN)]).unwrap_or("").trim_end_matches('\0');
     let bad = || PingPongError::Failed(format!("Couldn't parse the remote address {s:?}"));
+    if m.len() > MSG_LEN {
+        return Err(bad());
+    }
     let parts: Vec<&str> = s.split(':').collect();
     if parts.len() != 4 {
         return Err(bad());
     }
-    let qpn = u32::from_str_radix(parts[1], 16).map_err(|_| bad())?;
-    let psn = u32::from_str_radix(parts[2], 16).map_err(|_| bad())?;
+    let field = |p: &str, max: u32| u32::from_str_radix(p, 16).ok().filter(|&v| v <= max).ok_or_else(bad);
+    field(parts[0], 0xffff)?;
+    let qpn = field(parts[1], 0xff_ffff)?;
+    let psn = field(parts[2], 0xff_ffff)?;
     let gid = Gid::from_wire_hex(parts[3]).ok_or_else(bad)?;
     Ok(PeerInfo { qpn, psn, gid })
 }
@@ -125,10 +135,11 @@ fn exchange_messages(local: &[PeerInfo], entries: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Reads the peer's `entries` entries and keeps the first `used`.
-fn read_remote(stream: &mut TcpStream, entries: usize, used: usize) -> Result<Vec<PeerInfo>, PingPongError> {
+/// Reads the peer's `entries` entries and keeps the first `used`: fixed-size
+/// messages into one fixed buffer, so nothing the peer sends sizes memory.
+pub(crate) fn read_remote(stream: &mut impl Read, entries: usize, used: usize) -> Result<Vec<PeerInfo>, PingPongError> {
     let mut buf = [0u8; MSG_LEN];
-    let mut remote = Vec::with_capacity(used);
+    let mut remote = Vec::with_capacity(used.min(entries));
     for i in 0..entries {
         stream
             .read_exact(&mut buf)
@@ -226,6 +237,9 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
             l.accept()?.0
         }
     };
+    // A peer that connects and then says nothing must not hold this side
+    // forever (the exchange is a few kilobytes, sent at once).
+    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT))?;
     let entries = exchange_entries(kind);
     let remote = if is_client {
         stream.write_all(&exchange_messages(&local, entries))?;
@@ -359,6 +373,27 @@ mod tests {
         assert_eq!((p.qpn, p.psn), (0x17, 0x35de35));
         assert_eq!(p.gid.to_ip(), "10.77.0.12".parse::<IpAddr>().unwrap());
         assert_eq!(&wire_msg(p.qpn, p.psn, p.gid), captured);
+    }
+
+    #[test]
+    fn a_peers_message_is_checked_field_by_field_and_read_in_fixed_sizes() {
+        let gid = "00000000000000000000ffff0a4d000c";
+        assert!(parse_msg(format!("0000:ffffff:ffffff:{gid}\0").as_bytes()).is_ok());
+        for bad in [
+            format!("0000:1000000:000001:{gid}"), // QPN over 24 bits: would not re-encode in 52 bytes
+            format!("0000:000001:1000000:{gid}"),
+            format!("10000:000001:000001:{gid}"),
+            format!("0000:000001:000001:{gid}:"),
+            format!("0000:000001:000001:{}", &gid[..30]),
+        ] {
+            assert!(parse_msg(bad.as_bytes()).is_err(), "{bad}");
+        }
+        assert!(parse_msg(&[b'0'; MSG_LEN + 1]).is_err());
+        // a short or absent table is an error, not a wait for more memory
+        let one = wire_msg(0x17, 0x35de35, Gid::from_wire_hex(gid).unwrap());
+        assert_eq!(read_remote(&mut &one[..], 1, 1).unwrap().len(), 1);
+        assert!(read_remote(&mut &one[..], 2, 1).is_err());
+        assert!(read_remote(&mut &one[..10], 1, 1).is_err());
     }
 
     #[test]

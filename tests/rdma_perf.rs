@@ -41,6 +41,7 @@ fn config(test: TestKind) -> Config {
         unconnected_sends: false,
         ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,
+        mem_budget: perf::budget::DEFAULT_MEM_BUDGET,
     }
 }
 
@@ -352,4 +353,199 @@ fn write_lat_server_writes_first_as_perftests_does() {
     }
     let r = srv.join().unwrap().unwrap();
     assert_eq!(r.iterations, 5);
+}
+
+// ------------------------------------------------------------------
+// Hostile out-of-band peers (issue 17, finding 6): whatever the peer on
+// the TCP side channel sends, the tool answers with an error (where the
+// exchange has one) and exits 1; it never aborts or panics.
+
+/// A server process of `args` on a fresh address and port, and a TCP
+/// connection to it.
+fn hostile_server(args: &[&str], port: u16) -> (std::process::Child, std::net::TcpStream) {
+    use std::process::Stdio;
+    let (_, s) = addresses();
+    let port_s = port.to_string();
+    let bind = s.to_string();
+    let mut all = args.to_vec();
+    all.extend(["-p", &port_s, "--bind", &bind, "--quiet"]);
+    let child = Command::new(env!("CARGO_BIN_EXE_rdma-perf"))
+        .args(&all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stream = (0..200)
+        .find_map(|_| {
+            std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok().or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+                None
+            })
+        })
+        .expect("the server listens");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    (child, stream)
+}
+
+/// Waits for the server to end; its exit code (None: a signal) and stderr.
+fn server_end(mut child: std::process::Child) -> (Option<i32>, String) {
+    use std::io::Read;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > end {
+            child.kill().unwrap();
+            panic!("the server did not exit");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (child.wait().unwrap().code(), err)
+}
+
+/// The server's answer: one JSON line.
+fn answer(stream: &std::net::TcpStream) -> perf::oob::Msg {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(stream).read_line(&mut line).unwrap();
+    perf::oob::Msg::parse_line(line.as_bytes()).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+fn oob_port(k: u16) -> u16 {
+    30000 + (std::process::id() % 2000) as u16 * 8 + k
+}
+
+#[test]
+fn a_hello_asking_for_1024_qps_of_1_gib_is_refused_not_an_abort() {
+    use std::io::Write;
+    // The Hello of issue 17: 1 TiB, which made the server abort (SIGABRT).
+    let (child, mut stream) = hostile_server(&["write-bw", "--oob", "rdma-perf"], oob_port(0));
+    let hello = r#"{"Hello":{"test":"write-bw","size":1073741824,"iters":5000,"duration_ms":null,"qps":1024,"mtu":4096,"tx_depth":128,"atomic":"FETCH_AND_ADD","verify":false}}"#;
+    stream.write_all(format!("{hello}\n").as_bytes()).unwrap();
+    let perf::oob::Msg::Error(e) = answer(&stream) else { panic!("the server must answer with an Error") };
+    assert!(e.contains("1099511627776") && e.contains("1073741824") && e.contains("budget"), "{e}");
+    assert!(e.contains("1024 QP"), "it names what was asked: {e}");
+    let (code, err) = server_end(child);
+    assert_eq!(code, Some(1), "exits 1, not by a signal: {err}");
+    assert!(err.contains("over the memory budget of 1073741824 bytes") && err.contains("--mem-budget"), "{err}");
+
+    // The flag sets the limit: a modest Hello (8 MiB of slots) against 1 MiB.
+    let (child, mut stream) = hostile_server(&["write-bw", "--oob", "rdma-perf", "--mem-budget", "1M"], oob_port(1));
+    let modest = hello.replace("1073741824", "65536").replace("\"qps\":1024", "\"qps\":1").replace("false}", "true}");
+    stream.write_all(format!("{modest}\n").as_bytes()).unwrap();
+    let perf::oob::Msg::Error(e) = answer(&stream) else { panic!("the server must answer with an Error") };
+    assert!(e.contains("8388608 bytes, over the memory budget of 1048576 bytes"), "{e}");
+    let (code, err) = server_end(child);
+    assert_eq!(code, Some(1), "{err}");
+    // and raising it lets the big one through the checks (adopting
+    // allocates nothing, so this runs anywhere)
+    let perf::oob::Msg::Hello(h) = perf::oob::Msg::parse_line(hello.as_bytes()).unwrap() else { unreachable!() };
+    let server = Config { mem_budget: 2 << 40, role: Role::Server, ..config(TestKind::WriteBw) };
+    let adopted = perf::server::adopt(&server, &h).expect("within 2 TiB");
+    assert_eq!((adopted.qps, adopted.size), (1024, 1 << 30));
+    let refused = perf::server::adopt(&Config { mem_budget: perf::budget::DEFAULT_MEM_BUDGET, ..server }, &h);
+    assert!(matches!(refused, Err(perf::PerfError::OverBudget(_))), "{refused:?}");
+}
+
+#[test]
+fn malformed_lines_get_an_error_answer_and_exit_1() {
+    use std::io::Write;
+    let good = |k: &str, v: &str| {
+        let mut h = serde_json::json!({"Hello":{"test":"write-bw","size":64,"iters":10,"duration_ms":null,
+            "qps":1,"mtu":4096,"tx_depth":16,"atomic":"FETCH_AND_ADD","verify":false}});
+        h["Hello"][k] = serde_json::from_str(v).unwrap();
+        format!("{h}\n").into_bytes()
+    };
+    let too_long = vec![b'{'; perf::oob::MAX_LINE + 1]; // and no newline
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"not json at all\n".to_vec(), "bad message"),
+        (good("size", "-1"), "bad message"),
+        (good("qps", "18446744073709551616"), "bad message"),
+        (good("tx_depth", "\"many\""), "bad message"),
+        (good("size", "1e9"), "bad message"),
+        (good("test", "\"\\u001b[2Jbogus\""), "unknown test"),
+        (good("qps", "100000"), "--qps must be between 1 and 1024"),
+        (b"{\"Done\":{\"iters\":[1,2,3]}}\n".to_vec(), "expected a Hello"),
+        (too_long, "more than 1048576 bytes"),
+    ];
+    for (k, (input, needle)) in cases.into_iter().enumerate() {
+        let (child, mut stream) = hostile_server(&["write-bw", "--oob", "rdma-perf"], oob_port(2 + k as u16 % 6));
+        stream.write_all(&input).unwrap();
+        let perf::oob::Msg::Error(e) = answer(&stream) else {
+            panic!("case {k}: the server must answer with an Error")
+        };
+        assert!(e.contains(needle), "case {k}: {e}");
+        assert!(!e.contains('\u{1b}'), "case {k}: the peer's text is escaped: {e:?}");
+        let (code, err) = server_end(child);
+        assert_eq!(code, Some(1), "case {k}: {err}");
+        assert!(err.contains(needle), "case {k}: {err}");
+    }
+}
+
+#[test]
+fn a_perftest_peer_whose_cycle_buffer_sizes_64_gib_is_refused_not_an_abort() {
+    use std::io::{Read, Write};
+    // A perftest client announcing a 1 GiB page: with 8-byte messages the
+    // server would cut its region into a slot per 64-byte cache line,
+    // 16 M slots per QP, 64 GiB for 64 QPs (an abort before the budget).
+    let (child, mut stream) = hostile_server(&["send-bw", "-q", "64", "-s", "8"], oob_port(8));
+    let mut version = [0u8; 16];
+    version[..4].copy_from_slice(b"6.06");
+    let mut exchange = |mine: &[u8]| {
+        stream.write_all(mine).unwrap();
+        let mut theirs = vec![0u8; mine.len()];
+        stream.read_exact(&mut theirs).unwrap();
+    };
+    exchange(&version);
+    exchange(&(1u32 << 30).to_be_bytes());
+    exchange(&64u32.to_be_bytes());
+    exchange(b"5\0");
+    // perftest's exchange has no error message: the server closes
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "no hand shake from a server over budget");
+    let (code, err) = server_end(child);
+    assert_eq!(code, Some(1), "exits 1, not by a signal: {err}");
+    assert!(err.contains("the peer's page of 1073741824 bytes"), "names what the peer sent: {err}");
+    assert!(err.contains("64 QP(s) x 16777216 buffer(s) of 64 bytes") && err.contains("budget"), "{err}");
+}
+
+#[test]
+fn a_hostile_server_info_is_refused_by_the_client() {
+    use perf::oob::{Msg, SideInfo};
+    use std::io::Write;
+    // What a server tells the client sizes the client's bookkeeping (its
+    // targets per QP) and indexes its lists: both are checked first.
+    let gid = rdma_core_rs::Gid::from_ip("127.0.0.9".parse().unwrap()).to_wire_hex();
+    let info = |slots: usize, rkeys: Vec<u32>| SideInfo {
+        qpns: vec![0x11],
+        psns: vec![1],
+        gid: gid.clone(),
+        addrs: vec![0x1000],
+        rkeys,
+        slots,
+        slot_len: 64,
+        out_reads: 16,
+    };
+    for (k, (bad, needle)) in
+        [(info(1 << 60, vec![1]), "target(s) per QP"), (info(1, vec![]), "0 rkeys")].into_iter().enumerate()
+    {
+        let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+            let hello = answer(&s);
+            assert!(matches!(hello, Msg::Hello(_)), "{hello:?}");
+            (&s).write_all(&Msg::Info(bad).to_line()).unwrap();
+            (&s).write_all(&Msg::Ready.to_line()).unwrap();
+            answer(&s)
+        });
+        let mut cfg = config(TestKind::WriteBw);
+        cfg.role = Role::Client((Ipv4Addr::LOCALHOST, port).into());
+        let e = perf::run(&cfg).expect_err("a hostile Info is refused");
+        assert!(e.to_string().contains(needle), "case {k}: {e}");
+        let Msg::Error(told) = server.join().unwrap() else { panic!("case {k}: the client answers with an Error") };
+        assert!(told.contains(needle), "case {k}: {told}");
+    }
 }

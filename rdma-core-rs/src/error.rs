@@ -24,6 +24,10 @@ pub enum Error {
     /// An access outside a memory region through its local accessors.
     #[error("{len} bytes at offset {offset} are outside the {size}-byte memory region")]
     OutOfBounds { offset: usize, len: usize, size: usize },
+    /// `reg_mr` could not have the memory it was asked for (the size may be
+    /// a peer's choice: this is an error to report, never an abort).
+    #[error("cannot allocate a {len}-byte memory region: {source}")]
+    OutOfMemory { len: usize, source: std::collections::TryReserveError },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

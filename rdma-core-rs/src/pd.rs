@@ -20,8 +20,15 @@ impl ProtectionDomain {
     /// `ibv_reg_mr` of `len` zeroed bytes the library owns. The safe way:
     /// the bytes are only reachable through the region's copying accessors
     /// and its lock, so nothing can alias what the engine writes.
+    ///
+    /// Memory that cannot be had is [`Error::OutOfMemory`], never an abort:
+    /// tools size regions from what a peer asks for.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
-        self.register(RegionMemory::zeroed(len), access)
+        let memory = RegionMemory::try_zeroed(len).map_err(|source| {
+            tracing::warn!(len, "memory region refused: out of memory");
+            Error::OutOfMemory { len, source }
+        })?;
+        self.register(memory, access)
     }
 
     /// `ibv_reg_mr` of the bytes of `data`, which the region takes over.
@@ -32,6 +39,11 @@ impl ProtectionDomain {
     /// `ibv_reg_mr` of the caller's memory, used in place (zero copy for
     /// applications that manage their own buffers).
     ///
+    /// A null `ptr` is refused whatever `len` is, 0 included
+    /// ([`Error::InvalidArgument`]): the region's accessors make slices of
+    /// `ptr`, and a slice from a null pointer is undefined behaviour even
+    /// when empty. An empty region of owned memory is `reg_mr(0, ..)`.
+    ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid for reads and writes until the
     /// region is dropped *and* every work request naming it has completed,
@@ -39,8 +51,8 @@ impl ProtectionDomain {
     /// through [`MemoryRegion::lock`], [`MemoryRegion::read`] and
     /// [`MemoryRegion::write`]: a peer can write them at any moment.
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<MemoryRegion> {
-        if ptr.is_null() && len > 0 {
-            return Err(Error::InvalidArgument("reg_mr_raw: null pointer".into()));
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument(format!("reg_mr_raw: null pointer (length {len})")));
         }
         // SAFETY: forwarded to our caller.
         self.register(unsafe { RegionMemory::from_raw(ptr, len) }, access)
@@ -156,5 +168,47 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         self.ctx.inner.lock().ep.dereg_mr(self.lkey);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    /// A domain on a device of its own address, so no other test's device
+    /// shares its port.
+    fn pd_on(name: &str, addr: &str) -> ProtectionDomain {
+        let dev = Device::new(name, addr.parse().unwrap()).unwrap();
+        dev.open().unwrap().alloc_pd().unwrap()
+    }
+
+    #[test]
+    fn an_absurd_region_is_a_typed_error_not_an_abort() {
+        let pd = pd_on("rxe-pd-oom", "127.53.17.1");
+        for len in [usize::MAX / 2, 1 << 50] {
+            match pd.reg_mr(len, Access::ALL) {
+                Err(Error::OutOfMemory { len: asked, .. }) => assert_eq!(asked, len),
+                other => panic!("reg_mr({len}) gave {other:?}"),
+            }
+        }
+        let e = pd.reg_mr(usize::MAX / 2, Access::ALL).unwrap_err().to_string();
+        assert!(e.contains(&(usize::MAX / 2).to_string()), "the error names the length: {e}");
+        // the domain is still usable afterwards
+        let mr = pd.reg_mr(4096, Access::ALL).unwrap();
+        assert_eq!((mr.len(), mr.to_vec()), (4096, vec![0u8; 4096]));
+    }
+
+    #[test]
+    fn a_null_pointer_is_refused_even_for_an_empty_region() {
+        let pd = pd_on("rxe-pd-null", "127.53.17.2");
+        for len in [0, 8] {
+            // SAFETY: refused before any use of the pointer.
+            let r = unsafe { pd.reg_mr_raw(std::ptr::null_mut(), len, Access::LOCAL_WRITE) };
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "len {len}: {r:?}");
+        }
+        let empty = pd.reg_mr(0, Access::LOCAL_WRITE).unwrap();
+        assert!(empty.is_empty());
+        assert!(empty.lock().is_empty());
     }
 }

@@ -118,6 +118,11 @@ struct Args {
     /// sockets where the kernel lacks it). SOFTROCE_IO_DRIVER overrides it.
     #[arg(long = "io", default_value = "sockets", value_parser = parse_io_driver)]
     io: IoDriver,
+    /// The most memory this side registers (and lets its queued requests
+    /// take), whatever the peer asks for: bytes, or with K, M, G or T.
+    /// A server refuses a client that asks for more.
+    #[arg(long = "mem-budget", default_value = "1G", value_parser = perf::budget::parse_size)]
+    mem_budget: u64,
 }
 
 fn parse_io_driver(s: &str) -> Result<IoDriver, String> {
@@ -186,6 +191,7 @@ fn config(a: &Args) -> Result<Config, String> {
         unconnected_sends: a.unconnected,
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),
+        mem_budget: a.mem_budget,
     })
 }
 

@@ -1,6 +1,6 @@
 //! The client side: it drives the RDMA traffic and measures.
 
-use super::oob::{Hello, Msg, Oob, SideInfo};
+use super::oob::{peer_text, Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, ProgressLine, Report};
 use super::side::{self, note, remote_addr, Side};
@@ -16,9 +16,27 @@ pub const OOB_TIMEOUT: Duration = Duration::from_secs(30);
 fn expect_info(m: Msg) -> Result<SideInfo, PerfError> {
     match m {
         Msg::Info(i) => Ok(i),
-        Msg::Error(e) => Err(PerfError::Peer(e)),
-        other => Err(PerfError::Peer(format!("unexpected message {other:?}"))),
+        other => Err(unexpected(other)),
     }
+}
+
+/// A message that is not the one expected (or the peer's error), as an
+/// error that prints safely.
+fn unexpected(m: Msg) -> PerfError {
+    match m {
+        Msg::Error(e) => PerfError::Peer(peer_text(&e)),
+        other => PerfError::Peer(format!("unexpected message {}", peer_text(&format!("{other:?}")))),
+    }
+}
+
+/// The next message; one that does not parse is answered with an `Error`.
+fn recv_checked(oob: &mut dyn Oob, timeout: Duration) -> Result<Msg, PerfError> {
+    oob.recv(timeout).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            let _ = oob.send(&Msg::Error(e.to_string()));
+        }
+        PerfError::Oob(e)
+    })
 }
 
 pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
@@ -35,13 +53,17 @@ pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
         atomic: cfg.atomic.name().into(),
         verify: cfg.verify,
     }))?;
-    let peer = expect_info(oob.recv(OOB_TIMEOUT)?)?;
+    let peer = expect_info(recv_checked(oob, OOB_TIMEOUT)?)?;
+    // The server's lists and targets are checked before they size anything.
+    if let Err(e) = peer.check(cfg.qps, cfg.mem_budget) {
+        let _ = oob.send(&Msg::Error(e.to_string()));
+        return Err(e);
+    }
     oob.send(&Msg::Info(side.info()?))?;
     side.connect(&peer, cfg)?;
-    match oob.recv(OOB_TIMEOUT)? {
+    match recv_checked(oob, OOB_TIMEOUT)? {
         Msg::Ready => {}
-        Msg::Error(e) => return Err(PerfError::Peer(e)),
-        other => return Err(PerfError::Peer(format!("unexpected message {other:?}"))),
+        other => return Err(unexpected(other)),
     }
     let outcome = traffic(cfg, &side, &peer, false);
     let run = match outcome {
@@ -53,15 +75,14 @@ pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
     };
     oob.send(&Msg::Done { iters: run.iters.clone() })?;
     let wait = OOB_TIMEOUT + cfg.duration.unwrap_or_default();
-    let (server_ok, server_detail, server_retransmits) = match oob.recv(wait)? {
-        Msg::Result { verified, detail, retransmits } => (verified, detail, retransmits),
-        Msg::Error(e) => return Err(PerfError::Peer(e)),
-        other => return Err(PerfError::Peer(format!("unexpected message {other:?}"))),
+    let (server_ok, server_detail, server_retransmits) = match recv_checked(oob, wait)? {
+        Msg::Result { verified, detail, retransmits } => (verified, detail.map(|d| peer_text(&d)), retransmits),
+        other => return Err(unexpected(other)),
     };
     let total: u64 = run.iters.iter().sum();
     let mut report = Report::new(cfg, "client", total, run.elapsed, run.rtt.as_ref());
     report.counters = Counters::of(&side.ctx);
-    report.retransmits = report.counters.retransmits + server_retransmits;
+    report.retransmits = report.counters.retransmits.saturating_add(server_retransmits);
     if cfg.verify {
         let detail = run.verify_error.or(server_detail);
         report.verified = Some(detail.is_none() && server_ok != Some(false));
@@ -140,7 +161,10 @@ fn bandwidth(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Resul
     let nq = side.qps.len();
     let slots = side.slots as u64;
     let peer_slots = peer.slots.max(1) as u64;
-    let mut atomics = AtomicTrack::new(nq, peer.slots, !foreign);
+    // Only the atomic tests track their targets (peer.slots is the peer's
+    // number, checked against the budget when it arrived).
+    let tracked = if cfg.test.is_atomic() { peer.slots } else { 1 };
+    let mut atomics = AtomicTrack::new(nq, tracked, !foreign);
     let depth = (cfg.tx_depth as u64).min(slots);
     let target = if cfg.duration.is_some() { None } else { Some(cfg.iters) };
     // Unsignaled runs of requests, one completion each; every request is

@@ -4,6 +4,7 @@
 //! ([`client`]) while the server answers or stays passive ([`server`]).
 //! `--loopback` runs both in one process, on two loopback addresses.
 
+pub mod budget;
 pub mod client;
 pub mod oob;
 pub mod perftest;
@@ -169,6 +170,9 @@ pub struct Config {
     pub ack_delay: Duration,
     /// The system calls that move packets (`DeviceConfig::io_driver`).
     pub io_driver: rdma_core_rs::IoDriver,
+    /// The most memory a side registers, and the most its queued requests
+    /// may take, whoever asks ([`budget`]; `--mem-budget`).
+    pub mem_budget: u64,
 }
 
 /// Why a run could not be done.
@@ -182,6 +186,9 @@ pub enum PerfError {
     Config(String),
     #[error("the peer reported: {0}")]
     Peer(String),
+    /// What this side or its peer asked for does not fit the memory budget.
+    #[error("{0}")]
+    OverBudget(#[from] budget::OverBudget),
     #[error("{0}")]
     Failed(String),
 }

@@ -70,8 +70,14 @@ impl Dest {
         m
     }
 
-    /// Parses a hand-shake message.
+    /// Parses a hand-shake message. Every field must fit what perftest
+    /// prints into it (LID and outstanding reads 16 bits, QPN and PSN 24,
+    /// GID bytes 8, keys 32): a value that does not is the peer's error,
+    /// never truncated into another one.
     pub fn decode(m: &[u8]) -> Result<Dest, String> {
+        if m.len() > KEY_MSG_LEN {
+            return Err(format!("a hand-shake message of {} bytes, at most {KEY_MSG_LEN} expected", m.len()));
+        }
         let text = std::str::from_utf8(m).map_err(|_| "a hand-shake message that is not text".to_string())?;
         let text = text.trim_end_matches('\0');
         let f: Vec<&str> = text.split(':').collect();
@@ -79,21 +85,64 @@ impl Dest {
         if f.len() < 23 {
             return Err(format!("a hand-shake message with {} fields, expected 23: {text:?}", f.len()));
         }
-        let hex = |i: usize| u64::from_str_radix(f[i], 16).map_err(|_| format!("field {i} ({:?}) of {text:?}", f[i]));
+        let hex = |i: usize, max: u64| match u64::from_str_radix(f[i], 16) {
+            Ok(v) if v <= max => Ok(v),
+            _ => Err(format!("field {i} ({:?}) of {text:?} is not a hex number up to {max:#x}", f[i])),
+        };
         let mut gid = [0u8; 16];
         for (k, b) in gid.iter_mut().enumerate() {
-            *b = hex(6 + k)? as u8;
+            *b = hex(6 + k, 0xff)? as u8;
         }
         Ok(Dest {
-            lid: hex(0)? as u16,
-            out_reads: hex(1)? as u32,
-            qpn: hex(2)? as u32 & 0xff_ffff,
-            psn: hex(3)? as u32 & 0xff_ffff,
-            rkey: hex(4)? as u32,
-            vaddr: hex(5)?,
+            lid: hex(0, 0xffff)? as u16,
+            out_reads: hex(1, 0xffff)? as u32,
+            qpn: hex(2, 0xff_ffff)? as u32,
+            psn: hex(3, 0xff_ffff)? as u32,
+            rkey: hex(4, u32::MAX.into())? as u32,
+            vaddr: hex(5, u64::MAX)?,
             gid: Gid(gid),
-            srqn: hex(22)? as u32,
+            srqn: hex(22, u32::MAX.into())? as u32,
         })
+    }
+}
+
+/// The peer's version message: its text, if new enough.
+pub fn parse_version(m: &[u8]) -> Result<String, String> {
+    let text: String = m.iter().take(VERSION_LEN).take_while(|&&b| b != 0).map(|&b| b as char).collect();
+    // a "NaN" (which compares false with everything) is not new enough either
+    let number: f64 = text.trim().parse().ok().filter(|v: &f64| !v.is_nan()).unwrap_or(0.0);
+    if number < MIN_PEER_VERSION {
+        return Err(format!(
+            "the peer speaks perftest exchange version {text:?}; {MIN_PEER_VERSION:.2} or newer is needed"
+        ));
+    }
+    Ok(text)
+}
+
+/// The agreed cycle buffer and cache line from the peer's system data
+/// (4 bytes each, big-endian): the larger of theirs and ours, within
+/// what a real machine has. The cycle buffer sizes this side's buffers
+/// (see [`layout`]); the memory budget is checked on that layout.
+pub fn parse_system_data(cycle: &[u8], cache: &[u8]) -> Result<(usize, usize), String> {
+    let be = |b: &[u8], what: &str| -> Result<u32, String> {
+        let b: [u8; 4] = b.try_into().map_err(|_| format!("the peer's {what} is {} bytes, not 4", b.len()))?;
+        Ok(u32::from_be_bytes(b))
+    };
+    let cycle = be(cycle, "cycle buffer")?.max(CYCLE_BUFFER);
+    let cache = be(cache, "cache line")?.max(CACHE_LINE);
+    if !(64..=1 << 30).contains(&cycle) || cache > 4096 {
+        return Err(format!("implausible system data from the peer: page {cycle}, cache line {cache}"));
+    }
+    Ok((cycle as usize, cache as usize))
+}
+
+/// The MTU both take from the peer's MTU message: the smaller of the two
+/// (ours if theirs is not one).
+pub fn agree_mtu(m: &[u8], mine: Mtu) -> Mtu {
+    let theirs = m.first().and_then(|&b| (b as char).to_digit(10)).and_then(|d| mtu_from_enum(d as u8));
+    match theirs {
+        Some(t) if t.bytes() < mine.bytes() => t,
+        _ => mine,
     }
 }
 
@@ -276,29 +325,13 @@ impl Link {
     pub fn set_up(&mut self, mtu: Mtu) -> io::Result<(usize, usize, Mtu)> {
         let mut v = [0u8; VERSION_LEN];
         v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
-        let theirs = self.simple(&v)?;
-        let text: String = theirs.iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
-        let number: f64 = text.trim().parse().unwrap_or(0.0);
-        if number < MIN_PEER_VERSION {
-            return Err(proto_err(format!(
-                "the peer speaks perftest exchange version {text:?}; {MIN_PEER_VERSION:.2} or newer is needed"
-            )));
-        }
+        let text = parse_version(&self.simple(&v)?).map_err(proto_err)?;
         tracing::debug!(version = %text, "perftest peer");
         let cycle = self.simple(&CYCLE_BUFFER.to_be_bytes())?;
         let cache = self.simple(&CACHE_LINE.to_be_bytes())?;
-        let cycle = u32::from_be_bytes([cycle[0], cycle[1], cycle[2], cycle[3]]).max(CYCLE_BUFFER);
-        let cache = u32::from_be_bytes([cache[0], cache[1], cache[2], cache[3]]).max(CACHE_LINE);
-        if !(64..=1 << 30).contains(&cycle) || cache > 4096 {
-            return Err(proto_err(format!("implausible system data from the peer: page {cycle}, cache line {cache}")));
-        }
+        let (cycle, cache) = parse_system_data(&cycle, &cache).map_err(proto_err)?;
         let m = self.simple(&[b'0' + mtu_enum(mtu), 0])?;
-        let theirs = (m[0] as char).to_digit(10).and_then(|d| mtu_from_enum(d as u8));
-        let agreed = match theirs {
-            Some(t) if t.bytes() < mtu.bytes() => t,
-            _ => mtu,
-        };
-        Ok((cycle as usize, cache as usize, agreed))
+        Ok((cycle, cache, agree_mtu(&m, mtu)))
     }
 
     /// One hand shake per entry of `mine`; the peer's entries.
@@ -428,12 +461,20 @@ impl Session {
         let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
         let cfg = Config { mtu, verify: cfg.verify && checkable(cfg), ..cfg.clone() };
         let device = cfg.device();
-        let side = Side::open(cfg.bind, &cfg, device, layout(&cfg, cycle, cache))?;
+        let layout = layout(&cfg, cycle, cache);
+        // The peer's page size cuts this side's buffers: say so if it is too much.
+        super::budget::check_side(&cfg, &layout).map_err(|mut e| {
+            e.what = format!("the peer's page of {cycle} bytes (cache line {cache}): {}", e.what);
+            e
+        })?;
+        let side = Side::open(cfg.bind, &cfg, device, layout)?;
         let script = Script::of(cfg.test, cfg.qps);
         let mine = dests(&side)?;
         let mut s = Session { peer: peer_of(&[], &cfg, cycle, cache), cfg, side, mine, script, cycle, cache };
         let theirs = s.shake(link, &s.script.before.clone())?;
         s.peer = peer_of(&theirs[theirs.len() - s.cfg.qps..], &s.cfg, cycle, cache);
+        // the targets the peer's cycle buffer makes this side track
+        s.peer.check(s.cfg.qps, s.cfg.mem_budget)?;
         s.side.connect(&s.peer, &s.cfg)?;
         Ok(s)
     }
@@ -482,6 +523,52 @@ mod tests {
         let mut m = *CAPTURED;
         m[5] = b'x';
         assert!(Dest::decode(&m).is_err());
+    }
+
+    #[test]
+    fn fields_wider_than_perftests_are_refused_not_truncated() {
+        let fields = |f: &[(usize, &str)]| {
+            let text = std::str::from_utf8(&CAPTURED[..KEY_MSG_LEN - 1]).unwrap();
+            let mut parts: Vec<String> = text.split(':').map(String::from).collect();
+            for (i, v) in f {
+                parts[*i] = v.to_string();
+            }
+            parts.join(":").into_bytes()
+        };
+        // each field at its widest decodes and re-encodes to the same entry
+        let widest =
+            fields(&[(0, "ffff"), (1, "ffff"), (2, "ffffff"), (3, "ffffff"), (4, "ffffffff"), (22, "ffffffff")]);
+        let d = Dest::decode(&widest).unwrap();
+        assert_eq!(Dest::decode(&d.encode()), Ok(d));
+        for (i, v) in [
+            (0, "10000"),
+            (1, "10000"),
+            (2, "1000000"),
+            (3, "1000000"),
+            (4, "100000000"),
+            (7, "100"),
+            (22, "100000000"),
+        ] {
+            assert!(Dest::decode(&fields(&[(i, v)])).is_err(), "field {i} = {v}");
+        }
+        assert!(Dest::decode(&fields(&[(5, "10000000000000000")])).is_err(), "vaddr over 64 bits");
+        assert!(Dest::decode(&[b'0'; KEY_MSG_LEN + 1]).is_err(), "longer than perftest's message");
+    }
+
+    #[test]
+    fn version_and_system_data_from_the_peer_are_checked() {
+        assert_eq!(parse_version(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0").unwrap(), "6.06");
+        for bad in [&b"5.60"[..], b"NaN", b"nan", b"", b"\xff\xff", b"-inf"] {
+            assert!(parse_version(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_system_data(&4096u32.to_be_bytes(), &64u32.to_be_bytes()), Ok((4096, 64)));
+        assert_eq!(parse_system_data(&[0; 4], &[0; 4]), Ok((4096, 64)), "ours when theirs is smaller");
+        assert!(parse_system_data(&(2u32 << 30).to_be_bytes(), &64u32.to_be_bytes()).is_err());
+        assert!(parse_system_data(&4096u32.to_be_bytes(), &8192u32.to_be_bytes()).is_err());
+        assert!(parse_system_data(&[1, 2], &[0; 4]).is_err());
+        assert_eq!(agree_mtu(b"3\0", Mtu::Mtu4096), Mtu::Mtu1024);
+        assert_eq!(agree_mtu(b"9\0", Mtu::Mtu2048), Mtu::Mtu2048);
+        assert_eq!(agree_mtu(b"", Mtu::Mtu2048), Mtu::Mtu2048);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! atomics, and checks what arrived.
 
 use super::client::OOB_TIMEOUT;
-use super::oob::{Hello, Msg, Oob, SideInfo};
+use super::oob::{check_done, peer_text, Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, Report};
 use super::side::{self, note, remote_addr, Side};
@@ -13,9 +13,12 @@ use std::net::IpAddr;
 use std::result::Result;
 use std::time::{Duration, Instant};
 
-/// The client's parameters, which the server adopts.
-fn adopt(cfg: &Config, h: &Hello) -> Result<Config, PerfError> {
-    let test = TestKind::from_name(&h.test).ok_or_else(|| PerfError::Peer(format!("unknown test {:?}", h.test)))?;
+/// The client's parameters, which the server adopts: checked as the
+/// command line's are, and against this side's memory budget, before
+/// anything is allocated.
+pub fn adopt(cfg: &Config, h: &Hello) -> Result<Config, PerfError> {
+    let test = TestKind::from_name(&h.test)
+        .ok_or_else(|| PerfError::Peer(format!("unknown test \"{}\"", peer_text(&h.test))))?;
     let mtu = Mtu::from_bytes(h.mtu).ok_or_else(|| PerfError::Peer(format!("bad MTU {}", h.mtu)))?;
     let atomic = match h.atomic.as_str() {
         "CMP_AND_SWAP" => AtomicType::CmpAndSwap,
@@ -34,20 +37,39 @@ fn adopt(cfg: &Config, h: &Hello) -> Result<Config, PerfError> {
         ..cfg.clone()
     };
     c.validate().map_err(|e| PerfError::Peer(format!("the client asked for something invalid: {e}")))?;
+    super::budget::check_side(&c, &side::layout(&c)).map_err(|mut e| {
+        e.what = format!("the client's Hello: {}", e.what);
+        e
+    })?;
     Ok(c)
 }
 
+/// The next message; one that does not parse (or a line over the limit)
+/// is answered with an `Error` before this side gives up.
+fn recv_checked(oob: &mut dyn Oob, timeout: Duration) -> Result<Msg, PerfError> {
+    oob.recv(timeout).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            let _ = oob.send(&Msg::Error(e.to_string()));
+        }
+        PerfError::Oob(e)
+    })
+}
+
+/// Gives up on the client: tells it why, then returns the error.
+fn refuse<T>(oob: &mut dyn Oob, e: PerfError) -> Result<T, PerfError> {
+    tracing::warn!(error = %e, "refusing the client");
+    let _ = oob.send(&Msg::Error(e.to_string()));
+    Err(e)
+}
+
 pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, PerfError> {
-    let hello = match oob.recv(OOB_TIMEOUT)? {
+    let hello = match recv_checked(oob, OOB_TIMEOUT)? {
         Msg::Hello(h) => h,
-        other => return Err(PerfError::Peer(format!("expected a Hello, got {other:?}"))),
+        other => return refuse(oob, unexpected("a Hello", &other)),
     };
     let cfg = match adopt(cfg, &hello) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = oob.send(&Msg::Error(e.to_string()));
-            return Err(e);
-        }
+        Err(e) => return refuse(oob, e),
     };
     let device = cfg.device();
     let side = match Side::open(addr, &cfg, device, side::layout(&cfg)) {
@@ -58,15 +80,17 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
         }
     };
     oob.send(&Msg::Info(side.info()?))?;
-    let peer = match oob.recv(OOB_TIMEOUT)? {
+    let peer = match recv_checked(oob, OOB_TIMEOUT)? {
         Msg::Info(i) => i,
-        other => return Err(PerfError::Peer(format!("expected Info, got {other:?}"))),
+        other => return refuse(oob, unexpected("Info", &other)),
     };
-    side.connect(&peer, &cfg)?;
+    if let Err(e) = peer.check(cfg.qps, cfg.mem_budget).and_then(|()| side.connect(&peer, &cfg)) {
+        return refuse(oob, e);
+    }
     prepare(&cfg, &side)?;
     oob.send(&Msg::Ready)?;
     let start = Instant::now();
-    let result = serve(&cfg, &side, &peer, &mut until_done(oob, side::server_is_passive(cfg.test)));
+    let result = serve(&cfg, &side, &peer, &mut until_done(oob, side::server_is_passive(cfg.test), cfg.qps));
     let elapsed = start.elapsed();
     let (iters, mut verify_error) = match result {
         Ok(r) => r,
@@ -81,7 +105,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
     let counters = Counters::of(&side.ctx);
     let verified = cfg.verify.then_some(verify_error.is_none());
     oob.send(&Msg::Result { verified, detail: verify_error.clone(), retransmits: counters.retransmits })?;
-    let mut report = Report::new(&cfg, "server", iters.iter().sum(), elapsed, None);
+    let mut report = Report::new(&cfg, "server", total(&iters), elapsed, None);
     report.retransmits = counters.retransmits;
     report.counters = counters;
     report.verified = verified;
@@ -121,6 +145,19 @@ fn prepare(cfg: &Config, side: &Side) -> Result<(), PerfError> {
     Ok(())
 }
 
+/// The iterations of every QP, saturating (the counts are the client's).
+fn total(iters: &[u64]) -> u64 {
+    iters.iter().fold(0u64, |t, &n| t.saturating_add(n))
+}
+
+/// A message that is not the one expected, as an error naming it briefly.
+fn unexpected(wanted: &str, got: &Msg) -> PerfError {
+    match got {
+        Msg::Error(e) => PerfError::Peer(peer_text(e)),
+        other => PerfError::Peer(format!("expected {wanted}, got {}", peer_text(&format!("{other:?}")))),
+    }
+}
+
 /// When the server's part ends: asked with what it served per QP so far
 /// (receives of send-bw, round trips of the ping-pongs), it answers with
 /// the client's per-QP iteration counts once the client is done.
@@ -130,11 +167,20 @@ type Until<'a> = dyn FnMut(&[u64]) -> Result<Option<Vec<u64>>, PerfError> + 'a;
 fn until_done<'a>(
     oob: &'a mut dyn Oob,
     passive: bool,
+    qps: usize,
 ) -> impl FnMut(&[u64]) -> Result<Option<Vec<u64>>, PerfError> + 'a {
     let mut done: Option<Vec<u64>> = None;
     move |served: &[u64]| {
         if done.is_none() {
-            done = peer_message(oob.try_recv()?)?;
+            let m = oob.try_recv().inspect_err(|e| {
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = oob.send(&Msg::Error(e.to_string()));
+                }
+            })?;
+            done = match peer_message(m).and_then(|d| d.map(|i| check_done(&i, qps).map(|()| i)).transpose()) {
+                Ok(d) => d,
+                Err(e) => return refuse(oob, e),
+            };
         }
         Ok(match &done {
             Some(iters) if passive || served.iter().zip(iters).all(|(s, i)| s >= i) => Some(iters.clone()),
@@ -147,8 +193,7 @@ fn peer_message(m: Option<Msg>) -> Result<Option<Vec<u64>>, PerfError> {
     match m {
         None => Ok(None),
         Some(Msg::Done { iters }) => Ok(Some(iters)),
-        Some(Msg::Error(e)) => Err(PerfError::Peer(e)),
-        Some(other) => Err(PerfError::Peer(format!("unexpected message {other:?}"))),
+        Some(other) => Err(unexpected("Done", &other)),
     }
 }
 
@@ -185,9 +230,18 @@ fn serve(
                     }
                     let (q, s) = ((wc.wr_id as usize) / side.slots, (wc.wr_id as usize) % side.slots);
                     received[q] += 1;
-                    if cfg.verify {
-                        let i = u64::from(wc.imm_data.unwrap_or(u32::MAX));
-                        let idx = i as usize;
+                    // An RC QP delivers in order, so message i cannot come
+                    // before the ith receive: an index past that is the
+                    // peer's (the immediate is its choice) and must not size
+                    // `seen` (u32::MAX would take 4 GiB).
+                    let i = u64::from(wc.imm_data.unwrap_or(u32::MAX));
+                    let idx = i as usize;
+                    if cfg.verify && i >= received[q] {
+                        note(
+                            &mut verify_error,
+                            Err(format!("send-bw: QP {q} message {i} arrived as receive {}", received[q])),
+                        );
+                    } else if cfg.verify {
                         if seen[q].len() <= idx {
                             seen[q].resize(idx + 1, false);
                         }

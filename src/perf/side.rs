@@ -60,17 +60,19 @@ impl Side {
     /// Opens a device on `addr` and makes the resources of `cfg`, cut as
     /// `layout` says.
     pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: Layout) -> Result<Side, PerfError> {
+        // Before anything is made: the layout may come from a peer's numbers.
+        super::budget::check_side(cfg, &layout)?;
         let dev = Device::with_config(&format!("rxe-perf-{addr}"), addr, config)?;
         let ctx = dev.open()?;
         let pd = ctx.alloc_pd()?;
         let Layout { slots, slot_len, buffers } = layout;
-        let depth = (cfg.qps * (slots + cfg.tx_depth) * 2).max(64);
+        let depth = cfg.qps.saturating_mul(slots.saturating_add(cfg.tx_depth)).saturating_mul(2).max(64);
         let cq = ctx.create_cq(depth, None)?;
         let mut qps = Vec::with_capacity(cfg.qps);
         let mut psns = Vec::with_capacity(cfg.qps);
         for q in 0..cfg.qps {
             let mut attr = QpInitAttr::new(QpType::Rc, &cq);
-            let wrs = (cfg.tx_depth.max(slots) + 8) as u32;
+            let wrs = u32::try_from(cfg.tx_depth.max(slots).saturating_add(8)).unwrap_or(u32::MAX);
             attr.cap =
                 QpCap { max_send_wr: wrs, max_recv_wr: wrs, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
             qps.push(pd.create_qp(&attr)?);
@@ -132,7 +134,9 @@ impl Side {
 
 /// Where message `i` of QP `q` goes in the peer's memory.
 pub fn remote_addr(peer: &SideInfo, q: usize, i: u64) -> u64 {
-    peer.addrs[q] + (i % peer.slots.max(1) as u64) * peer.slot_len as u64
+    // The peer's numbers: wrapping, as the responder checks what arrives.
+    let slot = (i % peer.slots.max(1) as u64).wrapping_mul(peer.slot_len as u64);
+    peer.addrs[q].wrapping_add(slot)
 }
 
 /// How a side cuts its region: `slots` slots of `slot_len` bytes per QP,

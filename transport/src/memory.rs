@@ -99,6 +99,15 @@ impl RegionMemory {
         RegionMemory::from_vec(vec![0u8; len])
     }
 
+    /// `len` zeroed bytes, or the allocator's refusal: for sizes a caller
+    /// (or a peer) chose, where `zeroed` would abort the process.
+    pub fn try_zeroed(len: usize) -> Result<RegionMemory, std::collections::TryReserveError> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len)?;
+        v.resize(len, 0);
+        Ok(RegionMemory::from_vec(v))
+    }
+
     /// Wraps existing bytes.
     pub fn from_vec(v: Vec<u8>) -> RegionMemory {
         RegionMemory(Arc::new(Bytes::Owned(Mutex::new(v.into_boxed_slice()))))

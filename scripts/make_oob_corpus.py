@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the out-of-band parser fuzz targets
 (softroce::fuzzing::{perf_oob, perftest_exchange, pingpong_exchange}) to
-fuzz/corpus/<target>/: real messages as the tools encode them, hostile
+fuzz/seeds/<target>/: real messages as the tools encode them, hostile
 ones (issue 17), and seeded mutations of both. Deterministic: running it
 again rewrites the same files. tests/fuzz_corpus_oob.rs runs every file.
 
 Usage: python3 scripts/make_oob_corpus.py
-(fuzz/corpus is git-ignored for what fuzzing adds; these seeds are
-committed with `git add -f`.)
+(Seeds are checked in under fuzz/seeds/; fuzz/corpus/ is cargo fuzz's
+working set and git-ignored.)
 """
 import json
 import os
 import random
 import shutil
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "seeds")
 rng = random.Random(17)
 
 

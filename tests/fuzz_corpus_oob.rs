@@ -1,12 +1,12 @@
 //! The out-of-band parser fuzz targets over their checked-in seed corpora
-//! (fuzz/corpus/<target>/, made by scripts/make_oob_corpus.py), so that
+//! (fuzz/seeds/<target>/, made by scripts/make_oob_corpus.py), so that
 //! `cargo test` compiles and exercises the bodies `fuzz/` wraps.
 
 use std::path::Path;
 
 /// Runs `body` over every file of the target's corpus; the corpus must not be empty.
 fn run_corpus(target: &str, body: fn(&[u8])) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds").join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -43,7 +43,7 @@ fn pingpong_exchange_corpus() {
 /// messages would not exercise the checks).
 #[test]
 fn the_corpora_hold_the_hostile_messages_of_issue_17() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
     let hello = std::fs::read(root.join("perf_oob/hostile00")).unwrap();
     let m = softroce::perf::oob::Msg::parse_line(&hello[1..]).unwrap();
     let softroce::perf::oob::Msg::Hello(h) = m else { panic!("hostile00 is the 1 TiB Hello") };

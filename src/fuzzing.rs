@@ -48,6 +48,8 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         ack_delay: Duration::ZERO,
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: BUDGET,
+        tos: 0,
+        ecn_capable: true,
     }
 }
 

@@ -61,6 +61,11 @@ pub struct Args {
     /// Local address of the soft device.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
+    /// Traffic class (IP TOS / IPv6 traffic class: DSCP << 2 | ECN) of the
+    /// QPs' packets, as perftest's --tos; the examples of libibverbs have
+    /// no such flag and send 0.
+    #[arg(short = 'T', long = "tos", default_value_t = 0)]
+    pub tos: u8,
 }
 
 const RECV_WRID: u64 = 1;
@@ -208,7 +213,13 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
         };
         qps.push(pd.create_qp(&attr)?);
     }
-    let opts = ConnectOptions { mtu, qkey: UD_QKEY, access: Access::NONE, ..ConnectOptions::default() };
+    let opts = ConnectOptions {
+        mtu,
+        qkey: UD_QKEY,
+        access: Access::NONE,
+        traffic_class: args.tos,
+        ..ConnectOptions::default()
+    };
     for qp in &qps {
         qp.to_init(&opts)?;
     }
@@ -260,7 +271,8 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
     for r in &remote {
         print_dest("remote", r);
     }
-    let ah = if kind == Kind::Ud { Some(pd.create_ah(&AhAttr::new(remote[0].gid))?) } else { None };
+    let ah_attr = AhAttr { traffic_class: args.tos, ..AhAttr::new(remote[0].gid) };
+    let ah = if kind == Kind::Ud { Some(pd.create_ah(&ah_attr)?) } else { None };
     let send = |i: usize| -> Result<(), PingPongError> {
         let len = size as u32;
         let mut wr = SendWr::new(SEND_WRID | (i as u64) << 8, SendOp::Send, vec![mr.sge(extra, len)?]);

@@ -46,13 +46,13 @@ fn rc_pingpong_with_events_and_mtu_4096() {
 }
 
 #[test]
-fn uc_pingpong() {
-    pair(Kind::Uc, &[]);
+fn uc_pingpong_with_a_traffic_class() {
+    pair(Kind::Uc, &["-T", "104"]);
 }
 
 #[test]
-fn ud_pingpong() {
-    pair(Kind::Ud, &["-s", "1024"]);
+fn ud_pingpong_with_a_traffic_class() {
+    pair(Kind::Ud, &["-s", "1024", "-T", "104"]);
 }
 
 #[test]

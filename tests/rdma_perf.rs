@@ -42,6 +42,8 @@ fn config(test: TestKind) -> Config {
         ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: perf::budget::DEFAULT_MEM_BUDGET,
+        tos: 0,
+        ecn_capable: true,
     }
 }
 
@@ -258,6 +260,7 @@ fn the_cli_prints_the_json_contract_and_refuses_bad_options() {
     assert_eq!(v["iterations"], 50);
     assert_eq!(v["verified"], true);
     assert!(v["rtt_us_p50"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["counters"]["ecn_ce_received"], 0, "nothing marks packets on loopback: {v}");
 
     for (args, needle) in [
         (vec!["write-bw", "--loopback", "--mtu", "1000"], "--mtu 1000"),
@@ -273,6 +276,26 @@ fn the_cli_prints_the_json_contract_and_refuses_bad_options() {
     }
     let out = rdma_perf(&["bogus-test"]);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
+}
+
+/// `-T` reaches the wire and a CE mark reaches the engine: with the ECN
+/// bits of the traffic class set to CE (as a congested switch would mark
+/// them), the receiving side counts every data packet it took, and the
+/// JSON's `counters.ecn_ce_received` reports them; with the default
+/// traffic class nothing is marked.
+#[test]
+fn the_traffic_class_goes_on_the_wire_and_ce_marks_are_counted() {
+    let (c, s) = addresses();
+    let run = |tos: &str| {
+        let args = ["write-bw", "--loopback", "--bind", &c.to_string(), "--loopback-peer", &s.to_string()];
+        let out = rdma_perf(&[&args[..], &["-n", "100", "-s", "4096", "--json", "-T", tos]].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["counters"]["ecn_ce_received"].as_u64().expect("the counter is in the JSON")
+    };
+    // DSCP 26 with CE: 104 | 3.
+    assert!(run("107") >= 100, "every WRITE arrives marked CE");
+    assert_eq!(run("104"), 0, "DSCP 26 with ECT(0) is not a congestion mark");
 }
 
 #[test]

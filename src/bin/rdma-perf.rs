@@ -123,6 +123,14 @@ struct Args {
     /// A server refuses a client that asks for more.
     #[arg(long = "mem-budget", default_value = "1G", value_parser = perf::budget::parse_size)]
     mem_budget: u64,
+    /// The traffic class of this side's QPs (IP TOS / IPv6 traffic class:
+    /// DSCP << 2 | ECN), as perftest's --tos. Data packets whose ECN bits
+    /// are 00 leave ECN-capable (ECT(0)) unless --no-ecn is given.
+    #[arg(short = 'T', long = "tos", default_value_t = 0)]
+    tos: u8,
+    /// Data packets leave not ECN-capable (ECN bits as --tos gives them).
+    #[arg(long = "no-ecn")]
+    no_ecn: bool,
 }
 
 fn parse_io_driver(s: &str) -> Result<IoDriver, String> {
@@ -192,6 +200,8 @@ fn config(a: &Args) -> Result<Config, String> {
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),
         mem_budget: a.mem_budget,
+        tos: a.tos,
+        ecn_capable: !a.no_ecn,
     })
 }
 

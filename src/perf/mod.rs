@@ -173,6 +173,10 @@ pub struct Config {
     /// The most memory a side registers, and the most its queued requests
     /// may take, whoever asks ([`budget`]; `--mem-budget`).
     pub mem_budget: u64,
+    /// The traffic class of this side's QPs (`-T/--tos`).
+    pub tos: u8,
+    /// Data packets leave ECN-capable (`DeviceConfig::ecn_capable`; `--no-ecn`).
+    pub ecn_capable: bool,
 }
 
 /// Why a run could not be done.
@@ -203,6 +207,7 @@ impl Config {
             unconnected_sends: self.unconnected_sends,
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,
+            ecn_capable: self.ecn_capable,
             ..rdma_core_rs::DeviceConfig::default()
         }
     }

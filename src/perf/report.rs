@@ -35,6 +35,8 @@ pub struct Counters {
     pub ident_mismatches: u64,
     /// The I/O driver that moved the packets: "sockets" or "io-uring".
     pub io_driver: String,
+    /// Received packets that carried an ECN Congestion Experienced mark.
+    pub ecn_ce_received: u64,
 }
 
 impl Counters {
@@ -63,6 +65,7 @@ impl Counters {
             ident_probes: io.ident_probes,
             ident_mismatches: io.ident_mismatches,
             io_driver: ctx.io_driver().name().to_string(),
+            ecn_ce_received: s.ecn_ce_received,
         }
     }
 
@@ -86,6 +89,7 @@ impl Counters {
         self.connected_sends += o.connected_sends;
         self.ident_probes += o.ident_probes;
         self.ident_mismatches += o.ident_mismatches;
+        self.ecn_ce_received += o.ecn_ce_received;
         if self.io_driver.is_empty() {
             self.io_driver.clone_from(&o.io_driver);
         }

@@ -114,7 +114,7 @@ impl Side {
         let gid = Gid::from_wire_hex(&peer.gid)
             .ok_or_else(|| PerfError::Peer(format!("bad GID {:?} from the peer", peer.gid)))?;
         let max_rd_atomic = peer.out_reads.clamp(1, OUT_READS) as u8;
-        let opts = ConnectOptions { mtu: cfg.mtu, max_rd_atomic, ..ConnectOptions::default() };
+        let opts = ConnectOptions { mtu: cfg.mtu, max_rd_atomic, traffic_class: cfg.tos, ..ConnectOptions::default() };
         for (q, qp) in self.qps.iter().enumerate() {
             qp.connect(self.psns[q], &PeerInfo { qpn: peer.qpns[q], psn: peer.psns[q], gid }, &opts)?;
         }

@@ -4,5 +4,7 @@
 pub mod capture;
 pub mod decode;
 pub mod dump;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod perf;
 pub mod pingpong;

@@ -133,9 +133,9 @@ const MAX_DEST_RD_ATOMIC: usize = 16;
 const REPLY_BYTES: u64 = 96;
 /// Fixed slack in both byte budgets.
 const SLACK: u64 = 4096;
-/// Responses one QP may hold queued beyond one per packet other than a
-/// READ request delivered to it since the last drain: each remembered READ
-/// or atomic, an ACK between each two, and a few NAKs.
+/// Responses one QP may hold queued beyond one per answerable packet
+/// delivered since the last drain (see `QpModel::answerable`): each
+/// remembered READ or atomic, an ACK between each two, and a few NAKs.
 const QUEUE_PER_QP: usize = 2 * MAX_DEST_RD_ATOMIC + 8;
 /// Delivered packets remembered for replay, and the most copies per replay.
 const HISTORY: usize = 32;
@@ -215,9 +215,10 @@ pub struct EngineReport {
 ///   packet) x (1 + responses delivered + timer firings) + 4096: each
 ///   retransmission needs a NAK, an RNR NAK or a timeout;
 /// - each QP holds at most 2 x max_dest_rd_atomic + 8 queued responses,
-///   plus one per packet other than a READ request delivered to it since
-///   the last drain: an ACK, NAK or atomic replay may answer each packet,
-///   but READ responses must stay within the remembered resources.
+///   plus one per packet delivered to it since the last drain other than a
+///   READ request it executed or took as a duplicate: an ACK, NAK or
+///   atomic replay may answer each packet, but READ responses must stay
+///   within the remembered resources.
 pub fn engine(data: &[u8]) {
     engine_report(data);
 }
@@ -330,7 +331,9 @@ struct QpModel {
     qp_type: QpType,
     on_srq: bool,
     reads: VecDeque<ReadResource>,
-    /// Packets other than READ requests delivered since the last drain.
+    /// Packets delivered since the last drain that may each be answered by
+    /// an ACK, NAK or atomic replay: any but READ requests, and the
+    /// in-sequence READ requests the responder refused.
     answerable: usize,
 }
 
@@ -700,6 +703,9 @@ impl Harness {
             let before = Psn::new(before);
             let len = u64::from(RethRepr::parse(&reth).dma_len);
             let executed = psn == before && self.ep.expected_psn(qpn) != Some(before.value());
+            if psn == before && !executed {
+                q.answerable += 1; // refused with a NAK
+            }
             if executed {
                 let npkts = packets_for(len);
                 let credit = len + REPLY_BYTES * u64::from(npkts);

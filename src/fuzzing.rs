@@ -1,4 +1,5 @@
-//! Fuzz target bodies for the out-of-band parsers (issue 17): what a peer
+//! Fuzz target bodies of the tools (see `docs/fuzzing.md`): rdma-dump's
+//! frame decoding, and the out-of-band parsers (issue 17): what a peer
 //! on the TCP side channel sends before any RDMA happens. The thin
 //! `fuzz_target!` wrappers in `fuzz/` call these; `tests/fuzz_corpus_oob.rs`
 //! runs them over the checked-in seed corpora, so `cargo test` exercises
@@ -9,6 +10,9 @@
 //! memory budget (computed here again, independently of the checks); the
 //! bytes buffered while waiting for a line stay bounded.
 
+use crate::capture::linktype::*;
+use crate::decode::decode;
+use crate::dump::PacketLine;
 use crate::perf::budget::{self, OverBudget};
 use crate::perf::oob::{self, LineBuf, Msg, MAX_LINE};
 use crate::perf::perftest::{self, Dest, KEY_MSG_LEN, VERSION_LEN};
@@ -222,5 +226,18 @@ pub fn pingpong_exchange(data: &[u8]) {
             assert_eq!(remote.len(), used);
             assert!(data.len() >= entries * pingpong::MSG_LEN);
         }
+    }
+}
+
+/// Whole captured frames as rdma-dump reads them: the first byte picks the
+/// link type, the rest is the frame. Decoding and formatting never panic,
+/// and a frame decoded as RDMA prints as a non-empty line.
+pub fn capture_frame(data: &[u8]) {
+    let Some((&pick, frame)) = data.split_first() else { return };
+    let link = [ETHERNET, RAW, LINUX_SLL, IPV4, IPV6, INFINIBAND, LINUX_SLL2][usize::from(pick) % 7];
+    let d = decode(link, frame);
+    if let Some(Ok(line)) = PacketLine::from_decoded(1, &d) {
+        assert!(!line.to_text().is_empty(), "an RDMA frame prints as a line");
+        let _ = line.to_json().to_string();
     }
 }

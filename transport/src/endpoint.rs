@@ -408,6 +408,20 @@ impl Endpoint {
         s
     }
 
+    /// The PSN the responder of `qpn` expects next: for the engine fuzz
+    /// target's oracles, which must tell in-sequence requests from duplicates.
+    #[doc(hidden)]
+    pub fn expected_psn(&self, qpn: u32) -> Option<u32> {
+        self.qps.get(&qpn).map(|q| q.resp.epsn.value())
+    }
+
+    /// Responses the responder of `qpn` has queued and not yet sent: for
+    /// the engine fuzz target's bound on queues.
+    #[doc(hidden)]
+    pub fn queued_responses(&self, qpn: u32) -> usize {
+        self.qps.get(&qpn).map_or(0, |q| q.resp.out.len())
+    }
+
     /// Work completions delivered so far (cheap: no copy of the counters).
     pub fn completions_delivered(&self) -> u64 {
         self.cqs.delivered

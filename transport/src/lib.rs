@@ -19,6 +19,8 @@ pub mod completer;
 pub mod endpoint;
 pub mod error;
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod qp;
 pub mod requester;

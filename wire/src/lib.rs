@@ -51,6 +51,8 @@ pub mod cnp;
 pub mod deth;
 pub mod ethernet;
 pub mod flow_control;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod icrc;
 pub mod ident;
 pub mod immdt;

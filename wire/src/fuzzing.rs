@@ -1,0 +1,83 @@
+//! Bodies of the fuzz targets for this crate's parsers (see
+//! `docs/fuzzing.md`). Each takes arbitrary bytes and panics only when an
+//! oracle is violated: `fuzz/fuzz_targets/<name>.rs` wraps it for
+//! libFuzzer, and `tests/fuzz_corpus.rs` runs it over the seed corpus
+//! `fuzz/seeds/<name>/`, so an ordinary `cargo test` builds and runs them.
+
+use crate::{
+    FlowControl, FlowControlRepr, IbPacket, IbRepr, RoceV1Packet, RoceV1Repr, RoceV2Packet, RoceV2Repr,
+    TransportPacket, TransportRepr,
+};
+
+/// RoCE v2 packets (IP header through ICRC): the checked view never
+/// panics, and whatever it accepts re-emits to bytes that parse back to the
+/// same headers and payload with a valid ICRC.
+pub fn roce_v2(data: &[u8]) {
+    let Ok(p) = RoceV2Packet::new_checked(data) else { return };
+    let _ = p.icrc_ok();
+    let t = p.transport();
+    let payload = t.payload();
+    let _ = (t.reth(), t.aeth().map(|a| a.syndrome()), t.atomic_eth(), t.deth(), t.imm_dt(), t.ieth());
+    let Ok(repr) = RoceV2Repr::parse(&p) else { return };
+    let mut out = vec![0u8; repr.buffer_len(payload.len()).expect("a parsed packet has a length")];
+    repr.emit(&mut out, payload).expect("a parsed packet re-emits");
+    let again = RoceV2Packet::new_checked(&out[..]).expect("an emitted packet parses");
+    assert!(again.icrc_ok(), "an emitted packet carries a correct ICRC");
+    assert_eq!(RoceV2Repr::parse(&again).expect("re-parse"), repr);
+    assert_eq!(again.transport().payload(), payload);
+}
+
+/// RoCE v1 packets (GRH through ICRC): as [`roce_v2`].
+pub fn roce_v1(data: &[u8]) {
+    let Ok(p) = RoceV1Packet::new_checked(data) else { return };
+    let _ = p.icrc_ok();
+    let t = p.transport();
+    let Ok(repr) = RoceV1Repr::parse(&p) else { return };
+    let mut out = vec![0u8; repr.buffer_len(t.payload().len()).expect("a parsed packet has a length")];
+    repr.emit(&mut out, t.payload()).expect("a parsed packet re-emits");
+    let again = RoceV1Packet::new_checked(&out[..]).expect("an emitted packet parses");
+    assert!(again.icrc_ok(), "an emitted packet carries a correct ICRC");
+    assert_eq!(RoceV1Repr::parse(&again).expect("re-parse"), repr);
+    assert_eq!(again.transport().payload(), t.payload());
+}
+
+/// Native InfiniBand packets (LRH through VCRC): as [`roce_v2`], with the
+/// VCRC checked too.
+pub fn ib_packet(data: &[u8]) {
+    let Ok(p) = IbPacket::new_checked(data) else { return };
+    let _ = (p.icrc_ok(), p.vcrc_ok(), p.grh().map(|g| g.dst()));
+    let t = p.transport();
+    let Ok(repr) = IbRepr::parse(&p) else { return };
+    let mut out = vec![0u8; repr.buffer_len(t.payload().len()).expect("a parsed packet has a length")];
+    repr.emit(&mut out, t.payload()).expect("a parsed packet re-emits");
+    let again = IbPacket::new_checked(&out[..]).expect("an emitted packet parses");
+    assert!(again.icrc_ok() && again.vcrc_ok(), "an emitted packet carries correct CRCs");
+    assert_eq!(IbRepr::parse(&again).expect("re-parse"), repr);
+}
+
+/// The transport packet alone (BTH through ICRC), as the engine sees it:
+/// every accessor is safe on a checked view, and parsed headers re-emit to
+/// the same length and the same headers.
+pub fn transport_packet(data: &[u8]) {
+    let Ok(t) = TransportPacket::new_checked(data) else { return };
+    let _ = (t.payload(), t.icrc(), t.reth(), t.aeth(), t.atomic_eth(), t.atomic_ack_eth(), t.deth(), t.xrceth());
+    let Ok(repr) = TransportRepr::parse(&t) else { return };
+    let mut out = vec![0u8; repr.packet_len(t.payload().len()).expect("a parsed packet has a length")];
+    let n = repr.emit_headers(&mut out, t.payload().len()).expect("parsed headers re-emit");
+    assert_eq!(n, t.header_len(), "re-emitted headers keep their length");
+    let again = TransportPacket::new_checked(&out[..]).expect("emitted headers parse");
+    assert_eq!(TransportRepr::parse(&again).expect("re-parse"), repr);
+}
+
+/// IB link flow-control packets: a parsed packet re-emits to the same six
+/// bytes when its LPCRC was correct.
+pub fn flow_control(data: &[u8]) {
+    let Ok(f) = FlowControl::new_checked(data) else { return };
+    let ok = f.lpcrc_ok();
+    let Ok(repr) = FlowControlRepr::parse(&f) else { return };
+    let mut out = [0u8; 6];
+    repr.emit(&mut out).expect("six bytes fit");
+    if ok {
+        assert_eq!(&out[..], &data[..6], "a packet with a good LPCRC re-emits byte for byte");
+    }
+}

@@ -36,8 +36,8 @@ impl FaultConfig {
     }
 }
 
-/// Where a packet goes: its destination and the TOS it leaves with.
-pub(crate) type To = (IpAddr, u8);
+/// Where a packet goes: its destination and the TOS and TTL it leaves with.
+pub(crate) type To = (IpAddr, crate::udp::IpMarks);
 
 type Held = (Vec<u8>, To, u16);
 

@@ -8,9 +8,9 @@ use rdma_transport::{Endpoint, Instant};
 use rdma_wire::{IdentRecovery, RoceV2Packet, ROCE_V2_PORT};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// Input layout of [`udp_receive`]: a flags byte, then 9 bytes of
+/// Input layout of [`udp_receive`]: a flags byte, then 10 bytes of
 /// parameters, then the datagram as a UDP socket hands it up.
-pub const UDP_RECEIVE_HEADER: usize = 10;
+pub const UDP_RECEIVE_HEADER: usize = 11;
 
 /// Flag bits of [`udp_receive`]'s first byte.
 pub mod udp_flags {
@@ -29,13 +29,14 @@ pub mod udp_flags {
 /// headers rebuilt in front of each packet, and the engine's IPv4
 /// Identification recovery. Input: see [`UDP_RECEIVE_HEADER`] and
 /// [`udp_flags`]; parameters 2..4 are the sender's port, 4..6 the low
-/// bytes of its address, 8 the TOS / traffic class it arrived with.
+/// bytes of its address, 8 the TOS / traffic class it arrived with, 9 its
+/// TTL / hop limit.
 ///
 /// Oracles: every packet handed on lies in the buffer, with headers whose
 /// lengths, addresses and ports agree with it; the packets' bodies put
 /// together are the datagram; no more packets than segments; the rebuilt
-/// headers carry the TOS; the engine counts a CE mark on exactly the
-/// packets it accepts past the ICRC check when the TOS says CE; an
+/// headers carry the TOS and the TTL; the engine counts a CE mark on
+/// exactly the packets it accepts past the ICRC check when the TOS says CE; an
 /// Identification recovered makes the ICRC check out when written into
 /// the header; the engine counts every packet it is handed, and recovers
 /// exactly those.
@@ -61,7 +62,7 @@ pub fn udp_receive(data: &[u8]) {
         (true, IpAddr::V6(_)) => IpAddr::V4(Ipv4Addr::new(127, 1, p[4], p[5])),
     };
     let src = SocketAddr::new(src_ip, port);
-    let tos = p[8];
+    let (tos, hop_limit) = (p[8], p[9]);
     let (at, len) = if flags & udp_flags::MISPLACED != 0 {
         (usize::from(p[6] % 64), body.len() + usize::from(p[7] % 4))
     } else {
@@ -78,10 +79,10 @@ pub fn udp_receive(data: &[u8]) {
     let mut bodies = Vec::with_capacity(len);
     let mut packets = Vec::new();
     let buf_range = buf.as_ptr_range();
-    let n = split_datagram(&mut buf, at, len, seg, RxMeta { src, tos }, local, &mut stats, |pkt| {
+    let n = split_datagram(&mut buf, at, len, seg, RxMeta { src, tos, hop_limit }, local, &mut stats, |pkt| {
         let r = pkt.as_ptr_range();
         assert!(r.start >= buf_range.start && r.end <= buf_range.end, "a packet outside its buffer");
-        check_headers(pkt, hl, src, tos, local);
+        check_headers(pkt, hl, src, (tos, hop_limit), local);
         bodies.extend_from_slice(&pkt[hl + 8..]);
         packets.push(pkt.to_vec());
     });
@@ -142,7 +143,7 @@ pub fn udp_receive(data: &[u8]) {
 }
 
 /// The rebuilt headers of one packet agree with its length and the datagram's sender.
-fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, tos: u8, local: IpAddr) {
+fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, (tos, hop_limit): (u8, u8), local: IpAddr) {
     assert!(pkt.len() >= hl + 8, "a packet without room for its headers");
     let be = |at: usize| usize::from(u16::from_be_bytes([pkt[at], pkt[at + 1]]));
     let udp = &pkt[hl..];
@@ -153,6 +154,7 @@ fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, tos: u8, local: IpAddr)
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             assert_eq!(pkt[0], 0x45);
             assert_eq!(pkt[1], tos, "IPv4 TOS");
+            assert_eq!(pkt[8], hop_limit, "IPv4 TTL");
             assert_eq!(be(2), pkt.len(), "IPv4 total length");
             assert_eq!(rdma_wire::ipv4::checksum(&pkt[..20]), 0, "IPv4 header checksum");
             assert_eq!((&pkt[12..16], &pkt[16..20]), (&s.octets()[..], &d.octets()[..]));
@@ -160,6 +162,7 @@ fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, tos: u8, local: IpAddr)
         (_, IpAddr::V6(d)) => {
             assert_eq!(pkt[0] >> 4, 6);
             assert_eq!((pkt[0] << 4) | (pkt[1] >> 4), tos, "IPv6 traffic class");
+            assert_eq!(pkt[7], hop_limit, "IPv6 hop limit");
             assert_eq!(be(4), pkt.len() - 40, "IPv6 payload length");
             assert_eq!(&pkt[24..40], &d.octets()[..]);
         }

@@ -2,7 +2,7 @@
 //! over its seed corpus, `fuzz/seeds/udp_receive/`: real RoCE v2 packets
 //! as a UDP socket hands them up (single, GRO super-datagrams, truncated;
 //! IPv4 with Identifications to recover, and IPv6; arriving with TOS 0,
-//! ECT(0) and CE, DSCP 26).
+//! ECT(0) and CE, DSCP 26, and TTLs from 0 to 255).
 //!
 //! The corpus is made by `write_the_seed_corpus` (ignored):
 //! `SOFTROCE_WRITE_CORPUS=1 cargo test -p rdma-core-rs --test fuzz_corpus_udp -- --ignored`.
@@ -82,10 +82,10 @@ fn packet(v6: bool, opcode: Opcode, psn: u32, payload: usize, ident: u16) -> Vec
 }
 
 /// An input of the fuzz body: flags, parameters (segment size, sender port
-/// 0xc011 and address 0.2, TOS), datagram.
-fn input(flags: u8, seg: u16, misplace: [u8; 2], tos: u8, datagram: &[u8]) -> Vec<u8> {
+/// 0xc011 and address 0.2, TOS, TTL), datagram.
+fn input(flags: u8, seg: u16, misplace: [u8; 2], (tos, ttl): (u8, u8), datagram: &[u8]) -> Vec<u8> {
     let s = seg.to_le_bytes();
-    let mut v = vec![flags, s[0], s[1], 0x11, 0xc0, 0, 2, misplace[0], misplace[1], tos];
+    let mut v = vec![flags, s[0], s[1], 0x11, 0xc0, 0, 2, misplace[0], misplace[1], tos, ttl];
     assert_eq!(v.len(), UDP_RECEIVE_HEADER);
     v.extend_from_slice(datagram);
     v
@@ -109,13 +109,16 @@ fn write_the_seed_corpus() {
         let fam = if v6 { "v6" } else { "v4" };
         let flags = if v6 { udp_flags::IPV6 } else { 0 };
         // Single packets, Identification 0 and one to recover.
-        put(&format!("{fam}-send-only"), input(flags, 0, [0, 0], 0, &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
+        put(&format!("{fam}-send-only"), input(flags, 0, [0, 0], (0, 64), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
         // DSCP 26 with CE: counted by the engine.
-        put(&format!("{fam}-send-only-ce"), input(flags, 0, [0, 0], 0x6b, &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
-        put(&format!("{fam}-ack"), input(flags, 0, [0, 0], 0x68, &packet(v6, Opcode::RC_ACKNOWLEDGE, 9, 0, 0)));
+        put(
+            &format!("{fam}-send-only-ce"),
+            input(flags, 0, [0, 0], (0x6b, 1), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)),
+        );
+        put(&format!("{fam}-ack"), input(flags, 0, [0, 0], (0x68, 255), &packet(v6, Opcode::RC_ACKNOWLEDGE, 9, 0, 0)));
         put(
             &format!("{fam}-write-only-ident-ce"),
-            input(flags, 0, [0, 0], 0x03, &packet(v6, Opcode::RC_RDMA_WRITE_ONLY, 1, 64, 0x1234)),
+            input(flags, 0, [0, 0], (0x03, 9), &packet(v6, Opcode::RC_RDMA_WRITE_ONLY, 1, 64, 0x1234)),
         );
         // GRO super-datagrams: equal segments and a short last one, each
         // numbered on from a first Identification as a GSO send is.
@@ -137,8 +140,15 @@ fn write_the_seed_corpus() {
                 d.extend_from_slice(&p);
             }
             let gro = flags | udp_flags::GRO;
-            // GRO coalesces packets of one TOS: ECT(0) (data), or CE for one run.
-            let ecn = if first_ident == 7 { 0x6b } else { 0x6a };
+            // GRO coalesces packets of one TOS and TTL: ECT(0) (data), or
+            // CE for one run; TTLs of a near hop, the default, none left.
+            let ecn = if first_ident == 7 {
+                (0x6b, 17)
+            } else if count == 3 {
+                (0x6a, 64)
+            } else {
+                (0x6a, 0)
+            };
             put(&format!("{fam}-gro-{count}x{size}-last{last}"), input(gro, seg as u16, [0, 0], ecn, &d));
             // Truncated: the last segment cut short, and cut inside a header.
             put(&format!("{fam}-gro-{count}x{size}-cut"), input(gro, seg as u16, [0, 0], ecn, &d[..d.len() - 5]));
@@ -148,10 +158,10 @@ fn write_the_seed_corpus() {
         }
         // A truncated single packet, an empty datagram, a misplaced one, the other family.
         let p = packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 3);
-        put(&format!("{fam}-send-truncated"), input(flags, 0, [0, 0], 0x03, &p[..p.len() / 2]));
-        put(&format!("{fam}-empty"), input(flags, 0, [0, 0], 0, &[]));
-        put(&format!("{fam}-misplaced"), input(flags | udp_flags::MISPLACED, 0, [30, 2], 0x03, &p));
-        put(&format!("{fam}-other-family"), input(flags | udp_flags::OTHER_FAMILY, 0, [0, 0], 0x03, &p));
+        put(&format!("{fam}-send-truncated"), input(flags, 0, [0, 0], (0x03, 0), &p[..p.len() / 2]));
+        put(&format!("{fam}-empty"), input(flags, 0, [0, 0], (0, 64), &[]));
+        put(&format!("{fam}-misplaced"), input(flags | udp_flags::MISPLACED, 0, [30, 2], (0x03, 9), &p));
+        put(&format!("{fam}-other-family"), input(flags | udp_flags::OTHER_FAMILY, 0, [0, 0], (0x03, 1), &p));
     }
     assert!(n >= 24);
 }
@@ -162,6 +172,6 @@ fn write_the_seed_corpus() {
 fn a_ce_mark_reaches_the_engine_through_the_rebuilt_header() {
     for v6 in [false, true] {
         let flags = if v6 { udp_flags::IPV6 } else { 0 };
-        udp_receive(&input(flags, 0, [0, 0], 0x6b, &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
+        udp_receive(&input(flags, 0, [0, 0], (0x6b, 64), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
     }
 }

@@ -235,6 +235,78 @@ fn ud_send_through_an_address_handle_with_the_grh_area() {
     assert!(a.qp.post_send(&[big]).is_err());
 }
 
+/// A UD receive's GRH area holds the IP header the packet arrived with,
+/// as libibverbs applications read it: with the TTL / hop limit and the
+/// traffic class the sender's address handle asked for (9 and DSCP 26;
+/// the engine adds ECT(0) to data packets), not what a rebuilt header
+/// would guess (64). The sender's kernel must send them, and the
+/// receiver's must report them. Both drivers; IPv4 between two devices,
+/// IPv6 between two QPs of one device on ::1, the one IPv6 loopback address.
+#[test]
+fn a_ud_receive_sees_the_senders_hop_limit_and_traffic_class_in_its_grh() {
+    const HOP_LIMIT: u8 = 9;
+    const DSCP_26: u8 = 0x68;
+    const ECT0: u8 = 0b10;
+    for driver in [IoDriver::Sockets, IoDriver::IoUring] {
+        // Manual progress: each wait drives its device, and a dropped
+        // device has closed its sockets (::1 port 4791 is free again).
+        let cfg = DeviceConfig { progress: Progress::Manual, io_driver: driver, ..DeviceConfig::default() };
+        let (a_ip, b_ip) = addresses();
+        let (a, _) = Side::new(&format!("ud-ttl-a-{}", driver.name()), a_ip, QpType::Ud, cfg.clone(), None);
+        let (b, _) = Side::new(&format!("ud-ttl-b-{}", driver.name()), b_ip, QpType::Ud, cfg.clone(), None);
+        eprintln!("driver {}", b.ctx.io_driver().name());
+        let grh = ud_grh(&a, &b.qp, &b.cq, &b.mr, b.ctx.query_gid(0).unwrap(), HOP_LIMIT, DSCP_26);
+        let ip = &grh[20..];
+        assert_eq!(ip[0], 0x45, "{}: an IPv4 header in the GRH's last 20 bytes: {grh:02x?}", driver.name());
+        assert_eq!((ip[8], ip[1]), (HOP_LIMIT, DSCP_26 | ECT0), "{}: IPv4 TTL and TOS", driver.name());
+        let std::net::IpAddr::V4(a4) = a_ip else { unreachable!("addresses() are IPv4") };
+        assert_eq!(&ip[12..16], &a4.octets()[..], "the sender's address");
+
+        let lo = std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        let (c, _) = Side::new(&format!("ud-ttl-6-{}", driver.name()), lo, QpType::Ud, cfg, None);
+        let cq = c.ctx.create_cq(16, None).unwrap();
+        let qp = c.pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+        let mr = c.pd.reg_mr(4096, Access::ALL).unwrap();
+        let grh = ud_grh(&c, &qp, &cq, &mr, c.ctx.query_gid(0).unwrap(), HOP_LIMIT, DSCP_26);
+        assert_eq!(grh[0] >> 4, 6, "{}: an IPv6 header: {grh:02x?}", driver.name());
+        let traffic_class = (grh[0] << 4) | (grh[1] >> 4);
+        assert_eq!((grh[7], traffic_class), (HOP_LIMIT, DSCP_26 | ECT0), "{}: hop limit, traffic class", driver.name());
+    }
+}
+
+/// Sends 64 bytes from `from`'s UD QP through an address handle to `gid`
+/// with `hop_limit` and `traffic_class`, to UD QP `qp` (completions on
+/// `cq`, buffer in `mr`), and returns the receive's 40-byte GRH area.
+fn ud_grh(
+    from: &Side,
+    qp: &QueuePair,
+    cq: &CompletionQueue,
+    mr: &MemoryRegion,
+    gid: Gid,
+    hop_limit: u8,
+    traffic_class: u8,
+) -> Vec<u8> {
+    let qkey = ConnectOptions::default().qkey;
+    // UD "connects" only to reach RTS: the peer is the address handle's.
+    from.qp.connect(1, &PeerInfo { qpn: qp.qp_num(), psn: 0, gid }, &ConnectOptions::default()).unwrap();
+    qp.connect(2, &from.info(0), &ConnectOptions::default()).unwrap();
+    qp.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![mr.sge(0, 40 + 64).unwrap()] }]).unwrap();
+    let ah = from.pd.create_ah(&AhAttr { hop_limit, traffic_class, ..AhAttr::new(gid) }).unwrap();
+    from.mr.write(0, &pattern(64, 3)).unwrap();
+    let mut wr = SendWr::new(1, SendOp::Send, vec![from.mr.sge(0, 64).unwrap()]);
+    wr.ud = Some(ah.ud_dest(qp.qp_num(), qkey));
+    from.qp.post_send(&[wr]).unwrap();
+    assert_eq!(from.wait_one().status, WcStatus::Success);
+    let mut out = Vec::new();
+    assert_eq!(cq.wait(&mut out, 1, WAIT).unwrap(), 1, "no receive completion");
+    let r = out[0];
+    assert_eq!((r.wr_id, r.status, r.byte_len, r.src_qp), (7, WcStatus::Success, 40 + 64, from.qp.qp_num()));
+    assert_ne!(r.wc_flags & wc_flags::GRH, 0);
+    let got = mr.to_vec();
+    assert_eq!(&got[40..104], &pattern(64, 3)[..]);
+    got[..40].to_vec()
+}
+
 #[test]
 fn srq_feeds_two_qps_and_raises_its_limit_event() {
     let (a_ip, b_ip) = addresses();

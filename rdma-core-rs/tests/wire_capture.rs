@@ -17,7 +17,9 @@
 //! The QPs are connected with traffic class DSCP 26 (0x68), and every
 //! packet must carry it in its TOS / IPv6 traffic class: data packets
 //! (requests, READ responses) with ECT(0) added (0x6a), ACKs as given. The
-//! ICRC masks that byte, so only this check sees it.
+//! ICRC masks that byte, so only this check sees it. Likewise the hop
+//! limit: the QPs ask for 17 (not the system's 64), and every packet must
+//! leave with it as its IPv4 TTL / IPv6 hop limit.
 //!
 //! Needs root (namespaces, a packet socket); without it the test says so and passes.
 
@@ -117,6 +119,10 @@ fn capture(ifname: &str) -> OwnedFd {
 const DSCP_26: u8 = 26 << 2;
 const ECT0: u8 = 0b10;
 
+/// The hop limit the QPs connect with: not 64, so that a packet left with
+/// the socket's TTL, not the QP's, is seen.
+const HOP_LIMIT: u8 = 17;
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -138,7 +144,8 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     let (a, cap) = wire.inside(0, || (side(&format!("cap-{tag}-a"), a_ip, unconnected), capture(&wire.link)));
     let b = wire.inside(1, || side(&format!("cap-{tag}-b"), b_ip, unconnected));
     assert!(a.ctx.offloads().gso, "UDP GSO is on by default");
-    let opts = ConnectOptions { mtu: Mtu::Mtu4096, traffic_class: DSCP_26, ..ConnectOptions::default() };
+    let opts =
+        ConnectOptions { mtu: Mtu::Mtu4096, traffic_class: DSCP_26, hop_limit: HOP_LIMIT, ..ConnectOptions::default() };
     a.qp.connect(0x100, &b.info(0x200), &opts).unwrap();
     b.qp.connect(0x200, &a.info(0x100), &opts).unwrap();
 
@@ -219,15 +226,16 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
             idents.insert(ip.ident());
         }
         assert!(p.icrc_ok(), "wrong ICRC on the wire: {:02x?}", &bytes[..48.min(bytes.len())]);
-        let tos = match (p.ipv4(), p.ipv6()) {
-            (Some(h), _) => h.dscp() << 2 | h.ecn(),
-            (_, Some(h)) => h.traffic_class(),
+        let (tos, hop_limit) = match (p.ipv4(), p.ipv6()) {
+            (Some(h), _) => (h.dscp() << 2 | h.ecn(), h.ttl()),
+            (_, Some(h)) => (h.traffic_class(), h.hop_limit()),
             _ => unreachable!("a checked packet is IPv4 or IPv6"),
         };
         let op = p.transport().bth().opcode();
         let ack = matches!(op, rdma_wire::Opcode::RC_ACKNOWLEDGE | rdma_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE);
         let want = if ack { DSCP_26 } else { DSCP_26 | ECT0 };
         assert_eq!(tos, want, "TOS of a {op:?} on the wire");
+        assert_eq!(hop_limit, HOP_LIMIT, "TTL / hop limit of a {op:?} on the wire");
         let from_a = match p.ipv4() {
             Some(h) => IpAddr::V4(h.src()) == a_ip,
             None => p.ipv6().map(|h| IpAddr::V6(h.src())) == Some(a_ip),

@@ -18,6 +18,12 @@
 //!   `IPV6_TCLASS` control message (none for 0, every socket's default), so
 //!   a GSO message only groups packets of one TOS. The ICRC masks the byte,
 //!   so a wrong one would go unnoticed: the `wire_capture` test checks it.
+//! - the IPv4 TTL / IPv6 hop limit the engine wrote (the address vector's)
+//!   travels the same way, both ways: an `IP_TTL` / `IPV6_HOPLIMIT` control
+//!   message on send (none for 64, which every send socket is set to; IPv4
+//!   TTL 0, which Linux refuses, leaves as 1) and `IP_RECVTTL` /
+//!   `IPV6_RECVHOPLIMIT` on receive, so that the rebuilt header, which a UD
+//!   receive copies into its GRH area, shows the TTL the packet came with.
 //!
 //! Receiving, one socket bound to the device address and port 4791 takes
 //! every packet; the IP and UDP headers are rebuilt in front of each packet
@@ -264,17 +270,17 @@ fn sock_addr(ip: IpAddr, port: u16, scope_id: u32) -> SockAddr {
     }
 }
 
-/// Room for two small control messages (CMSG_SPACE of up to 8 bytes
-/// each, 24 bytes), aligned: a UDP_SEGMENT size and a TOS.
-type Control = [u64; 6];
+/// Room for three small control messages (CMSG_SPACE of up to 8 bytes
+/// each, 24 bytes), aligned: a UDP_SEGMENT size, a TOS and a TTL.
+type Control = [u64; 9];
 
 /// Room one control message of up to 8 bytes takes (CMSG_SPACE(8)).
 const CMSG_SPACE_8: usize = 24;
-const _: () = assert!(std::mem::size_of::<Control>() >= 2 * CMSG_SPACE_8);
+const _: () = assert!(std::mem::size_of::<Control>() >= 3 * CMSG_SPACE_8);
 
 /// Appends `value` as a control message of `h` (level, type) in `room`,
 /// after the `h.msg_controllen` bytes already there (0 for the first:
-/// callers start from a zeroed header). At most two per header.
+/// callers start from a zeroed header). At most three per header.
 fn set_control_message<T: Copy>(h: &mut libc::msghdr, room: &mut Control, level: i32, kind: i32, value: T) {
     const { assert!(std::mem::size_of::<T>() <= 8) };
     let len = std::mem::size_of::<T>() as u32;
@@ -295,28 +301,61 @@ fn set_control_message<T: Copy>(h: &mut libc::msghdr, room: &mut Control, level:
     }
 }
 
-/// Attaches the IPv4 TOS or IPv6 traffic class `tos` as a control message
-/// of `h` (the family of the sending socket is the destination's: sockets
-/// are IPv6-only). TOS 0 is every socket's default, so it needs none.
-fn set_traffic_class(h: &mut libc::msghdr, room: &mut Control, dest: IpAddr, tos: u8) {
-    if tos == 0 {
-        return;
-    }
-    // Both take an int; Linux accepts IP_TOS on sendmsg for UDP and keeps
-    // its ECN bits (only TCP sockets mask them).
-    match dest {
-        IpAddr::V4(_) => set_control_message(h, room, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos)),
-        IpAddr::V6(_) => set_control_message(h, room, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos)),
+/// The TTL / hop limit every send socket is set to ([`UdpIo::open_tx`]),
+/// so that packets with this one, the engine's default, need no control
+/// message, whatever the system's default (`net.ipv4.ip_default_ttl`).
+const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// The fields of the IP header the engine wrote that the kernel must
+/// write too, from control messages: the send socket's own header has
+/// neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IpMarks {
+    /// IPv4 TOS / IPv6 traffic class: DSCP and ECN.
+    pub tos: u8,
+    /// IPv4 TTL / IPv6 hop limit.
+    pub hop_limit: u8,
+}
+
+impl IpMarks {
+    /// The marks in the IP header at the start of `packet`.
+    fn of(packet: &[u8]) -> IpMarks {
+        match packet {
+            [v, tos, _, _, _, _, _, _, ttl, ..] if v >> 4 == 4 => IpMarks { tos: *tos, hop_limit: *ttl },
+            [a, b, _, _, _, _, _, hop_limit, ..] => IpMarks { tos: (a << 4) | (b >> 4), hop_limit: *hop_limit },
+            _ => IpMarks { tos: 0, hop_limit: DEFAULT_HOP_LIMIT },
+        }
     }
 }
 
-/// The IPv4 TOS or IPv6 traffic class the engine wrote into the IP
-/// header at the start of `packet`: the byte the kernel must put on the wire.
-fn traffic_class_of(packet: &[u8]) -> u8 {
-    match packet {
-        [v, tos, ..] if v >> 4 == 4 => *tos,
-        [a, b, ..] => (a << 4) | (b >> 4),
-        _ => 0,
+/// Attaches the IPv4 TOS or IPv6 traffic class and the TTL / hop limit of
+/// `marks` as control messages of `h` (the family of the sending socket is
+/// the destination's: sockets are IPv6-only). Values equal to the send
+/// socket's own (TOS 0, TTL [`DEFAULT_HOP_LIMIT`]) need none: the common
+/// case costs nothing in the kernel.
+fn set_ip_marks(h: &mut libc::msghdr, room: &mut Control, dest: IpAddr, marks: IpMarks) {
+    let (tos, hop_limit) = (marks.tos, marks.hop_limit);
+    // All take an int; Linux accepts IP_TOS on sendmsg for UDP and keeps
+    // its ECN bits (only TCP sockets mask them).
+    match dest {
+        IpAddr::V4(_) => {
+            if tos != 0 {
+                set_control_message(h, room, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos));
+            }
+            // Linux refuses IP_TTL 0 (EINVAL); TTL 1 is what a TTL of 0
+            // would do anyway: the next hop takes it, no router passes it.
+            if hop_limit != DEFAULT_HOP_LIMIT {
+                set_control_message(h, room, libc::IPPROTO_IP, libc::IP_TTL, i32::from(hop_limit.max(1)));
+            }
+        }
+        IpAddr::V6(_) => {
+            if tos != 0 {
+                set_control_message(h, room, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos));
+            }
+            if hop_limit != DEFAULT_HOP_LIMIT {
+                set_control_message(h, room, libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, i32::from(hop_limit));
+            }
+        }
     }
 }
 
@@ -404,6 +443,15 @@ impl UdpIo {
         };
         if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
             tracing::warn!(error = %e, "cannot receive the TOS of datagrams: ECN marks will not be seen");
+        }
+        // And its TTL / hop limit, for the rebuilt header (a UD receive's GRH).
+        let (level, name) = if local.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_RECVTTL)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT)
+        };
+        if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
+            tracing::warn!(error = %e, "cannot receive the TTL of datagrams: received headers will say 64");
         }
         let faults = Some(cfg.faults).filter(|f| f.is_active()).map(Faults::new);
         // Injected faults act on single packets, so they send one by one.
@@ -564,6 +612,14 @@ impl UdpIo {
     fn open_tx(&self, port: u16) -> io::Result<Socket> {
         let s = Socket::new(domain(self.local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&s, self.local)?;
+        // A TTL of our own, not the system's: packets with it need no
+        // control message (`set_ip_marks`).
+        let (level, name) = if self.local.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_TTL)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS)
+        };
+        setsockopt_int(s.as_raw_fd(), level, name, i32::from(DEFAULT_HOP_LIMIT))?;
         grow_send_buffer(&s);
         refuse_datagrams(&s)?;
         s.bind(&sock_addr(self.local, port, self.scope_id))?;

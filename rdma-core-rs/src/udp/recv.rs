@@ -6,7 +6,9 @@
 //! packet of a run on are the tail of the packet before, already handled.
 //! The rebuilt IP header carries the TOS / traffic class the packet
 //! arrived with (IP_RECVTOS / IPV6_RECVTCLASS), so that the engine sees
-//! its ECN bits; GRO coalesces only packets of one TOS.
+//! its ECN bits, and its TTL / hop limit (IP_RECVTTL / IPV6_RECVHOPLIMIT),
+//! which a UD receive shows in its GRH area; GRO coalesces only packets of
+//! one TOS and TTL.
 
 use super::{ip_header_len, Driver, IoStats, UdpIo, BATCH, HEADROOM};
 use rdma_transport::{Endpoint, Instant};
@@ -16,9 +18,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::os::fd::AsRawFd;
 
 /// Room for the control messages of a datagram, aligned for cmsghdr:
-/// UDP_GRO's segment size and the TOS (CMSG_SPACE of an int, 24 bytes, each).
-pub(super) const CMSG_ROOM: usize = 64;
-const _: () = assert!(CMSG_ROOM >= 2 * super::CMSG_SPACE_8);
+/// UDP_GRO's segment size, the TTL and the TOS (CMSG_SPACE of an int, 24
+/// bytes, each). Short of room the kernel drops the last ones (MSG_CTRUNC).
+pub(super) const CMSG_ROOM: usize = 72;
+const _: () = assert!(CMSG_ROOM >= 3 * super::CMSG_SPACE_8 && CMSG_ROOM % 8 == 0);
 
 /// The receive buffers and the `recvmmsg` headers that point into them,
 /// set up once: a poll that finds nothing costs the system call alone, and
@@ -84,9 +87,20 @@ pub(super) struct Control {
     pub(super) segment: Option<usize>,
     /// The IPv4 TOS / IPv6 traffic class it arrived with (0 if not reported).
     pub(super) tos: u8,
+    /// The IPv4 TTL / IPv6 hop limit it arrived with, if reported.
+    pub(super) hop_limit: Option<u8>,
 }
 
-/// Reads the control messages of `hdr` (UDP_GRO, IP_TOS, IPV6_TCLASS).
+impl Control {
+    /// What the rebuilt headers of the datagram from `src` carry (TTL 64
+    /// when the kernel did not report one).
+    pub(super) fn meta(&self, src: SocketAddr) -> RxMeta {
+        RxMeta { src, tos: self.tos, hop_limit: self.hop_limit.unwrap_or(64) }
+    }
+}
+
+/// Reads the control messages of `hdr` (UDP_GRO, IP_TOS, IPV6_TCLASS,
+/// IP_TTL, IPV6_HOPLIMIT).
 pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
     let mut out = Control::default();
     if hdr.msg_control.is_null() {
@@ -111,6 +125,10 @@ pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
                 (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                     out.tos = int().and_then(|t| u8::try_from(t).ok()).unwrap_or(0)
                 }
+                // Both an int.
+                (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                    out.hop_limit = int().and_then(|t| u8::try_from(t).ok())
+                }
                 _ => {}
             }
             c = libc::CMSG_NXTHDR(hdr, c);
@@ -127,6 +145,8 @@ pub(crate) struct RxMeta {
     pub src: SocketAddr,
     /// The IPv4 TOS / IPv6 traffic class (DSCP and ECN) it arrived with.
     pub tos: u8,
+    /// The IPv4 TTL / IPv6 hop limit it arrived with.
+    pub hop_limit: u8,
 }
 
 impl UdpIo {
@@ -167,7 +187,7 @@ impl UdpIo {
             } else {
                 match source_address(&rx_ring.names[i], namelen) {
                     Some(src) => {
-                        let meta = RxMeta { src, tos: control.tos };
+                        let meta = control.meta(src);
                         let seg = control.segment;
                         deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, meta, self.local, &mut self.stats)
                     }
@@ -223,7 +243,7 @@ pub(super) fn deliver(
 /// The receive path without the engine: cuts the datagram of `len` bytes
 /// at `buf[at..]` into packets of `seg` bytes (the last may be shorter),
 /// rebuilds the IP and UDP headers in front of each, in the bytes before
-/// it (from `meta`: sender, TOS), and calls `each` with the packet from
+/// it (from `meta`: sender, TOS, TTL), and calls `each` with the packet from
 /// its IP header on. A datagram
 /// that does not fit the buffer, or a packet too long for the rebuilt
 /// length fields, is counted as truncated and dropped (the kernel hands
@@ -270,13 +290,13 @@ pub(crate) fn split_datagram(
     packets
 }
 
-/// Writes the IPv4 (DF, Identification 0, TTL 64) or IPv6 header and the
-/// UDP header (checksum 0) of a received packet of `len` bytes after UDP,
-/// with the TOS / traffic class it arrived with (the ICRC masks it; the
-/// engine reads its ECN bits). False (nothing written) when the lengths
+/// Writes the IPv4 (DF, Identification 0) or IPv6 header and the UDP
+/// header (checksum 0) of a received packet of `len` bytes after UDP, with
+/// the TOS / traffic class and TTL / hop limit it arrived with (the ICRC
+/// masks both; the engine reads the ECN bits, a UD receive shows both). False (nothing written) when the lengths
 /// do not fit their fields.
 fn rebuild_headers(h: &mut [u8], meta: RxMeta, local: IpAddr, len: usize) -> bool {
-    let (src, tos) = (meta.src, meta.tos);
+    let (src, tos, hop_limit) = (meta.src, meta.tos, meta.hop_limit);
     let ip_len = if local.is_ipv4() { 20 } else { 0 };
     let Some(udp_len) = len.checked_add(8 + ip_len).and_then(|l| u16::try_from(l).ok()).map(|l| l - ip_len as u16)
     else {
@@ -290,7 +310,7 @@ fn rebuild_headers(h: &mut [u8], meta: RxMeta, local: IpAddr, len: usize) -> boo
             ip[2..4].copy_from_slice(&(udp_len + 20).to_be_bytes());
             ip[4..6].copy_from_slice(&[0, 0]);
             ip[6..8].copy_from_slice(&[0x40, 0]);
-            ip[8] = 64;
+            ip[8] = hop_limit;
             ip[9] = 17;
             ip[10..12].copy_from_slice(&[0, 0]);
             ip[12..16].copy_from_slice(&s.octets());
@@ -308,7 +328,7 @@ fn rebuild_headers(h: &mut [u8], meta: RxMeta, local: IpAddr, len: usize) -> boo
             ip[0..4].copy_from_slice(&[0x60 | (tos >> 4), tos << 4, 0, 0]);
             ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
             ip[6] = 17;
-            ip[7] = 64;
+            ip[7] = hop_limit;
             ip[8..24].copy_from_slice(&v6(s).octets());
             ip[24..40].copy_from_slice(&v6(d).octets());
         }

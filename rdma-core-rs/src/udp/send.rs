@@ -23,8 +23,8 @@
 
 use super::connected::{self, CHECK_EVERY, MAX_MISMATCHES};
 use super::{
-    ip_header_len, set_control_message, set_traffic_class, sock_addr, traffic_class_of, Control, Driver, IoStats,
-    UdpIo, TX_BATCH, TX_BATCHES_PER_CALL,
+    ip_header_len, set_control_message, set_ip_marks, sock_addr, Control, Driver, IoStats, IpMarks, UdpIo, TX_BATCH,
+    TX_BATCHES_PER_CALL,
 };
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
@@ -38,7 +38,7 @@ const MAX_SEGMENTS: usize = 64;
 
 /// One message: the packets at `order[first..first + count]`,
 /// cut by the kernel every `segment` bytes when `count > 1`, all with one
-/// TOS (a control message sets it for the whole message).
+/// TOS and one TTL (control messages set them for the whole message).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Message {
     first: usize,
@@ -156,9 +156,9 @@ impl UdpIo {
         let Some(f) = &mut self.faults else { return };
         for i in 0..k {
             let t = &self.tx_meta[i];
-            let tos = traffic_class_of(&self.tx_bufs[i]);
+            let marks = IpMarks::of(&self.tx_bufs[i]);
             let body = &mut self.tx_bufs[i][hl + 8..t.len];
-            for (bytes, to) in f.apply(body, (t.dest, tos), t.src_port, &mut self.stats) {
+            for (bytes, to) in f.apply(body, (t.dest, marks), t.src_port, &mut self.stats) {
                 if let Some(s) = self.tx.get(&t.src_port) {
                     send_one(&s.socket, &bytes, to, self.scope_id, &mut self.stats);
                 }
@@ -282,14 +282,15 @@ impl UdpIo {
         while p < end {
             let first = order[p];
             let (segment, dest) = (body(first), self.tx_meta[first].dest);
-            let tos = traffic_class_of(&self.tx_bufs[first]);
+            let marks = IpMarks::of(&self.tx_bufs[first]);
             let (mut count, mut bytes) = (1, segment);
             while self.offloads.gso && p + count < end && count < MAX_SEGMENTS {
                 let next = order[p + count];
                 let len = body(next);
-                // One TOS per message: a data packet (ECT) and an ACK part.
-                let same_tos = traffic_class_of(&self.tx_bufs[next]) == tos;
-                if self.tx_meta[next].dest != dest || !same_tos || len > segment || bytes + len > max_bytes {
+                // One TOS and TTL per message: a data packet (ECT) and an
+                // ACK part, and so do QPs of one destination with different TTLs.
+                let same_marks = IpMarks::of(&self.tx_bufs[next]) == marks;
+                if self.tx_meta[next].dest != dest || !same_marks || len > segment || bytes + len > max_bytes {
                     break;
                 }
                 count += 1;
@@ -366,7 +367,7 @@ impl UdpIo {
             let Some(t) = self.tx.get_mut(&port) else { return };
             let meta = &self.tx_meta[i];
             let buf = &self.tx_bufs[i];
-            let to = (meta.dest, traffic_class_of(buf));
+            let to = (meta.dest, IpMarks::of(buf));
             let ok = match &meta.payload {
                 None => send_one(&t.socket, &buf[hl + 8..meta.len], to, self.scope_id, &mut self.stats),
                 Some(p) => {
@@ -571,9 +572,9 @@ impl Batch {
             if m.count > 1 {
                 set_segment_size(h, &mut self.control[j], m.segment as u16);
             }
-            // The TOS byte the engine wrote: the kernel writes its own IP header.
+            // The TOS and TTL the engine wrote: the kernel writes its own IP header.
             let first = order[m.first];
-            set_traffic_class(h, &mut self.control[j], io.tx_meta[first].dest, traffic_class_of(&io.tx_bufs[first]));
+            set_ip_marks(h, &mut self.control[j], io.tx_meta[first].dest, IpMarks::of(&io.tx_bufs[first]));
         }
     }
 
@@ -659,10 +660,16 @@ pub(super) fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u
     set_control_message(h, room, libc::SOL_UDP, libc::UDP_SEGMENT, size);
 }
 
-/// Sends one datagram to `to` (destination, TOS); false if the kernel
-/// refused it (counted and traced).
-pub(super) fn send_one(socket: &Socket, bytes: &[u8], to: (IpAddr, u8), scope_id: u32, stats: &mut IoStats) -> bool {
-    let (dest, tos) = to;
+/// Sends one datagram to `to` (destination, TOS and TTL); false if the
+/// kernel refused it (counted and traced).
+pub(super) fn send_one(
+    socket: &Socket,
+    bytes: &[u8],
+    to: (IpAddr, IpMarks),
+    scope_id: u32,
+    stats: &mut IoStats,
+) -> bool {
+    let (dest, marks) = to;
     stats.send_syscalls += 1;
     let addr = sock_addr(dest, ROCE_V2_PORT, scope_id);
     let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
@@ -673,7 +680,7 @@ pub(super) fn send_one(socket: &Socket, bytes: &[u8], to: (IpAddr, u8), scope_id
     h.msg_namelen = addr.len();
     h.msg_iov = &mut iov;
     h.msg_iovlen = 1;
-    set_traffic_class(&mut h, &mut control, dest, tos);
+    set_ip_marks(&mut h, &mut control, dest, marks);
     // SAFETY: the header points at `bytes`, `addr` and `control`, all alive for the call.
     let r = unsafe { libc::sendmsg(socket.as_raw_fd(), &h, 0) };
     let r = if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
@@ -715,49 +722,61 @@ mod tests {
     use super::*;
     use crate::DeviceConfig;
 
-    /// A GSO message carries one TOS for all its segments (a control
-    /// message), so a run of equal-sized packets is cut where the TOS
-    /// changes: otherwise an ACK would leave ECN-capable, or data not.
+    /// A GSO message carries one TOS and one TTL for all its segments
+    /// (control messages), so a run of equal-sized packets is cut where
+    /// either changes: otherwise an ACK would leave ECN-capable, or data
+    /// not, or one QP's packets with another's hop limit.
     #[test]
-    fn a_gso_run_only_groups_packets_of_one_tos() {
+    fn a_gso_run_only_groups_packets_of_one_tos_and_ttl() {
         let local: IpAddr = "127.31.8.1".parse().unwrap();
         let dest: IpAddr = "127.31.8.2".parse().unwrap();
         let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
         assert!(io.offloads.gso);
         let port = io.reserve_port(0xc321).unwrap();
-        let toses = [0x6a, 0x6a, 0x68, 0x6a, 0x6a, 0x6a];
+        let marks = [(0x6a, 64), (0x6a, 64), (0x68, 64), (0x6a, 64), (0x6a, 17), (0x6a, 17), (0x6a, 64)];
         io.tx_meta.clear();
-        for (i, &tos) in toses.iter().enumerate() {
-            io.tx_bufs[i][..2].copy_from_slice(&[0x45, tos]);
+        for (i, &(tos, ttl)) in marks.iter().enumerate() {
+            io.tx_bufs[i][..9].copy_from_slice(&[0x45, tos, 0, 0, 0, 0, 0x40, 0, ttl]);
             io.tx_meta.push(Transmit { len: 1000, dest, src_port: port, released_ack: false, payload: None });
         }
-        let order: Vec<usize> = (0..toses.len()).collect();
+        let order: Vec<usize> = (0..marks.len()).collect();
         let mut batch = Batch::new();
         io.plan(&order, 0, order.len(), io.tx[&port].socket.as_raw_fd(), port, &mut batch);
         let runs: Vec<(usize, usize)> = batch.messages[..batch.len].iter().map(|m| (m.first, m.count)).collect();
-        assert_eq!(runs, [(0, 2), (2, 1), (3, 3)]);
+        assert_eq!(runs, [(0, 2), (2, 1), (3, 1), (4, 2), (6, 1)]);
     }
 
     /// The one-packet path (fault injection, resends after a refused
-    /// message) sends with the TOS too, and the receive side reads it
-    /// back from the control message: IPv4 TOS and IPv6 traffic class.
+    /// message) sends with the TOS and TTL too, and the device's receive
+    /// socket reads them back from the control messages: IPv4 TOS and TTL,
+    /// IPv6 traffic class and hop limit. 64 is the send sockets' own TTL,
+    /// sent without a control message; IPv4 TTL 0, which Linux refuses,
+    /// leaves as 1.
     #[test]
-    fn send_one_sets_the_tos_and_the_receive_side_reads_it() {
-        for (local, tos) in [("127.31.9.1", 0x6b_u8), ("::1", 0x6a)] {
+    fn send_one_sets_the_tos_and_ttl_and_the_receive_side_reads_them() {
+        for local in ["127.31.9.1", "::1"] {
             let local: IpAddr = local.parse().unwrap();
-            let rx = Socket::new(super::super::domain(local), Type::DGRAM, Some(Protocol::UDP)).unwrap();
-            let (level, name) = if local.is_ipv4() {
-                (libc::IPPROTO_IP, libc::IP_RECVTOS)
-            } else {
-                (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)
-            };
-            super::super::setsockopt_int(rx.as_raw_fd(), level, name, 1).unwrap();
-            rx.bind(&sock_addr(local, ROCE_V2_PORT, 0)).unwrap();
-            let tx = Socket::new(super::super::domain(local), Type::DGRAM, Some(Protocol::UDP)).unwrap();
-            let mut stats = IoStats::default();
-            assert!(send_one(&tx, b"hello", (local, tos), 0, &mut stats));
-            let mut data = [0u8; 64];
-            let mut control = [0u64; super::super::recv::CMSG_ROOM / 8];
+            let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+            // SOFTROCE_IO_DRIVER may have armed io_uring's receive, which
+            // would take the datagrams before the plain `recvmsg` below.
+            io.driver = Driver::Sockets(super::super::recv::RxRing::new(rdma_transport::MAX_PACKET));
+            let port = io.reserve_port(0xc322).unwrap();
+            for (tos, ttl) in [(0x6b_u8, 9_u8), (0x6a, 64), (0, 255), (0x02, 1), (0x68, 0)] {
+                let marks = IpMarks { tos, hop_limit: ttl };
+                let mut stats = IoStats::default();
+                assert!(send_one(&io.tx[&port].socket, b"hello", (local, marks), 0, &mut stats));
+                let got = receive_control(&io.rx);
+                let want = if local.is_ipv4() { ttl.max(1) } else { ttl };
+                assert_eq!((got.tos, got.hop_limit), (tos, Some(want)), "{local} {marks:?}");
+            }
+        }
+    }
+
+    /// The control messages of the next datagram on `rx` (waiting up to a second).
+    fn receive_control(rx: &Socket) -> super::super::recv::Control {
+        let mut data = [0u8; 64];
+        let mut control = [0u64; super::super::recv::CMSG_ROOM / 8];
+        for _ in 0..1000 {
             let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
             // SAFETY: all-zero msghdr is valid; the pointers set are live buffers of their lengths.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -765,11 +784,16 @@ mod tests {
             h.msg_iovlen = 1;
             h.msg_control = control.as_mut_ptr().cast();
             h.msg_controllen = std::mem::size_of_val(&control);
-            // SAFETY: as above; blocking, the datagram is already queued on loopback.
-            let n = unsafe { libc::recvmsg(rx.as_raw_fd(), &mut h, 0) };
-            assert_eq!(n, 5, "{}", io::Error::last_os_error());
-            assert_eq!(super::super::recv::read_control(&h).tos, tos, "{local}");
+            // SAFETY: as above.
+            let n = unsafe { libc::recvmsg(rx.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                assert_eq!(n, 5);
+                assert_eq!(h.msg_flags & libc::MSG_CTRUNC, 0, "control messages cut short");
+                return super::super::recv::read_control(&h);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        panic!("no datagram: {}", io::Error::last_os_error());
     }
 
     /// A send the send path did not count (here one made behind its back)

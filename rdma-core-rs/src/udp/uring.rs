@@ -25,7 +25,7 @@
 //! the ring (readable when completions wait), and never while work is
 //! flagged ([`Uring::has_work`]).
 
-use super::recv::{deliver, read_control, source_address, RxMeta};
+use super::recv::{deliver, read_control, source_address, Control};
 use super::send::{Batch, Failures};
 use super::IoStats;
 use io_uring::{cqueue, opcode, types, IoUring};
@@ -51,7 +51,7 @@ const GROUP: u16 = 0;
 const OUT_HEADER: usize = 16;
 /// Room for the sender's address (a `sockaddr_in6` fits).
 const NAME_ROOM: usize = 32;
-/// Room for the control messages: UDP_GRO's segment size and the TOS.
+/// Room for the control messages: UDP_GRO's segment size, the TTL and the TOS.
 const CONTROL_ROOM: usize = super::recv::CMSG_ROOM;
 /// Where the datagram starts in a buffer: the bytes before it (header,
 /// address, control) are free once read, room for the rebuilt headers.
@@ -303,7 +303,7 @@ impl Uring {
         };
         let control = out.control_data();
         let control = if control.is_empty() {
-            Default::default()
+            Control::default()
         } else {
             // SAFETY: all-zero msghdr is valid; it only frames the control bytes.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -312,7 +312,7 @@ impl Uring {
             read_control(&h)
         };
         let at = len - payload;
-        let meta = RxMeta { src, tos: control.tos };
+        let meta = control.meta(src);
         deliver(ep, now, buf, at, payload, control.segment, meta, local, stats);
     }
 

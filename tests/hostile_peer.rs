@@ -155,7 +155,13 @@ struct Target {
 
 impl Target {
     fn new(device: IpAddr, attacker: IpAddr, region: usize) -> Target {
-        let config = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+        Target::with_progress(device, attacker, region, Progress::Thread)
+    }
+
+    /// With `Progress::Manual` nothing is received until the test calls
+    /// `progress`: packets sent before that are all handled in one round.
+    fn with_progress(device: IpAddr, attacker: IpAddr, region: usize, progress: Progress) -> Target {
+        let config = DeviceConfig { progress, ..DeviceConfig::default() };
         let dev = Device::with_config(&format!("hostile-{device}"), device, config).expect("device");
         let ctx = dev.open().expect("open");
         let pd = ctx.alloc_pd().unwrap();
@@ -197,7 +203,10 @@ fn duplicate_reads_of_a_4_mib_region_do_not_amplify() {
     let one_read = (4 << 20) / MTU as u64;
     let sent = t.ctx.stats().packets_sent;
     assert!(got.read_payload > 0, "the READ itself was not answered");
-    assert!(sent >= one_read && sent <= 3 * one_read, "250 duplicates made the device send {sent} packets");
+    // A duplicate that arrives after the answer has gone past its PSN
+    // restarts it (IBTA), costing what one round sent since: a few rounds
+    // see duplicates, however many there are (before: 251 READs' worth).
+    assert!(sent >= one_read && sent <= 4 * one_read, "250 duplicates made the device send {sent} packets");
     assert_eq!(t.ctx.stats().duplicates, 249);
 }
 
@@ -248,15 +257,18 @@ fn another_qp_is_acked_while_one_serves_large_reads() {
     // Let the device get well into its 64 MiB of responses.
     let mut buf = vec![0u8; 65536];
     atk.sock.recv(&mut buf).expect("the READs are being answered");
-    let mut worst = Duration::ZERO;
-    for i in 0..5 {
+    let mut waits = Vec::new();
+    for i in 0..9 {
         let start = Instant::now();
         atk2.write(qp2.qp_num(), EPSN + i, mr2.addr(), mr2.rkey(), b"urgent", None);
         let ack = atk2.next_ack(Duration::from_secs(5));
-        worst = worst.max(start.elapsed());
+        waits.push(start.elapsed());
         assert_eq!(ack, Some((Syndrome::ACK_UNLIMITED, EPSN + i)));
     }
-    assert!(worst < Duration::from_millis(50), "an unrelated WRITE waited {worst:?} for its ACK");
+    waits.sort();
+    // Before sending rounds were bounded, each waited for the whole 64 MiB
+    // (about 300 ms here); the median leaves room for a busy machine.
+    assert!(waits[4] < Duration::from_millis(25), "an unrelated WRITE's ACK took {waits:?}");
 }
 
 /// A READ past the `max_dest_rd_atomic` the QP advertised (16) is NAKed
@@ -264,15 +276,18 @@ fn another_qp_is_acked_while_one_serves_large_reads() {
 #[test]
 fn reads_past_the_advertised_limit_are_refused() {
     let [dev, me, _] = addresses();
-    let t = Target::new(dev, me, 1 << 20);
+    let t = Target::with_progress(dev, me, 1 << 20, Progress::Manual);
     let atk = Attacker::new(me, dev);
     let (qpn, va, rkey) = (t.qp.qp_num(), t.mr.addr(), t.mr.rkey());
-    // Large READs, so that 16 are still being answered when the 17th comes.
+    // All 17 wait in the socket until one round of progress takes them, so
+    // the first 16 are still unanswered when the 17th comes.
     for i in 0..17 {
         atk.read(qpn, EPSN + i * 1024, va, rkey, 1 << 20);
     }
-    let got = atk.collect(Duration::from_millis(300));
-    assert!(got.acks.contains(&(Syndrome::Nak(NakCode::InvalidRequest), EPSN + 16 * 1024)), "{:?}", got.acks);
+    std::thread::sleep(Duration::from_millis(50));
+    t.ctx.progress().unwrap();
+    let nak = atk.next_ack(Duration::from_secs(2));
+    assert_eq!(nak, Some((Syndrome::Nak(NakCode::InvalidRequest), EPSN + 16 * 1024)));
     assert_eq!(t.drops(DropReason::TooManyReads), 1);
     assert_eq!(t.qp.query().unwrap().0, QpState::Err);
 }

@@ -13,11 +13,12 @@
 //!   `rnr_retry` (7 = forever); the other NAKs fail the request and move the
 //!   QP to the error state, flushing what is queued.
 
-use crate::endpoint::{CqTable, Drop, Stats};
+use crate::endpoint::CqTable;
 use crate::framing::scatter;
 use crate::memory::MemoryTable;
 use crate::qp::{Qp, QpState};
 use crate::requester::SendWqe;
+use crate::stats::{Drop, Stats};
 use crate::time::{local_ack_timeout, Instant};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rdma_wire::{NakCode, Operation, Psn, Syndrome, TransportPacket};

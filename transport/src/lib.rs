@@ -28,13 +28,15 @@ mod resources;
 pub mod responder;
 pub mod rng;
 pub mod sim;
+mod stats;
 pub mod time;
 pub mod wr;
 
-pub use endpoint::{AsyncEvent, Drop, Endpoint, Stats, Transmit, MAX_PACKET};
+pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};
 pub use error::VerbsError;
 pub use framing::PayloadRef;
 pub use memory::{Access, Pd, RegionGuard, RegionMemory};
-pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpStats, QpType, SrqId};
+pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
+pub use stats::{Drop, QpStats, Stats};
 pub use time::Instant;
 pub use wr::{wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

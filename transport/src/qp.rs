@@ -6,6 +6,7 @@ use crate::error::VerbsError;
 use crate::memory::{Access, Pd};
 use crate::requester::Requester;
 use crate::responder::Responder;
+pub use crate::stats::QpStats;
 use crate::wr::RecvWr;
 use core::net::IpAddr;
 use rdma_wire::Psn;
@@ -91,14 +92,6 @@ pub const ECN_MASK: u8 = 0b11;
 pub const ECN_ECT0: u8 = 0b10;
 /// Congestion experienced.
 pub const ECN_CE: u8 = 0b11;
-
-/// Counters of one QP ([`crate::Endpoint::qp_stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QpStats {
-    /// Packets accepted for this QP that arrived marked CE (congestion
-    /// experienced): the input of a DCQCN notification point.
-    pub ecn_ce_received: u64,
-}
 
 /// Capacities of a QP's queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

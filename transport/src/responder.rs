@@ -17,12 +17,13 @@
 //! receive queue is not flow-controlled by credits, and a SEND with no
 //! receive WQE gets an RNR NAK instead.
 
-use crate::endpoint::{CqTable, Drop, SrqTable, Stats};
+use crate::endpoint::{CqTable, SrqTable};
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
+use crate::stats::{Drop, Stats};
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,

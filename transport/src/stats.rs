@@ -1,0 +1,80 @@
+//! The counters: the endpoint's [`Stats`], the reasons it drops packets
+//! ([`Drop`]), and the counters of one QP ([`QpStats`]).
+
+use std::collections::BTreeMap;
+
+/// Why the endpoint dropped a packet. Each reason has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Drop {
+    Malformed,
+    IcrcMismatch,
+    UnknownQp,
+    QpNotReady,
+    PkeyMismatch,
+    AddressMismatch,
+    WrongTransport,
+    PsnOutOfSequence,
+    OpcodeOutOfSequence,
+    NoReceiveWqe,
+    BadLength,
+    ReceiveTooSmall,
+    ReceiveBufferFault,
+    RkeyViolation,
+    MisalignedAtomic,
+    UnsupportedOpcode,
+    QkeyMismatch,
+    UcMessageDropped,
+    GhostResponse,
+    DuplicateResponse,
+    /// A duplicate READ or atomic that matches no remembered responder resource.
+    DuplicateUnknown,
+    BadResponse,
+    /// A READ or atomic past the `max_dest_rd_atomic` the QP advertised.
+    TooManyReads,
+    /// Both ends are limited members of the partition (P_Key bit 15 clear).
+    PkeyLimitedMembers,
+}
+
+/// Counters of an endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub packets_received: u64,
+    pub packets_sent: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub rnr_naks_sent: u64,
+    pub rnr_naks_received: u64,
+    pub implied_naks: u64,
+    pub duplicates: u64,
+    pub cnps_received: u64,
+    pub ecn_ce_received: u64,
+    /// IPv4 packets whose ICRC checked out only with a recovered
+    /// Identification (see [`crate::Endpoint::set_ipv4_ident_unknown`]).
+    pub ipv4_ident_recovered: u64,
+    /// Work completions delivered to completion queues.
+    pub completions: u64,
+    pub cq_overruns: u64,
+    pub drops: BTreeMap<Drop, u64>,
+}
+
+impl Stats {
+    pub(crate) fn drop(&mut self, why: Drop, qpn: u32) {
+        *self.drops.entry(why).or_default() += 1;
+        tracing::debug!(qpn, reason = ?why, "packet dropped");
+    }
+
+    /// Drops for one reason.
+    pub fn drops_for(&self, why: Drop) -> u64 {
+        self.drops.get(&why).copied().unwrap_or(0)
+    }
+}
+
+/// Counters of one QP ([`crate::Endpoint::qp_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// Packets accepted for this QP that arrived marked CE (congestion
+    /// experienced): the input of a DCQCN notification point.
+    pub ecn_ce_received: u64,
+}

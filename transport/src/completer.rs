@@ -13,7 +13,7 @@
 //!   `rnr_retry` (7 = forever); the other NAKs fail the request and move the
 //!   QP to the error state, flushing what is queued.
 
-use crate::endpoint::CqTable;
+use crate::cq::CqTable;
 use crate::framing::scatter;
 use crate::memory::MemoryTable;
 use crate::qp::{Qp, QpState};

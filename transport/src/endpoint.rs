@@ -12,6 +12,7 @@
 //! The endpoint never reads a clock or touches a socket; drivers (UDP,
 //! raw packets, the simulator in [`crate::sim`]) are loops around it.
 
+pub use crate::cq::CqTable;
 use crate::error::VerbsError;
 use crate::framing::{Framer, PayloadRef};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
@@ -23,87 +24,11 @@ use crate::stats::QpStats;
 pub use crate::stats::{Drop, Stats};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
-use crate::Sge;
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
-
-/// Completion queues.
-#[derive(Debug, Default)]
-pub struct CqTable {
-    cqs: Vec<(usize, VecDeque<WorkCompletion>)>,
-    /// Per CQ: it overflowed, and is in error from then on (IBTA 11.4.2.1:
-    /// a CQ overrun is a CQ error; its QPs go to the error state).
-    in_error: Vec<bool>,
-    /// CQs that overflowed since the endpoint last raised their events.
-    overflowed: Vec<CqId>,
-    overruns: u64,
-    delivered: u64,
-    /// Scatter/gather lists of finished work requests, for the engine's
-    /// copies of new ones: posting then allocates nothing in steady state.
-    spare_sges: Vec<Vec<Sge>>,
-    /// The same for the inline data of finished requests.
-    spare_inline: Vec<Vec<u8>>,
-}
-
-/// Spare scatter/gather lists kept, and the longest list kept.
-const SPARE_SGES: usize = 4096;
-const SPARE_SGE_CAPACITY: usize = 16;
-/// Spare inline buffers kept, and the largest kept.
-const SPARE_INLINE: usize = 1024;
-const SPARE_INLINE_CAPACITY: usize = 1024;
-
-impl CqTable {
-    /// A copy of `sges` in a spare list if there is one.
-    fn copy_sges(&mut self, sges: &[Sge]) -> Vec<Sge> {
-        let mut v = self.spare_sges.pop().unwrap_or_default();
-        v.extend_from_slice(sges);
-        v
-    }
-
-    /// A copy of inline data in a spare buffer if there is one.
-    fn copy_inline(&mut self, data: &[u8]) -> Vec<u8> {
-        let mut v = self.spare_inline.pop().unwrap_or_default();
-        v.extend_from_slice(data);
-        v
-    }
-
-    /// Keeps the list of a finished work request for reuse.
-    pub(crate) fn recycle(&mut self, mut sges: Vec<Sge>) {
-        if self.spare_sges.len() < SPARE_SGES && sges.capacity() <= SPARE_SGE_CAPACITY {
-            sges.clear();
-            self.spare_sges.push(sges);
-        }
-    }
-
-    /// Keeps the inline data buffer of a finished work request for reuse.
-    pub(crate) fn recycle_inline(&mut self, mut data: Vec<u8>) {
-        if self.spare_inline.len() < SPARE_INLINE && data.capacity() <= SPARE_INLINE_CAPACITY {
-            data.clear();
-            self.spare_inline.push(data);
-        }
-    }
-
-    pub(crate) fn push(&mut self, cq: CqId, wc: WorkCompletion) {
-        let errored = self.in_error.get(cq.0).copied().unwrap_or(true);
-        match self.cqs.get_mut(cq.0) {
-            Some((depth, q)) if q.len() < *depth && !errored => {
-                q.push_back(wc);
-                self.delivered += 1;
-            }
-            _ => {
-                self.overruns += 1;
-                tracing::warn!(cq = cq.0, wr_id = wc.wr_id, "completion queue overrun: completion lost");
-                if !errored {
-                    self.in_error[cq.0] = true;
-                    self.overflowed.push(cq);
-                }
-            }
-        }
-    }
-}
 
 /// A shared receive queue.
 #[derive(Debug)]
@@ -337,8 +262,8 @@ impl Endpoint {
 
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
-        s.cq_overruns = self.cqs.overruns;
-        s.completions = self.cqs.delivered;
+        s.cq_overruns = self.cqs.overruns();
+        s.completions = self.cqs.delivered();
         s
     }
 
@@ -358,7 +283,7 @@ impl Endpoint {
 
     /// Work completions delivered so far (cheap: no copy of the counters).
     pub fn completions_delivered(&self) -> u64 {
-        self.cqs.delivered
+        self.cqs.delivered()
     }
 
     pub fn alloc_pd(&mut self) -> Pd {
@@ -381,9 +306,7 @@ impl Endpoint {
     }
 
     pub fn create_cq(&mut self, depth: usize) -> CqId {
-        self.cqs.cqs.push((depth.max(1), VecDeque::new()));
-        self.cqs.in_error.push(false);
-        CqId(self.cqs.cqs.len() - 1)
+        self.cqs.create(depth)
     }
 
     /// Takes up to `max` completions, oldest first.
@@ -396,15 +319,12 @@ impl Endpoint {
     /// Appends up to `max` completions, oldest first, to `out` (no
     /// allocation once `out` has room); returns how many.
     pub fn poll_cq_into(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let Some((_, q)) = self.cqs.cqs.get_mut(cq.0) else { return 0 };
-        let n = max.min(q.len());
-        out.extend(q.drain(..n));
-        n
+        self.cqs.poll_into(cq, max, out)
     }
 
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqId) -> usize {
-        self.cqs.cqs.get(cq.0).map_or(0, |(_, q)| q.len())
+        self.cqs.queued(cq)
     }
 
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
@@ -438,7 +358,7 @@ impl Endpoint {
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
         self.touch();
         for cq in [init.send_cq, init.recv_cq] {
-            if cq.0 >= self.cqs.cqs.len() {
+            if !self.cqs.exists(cq) {
                 return Err(VerbsError::NoSuchCq(cq.0));
             }
         }
@@ -611,7 +531,7 @@ impl Endpoint {
     /// and moves the QPs that use it to the error state (their flushed
     /// requests are lost with the CQ, and counted as overruns).
     fn settle_cq_errors(&mut self) {
-        while let Some(cq) = self.cqs.overflowed.pop() {
+        while let Some(cq) = self.cqs.take_overflowed() {
             tracing::warn!(cq = cq.0, "completion queue overrun: the CQ and its QPs are in error");
             self.events.push_back(AsyncEvent::CqError(cq));
             for (&qpn, qp) in self.qps.iter_mut() {

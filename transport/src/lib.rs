@@ -16,6 +16,7 @@
 //! | [`time`] | virtual time |
 
 pub mod completer;
+mod cq;
 pub mod endpoint;
 pub mod error;
 pub mod framing;

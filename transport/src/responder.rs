@@ -17,7 +17,8 @@
 //! receive queue is not flow-controlled by credits, and a SEND with no
 //! receive WQE gets an RNR NAK instead.
 
-use crate::endpoint::{CqTable, SrqTable};
+use crate::cq::CqTable;
+use crate::endpoint::SrqTable;
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};

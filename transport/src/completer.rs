@@ -38,9 +38,9 @@ impl Qp {
         if w.wr.signaled || self.init.sq_sig_all {
             cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
         }
-        cqs.recycle(w.wr.sg_list);
+        cqs.pool.recycle(w.wr.sg_list);
         if let Some(d) = w.wr.inline_data {
-            cqs.recycle_inline(d);
+            cqs.pool.recycle_inline(d);
         }
         if self.req.cursor_wqe == 0 {
             // The cursor was inside the completed WQE: all of it is

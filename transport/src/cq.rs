@@ -2,8 +2,9 @@
 //! when it overflows, and the overflows the endpoint has yet to raise as
 //! events.
 
+use crate::pool::WrPool;
 use crate::qp::CqId;
-use crate::wr::{Sge, WorkCompletion};
+use crate::wr::WorkCompletion;
 use std::collections::VecDeque;
 
 /// Completion queues.
@@ -17,51 +18,13 @@ pub struct CqTable {
     overflowed: Vec<CqId>,
     overruns: u64,
     delivered: u64,
-    /// Scatter/gather lists of finished work requests, for the engine's
-    /// copies of new ones: posting then allocates nothing in steady state.
-    spare_sges: Vec<Vec<Sge>>,
-    /// The same for the inline data of finished requests.
-    spare_inline: Vec<Vec<u8>>,
+    /// The buffers of finished work requests, for reuse (see [`WrPool`]):
+    /// here because the completer and responder, which finish requests,
+    /// reach the endpoint's state through this table.
+    pub(crate) pool: WrPool,
 }
 
-/// Spare scatter/gather lists kept, and the longest list kept.
-const SPARE_SGES: usize = 4096;
-const SPARE_SGE_CAPACITY: usize = 16;
-/// Spare inline buffers kept, and the largest kept.
-const SPARE_INLINE: usize = 1024;
-const SPARE_INLINE_CAPACITY: usize = 1024;
-
 impl CqTable {
-    /// A copy of `sges` in a spare list if there is one.
-    pub(crate) fn copy_sges(&mut self, sges: &[Sge]) -> Vec<Sge> {
-        let mut v = self.spare_sges.pop().unwrap_or_default();
-        v.extend_from_slice(sges);
-        v
-    }
-
-    /// A copy of inline data in a spare buffer if there is one.
-    pub(crate) fn copy_inline(&mut self, data: &[u8]) -> Vec<u8> {
-        let mut v = self.spare_inline.pop().unwrap_or_default();
-        v.extend_from_slice(data);
-        v
-    }
-
-    /// Keeps the list of a finished work request for reuse.
-    pub(crate) fn recycle(&mut self, mut sges: Vec<Sge>) {
-        if self.spare_sges.len() < SPARE_SGES && sges.capacity() <= SPARE_SGE_CAPACITY {
-            sges.clear();
-            self.spare_sges.push(sges);
-        }
-    }
-
-    /// Keeps the inline data buffer of a finished work request for reuse.
-    pub(crate) fn recycle_inline(&mut self, mut data: Vec<u8>) {
-        if self.spare_inline.len() < SPARE_INLINE && data.capacity() <= SPARE_INLINE_CAPACITY {
-            data.clear();
-            self.spare_inline.push(data);
-        }
-    }
-
     pub(crate) fn push(&mut self, cq: CqId, wc: WorkCompletion) {
         let errored = self.in_error.get(cq.0).copied().unwrap_or(true);
         match self.cqs.get_mut(cq.0) {

@@ -478,20 +478,20 @@ impl Endpoint {
     /// [`Endpoint::post_send`] of a copy of `wr`, made without allocating
     /// in steady state (finished requests' lists and inline buffers are reused).
     pub fn post_send_copy(&mut self, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
-        let sg_list = self.cqs.copy_sges(&wr.sg_list);
-        let inline_data = wr.inline_data.as_deref().map(|d| self.cqs.copy_inline(d));
+        let sg_list = self.cqs.pool.copy_sges(&wr.sg_list);
+        let inline_data = wr.inline_data.as_deref().map(|d| self.cqs.pool.copy_inline(d));
         self.post_send(qpn, SendWr { sg_list, inline_data, ..*wr })
     }
 
     /// [`Endpoint::post_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).
     pub fn post_recv_copy(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
-        let sg_list = self.cqs.copy_sges(&wr.sg_list);
+        let sg_list = self.cqs.pool.copy_sges(&wr.sg_list);
         self.post_recv(qpn, RecvWr { wr_id: wr.wr_id, sg_list })
     }
 
     /// [`Endpoint::post_srq_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).
     pub fn post_srq_recv_copy(&mut self, srq: SrqId, wr: &RecvWr) -> Result<(), VerbsError> {
-        let sg_list = self.cqs.copy_sges(&wr.sg_list);
+        let sg_list = self.cqs.pool.copy_sges(&wr.sg_list);
         self.post_srq_recv(srq, RecvWr { wr_id: wr.wr_id, sg_list })
     }
 

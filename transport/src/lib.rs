@@ -23,6 +23,7 @@ pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod memory;
+mod pool;
 pub mod qp;
 pub mod requester;
 mod resources;

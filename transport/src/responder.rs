@@ -377,7 +377,7 @@ impl Qp {
                         wc.wc_flags |= wc_flags::WITH_INV;
                     }
                     ctx.cqs.push(self.init.recv_cq, wc);
-                    ctx.cqs.recycle(recv.sg_list);
+                    ctx.cqs.pool.recycle(recv.sg_list);
                     self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 } else {
                     self.resp.cur = Some(InMessage::Send { recv, pd, offset: end });
@@ -438,7 +438,7 @@ impl Qp {
                         wc.imm_data = p.imm_dt();
                         wc.wc_flags |= wc_flags::WITH_IMM;
                         ctx.cqs.push(self.init.recv_cq, wc);
-                        ctx.cqs.recycle(recv.sg_list);
+                        ctx.cqs.pool.recycle(recv.sg_list);
                     }
                     self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 } else {
@@ -619,7 +619,7 @@ impl Qp {
             wc.wc_flags |= wc_flags::WITH_IMM;
         }
         ctx.cqs.push(self.init.recv_cq, wc);
-        ctx.cqs.recycle(recv.sg_list);
+        ctx.cqs.pool.recycle(recv.sg_list);
     }
 
     /// Writes the next response packet into `buf`, if one is waiting.

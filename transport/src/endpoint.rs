@@ -14,12 +14,14 @@
 
 pub use crate::cq::CqTable;
 use crate::error::VerbsError;
+pub use crate::events::AsyncEvent;
 use crate::framing::{Framer, PayloadRef};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, ECN_CE, ECN_MASK};
 use crate::requester::{ReqOutcome, SendWqe};
 use crate::responder::RespCtx;
 use crate::rng::Rng;
+pub use crate::srq::SrqTable;
 use crate::stats::QpStats;
 pub use crate::stats::{Drop, Stats};
 use crate::time::Instant;
@@ -29,56 +31,6 @@ use core::time::Duration;
 use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
-
-/// A shared receive queue.
-#[derive(Debug)]
-struct Srq {
-    pd: Pd,
-    queue: VecDeque<RecvWr>,
-    max_wr: u32,
-    /// When the queue drops below this many WQEs, one limit event fires (0 = disarmed).
-    limit: u32,
-}
-
-/// Shared receive queues, and the limit events they raised.
-#[derive(Debug, Default)]
-pub struct SrqTable {
-    srqs: Vec<Srq>,
-    limit_events: VecDeque<SrqId>,
-}
-
-impl SrqTable {
-    /// Puts back a WQE taken for a message that was then abandoned.
-    pub(crate) fn give_back(&mut self, id: SrqId, wr: RecvWr) {
-        if let Some(srq) = self.srqs.get_mut(id.0) {
-            srq.queue.push_front(wr);
-        }
-    }
-
-    /// The next receive WQE and the PD its buffers belong to.
-    pub(crate) fn take(&mut self, id: SrqId) -> Option<(RecvWr, Pd)> {
-        let srq = self.srqs.get_mut(id.0)?;
-        let r = srq.queue.pop_front()?;
-        if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
-            srq.limit = 0; // the event disarms itself, as in ibv_modify_srq(3)
-            self.limit_events.push_back(id);
-        }
-        Some((r, srq.pd))
-    }
-}
-
-/// Asynchronous events (`ibv_get_async_event`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsyncEvent {
-    /// An SRQ fell below its limit.
-    SrqLimitReached(SrqId),
-    /// A QP entered the error state.
-    QpFatal(u32),
-    /// A completion queue overflowed (`IBV_EVENT_CQ_ERR`): a completion was
-    /// lost, the CQ takes no more, and the QPs that use it went to the
-    /// error state.
-    CqError(CqId),
-}
 
 /// A packet [`Endpoint::poll_transmit`] wrote.
 #[derive(Debug, Clone)]
@@ -328,28 +280,21 @@ impl Endpoint {
     }
 
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
-        self.srqs.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit });
-        SrqId(self.srqs.srqs.len() - 1)
+        self.srqs.create(pd, max_wr, limit)
     }
 
     /// Arms the SRQ limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
     pub fn arm_srq(&mut self, srq: SrqId, limit: u32) -> Result<(), VerbsError> {
-        self.srqs.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchSrq(srq.0))?.limit = limit;
-        Ok(())
+        self.srqs.arm(srq, limit)
     }
 
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
-        let s = self.srqs.srqs.get_mut(srq.0).ok_or(VerbsError::NoSuchSrq(srq.0))?;
-        if s.queue.len() as u32 >= s.max_wr {
-            return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
-        }
-        s.queue.push_back(wr);
-        Ok(())
+        self.srqs.post(srq, wr)
     }
 
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
-        if let Some(id) = self.srqs.limit_events.pop_front() {
+        if let Some(id) = self.srqs.take_limit_event() {
             return Some(AsyncEvent::SrqLimitReached(id));
         }
         self.events.pop_front()
@@ -362,7 +307,7 @@ impl Endpoint {
                 return Err(VerbsError::NoSuchCq(cq.0));
             }
         }
-        if let Some(srq) = init.srq.filter(|s| s.0 >= self.srqs.srqs.len()) {
+        if let Some(srq) = init.srq.filter(|&s| !self.srqs.exists(s)) {
             return Err(VerbsError::NoSuchSrq(srq.0));
         }
         let mut qpn = self.next_qpn;

@@ -19,6 +19,7 @@ pub mod completer;
 mod cq;
 pub mod endpoint;
 pub mod error;
+mod events;
 pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -30,6 +31,7 @@ mod resources;
 pub mod responder;
 pub mod rng;
 pub mod sim;
+mod srq;
 mod stats;
 pub mod time;
 pub mod wr;

@@ -18,12 +18,12 @@
 //! receive WQE gets an RNR NAK instead.
 
 use crate::cq::CqTable;
-use crate::endpoint::SrqTable;
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
+use crate::srq::SrqTable;
 use crate::stats::{Drop, Stats};
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{

@@ -11,58 +11,39 @@
 //!
 //! The endpoint never reads a clock or touches a socket; drivers (UDP,
 //! raw packets, the simulator in [`crate::sim`]) are loops around it.
+//!
+//! This file is the façade: the device struct, its construction, the
+//! verbs (PDs, MRs, CQs, SRQs, QPs, posting) and the timers. The receive
+//! path (checks and dispatch) is in `endpoint/rx.rs`, the transmit
+//! scheduler in `endpoint/sched.rs` (child modules, so that the
+//! device's fields stay private to it); the tables and counters it owns
+//! are in `cq.rs`, `pool.rs`, `srq.rs`, `stats.rs` and `events.rs`.
 
-pub use crate::cq::CqTable;
 use crate::error::VerbsError;
-pub use crate::events::AsyncEvent;
-use crate::framing::{Framer, PayloadRef};
+use crate::framing::Framer;
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
-use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, ECN_CE, ECN_MASK};
-use crate::requester::{ReqOutcome, SendWqe};
-use crate::responder::RespCtx;
+use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
+use crate::requester::SendWqe;
 use crate::rng::Rng;
-pub use crate::srq::SrqTable;
 use crate::stats::QpStats;
-pub use crate::stats::{Drop, Stats};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
-use rdma_wire::{IdentRecovery, Operation, RoceV2Packet, Transport};
+use rdma_wire::IdentRecovery;
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 
-/// A packet [`Endpoint::poll_transmit`] wrote.
-#[derive(Debug, Clone)]
-pub struct Transmit {
-    /// Bytes written, IP header through ICRC; without the payload when
-    /// `payload` is set.
-    pub len: usize,
-    pub dest: IpAddr,
-    pub src_port: u16,
-    /// A held ACK released by the packets sent before it in this round
-    /// (see [`Endpoint::set_ack_delay`]). [`Endpoint::poll_transmit_fresh`]
-    /// stops short of these, so that a driver can send the packets before
-    /// them first.
-    pub released_ack: bool,
-    /// The payload, when the packet carries it by reference (see
-    /// [`Endpoint::set_payload_by_reference`]): the buffer then holds the
-    /// headers and room for pad and ICRC, and the driver sends the
-    /// payload from the region and seals the packet.
-    pub payload: Option<PayloadRef>,
-}
+mod rx;
+mod sched;
 
-impl Transmit {
-    /// Bytes the packet takes on the wire from the IP header on.
-    pub fn wire_len(&self) -> usize {
-        self.len + self.payload.as_ref().map_or(0, |p| p.len)
-    }
-}
-
-/// Packets a QP sends in a row before the next QP's turn: runs long enough
-/// for a driver to hand the kernel as one segmented send (UDP GSO), short
-/// enough that no QP waits long.
-pub const TX_BURST: u32 = 16;
+// Everything that lived in this file before the split stays reachable
+// at its old path.
+pub use crate::cq::CqTable;
+pub use crate::events::AsyncEvent;
+pub use crate::srq::SrqTable;
+pub use crate::stats::{Drop, Stats};
+pub use sched::{Transmit, MAX_PACKET, TX_BURST};
 
 /// The default partition, with full membership.
 pub const DEFAULT_PKEY: u16 = 0xffff;
@@ -73,9 +54,6 @@ pub const MAX_PKEYS: usize = 16;
 const FIRST_QPN: u32 = 0x11;
 /// The first QPN is drawn from this many numbers above [`FIRST_QPN`].
 const QPN_START_SPREAD: u32 = 1 << 22;
-
-/// A buffer this large holds any packet the engine writes (4 KiB MTU).
-pub const MAX_PACKET: usize = 40 + 8 + 12 + 28 + 4096 + 4;
 
 /// One soft RDMA device.
 #[derive(Debug)]
@@ -193,6 +171,16 @@ impl Endpoint {
         for qp in self.qps.values_mut() {
             qp.ecn_capable = on;
         }
+    }
+
+    /// Lets packets carry payloads of [`crate::framing::BY_REF_MIN`] bytes
+    /// or more by reference to their memory region instead of a copy in
+    /// the packet buffer (see [`Transmit::payload`]): for a driver that
+    /// hands the kernel the headers, the region's bytes and the trailer
+    /// as one scattered send, and so copies each byte once. Off by default:
+    /// every packet is then whole in its buffer.
+    pub fn set_payload_by_reference(&mut self, on: bool) {
+        self.framer.by_ref = on;
     }
 
     /// The UDP source port a QP sends from (rxe's hash of the QPN by default).
@@ -464,14 +452,6 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Handles one received RoCE v2 packet (IP header through ICRC).
-    /// Anything wrong with it is counted and traced, never returned: a
-    /// network peer cannot make the endpoint fail.
-    pub fn handle_packet(&mut self, now: Instant, l3: &[u8]) {
-        self.receive(now, l3);
-        self.settle_cq_errors();
-    }
-
     /// Raises the event of every CQ that overflowed since the last call,
     /// and moves the QPs that use it to the error state (their flushed
     /// requests are lost with the CQ, and counted as overruns).
@@ -485,273 +465,6 @@ impl Endpoint {
                     qp.flush(&mut self.cqs);
                     self.events.push_back(AsyncEvent::QpFatal(qpn));
                 }
-            }
-        }
-    }
-
-    fn receive(&mut self, now: Instant, l3: &[u8]) {
-        self.touch();
-        self.stats.packets_received += 1;
-        let p = match RoceV2Packet::new_checked(l3) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!(error = %e, "malformed packet");
-                self.stats.drop(Drop::Malformed, 0);
-                return;
-            }
-        };
-        let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
-        if computed != carried {
-            // Behind a UDP socket the IPv4 Identification is unknown (taken
-            // as 0): solve for it rather than skip the check (see rdma_wire::ident).
-            let recovered = match (&mut self.ident_recovery, p.ipv4()) {
-                (Some(r), Some(_)) => r.recover(l3.len(), computed, carried).is_some(),
-                _ => false,
-            };
-            if !recovered {
-                self.stats.drop(Drop::IcrcMismatch, 0);
-                return;
-            }
-            self.stats.ipv4_ident_recovered += 1;
-        }
-        let (src, ecn, ip_len) = match (p.ipv4(), p.ipv6()) {
-            (Some(h), _) => (IpAddr::V4(h.src()), h.ecn(), 20),
-            (_, Some(h)) => (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40),
-            _ => unreachable!("a checked packet is IPv4 or IPv6"),
-        };
-        let ce = ecn & ECN_MASK == ECN_CE;
-        if ce {
-            self.stats.ecn_ce_received += 1;
-        }
-        let t = p.transport();
-        let bth = t.bth();
-        let qpn = bth.dest_qp();
-        if t.info().transport == Transport::Cnp {
-            // The rate-control hook of the reaction point (the DCQCN issue fills it).
-            self.stats.cnps_received += 1;
-            tracing::debug!(qpn, "CNP received");
-            return;
-        }
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            self.stats.drop(Drop::UnknownQp, qpn);
-            return;
-        };
-        if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
-            self.stats.drop(Drop::PkeyMismatch, qpn);
-            return;
-        }
-        // Bit 15 is the membership: two limited members of a partition
-        // may not talk to each other (IBTA 10.9.3).
-        if bth.pkey() & 0x8000 == 0 && qp.params.pkey & 0x8000 == 0 {
-            self.stats.drop(Drop::PkeyLimitedMembers, qpn);
-            return;
-        }
-        let transport_ok = matches!(
-            (t.info().transport, qp.init.qp_type),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
-        );
-        if !transport_ok {
-            self.stats.drop(Drop::WrongTransport, qpn);
-            return;
-        }
-        if qp.init.qp_type != QpType::Ud && qp.params.av.is_some_and(|av| av.dest.to_canonical() != src) {
-            self.stats.drop(Drop::AddressMismatch, qpn);
-            return;
-        }
-        // Counted for the QP only once the packet is known to be its own.
-        if ce {
-            qp.stats.ecn_ce_received += 1;
-            tracing::trace!(qpn, "CE-marked packet received");
-        }
-        let was_error = qp.state == QpState::Err;
-        let is_response = matches!(
-            t.info().operation,
-            Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
-        );
-        if is_response {
-            qp.handle_response(now, &t, &self.mrs, &mut self.cqs, &mut self.stats);
-        } else {
-            let mut ctx = RespCtx {
-                mrs: &self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                stats: &mut self.stats,
-                ip_header: &l3[..ip_len],
-            };
-            qp.handle_request(&t, &mut ctx);
-        }
-        if !was_error && qp.state == QpState::Err {
-            self.events.push_back(AsyncEvent::QpFatal(qpn));
-        }
-    }
-
-    /// Lets a lone positive ACK wait up to `delay` for company: it leaves
-    /// with the next packet this endpoint sends (after it, in the same
-    /// round of `poll_transmit` calls), or covers later requests too, or
-    /// leaves alone when `delay` has passed ([`Endpoint::poll_timeout`]
-    /// says when). Only a QP that sent a request itself within the last
-    /// millisecond holds ACKs (a ping-pong, or traffic both ways): the
-    /// passive side of a one-way stream ACKs at once, so a requester that
-    /// waits for each completion is never slowed. Zero (the default of the
-    /// engine, as rxe) sends every ACK at once. NAKs, READ responses and
-    /// atomic ACKs never wait.
-    pub fn set_ack_delay(&mut self, delay: Duration) {
-        self.touch();
-        self.ack_delay = delay;
-    }
-
-    /// Lets every held ACK leave in the next round of `poll_transmit`
-    /// without waiting for its delay: for a driver about to destroy a QP,
-    /// or to stop driving the endpoint for a while.
-    pub fn release_acks(&mut self) {
-        self.touch();
-        self.release = true;
-    }
-
-    /// Lets packets carry payloads of [`crate::framing::BY_REF_MIN`] bytes
-    /// or more by reference to their memory region instead of a copy in
-    /// the packet buffer (see [`Transmit::payload`]): for a driver that
-    /// hands the kernel the headers, the region's bytes and the trailer
-    /// as one scattered send, and so copies each byte once. Off by default:
-    /// every packet is then whole in its buffer.
-    pub fn set_payload_by_reference(&mut self, on: bool) {
-        self.framer.by_ref = on;
-    }
-
-    /// Whether some QP holds a lone ACK back for company (see
-    /// [`Endpoint::set_ack_delay`]): a driver that may stop calling must
-    /// then make sure that `poll_timeout` is honoured, or call
-    /// [`Endpoint::release_acks`]. Walks every QP.
-    pub fn holds_acks(&self) -> bool {
-        self.qps.values().any(|q| q.resp.ack_held_since.is_some())
-    }
-
-    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
-    /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
-    /// responses go before requests. Call it until it returns `None`: that
-    /// ends a round, and held ACKs leave at the end of a round that sent
-    /// anything.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.idle_until_later(now) {
-            return None;
-        }
-        let first = if std::mem::take(&mut self.fresh_done) { None } else { self.next_packet(now, buf, self.release) };
-        let t = first.or_else(|| {
-            if self.sending && !self.ack_delay.is_zero() {
-                self.next_packet(now, buf, true)
-            } else {
-                None
-            }
-        });
-        self.sending = t.is_some();
-        self.tx_idle = t.is_none();
-        if t.is_none() {
-            self.release = false;
-        }
-        self.settle_cq_errors();
-        t
-    }
-
-    /// [`Endpoint::poll_transmit`] without the held ACKs that a round
-    /// releases: `None` here means that only those may be left, and the
-    /// `poll_transmit` calls after it give them. A driver calls this first
-    /// to send a lone reply before those ACKs are even built.
-    pub fn poll_transmit_fresh(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.idle_until_later(now) {
-            return None;
-        }
-        // The round is not over: `sending` stays as it is for the release.
-        let t = self.next_packet(now, buf, self.release);
-        if t.is_some() {
-            self.sending = true;
-        }
-        // Every QP was just asked: the next `poll_transmit` need not ask again.
-        self.fresh_done = t.is_none();
-        self.settle_cq_errors();
-        t
-    }
-
-    /// Whether the last round found nothing and no timer is due yet: a
-    /// poll then costs this comparison. Otherwise the QPs are about to be
-    /// walked, and sending arms timers (a QP that fails stops its own), so
-    /// the cached deadline is dropped.
-    fn idle_until_later(&mut self, now: Instant) -> bool {
-        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
-            return true;
-        }
-        self.deadline.set(None);
-        false
-    }
-
-    /// Records that something happened which may give a QP packets to send
-    /// or change a timer: the next `poll_transmit` looks at every QP again,
-    /// and `poll_timeout` recomputes. Every `&mut self` entry point that
-    /// can do either calls it; posting a receive and polling a CQ cannot.
-    fn touch(&mut self) {
-        self.tx_idle = false;
-        self.fresh_done = false;
-        self.deadline.set(None);
-    }
-
-    fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
-        for _ in 0..self.qps.len() {
-            let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
-                Some((&k, _)) => k,
-                None => return None,
-            };
-            match self.transmit_from(qpn, now, buf, flush) {
-                Some(t) => {
-                    // Stay on this QP for a burst, then give the next its turn.
-                    self.burst += 1;
-                    if self.burst >= TX_BURST {
-                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
-                    } else {
-                        self.rr = qpn;
-                    }
-                    return Some(t);
-                }
-                None => (self.rr, self.burst) = (qpn.wrapping_add(1), 0),
-            }
-        }
-        None
-    }
-
-    /// The next packet of one QP: a response first, else a request.
-    fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
-        let qp = self.qps.get_mut(&qpn).expect("key from the map");
-        if let Some((len, dest, payload)) =
-            qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf)
-        {
-            self.stats.packets_sent += 1;
-            if std::mem::take(&mut qp.resp.fatal) && qp.state != QpState::Err {
-                // The NAK that ends a READ whose region went is out.
-                qp.state = QpState::Err;
-                qp.flush(&mut self.cqs);
-                self.events.push_back(AsyncEvent::QpFatal(qpn));
-            }
-            // Past the first pass of a round only held lone ACKs are left
-            // (anything else left in that pass); a release sends anything.
-            let released_ack = flush && !self.release;
-            return Some(Transmit { len, dest, src_port: qp.src_port, released_ack, payload });
-        }
-        match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
-            ReqOutcome::Idle => None,
-            ReqOutcome::LocalError(status) => {
-                // Complete what was before the failing request first.
-                for _ in 0..qp.req.cursor_wqe {
-                    qp.complete_front(&mut self.cqs);
-                }
-                qp.fail(status, &mut self.cqs);
-                self.events.push_back(AsyncEvent::QpFatal(qpn));
-                None
-            }
-            ReqOutcome::Sent { len, dest, payload } => {
-                // UC and UD requests complete once sent.
-                while qp.req.sq.front().is_some_and(|w| w.sent) {
-                    qp.complete_front(&mut self.cqs);
-                }
-                self.stats.packets_sent += 1;
-                Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })
             }
         }
     }

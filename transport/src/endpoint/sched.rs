@@ -1,0 +1,213 @@
+//! The transmit scheduler: which QP sends next. QPs take turns of up to
+//! [`TX_BURST`] packets in QPN order (round robin); within a QP,
+//! responses go before requests; held lone ACKs leave at the end of a
+//! round that sent anything, or when released. A rate gate (DCQCN) will
+//! attach here, in `transmit_from`, the one place that sees
+//! both request packets and READ responses.
+
+use super::Endpoint;
+use crate::events::AsyncEvent;
+use crate::framing::PayloadRef;
+use crate::qp::QpState;
+use crate::requester::ReqOutcome;
+use crate::time::Instant;
+use core::net::IpAddr;
+use core::time::Duration;
+
+/// A packet [`Endpoint::poll_transmit`] wrote.
+#[derive(Debug, Clone)]
+pub struct Transmit {
+    /// Bytes written, IP header through ICRC; without the payload when
+    /// `payload` is set.
+    pub len: usize,
+    pub dest: IpAddr,
+    pub src_port: u16,
+    /// A held ACK released by the packets sent before it in this round
+    /// (see [`Endpoint::set_ack_delay`]). [`Endpoint::poll_transmit_fresh`]
+    /// stops short of these, so that a driver can send the packets before
+    /// them first.
+    pub released_ack: bool,
+    /// The payload, when the packet carries it by reference (see
+    /// [`Endpoint::set_payload_by_reference`]): the buffer then holds the
+    /// headers and room for pad and ICRC, and the driver sends the
+    /// payload from the region and seals the packet.
+    pub payload: Option<PayloadRef>,
+}
+
+impl Transmit {
+    /// Bytes the packet takes on the wire from the IP header on.
+    pub fn wire_len(&self) -> usize {
+        self.len + self.payload.as_ref().map_or(0, |p| p.len)
+    }
+}
+
+/// Packets a QP sends in a row before the next QP's turn: runs long enough
+/// for a driver to hand the kernel as one segmented send (UDP GSO), short
+/// enough that no QP waits long.
+pub const TX_BURST: u32 = 16;
+
+/// A buffer this large holds any packet the engine writes (4 KiB MTU).
+pub const MAX_PACKET: usize = 40 + 8 + 12 + 28 + 4096 + 4;
+
+impl Endpoint {
+    /// Lets a lone positive ACK wait up to `delay` for company: it leaves
+    /// with the next packet this endpoint sends (after it, in the same
+    /// round of `poll_transmit` calls), or covers later requests too, or
+    /// leaves alone when `delay` has passed ([`Endpoint::poll_timeout`]
+    /// says when). Only a QP that sent a request itself within the last
+    /// millisecond holds ACKs (a ping-pong, or traffic both ways): the
+    /// passive side of a one-way stream ACKs at once, so a requester that
+    /// waits for each completion is never slowed. Zero (the default of the
+    /// engine, as rxe) sends every ACK at once. NAKs, READ responses and
+    /// atomic ACKs never wait.
+    pub fn set_ack_delay(&mut self, delay: Duration) {
+        self.touch();
+        self.ack_delay = delay;
+    }
+
+    /// Lets every held ACK leave in the next round of `poll_transmit`
+    /// without waiting for its delay: for a driver about to destroy a QP,
+    /// or to stop driving the endpoint for a while.
+    pub fn release_acks(&mut self) {
+        self.touch();
+        self.release = true;
+    }
+
+    /// Whether some QP holds a lone ACK back for company (see
+    /// [`Endpoint::set_ack_delay`]): a driver that may stop calling must
+    /// then make sure that `poll_timeout` is honoured, or call
+    /// [`Endpoint::release_acks`]. Walks every QP.
+    pub fn holds_acks(&self) -> bool {
+        self.qps.values().any(|q| q.resp.ack_held_since.is_some())
+    }
+
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
+    /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
+    /// responses go before requests. Call it until it returns `None`: that
+    /// ends a round, and held ACKs leave at the end of a round that sent
+    /// anything.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.idle_until_later(now) {
+            return None;
+        }
+        let first = if std::mem::take(&mut self.fresh_done) { None } else { self.next_packet(now, buf, self.release) };
+        let t = first.or_else(|| {
+            if self.sending && !self.ack_delay.is_zero() {
+                self.next_packet(now, buf, true)
+            } else {
+                None
+            }
+        });
+        self.sending = t.is_some();
+        self.tx_idle = t.is_none();
+        if t.is_none() {
+            self.release = false;
+        }
+        self.settle_cq_errors();
+        t
+    }
+
+    /// [`Endpoint::poll_transmit`] without the held ACKs that a round
+    /// releases: `None` here means that only those may be left, and the
+    /// `poll_transmit` calls after it give them. A driver calls this first
+    /// to send a lone reply before those ACKs are even built.
+    pub fn poll_transmit_fresh(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.idle_until_later(now) {
+            return None;
+        }
+        // The round is not over: `sending` stays as it is for the release.
+        let t = self.next_packet(now, buf, self.release);
+        if t.is_some() {
+            self.sending = true;
+        }
+        // Every QP was just asked: the next `poll_transmit` need not ask again.
+        self.fresh_done = t.is_none();
+        self.settle_cq_errors();
+        t
+    }
+
+    /// Whether the last round found nothing and no timer is due yet: a
+    /// poll then costs this comparison. Otherwise the QPs are about to be
+    /// walked, and sending arms timers (a QP that fails stops its own), so
+    /// the cached deadline is dropped.
+    pub(super) fn idle_until_later(&mut self, now: Instant) -> bool {
+        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+            return true;
+        }
+        self.deadline.set(None);
+        false
+    }
+
+    /// Records that something happened which may give a QP packets to send
+    /// or change a timer: the next `poll_transmit` looks at every QP again,
+    /// and `poll_timeout` recomputes. Every `&mut self` entry point that
+    /// can do either calls it; posting a receive and polling a CQ cannot.
+    pub(super) fn touch(&mut self) {
+        self.tx_idle = false;
+        self.fresh_done = false;
+        self.deadline.set(None);
+    }
+
+    fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        for _ in 0..self.qps.len() {
+            let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
+                Some((&k, _)) => k,
+                None => return None,
+            };
+            match self.transmit_from(qpn, now, buf, flush) {
+                Some(t) => {
+                    // Stay on this QP for a burst, then give the next its turn.
+                    self.burst += 1;
+                    if self.burst >= TX_BURST {
+                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                    } else {
+                        self.rr = qpn;
+                    }
+                    return Some(t);
+                }
+                None => (self.rr, self.burst) = (qpn.wrapping_add(1), 0),
+            }
+        }
+        None
+    }
+
+    /// The next packet of one QP: a response first, else a request.
+    fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        let qp = self.qps.get_mut(&qpn).expect("key from the map");
+        if let Some((len, dest, payload)) =
+            qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf)
+        {
+            self.stats.packets_sent += 1;
+            if std::mem::take(&mut qp.resp.fatal) && qp.state != QpState::Err {
+                // The NAK that ends a READ whose region went is out.
+                qp.state = QpState::Err;
+                qp.flush(&mut self.cqs);
+                self.events.push_back(AsyncEvent::QpFatal(qpn));
+            }
+            // Past the first pass of a round only held lone ACKs are left
+            // (anything else left in that pass); a release sends anything.
+            let released_ack = flush && !self.release;
+            return Some(Transmit { len, dest, src_port: qp.src_port, released_ack, payload });
+        }
+        match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
+            ReqOutcome::Idle => None,
+            ReqOutcome::LocalError(status) => {
+                // Complete what was before the failing request first.
+                for _ in 0..qp.req.cursor_wqe {
+                    qp.complete_front(&mut self.cqs);
+                }
+                qp.fail(status, &mut self.cqs);
+                self.events.push_back(AsyncEvent::QpFatal(qpn));
+                None
+            }
+            ReqOutcome::Sent { len, dest, payload } => {
+                // UC and UD requests complete once sent.
+                while qp.req.sq.front().is_some_and(|w| w.sent) {
+                    qp.complete_front(&mut self.cqs);
+                }
+                self.stats.packets_sent += 1;
+                Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })
+            }
+        }
+    }
+}

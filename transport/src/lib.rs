@@ -4,7 +4,12 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`endpoint`] | the device: the sans-IO API, packet dispatch, CQs, SRQs, counters |
+//! | [`endpoint`] | the device façade: the sans-IO API and the verbs; its child modules `rx` (receive checks and dispatch) and `sched` (round-robin transmit scheduler, bursts, ACK release) |
+//! | `cq` | completion queues, their error state and overflow events |
+//! | `pool` | recycled scatter/gather lists and inline buffers of finished work requests |
+//! | `srq` | shared receive queues and their limit events |
+//! | `stats` | the endpoint's counters ([`Stats`]), drop reasons ([`Drop`]), per-QP counters ([`QpStats`]) |
+//! | `events` | asynchronous events ([`AsyncEvent`]) |
 //! | [`qp`] | the QP state machine and attributes (`ibv_modify_qp` rules) |
 //! | [`requester`] | work requests to packets: PSNs, segmentation, AckReq, the go-back-N cursor |
 //! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |

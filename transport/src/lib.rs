@@ -15,6 +15,7 @@
 //! | [`sim`] | a deterministic simulated link with faults and a pcap writer |
 //! | [`time`] | virtual time |
 
+pub mod cc;
 pub mod completer;
 pub mod endpoint;
 pub mod error;

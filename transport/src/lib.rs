@@ -20,6 +20,7 @@
 //! | [`sim`] | a deterministic simulated link with faults and a pcap writer |
 //! | [`time`] | virtual time |
 
+pub mod cc;
 pub mod completer;
 mod cq;
 pub mod endpoint;

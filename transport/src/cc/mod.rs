@@ -1,0 +1,38 @@
+//! Congestion control for RoCE v2: DCQCN as pure, I/O-free state machines.
+//!
+//! Nothing here touches the send path yet; the engine will own one
+//! [`ReactionPoint`] and one [`NotificationPoint`] per QP, put their
+//! `next_timer()` into its timer table, and hold each QP to its rate with a
+//! [`Pacer`]. The algorithms, parameter values and oracles are those of
+//! `shared/reference/congestion-control.md` (sections cited as §n).
+//!
+//! | module | what it models |
+//! |---|---|
+//! | [`fixed`] | α and g in fixed point, so every run is bit-for-bit the same |
+//! | [`params`] | every knob, with the paper, NVIDIA firmware and HPCC presets |
+//! | [`reaction`] | the reaction point (sender): cuts on CNPs, timer and byte-counter increases |
+//! | [`notification`] | the notification point (receiver): CNP pacing and the CNP's headers |
+//! | [`pacer`] | when the next packet may leave at the current rate, in exact nanoseconds |
+
+pub mod fixed;
+pub mod notification;
+pub mod pacer;
+pub mod params;
+pub mod reaction;
+
+pub use fixed::{Alpha, Gain};
+pub use notification::{cnp_repr, cnp_transport_bytes, NotificationPoint, CNP_TRANSPORT_LEN};
+pub use pacer::Pacer;
+pub use params::{DcqcnParams, NpMode, RpVariant};
+pub use reaction::ReactionPoint;
+
+/// Durations as whole nanoseconds, at least 1 so that no periodic timer can
+/// stand still.
+pub(crate) fn period_ns(d: core::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+/// `t + ns`, or `None` past the end of time (a saturated timer would fire forever).
+pub(crate) fn later(t: crate::Instant, ns: u64) -> Option<crate::Instant> {
+    t.as_nanos().checked_add(ns).map(crate::Instant::from_nanos)
+}

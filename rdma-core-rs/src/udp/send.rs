@@ -121,7 +121,7 @@ impl UdpIo {
         if let Some(f) = &mut self.faults {
             if let Some((bytes, to, port)) = f.take_held() {
                 if let Some(t) = self.tx.get(&port) {
-                    send_one(&t.socket, &bytes, to, self.scope_id, &mut self.stats);
+                    send_one(&t.socket, &bytes, to, (self.scope_id, self.sock_tos), &mut self.stats);
                 }
             }
         }
@@ -160,7 +160,7 @@ impl UdpIo {
             let body = &mut self.tx_bufs[i][hl + 8..t.len];
             for (bytes, to) in f.apply(body, (t.dest, marks), t.src_port, &mut self.stats) {
                 if let Some(s) = self.tx.get(&t.src_port) {
-                    send_one(&s.socket, &bytes, to, self.scope_id, &mut self.stats);
+                    send_one(&s.socket, &bytes, to, (self.scope_id, self.sock_tos), &mut self.stats);
                 }
             }
         }
@@ -369,12 +369,14 @@ impl UdpIo {
             let buf = &self.tx_bufs[i];
             let to = (meta.dest, IpMarks::of(buf));
             let ok = match &meta.payload {
-                None => send_one(&t.socket, &buf[hl + 8..meta.len], to, self.scope_id, &mut self.stats),
+                None => {
+                    send_one(&t.socket, &buf[hl + 8..meta.len], to, (self.scope_id, self.sock_tos), &mut self.stats)
+                }
                 Some(p) => {
                     // SAFETY: as in send_batch_locked, whose regions are still locked.
                     let payload = unsafe { std::slice::from_raw_parts(payloads[i], p.len) };
                     let whole = [&buf[hl + 8..p.at], payload, &buf[p.at..meta.len]].concat();
-                    send_one(&t.socket, &whole, to, self.scope_id, &mut self.stats)
+                    send_one(&t.socket, &whole, to, (self.scope_id, self.sock_tos), &mut self.stats)
                 }
             };
             if !ok && ident.is_some() {
@@ -574,7 +576,7 @@ impl Batch {
             }
             // The TOS and TTL the engine wrote: the kernel writes its own IP header.
             let first = order[m.first];
-            set_ip_marks(h, &mut self.control[j], io.tx_meta[first].dest, IpMarks::of(&io.tx_bufs[first]));
+            set_ip_marks(h, &mut self.control[j], io.tx_meta[first].dest, IpMarks::of(&io.tx_bufs[first]), io.sock_tos);
         }
     }
 
@@ -666,7 +668,7 @@ pub(super) fn send_one(
     socket: &Socket,
     bytes: &[u8],
     to: (IpAddr, IpMarks),
-    scope_id: u32,
+    (scope_id, sock_tos): (u32, u8),
     stats: &mut IoStats,
 ) -> bool {
     let (dest, marks) = to;
@@ -680,7 +682,7 @@ pub(super) fn send_one(
     h.msg_namelen = addr.len();
     h.msg_iov = &mut iov;
     h.msg_iovlen = 1;
-    set_ip_marks(&mut h, &mut control, dest, marks);
+    set_ip_marks(&mut h, &mut control, dest, marks, sock_tos);
     // SAFETY: the header points at `bytes`, `addr` and `control`, all alive for the call.
     let r = unsafe { libc::sendmsg(socket.as_raw_fd(), &h, 0) };
     let r = if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
@@ -764,7 +766,7 @@ mod tests {
             for (tos, ttl) in [(0x6b_u8, 9_u8), (0x6a, 64), (0, 255), (0x02, 1), (0x68, 0)] {
                 let marks = IpMarks { tos, hop_limit: ttl };
                 let mut stats = IoStats::default();
-                assert!(send_one(&io.tx[&port].socket, b"hello", (local, marks), 0, &mut stats));
+                assert!(send_one(&io.tx[&port].socket, b"hello", (local, marks), (0, io.sock_tos), &mut stats));
                 let got = receive_control(&io.rx);
                 let want = if local.is_ipv4() { ttl.max(1) } else { ttl };
                 assert_eq!((got.tos, got.hop_limit), (tos, Some(want)), "{local} {marks:?}");

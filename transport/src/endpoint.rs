@@ -175,6 +175,11 @@ impl Endpoint {
         self.qps.get(&qpn)?.cc.as_ref()?.rate.as_ref().map(|rc| rc.rp.rate())
     }
 
+    /// The lowest current DCQCN rate over the QPs, if congestion control is on.
+    pub fn min_qp_rate(&self) -> Option<u64> {
+        self.qps.values().filter_map(|q| q.cc.as_ref()?.rate.as_ref().map(|rc| rc.rp.rate())).min()
+    }
+
     fn attach_cc(qp: &mut Qp, params: Option<DcqcnParams>) {
         if qp.init.qp_type == QpType::Ud {
             return;

@@ -135,18 +135,22 @@ struct Args {
     /// 2015) or nvidia (CX-4+ firmware defaults), both at a 100 Gb/s line
     /// rate, or off. CNPs for CE-marked data are sent either way.
     #[arg(long = "dcqcn", default_value = "off", value_parser = parse_dcqcn)]
-    dcqcn: Option<rdma_core_rs::DcqcnParams>,
+    dcqcn: Dcqcn,
 }
+
+/// `--dcqcn`'s value (a newtype: clap takes a bare `Option` for "may be absent").
+#[derive(Debug, Clone, Copy)]
+struct Dcqcn(Option<rdma_core_rs::DcqcnParams>);
 
 /// The line rate the `--dcqcn` presets start from (and never exceed).
 const DCQCN_LINE_RATE: u64 = 100_000_000_000;
 
-fn parse_dcqcn(s: &str) -> Result<Option<rdma_core_rs::DcqcnParams>, String> {
+fn parse_dcqcn(s: &str) -> Result<Dcqcn, String> {
     use rdma_core_rs::DcqcnParams;
     match s {
-        "off" => Ok(None),
-        "paper" => Ok(Some(DcqcnParams::paper(DCQCN_LINE_RATE))),
-        "nvidia" => Ok(Some(DcqcnParams::nvidia(DCQCN_LINE_RATE))),
+        "off" => Ok(Dcqcn(None)),
+        "paper" => Ok(Dcqcn(Some(DcqcnParams::paper(DCQCN_LINE_RATE)))),
+        "nvidia" => Ok(Dcqcn(Some(DcqcnParams::nvidia(DCQCN_LINE_RATE)))),
         _ => Err(format!("{s:?}: expected paper, nvidia or off")),
     }
 }
@@ -220,7 +224,7 @@ fn config(a: &Args) -> Result<Config, String> {
         mem_budget: a.mem_budget,
         tos: a.tos,
         ecn_capable: !a.no_ecn,
-        dcqcn: a.dcqcn,
+        dcqcn: a.dcqcn.0,
     })
 }
 

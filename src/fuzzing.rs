@@ -54,6 +54,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         mem_budget: BUDGET,
         tos: 0,
         ecn_capable: true,
+        dcqcn: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn config(test: TestKind) -> Config {
         mem_budget: perf::budget::DEFAULT_MEM_BUDGET,
         tos: 0,
         ecn_capable: true,
+        dcqcn: None,
     }
 }
 

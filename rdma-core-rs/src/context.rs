@@ -299,6 +299,7 @@ impl Context {
         ep.set_ipv4_ident_unknown(true); // see crate::udp
         ep.set_ack_delay(cfg.ack_delay);
         ep.set_ecn_capable(cfg.ecn_capable);
+        ep.set_congestion_control(cfg.congestion_control);
         let io = UdpIo::bind(device.addr(), cfg)?;
         ep.set_payload_by_reference(io.sends_by_reference());
         let wait_fds = io.wait_fds();
@@ -361,6 +362,12 @@ impl Context {
     /// The engine's counters (packets, retransmits, NAKs, drops by reason).
     pub fn stats(&self) -> Stats {
         self.inner.lock().ep.stats()
+    }
+
+    /// The lowest current DCQCN rate over this device's QPs, in bits per
+    /// second, if congestion control is on and the device has RC/UC QPs.
+    pub fn min_qp_rate(&self) -> Option<u64> {
+        self.inner.lock().ep.min_qp_rate()
     }
 
     /// The socket layer's counters (datagrams, system calls, injected faults).

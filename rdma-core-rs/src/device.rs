@@ -117,6 +117,12 @@ pub struct DeviceConfig {
     /// congested switch marks them instead of dropping them; ACKs keep the
     /// traffic class as given (`Endpoint::set_ecn_capable`). On by default.
     pub ecn_capable: bool,
+    /// DCQCN on every RC/UC QP (`Endpoint::set_congestion_control`): a
+    /// reaction point that CNPs cut and a pacer that holds data packets to
+    /// its rate. `None` (the default): off; CNPs received are then only
+    /// counted. The notification point (CNPs sent for CE-marked data) runs
+    /// either way.
+    pub congestion_control: Option<rdma_transport::cc::DcqcnParams>,
 }
 
 impl DeviceConfig {
@@ -139,6 +145,7 @@ impl Default for DeviceConfig {
             unconnected_sends: false,
             io_driver: IoDriver::Sockets,
             ecn_capable: true,
+            congestion_control: None,
         }
     }
 }

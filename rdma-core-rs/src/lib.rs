@@ -67,6 +67,7 @@ pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use rdma_transport::cc::DcqcnParams;
 pub use rdma_transport::qp::{QpParams, QpStats};
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;

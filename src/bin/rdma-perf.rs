@@ -131,6 +131,28 @@ struct Args {
     /// Data packets leave not ECN-capable (ECN bits as --tos gives them).
     #[arg(long = "no-ecn")]
     no_ecn: bool,
+    /// DCQCN congestion control on this side's device: paper (Zhu et al.
+    /// 2015) or nvidia (CX-4+ firmware defaults), both at a 100 Gb/s line
+    /// rate, or off. CNPs for CE-marked data are sent either way.
+    #[arg(long = "dcqcn", default_value = "off", value_parser = parse_dcqcn)]
+    dcqcn: Dcqcn,
+}
+
+/// `--dcqcn`'s value (a newtype: clap takes a bare `Option` for "may be absent").
+#[derive(Debug, Clone, Copy)]
+struct Dcqcn(Option<rdma_core_rs::DcqcnParams>);
+
+/// The line rate the `--dcqcn` presets start from (and never exceed).
+const DCQCN_LINE_RATE: u64 = 100_000_000_000;
+
+fn parse_dcqcn(s: &str) -> Result<Dcqcn, String> {
+    use rdma_core_rs::DcqcnParams;
+    match s {
+        "off" => Ok(Dcqcn(None)),
+        "paper" => Ok(Dcqcn(Some(DcqcnParams::paper(DCQCN_LINE_RATE)))),
+        "nvidia" => Ok(Dcqcn(Some(DcqcnParams::nvidia(DCQCN_LINE_RATE)))),
+        _ => Err(format!("{s:?}: expected paper, nvidia or off")),
+    }
 }
 
 fn parse_io_driver(s: &str) -> Result<IoDriver, String> {
@@ -202,6 +224,7 @@ fn config(a: &Args) -> Result<Config, String> {
         mem_budget: a.mem_budget,
         tos: a.tos,
         ecn_capable: !a.no_ecn,
+        dcqcn: a.dcqcn.0,
     })
 }
 

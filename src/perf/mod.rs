@@ -177,6 +177,8 @@ pub struct Config {
     pub tos: u8,
     /// Data packets leave ECN-capable (`DeviceConfig::ecn_capable`; `--no-ecn`).
     pub ecn_capable: bool,
+    /// DCQCN on this side's device (`DeviceConfig::congestion_control`; `--dcqcn`).
+    pub dcqcn: Option<rdma_core_rs::DcqcnParams>,
 }
 
 /// Why a run could not be done.
@@ -208,6 +210,7 @@ impl Config {
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,
             ecn_capable: self.ecn_capable,
+            congestion_control: self.dcqcn,
             ..rdma_core_rs::DeviceConfig::default()
         }
     }

@@ -37,6 +37,14 @@ pub struct Counters {
     pub io_driver: String,
     /// Received packets that carried an ECN Congestion Experienced mark.
     pub ecn_ce_received: u64,
+    /// CNPs sent for CE-marked data, CNPs received for this side's QPs,
+    /// and the rate cuts they caused (DCQCN on: `--dcqcn`).
+    pub cnps_sent: u64,
+    pub cnps_received: u64,
+    pub rate_cuts: u64,
+    /// The lowest current DCQCN rate over the device's QPs at the end of
+    /// the run, bits per second; `null` with DCQCN off.
+    pub rate_bps: Option<u64>,
 }
 
 impl Counters {
@@ -66,6 +74,10 @@ impl Counters {
             ident_mismatches: io.ident_mismatches,
             io_driver: ctx.io_driver().name().to_string(),
             ecn_ce_received: s.ecn_ce_received,
+            cnps_sent: s.cnps_sent,
+            cnps_received: s.cnps_received,
+            rate_cuts: s.rate_cuts,
+            rate_bps: ctx.min_qp_rate(),
         }
     }
 
@@ -90,6 +102,13 @@ impl Counters {
         self.ident_probes += o.ident_probes;
         self.ident_mismatches += o.ident_mismatches;
         self.ecn_ce_received += o.ecn_ce_received;
+        self.cnps_sent += o.cnps_sent;
+        self.cnps_received += o.cnps_received;
+        self.rate_cuts += o.rate_cuts;
+        self.rate_bps = match (self.rate_bps, o.rate_bps) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
         if self.io_driver.is_empty() {
             self.io_driver.clone_from(&o.io_driver);
         }

@@ -19,6 +19,8 @@
 //! device's fields stay private to it); the tables and counters it owns
 //! are in `cq.rs`, `pool.rs`, `srq.rs`, `stats.rs` and `events.rs`.
 
+use crate::cc::wired::{QpCc, RateControl};
+use crate::cc::DcqcnParams;
 use crate::error::VerbsError;
 use crate::framing::Framer;
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
@@ -90,7 +92,17 @@ pub struct Endpoint {
     pkeys: Vec<u16>,
     /// New QPs send data packets ECN-capable ([`Endpoint::set_ecn_capable`]).
     ecn_capable: bool,
+    /// DCQCN reaction points and pacers on RC/UC QPs ([`Endpoint::set_congestion_control`]).
+    cc: Option<DcqcnParams>,
+    /// The notification point's settings (CNP interval and mode, CNP DSCP):
+    /// those of `cc` when it is on, else [`DEFAULT_NP`].
+    np_params: DcqcnParams,
 }
+
+/// The notification point's settings while congestion control is off:
+/// NVIDIA's firmware defaults (a CNP at once, then none for 4 µs per QP;
+/// DSCP 48). The line rate in it is unused.
+pub const DEFAULT_NP: DcqcnParams = DcqcnParams::nvidia(100_000_000_000);
 
 impl Endpoint {
     /// A device bound to `local`, its RoCE v2 GID, whose QP numbers and
@@ -131,6 +143,52 @@ impl Endpoint {
             ident_recovery: None,
             pkeys: vec![DEFAULT_PKEY],
             ecn_capable: true,
+            cc: None,
+            np_params: DEFAULT_NP,
+        }
+    }
+
+    /// Turns DCQCN on (`Some`) or off (`None`, the default) for every RC/UC
+    /// QP, existing and new: each gets a reaction point that starts at
+    /// `line_rate_bps` and a pacer that holds its data packets (requests and
+    /// READ responses; never ACKs, NAKs or CNPs) to the reaction point's
+    /// rate. Received CNPs then cut the rate. The notification point (CNPs
+    /// sent for CE-marked data) runs either way; these parameters set its
+    /// interval, mode and CNP DSCP while on, [`DEFAULT_NP`] while off.
+    /// Turning it on again starts every QP over at line rate.
+    pub fn set_congestion_control(&mut self, params: Option<DcqcnParams>) {
+        self.touch();
+        self.cc = params;
+        self.np_params = params.unwrap_or(DEFAULT_NP);
+        for qp in self.qps.values_mut() {
+            Self::attach_cc(qp, params);
+        }
+    }
+
+    /// The DCQCN parameters in force, if congestion control is on.
+    pub fn congestion_control(&self) -> Option<&DcqcnParams> {
+        self.cc.as_ref()
+    }
+
+    /// A QP's current DCQCN rate in bits per second, if congestion control is on.
+    pub fn qp_rate(&self, qpn: u32) -> Option<u64> {
+        self.qps.get(&qpn)?.cc.as_ref()?.rate.as_ref().map(|rc| rc.rp.rate())
+    }
+
+    /// The lowest current DCQCN rate over the QPs, if congestion control is on.
+    pub fn min_qp_rate(&self) -> Option<u64> {
+        self.qps.values().filter_map(|q| q.cc.as_ref()?.rate.as_ref().map(|rc| rc.rp.rate())).min()
+    }
+
+    fn attach_cc(qp: &mut Qp, params: Option<DcqcnParams>) {
+        if qp.init.qp_type == QpType::Ud {
+            return;
+        }
+        let rate = params.map(RateControl::new);
+        match qp.cc.as_deref_mut() {
+            Some(c) => (c.rate, c.paced_until) = (rate, None),
+            None if rate.is_some() => qp.cc = Some(Box::new(QpCc { rate, ..QpCc::default() })),
+            None => {}
         }
     }
 
@@ -305,6 +363,7 @@ impl Endpoint {
         self.next_qpn = (qpn + 1) & 0xff_ffff;
         let mut qp = Qp::new(qpn, init);
         qp.ecn_capable = self.ecn_capable;
+        Self::attach_cc(&mut qp, self.cc);
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }
@@ -476,8 +535,14 @@ impl Endpoint {
             return cached;
         }
         let d = self.ack_delay;
-        let t =
-            self.qps.values().flat_map(|q| [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d)]).flatten().min();
+        let t = self
+            .qps
+            .values()
+            .flat_map(|q| {
+                [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d), q.cc.as_deref().and_then(QpCc::next_timer)]
+            })
+            .flatten()
+            .min();
         self.deadline.set(Some(t));
         t
     }
@@ -492,6 +557,9 @@ impl Endpoint {
                 if !was_error && qp.state == QpState::Err {
                     self.events.push_back(AsyncEvent::QpFatal(qpn));
                 }
+            }
+            if let Some(cc) = qp.cc.as_deref_mut() {
+                cc.on_timer(now, &mut qp.stats, &mut self.stats);
             }
         }
         self.settle_cq_errors();

@@ -207,6 +207,9 @@ pub struct Qp {
     /// Data packets leave ECN-capable (see [`AddressVector::for_data`]).
     pub ecn_capable: bool,
     pub stats: QpStats,
+    /// Notification point, owed CNPs, reaction point and pacer; `None`
+    /// until the QP sees CE-marked data or congestion control is turned on.
+    pub(crate) cc: Option<Box<crate::cc::wired::QpCc>>,
 }
 
 impl Qp {
@@ -229,6 +232,7 @@ impl Qp {
             resp: Responder::new(Psn::new(0)),
             ecn_capable: true,
             stats: QpStats::default(),
+            cc: None,
         }
     }
 

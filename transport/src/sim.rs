@@ -73,9 +73,30 @@ pub struct LinkStats {
 pub enum Verdict {
     Deliver,
     Drop,
+    /// Deliver it marked CE (congestion experienced), as a congested
+    /// switch would: only an ECN-capable packet (ECT(0) or ECT(1)) is
+    /// marked, the IPv4 header checksum is fixed (the ICRC masks the ECN
+    /// bits); any other packet is delivered as it is.
+    MarkCe,
 }
 
-type Filter = Box<dyn FnMut(usize, &[u8]) -> Verdict>;
+/// (virtual time, sender index, packet) -> verdict.
+type Filter = Box<dyn FnMut(Instant, usize, &[u8]) -> Verdict>;
+
+/// Sets the ECN bits of an ECN-capable IP packet to CE; see [`Verdict::MarkCe`].
+pub fn mark_ce(packet: &mut [u8]) {
+    match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 && packet[1] & 3 != 0 => {
+            packet[1] |= 3;
+            packet[10..12].copy_from_slice(&[0, 0]);
+            let sum = rdma_wire::ipv4::checksum(&packet[..20]);
+            packet[10..12].copy_from_slice(&sum.to_be_bytes());
+        }
+        // IPv6: the traffic class straddles bytes 0 and 1, ECN in bits 4-5 of byte 1.
+        Some(6) if packet.len() >= 40 && packet[1] & 0x30 != 0 => packet[1] |= 0x30,
+        _ => {}
+    }
+}
 
 /// A packet on a link: (arrival, sequence number for ties, destination, bytes).
 type InFlight = Reverse<(Instant, u64, usize, Vec<u8>)>;
@@ -132,7 +153,13 @@ impl Sim {
 
     /// Lets a test decide the fate of specific packets (by sender index and
     /// bytes) before the random faults apply.
-    pub fn set_filter(&mut self, f: impl FnMut(usize, &[u8]) -> Verdict + 'static) {
+    pub fn set_filter(&mut self, mut f: impl FnMut(usize, &[u8]) -> Verdict + 'static) {
+        self.filter = Some(Box::new(move |_, i, p| f(i, p)));
+    }
+
+    /// [`Sim::set_filter`] that is also told the virtual time at which each
+    /// packet leaves its sender (for tests of pacing and trajectories).
+    pub fn set_tap(&mut self, f: impl FnMut(Instant, usize, &[u8]) -> Verdict + 'static) {
         self.filter = Some(Box::new(f));
     }
 
@@ -195,10 +222,15 @@ impl Sim {
                     self.stats.undeliverable += 1;
                     continue;
                 };
+                let mut packet = packet;
                 if let Some(f) = self.filter.as_mut() {
-                    if f(i, &packet) == Verdict::Drop {
-                        self.stats.lost += 1;
-                        continue;
+                    match f(self.now, i, &packet) {
+                        Verdict::Drop => {
+                            self.stats.lost += 1;
+                            continue;
+                        }
+                        Verdict::MarkCe => mark_ce(&mut packet),
+                        Verdict::Deliver => {}
                     }
                 }
                 self.launch(i, dst, packet);

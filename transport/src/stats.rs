@@ -48,7 +48,12 @@ pub struct Stats {
     pub rnr_naks_received: u64,
     pub implied_naks: u64,
     pub duplicates: u64,
+    /// CNPs accepted for one of this device's RC/UC QPs (the rest are drops).
     pub cnps_received: u64,
+    /// CNPs this device's notification points sent.
+    pub cnps_sent: u64,
+    /// Rate cuts of this device's reaction points (congestion control on).
+    pub rate_cuts: u64,
     pub ecn_ce_received: u64,
     /// IPv4 packets whose ICRC checked out only with a recovered
     /// Identification (see [`crate::Endpoint::set_ipv4_ident_unknown`]).
@@ -77,4 +82,10 @@ pub struct QpStats {
     /// Packets accepted for this QP that arrived marked CE (congestion
     /// experienced): the input of a DCQCN notification point.
     pub ecn_ce_received: u64,
+    /// CNPs this QP sent for CE-marked data it received (notification point).
+    pub cnps_sent: u64,
+    /// CNPs addressed to this QP (whether or not congestion control acts on them).
+    pub cnps_received: u64,
+    /// Times this QP's reaction point cut its rate.
+    pub rate_cuts: u64,
 }

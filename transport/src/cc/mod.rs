@@ -1,9 +1,10 @@
 //! Congestion control for RoCE v2: DCQCN as pure, I/O-free state machines.
 //!
-//! Nothing here touches the send path yet; the engine will own one
-//! [`ReactionPoint`] and one [`NotificationPoint`] per QP, put their
-//! `next_timer()` into its timer table, and hold each QP to its rate with a
-//! [`Pacer`]. The algorithms, parameter values and oracles are those of
+//! The engine owns one [`NotificationPoint`] per RC/UC QP that has received
+//! CE-marked data, and, with congestion control on
+//! ([`crate::Endpoint::set_congestion_control`]), one [`ReactionPoint`] and
+//! one [`Pacer`] per RC/UC QP (`wired`); their timers join the endpoint's
+//! `poll_timeout`. The algorithms, parameter values and oracles are those of
 //! `shared/reference/congestion-control.md` (sections cited as §n).
 //!
 //! | module | what it models |
@@ -19,6 +20,7 @@ pub mod notification;
 pub mod pacer;
 pub mod params;
 pub mod reaction;
+pub(crate) mod wired;
 
 pub use fixed::{Alpha, Gain};
 pub use notification::{cnp_repr, cnp_transport_bytes, NotificationPoint, CNP_TRANSPORT_LEN};

@@ -59,9 +59,7 @@ impl Endpoint {
         let bth = t.bth();
         let qpn = bth.dest_qp();
         if t.info().transport == Transport::Cnp {
-            // The rate-control hook of the reaction point (the DCQCN issue fills it).
-            self.stats.cnps_received += 1;
-            tracing::debug!(qpn, "CNP received");
+            self.receive_cnp(now, qpn, bth.pkey(), src);
             return;
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -96,10 +94,19 @@ impl Endpoint {
             tracing::trace!(qpn, "CE-marked packet received");
         }
         let was_error = qp.state == QpState::Err;
-        let is_response = matches!(
-            t.info().operation,
-            Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
-        );
+        let op = t.info().operation;
+        let is_response =
+            matches!(op, Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse);
+        // The notification point: CE-marked data (a request or a READ
+        // response) of a connected QP that can answer. Unmarked traffic never gets here.
+        if ce
+            && qp.init.qp_type != QpType::Ud
+            && qp.can_receive()
+            && qp.params.av.is_some()
+            && !matches!(op, Operation::Acknowledge | Operation::AtomicAcknowledge)
+        {
+            qp.cc.get_or_insert_with(Default::default).on_ce_marked(now, &self.np_params);
+        }
         if is_response {
             qp.handle_response(now, &t, &self.mrs, &mut self.cqs, &mut self.stats);
         } else {
@@ -114,6 +121,36 @@ impl Endpoint {
         }
         if !was_error && qp.state == QpState::Err {
             self.events.push_back(AsyncEvent::QpFatal(qpn));
+        }
+    }
+
+    /// A CNP (its ICRC checked): for one of our RC/UC QPs, from that QP's
+    /// peer, it is counted and, with congestion control on, cuts the QP's
+    /// rate; anything else is dropped with its reason, so that a stray or
+    /// forged CNP cannot slow a QP it does not belong to.
+    fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: IpAddr) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.stats.drop(Drop::UnknownQp, qpn);
+            return;
+        };
+        let why = if qp.init.qp_type == QpType::Ud {
+            Some(Drop::WrongTransport)
+        } else if pkey & 0x7fff != qp.params.pkey & 0x7fff {
+            Some(Drop::PkeyMismatch)
+        } else if qp.params.av.is_none_or(|av| av.dest.to_canonical() != src) {
+            Some(Drop::AddressMismatch)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            self.stats.drop(why, qpn);
+            return;
+        }
+        self.stats.cnps_received += 1;
+        qp.stats.cnps_received += 1;
+        tracing::debug!(qpn, "CNP received");
+        if let Some(cc) = qp.cc.as_deref_mut() {
+            cc.on_cnp(now, &mut qp.stats, &mut self.stats);
         }
     }
 }

@@ -1,15 +1,18 @@
 //! The transmit scheduler: which QP sends next. QPs take turns of up to
 //! [`TX_BURST`] packets in QPN order (round robin); within a QP,
 //! responses go before requests; held lone ACKs leave at the end of a
-//! round that sent anything, or when released. A rate gate (DCQCN) will
-//! attach here, in `transmit_from`, the one place that sees
-//! both request packets and READ responses.
+//! round that sent anything, or when released. Congestion control
+//! attaches in `transmit_from`, the one place that sees both request
+//! packets and READ responses: a QP's owed CNPs leave first, and with
+//! DCQCN on its pacer gates its data packets.
 
 use super::Endpoint;
 use crate::events::AsyncEvent;
 use crate::framing::PayloadRef;
 use crate::qp::QpState;
+use crate::qp::{AddressVector, QpParams};
 use crate::requester::ReqOutcome;
+use crate::responder::Response;
 use crate::time::Instant;
 use core::net::IpAddr;
 use core::time::Duration;
@@ -174,9 +177,33 @@ impl Endpoint {
     /// The next packet of one QP: a response first, else a request.
     fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn).expect("key from the map");
-        if let Some((len, dest, payload)) =
-            qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf)
-        {
+        // Congestion control: owed CNPs first, then the pacer's gate on
+        // data. Without CE marks and with it off, this `Option` is all it costs.
+        let mut paced = None;
+        if let Some(cc) = qp.cc.as_deref_mut() {
+            if cc.cnps_due > 0 {
+                cc.cnps_due -= 1;
+                if let Some(t) = cnp_transmit(&qp.params, qp.src_port, &self.framer, self.np_params.cnp_dscp, buf) {
+                    self.stats.packets_sent += 1;
+                    self.stats.cnps_sent += 1;
+                    qp.stats.cnps_sent += 1;
+                    return Some(t);
+                }
+            }
+            if cc.rate.is_some() {
+                let read_first = matches!(qp.resp.out.front(), Some(Response::Read { .. }));
+                paced = Some((cc.data_may_leave(now), read_first));
+            }
+        }
+        // A READ response waiting for the pacer holds the responses behind it (they are in order).
+        let held = paced.is_some_and(|(may, read_first)| read_first && !may);
+        let response =
+            if held { None } else { qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf) };
+        if let Some((len, dest, payload)) = response {
+            if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
+                let bytes = len + payload.as_ref().map_or(0, |p| p.len);
+                cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
+            }
             self.stats.packets_sent += 1;
             if std::mem::take(&mut qp.resp.fatal) && qp.state != QpState::Err {
                 // The NAK that ends a READ whose region went is out.
@@ -188,6 +215,9 @@ impl Endpoint {
             // (anything else left in that pass); a release sends anything.
             let released_ack = flush && !self.release;
             return Some(Transmit { len, dest, src_port: qp.src_port, released_ack, payload });
+        }
+        if paced.is_some_and(|(may, _)| !may) {
+            return None;
         }
         match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
             ReqOutcome::Idle => None,
@@ -205,9 +235,31 @@ impl Endpoint {
                 while qp.req.sq.front().is_some_and(|w| w.sent) {
                     qp.complete_front(&mut self.cqs);
                 }
+                if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
+                    let bytes = len + payload.as_ref().map_or(0, |p| p.len);
+                    cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
+                }
                 self.stats.packets_sent += 1;
                 Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })
             }
         }
     }
+}
+
+/// A CNP for the data sender of a QP (`params`, `src_port`): BTH opcode 0x81 with BECN to the
+/// QP's remote QPN and peer address, from its UDP source port, with the
+/// CNP DSCP and ECN bits 00 (not ECN-capable: a CNP must not be marked
+/// away). `None` if the QP has no peer yet.
+fn cnp_transmit(
+    params: &QpParams,
+    src_port: u16,
+    framer: &crate::framing::Framer,
+    dscp: u8,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    let av = params.av?;
+    let av = AddressVector { traffic_class: (dscp & 0x3f) << 2, ..av };
+    let tr = crate::cc::cnp_repr(params.dest_qp, params.pkey).to_transport();
+    let len = framer.frame(buf, &av, src_port, &tr, 0, |_| Ok::<(), ()>(())).ok()?;
+    Some(Transmit { len, dest: av.dest, src_port, released_ack: false, payload: None })
 }

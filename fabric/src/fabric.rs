@@ -1,0 +1,234 @@
+//! The discrete-event loop: packets over links and through switches,
+//! endpoint timers, flows posting work, and the samples the reports use.
+//! Hosts pull a packet from their endpoint only when their NIC port is
+//! idle, so a host never queues more than the engine itself holds.
+
+use crate::clock::{Event, EventQueue};
+use crate::host::{connect, Flow};
+use crate::switch::{ecn_capable, ipv4_src, Admit};
+use crate::topology::{Node, Topology};
+use core::time::Duration;
+use rdma_transport::sim::Rng;
+use rdma_transport::{Instant, WcStatus, MAX_PACKET};
+use std::collections::HashMap;
+
+/// Packet counts over the whole run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub packets_switched: u64,
+    pub unroutable: u64,
+    pub events: u64,
+}
+
+#[derive(Debug)]
+pub struct Fabric {
+    pub now: Instant,
+    events: EventQueue,
+    pub topo: Topology,
+    pub flows: Vec<Flow>,
+    flow_of: HashMap<(usize, u32), usize>,
+    rng: Rng,
+    buf: Vec<u8>,
+    pub counters: Counters,
+    /// How often the bottleneck queue is sampled, and per-flow bytes are recorded every `window`.
+    pub sample_every: Duration,
+    pub window: Duration,
+    /// (time, data bytes queued at the bottleneck port).
+    pub queue_samples: Vec<(Instant, u64)>,
+    /// (time, bytes delivered so far per flow) at every window boundary.
+    pub windows: Vec<(Instant, Vec<u64>)>,
+}
+
+impl Fabric {
+    pub fn new(topo: Topology, seed: u64) -> Fabric {
+        let mut events = EventQueue::default();
+        events.schedule(Instant::ZERO, Event::Sample);
+        Fabric {
+            now: Instant::ZERO,
+            events,
+            topo,
+            flows: Vec::new(),
+            flow_of: HashMap::new(),
+            rng: Rng::new(seed),
+            buf: vec![0; MAX_PACKET],
+            counters: Counters::default(),
+            sample_every: Duration::from_micros(1),
+            window: Duration::from_micros(100),
+            queue_samples: Vec::new(),
+            windows: Vec::new(),
+        }
+    }
+
+    /// Connects a flow from host `src` to host `dst` (host indices) of
+    /// `size` bytes (None: forever) that starts at `start`.
+    pub fn add_flow(&mut self, src: usize, dst: usize, size: Option<u64>, start: Instant) -> usize {
+        let (s, d) = connect(&mut self.topo.hosts, src, dst);
+        let flow = Flow {
+            src,
+            dst,
+            src_qpn: s,
+            dst_qpn: d,
+            size,
+            start,
+            posted: 0,
+            completed: 0,
+            outstanding: 0,
+            finish: None,
+            failed: false,
+        };
+        self.flows.push(flow);
+        let f = self.flows.len() - 1;
+        self.flow_of.insert((src, s), f);
+        self.events.schedule(start, Event::FlowStart { flow: f });
+        f
+    }
+
+    /// Bytes delivered so far to each flow's receiver from its sender.
+    pub fn delivered(&self) -> Vec<u64> {
+        let h = &self.topo.hosts;
+        self.flows.iter().map(|f| h[f.dst].rx_data_bytes.get(&h[f.src].addr).copied().unwrap_or(0)).collect()
+    }
+
+    /// Runs until virtual time `until`, or until every finite flow is done
+    /// when `stop_when_done`. `progress` is told the virtual time now and then.
+    pub fn run(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
+        loop {
+            if stop_when_done && !self.flows.is_empty() && self.flows.iter().all(|f| f.finish.is_some() || f.failed) {
+                return;
+            }
+            let te = self.events.next_time();
+            let tt = self.topo.hosts.iter().filter_map(|h| h.ep.poll_timeout()).min();
+            let Some(t) = te.into_iter().chain(tt).min() else { return };
+            if t > until {
+                self.now = until;
+                return;
+            }
+            self.now = self.now.max(t);
+            self.counters.events += 1;
+            if self.counters.events % 8192 == 0 {
+                progress(self.now);
+            }
+            if te.is_some_and(|e| e <= t) {
+                let (_, ev) = self.events.pop().expect("peeked");
+                self.handle(ev);
+            } else {
+                self.fire_timers();
+            }
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = self.now;
+        for h in 0..self.topo.hosts.len() {
+            let ep = &mut self.topo.hosts[h].ep;
+            if ep.poll_timeout().is_some_and(|d| d <= now) {
+                ep.handle_timeout(now);
+                self.service(h);
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Arrive { node, packet } => match self.topo.nodes[node] {
+                Node::Host(h) => {
+                    if ecn_capable(&packet) {
+                        if let Some(src) = ipv4_src(&packet) {
+                            *self.topo.hosts[h].rx_data_bytes.entry(src).or_default() += packet.len() as u64;
+                        }
+                    }
+                    self.topo.hosts[h].ep.handle_packet(self.now, &packet);
+                    self.service(h);
+                }
+                Node::Switch(sw) => {
+                    self.counters.packets_switched += 1;
+                    match self.topo.switches[sw].admit(packet) {
+                        Admit::Queued(port) => self.switch_send(node, sw, port),
+                        Admit::Dropped => {}
+                        Admit::Unroutable => self.counters.unroutable += 1,
+                    }
+                }
+            },
+            Event::PortFree { node, port } => {
+                self.topo.ports[node][port].busy = false;
+                match self.topo.nodes[node] {
+                    Node::Host(h) => self.service(h),
+                    Node::Switch(sw) => self.switch_send(node, sw, port),
+                }
+            }
+            Event::FlowStart { flow } => {
+                self.flows[flow].top_up(&mut self.topo.hosts);
+                let src = self.flows[flow].src;
+                self.service(src);
+            }
+            Event::Sample => self.sample(),
+        }
+    }
+
+    /// Puts `packet` on port `port` of `node`, which must be idle.
+    fn launch(&mut self, node: usize, port: usize, packet: Vec<u8>) {
+        let p = &mut self.topo.ports[node][port];
+        p.busy = true;
+        let done = self.now + p.link.serialise(packet.len());
+        let (peer, delay) = (p.peer, p.link.delay);
+        self.events.schedule(done, Event::PortFree { node, port });
+        self.events.schedule(done + delay, Event::Arrive { node: peer, packet });
+    }
+
+    fn switch_send(&mut self, node: usize, sw: usize, port: usize) {
+        if self.topo.ports[node][port].busy {
+            return;
+        }
+        if let Some(p) = self.topo.switches[sw].dequeue(port, &mut self.rng) {
+            self.launch(node, port, p);
+        }
+    }
+
+    /// After anything that touched host `h`: reap completions, post more
+    /// work, and send one packet if its NIC is idle.
+    fn service(&mut self, h: usize) {
+        let cq = self.topo.hosts[h].cq;
+        for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
+            let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };
+            let flow = &mut self.flows[f];
+            flow.outstanding = flow.outstanding.saturating_sub(1);
+            if wc.status != WcStatus::Success {
+                flow.failed = true;
+                continue;
+            }
+            flow.completed += u64::from(wc.byte_len);
+            if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
+                flow.finish = Some(self.now);
+            }
+            flow.top_up(&mut self.topo.hosts);
+        }
+        let node = self.topo.host_nodes[h];
+        if self.topo.ports[node][0].busy {
+            return;
+        }
+        let ep = &mut self.topo.hosts[h].ep;
+        let Some(tx) = ep.poll_transmit(self.now, &mut self.buf) else { return };
+        let packet = match &tx.payload {
+            None => self.buf[..tx.len].to_vec(),
+            Some(p) => {
+                let mut payload = vec![0u8; p.len];
+                p.memory.read(p.offset, &mut payload);
+                p.seal(&mut self.buf[..tx.len], &payload);
+                [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
+            }
+        };
+        self.launch(node, 0, packet);
+    }
+
+    fn sample(&mut self) {
+        let (sw, port) = self.topo.bottleneck;
+        let q = self.topo.switches[sw].egress[port].data_bytes();
+        self.queue_samples.push((self.now, q));
+        let w = self.window.as_nanos() as u64;
+        if w > 0 && self.now.as_nanos() % w == 0 {
+            let d = self.delivered();
+            self.windows.push((self.now, d));
+        }
+        self.events.schedule(self.now + self.sample_every, Event::Sample);
+    }
+}

@@ -1,0 +1,113 @@
+//! A host: a real `rdma_transport::Endpoint` behind one NIC port, and the
+//! flows (RC QPs doing RDMA WRITEs) it sends or receives.
+
+use rdma_transport::cc::DcqcnParams;
+use rdma_transport::sim::{bring_up, PairConfig};
+use rdma_transport::{Access, CqId, Endpoint, Instant, Mtu, QpInitAttr, QpType, RegionMemory, SendOp, SendWr, Sge};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The largest message a flow posts; every host registers this much memory.
+pub const MAX_MESSAGE: u32 = 64 * 1024;
+
+/// How the QPs of the fabric are set up: 1 KB MTU (as the reference's
+/// fluid-model numbers), a short retransmit timeout so a tail drop costs
+/// ~0.5 ms rather than the default 4 ms.
+pub fn pair_config() -> PairConfig {
+    PairConfig { mtu: Mtu::Mtu1024, timeout: 7, mem_len: MAX_MESSAGE as usize, ..PairConfig::default() }
+}
+
+#[derive(Debug)]
+pub struct Host {
+    pub ep: Endpoint,
+    pub addr: Ipv4Addr,
+    pd: rdma_transport::Pd,
+    pub cq: CqId,
+    pub va: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// Data (ECN-capable) bytes received, by source address: what the
+    /// network delivered to this host, retransmissions included.
+    pub rx_data_bytes: HashMap<Ipv4Addr, u64>,
+}
+
+impl Host {
+    pub fn new(index: usize, addr: Ipv4Addr, seed: u64, cc: Option<DcqcnParams>) -> Host {
+        let mut ep = Endpoint::with_seed(IpAddr::V4(addr), seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        ep.set_congestion_control(cc);
+        let pd = ep.alloc_pd();
+        let cq = ep.create_cq(65536);
+        let va = 0x7f00_0000_0000 + (index as u64) * 0x1_0000_0000;
+        let (lkey, rkey) = ep.reg_mr(pd, va, RegionMemory::zeroed(MAX_MESSAGE as usize), Access::ALL);
+        Host { ep, addr, pd, cq, va, lkey, rkey, rx_data_bytes: HashMap::new() }
+    }
+
+    pub fn create_qp(&mut self) -> u32 {
+        let cfg = pair_config();
+        self.ep
+            .create_qp(QpInitAttr {
+                qp_type: QpType::Rc,
+                pd: self.pd,
+                send_cq: self.cq,
+                recv_cq: self.cq,
+                srq: None,
+                cap: cfg.cap,
+                sq_sig_all: false,
+            })
+            .expect("the host's CQ exists")
+    }
+}
+
+/// One sender-to-receiver RC connection moving `size` bytes (or forever)
+/// as RDMA WRITEs of at most [`MAX_MESSAGE`] bytes, with a few in flight.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    pub src: usize,
+    pub dst: usize,
+    pub src_qpn: u32,
+    pub dst_qpn: u32,
+    /// `None`: a long flow that never ends.
+    pub size: Option<u64>,
+    pub start: Instant,
+    pub posted: u64,
+    pub completed: u64,
+    pub outstanding: u32,
+    pub finish: Option<Instant>,
+    pub failed: bool,
+}
+
+/// Work requests a flow keeps posted, enough to keep a 40G link busy.
+pub const WINDOW: u32 = 4;
+
+/// Connects a flow's two QPs with the steps `transport::sim::bring_up` takes.
+pub fn connect(hosts: &mut [Host], src: usize, dst: usize) -> (u32, u32) {
+    let cfg = pair_config();
+    let s = hosts[src].create_qp();
+    let d = hosts[dst].create_qp();
+    let (sa, da) = (IpAddr::V4(hosts[src].addr), IpAddr::V4(hosts[dst].addr));
+    bring_up(&mut hosts[src].ep, s, da, d, cfg.b_psn, cfg.a_psn, &cfg);
+    bring_up(&mut hosts[dst].ep, d, sa, s, cfg.a_psn, cfg.b_psn, &cfg);
+    (s, d)
+}
+
+impl Flow {
+    /// Posts WRITEs until the window is full or the flow's bytes are all posted.
+    pub fn top_up(&mut self, hosts: &mut [Host]) {
+        while self.outstanding < WINDOW && self.size.is_none_or(|s| self.posted < s) {
+            let len = self.size.map_or(MAX_MESSAGE as u64, |s| (s - self.posted).min(MAX_MESSAGE as u64)) as u32;
+            let (va, lkey) = (hosts[self.src].va, hosts[self.src].lkey);
+            let (rva, rkey) = (hosts[self.dst].va, hosts[self.dst].rkey);
+            let wr = SendWr::new(
+                self.posted,
+                SendOp::RdmaWrite { remote_addr: rva, rkey },
+                vec![Sge { addr: va, length: len, lkey }],
+            );
+            if hosts[self.src].ep.post_send(self.src_qpn, wr).is_err() {
+                self.failed = true;
+                return;
+            }
+            self.posted += u64::from(len);
+            self.outstanding += 1;
+        }
+    }
+}

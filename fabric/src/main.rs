@@ -1,0 +1,130 @@
+//! `rdma-fabric`: list and run the simulated-fabric scenarios.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use rdma_fabric::scenarios::{self, Options, Preset, SCENARIOS};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "rdma-fabric", about = "A deterministic simulated RoCE v2 fabric running the real engine")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PresetArg {
+    Paper,
+    Nvidia,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The scenarios and what each shows.
+    List,
+    /// Run one scenario.
+    Run {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Simulated time, e.g. 5ms, 300us, 1s (each scenario has a default).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Link rate in Gb/s.
+        #[arg(long = "line-rate", default_value_t = 40.0)]
+        line_rate: f64,
+        #[arg(long, value_enum, default_value = "paper")]
+        preset: PresetArg,
+        /// dcqcn-fairness: the number of long flows.
+        #[arg(long, default_value_t = 2)]
+        flows: usize,
+        /// incast: the number of senders.
+        #[arg(long, default_value_t = 8)]
+        fanin: usize,
+        #[arg(long, value_enum, default_value = "on")]
+        dcqcn: OnOff,
+        /// incast: bytes per flow, in KiB.
+        #[arg(long = "flow-kb", default_value_t = 256)]
+        flow_kb: u64,
+        /// Drop-tail limit of each switch port, in KB (1000 bytes).
+        #[arg(long = "buffer-kb")]
+        buffer_kb: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len()));
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 5ms"))?;
+    let scale = match unit {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "us" => 1e3,
+        "ns" => 1.0,
+        _ => return Err(format!("{s:?}: the unit must be s, ms, us or ns")),
+    };
+    let ns = v * scale;
+    if !(ns.is_finite() && (1.0..=60e9).contains(&ns)) {
+        return Err(format!("{s:?} is not between 1 ns and 60 s"));
+    }
+    Ok(Duration::from_nanos(ns as u64))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::List => {
+            for (name, what) in SCENARIOS {
+                println!("{name:<16} {what}");
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Run { name, seed, duration, line_rate, preset, flows, fanin, dcqcn, flow_kb, buffer_kb, json } => {
+            let o = Options {
+                seed,
+                duration,
+                line_rate_gbps: line_rate,
+                preset: match preset {
+                    PresetArg::Paper => Preset::Paper,
+                    PresetArg::Nvidia => Preset::Nvidia,
+                },
+                flows,
+                fanin,
+                dcqcn: matches!(dcqcn, OnOff::On),
+                flow_bytes: flow_kb.saturating_mul(1024),
+                buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
+            };
+            // A progress line once a run has taken more than 2 s of wall time.
+            let started = std::time::Instant::now();
+            let mut last = started;
+            let mut progress = |t: rdma_transport::Instant, total: Duration| {
+                let now = std::time::Instant::now();
+                if now.duration_since(started).as_secs() >= 2 && now.duration_since(last).as_secs() >= 1 {
+                    last = now;
+                    eprintln!("rdma-fabric: {} us of {} us simulated", t.as_nanos() / 1000, total.as_micros());
+                }
+            };
+            match scenarios::run(&name, &o, &mut progress) {
+                Ok(r) => {
+                    if json {
+                        println!("{}", serde_json::to_string(&r).expect("a report serialises"));
+                    } else {
+                        print!("{}", r.table());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The report of a run: the JSON contract of `rdma-fabric run --json` and
+//! the statistics behind it.
+
+use serde::Serialize;
+
+/// One point of a reaction point's rate over time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    pub t_us: f64,
+    pub rate_gbps: f64,
+}
+
+/// Field names are a contract (issue 19): keep them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub seed: u64,
+    /// Jain's fairness index of the flows' throughputs over the measured interval.
+    pub jain: Option<f64>,
+    /// Delivered over bottleneck capacity in the measured interval.
+    pub throughput_fraction: Option<f64>,
+    pub drops: u64,
+    /// PFC pause frames: always 0, PFC is not modelled yet.
+    pub pauses: u64,
+    pub cnps: u64,
+    pub ecn_marks: u64,
+    pub queue_p50_bytes: Option<u64>,
+    pub queue_p99_bytes: Option<u64>,
+    /// Start of the first window from which every window's Jain index is >= 0.99.
+    pub convergence_us: Option<f64>,
+    pub fct_us_p50: Option<f64>,
+    pub fct_us_p99: Option<f64>,
+    /// Each flow's throughput in Gb/s (long flows: delivered bytes in the
+    /// measured interval; finite flows: size over completion time).
+    pub flows: Vec<f64>,
+    /// Simulated time of the run and the interval measured, µs.
+    pub duration_us: f64,
+    pub measured_from_us: f64,
+    /// Fraction of queue samples (every 1 µs) with Kmin <= q <= Kmax, and with q <= Kmax.
+    pub queue_in_band_fraction: Option<f64>,
+    pub queue_below_kmax_fraction: Option<f64>,
+    /// The smallest per-window (100 µs) Jain index after `measured_from_us`.
+    pub jain_min_window: Option<f64>,
+    pub flows_unfinished: u64,
+    pub retransmits: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<Vec<Point>>,
+}
+
+/// Jain's index: (Σx)² / (n Σx²); 1 when all are equal.
+pub fn jain(x: &[f64]) -> Option<f64> {
+    let sum: f64 = x.iter().sum();
+    let sq: f64 = x.iter().map(|v| v * v).sum();
+    (!x.is_empty() && sq > 0.0).then(|| sum * sum / (x.len() as f64 * sq))
+}
+
+/// The `q`-quantile (0..=1) by nearest rank.
+pub fn percentile<T: Copy + PartialOrd>(values: &[T], q: f64) -> Option<T> {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let n = v.len();
+    (n > 0).then(|| v[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
+}
+
+impl Report {
+    /// The readable summary of `rdma-fabric run` without `--json`.
+    pub fn table(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+        let u = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+        let mut s = format!("scenario            {}\nseed                {}\n", self.scenario, self.seed);
+        if let Some(t) = &self.trajectory {
+            s += "t_us        rate_gbps\n";
+            for p in t {
+                s += &format!("{:<11} {:.6}\n", p.t_us, p.rate_gbps);
+            }
+            return s;
+        }
+        s += &format!("duration            {} us (measured from {} us)\n", self.duration_us, self.measured_from_us);
+        s += &format!("jain                {}   (min window {})\n", f(self.jain), f(self.jain_min_window));
+        s += &format!("throughput_fraction {}\n", f(self.throughput_fraction));
+        s += &format!("drops               {}\npauses              {} (PFC not modelled)\n", self.drops, self.pauses);
+        s += &format!("cnps                {}\necn_marks           {}\n", self.cnps, self.ecn_marks);
+        s += &format!("retransmits         {}\n", self.retransmits);
+        s += &format!("queue p50 / p99     {} / {} bytes\n", u(self.queue_p50_bytes), u(self.queue_p99_bytes));
+        s += &format!("queue in [Kmin,Kmax] {}\n", f(self.queue_in_band_fraction));
+        s += &format!("convergence         {} us\n", f(self.convergence_us));
+        s += &format!(
+            "fct p50 / p99       {} / {} us (unfinished {})\n",
+            f(self.fct_us_p50),
+            f(self.fct_us_p99),
+            self.flows_unfinished
+        );
+        for (i, g) in self.flows.iter().enumerate() {
+            s += &format!("flow {i:<3}            {g:.3} Gb/s\n");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_and_percentiles() {
+        assert_eq!(jain(&[1.0, 1.0, 1.0]), Some(1.0));
+        assert_eq!(jain(&[1.0, 0.0]), Some(0.5));
+        assert_eq!(percentile(&[5, 1, 3, 2, 4], 0.5), Some(3));
+        assert_eq!(percentile(&[5, 1, 3, 2, 4], 0.99), Some(5));
+        assert_eq!(percentile::<u64>(&[], 0.5), None);
+    }
+}

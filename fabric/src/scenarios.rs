@@ -1,0 +1,277 @@
+//! The named scenarios of `rdma-fabric run`: how each builds its fabric,
+//! runs it and measures it.
+
+use crate::fabric::Fabric;
+use crate::link::Link;
+use crate::report::{jain, percentile, Point, Report};
+use crate::switch::Red;
+use crate::topology::{Settings, Topology};
+use core::time::Duration;
+use rdma_transport::cc::{DcqcnParams, ReactionPoint};
+use rdma_transport::sim::Rng;
+use rdma_transport::Instant;
+
+/// (name, what it shows).
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("rp-trajectory", "one reaction point, one CNP at t=0, timer-only increases (no network)"),
+    ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
+    ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off"),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    Paper,
+    Nvidia,
+}
+
+impl Preset {
+    pub fn params(self, line_rate_bps: u64) -> DcqcnParams {
+        match self {
+            Preset::Paper => DcqcnParams::paper(line_rate_bps),
+            Preset::Nvidia => DcqcnParams::nvidia(line_rate_bps),
+        }
+    }
+}
+
+/// Every knob a scenario may read; each uses its own defaults for `None`.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub seed: u64,
+    pub duration: Option<Duration>,
+    pub line_rate_gbps: f64,
+    pub preset: Preset,
+    pub flows: usize,
+    pub fanin: usize,
+    pub dcqcn: bool,
+    pub flow_bytes: u64,
+    pub buffer_bytes: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            seed: 1,
+            duration: None,
+            line_rate_gbps: 40.0,
+            preset: Preset::Paper,
+            flows: 2,
+            fanin: 8,
+            dcqcn: true,
+            flow_bytes: 256 * 1024,
+            buffer_bytes: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ScenarioError {
+    #[error("no scenario named {0:?} (see `rdma-fabric list`)")]
+    Unknown(String),
+    #[error("{0}")]
+    BadOption(String),
+}
+
+/// Runs scenario `name`; `progress` hears the virtual time now and then.
+pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
+    if !(o.line_rate_gbps > 0.0 && o.line_rate_gbps <= 1000.0) {
+        return Err(ScenarioError::BadOption(format!("--line-rate {} is not in (0, 1000] Gb/s", o.line_rate_gbps)));
+    }
+    match name {
+        "rp-trajectory" => Ok(rp_trajectory(o)),
+        "dcqcn-fairness" => {
+            if !(1..=64).contains(&o.flows) {
+                return Err(ScenarioError::BadOption(format!("--flows {} is not in 1..=64", o.flows)));
+            }
+            Ok(fairness(o, progress))
+        }
+        "incast" => {
+            if !(1..=64).contains(&o.fanin) || o.flow_bytes == 0 {
+                return Err(ScenarioError::BadOption("--fanin must be in 1..=64 and --flow-kb above 0".into()));
+            }
+            Ok(incast(o, progress))
+        }
+        _ => Err(ScenarioError::Unknown(name.to_string())),
+    }
+}
+
+fn line_bps(o: &Options) -> u64 {
+    (o.line_rate_gbps * 1e9).round() as u64
+}
+
+fn empty_report(name: &str, o: &Options) -> Report {
+    Report {
+        scenario: name.to_string(),
+        seed: o.seed,
+        jain: None,
+        throughput_fraction: None,
+        drops: 0,
+        pauses: 0,
+        cnps: 0,
+        ecn_marks: 0,
+        queue_p50_bytes: None,
+        queue_p99_bytes: None,
+        convergence_us: None,
+        fct_us_p50: None,
+        fct_us_p99: None,
+        flows: Vec::new(),
+        duration_us: 0.0,
+        measured_from_us: 0.0,
+        queue_in_band_fraction: None,
+        queue_below_kmax_fraction: None,
+        jain_min_window: None,
+        flows_unfinished: 0,
+        retransmits: 0,
+        trajectory: None,
+    }
+}
+
+/// §2.1/§2.2: the rate after one CNP at t = 0, one point per timer event.
+pub fn rp_trajectory(o: &Options) -> Report {
+    let end = o.duration.unwrap_or(Duration::from_millis(3));
+    let mut rp = ReactionPoint::new(o.preset.params(line_bps(o)));
+    rp.on_cnp(Instant::ZERO);
+    let point =
+        |t: Instant, rp: &ReactionPoint| Point { t_us: t.as_nanos() as f64 / 1e3, rate_gbps: rp.rate() as f64 / 1e9 };
+    let mut traj = vec![point(Instant::ZERO, &rp)];
+    while let Some(t) = rp.next_timer().filter(|&t| t <= Instant::ZERO + end) {
+        rp.on_timer(t);
+        traj.push(point(t, &rp));
+    }
+    let mut r = empty_report("rp-trajectory", o);
+    r.cnps = 1;
+    r.duration_us = end.as_nanos() as f64 / 1e3;
+    r.trajectory = Some(traj);
+    r
+}
+
+fn settings(o: &Options, buffer: u64) -> Settings {
+    Settings {
+        link: Link::new(line_bps(o), Duration::from_micros(1)),
+        red: Red::PAPER,
+        buffer_bytes: buffer,
+        cc: o.dcqcn.then(|| o.preset.params(line_bps(o))),
+        seed: o.seed,
+    }
+}
+
+/// Long flows from every sender to one receiver, started within 10 µs of
+/// each other (seeded); measured over the second half of the run.
+fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    let dur = o.duration.unwrap_or(Duration::from_millis(6));
+    let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
+    let topo = Topology::incast(o.flows, &s);
+    let mut fab = Fabric::new(topo, o.seed);
+    let mut rng = Rng::new(o.seed ^ 0x5eed);
+    for i in 0..o.flows {
+        let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
+        fab.add_flow(src, dst, None, Instant::from_nanos(rng.below(10_000)));
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    measure(&fab, "dcqcn-fairness", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s)
+}
+
+/// `fanin` senders each write `flow_bytes` to one receiver at once. The
+/// default buffer (300 KB) is above Kmax, so marking can act before drops.
+fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    let dur = o.duration.unwrap_or(Duration::from_millis(20));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let topo = Topology::incast(o.fanin, &s);
+    let mut fab = Fabric::new(topo, o.seed);
+    for i in 0..o.fanin {
+        let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
+        fab.add_flow(src, dst, Some(o.flow_bytes), Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
+    let end = fab.now;
+    measure(&fab, "incast", o, Instant::ZERO, end, &s)
+}
+
+fn us(t: Instant) -> f64 {
+    t.as_nanos() as f64 / 1e3
+}
+
+/// Everything a report says about a fabric run, measured over [from, to].
+fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s: &Settings) -> Report {
+    let mut r = empty_report(name, o);
+    r.duration_us = us(to);
+    r.measured_from_us = us(from);
+    r.drops = fab.topo.switches.iter().flat_map(|sw| &sw.egress).map(|e| e.drops).sum();
+    r.ecn_marks = fab.topo.switches.iter().flat_map(|sw| &sw.egress).map(|e| e.marks).sum();
+    r.cnps = fab.topo.hosts.iter().map(|h| h.ep.stats().cnps_sent).sum();
+    r.retransmits = fab.topo.hosts.iter().map(|h| h.ep.stats().retransmits).sum();
+    let q: Vec<u64> = fab.queue_samples.iter().filter(|(t, _)| *t >= from && *t <= to).map(|&(_, q)| q).collect();
+    r.queue_p50_bytes = percentile(&q, 0.5);
+    r.queue_p99_bytes = percentile(&q, 0.99);
+    if !q.is_empty() {
+        let n = q.len() as f64;
+        r.queue_in_band_fraction =
+            Some(q.iter().filter(|&&x| x >= s.red.kmin_bytes && x <= s.red.kmax_bytes).count() as f64 / n);
+        r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
+    }
+    let finite = fab.flows.iter().any(|f| f.size.is_some());
+    let capacity_bps = s.link.rate_bps as f64;
+    if finite {
+        let fct: Vec<f64> = fab.flows.iter().filter_map(|f| Some(us(f.finish?) - us(f.start))).collect();
+        r.flows_unfinished = (fab.flows.len() - fct.len()) as u64;
+        r.fct_us_p50 = percentile(&fct, 0.5);
+        r.fct_us_p99 = percentile(&fct, 0.99);
+        r.flows = fab
+            .flows
+            .iter()
+            .map(|f| f.finish.map_or(0.0, |e| f.completed as f64 * 8.0 / ((us(e) - us(f.start)) * 1e3)))
+            .collect();
+        let secs = (us(to) - us(from)) / 1e6;
+        let total: u64 = fab.flows.iter().map(|f| f.completed).sum();
+        r.throughput_fraction = (secs > 0.0).then(|| total as f64 * 8.0 / (capacity_bps * secs));
+    } else {
+        // Per-flow delivered bytes at the window boundaries inside [from, to].
+        let w: Vec<&(Instant, Vec<u64>)> = fab.windows.iter().filter(|(t, _)| *t >= from && *t <= to).collect();
+        if let (Some(a), Some(b)) = (w.first(), w.last()) {
+            let secs = (us(b.0) - us(a.0)) / 1e6;
+            if secs > 0.0 {
+                r.flows = a.1.iter().zip(&b.1).map(|(x, y)| (y - x) as f64 * 8.0 / secs / 1e9).collect();
+                r.jain = jain(&r.flows);
+                r.throughput_fraction = Some(r.flows.iter().sum::<f64>() * 1e9 / capacity_bps);
+            }
+        }
+        let per_window: Vec<(Instant, Option<f64>)> = fab
+            .windows
+            .windows(2)
+            .map(|p| {
+                let x: Vec<f64> = p[0].1.iter().zip(&p[1].1).map(|(a, b)| (b - a) as f64).collect();
+                (p[0].0, jain(&x))
+            })
+            .collect();
+        r.jain_min_window = per_window
+            .iter()
+            .filter(|(t, _)| *t >= from)
+            .map(|(_, j)| j.unwrap_or(0.0))
+            .min_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        // The first window from which every later one is fair.
+        let mut conv = None;
+        for (t, j) in per_window.iter().rev() {
+            if j.is_some_and(|j| j >= 0.99) {
+                conv = Some(us(*t));
+            } else {
+                break;
+            }
+        }
+        r.convergence_us = conv;
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_and_bad_flags_are_errors() {
+        let mut p = |_, _| {};
+        assert!(matches!(run("nope", &Options::default(), &mut p), Err(ScenarioError::Unknown(_))));
+        let o = Options { flows: 0, ..Options::default() };
+        assert!(matches!(run("dcqcn-fairness", &o, &mut p), Err(ScenarioError::BadOption(_))));
+        let o = Options { line_rate_gbps: -1.0, ..Options::default() };
+        assert!(matches!(run("rp-trajectory", &o, &mut p), Err(ScenarioError::BadOption(_))));
+    }
+}

@@ -435,8 +435,10 @@ fn answer(stream: &std::net::TcpStream) -> perf::oob::Msg {
     perf::oob::Msg::parse_line(line.as_bytes()).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
-fn oob_port(k: u16) -> u16 {
-    30000 + (std::process::id() % 2000) as u16 * 8 + k
+/// A TCP port that is free now: the OS picks it (a fixed range could
+/// collide with the other tests' ports or with ephemeral ports in use).
+fn oob_port(_k: u16) -> u16 {
+    std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap().local_addr().unwrap().port()
 }
 
 #[test]

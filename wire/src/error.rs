@@ -40,6 +40,9 @@ pub enum Error {
     /// A payload too large for the length fields of the headers that carry it.
     #[error("payload of {0} bytes does not fit the packet length fields")]
     PayloadTooLarge(usize),
+    /// A MAD attribute this crate does not parse for its management class.
+    #[error("MAD class 0x{class:02x}: unknown attribute ID 0x{attribute:04x}")]
+    UnknownAttribute { class: u8, attribute: u16 },
 }
 
 /// The result type of the wire crate.

@@ -5,8 +5,8 @@
 //! `fuzz/seeds/<name>/`, so an ordinary `cargo test` builds and runs them.
 
 use crate::{
-    FlowControl, FlowControlRepr, IbPacket, IbRepr, RoceV1Packet, RoceV1Repr, RoceV2Packet, RoceV2Repr,
-    TransportPacket, TransportRepr,
+    CmMadRepr, CmMessage, CmaHdr, CmaHdrRepr, FlowControl, FlowControlRepr, IbPacket, IbRepr, Mad, RoceV1Packet,
+    RoceV1Repr, RoceV2Packet, RoceV2Repr, TransportPacket, TransportRepr,
 };
 
 /// RoCE v2 packets (IP header through ICRC): the checked view never
@@ -80,4 +80,25 @@ pub fn flow_control(data: &[u8]) {
     if ok {
         assert_eq!(&out[..], &data[..6], "a packet with a good LPCRC re-emits byte for byte");
     }
+}
+
+/// CM MADs (256 bytes): whatever parses re-emits to a MAD that parses to
+/// the same message; a `cma_hdr` in REQ or SIDR_REQ private data likewise.
+pub fn cm_mad(data: &[u8]) {
+    let Ok(m) = Mad::new_checked(data) else { return };
+    let _ = (m.status(), m.class_specific(), m.data());
+    let Ok(repr) = CmMadRepr::parse(&m) else { return };
+    let mut out = [0u8; crate::mad::MAD_LEN];
+    repr.emit(&mut Mad::new_checked(&mut out[..]).expect("256 bytes")).expect("a parsed CM MAD re-emits");
+    let again = CmMadRepr::parse(&Mad::new_checked(&out[..]).expect("256 bytes")).expect("an emitted CM MAD parses");
+    assert_eq!(again, repr);
+    let pd: &[u8] = match &repr.message {
+        CmMessage::Req(r) => &r.private_data,
+        CmMessage::SidrReq(r) => &r.private_data,
+        _ => return,
+    };
+    let Ok(hdr) = CmaHdrRepr::parse(&CmaHdr::new_checked(pd).expect("36 bytes fit")) else { return };
+    let mut out = [0u8; crate::cma::CMA_HDR_LEN];
+    hdr.emit(&mut CmaHdr::new_checked(&mut out[..]).expect("36 bytes")).expect("a parsed cma_hdr re-emits");
+    assert_eq!(CmaHdrRepr::parse(&CmaHdr::new_checked(&out[..]).expect("36 bytes")), Ok(hdr));
 }

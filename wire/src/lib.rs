@@ -47,6 +47,8 @@ mod field;
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
+pub mod cm;
+pub mod cma;
 pub mod cnp;
 pub mod deth;
 pub mod ethernet;
@@ -59,6 +61,7 @@ pub mod immdt;
 pub mod ipv4;
 pub mod ipv6;
 pub mod lrh;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
@@ -71,6 +74,11 @@ pub mod xrceth;
 pub use aeth::{Aeth, AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
 pub use atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
+pub use cm::{
+    CmMadRepr, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr,
+    SidrRepRepr, SidrReqRepr,
+};
+pub use cma::{CmaHdr, CmaHdrRepr, RdmaPs};
 pub use cnp::CnpRepr;
 pub use deth::{Deth, DethRepr};
 pub use error::{Error, Result};
@@ -82,6 +90,7 @@ pub use immdt::{Ieth, ImmDt};
 pub use ipv4::{Ipv4, Ipv4Repr};
 pub use ipv6::{Grh, GrhRepr, Ipv6, Ipv6Repr};
 pub use lrh::{Lnh, Lrh, LrhRepr};
+pub use mad::{Mad, MadHeaderRepr};
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{IbPacket, IbRepr, IpRepr, RoceV1Packet, RoceV1Repr, RoceV2Packet, RoceV2Repr};
 pub use psn::Psn;

@@ -301,3 +301,179 @@ fn walk(t: &TransportPacket<&[u8]>) {
         assert_eq!(TransportRepr::parse(&reread).unwrap(), r);
     }
 }
+
+/// `N` arbitrary bytes, for private data larger than proptest's arrays.
+fn bytes<const N: usize>() -> impl Strategy<Value = [u8; N]> {
+    proptest::collection::vec(any::<u8>(), N).prop_map(|v| v.try_into().unwrap())
+}
+
+fn path() -> impl Strategy<Value = PathRepr> {
+    (any::<[u32; 8]>(), any::<[u128; 2]>(), any::<bool>()).prop_map(|(w, g, subnet_local)| PathRepr {
+        local_lid: w[0] as u16,
+        remote_lid: (w[0] >> 16) as u16,
+        local_gid: g[0].into(),
+        remote_gid: g[1].into(),
+        flow_label: w[1] & 0xf_ffff,
+        packet_rate: (w[2] & 0x3f) as u8,
+        traffic_class: w[3] as u8,
+        hop_limit: w[4] as u8,
+        sl: (w[5] & 0xf) as u8,
+        subnet_local,
+        local_ack_timeout: (w[6] & 0x1f) as u8,
+    })
+}
+
+/// Every CM message with arbitrary field values, each masked to its width.
+fn cm_message() -> impl Strategy<Value = CmMessage> {
+    let ids = any::<[u32; 16]>();
+    let flags = any::<[bool; 6]>();
+    prop_oneof![
+        (ids, flags, any::<[u64; 2]>(), path(), path(), bytes::<92>()).prop_map(|(w, f, q, p, a, pd)| {
+            CmMessage::Req(ReqRepr {
+                local_comm_id: w[0],
+                vendor_id: w[1] & 0xff_ffff,
+                service_id: q[0],
+                local_ca_guid: q[1],
+                local_qkey: w[2],
+                local_qpn: w[3] & 0xff_ffff,
+                responder_resources: (w[3] >> 24) as u8,
+                local_eecn: w[4] & 0xff_ffff,
+                initiator_depth: (w[4] >> 24) as u8,
+                remote_eecn: w[5] & 0xff_ffff,
+                remote_cm_response_timeout: (w[6] & 0x1f) as u8,
+                transport_service_type: (w[7] & 3) as u8,
+                end_to_end_flow_control: f[0],
+                starting_psn: w[8] & 0xff_ffff,
+                local_cm_response_timeout: (w[9] & 0x1f) as u8,
+                retry_count: (w[10] & 7) as u8,
+                pkey: w[11] as u16,
+                path_mtu: (w[12] & 0xf) as u8,
+                rdc_exists: f[1],
+                rnr_retry_count: (w[13] & 7) as u8,
+                max_cm_retries: (w[14] & 0xf) as u8,
+                srq: f[2],
+                extended_transport_type: (w[15] & 7) as u8,
+                primary_path: p,
+                alternate_path: a,
+                sap_supported: f[3],
+                private_data: pd,
+            })
+        }),
+        (ids, bytes::<222>()).prop_map(|(w, pd)| CmMessage::Mra(MraRepr {
+            local_comm_id: w[0],
+            remote_comm_id: w[1],
+            message_mraed: (w[2] & 3) as u8,
+            service_timeout: (w[3] & 0x1f) as u8,
+            private_data: pd,
+        })),
+        (ids, bytes::<72>(), bytes::<148>()).prop_map(|(w, ari, pd)| CmMessage::Rej(RejRepr {
+            local_comm_id: w[0],
+            remote_comm_id: w[1],
+            message_rejected: (w[2] & 3) as u8,
+            ari_length: (w[3] & 0x7f) as u8,
+            reason: RejReason(w[4] as u16),
+            ari,
+            private_data: pd,
+        })),
+        (ids, flags, any::<u64>(), bytes::<196>()).prop_map(|(w, f, guid, pd)| CmMessage::Rep(RepRepr {
+            local_comm_id: w[0],
+            remote_comm_id: w[1],
+            local_qkey: w[2],
+            local_qpn: w[3] & 0xff_ffff,
+            vendor_id: w[4] & 0xff_ffff,
+            local_eecn: w[5] & 0xff_ffff,
+            starting_psn: w[6] & 0xff_ffff,
+            responder_resources: w[7] as u8,
+            initiator_depth: w[8] as u8,
+            target_ack_delay: (w[9] & 0x1f) as u8,
+            failover_accepted: (w[10] & 3) as u8,
+            end_to_end_flow_control: f[0],
+            rnr_retry_count: (w[11] & 7) as u8,
+            srq: f[1],
+            local_ca_guid: guid,
+            private_data: pd,
+        })),
+        (ids, bytes::<224>()).prop_map(|(w, pd)| CmMessage::Rtu(RtuRepr {
+            local_comm_id: w[0],
+            remote_comm_id: w[1],
+            private_data: pd
+        })),
+        (ids, bytes::<220>()).prop_map(|(w, pd)| CmMessage::Dreq(DreqRepr {
+            local_comm_id: w[0],
+            remote_comm_id: w[1],
+            remote_qpn: w[2] & 0xff_ffff,
+            private_data: pd,
+        })),
+        (ids, bytes::<224>()).prop_map(|(w, pd)| CmMessage::Drep(DrepRepr {
+            local_comm_id: w[0],
+            remote_comm_id: w[1],
+            private_data: pd
+        })),
+        (ids, any::<u64>(), bytes::<216>()).prop_map(|(w, sid, pd)| CmMessage::SidrReq(SidrReqRepr {
+            request_id: w[0],
+            pkey: w[1] as u16,
+            service_id: sid,
+            private_data: pd,
+        })),
+        (ids, any::<u64>(), bytes::<72>(), bytes::<136>()).prop_map(|(w, sid, info, pd)| {
+            CmMessage::SidrRep(SidrRepRepr {
+                request_id: w[0],
+                status: w[1] as u8,
+                additional_info_length: w[2] as u8,
+                vendor_id: w[3] & 0xff_ffff,
+                qpn: w[4] & 0xff_ffff,
+                service_id: sid,
+                qkey: w[5],
+                additional_info: info,
+                private_data: pd,
+            })
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// parse(emit(x)) == x for every CM message, from a buffer of garbage.
+    #[test]
+    fn cm_mads_round_trip(message in cm_message(), tid in any::<u64>(), attr_mod in any::<u32>(), fill in any::<u8>()) {
+        let repr = CmMadRepr { transaction_id: tid, attribute_modifier: attr_mod, message };
+        let mut buf = [fill; 256];
+        repr.emit(&mut Mad::new_checked(&mut buf[..]).unwrap()).unwrap();
+        let mad = Mad::new_checked(&buf[..]).unwrap();
+        prop_assert_eq!(mad.attribute_id(), message.attribute_id());
+        prop_assert_eq!(CmMadRepr::parse(&mad), Ok(repr));
+        // Emitting is a function of the value alone: reserved bytes do not keep the garbage.
+        let mut clean = [0u8; 256];
+        repr.emit(&mut Mad::new_checked(&mut clean[..]).unwrap()).unwrap();
+        prop_assert_eq!(&buf[..], &clean[..]);
+    }
+
+    #[test]
+    fn cma_hdrs_round_trip(v6 in any::<bool>(), port in any::<u16>(), a in any::<[u128; 2]>()) {
+        use core::net::IpAddr;
+        let addr = |x: u128| if v6 { IpAddr::V6(x.into()) } else { IpAddr::V4((x as u32).into()) };
+        let repr = CmaHdrRepr { src_port: port, src: addr(a[0]), dst: addr(a[1]) };
+        let mut buf = [0xffu8; 36];
+        repr.emit(&mut CmaHdr::new_checked(&mut buf[..]).unwrap()).unwrap();
+        prop_assert_eq!(CmaHdrRepr::parse(&CmaHdr::new_checked(&buf[..]).unwrap()), Ok(repr));
+    }
+
+    #[test]
+    fn service_ids_round_trip(ps in any::<u16>(), port in any::<u16>()) {
+        let sid = rdma_wire::cma::service_id(RdmaPs(ps), port);
+        prop_assert_eq!(rdma_wire::cma::service_id_parts(sid), (RdmaPs(ps), port));
+    }
+
+    #[test]
+    fn cm_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300), attr in 0x10u16..0x1b) {
+        let mut b = bytes.clone();
+        if b.len() >= 24 {
+            b[..4].copy_from_slice(&[1, 7, 2, 3]);
+            b[16..18].copy_from_slice(&attr.to_be_bytes());
+        }
+        rdma_wire::fuzzing::cm_mad(&b);
+        rdma_wire::fuzzing::cm_mad(&bytes);
+        let _ = CmMessage::parse(attr, &bytes);
+    }
+}

@@ -1004,6 +1004,36 @@ mod tests {
         assert_eq!((b[47], b[48], b[119], b[120]), (0x67, 0x11, 0x11, 0x22));
     }
 
+    /// A REQ framed as §1.2 says: IPv4/UDP 4791/BTH/DETH/MAD/ICRC, parsed back whole.
+    #[test]
+    fn req_over_roce_v2() {
+        use crate::*;
+        let mad = emit_mad(CmMessage::Req(rping_req()), 1, 0);
+        let repr = RoceV2Repr {
+            ip: IpRepr::V4(Ipv4Repr {
+                dscp: 0,
+                ecn: 0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+                protocol: 17,
+                src: Ipv4Addr::new(192, 168, 1, 1),
+                dst: Ipv4Addr::new(192, 168, 1, 2),
+            }),
+            udp: UdpRepr { src_port: 0xc001, dst_port: ROCE_V2_PORT, checksum: 0 },
+            transport: crate::mad::gsi_send_transport(Psn::new(0)),
+        };
+        let mut buf = [0u8; 512];
+        let n = repr.emit(&mut buf, &mad).unwrap();
+        assert_eq!(n, 20 + 8 + 12 + 8 + MAD_LEN + 4);
+        let p = RoceV2Packet::new_checked(&buf[..n]).unwrap();
+        assert!(p.icrc_ok());
+        let t = p.transport();
+        assert_eq!((t.bth().dest_qp(), t.deth().unwrap().qkey()), (1, 0x8001_0000));
+        let back = CmMadRepr::parse(&Mad::new_checked(t.payload()).unwrap()).unwrap();
+        assert_eq!(back.message, CmMessage::Req(rping_req()));
+    }
+
     #[test]
     fn errors() {
         let good = emit_mad(CmMessage::Req(rping_req()), 1, 0);

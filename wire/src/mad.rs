@@ -55,6 +55,18 @@ pub mod attr {
     pub const APR: u16 = 0x001a;
 }
 
+/// The transport headers of a GSI MAD sent to QP1 (§1.2 of the CM notes):
+/// UD SEND Only, P_Key 0xFFFF, DestQP 1, DETH Q_Key 0x80010000, SrcQP 1.
+/// The 256-byte MAD is the payload.
+pub fn gsi_send_transport(psn: crate::Psn) -> crate::TransportRepr {
+    let mut t = crate::TransportRepr::new(crate::BthRepr {
+        pkey: DEFAULT_PKEY,
+        ..crate::BthRepr::new(crate::Opcode::UD_SEND_ONLY, GSI_QPN, psn)
+    });
+    t.deth = Some(crate::DethRepr { qkey: GSI_QKEY, src_qp: GSI_QPN });
+    t
+}
+
 header_view!(
     /// A view of a whole 256-byte MAD.
     Mad, MAD_LEN, "MAD"
@@ -216,6 +228,16 @@ mod tests {
         let m = Mad::new_checked(&buf[..]).unwrap();
         assert_eq!(MadHeaderRepr::parse(&m), Ok(h));
         assert_eq!(m.data().len(), MAD_DATA_LEN);
+    }
+
+    /// BTH and DETH of a MAD to QP1 at the bytes IBTA gives them.
+    #[test]
+    fn gsi_framing() {
+        let t = gsi_send_transport(crate::Psn::new(0x12_3456));
+        let mut buf = [0u8; 12 + 8 + MAD_LEN + 4];
+        let n = t.emit_headers(&mut buf, MAD_LEN).unwrap();
+        assert_eq!(n, 20);
+        assert_eq!(buf[..20], [0x64, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0x12, 0x34, 0x56, 0x80, 0x01, 0, 0, 0, 0, 0, 1]);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod clock;
 pub mod fabric;
 pub mod host;
 pub mod link;
+pub mod pfc;
 pub mod report;
 pub mod scenarios;
 pub mod switch;

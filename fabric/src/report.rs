@@ -62,6 +62,9 @@ pub struct Report {
     pub jain_min_window: Option<f64>,
     pub flows_unfinished: u64,
     pub retransmits: u64,
+    /// `victim`: the uncongested flow's throughput, Gb/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victim_gbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trajectory: Option<Vec<Point>>,
 }
@@ -109,6 +112,9 @@ impl Report {
         }
         s += &format!("cnps                {}\necn_marks           {}\n", self.cnps, self.ecn_marks);
         s += &format!("retransmits         {}\n", self.retransmits);
+        if let Some(v) = self.victim_gbps {
+            s += &format!("victim              {v:.3} Gb/s\n");
+        }
         s += &format!("queue p50 / p99     {} / {} bytes\n", u(self.queue_p50_bytes), u(self.queue_p99_bytes));
         s += &format!("queue in [Kmin,Kmax] {}\n", f(self.queue_in_band_fraction));
         s += &format!("convergence         {} us\n", f(self.convergence_us));

@@ -18,6 +18,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("rp-trajectory", "one reaction point, one CNP at t=0, timer-only increases (no network)"),
     ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
+    ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +102,12 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             }
             Ok(incast(o, progress))
         }
+        "victim" => {
+            if !(1..=32).contains(&o.fanin) {
+                return Err(ScenarioError::BadOption(format!("--fanin {} is not in 1..=32", o.fanin)));
+            }
+            Ok(victim(o, progress))
+        }
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -138,6 +145,7 @@ fn empty_report(name: &str, o: &Options) -> Report {
         jain_min_window: None,
         flows_unfinished: 0,
         retransmits: 0,
+        victim_gbps: None,
         trajectory: None,
     }
 }
@@ -203,6 +211,31 @@ fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
     let end = fab.now;
     measure(&fab, "incast", o, Instant::ZERO, end, &s)
+}
+
+/// §3.4 2: long flows VS→VR (the victim, flow 0), H2→R2 and `fanin` - 1
+/// local senders → R2 on S2, so R2's port is an `fanin`:1 incast and H2's
+/// backlog at S2's ingress from S1 pauses S1's uplink, which VS shares.
+/// Measured over the second half; `victim_gbps` is flow 0's rate.
+fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    let dur = o.duration.unwrap_or(Duration::from_millis(10));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let topo = Topology::victim(o.fanin - 1, &s);
+    let mut fab = Fabric::new(topo, o.seed);
+    let (vr, r2) = (fab.topo.receivers[0], fab.topo.receivers[1]);
+    let senders = fab.topo.senders.clone();
+    for (i, &src) in senders.iter().enumerate() {
+        fab.add_flow(src, if i == 0 { vr } else { r2 }, None, Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let mut r = measure(&fab, "victim", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s);
+    r.victim_gbps = r.flows.first().copied();
+    // Only the flows into R2 cross the bottleneck.
+    let into_r2: f64 = r.flows.iter().skip(1).sum();
+    r.throughput_fraction = Some(into_r2 * 1e9 / s.link.rate_bps as f64);
+    // Jain and convergence over unequal paths say nothing here.
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    r
 }
 
 fn us(t: Instant) -> f64 {

@@ -199,6 +199,34 @@ impl Topology {
         t
     }
 
+    /// Head-of-line blocking (§3.4 2): switch S1 holds the victim sender
+    /// VS and H2; switch S2 holds the victim receiver VR, the incast target
+    /// R2 and `local` more senders to R2. Senders: VS, H2, then the local
+    /// ones; receivers: VR, R2. The bottleneck is S2's port to R2.
+    pub fn victim(local: usize, s: &Settings) -> Topology {
+        let mut t = Topology::empty();
+        let (s1, s2) = (t.add_switch(s), t.add_switch(s));
+        t.join(s1, s2, s.link);
+        let host_on = |t: &mut Topology, sw: usize| {
+            let h = t.add_host(s);
+            let (port, _) = t.join(sw, h, s.link);
+            (t.hosts.len() - 1, port)
+        };
+        let (vs, _) = host_on(&mut t, s1);
+        let (h2, _) = host_on(&mut t, s1);
+        let (vr, _) = host_on(&mut t, s2);
+        let (r2, port) = host_on(&mut t, s2);
+        t.senders.extend([vs, h2]);
+        for _ in 0..local {
+            let (h, _) = host_on(&mut t, s2);
+            t.senders.push(h);
+        }
+        t.receivers.extend([vr, r2]);
+        t.bottleneck = (1, port);
+        t.route();
+        t
+    }
+
     /// A dumbbell: `n` senders on one switch, `n` receivers on another,
     /// and the link between the switches as the bottleneck.
     pub fn dumbbell(n: usize, s: &Settings) -> Topology {

@@ -128,3 +128,26 @@ fn pfc_runs_replay_exactly() {
     assert_eq!(a, serde_json::to_string(&go("incast", o)).unwrap());
     assert!(a.contains("\"pauses\":") && a.contains("\"paused_ports\":[{"), "{a}");
 }
+
+#[test]
+fn victim_is_slowed_by_pfc_and_relieved_by_dcqcn() {
+    // §3.4 2 with a 4:1 incast into R2; the victim's own path is idle, so
+    // its fair rate is the uplink minus H2's share: 40 - 40/4 = 30 Gb/s.
+    // Seed 1, 10 ms, second half: 8.95 Gb/s under PFC alone (about C/4, as
+    // the reference predicts), 25.1 Gb/s with DCQCN too, 34.6 with neither
+    // (at the cost of 9145 drops).
+    let v = |pfc, dcqcn| go("victim", Options { fanin: 4, pfc, dcqcn, ..Options::default() });
+    let alone = v(true, false);
+    let both = v(true, true);
+    let neither = v(false, false);
+    let gbps = |r: &rdma_fabric::report::Report| r.victim_gbps.unwrap();
+    assert_eq!((alone.drops, both.drops), (0, 0));
+    assert!(gbps(&alone) < 12.0, "{alone:?}");
+    assert!(gbps(&both) > 0.75 * 30.0 && gbps(&both) > 2.0 * gbps(&alone), "{both:?}");
+    assert!(both.pauses * 4 < alone.pauses, "{} vs {}", both.pauses, alone.pauses);
+    assert!(neither.drops > 0 && neither.pauses == 0 && gbps(&neither) > 25.0, "{neither:?}");
+    // The bottleneck stays busy in every case.
+    for r in [&alone, &both, &neither] {
+        assert!(r.throughput_fraction.unwrap() > 0.95, "{r:?}");
+    }
+}

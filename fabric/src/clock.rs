@@ -8,8 +8,15 @@ use std::collections::BinaryHeap;
 /// What can happen in the fabric besides an endpoint timer.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Event {
-    /// The last bit of a packet reaches `node` (store and forward).
-    Arrive { node: usize, packet: Vec<u8> },
+    /// The last bit of a packet reaches port `port` of `node` (store and forward).
+    Arrive { node: usize, port: usize, packet: Vec<u8> },
+    /// A PFC frame (its bytes) reaches port `port` of `node`.
+    Pfc { node: usize, port: usize, frame: Vec<u8> },
+    /// A pause on port `port` of `node` may have run out: try to send.
+    Unpause { node: usize, port: usize },
+    /// Switch `node` re-sends XOFF on ingress `port` if still above XON
+    /// and still in the XOFF episode `generation`.
+    PfcRefresh { node: usize, port: usize, generation: u64 },
     /// Port `port` of `node` finished serialising and may send again.
     PortFree { node: usize, port: usize },
     /// A flow posts its first work requests.

@@ -2,9 +2,17 @@
 //! endpoint timers, flows posting work, and the samples the reports use.
 //! Hosts pull a packet from their endpoint only when their NIC port is
 //! idle, so a host never queues more than the engine itself holds.
+//!
+//! PFC: a switch ingress crossing XOFF queues a pause frame (real 802.1Qbb
+//! bytes) on that port ahead of everything else; the upstream port parses
+//! it and holds data for the time it gives. A paused host NIC that has
+//! already pulled a data packet keeps it and sends nothing until the pause
+//! ends (the endpoint cannot be asked for "control only"); senders send
+//! almost only data, so this costs little.
 
 use crate::clock::{Event, EventQueue};
 use crate::host::{connect, Flow};
+use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
 use core::time::Duration;
@@ -18,6 +26,11 @@ pub struct Counters {
     pub packets_switched: u64,
     pub unroutable: u64,
     pub events: u64,
+    /// PFC frames sent with a non-zero time (XOFF and its refreshes), and with time 0 (XON).
+    pub pauses: u64,
+    pub resumes: u64,
+    /// Received frames that did not parse as PFC.
+    pub pfc_malformed: u64,
 }
 
 #[derive(Debug)]
@@ -29,6 +42,8 @@ pub struct Fabric {
     flow_of: HashMap<(usize, u32), usize>,
     rng: Rng,
     buf: Vec<u8>,
+    /// Per host: a data packet pulled from the endpoint while its port was paused.
+    held: Vec<Option<Vec<u8>>>,
     pub counters: Counters,
     /// How often the bottleneck queue is sampled, and per-flow bytes are recorded every `window`.
     pub sample_every: Duration,
@@ -43,6 +58,7 @@ impl Fabric {
     pub fn new(topo: Topology, seed: u64) -> Fabric {
         let mut events = EventQueue::default();
         events.schedule(Instant::ZERO, Event::Sample);
+        let held = vec![None; topo.hosts.len()];
         Fabric {
             now: Instant::ZERO,
             events,
@@ -51,6 +67,7 @@ impl Fabric {
             flow_of: HashMap::new(),
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
+            held,
             counters: Counters::default(),
             sample_every: Duration::from_micros(1),
             window: Duration::from_micros(100),
@@ -92,6 +109,11 @@ impl Fabric {
     /// Runs until virtual time `until`, or until every finite flow is done
     /// when `stop_when_done`. `progress` is told the virtual time now and then.
     pub fn run(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
+        self.run_events(until, stop_when_done, progress);
+        self.account_pauses();
+    }
+
+    fn run_events(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
         loop {
             if stop_when_done && !self.flows.is_empty() && self.flows.iter().all(|f| f.finish.is_some() || f.failed) {
                 return;
@@ -130,7 +152,7 @@ impl Fabric {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Arrive { node, packet } => match self.topo.nodes[node] {
+            Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
                     if ecn_capable(&packet) {
                         if let Some(src) = ipv4_src(&packet) {
@@ -142,8 +164,15 @@ impl Fabric {
                 }
                 Node::Switch(sw) => {
                     self.counters.packets_switched += 1;
-                    match self.topo.switches[sw].admit(packet) {
-                        Admit::Queued(port) => self.switch_send(node, sw, port),
+                    match self.topo.switches[sw].admit(packet, in_port) {
+                        Admit::Queued { port, pause } => {
+                            if pause {
+                                let g = self.topo.switches[sw].ingress[in_port].generation;
+                                self.send_pause(node, in_port);
+                                self.schedule_refresh(node, in_port, g);
+                            }
+                            self.switch_send(node, sw, port)
+                        }
                         Admit::Dropped => {}
                         Admit::Unroutable => self.counters.unroutable += 1,
                     }
@@ -162,7 +191,96 @@ impl Fabric {
                 self.service(src);
             }
             Event::Sample => self.sample(),
+            Event::Pfc { node, port, frame } => self.receive_pfc(node, port, &frame),
+            Event::Unpause { node, port } => self.wake(node, port),
+            Event::PfcRefresh { node, port, generation } => {
+                let Node::Switch(sw) = self.topo.nodes[node] else { return };
+                let ing = self.topo.switches[sw].ingress[port];
+                if ing.xoff && ing.generation == generation {
+                    self.send_pause(node, port);
+                    self.schedule_refresh(node, port, generation);
+                }
+            }
         }
+    }
+
+    /// Tries to send on port `port` of `node` (after a pause ran out).
+    fn wake(&mut self, node: usize, port: usize) {
+        match self.topo.nodes[node] {
+            Node::Host(h) => self.service(h),
+            Node::Switch(sw) => self.switch_send(node, sw, port),
+        }
+    }
+
+    fn pause_quanta(&self, node: usize) -> u16 {
+        match self.topo.nodes[node] {
+            Node::Switch(sw) => self.topo.switches[sw].pfc.map_or(0, |p| p.pause_quanta),
+            Node::Host(_) => 0,
+        }
+    }
+
+    /// Queues an XOFF for the data priority on port `port` of switch `node`.
+    fn send_pause(&mut self, node: usize, port: usize) {
+        let q = self.pause_quanta(node);
+        self.send_pfc(node, port, q);
+    }
+
+    fn send_pfc(&mut self, node: usize, port: usize, quanta: u16) {
+        let mac = [2, 0, 0, 0, (node >> 8) as u8, node as u8];
+        let frame = PfcFrame::single(mac, DATA_PRIORITY, quanta).emit();
+        if quanta == 0 {
+            self.counters.resumes += 1;
+        } else {
+            self.counters.pauses += 1;
+        }
+        self.topo.ports[node][port].pfc_out.push_back(frame.to_vec());
+        self.wake(node, port);
+    }
+
+    /// The next XOFF refresh: half the pause time, so the upstream never
+    /// resumes while the ingress is still above XON (§3.2).
+    fn schedule_refresh(&mut self, node: usize, port: usize, generation: u64) {
+        let d = quanta_to_duration(self.pause_quanta(node), self.topo.ports[node][port].link.rate_bps);
+        self.events
+            .schedule(self.now + (d / 2).max(Duration::from_nanos(1)), Event::PfcRefresh { node, port, generation });
+    }
+
+    fn receive_pfc(&mut self, node: usize, port: usize, frame: &[u8]) {
+        let f = match PfcFrame::parse(frame) {
+            Ok(f) => f,
+            Err(_) => {
+                self.counters.pfc_malformed += 1;
+                return;
+            }
+        };
+        if f.class_enable & (1 << DATA_PRIORITY) == 0 {
+            return;
+        }
+        // The time is in quanta of the receiving link's speed (§3.2).
+        let p = &mut self.topo.ports[node][port];
+        let d = quanta_to_duration(f.times[DATA_PRIORITY], p.link.rate_bps);
+        p.pause(self.now, d);
+        if d.is_zero() {
+            self.wake(node, port);
+        } else {
+            self.events.schedule(self.now + d, Event::Unpause { node, port });
+        }
+    }
+
+    /// Adds every port's paused time up to now.
+    pub fn account_pauses(&mut self) {
+        let now = self.now;
+        self.topo.ports.iter_mut().flatten().for_each(|p| p.account(now));
+    }
+
+    /// Puts a PFC frame on port `port` of `node`, which must be idle.
+    fn launch_pfc(&mut self, node: usize, port: usize, frame: Vec<u8>) {
+        let p = &mut self.topo.ports[node][port];
+        p.busy = true;
+        let done = self.now + p.link.serialise(WIRE_LEN);
+        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
+        self.events.schedule(done, Event::PortFree { node, port });
+        self.events.schedule(done + delay, Event::Pfc { node: peer, port: peer_port, frame });
     }
 
     /// Puts `packet` on port `port` of `node`, which must be idle.
@@ -170,17 +288,25 @@ impl Fabric {
         let p = &mut self.topo.ports[node][port];
         p.busy = true;
         let done = self.now + p.link.serialise(packet.len());
-        let (peer, delay) = (p.peer, p.link.delay);
+        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.events.schedule(done, Event::PortFree { node, port });
-        self.events.schedule(done + delay, Event::Arrive { node: peer, packet });
+        self.events.schedule(done + delay, Event::Arrive { node: peer, port: peer_port, packet });
     }
 
     fn switch_send(&mut self, node: usize, sw: usize, port: usize) {
-        if self.topo.ports[node][port].busy {
+        let p = &mut self.topo.ports[node][port];
+        if p.busy {
             return;
         }
-        if let Some(p) = self.topo.switches[sw].dequeue(port, &mut self.rng) {
+        if let Some(frame) = p.pfc_out.pop_front() {
+            return self.launch_pfc(node, port, frame);
+        }
+        let paused = p.data_paused(self.now);
+        if let Some((p, resume)) = self.topo.switches[sw].dequeue(port, paused, &mut self.rng) {
             self.launch(node, port, p);
+            if let Some(in_port) = resume {
+                self.send_pfc(node, in_port, 0);
+            }
         }
     }
 
@@ -203,7 +329,17 @@ impl Fabric {
             flow.top_up(&mut self.topo.hosts);
         }
         let node = self.topo.host_nodes[h];
-        if self.topo.ports[node][0].busy {
+        let port = &self.topo.ports[node][0];
+        if port.busy {
+            return;
+        }
+        let paused = port.data_paused(self.now);
+        if let Some(p) = self.held[h].take() {
+            if paused {
+                self.held[h] = Some(p);
+            } else {
+                self.launch(node, 0, p);
+            }
             return;
         }
         let ep = &mut self.topo.hosts[h].ep;
@@ -217,6 +353,10 @@ impl Fabric {
                 [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
             }
         };
+        if paused && ecn_capable(&packet) {
+            self.held[h] = Some(packet);
+            return;
+        }
         self.launch(node, 0, packet);
     }
 

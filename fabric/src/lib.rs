@@ -1,15 +1,17 @@
 //! A deterministic discrete-event fabric for RoCE v2 congestion control:
 //! hosts running the real `rdma_transport::Endpoint`, links with rate and
-//! propagation delay, switches with byte-counted egress queues, drop-tail
-//! and RED/ECN marking; scenarios and their reports for `rdma-fabric`.
+//! propagation delay, switches with byte-counted egress queues, drop-tail,
+//! RED/ECN marking and PFC on ingress; scenarios and their reports for
+//! `rdma-fabric`.
 //!
 //! | module | what it holds |
 //! |---|---|
 //! | [`clock`] | the event queue on the virtual clock |
 //! | [`link`] | a link direction: rate and delay |
-//! | [`switch`] | routing, egress queues, drop-tail, RED/ECN marking |
+//! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
+//! | [`switch`] | routing, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
 //! | [`host`] | an endpoint behind a NIC port, and flows of RDMA WRITEs |
-//! | [`topology`] | incast and dumbbell, routes by destination IP |
+//! | [`topology`] | incast, victim and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop and its samples |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
 //! | [`report`] | the JSON report and its statistics |
@@ -18,6 +20,7 @@ pub mod clock;
 pub mod fabric;
 pub mod host;
 pub mod link;
+pub mod pfc;
 pub mod report;
 pub mod scenarios;
 pub mod switch;

@@ -55,6 +55,13 @@ enum Cmd {
         /// Drop-tail limit of each switch port, in KB (1000 bytes).
         #[arg(long = "buffer-kb")]
         buffer_kb: Option<u64>,
+        /// incast: PFC on the switch ingress for the data priority.
+        #[arg(long, value_enum, default_value = "off")]
+        pfc: OnOff,
+        /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
+        /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
+        #[arg(long = "headroom-kb")]
+        headroom_kb: Option<u64>,
         #[arg(long)]
         json: bool,
     },
@@ -86,7 +93,21 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Run { name, seed, duration, line_rate, preset, flows, fanin, dcqcn, flow_kb, buffer_kb, json } => {
+        Cmd::Run {
+            name,
+            seed,
+            duration,
+            line_rate,
+            preset,
+            flows,
+            fanin,
+            dcqcn,
+            flow_kb,
+            buffer_kb,
+            pfc,
+            headroom_kb,
+            json,
+        } => {
             let o = Options {
                 seed,
                 duration,
@@ -100,6 +121,8 @@ fn main() -> ExitCode {
                 dcqcn: matches!(dcqcn, OnOff::On),
                 flow_bytes: flow_kb.saturating_mul(1024),
                 buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
+                pfc: matches!(pfc, OnOff::On),
+                headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
             };
             // A progress line once a run has taken more than 2 s of wall time.
             let started = std::time::Instant::now();

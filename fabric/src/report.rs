@@ -10,6 +10,15 @@ pub struct Point {
     pub rate_gbps: f64,
 }
 
+/// A transmitting port and how long its data priority was paused.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PausedPort {
+    /// `host3` or `switch0`.
+    pub node: String,
+    pub port: usize,
+    pub paused_us: f64,
+}
+
 /// Field names are a contract (issue 19): keep them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -20,8 +29,18 @@ pub struct Report {
     /// Delivered over bottleneck capacity in the measured interval.
     pub throughput_fraction: Option<f64>,
     pub drops: u64,
-    /// PFC pause frames: always 0, PFC is not modelled yet.
+    /// PFC frames sent with a non-zero time: XOFFs and their refreshes.
     pub pauses: u64,
+    /// Whether PFC was on, and the headroom per ingress port it used.
+    pub pfc: bool,
+    pub headroom_bytes: Option<u64>,
+    /// The most headroom any ingress used: its peak bytes above XOFF.
+    pub headroom_used_bytes: Option<u64>,
+    /// PFC frames with time 0 (XON).
+    pub resumes: u64,
+    /// Time transmitters spent with the data priority paused, summed, and per port.
+    pub paused_us_total: f64,
+    pub paused_ports: Vec<PausedPort>,
     pub cnps: u64,
     pub ecn_marks: u64,
     pub queue_p50_bytes: Option<u64>,
@@ -43,6 +62,9 @@ pub struct Report {
     pub jain_min_window: Option<f64>,
     pub flows_unfinished: u64,
     pub retransmits: u64,
+    /// `victim`: the uncongested flow's throughput, Gb/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victim_gbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trajectory: Option<Vec<Point>>,
 }
@@ -78,9 +100,21 @@ impl Report {
         s += &format!("duration            {} us (measured from {} us)\n", self.duration_us, self.measured_from_us);
         s += &format!("jain                {}   (min window {})\n", f(self.jain), f(self.jain_min_window));
         s += &format!("throughput_fraction {}\n", f(self.throughput_fraction));
-        s += &format!("drops               {}\npauses              {} (PFC not modelled)\n", self.drops, self.pauses);
+        s += &format!("drops               {}\n", self.drops);
+        let pfc = match self.headroom_bytes {
+            Some(h) => format!("PFC on, headroom {h} B, used {} B", u(self.headroom_used_bytes)),
+            None => "PFC off".to_string(),
+        };
+        s += &format!("pauses / resumes    {} / {} ({pfc})\n", self.pauses, self.resumes);
+        s += &format!("paused              {:.3} us in total\n", self.paused_us_total);
+        for p in &self.paused_ports {
+            s += &format!("  {:<8} port {:<3} {:.3} us paused\n", p.node, p.port, p.paused_us);
+        }
         s += &format!("cnps                {}\necn_marks           {}\n", self.cnps, self.ecn_marks);
         s += &format!("retransmits         {}\n", self.retransmits);
+        if let Some(v) = self.victim_gbps {
+            s += &format!("victim              {v:.3} Gb/s\n");
+        }
         s += &format!("queue p50 / p99     {} / {} bytes\n", u(self.queue_p50_bytes), u(self.queue_p99_bytes));
         s += &format!("queue in [Kmin,Kmax] {}\n", f(self.queue_in_band_fraction));
         s += &format!("convergence         {} us\n", f(self.convergence_us));

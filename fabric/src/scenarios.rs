@@ -3,8 +3,10 @@
 
 use crate::fabric::Fabric;
 use crate::link::Link;
-use crate::report::{jain, percentile, Point, Report};
+use crate::pfc::PfcConfig;
+use crate::report::{jain, percentile, PausedPort, Point, Report};
 use crate::switch::Red;
+use crate::topology::Node;
 use crate::topology::{Settings, Topology};
 use core::time::Duration;
 use rdma_transport::cc::{DcqcnParams, ReactionPoint};
@@ -15,7 +17,8 @@ use rdma_transport::Instant;
 pub const SCENARIOS: &[(&str, &str)] = &[
     ("rp-trajectory", "one reaction point, one CNP at t=0, timer-only increases (no network)"),
     ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
-    ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off"),
+    ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
+    ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +48,10 @@ pub struct Options {
     pub dcqcn: bool,
     pub flow_bytes: u64,
     pub buffer_bytes: Option<u64>,
+    /// PFC on the switches' ingress for the data priority.
+    pub pfc: bool,
+    /// PFC headroom per ingress port; `None`: the formula of §3.3.
+    pub headroom_bytes: Option<u64>,
 }
 
 impl Default for Options {
@@ -59,6 +66,8 @@ impl Default for Options {
             dcqcn: true,
             flow_bytes: 256 * 1024,
             buffer_bytes: None,
+            pfc: false,
+            headroom_bytes: None,
         }
     }
 }
@@ -76,6 +85,9 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     if !(o.line_rate_gbps > 0.0 && o.line_rate_gbps <= 1000.0) {
         return Err(ScenarioError::BadOption(format!("--line-rate {} is not in (0, 1000] Gb/s", o.line_rate_gbps)));
     }
+    if o.headroom_bytes.is_some() && !o.pfc {
+        return Err(ScenarioError::BadOption("--headroom-kb needs --pfc on".into()));
+    }
     match name {
         "rp-trajectory" => Ok(rp_trajectory(o)),
         "dcqcn-fairness" => {
@@ -89,6 +101,12 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
                 return Err(ScenarioError::BadOption("--fanin must be in 1..=64 and --flow-kb above 0".into()));
             }
             Ok(incast(o, progress))
+        }
+        "victim" => {
+            if !(1..=32).contains(&o.fanin) {
+                return Err(ScenarioError::BadOption(format!("--fanin {} is not in 1..=32", o.fanin)));
+            }
+            Ok(victim(o, progress))
         }
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
@@ -106,6 +124,12 @@ fn empty_report(name: &str, o: &Options) -> Report {
         throughput_fraction: None,
         drops: 0,
         pauses: 0,
+        pfc: o.pfc,
+        headroom_bytes: None,
+        headroom_used_bytes: None,
+        resumes: 0,
+        paused_us_total: 0.0,
+        paused_ports: Vec::new(),
         cnps: 0,
         ecn_marks: 0,
         queue_p50_bytes: None,
@@ -121,6 +145,7 @@ fn empty_report(name: &str, o: &Options) -> Report {
         jain_min_window: None,
         flows_unfinished: 0,
         retransmits: 0,
+        victim_gbps: None,
         trajectory: None,
     }
 }
@@ -145,8 +170,10 @@ pub fn rp_trajectory(o: &Options) -> Report {
 }
 
 fn settings(o: &Options, buffer: u64) -> Settings {
+    let link = Link::new(line_bps(o), Duration::from_micros(1));
     Settings {
-        link: Link::new(line_bps(o), Duration::from_micros(1)),
+        link,
+        pfc: o.pfc.then(|| PfcConfig::for_link(link.rate_bps, link.delay, o.headroom_bytes)),
         red: Red::PAPER,
         buffer_bytes: buffer,
         cc: o.dcqcn.then(|| o.preset.params(line_bps(o))),
@@ -186,6 +213,31 @@ fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     measure(&fab, "incast", o, Instant::ZERO, end, &s)
 }
 
+/// §3.4 2: long flows VS→VR (the victim, flow 0), H2→R2 and `fanin` - 1
+/// local senders → R2 on S2, so R2's port is an `fanin`:1 incast and H2's
+/// backlog at S2's ingress from S1 pauses S1's uplink, which VS shares.
+/// Measured over the second half; `victim_gbps` is flow 0's rate.
+fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    let dur = o.duration.unwrap_or(Duration::from_millis(10));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let topo = Topology::victim(o.fanin - 1, &s);
+    let mut fab = Fabric::new(topo, o.seed);
+    let (vr, r2) = (fab.topo.receivers[0], fab.topo.receivers[1]);
+    let senders = fab.topo.senders.clone();
+    for (i, &src) in senders.iter().enumerate() {
+        fab.add_flow(src, if i == 0 { vr } else { r2 }, None, Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let mut r = measure(&fab, "victim", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s);
+    r.victim_gbps = r.flows.first().copied();
+    // Only the flows into R2 cross the bottleneck.
+    let into_r2: f64 = r.flows.iter().skip(1).sum();
+    r.throughput_fraction = Some(into_r2 * 1e9 / s.link.rate_bps as f64);
+    // Jain and convergence over unequal paths say nothing here.
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    r
+}
+
 fn us(t: Instant) -> f64 {
     t.as_nanos() as f64 / 1e3
 }
@@ -199,6 +251,24 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
     r.ecn_marks = fab.topo.switches.iter().flat_map(|sw| &sw.egress).map(|e| e.marks).sum();
     r.cnps = fab.topo.hosts.iter().map(|h| h.ep.stats().cnps_sent).sum();
     r.retransmits = fab.topo.hosts.iter().map(|h| h.ep.stats().retransmits).sum();
+    r.pauses = fab.counters.pauses;
+    r.resumes = fab.counters.resumes;
+    r.headroom_bytes = s.pfc.map(|p| p.headroom_bytes);
+    r.headroom_used_bytes = s.pfc.map(|p| {
+        let peak = fab.topo.switches.iter().flat_map(|sw| &sw.ingress).map(|i| i.peak_bytes).max();
+        peak.unwrap_or(0).saturating_sub(p.xoff_bytes)
+    });
+    for (n, ports) in fab.topo.ports.iter().enumerate() {
+        for (port, p) in ports.iter().enumerate().filter(|(_, p)| p.paused_ns > 0) {
+            let node = match fab.topo.nodes[n] {
+                Node::Host(h) => format!("host{h}"),
+                Node::Switch(sw) => format!("switch{sw}"),
+            };
+            r.paused_ports.push(PausedPort { node, port, paused_us: p.paused_ns as f64 / 1e3 });
+        }
+    }
+    // A fold from +0.0: an empty f64 sum is -0.0.
+    r.paused_us_total = r.paused_ports.iter().fold(0.0, |a, p| a + p.paused_us);
     let q: Vec<u64> = fab.queue_samples.iter().filter(|(t, _)| *t >= from && *t <= to).map(|&(_, q)| q).collect();
     r.queue_p50_bytes = percentile(&q, 0.5);
     r.queue_p99_bytes = percentile(&q, 0.99);
@@ -273,5 +343,7 @@ mod tests {
         assert!(matches!(run("dcqcn-fairness", &o, &mut p), Err(ScenarioError::BadOption(_))));
         let o = Options { line_rate_gbps: -1.0, ..Options::default() };
         assert!(matches!(run("rp-trajectory", &o, &mut p), Err(ScenarioError::BadOption(_))));
+        let o = Options { headroom_bytes: Some(1000), pfc: false, ..Options::default() };
+        assert!(matches!(run("incast", &o, &mut p), Err(ScenarioError::BadOption(_))));
     }
 }

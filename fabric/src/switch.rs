@@ -3,7 +3,16 @@
 //! packets that are not ECN-capable, HPCC's never-marked queue 0, §1.1) and
 //! the data queue with RED-style ECN marking at dequeue (§1.1). Both share
 //! the port's drop-tail buffer limit.
+//!
+//! With PFC on (§3.3), data is the lossless priority: each ingress port
+//! counts the data bytes it brought in that are still queued anywhere in
+//! the switch; crossing XOFF asks the fabric to pause the upstream, falling
+//! to XON asks it to resume, and a data packet is dropped only when it would
+//! take its ingress past XOFF + headroom. Lossless data is then bounded by
+//! those ingress limits rather than by the egress drop-tail (as in a shared
+//! buffer with reserved headroom); control stays lossy under the port limit.
 
+use crate::pfc::PfcConfig;
 use rdma_transport::sim::{mark_ce, Rng};
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -59,7 +68,8 @@ pub fn ipv4_src(packet: &[u8]) -> Option<Ipv4Addr> {
 #[derive(Debug, Default)]
 pub struct Egress {
     control: VecDeque<Vec<u8>>,
-    data: VecDeque<Vec<u8>>,
+    /// Data packets and the ingress port each came in on.
+    data: VecDeque<(Vec<u8>, usize)>,
     control_bytes: u64,
     data_bytes: u64,
     pub drops: u64,
@@ -77,10 +87,27 @@ impl Egress {
     }
 }
 
+/// PFC state of one ingress port for the data priority.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ingress {
+    /// Data bytes that came in here and are still queued in the switch.
+    pub bytes: u64,
+    /// Whether the upstream has been told to pause (and not yet to resume).
+    pub xoff: bool,
+    /// Bumped at every XOFF, so a stale refresh chain stops.
+    pub generation: u64,
+    /// The most bytes ever held, to compare with XOFF + headroom.
+    pub peak_bytes: u64,
+}
+
 /// What happened to a packet offered to a switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
-    Queued(usize),
+    /// Queued on egress `port`; `pause`: the ingress just crossed XOFF.
+    Queued {
+        port: usize,
+        pause: bool,
+    },
     Dropped,
     /// No route to the destination.
     Unroutable,
@@ -93,52 +120,101 @@ pub struct Switch {
     pub buffer_bytes: u64,
     pub routes: HashMap<Ipv4Addr, usize>,
     pub egress: Vec<Egress>,
+    pub ingress: Vec<Ingress>,
+    pub pfc: Option<PfcConfig>,
 }
 
 impl Switch {
     pub fn new(ports: usize, red: Red, buffer_bytes: u64) -> Switch {
-        Switch { red, buffer_bytes, routes: HashMap::new(), egress: (0..ports).map(|_| Egress::default()).collect() }
+        Switch {
+            red,
+            buffer_bytes,
+            routes: HashMap::new(),
+            egress: (0..ports).map(|_| Egress::default()).collect(),
+            ingress: vec![Ingress::default(); ports],
+            pfc: None,
+        }
     }
 
-    /// Routes and enqueues a packet, or drops it when the port's buffer is full (drop-tail).
-    pub fn admit(&mut self, packet: Vec<u8>) -> Admit {
+    /// Routes and enqueues a packet that came in on `in_port`, or drops it:
+    /// drop-tail on the egress port, or with PFC, data beyond XOFF + headroom.
+    pub fn admit(&mut self, packet: Vec<u8>, in_port: usize) -> Admit {
         let Some(port) = ipv4_dst(&packet).and_then(|d| self.routes.get(&d).copied()) else {
             return Admit::Unroutable;
         };
-        let q = &mut self.egress[port];
         let len = packet.len() as u64;
-        if q.control_bytes + q.data_bytes + len > self.buffer_bytes {
+        let data = ecn_capable(&packet);
+        let q = &mut self.egress[port];
+        if let (true, Some(pfc)) = (data, self.pfc) {
+            let ing = &mut self.ingress[in_port];
+            if ing.bytes + len > pfc.xoff_bytes + pfc.headroom_bytes {
+                q.drops += 1;
+                return Admit::Dropped;
+            }
+            ing.bytes += len;
+            ing.peak_bytes = ing.peak_bytes.max(ing.bytes);
+            q.data_bytes += len;
+            q.data.push_back((packet, in_port));
+            let pause = !ing.xoff && ing.bytes >= pfc.xoff_bytes;
+            if pause {
+                ing.xoff = true;
+                ing.generation += 1;
+            }
+            return Admit::Queued { port, pause };
+        }
+        // Lossy: with PFC the control queue has the port limit to itself.
+        let used = if self.pfc.is_some() { q.control_bytes } else { q.control_bytes + q.data_bytes };
+        if used + len > self.buffer_bytes {
             q.drops += 1;
             return Admit::Dropped;
         }
-        if ecn_capable(&packet) {
+        if data {
             q.data_bytes += len;
-            q.data.push_back(packet);
+            q.data.push_back((packet, in_port));
         } else {
             q.control_bytes += len;
             q.control.push_back(packet);
         }
-        Admit::Queued(port)
+        Admit::Queued { port, pause: false }
     }
 
-    /// The next packet to leave `port`: control first; a data packet is
-    /// marked CE with p(q), q the data queue's bytes as it leaves (marking
-    /// at dequeue, as both reference simulators do, §1.1).
-    pub fn dequeue(&mut self, port: usize, rng: &mut Rng) -> Option<Vec<u8>> {
+    /// The next packet to leave `port`: control first, then data unless
+    /// `data_paused`; a data packet is marked CE with p(q), q the data
+    /// queue's bytes as it leaves (marking at dequeue, as both reference
+    /// simulators do, §1.1). The second value is an ingress port whose
+    /// bytes just fell to XON, so the fabric sends it a resume.
+    pub fn dequeue(&mut self, port: usize, data_paused: bool, rng: &mut Rng) -> Option<(Vec<u8>, Option<usize>)> {
         let red = self.red;
         let q = &mut self.egress[port];
         if let Some(p) = q.control.pop_front() {
             q.control_bytes -= p.len() as u64;
-            return Some(p);
+            return Some((p, None));
         }
-        let mut p = q.data.pop_front()?;
+        if data_paused {
+            return None;
+        }
+        let (mut p, in_port) = q.data.pop_front()?;
         let depth = q.data_bytes;
         q.data_bytes -= p.len() as u64;
         if red.should_mark(depth, rng) {
             mark_ce(&mut p);
             q.marks += 1;
         }
-        Some(p)
+        let mut resume = None;
+        if let Some(pfc) = self.pfc {
+            let ing = &mut self.ingress[in_port];
+            ing.bytes -= p.len() as u64;
+            if ing.xoff && ing.bytes <= pfc.xon_bytes {
+                ing.xoff = false;
+                resume = Some(in_port);
+            }
+        }
+        Some((p, resume))
+    }
+
+    /// Whether egress `port` has data waiting.
+    pub fn has_data(&self, port: usize) -> bool {
+        !self.egress[port].data.is_empty()
     }
 }
 

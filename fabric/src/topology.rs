@@ -3,8 +3,10 @@
 
 use crate::host::Host;
 use crate::link::Link;
+use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
 use rdma_transport::cc::DcqcnParams;
+use rdma_transport::Instant;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
@@ -15,12 +17,58 @@ pub enum Node {
     Switch(usize),
 }
 
-/// One end of a link: where it leads and whether it is sending.
-#[derive(Debug, Clone, Copy)]
+/// One end of a link: where it leads, whether it is sending, and its PFC
+/// state as a transmitter of the data priority.
+#[derive(Debug, Clone)]
 pub struct Port {
     pub link: Link,
     pub peer: usize,
+    /// The port number at `peer` of the other end.
+    pub peer_port: usize,
     pub busy: bool,
+    /// Data may not leave before this (the last pause frame received).
+    pub paused_until: Instant,
+    /// Paused time accounted up to `paused_from`, ns.
+    pub paused_ns: u64,
+    pub paused_from: Instant,
+    /// PFC frames waiting for the wire: they go before anything else and
+    /// are never paused themselves (§3.2).
+    pub pfc_out: VecDeque<Vec<u8>>,
+}
+
+impl Port {
+    fn new(link: Link, peer: usize, peer_port: usize) -> Port {
+        Port {
+            link,
+            peer,
+            peer_port,
+            busy: false,
+            paused_until: Instant::ZERO,
+            paused_ns: 0,
+            paused_from: Instant::ZERO,
+            pfc_out: VecDeque::new(),
+        }
+    }
+
+    pub fn data_paused(&self, now: Instant) -> bool {
+        self.paused_until > now
+    }
+
+    /// Applies a pause of `d` (zero: resume) received at `now`; the paused
+    /// time is the union of the intervals actually in force.
+    pub fn pause(&mut self, now: Instant, d: core::time::Duration) {
+        self.account(now);
+        self.paused_until = now + d;
+    }
+
+    /// Adds the paused time up to `now`.
+    pub fn account(&mut self, now: Instant) {
+        let end = self.paused_until.min(now);
+        if end > self.paused_from {
+            self.paused_ns += (end - self.paused_from).as_nanos() as u64;
+        }
+        self.paused_from = now;
+    }
 }
 
 /// The parts a topology is built from.
@@ -32,6 +80,8 @@ pub struct Settings {
     pub buffer_bytes: u64,
     pub cc: Option<DcqcnParams>,
     pub seed: u64,
+    /// PFC on every switch ingress for the data priority; hosts always honour pause.
+    pub pfc: Option<PfcConfig>,
 }
 
 #[derive(Debug)]
@@ -75,21 +125,25 @@ impl Topology {
 
     fn add_switch(&mut self, s: &Settings) -> usize {
         self.nodes.push(Node::Switch(self.switches.len()));
-        self.switches.push(Switch::new(0, s.red, s.buffer_bytes));
+        let mut sw = Switch::new(0, s.red, s.buffer_bytes);
+        sw.pfc = s.pfc;
+        self.switches.push(sw);
         self.ports.push(Vec::new());
         self.nodes.len() - 1
     }
 
     /// A duplex link; returns the port numbers at `a` and at `b`.
     fn join(&mut self, a: usize, b: usize, link: Link) -> (usize, usize) {
-        let mut port_at = |n: usize, peer: usize| {
-            self.ports[n].push(Port { link, peer, busy: false });
+        let (pa, pb) = (self.ports[a].len(), self.ports[b].len() + usize::from(a == b));
+        self.ports[a].push(Port::new(link, b, pb));
+        self.ports[b].push(Port::new(link, a, pa));
+        for n in [a, b] {
             if let Node::Switch(sw) = self.nodes[n] {
                 self.switches[sw].egress.push(Default::default());
+                self.switches[sw].ingress.push(Default::default());
             }
-            self.ports[n].len() - 1
-        };
-        (port_at(a, b), port_at(b, a))
+        }
+        (pa, pb)
     }
 
     /// Fills every switch's routing table: towards each host, the port of
@@ -145,6 +199,34 @@ impl Topology {
         t
     }
 
+    /// Head-of-line blocking (§3.4 2): switch S1 holds the victim sender
+    /// VS and H2; switch S2 holds the victim receiver VR, the incast target
+    /// R2 and `local` more senders to R2. Senders: VS, H2, then the local
+    /// ones; receivers: VR, R2. The bottleneck is S2's port to R2.
+    pub fn victim(local: usize, s: &Settings) -> Topology {
+        let mut t = Topology::empty();
+        let (s1, s2) = (t.add_switch(s), t.add_switch(s));
+        t.join(s1, s2, s.link);
+        let host_on = |t: &mut Topology, sw: usize| {
+            let h = t.add_host(s);
+            let (port, _) = t.join(sw, h, s.link);
+            (t.hosts.len() - 1, port)
+        };
+        let (vs, _) = host_on(&mut t, s1);
+        let (h2, _) = host_on(&mut t, s1);
+        let (vr, _) = host_on(&mut t, s2);
+        let (r2, port) = host_on(&mut t, s2);
+        t.senders.extend([vs, h2]);
+        for _ in 0..local {
+            let (h, _) = host_on(&mut t, s2);
+            t.senders.push(h);
+        }
+        t.receivers.extend([vr, r2]);
+        t.bottleneck = (1, port);
+        t.route();
+        t
+    }
+
     /// A dumbbell: `n` senders on one switch, `n` receivers on another,
     /// and the link between the switches as the bottleneck.
     pub fn dumbbell(n: usize, s: &Settings) -> Topology {
@@ -162,5 +244,24 @@ impl Topology {
         t.bottleneck = (0, port);
         t.route();
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    #[test]
+    fn paused_time_is_the_union_of_pauses_in_force() {
+        let mut p = Port::new(Link::new(40_000_000_000, Duration::from_micros(1)), 0, 0);
+        let t = |ns| Instant::from_nanos(ns);
+        p.pause(t(100), Duration::from_nanos(50)); // [100, 150)
+        p.pause(t(120), Duration::from_nanos(50)); // refresh: [100, 170)
+        p.pause(t(200), Duration::from_nanos(40)); // [200, 240)
+        p.pause(t(210), Duration::ZERO); // XON: [200, 210)
+        p.account(t(1000));
+        assert_eq!(p.paused_ns, 70 + 10);
+        assert!(!p.data_paused(t(210)));
     }
 }

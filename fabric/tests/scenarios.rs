@@ -73,3 +73,81 @@ fn same_seed_same_json() {
         serde_json::to_string(&go("dcqcn-fairness", o)).unwrap()
     );
 }
+
+fn incast_pfc(fanin: usize, flow_kb: u64, dcqcn: bool, headroom: Option<u64>) -> rdma_fabric::report::Report {
+    let o =
+        Options { fanin, flow_bytes: flow_kb * 1024, dcqcn, pfc: true, headroom_bytes: headroom, ..Options::default() };
+    go("incast", o)
+}
+
+#[test]
+fn incast_with_pfc_and_formula_headroom_is_lossless() {
+    // 8:1, DCQCN off: the same run drops 1849 packets without PFC (above).
+    let r = incast_pfc(8, 256, false, None);
+    assert_eq!(r.headroom_bytes, Some(21 * 1024), "§3.3 at 40G, 1 µs links");
+    assert_eq!((r.drops, r.retransmits, r.flows_unfinished), (0, 0, 0), "{r:?}");
+    assert!(r.pauses > 100 && r.resumes > 0, "{r:?}");
+    // What the headroom had to absorb: ~rate × 2 × delay (10 KB) + one packet.
+    let used = r.headroom_used_bytes.unwrap();
+    assert!((10_000..=12_500).contains(&used), "{used}");
+    assert!(r.throughput_fraction.unwrap() > 0.9, "{r:?}");
+    // §2.7: in the long run each ingress is paused 1 - 1/N of the time; the
+    // senders' NIC ports are the paused transmitters here.
+    let fct = r.fct_us_p99.unwrap();
+    let senders: Vec<_> = r.paused_ports.iter().filter(|p| p.node.starts_with("host")).collect();
+    assert_eq!(senders.len(), 8);
+    for p in senders {
+        let f = p.paused_us / fct;
+        assert!((0.6..=0.95).contains(&f), "{p:?}: paused {f} of the run, 1 - 1/8 = 0.875 expected");
+    }
+}
+
+#[test]
+fn incast_with_undersized_headroom_drops() {
+    // 8 KB < the ~11.3 KB in flight after XOFF.
+    let r = incast_pfc(8, 256, false, Some(8_000));
+    assert!(r.drops > 100 && r.retransmits > 0, "{r:?}");
+    assert_eq!(r.flows_unfinished, 0);
+}
+
+#[test]
+fn dcqcn_makes_pfc_pause_far_less() {
+    // 1 MiB per sender so DCQCN has time to act: seed 1 measured 5130
+    // pauses with PFC alone and 718 with DCQCN too.
+    let alone = incast_pfc(8, 1024, false, None);
+    let both = incast_pfc(8, 1024, true, None);
+    assert_eq!((alone.drops, both.drops), (0, 0));
+    assert!(both.pauses * 4 < alone.pauses, "with DCQCN {} alone {}", both.pauses, alone.pauses);
+    assert!(both.paused_us_total * 4.0 < alone.paused_us_total);
+}
+
+#[test]
+fn pfc_runs_replay_exactly() {
+    let o = Options { fanin: 4, seed: 5, pfc: true, headroom_bytes: Some(9_000), ..Options::default() };
+    let a = serde_json::to_string(&go("incast", o)).unwrap();
+    assert_eq!(a, serde_json::to_string(&go("incast", o)).unwrap());
+    assert!(a.contains("\"pauses\":") && a.contains("\"paused_ports\":[{"), "{a}");
+}
+
+#[test]
+fn victim_is_slowed_by_pfc_and_relieved_by_dcqcn() {
+    // §3.4 2 with a 4:1 incast into R2; the victim's own path is idle, so
+    // its fair rate is the uplink minus H2's share: 40 - 40/4 = 30 Gb/s.
+    // Seed 1, 10 ms, second half: 8.95 Gb/s under PFC alone (about C/4, as
+    // the reference predicts), 25.1 Gb/s with DCQCN too, 34.6 with neither
+    // (at the cost of 9145 drops).
+    let v = |pfc, dcqcn| go("victim", Options { fanin: 4, pfc, dcqcn, ..Options::default() });
+    let alone = v(true, false);
+    let both = v(true, true);
+    let neither = v(false, false);
+    let gbps = |r: &rdma_fabric::report::Report| r.victim_gbps.unwrap();
+    assert_eq!((alone.drops, both.drops), (0, 0));
+    assert!(gbps(&alone) < 12.0, "{alone:?}");
+    assert!(gbps(&both) > 0.75 * 30.0 && gbps(&both) > 2.0 * gbps(&alone), "{both:?}");
+    assert!(both.pauses * 4 < alone.pauses, "{} vs {}", both.pauses, alone.pauses);
+    assert!(neither.drops > 0 && neither.pauses == 0 && gbps(&neither) > 25.0, "{neither:?}");
+    // The bottleneck stays busy in every case.
+    for r in [&alone, &both, &neither] {
+        assert!(r.throughput_fraction.unwrap() > 0.95, "{r:?}");
+    }
+}

@@ -23,6 +23,7 @@ use crate::cc::wired::{QpCc, RateControl};
 use crate::cc::DcqcnParams;
 use crate::error::VerbsError;
 use crate::framing::Framer;
+use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
 use crate::requester::SendWqe;
@@ -97,6 +98,8 @@ pub struct Endpoint {
     /// The notification point's settings (CNP interval and mode, CNP DSCP):
     /// those of `cc` when it is on, else [`DEFAULT_NP`].
     np_params: DcqcnParams,
+    /// QP1, created by the first MAD sent or received.
+    gsi: Option<Box<Gsi>>,
 }
 
 /// The notification point's settings while congestion control is off:
@@ -145,6 +148,7 @@ impl Endpoint {
             ecn_capable: true,
             cc: None,
             np_params: DEFAULT_NP,
+            gsi: None,
         }
     }
 
@@ -542,6 +546,7 @@ impl Endpoint {
                 [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d), q.cc.as_deref().and_then(QpCc::next_timer)]
             })
             .flatten()
+            .chain(self.gsi.as_deref().and_then(Gsi::next_deadline))
             .min();
         self.deadline.set(Some(t));
         t
@@ -562,6 +567,43 @@ impl Endpoint {
                 cc.on_timer(now, &mut qp.stats, &mut self.stats);
             }
         }
+        if let Some(g) = self.gsi.as_deref_mut() {
+            g.handle_timeout(now, &mut self.stats);
+        }
         self.settle_cq_errors();
+    }
+
+    /// Queues a MAD for the GSI (QP1) of `dest` (its GID): a header and
+    /// 232 bytes of class data, or the whole 256 bytes. A transaction ID
+    /// of 0 is replaced by one the endpoint assigns; others are kept. With
+    /// `expect_response`, the MAD is sent again each time that long passes
+    /// after a copy left without an answer (a MAD from `dest` of the same
+    /// class and transaction ID), `retries` times, and then reported by
+    /// [`Endpoint::poll_mad_timeout`]. Returns the transaction ID.
+    pub fn gsi_send(
+        &mut self,
+        dest: IpAddr,
+        mad: impl Into<OutgoingMad>,
+        expect_response: Option<Duration>,
+        retries: u8,
+    ) -> Result<u64, VerbsError> {
+        self.touch();
+        let gsi = self.gsi.get_or_insert_with(Default::default);
+        let mad = mad.into();
+        gsi.send(dest, mad, expect_response, retries).ok_or(VerbsError::InvalidAttribute {
+            qpn: rdma_wire::mad::GSI_QPN,
+            attr: "transaction ID (a send with it already awaits a response)",
+            value: rdma_wire::mad::Mad::new_unchecked(&mad.0[..]).transaction_id(),
+        })
+    }
+
+    /// The next MAD received on QP1, oldest first.
+    pub fn poll_mad(&mut self) -> Option<ReceivedMad> {
+        self.gsi.as_deref_mut()?.poll_mad()
+    }
+
+    /// The next send that got no response after all its retries.
+    pub fn poll_mad_timeout(&mut self) -> Option<MadTimeout> {
+        self.gsi.as_deref_mut()?.poll_timeout_report()
     }
 }

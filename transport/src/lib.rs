@@ -16,6 +16,7 @@
 //! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
 //! | [`memory`] | protection domains, memory regions and access checks |
 //! | [`framing`] | RoCE v2 framing and scatter/gather copies |
+//! | [`gsi`] | the GSI (QP1): the MAD agent (transaction IDs, retransmission, response matching, receive checks) and its packet framing |
 //! | [`wr`] | work requests and completions (libibverbs names and values) |
 //! | [`sim`] | a deterministic simulated link with faults and a pcap writer |
 //! | [`time`] | virtual time |
@@ -29,6 +30,7 @@ mod events;
 pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gsi;
 pub mod memory;
 mod pool;
 pub mod qp;

@@ -33,6 +33,18 @@ pub enum Drop {
     TooManyReads,
     /// Both ends are limited members of the partition (P_Key bit 15 clear).
     PkeyLimitedMembers,
+    /// A MAD on QP1 whose DETH Q_Key is not 0x80010000.
+    MadQkeyMismatch,
+    /// A MAD on QP1 that is not exactly 256 bytes.
+    MadBadLength,
+    /// A MAD whose base version is not 1.
+    MadBadVersion,
+    /// A response MAD (response bit set) for a send it already answered.
+    MadDuplicateResponse,
+    /// A response MAD that answers no send of ours.
+    MadUnmatchedResponse,
+    /// A MAD that found the receive queue of the GSI full.
+    MadQueueFull,
 }
 
 /// Counters of an endpoint.
@@ -61,6 +73,14 @@ pub struct Stats {
     /// Work completions delivered to completion queues.
     pub completions: u64,
     pub cq_overruns: u64,
+    /// MADs the GSI sent (retransmissions included).
+    pub mads_sent: u64,
+    /// MADs the GSI accepted and queued for the consumer.
+    pub mads_received: u64,
+    /// Retransmissions of MADs whose response was overdue.
+    pub mad_retries: u64,
+    /// Sends given up after all their retries.
+    pub mad_timeouts: u64,
     pub drops: BTreeMap<Drop, u64>,
 }
 

@@ -10,7 +10,8 @@ use crate::responder::RespCtx;
 use crate::stats::Drop;
 use crate::time::Instant;
 use core::net::IpAddr;
-use rdma_wire::{Operation, RoceV2Packet, Transport};
+use rdma_wire::mad::GSI_QPN;
+use rdma_wire::{Opcode, Operation, RoceV2Packet, Transport, TransportPacket};
 
 impl Endpoint {
     /// Handles one received RoCE v2 packet (IP header through ICRC).
@@ -60,6 +61,12 @@ impl Endpoint {
         let qpn = bth.dest_qp();
         if t.info().transport == Transport::Cnp {
             self.receive_cnp(now, qpn, bth.pkey(), src);
+            return;
+        }
+        // QP1 is no QP of the table (created QPs start at 0x11): the one
+        // comparison the GSI adds to the path of every other packet.
+        if qpn == GSI_QPN {
+            self.receive_gsi(&t, src);
             return;
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -122,6 +129,27 @@ impl Endpoint {
         if !was_error && qp.state == QpState::Err {
             self.events.push_back(AsyncEvent::QpFatal(qpn));
         }
+    }
+
+    /// A packet for QP1 (its ICRC checked): a UD SEND Only whose P_Key is
+    /// in the port's table goes to the GSI's MAD checks; anything else is
+    /// dropped with its reason.
+    fn receive_gsi(&mut self, t: &TransportPacket<&[u8]>, src: IpAddr) {
+        if t.bth().opcode() != Opcode::UD_SEND_ONLY {
+            self.stats.drop(Drop::WrongTransport, GSI_QPN);
+            return;
+        }
+        let pkey = t.bth().pkey() & 0x7fff;
+        if !self.pkeys.iter().any(|k| k & 0x7fff == pkey) {
+            self.stats.drop(Drop::PkeyMismatch, GSI_QPN);
+            return;
+        }
+        let Some(deth) = t.deth() else {
+            self.stats.drop(Drop::Malformed, GSI_QPN);
+            return;
+        };
+        let gsi = self.gsi.get_or_insert_with(Default::default);
+        gsi.receive(src, deth.qkey(), deth.src_qp(), t.payload(), &mut self.stats);
     }
 
     /// A CNP (its ICRC checked): for one of our RC/UC QPs, from that QP's

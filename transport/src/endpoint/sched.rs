@@ -152,6 +152,16 @@ impl Endpoint {
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        // MADs go before every QP, as CNPs go before their QP's data: they
+        // are few and small, and connection set-up and the subnet manager
+        // must not wait behind a burst of bulk data (their timeouts are
+        // what a slow MAD costs). Without a GSI this is one `Option` test.
+        if let Some(g) = self.gsi.as_deref_mut() {
+            if let Some((len, dest)) = g.poll_transmit(now, &self.framer, buf, &mut self.stats) {
+                let src_port = crate::gsi::frame::GSI_SRC_PORT;
+                return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
+            }
+        }
         for _ in 0..self.qps.len() {
             let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,

@@ -1,0 +1,244 @@
+//! The MAD agent of QP1: what it sends (transaction IDs, retransmission
+//! until a response or `retries` run out, then a timeout) and what it
+//! receives (the checks Linux's MAD layer makes, matching responses to
+//! sends, and a bounded queue of MADs for the consumer).
+
+use super::frame::frame_mad;
+use crate::framing::Framer;
+use crate::stats::{Drop, Stats};
+use crate::time::Instant;
+use core::net::IpAddr;
+use core::time::Duration;
+use rdma_wire::mad::{method, Mad, MadHeaderRepr, BASE_VERSION, GSI_QKEY, MAD_DATA_LEN, MAD_HEADER_LEN, MAD_LEN};
+use std::collections::VecDeque;
+
+/// Received MADs the consumer has not taken yet, at most: past it they are
+/// dropped (a peer must not grow our memory without bound).
+pub const RECV_QUEUE_MAX: usize = 1024;
+/// Transaction IDs of answered sends remembered to tell a late duplicate
+/// response from a stray one.
+const RECENT_MAX: usize = 64;
+
+/// A whole 256-byte MAD to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutgoingMad(pub [u8; MAD_LEN]);
+
+impl From<[u8; MAD_LEN]> for OutgoingMad {
+    fn from(b: [u8; MAD_LEN]) -> OutgoingMad {
+        OutgoingMad(b)
+    }
+}
+
+/// A header and the 232 bytes of class data behind it.
+impl From<(MadHeaderRepr, [u8; MAD_DATA_LEN])> for OutgoingMad {
+    fn from((h, data): (MadHeaderRepr, [u8; MAD_DATA_LEN])) -> OutgoingMad {
+        let mut b = [0u8; MAD_LEN];
+        b[MAD_HEADER_LEN..].copy_from_slice(&data);
+        h.emit(&mut Mad::new_unchecked(&mut b[..]));
+        OutgoingMad(b)
+    }
+}
+
+/// A MAD that arrived on QP1 and passed the checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMad {
+    /// The sender's GID (its IP address).
+    pub from: IpAddr,
+    /// The DETH source QP (1 for a GSI peer).
+    pub src_qp: u32,
+    pub mad: [u8; MAD_LEN],
+    /// It answered one of our sends (same peer, class and transaction
+    /// ID), which then stopped retransmitting.
+    pub answers_send: bool,
+}
+
+/// A send that expected a response and got none after all its attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadTimeout {
+    pub dest: IpAddr,
+    pub transaction_id: u64,
+    /// Copies sent: the first and every retry.
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    dest: IpAddr,
+    tid: u64,
+    class: u8,
+    mad: [u8; MAD_LEN],
+    /// `None`: sent once and forgotten.
+    timeout: Option<Duration>,
+    retries_left: u8,
+    attempts: u32,
+    /// Waiting for `poll_transmit`.
+    queued: bool,
+    /// When the copy last sent is given up on.
+    deadline: Option<Instant>,
+}
+
+/// The GSI: sends in flight and received MADs not yet taken.
+#[derive(Debug, Clone, Default)]
+pub struct Gsi {
+    /// In order of `send`, so that MADs leave in that order (a CM's REP
+    /// must not overtake its MRA, say). Few at a time: a Vec is enough.
+    pending: Vec<Pending>,
+    received: VecDeque<ReceivedMad>,
+    timeouts: VecDeque<MadTimeout>,
+    recent: VecDeque<(IpAddr, u64)>,
+    next_tid: u64,
+    psn: u32,
+}
+
+impl Gsi {
+    /// Queues `mad` for `dest`. A transaction ID of 0 is replaced by one
+    /// the agent assigns; any other is kept (a response carries its
+    /// request's). With `expect_response`, the MAD is sent again each time
+    /// that long passes without a response, `retries` times, and then
+    /// reported as a [`MadTimeout`]. Returns the transaction ID, or `None`
+    /// if a send to `dest` with that ID already awaits a response.
+    pub fn send(
+        &mut self,
+        dest: IpAddr,
+        mad: OutgoingMad,
+        expect_response: Option<Duration>,
+        retries: u8,
+    ) -> Option<u64> {
+        let mut b = mad.0;
+        let mut m = Mad::new_unchecked(&mut b[..]);
+        let mut tid = m.transaction_id();
+        if tid == 0 {
+            self.next_tid += 1;
+            tid = self.next_tid;
+            m.set_transaction_id(tid);
+        }
+        let dest = dest.to_canonical();
+        if expect_response.is_some()
+            && self.pending.iter().any(|p| p.timeout.is_some() && p.dest == dest && p.tid == tid)
+        {
+            return None;
+        }
+        self.pending.push(Pending {
+            dest,
+            tid,
+            class: m.mgmt_class(),
+            mad: b,
+            timeout: expect_response,
+            retries_left: retries,
+            attempts: 0,
+            queued: true,
+            deadline: None,
+        });
+        Some(tid)
+    }
+
+    /// Whether a MAD waits for `poll_transmit`.
+    pub fn has_queued(&self) -> bool {
+        self.pending.iter().any(|p| p.queued)
+    }
+
+    /// Writes the next queued MAD into `buf`; returns its length and destination.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        framer: &Framer,
+        buf: &mut [u8],
+        stats: &mut Stats,
+    ) -> Option<(usize, IpAddr)> {
+        let i = self.pending.iter().position(|p| p.queued)?;
+        let p = &mut self.pending[i];
+        let len = frame_mad(framer, buf, p.dest, self.psn, &p.mad);
+        self.psn = (self.psn + 1) & 0xff_ffff;
+        let dest = p.dest;
+        p.queued = false;
+        p.attempts += 1;
+        // The timer runs from when the copy leaves, not from `send`.
+        match p.timeout {
+            Some(t) => p.deadline = Some(now + t),
+            None => {
+                self.pending.remove(i);
+            }
+        }
+        stats.mads_sent += 1;
+        stats.packets_sent += 1;
+        Some((len, dest))
+    }
+
+    /// The next retransmission or timeout.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.pending.iter().filter_map(|p| p.deadline).min()
+    }
+
+    /// Sends again each MAD whose response is overdue, or gives it up.
+    pub fn handle_timeout(&mut self, now: Instant, stats: &mut Stats) {
+        let timeouts = &mut self.timeouts;
+        self.pending.retain_mut(|p| {
+            if p.deadline.is_none_or(|d| d > now) {
+                return true;
+            }
+            p.deadline = None;
+            if p.retries_left > 0 {
+                p.retries_left -= 1;
+                p.queued = true;
+                stats.mad_retries += 1;
+                return true;
+            }
+            tracing::debug!(dest = %p.dest, tid = p.tid, "MAD timed out");
+            stats.mad_timeouts += 1;
+            timeouts.push_back(MadTimeout { dest: p.dest, transaction_id: p.tid, attempts: p.attempts });
+            false
+        });
+    }
+
+    /// A UD SEND's payload that arrived for QP1 (transport, P_Key and ICRC
+    /// already checked): the MAD layer's checks, then response matching.
+    /// Everything wrong is a counted drop, as Linux drops it silently.
+    pub fn receive(&mut self, from: IpAddr, qkey: u32, src_qp: u32, payload: &[u8], stats: &mut Stats) {
+        if qkey != GSI_QKEY {
+            return stats.drop(Drop::MadQkeyMismatch, 1);
+        }
+        let Ok(mad) = <[u8; MAD_LEN]>::try_from(payload) else {
+            return stats.drop(Drop::MadBadLength, 1);
+        };
+        let m = Mad::new_unchecked(&mad[..]);
+        if m.base_version() != BASE_VERSION {
+            return stats.drop(Drop::MadBadVersion, 1);
+        }
+        let (tid, class) = (m.transaction_id(), m.mgmt_class());
+        let from = from.to_canonical();
+        let matched = self
+            .pending
+            .iter()
+            .position(|p| p.timeout.is_some() && p.attempts > 0 && p.dest == from && p.tid == tid && p.class == class);
+        if let Some(i) = matched {
+            self.pending.remove(i);
+            if self.recent.len() == RECENT_MAX {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((from, tid));
+        } else if m.method() & method::RESP != 0 {
+            // A response (GET_RESP and the like) is only ever routed to
+            // its send; CM messages (method SEND) go to the consumer even
+            // when repeated, as the CM answers a repeated REP with its RTU.
+            let why = if self.recent.contains(&(from, tid)) {
+                Drop::MadDuplicateResponse
+            } else {
+                Drop::MadUnmatchedResponse
+            };
+            return stats.drop(why, 1);
+        }
+        if self.received.len() >= RECV_QUEUE_MAX {
+            return stats.drop(Drop::MadQueueFull, 1);
+        }
+        stats.mads_received += 1;
+        self.received.push_back(ReceivedMad { from, src_qp, mad, answers_send: matched.is_some() });
+    }
+
+    pub fn poll_mad(&mut self) -> Option<ReceivedMad> {
+        self.received.pop_front()
+    }
+
+    pub fn poll_timeout_report(&mut self) -> Option<MadTimeout> {
+        self.timeouts.pop_front()
+    }
+}

@@ -14,13 +14,15 @@
 //! | [`topology`] | incast, victim and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop and its samples |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
-//! | [`report`] | the JSON report and its statistics |
+//! | [`report`] | the JSON report, its statistics and the plotted series |
+//! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 
 pub mod clock;
 pub mod fabric;
 pub mod host;
 pub mod link;
 pub mod pfc;
+pub mod plot;
 pub mod report;
 pub mod scenarios;
 pub mod switch;

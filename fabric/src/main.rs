@@ -64,6 +64,9 @@ enum Cmd {
         headroom_kb: Option<u64>,
         #[arg(long)]
         json: bool,
+        /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<std::path::PathBuf>,
     },
 }
 
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
             pfc,
             headroom_kb,
             json,
+            plot,
         } => {
             let o = Options {
                 seed,
@@ -124,6 +128,10 @@ fn main() -> ExitCode {
                 pfc: matches!(pfc, OnOff::On),
                 headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
             };
+            if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
+                eprintln!("rdma-fabric: {e}");
+                return ExitCode::from(2);
+            }
             // A progress line once a run has taken more than 2 s of wall time.
             let started = std::time::Instant::now();
             let mut last = started;
@@ -136,6 +144,12 @@ fn main() -> ExitCode {
             };
             match scenarios::run(&name, &o, &mut progress) {
                 Ok(r) => {
+                    if let Some(path) = &plot {
+                        if let Err(e) = rdma_fabric::plot::write(&r, path) {
+                            eprintln!("rdma-fabric: {e}");
+                            return ExitCode::from(2);
+                        }
+                    }
                     if json {
                         println!("{}", serde_json::to_string(&r).expect("a report serialises"));
                     } else {

@@ -4,7 +4,7 @@
 use crate::fabric::Fabric;
 use crate::link::Link;
 use crate::pfc::PfcConfig;
-use crate::report::{jain, percentile, PausedPort, Point, Report};
+use crate::report::{jain, percentile, thin, PausedPort, Point, Report, Series, MAX_SERIES_POINTS};
 use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
@@ -147,6 +147,7 @@ fn empty_report(name: &str, o: &Options) -> Report {
         retransmits: 0,
         victim_gbps: None,
         trajectory: None,
+        series: Series::default(),
     }
 }
 
@@ -165,6 +166,8 @@ pub fn rp_trajectory(o: &Options) -> Report {
     let mut r = empty_report("rp-trajectory", o);
     r.cnps = 1;
     r.duration_us = end.as_nanos() as f64 / 1e3;
+    let rates: Vec<(f64, f64)> = traj.iter().map(|p| (p.t_us, p.rate_gbps)).collect();
+    r.series.flow_rates = vec![thin(&rates, MAX_SERIES_POINTS)];
     r.trajectory = Some(traj);
     r
 }
@@ -278,6 +281,7 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
             Some(q.iter().filter(|&&x| x >= s.red.kmin_bytes && x <= s.red.kmax_bytes).count() as f64 / n);
         r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
     }
+    r.series = series(fab);
     let finite = fab.flows.iter().any(|f| f.size.is_some());
     let capacity_bps = s.link.rate_bps as f64;
     if finite {
@@ -329,6 +333,22 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.convergence_us = conv;
     }
     r
+}
+
+/// Per-flow rates per window and the bottleneck queue over the whole run, thinned.
+fn series(fab: &Fabric) -> Series {
+    let mut flow_rates = vec![Vec::new(); fab.flows.len()];
+    for w in fab.windows.windows(2) {
+        let secs = (us(w[1].0) - us(w[0].0)) / 1e6;
+        for (f, (a, b)) in w[0].1.iter().zip(&w[1].1).enumerate() {
+            flow_rates[f].push((us(w[1].0), (b - a) as f64 * 8.0 / secs / 1e9));
+        }
+    }
+    let q: Vec<(f64, f64)> = fab.queue_samples.iter().map(|&(t, q)| (us(t), q as f64)).collect();
+    Series {
+        flow_rates: flow_rates.iter().map(|r| thin(r, MAX_SERIES_POINTS)).collect(),
+        queue: thin(&q, MAX_SERIES_POINTS),
+    }
 }
 
 #[cfg(test)]

@@ -151,3 +151,45 @@ fn victim_is_slowed_by_pfc_and_relieved_by_dcqcn() {
         assert!(r.throughput_fraction.unwrap() > 0.95, "{r:?}");
     }
 }
+
+/// Polylines of `svg` with more than `min` points: the data lines, not
+/// the ticks or legend swatches (two points each).
+fn long_polylines(svg: &str, min: usize) -> Vec<&str> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter(|p| {
+            p.split("points=\"").nth(1).map_or(0, |x| x.split('"').next().unwrap_or("").split_whitespace().count())
+                > min
+        })
+        .collect()
+}
+
+#[test]
+fn plot_writes_one_line_per_flow_and_the_queue() {
+    let dir = std::env::temp_dir();
+    let o = Options { flows: 3, duration: Some(Duration::from_millis(2)), ..Options::default() };
+    let r = go("dcqcn-fairness", o);
+    assert_eq!(r.series.flow_rates.len(), 3);
+    assert!(r.series.queue.len() <= rdma_fabric::report::MAX_SERIES_POINTS);
+    let path = dir.join(format!("rdma-fabric-plot-{}.svg", std::process::id()));
+    rdma_fabric::plot::write(&r, &path).expect("an SVG");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "well-formed ends");
+    assert_eq!(svg.matches("<polyline").count(), svg.matches("points=").count());
+    // Three flows and the queue.
+    assert_eq!(long_polylines(&svg, 5).len(), 4, "{svg}");
+    assert!(svg.contains("flow 2") && svg.contains("bottleneck data queue"));
+    // rp-trajectory: one line, no queue panel.
+    let rp = go("rp-trajectory", Options::default());
+    let path = dir.join(format!("rdma-fabric-rp-{}.svg", std::process::id()));
+    rdma_fabric::plot::write(&rp, &path).unwrap();
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(long_polylines(&svg, 5).len(), 1);
+    assert!(!svg.contains("bottleneck data queue"));
+    // PNG is refused with a typed error, before anything is written.
+    let png = dir.join("never-written.png");
+    assert!(matches!(rdma_fabric::plot::write(&rp, &png), Err(rdma_fabric::plot::PlotError::Format(_))));
+    assert!(!png.exists());
+}

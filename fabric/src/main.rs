@@ -55,13 +55,16 @@ enum Cmd {
         /// Drop-tail limit of each switch port, in KB (1000 bytes).
         #[arg(long = "buffer-kb")]
         buffer_kb: Option<u64>,
-        /// incast: PFC on the switch ingress for the data priority.
+        /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
         #[arg(long, value_enum, default_value = "off")]
         pfc: OnOff,
         /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
         /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
         #[arg(long = "headroom-kb")]
         headroom_kb: Option<u64>,
+        /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
+        #[arg(long)]
+        reroute: bool,
         #[arg(long)]
         json: bool,
         /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
             buffer_kb,
             pfc,
             headroom_kb,
+            reroute,
             json,
             plot,
         } => {
@@ -127,6 +131,7 @@ fn main() -> ExitCode {
                 buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
                 pfc: matches!(pfc, OnOff::On),
                 headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
+                reroute,
             };
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");

@@ -19,6 +19,13 @@ pub struct PausedPort {
     pub paused_us: f64,
 }
 
+/// A switch port, named as in [`PausedPort`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortRef {
+    pub node: String,
+    pub port: usize,
+}
+
 /// The time series behind `--plot`, at most [`MAX_SERIES_POINTS`] points
 /// each; not part of the JSON (it would dwarf the rest).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -93,6 +100,14 @@ pub struct Report {
     pub victim_gbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trajectory: Option<Vec<Point>>,
+    /// `pfc-deadlock`: whether the run deadlocked, when it was detected
+    /// (the run stops there), and the paused egress ports holding data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock_ports: Option<Vec<PortRef>>,
     #[serde(skip)]
     pub series: Series,
 }
@@ -140,6 +155,13 @@ impl Report {
         }
         s += &format!("cnps                {}\necn_marks           {}\n", self.cnps, self.ecn_marks);
         s += &format!("retransmits         {}\n", self.retransmits);
+        if let Some(d) = self.deadlock {
+            let at = self.deadlock_us.map_or(String::new(), |t| format!(" at {t} us"));
+            s += &format!("deadlock            {d}{at}\n");
+            for p in self.deadlock_ports.iter().flatten() {
+                s += &format!("  {:<8} port {} paused with data queued\n", p.node, p.port);
+            }
+        }
         if let Some(v) = self.victim_gbps {
             s += &format!("victim              {v:.3} Gb/s\n");
         }

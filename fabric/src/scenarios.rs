@@ -4,7 +4,7 @@
 use crate::fabric::Fabric;
 use crate::link::Link;
 use crate::pfc::PfcConfig;
-use crate::report::{jain, percentile, thin, PausedPort, Point, Report, Series, MAX_SERIES_POINTS};
+use crate::report::{jain, percentile, thin, PausedPort, Point, PortRef, Report, Series, MAX_SERIES_POINTS};
 use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
@@ -18,6 +18,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("rp-trajectory", "one reaction point, one CNP at t=0, timer-only increases (no network)"),
     ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
+    ("pfc-deadlock", "three switches in a ring, routes forming a cyclic buffer dependency: PFC deadlocks (--reroute breaks the cycle)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
@@ -52,6 +53,8 @@ pub struct Options {
     pub pfc: bool,
     /// PFC headroom per ingress port; `None`: the formula of §3.3.
     pub headroom_bytes: Option<u64>,
+    /// pfc-deadlock: send one flow the other way round the ring.
+    pub reroute: bool,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             buffer_bytes: None,
             pfc: false,
             headroom_bytes: None,
+            reroute: false,
         }
     }
 }
@@ -84,6 +88,9 @@ pub enum ScenarioError {
 pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     if !(o.line_rate_gbps > 0.0 && o.line_rate_gbps <= 1000.0) {
         return Err(ScenarioError::BadOption(format!("--line-rate {} is not in (0, 1000] Gb/s", o.line_rate_gbps)));
+    }
+    if o.reroute && name != "pfc-deadlock" {
+        return Err(ScenarioError::BadOption("--reroute is for pfc-deadlock only".into()));
     }
     if o.headroom_bytes.is_some() && !o.pfc {
         return Err(ScenarioError::BadOption("--headroom-kb needs --pfc on".into()));
@@ -108,6 +115,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             }
             Ok(victim(o, progress))
         }
+        "pfc-deadlock" => Ok(pfc_deadlock(o, progress)),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -147,6 +155,9 @@ fn empty_report(name: &str, o: &Options) -> Report {
         retransmits: 0,
         victim_gbps: None,
         trajectory: None,
+        deadlock: None,
+        deadlock_us: None,
+        deadlock_ports: None,
         series: Series::default(),
     }
 }
@@ -241,6 +252,40 @@ fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     r
 }
 
+/// §3.4's deadlock: host i writes to host i + 2 round a ring of three
+/// switches, every route clockwise. Deadlock is looked for at each 100 µs
+/// window: 200 µs without a delivered byte while every switch egress
+/// holding data is paused.
+fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    const N: usize = 3;
+    let dur = o.duration.unwrap_or(Duration::from_millis(5));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let topo = Topology::ring(N, o.reroute, &s);
+    let mut fab = Fabric::new(topo, o.seed);
+    fab.deadlock_window = Some(Duration::from_micros(200));
+    for i in 0..N {
+        fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "pfc-deadlock", o, Instant::ZERO, end, &s);
+    r.deadlock = Some(fab.deadlock.is_some());
+    r.deadlock_us = fab.deadlock.as_ref().map(|d| us(d.at));
+    let ports = fab.deadlock.iter().flat_map(|d| &d.ports);
+    r.deadlock_ports = Some(ports.map(|&(n, port)| PortRef { node: node_name(&fab, n), port }).collect());
+    // Each flow crosses two of the three ring links: there is no single
+    // bottleneck to measure against.
+    (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
+    r
+}
+
+fn node_name(fab: &Fabric, n: usize) -> String {
+    match fab.topo.nodes[n] {
+        Node::Host(h) => format!("host{h}"),
+        Node::Switch(sw) => format!("switch{sw}"),
+    }
+}
+
 fn us(t: Instant) -> f64 {
     t.as_nanos() as f64 / 1e3
 }
@@ -263,10 +308,7 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
     });
     for (n, ports) in fab.topo.ports.iter().enumerate() {
         for (port, p) in ports.iter().enumerate().filter(|(_, p)| p.paused_ns > 0) {
-            let node = match fab.topo.nodes[n] {
-                Node::Host(h) => format!("host{h}"),
-                Node::Switch(sw) => format!("switch{sw}"),
-            };
+            let node = node_name(fab, n);
             r.paused_ports.push(PausedPort { node, port, paused_us: p.paused_ns as f64 / 1e3 });
         }
     }

@@ -227,6 +227,41 @@ impl Topology {
         t
     }
 
+    /// §3.4's minimal cyclic buffer dependency: `n` >= 3 switches in a ring,
+    /// host i on switch i, and every route clockwise, so host i's flow to
+    /// host i + 2 crosses switch i + 1 and each ring link carries one flow's
+    /// first hop and another's second: egress i -> i+1 waits on egress
+    /// i+1 -> i+2, around the ring. With `reroute`, traffic to host
+    /// (n + 1) % n (the last host's flow) goes anticlockwise, which leaves
+    /// switch 0 without transit and breaks the cycle. Host i is sender i
+    /// and receiver i; the bottleneck studied is switch 0's clockwise port.
+    pub fn ring(n: usize, reroute: bool, s: &Settings) -> Topology {
+        let mut t = Topology::empty();
+        let sws: Vec<usize> = (0..n).map(|_| t.add_switch(s)).collect();
+        let (mut cw, mut ccw) = (vec![0; n], vec![0; n]);
+        for i in 0..n {
+            let (a, b) = t.join(sws[i], sws[(i + 1) % n], s.link);
+            (cw[i], ccw[(i + 1) % n]) = (a, b);
+        }
+        for &sw in &sws {
+            t.add_host(s);
+            let h = t.nodes.len() - 1;
+            t.join(sw, h, s.link);
+            t.senders.push(t.hosts.len() - 1);
+            t.receivers.push(t.hosts.len() - 1);
+        }
+        t.route();
+        for d in 0..n {
+            let addr = t.hosts[d].addr;
+            for i in (0..n).filter(|&i| i != d) {
+                let port = if reroute && d == (n + 1) % n { ccw[i] } else { cw[i] };
+                t.switches[i].routes.insert(addr, port);
+            }
+        }
+        t.bottleneck = (0, cw[0]);
+        t
+    }
+
     /// A dumbbell: `n` senders on one switch, `n` receivers on another,
     /// and the link between the switches as the bottleneck.
     pub fn dumbbell(n: usize, s: &Settings) -> Topology {

@@ -193,3 +193,36 @@ fn plot_writes_one_line_per_flow_and_the_queue() {
     assert!(matches!(rdma_fabric::plot::write(&rp, &png), Err(rdma_fabric::plot::PlotError::Format(_))));
     assert!(!png.exists());
 }
+
+#[test]
+fn pfc_deadlock_is_detected_and_breaking_the_cycle_avoids_it() {
+    // Seed 1, 40G, DCQCN off: every ring ingress passes XOFF within ~100 µs
+    // with transit data for the next, paused, hop; 200 µs later nothing has
+    // been delivered and the three clockwise ring ports are paused with data.
+    let o = Options { pfc: true, dcqcn: false, duration: Some(Duration::from_millis(2)), ..Options::default() };
+    let r = go("pfc-deadlock", o);
+    assert_eq!(r.deadlock, Some(true), "{r:?}");
+    let at = r.deadlock_us.unwrap();
+    assert!((200.0..=1000.0).contains(&at), "{at}");
+    let mut ports: Vec<(String, usize)> =
+        r.deadlock_ports.clone().unwrap().into_iter().map(|p| (p.node, p.port)).collect();
+    ports.sort();
+    let want = [("switch0", 0), ("switch1", 1), ("switch2", 1)].map(|(n, p)| (n.to_string(), p));
+    assert_eq!(ports, want, "the clockwise port of each switch");
+    assert_eq!(r.drops, 0);
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"deadlock\":true") && json.contains("\"deadlock_ports\":[{\"node\":\"switch"), "{json}");
+    // DCQCN does not save it: the cycle closes before any rate cut lands.
+    assert_eq!(go("pfc-deadlock", Options { dcqcn: true, ..o }).deadlock, Some(true));
+
+    // One flow sent the other way round, or PFC off: no deadlock, all flows move.
+    for (what, o) in [("rerouted", Options { reroute: true, ..o }), ("PFC off", Options { pfc: false, ..o })] {
+        let r = go("pfc-deadlock", o);
+        assert_eq!((r.deadlock, r.deadlock_us), (Some(false), None), "{what}: {r:?}");
+        assert_eq!(r.deadlock_ports, Some(vec![]));
+        assert!(r.flows.iter().all(|&g| g > 10.0), "{what}: {:?}", r.flows);
+    }
+    // --reroute means nothing elsewhere.
+    let bad = Options { reroute: true, ..Options::default() };
+    assert!(run("incast", &bad, &mut |_, _| {}).is_err());
+}

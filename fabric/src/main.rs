@@ -1,7 +1,7 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rdma_fabric::scenarios::{self, Options, Preset, SCENARIOS};
+use rdma_fabric::scenarios::{self, Options, Preset, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,6 +22,12 @@ enum PresetArg {
 enum OnOff {
     On,
     Off,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TopologyArg {
+    Incast,
+    LeafSpine,
 }
 
 #[derive(Subcommand)]
@@ -65,6 +71,18 @@ enum Cmd {
         /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
         #[arg(long)]
         reroute: bool,
+        /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
+        #[arg(long, value_enum, default_value = "incast")]
+        topology: TopologyArg,
+        /// leaf-spine: leaf switches (default 2).
+        #[arg(long)]
+        leaves: Option<usize>,
+        /// leaf-spine: spine switches (default 2).
+        #[arg(long)]
+        spines: Option<usize>,
+        /// leaf-spine: hosts per leaf (default 8).
+        #[arg(long = "hosts-per-leaf")]
+        hosts_per_leaf: Option<usize>,
         #[arg(long)]
         json: bool,
         /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
@@ -113,9 +131,25 @@ fn main() -> ExitCode {
             pfc,
             headroom_kb,
             reroute,
+            topology,
+            leaves,
+            spines,
+            hosts_per_leaf,
             json,
             plot,
         } => {
+            let topology = match topology {
+                TopologyArg::LeafSpine => TopologyKind::LeafSpine {
+                    leaves: leaves.unwrap_or(2),
+                    spines: spines.unwrap_or(2),
+                    hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
+                },
+                TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
+                    eprintln!("rdma-fabric: --leaves, --spines and --hosts-per-leaf need --topology leaf-spine");
+                    return ExitCode::from(2);
+                }
+                TopologyArg::Incast => TopologyKind::Incast,
+            };
             let o = Options {
                 seed,
                 duration,
@@ -132,6 +166,7 @@ fn main() -> ExitCode {
                 pfc: matches!(pfc, OnOff::On),
                 headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
                 reroute,
+                topology,
             };
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");

@@ -108,6 +108,9 @@ pub struct Report {
     pub deadlock_us: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock_ports: Option<Vec<PortRef>>,
+    /// Leaf-spine: data packets each spine forwarded (how ECMP spread the flows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spine_data_packets: Option<Vec<u64>>,
     #[serde(skip)]
     pub series: Series,
 }
@@ -161,6 +164,9 @@ impl Report {
             for p in self.deadlock_ports.iter().flatten() {
                 s += &format!("  {:<8} port {} paused with data queued\n", p.node, p.port);
             }
+        }
+        if let Some(sp) = &self.spine_data_packets {
+            s += &format!("spine data packets  {sp:?}\n");
         }
         if let Some(v) = self.victim_gbps {
             s += &format!("victim              {v:.3} Gb/s\n");

@@ -37,6 +37,15 @@ impl Preset {
     }
 }
 
+/// The fabric `dcqcn-fairness` and `incast` run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyKind {
+    /// Every host on one switch.
+    Incast,
+    /// `leaves` leaves of `hosts_per_leaf` hosts, each leaf joined to every spine; ECMP by 5-tuple hash.
+    LeafSpine { leaves: usize, spines: usize, hosts_per_leaf: usize },
+}
+
 /// Every knob a scenario may read; each uses its own defaults for `None`.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -55,6 +64,8 @@ pub struct Options {
     pub headroom_bytes: Option<u64>,
     /// pfc-deadlock: send one flow the other way round the ring.
     pub reroute: bool,
+    /// dcqcn-fairness and incast: the topology.
+    pub topology: TopologyKind,
 }
 
 impl Default for Options {
@@ -72,6 +83,7 @@ impl Default for Options {
             pfc: false,
             headroom_bytes: None,
             reroute: false,
+            topology: TopologyKind::Incast,
         }
     }
 }
@@ -91,6 +103,24 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     }
     if o.reroute && name != "pfc-deadlock" {
         return Err(ScenarioError::BadOption("--reroute is for pfc-deadlock only".into()));
+    }
+    if let TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } = o.topology {
+        if !matches!(name, "dcqcn-fairness" | "incast") {
+            return Err(ScenarioError::BadOption("--topology leaf-spine is for dcqcn-fairness and incast".into()));
+        }
+        let hosts = leaves.saturating_mul(hosts_per_leaf);
+        if !(1..=16).contains(&leaves) || !(1..=16).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
+            return Err(ScenarioError::BadOption(
+                "--leaves and --spines must be in 1..=16, --hosts-per-leaf in 1..=64".into(),
+            ));
+        }
+        // Host addresses are 10.0.0.1 .. 10.0.0.255.
+        let senders = if name == "incast" { o.fanin } else { o.flows };
+        if hosts > 255 || senders >= hosts {
+            return Err(ScenarioError::BadOption(format!(
+                "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most 255"
+            )));
+        }
     }
     if o.headroom_bytes.is_some() && !o.pfc {
         return Err(ScenarioError::BadOption("--headroom-kb needs --pfc on".into()));
@@ -158,6 +188,7 @@ fn empty_report(name: &str, o: &Options) -> Report {
         deadlock: None,
         deadlock_us: None,
         deadlock_ports: None,
+        spine_data_packets: None,
         series: Series::default(),
     }
 }
@@ -195,12 +226,22 @@ fn settings(o: &Options, buffer: u64) -> Settings {
     }
 }
 
+/// The topology of `o` with at least `senders` senders (checked in [`run`]).
+fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
+    match o.topology {
+        TopologyKind::Incast => Topology::incast(senders, s),
+        TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => {
+            Topology::leaf_spine(leaves, spines, hosts_per_leaf, s)
+        }
+    }
+}
+
 /// Long flows from every sender to one receiver, started within 10 µs of
 /// each other (seeded); measured over the second half of the run.
 fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(6));
     let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
-    let topo = Topology::incast(o.flows, &s);
+    let topo = build(o, o.flows, &s);
     let mut fab = Fabric::new(topo, o.seed);
     let mut rng = Rng::new(o.seed ^ 0x5eed);
     for i in 0..o.flows {
@@ -216,7 +257,7 @@ fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report 
 fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
-    let topo = Topology::incast(o.fanin, &s);
+    let topo = build(o, o.fanin, &s);
     let mut fab = Fabric::new(topo, o.seed);
     for i in 0..o.fanin {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
@@ -324,6 +365,10 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
     }
     r.series = series(fab);
+    if !fab.topo.spines.is_empty() {
+        let sent = |&sw: &usize| fab.topo.switches[sw].egress.iter().map(|e| e.data_sent).sum();
+        r.spine_data_packets = Some(fab.topo.spines.iter().map(sent).collect());
+    }
     let finite = fab.flows.iter().any(|f| f.size.is_some());
     let capacity_bps = s.link.rate_bps as f64;
     if finite {

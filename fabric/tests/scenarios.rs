@@ -226,3 +226,33 @@ fn pfc_deadlock_is_detected_and_breaking_the_cycle_avoids_it() {
     let bad = Options { reroute: true, ..Options::default() };
     assert!(run("incast", &bad, &mut |_, _| {}).is_err());
 }
+
+#[test]
+fn leaf_spine_spreads_flows_over_spines_and_replays() {
+    use rdma_fabric::scenarios::TopologyKind;
+    let topology = TopologyKind::LeafSpine { leaves: 2, spines: 4, hosts_per_leaf: 8 };
+    let o = Options { flows: 8, topology, duration: Some(Duration::from_millis(1)), ..Options::default() };
+    let r = go("dcqcn-fairness", o);
+    // Eight flows from leaf 1 to host 0 on leaf 0, each QP's own UDP source
+    // port hashed: seed 1 puts them on three of the four spines.
+    let spines = r.spine_data_packets.clone().expect("leaf-spine counts");
+    assert_eq!(spines.len(), 4);
+    assert!(spines.iter().filter(|&&n| n > 0).count() >= 3, "{spines:?}");
+    assert!(r.flows.iter().all(|&g| g > 0.0), "{:?}", r.flows);
+    let a = serde_json::to_string(&r).unwrap();
+    assert_eq!(a, serde_json::to_string(&go("dcqcn-fairness", o)).unwrap());
+    // incast on leaf-spine finishes every flow; the single-switch JSON has no spine key.
+    let i = go("incast", Options { fanin: 4, topology, ..Options::default() });
+    assert_eq!(i.flows_unfinished, 0, "{i:?}");
+    let single = serde_json::to_string(&go("incast", Options { fanin: 2, ..Options::default() })).unwrap();
+    assert!(!single.contains("spine_data_packets"));
+    // Bad shapes are errors, not panics.
+    for t in [
+        TopologyKind::LeafSpine { leaves: 0, spines: 2, hosts_per_leaf: 8 },
+        TopologyKind::LeafSpine { leaves: 2, spines: 2, hosts_per_leaf: 2 },
+        TopologyKind::LeafSpine { leaves: 16, spines: 2, hosts_per_leaf: 64 },
+    ] {
+        assert!(run("incast", &Options { topology: t, ..Options::default() }, &mut |_, _| {}).is_err());
+    }
+    assert!(run("victim", &Options { topology, ..Options::default() }, &mut |_, _| {}).is_err());
+}

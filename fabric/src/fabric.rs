@@ -33,6 +33,15 @@ pub struct Counters {
     pub pfc_malformed: u64,
 }
 
+/// A PFC deadlock: nothing delivered for a whole detection window while
+/// data waits only at paused switch egress ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deadlock {
+    pub at: Instant,
+    /// (node, port) of every switch egress holding data, all paused.
+    pub ports: Vec<(usize, usize)>,
+}
+
 #[derive(Debug)]
 pub struct Fabric {
     pub now: Instant,
@@ -52,6 +61,12 @@ pub struct Fabric {
     pub queue_samples: Vec<(Instant, u64)>,
     /// (time, bytes delivered so far per flow) at every window boundary.
     pub windows: Vec<(Instant, Vec<u64>)>,
+    /// Look for a deadlock at window boundaries: no delivery for this long.
+    /// A run stops once one is found (nothing can change after it).
+    pub deadlock_window: Option<Duration>,
+    pub deadlock: Option<Deadlock>,
+    /// Total bytes delivered at the last window boundary, and when it last grew.
+    last_delivered: (u64, Instant),
 }
 
 impl Fabric {
@@ -73,6 +88,9 @@ impl Fabric {
             window: Duration::from_micros(100),
             queue_samples: Vec::new(),
             windows: Vec::new(),
+            deadlock_window: None,
+            deadlock: None,
+            last_delivered: (0, Instant::ZERO),
         }
     }
 
@@ -115,6 +133,9 @@ impl Fabric {
 
     fn run_events(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
         loop {
+            if self.deadlock.is_some() {
+                return;
+            }
             if stop_when_done && !self.flows.is_empty() && self.flows.iter().all(|f| f.finish.is_some() || f.failed) {
                 return;
             }
@@ -360,6 +381,30 @@ impl Fabric {
         self.launch(node, 0, packet);
     }
 
+    fn check_deadlock(&mut self, delivered: u64) {
+        let Some(window) = self.deadlock_window else { return };
+        if delivered != self.last_delivered.0 {
+            self.last_delivered = (delivered, self.now);
+            return;
+        }
+        if self.now - self.last_delivered.1 < window {
+            return;
+        }
+        let mut ports = Vec::new();
+        for (node, n) in self.topo.nodes.iter().enumerate() {
+            let Node::Switch(sw) = *n else { continue };
+            for port in (0..self.topo.ports[node].len()).filter(|&p| self.topo.switches[sw].has_data(p)) {
+                if !self.topo.ports[node][port].data_paused(self.now) {
+                    return; // Data that may still move: congestion, not deadlock.
+                }
+                ports.push((node, port));
+            }
+        }
+        if !ports.is_empty() {
+            self.deadlock = Some(Deadlock { at: self.now, ports });
+        }
+    }
+
     fn sample(&mut self) {
         let (sw, port) = self.topo.bottleneck;
         let q = self.topo.switches[sw].egress[port].data_bytes();
@@ -367,7 +412,9 @@ impl Fabric {
         let w = self.window.as_nanos() as u64;
         if w > 0 && self.now.as_nanos() % w == 0 {
             let d = self.delivered();
+            let total = d.iter().sum();
             self.windows.push((self.now, d));
+            self.check_deadlock(total);
         }
         self.events.schedule(self.now + self.sample_every, Event::Sample);
     }

@@ -9,18 +9,20 @@
 //! | [`clock`] | the event queue on the virtual clock |
 //! | [`link`] | a link direction: rate and delay |
 //! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
-//! | [`switch`] | routing, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
+//! | [`switch`] | routing and ECMP, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
 //! | [`host`] | an endpoint behind a NIC port, and flows of RDMA WRITEs |
-//! | [`topology`] | incast, victim and dumbbell, routes by destination IP; ports' pause state |
-//! | [`fabric`] | the event loop and its samples |
+//! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
+//! | [`fabric`] | the event loop, its samples and deadlock detection |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
-//! | [`report`] | the JSON report and its statistics |
+//! | [`report`] | the JSON report, its statistics and the plotted series |
+//! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 
 pub mod clock;
 pub mod fabric;
 pub mod host;
 pub mod link;
 pub mod pfc;
+pub mod plot;
 pub mod report;
 pub mod scenarios;
 pub mod switch;

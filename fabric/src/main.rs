@@ -1,7 +1,7 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rdma_fabric::scenarios::{self, Options, Preset, SCENARIOS};
+use rdma_fabric::scenarios::{self, Options, Preset, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,6 +22,12 @@ enum PresetArg {
 enum OnOff {
     On,
     Off,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TopologyArg {
+    Incast,
+    LeafSpine,
 }
 
 #[derive(Subcommand)]
@@ -55,15 +61,33 @@ enum Cmd {
         /// Drop-tail limit of each switch port, in KB (1000 bytes).
         #[arg(long = "buffer-kb")]
         buffer_kb: Option<u64>,
-        /// incast: PFC on the switch ingress for the data priority.
+        /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
         #[arg(long, value_enum, default_value = "off")]
         pfc: OnOff,
         /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
         /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
         #[arg(long = "headroom-kb")]
         headroom_kb: Option<u64>,
+        /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
+        #[arg(long)]
+        reroute: bool,
+        /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
+        #[arg(long, value_enum, default_value = "incast")]
+        topology: TopologyArg,
+        /// leaf-spine: leaf switches (default 2).
+        #[arg(long)]
+        leaves: Option<usize>,
+        /// leaf-spine: spine switches (default 2).
+        #[arg(long)]
+        spines: Option<usize>,
+        /// leaf-spine: hosts per leaf (default 8).
+        #[arg(long = "hosts-per-leaf")]
+        hosts_per_leaf: Option<usize>,
         #[arg(long)]
         json: bool,
+        /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<std::path::PathBuf>,
     },
 }
 
@@ -106,8 +130,26 @@ fn main() -> ExitCode {
             buffer_kb,
             pfc,
             headroom_kb,
+            reroute,
+            topology,
+            leaves,
+            spines,
+            hosts_per_leaf,
             json,
+            plot,
         } => {
+            let topology = match topology {
+                TopologyArg::LeafSpine => TopologyKind::LeafSpine {
+                    leaves: leaves.unwrap_or(2),
+                    spines: spines.unwrap_or(2),
+                    hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
+                },
+                TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
+                    eprintln!("rdma-fabric: --leaves, --spines and --hosts-per-leaf need --topology leaf-spine");
+                    return ExitCode::from(2);
+                }
+                TopologyArg::Incast => TopologyKind::Incast,
+            };
             let o = Options {
                 seed,
                 duration,
@@ -123,7 +165,13 @@ fn main() -> ExitCode {
                 buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
                 pfc: matches!(pfc, OnOff::On),
                 headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
+                reroute,
+                topology,
             };
+            if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
+                eprintln!("rdma-fabric: {e}");
+                return ExitCode::from(2);
+            }
             // A progress line once a run has taken more than 2 s of wall time.
             let started = std::time::Instant::now();
             let mut last = started;
@@ -136,6 +184,12 @@ fn main() -> ExitCode {
             };
             match scenarios::run(&name, &o, &mut progress) {
                 Ok(r) => {
+                    if let Some(path) = &plot {
+                        if let Err(e) = rdma_fabric::plot::write(&r, path) {
+                            eprintln!("rdma-fabric: {e}");
+                            return ExitCode::from(2);
+                        }
+                    }
                     if json {
                         println!("{}", serde_json::to_string(&r).expect("a report serialises"));
                     } else {

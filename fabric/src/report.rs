@@ -19,6 +19,39 @@ pub struct PausedPort {
     pub paused_us: f64,
 }
 
+/// A switch port, named as in [`PausedPort`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortRef {
+    pub node: String,
+    pub port: usize,
+}
+
+/// The time series behind `--plot`, at most [`MAX_SERIES_POINTS`] points
+/// each; not part of the JSON (it would dwarf the rest).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Per flow, (t µs, Gb/s): delivered bytes per 100 µs window, or for
+    /// rp-trajectory the reaction point's rate.
+    pub flow_rates: Vec<Vec<(f64, f64)>>,
+    /// (t µs, bytes) at the bottleneck data queue: the most in each bucket.
+    pub queue: Vec<(f64, f64)>,
+}
+
+/// Bounds each plotted series, however long the run.
+pub const MAX_SERIES_POINTS: usize = 2000;
+
+/// Keeps at most `max` points: the largest value of each run of
+/// consecutive points, so spikes survive the thinning.
+pub fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
+    if points.len() <= max || max == 0 {
+        return points.to_vec();
+    }
+    points
+        .chunks(points.len().div_ceil(max))
+        .map(|c| c.iter().copied().fold(c[0], |a, p| if p.1 > a.1 { p } else { a }))
+        .collect()
+}
+
 /// Field names are a contract (issue 19): keep them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -67,6 +100,19 @@ pub struct Report {
     pub victim_gbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trajectory: Option<Vec<Point>>,
+    /// `pfc-deadlock`: whether the run deadlocked, when it was detected
+    /// (the run stops there), and the paused egress ports holding data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock_ports: Option<Vec<PortRef>>,
+    /// Leaf-spine: data packets each spine forwarded (how ECMP spread the flows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spine_data_packets: Option<Vec<u64>>,
+    #[serde(skip)]
+    pub series: Series,
 }
 
 /// Jain's index: (Σx)² / (n Σx²); 1 when all are equal.
@@ -112,6 +158,16 @@ impl Report {
         }
         s += &format!("cnps                {}\necn_marks           {}\n", self.cnps, self.ecn_marks);
         s += &format!("retransmits         {}\n", self.retransmits);
+        if let Some(d) = self.deadlock {
+            let at = self.deadlock_us.map_or(String::new(), |t| format!(" at {t} us"));
+            s += &format!("deadlock            {d}{at}\n");
+            for p in self.deadlock_ports.iter().flatten() {
+                s += &format!("  {:<8} port {} paused with data queued\n", p.node, p.port);
+            }
+        }
+        if let Some(sp) = &self.spine_data_packets {
+            s += &format!("spine data packets  {sp:?}\n");
+        }
         if let Some(v) = self.victim_gbps {
             s += &format!("victim              {v:.3} Gb/s\n");
         }
@@ -142,5 +198,14 @@ mod tests {
         assert_eq!(percentile(&[5, 1, 3, 2, 4], 0.5), Some(3));
         assert_eq!(percentile(&[5, 1, 3, 2, 4], 0.99), Some(5));
         assert_eq!(percentile::<u64>(&[], 0.5), None);
+    }
+
+    #[test]
+    fn thinning_bounds_points_and_keeps_peaks() {
+        let p: Vec<(f64, f64)> = (0..10_000).map(|i| (i as f64, if i == 4321 { 99.0 } else { 1.0 })).collect();
+        let t = thin(&p, 100);
+        assert_eq!(t.len(), 100);
+        assert!(t.contains(&(4321.0, 99.0)));
+        assert_eq!(thin(&p[..5], 100).len(), 5);
     }
 }

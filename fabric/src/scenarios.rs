@@ -4,7 +4,7 @@
 use crate::fabric::Fabric;
 use crate::link::Link;
 use crate::pfc::PfcConfig;
-use crate::report::{jain, percentile, PausedPort, Point, Report};
+use crate::report::{jain, percentile, thin, PausedPort, Point, PortRef, Report, Series, MAX_SERIES_POINTS};
 use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
@@ -18,6 +18,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("rp-trajectory", "one reaction point, one CNP at t=0, timer-only increases (no network)"),
     ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
+    ("pfc-deadlock", "three switches in a ring, routes forming a cyclic buffer dependency: PFC deadlocks (--reroute breaks the cycle)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
@@ -36,6 +37,15 @@ impl Preset {
     }
 }
 
+/// The fabric `dcqcn-fairness` and `incast` run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyKind {
+    /// Every host on one switch.
+    Incast,
+    /// `leaves` leaves of `hosts_per_leaf` hosts, each leaf joined to every spine; ECMP by 5-tuple hash.
+    LeafSpine { leaves: usize, spines: usize, hosts_per_leaf: usize },
+}
+
 /// Every knob a scenario may read; each uses its own defaults for `None`.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -52,6 +62,10 @@ pub struct Options {
     pub pfc: bool,
     /// PFC headroom per ingress port; `None`: the formula of §3.3.
     pub headroom_bytes: Option<u64>,
+    /// pfc-deadlock: send one flow the other way round the ring.
+    pub reroute: bool,
+    /// dcqcn-fairness and incast: the topology.
+    pub topology: TopologyKind,
 }
 
 impl Default for Options {
@@ -68,6 +82,8 @@ impl Default for Options {
             buffer_bytes: None,
             pfc: false,
             headroom_bytes: None,
+            reroute: false,
+            topology: TopologyKind::Incast,
         }
     }
 }
@@ -84,6 +100,27 @@ pub enum ScenarioError {
 pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     if !(o.line_rate_gbps > 0.0 && o.line_rate_gbps <= 1000.0) {
         return Err(ScenarioError::BadOption(format!("--line-rate {} is not in (0, 1000] Gb/s", o.line_rate_gbps)));
+    }
+    if o.reroute && name != "pfc-deadlock" {
+        return Err(ScenarioError::BadOption("--reroute is for pfc-deadlock only".into()));
+    }
+    if let TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } = o.topology {
+        if !matches!(name, "dcqcn-fairness" | "incast") {
+            return Err(ScenarioError::BadOption("--topology leaf-spine is for dcqcn-fairness and incast".into()));
+        }
+        let hosts = leaves.saturating_mul(hosts_per_leaf);
+        if !(1..=16).contains(&leaves) || !(1..=16).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
+            return Err(ScenarioError::BadOption(
+                "--leaves and --spines must be in 1..=16, --hosts-per-leaf in 1..=64".into(),
+            ));
+        }
+        // Host addresses are 10.0.0.1 .. 10.0.0.255.
+        let senders = if name == "incast" { o.fanin } else { o.flows };
+        if hosts > 255 || senders >= hosts {
+            return Err(ScenarioError::BadOption(format!(
+                "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most 255"
+            )));
+        }
     }
     if o.headroom_bytes.is_some() && !o.pfc {
         return Err(ScenarioError::BadOption("--headroom-kb needs --pfc on".into()));
@@ -108,6 +145,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             }
             Ok(victim(o, progress))
         }
+        "pfc-deadlock" => Ok(pfc_deadlock(o, progress)),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -147,6 +185,11 @@ fn empty_report(name: &str, o: &Options) -> Report {
         retransmits: 0,
         victim_gbps: None,
         trajectory: None,
+        deadlock: None,
+        deadlock_us: None,
+        deadlock_ports: None,
+        spine_data_packets: None,
+        series: Series::default(),
     }
 }
 
@@ -165,6 +208,8 @@ pub fn rp_trajectory(o: &Options) -> Report {
     let mut r = empty_report("rp-trajectory", o);
     r.cnps = 1;
     r.duration_us = end.as_nanos() as f64 / 1e3;
+    let rates: Vec<(f64, f64)> = traj.iter().map(|p| (p.t_us, p.rate_gbps)).collect();
+    r.series.flow_rates = vec![thin(&rates, MAX_SERIES_POINTS)];
     r.trajectory = Some(traj);
     r
 }
@@ -181,12 +226,22 @@ fn settings(o: &Options, buffer: u64) -> Settings {
     }
 }
 
+/// The topology of `o` with at least `senders` senders (checked in [`run`]).
+fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
+    match o.topology {
+        TopologyKind::Incast => Topology::incast(senders, s),
+        TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => {
+            Topology::leaf_spine(leaves, spines, hosts_per_leaf, s)
+        }
+    }
+}
+
 /// Long flows from every sender to one receiver, started within 10 µs of
 /// each other (seeded); measured over the second half of the run.
 fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(6));
     let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
-    let topo = Topology::incast(o.flows, &s);
+    let topo = build(o, o.flows, &s);
     let mut fab = Fabric::new(topo, o.seed);
     let mut rng = Rng::new(o.seed ^ 0x5eed);
     for i in 0..o.flows {
@@ -202,7 +257,7 @@ fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report 
 fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
-    let topo = Topology::incast(o.fanin, &s);
+    let topo = build(o, o.fanin, &s);
     let mut fab = Fabric::new(topo, o.seed);
     for i in 0..o.fanin {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
@@ -238,6 +293,40 @@ fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     r
 }
 
+/// §3.4's deadlock: host i writes to host i + 2 round a ring of three
+/// switches, every route clockwise. Deadlock is looked for at each 100 µs
+/// window: 200 µs without a delivered byte while every switch egress
+/// holding data is paused.
+fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    const N: usize = 3;
+    let dur = o.duration.unwrap_or(Duration::from_millis(5));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let topo = Topology::ring(N, o.reroute, &s);
+    let mut fab = Fabric::new(topo, o.seed);
+    fab.deadlock_window = Some(Duration::from_micros(200));
+    for i in 0..N {
+        fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "pfc-deadlock", o, Instant::ZERO, end, &s);
+    r.deadlock = Some(fab.deadlock.is_some());
+    r.deadlock_us = fab.deadlock.as_ref().map(|d| us(d.at));
+    let ports = fab.deadlock.iter().flat_map(|d| &d.ports);
+    r.deadlock_ports = Some(ports.map(|&(n, port)| PortRef { node: node_name(&fab, n), port }).collect());
+    // Each flow crosses two of the three ring links: there is no single
+    // bottleneck to measure against.
+    (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
+    r
+}
+
+fn node_name(fab: &Fabric, n: usize) -> String {
+    match fab.topo.nodes[n] {
+        Node::Host(h) => format!("host{h}"),
+        Node::Switch(sw) => format!("switch{sw}"),
+    }
+}
+
 fn us(t: Instant) -> f64 {
     t.as_nanos() as f64 / 1e3
 }
@@ -260,10 +349,7 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
     });
     for (n, ports) in fab.topo.ports.iter().enumerate() {
         for (port, p) in ports.iter().enumerate().filter(|(_, p)| p.paused_ns > 0) {
-            let node = match fab.topo.nodes[n] {
-                Node::Host(h) => format!("host{h}"),
-                Node::Switch(sw) => format!("switch{sw}"),
-            };
+            let node = node_name(fab, n);
             r.paused_ports.push(PausedPort { node, port, paused_us: p.paused_ns as f64 / 1e3 });
         }
     }
@@ -277,6 +363,11 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.queue_in_band_fraction =
             Some(q.iter().filter(|&&x| x >= s.red.kmin_bytes && x <= s.red.kmax_bytes).count() as f64 / n);
         r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
+    }
+    r.series = series(fab);
+    if !fab.topo.spines.is_empty() {
+        let sent = |&sw: &usize| fab.topo.switches[sw].egress.iter().map(|e| e.data_sent).sum();
+        r.spine_data_packets = Some(fab.topo.spines.iter().map(sent).collect());
     }
     let finite = fab.flows.iter().any(|f| f.size.is_some());
     let capacity_bps = s.link.rate_bps as f64;
@@ -329,6 +420,22 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.convergence_us = conv;
     }
     r
+}
+
+/// Per-flow rates per window and the bottleneck queue over the whole run, thinned.
+fn series(fab: &Fabric) -> Series {
+    let mut flow_rates = vec![Vec::new(); fab.flows.len()];
+    for w in fab.windows.windows(2) {
+        let secs = (us(w[1].0) - us(w[0].0)) / 1e6;
+        for (f, (a, b)) in w[0].1.iter().zip(&w[1].1).enumerate() {
+            flow_rates[f].push((us(w[1].0), (b - a) as f64 * 8.0 / secs / 1e9));
+        }
+    }
+    let q: Vec<(f64, f64)> = fab.queue_samples.iter().map(|&(t, q)| (us(t), q as f64)).collect();
+    Series {
+        flow_rates: flow_rates.iter().map(|r| thin(r, MAX_SERIES_POINTS)).collect(),
+        queue: thin(&q, MAX_SERIES_POINTS),
+    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,22 @@ pub fn ipv4_src(packet: &[u8]) -> Option<Ipv4Addr> {
     (packet.len() >= 20 && packet[0] >> 4 == 4).then(|| Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]))
 }
 
+/// The RoCE v2 5-tuple hash ECMP uses: FNV-1a over source and destination
+/// address, protocol and UDP ports. Deterministic, and the UDP source port
+/// (per QP) is the entropy, as in real RoCE fabrics.
+pub fn flow_hash(packet: &[u8]) -> Option<u64> {
+    let ihl = usize::from(packet.first()? & 0xf) * 4;
+    if packet[0] >> 4 != 4 || packet.len() < ihl + 4 || packet[9] != 17 {
+        return None;
+    }
+    let key = [&packet[12..20], &packet[9..10], &packet[ihl..ihl + 4]];
+    Some(
+        key.iter()
+            .flat_map(|k| k.iter())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)),
+    )
+}
+
 /// One output port's queues.
 #[derive(Debug, Default)]
 pub struct Egress {
@@ -74,6 +90,8 @@ pub struct Egress {
     data_bytes: u64,
     pub drops: u64,
     pub marks: u64,
+    /// Data packets that left through this port.
+    pub data_sent: u64,
 }
 
 impl Egress {
@@ -119,6 +137,8 @@ pub struct Switch {
     /// Per port, shared by its two queues.
     pub buffer_bytes: u64,
     pub routes: HashMap<Ipv4Addr, usize>,
+    /// Equal-cost next hops, where there is more than one: chosen by [`flow_hash`].
+    pub ecmp: HashMap<Ipv4Addr, Vec<usize>>,
     pub egress: Vec<Egress>,
     pub ingress: Vec<Ingress>,
     pub pfc: Option<PfcConfig>,
@@ -130,16 +150,29 @@ impl Switch {
             red,
             buffer_bytes,
             routes: HashMap::new(),
+            ecmp: HashMap::new(),
             egress: (0..ports).map(|_| Egress::default()).collect(),
             ingress: vec![Ingress::default(); ports],
             pfc: None,
         }
     }
 
+    /// The egress port for `packet`: one of its ECMP group by 5-tuple hash,
+    /// else the single route.
+    pub fn route(&self, packet: &[u8]) -> Option<usize> {
+        let dst = ipv4_dst(packet)?;
+        if let (Some(g), Some(h)) = (self.ecmp.get(&dst), flow_hash(packet)) {
+            if !g.is_empty() {
+                return Some(g[(h % g.len() as u64) as usize]);
+            }
+        }
+        self.routes.get(&dst).copied()
+    }
+
     /// Routes and enqueues a packet that came in on `in_port`, or drops it:
     /// drop-tail on the egress port, or with PFC, data beyond XOFF + headroom.
     pub fn admit(&mut self, packet: Vec<u8>, in_port: usize) -> Admit {
-        let Some(port) = ipv4_dst(&packet).and_then(|d| self.routes.get(&d).copied()) else {
+        let Some(port) = self.route(&packet) else {
             return Admit::Unroutable;
         };
         let len = packet.len() as u64;
@@ -196,6 +229,7 @@ impl Switch {
         let (mut p, in_port) = q.data.pop_front()?;
         let depth = q.data_bytes;
         q.data_bytes -= p.len() as u64;
+        q.data_sent += 1;
         if red.should_mark(depth, rng) {
             mark_ce(&mut p);
             q.marks += 1;
@@ -221,6 +255,40 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A minimal IPv4/UDP header from 10.0.0.9 to 10.0.0.1, port 4791.
+    fn udp(src_port: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 28];
+        p[0] = 0x45;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 9]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 1]);
+        p[20..22].copy_from_slice(&src_port.to_be_bytes());
+        p[22..24].copy_from_slice(&4791u16.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn ecmp_spreads_source_ports_and_is_deterministic() {
+        let mut sw = Switch::new(5, Red::PAPER, 1000);
+        let dst = Ipv4Addr::new(10, 0, 0, 1);
+        sw.routes.insert(dst, 0);
+        sw.ecmp.insert(dst, vec![0, 1, 2, 3]);
+        let mut count = [0u32; 4];
+        for port in 49152..49152 + 400 {
+            let p = udp(port);
+            let chosen = sw.route(&p).unwrap();
+            assert_eq!(sw.route(&p), Some(chosen), "the same flow always takes the same path");
+            count[chosen] += 1;
+        }
+        assert!(count.iter().all(|&c| (60..=140).contains(&c)), "{count:?}");
+        // Not UDP: the single route.
+        let mut tcp = udp(1);
+        tcp[9] = 6;
+        assert_eq!(sw.route(&tcp), Some(0));
+        assert_eq!(flow_hash(&udp(7)), flow_hash(&udp(7)));
+        assert_ne!(flow_hash(&udp(7)), flow_hash(&udp(8)));
+    }
 
     #[test]
     fn red_matches_the_reference_table() {

@@ -97,6 +97,8 @@ pub struct Topology {
     pub receivers: Vec<usize>,
     /// (switch index, port) whose queue and link are the bottleneck under study.
     pub bottleneck: (usize, usize),
+    /// Switch indices of the spines (leaf-spine only).
+    pub spines: Vec<usize>,
 }
 
 impl Topology {
@@ -110,6 +112,7 @@ impl Topology {
             senders: Vec::new(),
             receivers: Vec::new(),
             bottleneck: (0, 0),
+            spines: Vec::new(),
         }
     }
 
@@ -224,6 +227,86 @@ impl Topology {
         t.receivers.extend([vr, r2]);
         t.bottleneck = (1, port);
         t.route();
+        t
+    }
+
+    /// §3.4's minimal cyclic buffer dependency: `n` >= 3 switches in a ring,
+    /// host i on switch i, and every route clockwise, so host i's flow to
+    /// host i + 2 crosses switch i + 1 and each ring link carries one flow's
+    /// first hop and another's second: egress i -> i+1 waits on egress
+    /// i+1 -> i+2, around the ring. With `reroute`, traffic to host
+    /// (n + 1) % n (the last host's flow) goes anticlockwise, which leaves
+    /// switch 0 without transit and breaks the cycle. Host i is sender i
+    /// and receiver i; the bottleneck studied is switch 0's clockwise port.
+    pub fn ring(n: usize, reroute: bool, s: &Settings) -> Topology {
+        let mut t = Topology::empty();
+        let sws: Vec<usize> = (0..n).map(|_| t.add_switch(s)).collect();
+        let (mut cw, mut ccw) = (vec![0; n], vec![0; n]);
+        for i in 0..n {
+            let (a, b) = t.join(sws[i], sws[(i + 1) % n], s.link);
+            (cw[i], ccw[(i + 1) % n]) = (a, b);
+        }
+        for &sw in &sws {
+            t.add_host(s);
+            let h = t.nodes.len() - 1;
+            t.join(sw, h, s.link);
+            t.senders.push(t.hosts.len() - 1);
+            t.receivers.push(t.hosts.len() - 1);
+        }
+        t.route();
+        for d in 0..n {
+            let addr = t.hosts[d].addr;
+            for i in (0..n).filter(|&i| i != d) {
+                let port = if reroute && d == (n + 1) % n { ccw[i] } else { cw[i] };
+                t.switches[i].routes.insert(addr, port);
+            }
+        }
+        t.bottleneck = (0, cw[0]);
+        t
+    }
+
+    /// Leaf-spine: `leaves` leaf switches with `per_leaf` hosts each, every
+    /// leaf joined to each of `spines` spine switches; a leaf reaches a host
+    /// on another leaf over any spine, chosen per packet by the 5-tuple hash
+    /// (so per flow). Host h is on leaf h / per_leaf. Receiver: host 0;
+    /// senders: every other host, those on other leaves first. The
+    /// bottleneck is leaf 0's port to host 0.
+    pub fn leaf_spine(leaves: usize, spines: usize, per_leaf: usize, s: &Settings) -> Topology {
+        let mut t = Topology::empty();
+        let leaf: Vec<usize> = (0..leaves).map(|_| t.add_switch(s)).collect();
+        let spine: Vec<usize> = (0..spines).map(|_| t.add_switch(s)).collect();
+        t.spines = (leaves..leaves + spines).collect();
+        for &l in &leaf {
+            for &sp in &spine {
+                t.join(l, sp, s.link);
+            }
+        }
+        let mut port0 = 0;
+        for (i, &l) in leaf.iter().enumerate() {
+            for j in 0..per_leaf {
+                t.add_host(s);
+                let h = t.nodes.len() - 1;
+                let (port, _) = t.join(l, h, s.link);
+                if i == 0 && j == 0 {
+                    port0 = port;
+                }
+            }
+        }
+        let n = t.hosts.len();
+        t.receivers.push(0);
+        t.senders.extend((per_leaf..n).chain(1..per_leaf.min(n)));
+        t.bottleneck = (0, port0);
+        t.route();
+        // Up from a leaf: every spine is an equal-cost next hop (ports 0..spines).
+        for h in 0..n {
+            let addr = t.hosts[h].addr;
+            for (i, &l) in leaf.iter().enumerate() {
+                if i != h / per_leaf && spines > 1 {
+                    let Node::Switch(sw) = t.nodes[l] else { continue };
+                    t.switches[sw].ecmp.insert(addr, (0..spines).collect());
+                }
+            }
+        }
         t
     }
 

@@ -151,3 +151,108 @@ fn victim_is_slowed_by_pfc_and_relieved_by_dcqcn() {
         assert!(r.throughput_fraction.unwrap() > 0.95, "{r:?}");
     }
 }
+
+/// Polylines of `svg` with more than `min` points: the data lines, not
+/// the ticks or legend swatches (two points each).
+fn long_polylines(svg: &str, min: usize) -> Vec<&str> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter(|p| {
+            p.split("points=\"").nth(1).map_or(0, |x| x.split('"').next().unwrap_or("").split_whitespace().count())
+                > min
+        })
+        .collect()
+}
+
+#[test]
+fn plot_writes_one_line_per_flow_and_the_queue() {
+    let dir = std::env::temp_dir();
+    let o = Options { flows: 3, duration: Some(Duration::from_millis(2)), ..Options::default() };
+    let r = go("dcqcn-fairness", o);
+    assert_eq!(r.series.flow_rates.len(), 3);
+    assert!(r.series.queue.len() <= rdma_fabric::report::MAX_SERIES_POINTS);
+    let path = dir.join(format!("rdma-fabric-plot-{}.svg", std::process::id()));
+    rdma_fabric::plot::write(&r, &path).expect("an SVG");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "well-formed ends");
+    assert_eq!(svg.matches("<polyline").count(), svg.matches("points=").count());
+    // Three flows and the queue.
+    assert_eq!(long_polylines(&svg, 5).len(), 4, "{svg}");
+    assert!(svg.contains("flow 2") && svg.contains("bottleneck data queue"));
+    // rp-trajectory: one line, no queue panel.
+    let rp = go("rp-trajectory", Options::default());
+    let path = dir.join(format!("rdma-fabric-rp-{}.svg", std::process::id()));
+    rdma_fabric::plot::write(&rp, &path).unwrap();
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(long_polylines(&svg, 5).len(), 1);
+    assert!(!svg.contains("bottleneck data queue"));
+    // PNG is refused with a typed error, before anything is written.
+    let png = dir.join("never-written.png");
+    assert!(matches!(rdma_fabric::plot::write(&rp, &png), Err(rdma_fabric::plot::PlotError::Format(_))));
+    assert!(!png.exists());
+}
+
+#[test]
+fn pfc_deadlock_is_detected_and_breaking_the_cycle_avoids_it() {
+    // Seed 1, 40G, DCQCN off: every ring ingress passes XOFF within ~100 µs
+    // with transit data for the next, paused, hop; 200 µs later nothing has
+    // been delivered and the three clockwise ring ports are paused with data.
+    let o = Options { pfc: true, dcqcn: false, duration: Some(Duration::from_millis(2)), ..Options::default() };
+    let r = go("pfc-deadlock", o);
+    assert_eq!(r.deadlock, Some(true), "{r:?}");
+    let at = r.deadlock_us.unwrap();
+    assert!((200.0..=1000.0).contains(&at), "{at}");
+    let mut ports: Vec<(String, usize)> =
+        r.deadlock_ports.clone().unwrap().into_iter().map(|p| (p.node, p.port)).collect();
+    ports.sort();
+    let want = [("switch0", 0), ("switch1", 1), ("switch2", 1)].map(|(n, p)| (n.to_string(), p));
+    assert_eq!(ports, want, "the clockwise port of each switch");
+    assert_eq!(r.drops, 0);
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"deadlock\":true") && json.contains("\"deadlock_ports\":[{\"node\":\"switch"), "{json}");
+    // DCQCN does not save it: the cycle closes before any rate cut lands.
+    assert_eq!(go("pfc-deadlock", Options { dcqcn: true, ..o }).deadlock, Some(true));
+
+    // One flow sent the other way round, or PFC off: no deadlock, all flows move.
+    for (what, o) in [("rerouted", Options { reroute: true, ..o }), ("PFC off", Options { pfc: false, ..o })] {
+        let r = go("pfc-deadlock", o);
+        assert_eq!((r.deadlock, r.deadlock_us), (Some(false), None), "{what}: {r:?}");
+        assert_eq!(r.deadlock_ports, Some(vec![]));
+        assert!(r.flows.iter().all(|&g| g > 10.0), "{what}: {:?}", r.flows);
+    }
+    // --reroute means nothing elsewhere.
+    let bad = Options { reroute: true, ..Options::default() };
+    assert!(run("incast", &bad, &mut |_, _| {}).is_err());
+}
+
+#[test]
+fn leaf_spine_spreads_flows_over_spines_and_replays() {
+    use rdma_fabric::scenarios::TopologyKind;
+    let topology = TopologyKind::LeafSpine { leaves: 2, spines: 4, hosts_per_leaf: 8 };
+    let o = Options { flows: 8, topology, duration: Some(Duration::from_millis(1)), ..Options::default() };
+    let r = go("dcqcn-fairness", o);
+    // Eight flows from leaf 1 to host 0 on leaf 0, each QP's own UDP source
+    // port hashed: seed 1 puts them on three of the four spines.
+    let spines = r.spine_data_packets.clone().expect("leaf-spine counts");
+    assert_eq!(spines.len(), 4);
+    assert!(spines.iter().filter(|&&n| n > 0).count() >= 3, "{spines:?}");
+    assert!(r.flows.iter().all(|&g| g > 0.0), "{:?}", r.flows);
+    let a = serde_json::to_string(&r).unwrap();
+    assert_eq!(a, serde_json::to_string(&go("dcqcn-fairness", o)).unwrap());
+    // incast on leaf-spine finishes every flow; the single-switch JSON has no spine key.
+    let i = go("incast", Options { fanin: 4, topology, ..Options::default() });
+    assert_eq!(i.flows_unfinished, 0, "{i:?}");
+    let single = serde_json::to_string(&go("incast", Options { fanin: 2, ..Options::default() })).unwrap();
+    assert!(!single.contains("spine_data_packets"));
+    // Bad shapes are errors, not panics.
+    for t in [
+        TopologyKind::LeafSpine { leaves: 0, spines: 2, hosts_per_leaf: 8 },
+        TopologyKind::LeafSpine { leaves: 2, spines: 2, hosts_per_leaf: 2 },
+        TopologyKind::LeafSpine { leaves: 16, spines: 2, hosts_per_leaf: 64 },
+    ] {
+        assert!(run("incast", &Options { topology: t, ..Options::default() }, &mut |_, _| {}).is_err());
+    }
+    assert!(run("victim", &Options { topology, ..Options::default() }, &mut |_, _| {}).is_err());
+}

@@ -1,0 +1,92 @@
+//! `rdma-fabric run --plot FILE.svg`: per-flow rates and the bottleneck
+//! queue over time, as two panels of one SVG. Only SVG: the bitmap
+//! backend would need system fonts and image libraries.
+
+use crate::report::Report;
+use plotters::prelude::*;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlotError {
+    #[error("--plot {0:?}: only .svg is supported (PNG would need system font and image libraries)")]
+    Format(String),
+    #[error("--plot: the run recorded no time series to plot")]
+    Empty,
+    #[error("--plot {0:?}: {1}")]
+    Draw(String, String),
+}
+
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Whether `path` names a format we can write; checked before a run so a
+/// bad flag costs nothing.
+pub fn check_path(path: &Path) -> Result<(), PlotError> {
+    match path.extension() {
+        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(()),
+        _ => Err(PlotError::Format(path.display().to_string())),
+    }
+}
+
+/// Writes the plot of `r` to `path`, which must end in `.svg`.
+pub fn write(r: &Report, path: &Path) -> Result<(), PlotError> {
+    check_path(path)?;
+    let name = path.display().to_string();
+    let s = &r.series;
+    if s.flow_rates.iter().all(|f| f.is_empty()) && s.queue.is_empty() {
+        return Err(PlotError::Empty);
+    }
+    let err = |e: &dyn std::fmt::Display| PlotError::Draw(name.clone(), e.to_string());
+    let panels = if s.queue.is_empty() { 1 } else { 2 };
+    let root = SVGBackend::new(path, (900, 300 * panels)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let areas = root.split_evenly((panels as usize, 1));
+    let t_end = s.flow_rates.iter().flatten().chain(&s.queue).map(|p| p.0).fold(1.0, f64::max);
+
+    let y_max = s.flow_rates.iter().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.05;
+    let title = if r.trajectory.is_some() { "reaction point rate" } else { "per-flow delivered rate" };
+    let mut chart = ChartBuilder::on(&areas[0])
+        .caption(format!("{} (seed {}): {title}", r.scenario, r.seed), ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..t_end, 0.0..y_max)
+        .map_err(|e| err(&e))?;
+    chart.configure_mesh().x_desc("time (us)").y_desc("Gb/s").draw().map_err(|e| err(&e))?;
+    for (i, f) in s.flow_rates.iter().enumerate() {
+        let c = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(f.iter().copied(), &c))
+            .map_err(|e| err(&e))?
+            .label(format!("flow {i}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
+    }
+    if s.flow_rates.len() <= 16 {
+        chart.configure_series_labels().border_style(BLACK).draw().map_err(|e| err(&e))?;
+    }
+
+    if panels == 2 {
+        let q_max = s.queue.iter().map(|p| p.1 / 1000.0).fold(1.0, f64::max) * 1.05;
+        let mut chart = ChartBuilder::on(&areas[1])
+            .caption("bottleneck data queue", ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..t_end, 0.0..q_max)
+            .map_err(|e| err(&e))?;
+        chart.configure_mesh().x_desc("time (us)").y_desc("KB").draw().map_err(|e| err(&e))?;
+        chart
+            .draw_series(LineSeries::new(s.queue.iter().map(|&(t, q)| (t, q / 1000.0)), &BLACK))
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

@@ -18,18 +18,8 @@ fn corpus_dir() -> PathBuf {
 
 #[test]
 fn the_udp_receive_body_runs_clean_over_its_seed_corpus() {
-    let mut files: Vec<_> = std::fs::read_dir(corpus_dir())
-        .expect("the seed corpus directory")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    assert!(files.len() >= 24, "the seed corpus has {} files", files.len());
-    for f in &files {
-        let data = std::fs::read(f).unwrap();
-        let r = std::panic::catch_unwind(|| udp_receive(&data));
-        assert!(r.is_ok(), "{} failed the udp_receive oracles", f.display());
-    }
+    let n = rdma_wire::fuzzing::replay_seeds("udp_receive", udp_receive);
+    assert!(n >= 24, "the seed corpus has {n} files");
 }
 
 /// The oracles can fail: a datagram whose packets would need an IPv4

@@ -4,23 +4,6 @@
 
 use rdma_transport::fuzzing;
 use rdma_transport::Drop;
-use std::path::PathBuf;
-
-/// The files of a target's corpus, sorted, as (name, bytes).
-fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds").join(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .collect();
-    files.sort();
-    let seeds: Vec<_> = files
-        .iter()
-        .map(|f| (f.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(f).unwrap()))
-        .collect();
-    assert!(!seeds.is_empty(), "the corpus of {target} is empty");
-    seeds
-}
 
 /// Seeds that reproduce a known, not yet fixed finding (see docs/fuzzing.md).
 fn known(name: &str) -> bool {
@@ -29,7 +12,7 @@ fn known(name: &str) -> bool {
 
 #[test]
 fn responder() {
-    for (name, data) in corpus("responder") {
+    for (name, data) in rdma_wire::fuzzing::seeds("responder") {
         eprintln!("responder/{name}");
         fuzzing::responder(&data);
     }
@@ -45,7 +28,7 @@ fn engine() {
     let mut reads = 0;
     let mut completions = 0;
     let mut changed = [false; 5];
-    for (name, data) in corpus("engine").into_iter().filter(|(n, _)| !known(n)) {
+    for (name, data) in rdma_wire::fuzzing::seeds("engine").into_iter().filter(|(n, _)| !known(n)) {
         eprintln!("engine/{name}");
         let r = fuzzing::engine_report(&data);
         assert_eq!(r.stats.drops_for(Drop::IcrcMismatch), 0, "{name}: crafted packets carry a correct ICRC");
@@ -75,7 +58,7 @@ fn engine() {
 /// `max_dest_rd_atomic` READ resources and replayed only those.
 #[test]
 fn engine_known_findings() {
-    let failed: Vec<String> = corpus("engine")
+    let failed: Vec<String> = rdma_wire::fuzzing::seeds("engine")
         .into_iter()
         .filter(|(n, _)| known(n))
         .filter(|(_, data)| std::panic::catch_unwind(|| fuzzing::engine(data)).is_err())

@@ -9,6 +9,41 @@ use crate::{
     RoceV1Repr, RoceV2Packet, RoceV2Repr, TransportPacket, TransportRepr,
 };
 
+/// The checked-in seeds of a target (`fuzz/seeds/<target>/` of this
+/// workspace), sorted by name, as (name, bytes): what every crate's corpus
+/// test replays. Panics, naming the directory, if there are none.
+pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds").join(target);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let seeds: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let name = f.file_name().expect("a file has a name").to_string_lossy().into_owned();
+            (name, std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display())))
+        })
+        .collect();
+    assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
+    seeds
+}
+
+/// Runs `body` over every seed of `target`, naming the seed that fails;
+/// returns how many seeds ran.
+pub fn replay_seeds(target: &str, body: fn(&[u8])) -> usize {
+    let seeds = seeds(target);
+    for (name, data) in &seeds {
+        if let Err(e) = std::panic::catch_unwind(|| body(data)) {
+            let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+            panic!("{target}: seed {name} failed: {}", msg.unwrap_or_default());
+        }
+    }
+    seeds.len()
+}
+
 /// RoCE v2 packets (IP header through ICRC): the checked view never
 /// panics, and whatever it accepts re-emits to bytes that parse back to the
 /// same headers and payload with a valid ICRC.

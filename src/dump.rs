@@ -2,6 +2,10 @@
 //! the output of `rdma-dump`.
 
 use crate::decode::{Decoded, Kind};
+use rdma_wire::cm::mtu;
+use rdma_wire::cma::{is_ip_cm_service_id, service_id_parts, CMA_HDR_LEN};
+use rdma_wire::mad::{attr, method, GSI_QPN, MGMT_CLASS_CM};
+use rdma_wire::{CmMadRepr, CmMessage, CmaHdr, CmaHdrRepr, Mad, MadHeaderRepr, Opcode, RdmaPs, RejReason};
 use rdma_wire::{TransportPacket, TransportRepr};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -25,6 +29,8 @@ pub struct PacketLine {
     pub payload_len: usize,
     pub icrc: u32,
     pub icrc_ok: bool,
+    /// The MAD of a UD SEND to or from QP1 (`None` for other packets).
+    pub mad: Option<MadLine>,
 }
 
 impl PacketLine {
@@ -74,14 +80,17 @@ impl PacketLine {
         t: &TransportPacket<&[u8]>,
         icrc_ok: bool,
     ) -> Result<PacketLine, rdma_wire::Error> {
+        let headers = TransportRepr::parse(t)?;
+        let mad = MadLine::of(&headers, t.payload());
         Ok(PacketLine {
             frame,
             kind,
             addressing,
-            headers: TransportRepr::parse(t)?,
+            headers,
             payload_len: t.payload().len(),
             icrc: t.icrc(),
             icrc_ok,
+            mad,
         })
     }
 
@@ -161,6 +170,9 @@ impl PacketLine {
         let _ = write!(s, " len={} icrc={}", self.payload_len, if self.icrc_ok { "ok" } else { "BAD" });
         if let Some(v) = self.vcrc_ok() {
             let _ = write!(s, " vcrc={}", if v { "ok" } else { "BAD" });
+        }
+        if let Some(m) = &self.mad {
+            m.write_text(&mut s);
         }
         s
     }
@@ -242,8 +254,380 @@ impl PacketLine {
         if let Some(v) = self.vcrc_ok() {
             o.insert("vcrc_ok".into(), json!(v));
         }
+        if let Some(m) = &self.mad {
+            m.insert_json(&mut o);
+        }
         Value::Object(o)
     }
+}
+
+/// What `rdma-dump` says about the MAD a UD SEND to or from QP1 carries:
+/// its common header and, for the CM class, the message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MadLine {
+    /// The common header, when the payload holds a whole MAD of base version 1.
+    pub header: Option<MadHeaderRepr>,
+    /// The CM message of a CM-class MAD that parses.
+    pub cm: Option<CmMessage>,
+    /// Why the MAD (or its CM message) does not parse.
+    pub error: Option<String>,
+}
+
+impl MadLine {
+    /// The MAD of a packet, if it is a UD SEND (with or without immediate)
+    /// whose destination or source QP is the GSI's, QP1.
+    pub fn of(h: &TransportRepr, payload: &[u8]) -> Option<MadLine> {
+        let op = h.bth.opcode;
+        if op != Opcode::UD_SEND_ONLY && op != Opcode::UD_SEND_ONLY_WITH_IMMEDIATE {
+            return None;
+        }
+        if h.bth.dest_qp != GSI_QPN && h.deth.map(|d| d.src_qp) != Some(GSI_QPN) {
+            return None;
+        }
+        let mut line = MadLine { header: None, cm: None, error: None };
+        let mad = match Mad::new_checked(payload) {
+            Ok(m) => m,
+            Err(e) => {
+                line.error = Some(e.to_string());
+                return Some(line);
+            }
+        };
+        match MadHeaderRepr::parse(&mad) {
+            Ok(hdr) => line.header = Some(hdr),
+            Err(e) => {
+                line.error = Some(e.to_string());
+                return Some(line);
+            }
+        }
+        if mad.mgmt_class() == MGMT_CLASS_CM {
+            match CmMadRepr::parse(&mad) {
+                Ok(c) => line.cm = Some(c.message),
+                Err(e) => line.error = Some(e.to_string()),
+            }
+        }
+        Some(line)
+    }
+
+    fn write_text(&self, s: &mut String) {
+        if let Some(h) = &self.header {
+            let _ = write!(
+                s,
+                " mad[{} {} {} tid=0x{:016x}",
+                class_name(h.mgmt_class),
+                method_name(h.method),
+                attribute_name(h.mgmt_class, h.attribute_id),
+                h.transaction_id
+            );
+            if h.status != 0 {
+                let _ = write!(s, " status=0x{:04x}", h.status);
+            }
+            s.push(']');
+        }
+        if let Some(c) = &self.cm {
+            let _ = write!(s, " cm[{}]", cm_text(c));
+        }
+        if let Some(e) = &self.error {
+            let _ = write!(s, " mad_error: {e}");
+        }
+    }
+
+    fn insert_json(&self, o: &mut Map<String, Value>) {
+        if let Some(h) = &self.header {
+            o.insert(
+                "mad".into(),
+                json!({
+                    "class": h.mgmt_class,
+                    "class_name": class_name(h.mgmt_class),
+                    "class_version": h.class_version,
+                    "method": h.method,
+                    "method_name": method_name(h.method),
+                    "attribute": h.attribute_id,
+                    "attribute_name": attribute_name(h.mgmt_class, h.attribute_id),
+                    "attribute_modifier": h.attribute_modifier,
+                    "status": h.status,
+                    "transaction_id": h.transaction_id,
+                }),
+            );
+        }
+        if let Some(c) = &self.cm {
+            o.insert("cm".into(), cm_json(c));
+        }
+        if let Some(e) = &self.error {
+            o.insert("mad_error".into(), json!(e));
+        }
+    }
+}
+
+/// Management class names (IBTA 13.4.4), hex for the rest.
+fn class_name(class: u8) -> String {
+    match class {
+        0x01 => "SM_LID".into(),
+        0x81 => "SM_DR".into(),
+        0x03 => "SA".into(),
+        0x04 => "PERF".into(),
+        0x05 => "BM".into(),
+        0x06 => "DEV_MGT".into(),
+        MGMT_CLASS_CM => "CM".into(),
+        0x08 => "SNMP".into(),
+        c => format!("0x{c:02x}"),
+    }
+}
+
+/// Method names (byte 3, response bit included), hex for the rest.
+fn method_name(m: u8) -> String {
+    match m {
+        method::GET => "GET".into(),
+        method::SET => "SET".into(),
+        method::SEND => "SEND".into(),
+        method::TRAP => "TRAP".into(),
+        method::REPORT => "REPORT".into(),
+        method::TRAP_REPRESS => "TRAP_REPRESS".into(),
+        method::GET_RESP => "GET_RESP".into(),
+        0x86 => "REPORT_RESP".into(),
+        0x12 => "GET_TABLE".into(),
+        0x92 => "GET_TABLE_RESP".into(),
+        m => format!("0x{m:02x}"),
+    }
+}
+
+/// CM attribute names; other classes' attributes in hex.
+fn attribute_name(class: u8, a: u16) -> String {
+    let name = match (class, a) {
+        (MGMT_CLASS_CM, attr::CLASS_PORT_INFO) => "ClassPortInfo",
+        (MGMT_CLASS_CM, attr::REQ) => "REQ",
+        (MGMT_CLASS_CM, attr::MRA) => "MRA",
+        (MGMT_CLASS_CM, attr::REJ) => "REJ",
+        (MGMT_CLASS_CM, attr::REP) => "REP",
+        (MGMT_CLASS_CM, attr::RTU) => "RTU",
+        (MGMT_CLASS_CM, attr::DREQ) => "DREQ",
+        (MGMT_CLASS_CM, attr::DREP) => "DREP",
+        (MGMT_CLASS_CM, attr::SIDR_REQ) => "SIDR_REQ",
+        (MGMT_CLASS_CM, attr::SIDR_REP) => "SIDR_REP",
+        (MGMT_CLASS_CM, attr::LAP) => "LAP",
+        (MGMT_CLASS_CM, attr::APR) => "APR",
+        _ => return format!("0x{a:04x}"),
+    };
+    name.into()
+}
+
+/// `enum ib_cm_rej_reason` names, the number for the rest.
+pub fn rej_reason_name(r: RejReason) -> String {
+    const NAMES: [&str; 36] = [
+        "",
+        "NO_QP",
+        "NO_EEC",
+        "NO_RESOURCES",
+        "TIMEOUT",
+        "UNSUPPORTED",
+        "INVALID_COMM_ID",
+        "INVALID_COMM_INSTANCE",
+        "INVALID_SERVICE_ID",
+        "INVALID_TRANSPORT_TYPE",
+        "STALE_CONN",
+        "RDC_NOT_EXIST",
+        "INVALID_GID",
+        "INVALID_LID",
+        "INVALID_SL",
+        "INVALID_TRAFFIC_CLASS",
+        "INVALID_HOP_LIMIT",
+        "INVALID_PACKET_RATE",
+        "INVALID_ALT_GID",
+        "INVALID_ALT_LID",
+        "INVALID_ALT_SL",
+        "INVALID_ALT_TRAFFIC_CLASS",
+        "INVALID_ALT_HOP_LIMIT",
+        "INVALID_ALT_PACKET_RATE",
+        "PORT_CM_REDIRECT",
+        "PORT_REDIRECT",
+        "INVALID_MTU",
+        "INSUFFICIENT_RESP_RESOURCES",
+        "CONSUMER_DEFINED",
+        "INVALID_RNR_RETRY",
+        "DUPLICATE_LOCAL_COMM_ID",
+        "INVALID_CLASS_VERSION",
+        "INVALID_FLOW_LABEL",
+        "INVALID_ALT_FLOW_LABEL",
+        "",
+        "VENDOR_OPTION_NOT_SUPPORTED",
+    ];
+    match NAMES.get(usize::from(r.0)) {
+        Some(n) if !n.is_empty() => (*n).into(),
+        _ => format!("reason_{}", r.0),
+    }
+}
+
+fn port_space_name(ps: RdmaPs) -> String {
+    match ps {
+        RdmaPs::TCP => "TCP".into(),
+        RdmaPs::UDP => "UDP".into(),
+        RdmaPs::IB => "IB".into(),
+        RdmaPs::IPOIB => "IPOIB".into(),
+        RdmaPs(p) => format!("0x{p:04x}"),
+    }
+}
+
+/// The path MTU of a REQ in bytes, if the code is a valid one.
+fn mtu_bytes(code: u8) -> Option<u32> {
+    (mtu::MTU_256..=mtu::MTU_4096).contains(&code).then(|| 128 << code)
+}
+
+/// The RDMA CM port space and port of an IP CM service ID.
+fn ip_cm_service(sid: u64) -> Option<(RdmaPs, u16)> {
+    is_ip_cm_service_id(sid).then(|| service_id_parts(sid))
+}
+
+/// The `cma_hdr` that opens the private data of a REQ or SIDR_REQ to an IP CM service ID.
+fn cma_hdr(sid: u64, private_data: &[u8]) -> Option<Result<CmaHdrRepr, rdma_wire::Error>> {
+    ip_cm_service(sid)?;
+    Some(CmaHdr::new_checked(&private_data[..CMA_HDR_LEN]).and_then(|h| CmaHdrRepr::parse(&h)))
+}
+
+fn sock(ip: std::net::IpAddr, port: u16) -> String {
+    std::net::SocketAddr::new(ip, port).to_string()
+}
+
+fn service_text(sid: u64) -> String {
+    match ip_cm_service(sid) {
+        Some((ps, port)) => format!("sid=0x{sid:016x}({}:{port})", port_space_name(ps)),
+        None => format!("sid=0x{sid:016x}"),
+    }
+}
+
+fn cm_text(c: &CmMessage) -> String {
+    match c {
+        CmMessage::Req(r) => {
+            let mut s = format!("REQ lcid=0x{:08x} {}", r.local_comm_id, service_text(r.service_id));
+            let _ = write!(s, " qpn=0x{:06x} spsn={}", r.local_qpn, r.starting_psn);
+            match mtu_bytes(r.path_mtu) {
+                Some(b) => {
+                    let _ = write!(s, " mtu={b}");
+                }
+                None => {
+                    let _ = write!(s, " mtu=code{}", r.path_mtu);
+                }
+            }
+            let _ = write!(s, " rr={} id={}", r.responder_resources, r.initiator_depth);
+            match cma_hdr(r.service_id, &r.private_data) {
+                Some(Ok(h)) => {
+                    let port = service_id_parts(r.service_id).1;
+                    let _ = write!(s, " cma {} > {}", sock(h.src, h.src_port), sock(h.dst, port));
+                }
+                Some(Err(e)) => {
+                    let _ = write!(s, " cma_error: {e}");
+                }
+                None => {}
+            }
+            s
+        }
+        CmMessage::Rep(r) => format!(
+            "REP lcid=0x{:08x} rcid=0x{:08x} qpn=0x{:06x} spsn={}",
+            r.local_comm_id, r.remote_comm_id, r.local_qpn, r.starting_psn
+        ),
+        CmMessage::Rej(r) => format!(
+            "REJ lcid=0x{:08x} rcid=0x{:08x} reason={}({})",
+            r.local_comm_id,
+            r.remote_comm_id,
+            rej_reason_name(r.reason),
+            r.reason.0
+        ),
+        CmMessage::Mra(r) => format!("MRA lcid=0x{:08x} rcid=0x{:08x}", r.local_comm_id, r.remote_comm_id),
+        CmMessage::Rtu(r) => format!("RTU lcid=0x{:08x} rcid=0x{:08x}", r.local_comm_id, r.remote_comm_id),
+        CmMessage::Dreq(r) => {
+            format!("DREQ lcid=0x{:08x} rcid=0x{:08x} rqpn=0x{:06x}", r.local_comm_id, r.remote_comm_id, r.remote_qpn)
+        }
+        CmMessage::Drep(r) => format!("DREP lcid=0x{:08x} rcid=0x{:08x}", r.local_comm_id, r.remote_comm_id),
+        CmMessage::SidrReq(r) => format!("SIDR_REQ reqid=0x{:08x} {}", r.request_id, service_text(r.service_id)),
+        CmMessage::SidrRep(r) => format!(
+            "SIDR_REP reqid=0x{:08x} status={} {} qpn=0x{:06x} qkey=0x{:08x}",
+            r.request_id,
+            r.status,
+            service_text(r.service_id),
+            r.qpn,
+            r.qkey
+        ),
+    }
+}
+
+fn service_json(o: &mut Map<String, Value>, sid: u64) {
+    o.insert("service_id".into(), json!(sid));
+    if let Some((ps, port)) = ip_cm_service(sid) {
+        o.insert("port_space".into(), json!(port_space_name(ps)));
+        o.insert("port".into(), json!(port));
+    }
+}
+
+fn cm_json(c: &CmMessage) -> Value {
+    let mut o = Map::new();
+    let name = match c {
+        CmMessage::Req(_) => "REQ",
+        CmMessage::Mra(_) => "MRA",
+        CmMessage::Rej(_) => "REJ",
+        CmMessage::Rep(_) => "REP",
+        CmMessage::Rtu(_) => "RTU",
+        CmMessage::Dreq(_) => "DREQ",
+        CmMessage::Drep(_) => "DREP",
+        CmMessage::SidrReq(_) => "SIDR_REQ",
+        CmMessage::SidrRep(_) => "SIDR_REP",
+    };
+    o.insert("message".into(), json!(name));
+    let ids = |o: &mut Map<String, Value>, l: u32, r: u32| {
+        o.insert("local_comm_id".into(), json!(l));
+        o.insert("remote_comm_id".into(), json!(r));
+    };
+    match c {
+        CmMessage::Req(r) => {
+            o.insert("local_comm_id".into(), json!(r.local_comm_id));
+            service_json(&mut o, r.service_id);
+            o.insert("local_qpn".into(), json!(r.local_qpn));
+            o.insert("starting_psn".into(), json!(r.starting_psn));
+            o.insert("path_mtu".into(), json!(mtu_bytes(r.path_mtu)));
+            o.insert("path_mtu_code".into(), json!(r.path_mtu));
+            o.insert("responder_resources".into(), json!(r.responder_resources));
+            o.insert("initiator_depth".into(), json!(r.initiator_depth));
+            match cma_hdr(r.service_id, &r.private_data) {
+                Some(Ok(h)) => {
+                    let port = service_id_parts(r.service_id).1;
+                    o.insert(
+                        "cma".into(),
+                        json!({"src": h.src.to_string(), "src_port": h.src_port, "dst": h.dst.to_string(), "dst_port": port}),
+                    );
+                }
+                Some(Err(e)) => {
+                    o.insert("cma_error".into(), json!(e.to_string()));
+                }
+                None => {}
+            }
+        }
+        CmMessage::Rep(r) => {
+            ids(&mut o, r.local_comm_id, r.remote_comm_id);
+            o.insert("local_qpn".into(), json!(r.local_qpn));
+            o.insert("starting_psn".into(), json!(r.starting_psn));
+        }
+        CmMessage::Rej(r) => {
+            ids(&mut o, r.local_comm_id, r.remote_comm_id);
+            o.insert("reason".into(), json!(r.reason.0));
+            o.insert("reason_name".into(), json!(rej_reason_name(r.reason)));
+        }
+        CmMessage::Mra(r) => ids(&mut o, r.local_comm_id, r.remote_comm_id),
+        CmMessage::Rtu(r) => ids(&mut o, r.local_comm_id, r.remote_comm_id),
+        CmMessage::Dreq(r) => {
+            ids(&mut o, r.local_comm_id, r.remote_comm_id);
+            o.insert("remote_qpn".into(), json!(r.remote_qpn));
+        }
+        CmMessage::Drep(r) => ids(&mut o, r.local_comm_id, r.remote_comm_id),
+        CmMessage::SidrReq(r) => {
+            o.insert("request_id".into(), json!(r.request_id));
+            service_json(&mut o, r.service_id);
+        }
+        CmMessage::SidrRep(r) => {
+            o.insert("request_id".into(), json!(r.request_id));
+            o.insert("status".into(), json!(r.status));
+            service_json(&mut o, r.service_id);
+            o.insert("qpn".into(), json!(r.qpn));
+            o.insert("qkey".into(), json!(r.qkey));
+        }
+    }
+    Value::Object(o)
 }
 
 /// The line for a frame that is RDMA traffic by its framing but does not parse.

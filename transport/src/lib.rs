@@ -22,6 +22,7 @@
 //! | [`time`] | virtual time |
 
 pub mod cc;
+pub mod cm;
 pub mod completer;
 mod cq;
 pub mod endpoint;

@@ -1,0 +1,804 @@
+//! The IB CM connection state machine (REQ/REP/RTU, REJ, DREQ/DREP), sans
+//! IO. It drives an [`Endpoint`] through its public API only: QPs with
+//! `modify_qp`, MADs with `gsi_send`/`poll_mad`/`poll_mad_timeout`. The
+//! GSI retransmits MADs; the CM keeps only its time-wait timer.
+//!
+//! One connection shares one transaction ID from REQ to RTU (as Linux
+//! does), so the GSI matches REP to REQ and RTU to REP and stops their
+//! retransmission. A DREQ and its DREP share another.
+//!
+//! Not here yet: MRA, LAP/APR, SIDR, the "communication established"
+//! shortcut (a data packet before the RTU), stale-connection REJs, and a
+//! real time-wait (a fixed [`CmConfig::timewait`] instead of the packet
+//! lifetime).
+
+use crate::endpoint::Endpoint;
+use crate::memory::Access;
+use crate::qp::{AddressVector, Mtu, QpAttr, QpState};
+use crate::time::Instant;
+use core::net::IpAddr;
+use core::time::Duration;
+use rdma_wire::cm::{
+    msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, PathRepr, RejReason, RejRepr, RepRepr, ReqRepr,
+    RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN,
+    REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN,
+};
+use rdma_wire::mad::{Mad, MAD_LEN};
+use std::collections::{HashSet, VecDeque};
+
+/// A connection, named by its local communication ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnId(pub u32);
+
+/// What the consumer learns from [`Cm::poll_event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A REQ for a listened service: answer with [`Cm::accept`] or [`Cm::reject`].
+    ConnectRequest {
+        id: ConnId,
+        from: IpAddr,
+        service_id: u64,
+        /// The active side's QPN.
+        remote_qpn: u32,
+        private_data: [u8; REQ_PRIVATE_DATA_LEN],
+    },
+    /// The QP is in RTS and connected to `remote_qpn`.
+    Established {
+        id: ConnId,
+        qpn: u32,
+        remote_qpn: u32,
+    },
+    Rejected {
+        id: ConnId,
+        reason: RejReason,
+    },
+    /// The peer never answered (REQ or REP retries ran out).
+    TimedOut {
+        id: ConnId,
+    },
+    /// DREQ/DREP done (or the DREQ timed out); the QP is in ERR.
+    Disconnected {
+        id: ConnId,
+    },
+    /// A QP transition the CM asked for failed (e.g. values from the peer
+    /// the QP refuses); the QP is moved to ERR and a REJ sent.
+    QpError {
+        id: ConnId,
+    },
+}
+
+/// Settings of one CM.
+#[derive(Debug, Clone, Copy)]
+pub struct CmConfig {
+    /// How long a REQ, REP or DREQ waits for its answer before the GSI
+    /// sends it again.
+    pub response_timeout: Duration,
+    /// Retries of those sends.
+    pub max_retries: u8,
+    /// How long a closed connection is remembered to answer duplicates.
+    pub timewait: Duration,
+    /// First local communication ID handed out (differs per node so that
+    /// peers do not see the same IDs after a restart).
+    pub first_comm_id: u32,
+    pub ca_guid: u64,
+}
+
+impl Default for CmConfig {
+    fn default() -> CmConfig {
+        CmConfig {
+            response_timeout: Duration::from_millis(50),
+            max_retries: 3,
+            timewait: Duration::from_millis(100),
+            first_comm_id: 0x1000,
+            ca_guid: 0,
+        }
+    }
+}
+
+/// What a side puts into its REQ or REP and its QP.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnParams {
+    pub starting_psn: u32,
+    /// RDMA READ/atomic requests we accept at once (our max_dest_rd_atomic).
+    pub responder_resources: u8,
+    /// RDMA READ/atomic requests we issue at once (our max_rd_atomic).
+    pub initiator_depth: u8,
+    pub path_mtu: Mtu,
+    /// Local ACK timeout exponent the peer should... and we use.
+    pub local_ack_timeout: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub min_rnr_timer: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    /// Access flags given to the QP at INIT if the CM moves it there.
+    pub access: Access,
+}
+
+impl Default for ConnParams {
+    fn default() -> ConnParams {
+        ConnParams {
+            starting_psn: 0,
+            responder_resources: 1,
+            initiator_depth: 1,
+            path_mtu: Mtu::Mtu1024,
+            local_ack_timeout: 14,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            min_rnr_timer: 12,
+            hop_limit: 64,
+            traffic_class: 0,
+            access: Access::ALL,
+        }
+    }
+}
+
+/// Counters of what the CM could not use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CmStats {
+    /// MADs that are not CM messages or do not parse.
+    pub malformed: u64,
+    /// Sound CM messages for no connection or in the wrong state.
+    pub unexpected: u64,
+    /// REPs sent again for a repeated REQ.
+    pub rep_resent: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Active: REQ sent, waiting for REP or REJ.
+    ReqSent,
+    /// Passive: REQ reported, waiting for `accept`/`reject`.
+    ReqRcvd,
+    /// Passive: REP sent, waiting for RTU.
+    RepSent,
+    Established,
+    DreqSent,
+    /// Closed; kept until `until` to answer duplicates.
+    TimeWait {
+        until: Instant,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Conn {
+    local_id: u32,
+    remote_id: u32,
+    peer: IpAddr,
+    qpn: Option<u32>,
+    remote_qpn: u32,
+    state: State,
+    /// The REQ/REP/RTU transaction ID.
+    tid: u64,
+    dreq_tid: u64,
+    params: ConnParams,
+    /// Passive: the REQ, whose fields the QP takes.
+    req: Option<ReqRepr>,
+    /// Passive: the REP, to send again on a repeated REQ.
+    rep: Option<[u8; MAD_LEN]>,
+    /// The last DREP sent, to send again on a repeated DREQ.
+    drep: Option<[u8; MAD_LEN]>,
+    /// Negotiated: our max_rd_atomic.
+    initiator_depth: u8,
+}
+
+/// Errors of the consumer-facing calls (never of network input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmError {
+    NoSuchConn(ConnId),
+    /// The call does not fit the connection's state.
+    WrongState(ConnId),
+    PrivateDataTooLong,
+    Verbs(crate::error::VerbsError),
+}
+
+impl From<crate::error::VerbsError> for CmError {
+    fn from(e: crate::error::VerbsError) -> CmError {
+        CmError::Verbs(e)
+    }
+}
+
+/// The CM of one endpoint. It owns the endpoint's MAD receive queue:
+/// [`Cm::process`] takes every MAD and counts what is not CM.
+#[derive(Debug, Clone)]
+pub struct Cm {
+    config: CmConfig,
+    conns: Vec<Conn>,
+    listens: HashSet<u64>,
+    events: VecDeque<CmEvent>,
+    next_id: u32,
+    stats: CmStats,
+}
+
+fn gid(a: IpAddr) -> core::net::Ipv6Addr {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+fn mtu_from_wire(v: u8) -> Option<Mtu> {
+    [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096].into_iter().find(|m| *m as u8 == v)
+}
+
+/// The CM response timeout exponent (4.096 µs × 2^x) covering `d`.
+fn timeout_exp(d: Duration) -> u8 {
+    let ns = d.as_nanos();
+    (0u8..31).find(|x| 4096u128 << x >= ns).unwrap_or(31)
+}
+
+fn emit(tid: u64, message: CmMessage) -> [u8; MAD_LEN] {
+    let mut b = [0u8; MAD_LEN];
+    let repr = CmMadRepr { transaction_id: tid, attribute_modifier: 0, message };
+    // Our own Reprs always fit a 256-byte MAD.
+    if let Ok(mut m) = Mad::new_checked(&mut b[..]) {
+        let _ = repr.emit(&mut m);
+    }
+    b
+}
+
+fn pad<const N: usize>(data: &[u8]) -> Option<[u8; N]> {
+    let mut out = [0u8; N];
+    out.get_mut(..data.len())?.copy_from_slice(data);
+    Some(out)
+}
+
+fn rej_mad(tid: u64, local_id: u32, remote_id: u32, rejected: u8, reason: RejReason) -> [u8; MAD_LEN] {
+    emit(
+        tid,
+        CmMessage::Rej(RejRepr {
+            local_comm_id: local_id,
+            remote_comm_id: remote_id,
+            message_rejected: rejected,
+            ari_length: 0,
+            reason,
+            ari: [0; REJ_ARI_LEN],
+            private_data: [0; REJ_PRIVATE_DATA_LEN],
+        }),
+    )
+}
+
+impl Cm {
+    pub fn new(config: CmConfig) -> Cm {
+        Cm {
+            config,
+            conns: Vec::new(),
+            listens: HashSet::new(),
+            events: VecDeque::new(),
+            next_id: config.first_comm_id.max(1),
+            stats: CmStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> CmStats {
+        self.stats
+    }
+
+    pub fn listen(&mut self, service_id: u64) {
+        self.listens.insert(service_id);
+    }
+
+    pub fn poll_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
+    }
+
+    /// Connections not yet forgotten (time-wait included).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The CM's own timer: the end of the earliest time-wait.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .iter()
+            .filter_map(|c| match c.state {
+                State::TimeWait { until } => Some(until),
+                _ => None,
+            })
+            .min()
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.conns.retain(|c| !matches!(c.state, State::TimeWait { until } if until <= now));
+    }
+
+    fn alloc_id(&mut self) -> u32 {
+        // Skip 0 (means "unknown" in a REJ) and IDs still in use.
+        loop {
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1);
+            if id != 0 && !self.conns.iter().any(|c| c.local_id == id) {
+                return id;
+            }
+        }
+    }
+
+    fn find(&self, id: ConnId) -> Result<usize, CmError> {
+        self.conns.iter().position(|c| c.local_id == id.0).ok_or(CmError::NoSuchConn(id))
+    }
+
+    fn send(&self, ep: &mut Endpoint, dest: IpAddr, mad: [u8; MAD_LEN], expect: bool) {
+        let timeout = expect.then_some(self.config.response_timeout);
+        // Refused only if that transaction already waits for its answer:
+        // then the copy in flight does the job.
+        let _ = ep.gsi_send(dest, mad, timeout, if expect { self.config.max_retries } else { 0 });
+    }
+
+    fn to_init(ep: &mut Endpoint, qpn: u32, access: Access) -> Result<(), CmError> {
+        let (state, _) = ep.query_qp(qpn)?;
+        if state == QpState::Reset {
+            let init = QpAttr {
+                qp_state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port_num: Some(1),
+                qp_access_flags: Some(access),
+                ..QpAttr::default()
+            };
+            ep.modify_qp(qpn, &init)?;
+        }
+        Ok(())
+    }
+
+    fn to_err(ep: &mut Endpoint, qpn: Option<u32>) {
+        if let Some(q) = qpn {
+            let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+        }
+    }
+
+    /// Active side: moves `qpn` to INIT if it is in RESET and sends a REQ
+    /// for `service_id` to `dest`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(
+        &mut self,
+        ep: &mut Endpoint,
+        qpn: u32,
+        dest: IpAddr,
+        service_id: u64,
+        private_data: &[u8],
+        params: ConnParams,
+    ) -> Result<ConnId, CmError> {
+        let private_data = pad::<REQ_PRIVATE_DATA_LEN>(private_data).ok_or(CmError::PrivateDataTooLong)?;
+        Self::to_init(ep, qpn, params.access)?;
+        let local_id = self.alloc_id();
+        let exp = timeout_exp(self.config.response_timeout);
+        let req = ReqRepr {
+            local_comm_id: local_id,
+            vendor_id: 0,
+            service_id,
+            local_ca_guid: self.config.ca_guid,
+            local_qkey: 0,
+            local_qpn: qpn,
+            responder_resources: params.responder_resources,
+            local_eecn: 0,
+            initiator_depth: params.initiator_depth,
+            remote_eecn: 0,
+            remote_cm_response_timeout: exp,
+            transport_service_type: transport_type::RC,
+            end_to_end_flow_control: false,
+            starting_psn: params.starting_psn,
+            local_cm_response_timeout: exp,
+            retry_count: params.retry_count,
+            pkey: 0xffff,
+            path_mtu: params.path_mtu as u8,
+            rdc_exists: false,
+            rnr_retry_count: params.rnr_retry_count,
+            max_cm_retries: self.config.max_retries.min(15),
+            srq: false,
+            extended_transport_type: 0,
+            primary_path: PathRepr {
+                local_lid: 0xffff,
+                remote_lid: 0xffff,
+                local_gid: gid(ep.local_addr()),
+                remote_gid: gid(dest),
+                traffic_class: params.traffic_class,
+                hop_limit: params.hop_limit,
+                local_ack_timeout: params.local_ack_timeout,
+                ..PathRepr::ZERO
+            },
+            alternate_path: PathRepr::ZERO,
+            sap_supported: false,
+            private_data,
+        };
+        let tid = ep.gsi_send(
+            dest,
+            emit(0, CmMessage::Req(req)),
+            Some(self.config.response_timeout),
+            self.config.max_retries,
+        )?;
+        self.conns.push(Conn {
+            local_id,
+            remote_id: 0,
+            peer: dest.to_canonical(),
+            qpn: Some(qpn),
+            remote_qpn: 0,
+            state: State::ReqSent,
+            tid,
+            dreq_tid: 0,
+            params,
+            req: None,
+            rep: None,
+            drep: None,
+            initiator_depth: 0,
+        });
+        Ok(ConnId(local_id))
+    }
+
+    /// Passive side: takes `qpn` (RESET or INIT) to RTR with the REQ's
+    /// fields and sends the REP. The depths are the smaller of ours and
+    /// what the REQ offers, swapped (its initiator depth bounds our
+    /// responder resources and the reverse).
+    pub fn accept(
+        &mut self,
+        ep: &mut Endpoint,
+        id: ConnId,
+        qpn: u32,
+        private_data: &[u8],
+        params: ConnParams,
+    ) -> Result<(), CmError> {
+        let i = self.find(id)?;
+        let c = &self.conns[i];
+        let (State::ReqRcvd, Some(req)) = (c.state, c.req) else {
+            return Err(CmError::WrongState(id));
+        };
+        let private_data = pad::<REP_PRIVATE_DATA_LEN>(private_data).ok_or(CmError::PrivateDataTooLong)?;
+        let responder_resources = params.responder_resources.min(req.initiator_depth);
+        let initiator_depth = params.initiator_depth.min(req.responder_resources);
+        let (peer, tid, remote_id) = (c.peer, c.tid, c.remote_id);
+        // Checked on receipt of the REQ.
+        let mtu = mtu_from_wire(req.path_mtu).unwrap_or(Mtu::Mtu1024).min_by_bytes(params.path_mtu);
+        let rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(mtu),
+            dest_qp_num: Some(req.local_qpn),
+            rq_psn: Some(req.starting_psn),
+            av: Some(AddressVector {
+                dest: peer,
+                hop_limit: req.primary_path.hop_limit,
+                traffic_class: req.primary_path.traffic_class,
+            }),
+            max_dest_rd_atomic: Some(responder_resources),
+            min_rnr_timer: Some(params.min_rnr_timer),
+            ..QpAttr::default()
+        };
+        let moved = Self::to_init(ep, qpn, params.access).and_then(|_| Ok(ep.modify_qp(qpn, &rtr)?));
+        if let Err(e) = moved {
+            // The consumer's QP is not usable: the peer must not wait.
+            self.send(ep, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
+            self.conns.remove(i);
+            return Err(e);
+        }
+        let rep = emit(
+            tid,
+            CmMessage::Rep(RepRepr {
+                local_comm_id: id.0,
+                remote_comm_id: remote_id,
+                local_qkey: 0,
+                local_qpn: qpn,
+                vendor_id: 0,
+                local_eecn: 0,
+                starting_psn: params.starting_psn,
+                responder_resources,
+                initiator_depth,
+                target_ack_delay: 0,
+                failover_accepted: 0,
+                end_to_end_flow_control: false,
+                rnr_retry_count: params.rnr_retry_count,
+                srq: false,
+                local_ca_guid: self.config.ca_guid,
+                private_data,
+            }),
+        );
+        self.send(ep, peer, rep, true);
+        let c = &mut self.conns[i];
+        c.qpn = Some(qpn);
+        c.state = State::RepSent;
+        c.rep = Some(rep);
+        c.params = params;
+        c.initiator_depth = initiator_depth;
+        Ok(())
+    }
+
+    /// Passive side: refuses a reported REQ.
+    pub fn reject(&mut self, ep: &mut Endpoint, id: ConnId, reason: RejReason) -> Result<(), CmError> {
+        let i = self.find(id)?;
+        let c = &self.conns[i];
+        if c.state != State::ReqRcvd {
+            return Err(CmError::WrongState(id));
+        }
+        self.send(ep, c.peer, rej_mad(c.tid, c.local_id, c.remote_id, msg::REQ, reason), false);
+        self.conns.remove(i);
+        Ok(())
+    }
+
+    /// Either side: moves the QP to ERR and sends a DREQ.
+    pub fn disconnect(&mut self, ep: &mut Endpoint, id: ConnId) -> Result<(), CmError> {
+        let i = self.find(id)?;
+        let c = &self.conns[i];
+        if c.state != State::Established {
+            return Err(CmError::WrongState(id));
+        }
+        Self::to_err(ep, c.qpn);
+        let dreq = emit(
+            0,
+            CmMessage::Dreq(DreqRepr {
+                local_comm_id: c.local_id,
+                remote_comm_id: c.remote_id,
+                remote_qpn: c.remote_qpn,
+                private_data: [0; DREQ_PRIVATE_DATA_LEN],
+            }),
+        );
+        let peer = c.peer;
+        let tid = ep.gsi_send(peer, dreq, Some(self.config.response_timeout), self.config.max_retries)?;
+        let c = &mut self.conns[i];
+        c.dreq_tid = tid;
+        c.state = State::DreqSent;
+        Ok(())
+    }
+
+    /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
+    pub fn process(&mut self, now: Instant, ep: &mut Endpoint) {
+        while let Some(t) = ep.poll_mad_timeout() {
+            self.on_mad_timeout(now, ep, t.dest, t.transaction_id);
+        }
+        while let Some(r) = ep.poll_mad() {
+            let parsed = Mad::new_checked(&r.mad[..]).ok().and_then(|m| CmMadRepr::parse(&m).ok());
+            let Some(cm) = parsed else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            self.on_message(now, ep, r.from.to_canonical(), cm);
+        }
+    }
+
+    fn on_mad_timeout(&mut self, now: Instant, ep: &mut Endpoint, dest: IpAddr, tid: u64) {
+        let Some(i) =
+            self.conns.iter().position(|c| c.peer == dest && (c.tid == tid || (c.dreq_tid == tid && c.dreq_tid != 0)))
+        else {
+            return;
+        };
+        let c = &self.conns[i];
+        let id = ConnId(c.local_id);
+        match c.state {
+            State::ReqSent | State::RepSent => {
+                Self::to_err(ep, c.qpn);
+                self.events.push_back(CmEvent::TimedOut { id });
+                self.conns.remove(i);
+            }
+            State::DreqSent => {
+                // The peer is gone: the disconnect completes locally.
+                self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
+                self.events.push_back(CmEvent::Disconnected { id });
+            }
+            _ => {}
+        }
+    }
+
+    fn by_ids(&self, from: IpAddr, local_id: u32, remote_id: u32) -> Option<usize> {
+        // `local_id` is ours; `remote_id` the peer's (0 if it does not know it yet).
+        self.conns
+            .iter()
+            .position(|c| c.peer == from && c.local_id == local_id && (c.remote_id == remote_id || c.remote_id == 0))
+    }
+
+    fn on_message(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, m: CmMadRepr) {
+        let tid = m.transaction_id;
+        match m.message {
+            CmMessage::Req(req) => self.on_req(ep, from, tid, req),
+            CmMessage::Rep(rep) => self.on_rep(ep, from, tid, rep),
+            CmMessage::Rtu(rtu) => match self.by_ids(from, rtu.remote_comm_id, rtu.local_comm_id) {
+                Some(i) if self.conns[i].state == State::RepSent => self.on_rtu(ep, i),
+                _ => self.stats.unexpected += 1,
+            },
+            CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
+                Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent) => {
+                    let c = self.conns.remove(i);
+                    Self::to_err(ep, c.qpn);
+                    self.events.push_back(CmEvent::Rejected { id: ConnId(c.local_id), reason: rej.reason });
+                }
+                _ => self.stats.unexpected += 1,
+            },
+            CmMessage::Dreq(dreq) => self.on_dreq(now, ep, from, tid, dreq),
+            CmMessage::Drep(drep) => match self.by_ids(from, drep.remote_comm_id, drep.local_comm_id) {
+                Some(i) if self.conns[i].state == State::DreqSent => {
+                    self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
+                    self.events.push_back(CmEvent::Disconnected { id: ConnId(self.conns[i].local_id) });
+                }
+                _ => self.stats.unexpected += 1,
+            },
+            // MRA, SIDR: not handled yet.
+            _ => self.stats.unexpected += 1,
+        }
+    }
+
+    fn on_req(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, req: ReqRepr) {
+        if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
+            // A repeated REQ: our REP was lost (or is slow). Send it again;
+            // in any other state the copy in flight or the RTU settles it.
+            if let (State::RepSent, Some(rep)) = (c.state, c.rep) {
+                self.send(ep, from, rep, true);
+                self.stats.rep_resent += 1;
+            } else {
+                self.stats.unexpected += 1;
+            }
+            return;
+        }
+        let reason = if !self.listens.contains(&req.service_id) {
+            Some(RejReason::INVALID_SERVICE_ID)
+        } else if req.transport_service_type != transport_type::RC {
+            Some(RejReason::INVALID_TRANSPORT_TYPE)
+        } else if mtu_from_wire(req.path_mtu).is_none() {
+            Some(RejReason::INVALID_MTU)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, reason), false);
+            return;
+        }
+        let local_id = self.alloc_id();
+        self.conns.push(Conn {
+            local_id,
+            remote_id: req.local_comm_id,
+            peer: from,
+            qpn: None,
+            remote_qpn: req.local_qpn,
+            state: State::ReqRcvd,
+            tid,
+            dreq_tid: 0,
+            params: ConnParams::default(),
+            req: Some(req),
+            rep: None,
+            drep: None,
+            initiator_depth: 0,
+        });
+        self.events.push_back(CmEvent::ConnectRequest {
+            id: ConnId(local_id),
+            from,
+            service_id: req.service_id,
+            remote_qpn: req.local_qpn,
+            private_data: req.private_data,
+        });
+    }
+
+    fn on_rep(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, rep: RepRepr) {
+        let Some(i) = self.by_ids(from, rep.remote_comm_id, rep.local_comm_id) else {
+            self.stats.unexpected += 1;
+            return;
+        };
+        let c = &self.conns[i];
+        let rtu = emit(
+            tid,
+            CmMessage::Rtu(RtuRepr {
+                local_comm_id: c.local_id,
+                remote_comm_id: rep.local_comm_id,
+                private_data: [0; RTU_PRIVATE_DATA_LEN],
+            }),
+        );
+        match c.state {
+            State::ReqSent => {}
+            // Our RTU was lost: the peer repeats its REP.
+            State::Established if c.remote_id == rep.local_comm_id => return self.send(ep, from, rtu, false),
+            _ => {
+                self.stats.unexpected += 1;
+                return;
+            }
+        }
+        let (Some(qpn), p) = (c.qpn, c.params) else { return };
+        let id = ConnId(c.local_id);
+        // Swapped: the peer's responder resources are our initiator depth.
+        let rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(p.path_mtu),
+            dest_qp_num: Some(rep.local_qpn),
+            rq_psn: Some(rep.starting_psn),
+            av: Some(AddressVector { dest: from, hop_limit: p.hop_limit, traffic_class: p.traffic_class }),
+            max_dest_rd_atomic: Some(rep.initiator_depth),
+            min_rnr_timer: Some(p.min_rnr_timer),
+            ..QpAttr::default()
+        };
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(p.starting_psn),
+            timeout: Some(p.local_ack_timeout),
+            retry_cnt: Some(p.retry_count),
+            rnr_retry: Some(rep.rnr_retry_count),
+            max_rd_atomic: Some(rep.responder_resources),
+            ..QpAttr::default()
+        };
+        if ep.modify_qp(qpn, &rtr).and_then(|_| ep.modify_qp(qpn, &rts)).is_err() {
+            // The REP's values do not fit the QP: refuse it, do not panic.
+            Self::to_err(ep, Some(qpn));
+            self.send(ep, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
+            self.conns.remove(i);
+            self.events.push_back(CmEvent::QpError { id });
+            return;
+        }
+        self.send(ep, from, rtu, false);
+        let c = &mut self.conns[i];
+        c.remote_id = rep.local_comm_id;
+        c.remote_qpn = rep.local_qpn;
+        c.state = State::Established;
+        c.initiator_depth = rep.responder_resources;
+        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn: rep.local_qpn });
+    }
+
+    fn on_rtu(&mut self, ep: &mut Endpoint, i: usize) {
+        let c = &self.conns[i];
+        let (Some(qpn), Some(req)) = (c.qpn, c.req) else { return };
+        let id = ConnId(c.local_id);
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(c.params.starting_psn),
+            timeout: Some(req.primary_path.local_ack_timeout),
+            retry_cnt: Some(req.retry_count),
+            rnr_retry: Some(req.rnr_retry_count),
+            max_rd_atomic: Some(c.initiator_depth),
+            ..QpAttr::default()
+        };
+        if ep.modify_qp(qpn, &rts).is_err() {
+            Self::to_err(ep, Some(qpn));
+            self.conns.remove(i);
+            self.events.push_back(CmEvent::QpError { id });
+            return;
+        }
+        let c = &mut self.conns[i];
+        c.state = State::Established;
+        let remote_qpn = c.remote_qpn;
+        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn });
+    }
+
+    fn on_dreq(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, tid: u64, dreq: DreqRepr) {
+        let found = self.by_ids(from, dreq.remote_comm_id, dreq.local_comm_id);
+        let drep = emit(
+            tid,
+            CmMessage::Drep(DrepRepr {
+                local_comm_id: dreq.remote_comm_id,
+                remote_comm_id: dreq.local_comm_id,
+                private_data: [0; DREP_PRIVATE_DATA_LEN],
+            }),
+        );
+        let Some(i) = found else {
+            // No such connection (long gone): answer so the peer stops
+            // retrying, as Linux does.
+            self.stats.unexpected += 1;
+            return self.send(ep, from, drep, false);
+        };
+        let c = &self.conns[i];
+        // Linux ignores a DREQ not naming its QP; so do we.
+        if c.qpn != Some(dreq.remote_qpn & 0xff_ffff) {
+            self.stats.unexpected += 1;
+            return;
+        }
+        match c.state {
+            State::Established | State::DreqSent => {
+                Self::to_err(ep, c.qpn);
+                self.send(ep, from, drep, false);
+                let id = ConnId(c.local_id);
+                let c = &mut self.conns[i];
+                c.state = State::TimeWait { until: now + self.config.timewait };
+                c.drep = Some(drep);
+                self.events.push_back(CmEvent::Disconnected { id });
+            }
+            // A repeated DREQ: our DREP was lost.
+            State::TimeWait { .. } => {
+                let again = c.drep.unwrap_or(drep);
+                self.send(ep, from, again, false);
+            }
+            _ => self.stats.unexpected += 1,
+        }
+    }
+}
+
+trait MinByBytes {
+    fn min_by_bytes(self, other: Self) -> Self;
+}
+
+impl MinByBytes for Mtu {
+    fn min_by_bytes(self, other: Mtu) -> Mtu {
+        if self.bytes() <= other.bytes() {
+            self
+        } else {
+            other
+        }
+    }
+}

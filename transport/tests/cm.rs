@@ -1,0 +1,235 @@
+//! The IB CM state machine on the simulated link: REQ/REP/RTU connects an
+//! RC pair that then carries a SEND, an unknown service gets REJ 8, a lost
+//! REP is recovered through the repeated REQ, and DREQ/DREP tears down.
+
+use core::net::{IpAddr, Ipv4Addr};
+use core::time::Duration;
+use rdma_transport::cm::{Cm, CmConfig, CmEvent, ConnId, ConnParams};
+use rdma_transport::sim::{LinkConfig, Sim, Verdict};
+use rdma_transport::*;
+use rdma_wire::cm::{CmMadRepr, CmMessage, RejReason};
+use rdma_wire::mad::Mad;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+const SERVICE: u64 = 0x0000_0106_0000_4e20;
+const MS: Duration = Duration::from_millis(1);
+
+struct Node {
+    cm: Cm,
+    qpn: u32,
+    cq: CqId,
+    mem: RegionMemory,
+    lkey: u32,
+    events: Vec<CmEvent>,
+}
+
+fn node(sim: &mut Sim, i: usize, config: CmConfig) -> Node {
+    let ep = sim.ep(i);
+    let pd = ep.alloc_pd();
+    let cq = ep.create_cq(64);
+    let mem = RegionMemory::zeroed(4096);
+    let (lkey, _) = ep.reg_mr(pd, 0x1000, mem.clone(), Access::ALL);
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    };
+    let qpn = ep.create_qp(init).unwrap();
+    Node { cm: Cm::new(config), qpn, cq, mem, lkey, events: Vec::new() }
+}
+
+fn setup(b_config: CmConfig) -> (Sim, Node, Node) {
+    let mut sim = Sim::new(7, LinkConfig::default());
+    sim.add_endpoint(Endpoint::with_seed(A, 1));
+    sim.add_endpoint(Endpoint::with_seed(B, 2));
+    let a = node(&mut sim, 0, CmConfig { first_comm_id: 0x100, ..CmConfig::default() });
+    let mut b = node(&mut sim, 1, b_config);
+    b.cm.listen(SERVICE);
+    (sim, a, b)
+}
+
+fn params(psn: u32) -> ConnParams {
+    ConnParams { starting_psn: psn, responder_resources: 4, initiator_depth: 2, ..ConnParams::default() }
+}
+
+/// Runs the link and both CMs; B accepts every connect request with its
+/// QP. Stops when `done` holds or at `limit`.
+fn run(sim: &mut Sim, a: &mut Node, b: &mut Node, limit: Duration, done: impl Fn(&Node, &Node) -> bool) {
+    sim.run_until(limit, |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = a.cm.poll_event() {
+            a.events.push(e);
+        }
+        while let Some(e) = b.cm.poll_event() {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                b.cm.accept(s.ep(1), id, b.qpn, b"pong", params(0x20)).unwrap();
+            }
+            b.events.push(e);
+        }
+        done(a, b)
+    });
+}
+
+fn established(n: &Node) -> bool {
+    n.events.iter().any(|e| matches!(e, CmEvent::Established { .. }))
+}
+
+fn connect(sim: &mut Sim, a: &mut Node, b: &mut Node) -> ConnId {
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", params(0x10)).unwrap();
+    run(sim, a, b, Duration::from_secs(5), |a, b| established(a) && established(b));
+    id
+}
+
+#[test]
+fn req_rep_rtu_connects_an_rc_pair_that_carries_a_send() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = connect(&mut sim, &mut a, &mut b);
+    assert_eq!(a.events, vec![CmEvent::Established { id, qpn: a.qpn, remote_qpn: b.qpn }]);
+    let CmEvent::ConnectRequest { from, service_id, remote_qpn, private_data, .. } = b.events[0] else {
+        panic!("B first sees the request: {:?}", b.events)
+    };
+    assert_eq!((from, service_id, remote_qpn, &private_data[..4]), (A, SERVICE, a.qpn, &b"ping"[..]));
+    assert!(matches!(b.events[1], CmEvent::Established { qpn, remote_qpn, .. } if qpn == b.qpn && remote_qpn == a.qpn));
+
+    // The QPs hold what REQ and REP carried, depths swapped and bounded:
+    // A offered 4 responder resources / depth 2, B the same, so each side
+    // issues min(own depth 2, peer's resources 4) and accepts 2.
+    let (sa, pa) = sim.ep(0).query_qp(a.qpn).unwrap();
+    let (sb, pb) = sim.ep(1).query_qp(b.qpn).unwrap();
+    assert_eq!((sa, sb), (QpState::Rts, QpState::Rts));
+    assert_eq!((pa.dest_qp, pb.dest_qp), (b.qpn, a.qpn));
+    assert_eq!((pa.max_rd_atomic, pa.max_dest_rd_atomic), (2, 2));
+    assert_eq!((pb.max_rd_atomic, pb.max_dest_rd_atomic), (2, 2));
+    assert_eq!(pb.av.map(|v| v.dest), Some(A));
+
+    // A SEND with data crosses the connection: the PSNs agree.
+    b.mem.write(0, &[0u8; 64]);
+    let recv = RecvWr { wr_id: 7, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: b.lkey }] };
+    sim.ep(1).post_recv(b.qpn, recv).unwrap();
+    a.mem.write(0, b"hello over CM");
+    let send = SendWr {
+        wr_id: 9,
+        op: SendOp::Send,
+        sg_list: vec![Sge { addr: 0x1000, length: 13, lkey: a.lkey }],
+        signaled: true,
+        solicited: false,
+        inline_data: None,
+        ud: None,
+    };
+    sim.ep(0).post_send(a.qpn, send).unwrap();
+    let (mut wa, mut wb) = (Vec::new(), Vec::new());
+    sim.run_until(Duration::from_secs(1), |s| {
+        wa.extend(s.ep(0).poll_cq(a.cq, 8));
+        wb.extend(s.ep(1).poll_cq(b.cq, 8));
+        !wa.is_empty() && !wb.is_empty()
+    });
+    assert_eq!(wa.len(), 1);
+    assert_eq!((wa[0].wr_id, wa[0].status), (9, WcStatus::Success));
+    assert_eq!((wb[0].wr_id, wb[0].status, wb[0].byte_len), (7, WcStatus::Success, 13));
+    let mut got = [0u8; 13];
+    b.mem.read(0, &mut got);
+    assert_eq!(&got, b"hello over CM");
+    assert_eq!((a.cm.stats().unexpected, b.cm.stats().unexpected), (0, 0));
+}
+
+#[test]
+fn a_req_for_an_unknown_service_is_rejected_with_reason_8() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE + 1, b"", params(0x10)).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, _| !a.events.is_empty());
+    assert_eq!(a.events, vec![CmEvent::Rejected { id, reason: RejReason::INVALID_SERVICE_ID }]);
+    assert!(b.events.is_empty(), "B's consumer never hears of it");
+    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0));
+    // The REJ answered the REQ: no retransmission, no timeout later.
+    sim.run_idle(Duration::from_secs(2));
+    a.cm.process(sim.now, sim.ep(0));
+    assert!(a.cm.poll_event().is_none());
+    assert_eq!((sim.ep(0).stats().mads_sent, sim.ep(0).stats().mad_timeouts), (1, 0));
+    assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Reset);
+}
+
+#[test]
+fn a_lost_rep_is_sent_again_on_the_repeated_req_and_one_connection_results() {
+    // B waits longer than A for an answer, so A's REQ retry comes first.
+    let (mut sim, mut a, mut b) = setup(CmConfig { response_timeout: 500 * MS, ..CmConfig::default() });
+    let kinds: Rc<RefCell<Vec<(usize, u16)>>> = Rc::default();
+    let log = kinds.clone();
+    let mut reps_seen = 0;
+    sim.set_tap(move |_, from, pkt| {
+        // The CM attribute ID sits at MAD offset 16; the MAD ends the
+        // packet, ahead of the 4-byte ICRC.
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        let attr = u16::from_be_bytes([mad[16], mad[17]]);
+        log.borrow_mut().push((from, attr));
+        if from == 1 && attr == 0x0013 {
+            reps_seen += 1;
+            if reps_seen == 1 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Deliver
+    });
+    let t0 = sim.now;
+    let id = connect(&mut sim, &mut a, &mut b);
+    assert!(sim.now >= t0 + 50 * MS, "established only after the REQ's retry");
+    assert_eq!(a.events, vec![CmEvent::Established { id, qpn: a.qpn, remote_qpn: b.qpn }]);
+    let requests = b.events.iter().filter(|e| matches!(e, CmEvent::ConnectRequest { .. })).count();
+    assert_eq!(requests, 1, "the repeated REQ is no new connection");
+    assert_eq!(b.cm.connections(), 1);
+    assert_eq!(b.cm.stats().rep_resent, 1);
+    // REQ, REP (lost), REQ again, REP again, RTU.
+    assert_eq!(*kinds.borrow(), vec![(0, 0x0010), (1, 0x0013), (0, 0x0010), (1, 0x0013), (0, 0x0014)]);
+    sim.run_idle(Duration::from_secs(3));
+    assert_eq!(kinds.borrow().len(), 5, "nothing more: every send was answered");
+    assert_eq!((sim.ep(0).stats().mad_timeouts, sim.ep(1).stats().mad_timeouts), (0, 0));
+}
+
+#[test]
+fn dreq_drep_disconnects_and_both_qps_go_to_err() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = connect(&mut sim, &mut a, &mut b);
+    a.cm.disconnect(sim.ep(0), id).unwrap();
+    assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err, "ERR at once, before the DREQ leaves");
+    let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, b| gone(a) && gone(b));
+    assert_eq!(a.events.last(), Some(&CmEvent::Disconnected { id }));
+    assert!(gone(&b));
+    assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
+    assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Err);
+    // Time-wait: remembered until the CM's own timer fires.
+    let deadline = a.cm.poll_timeout().expect("a time-wait timer");
+    assert!(b.cm.poll_timeout().is_some());
+    a.cm.handle_timeout(deadline);
+    b.cm.handle_timeout(deadline + Duration::from_secs(1));
+    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0));
+    assert_eq!(sim.ep(0).stats().mad_timeouts, 0, "the DREP answered the DREQ");
+}
+
+#[test]
+fn garbage_and_unexpected_cm_messages_are_counted_not_fatal() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    // A REP for no connection, and a MAD of another class.
+    let rep = CmMadRepr {
+        transaction_id: 5,
+        attribute_modifier: 0,
+        message: CmMessage::Rtu(rdma_wire::cm::RtuRepr { local_comm_id: 1, remote_comm_id: 2, private_data: [0; 224] }),
+    };
+    let mut buf = [0u8; 256];
+    rep.emit(&mut Mad::new_checked(&mut buf[..]).unwrap()).unwrap();
+    sim.ep(0).gsi_send(B, buf, None, 0).unwrap();
+    let mut other = buf;
+    other[1] = 0x03; // management class SA
+    sim.ep(0).gsi_send(B, other, None, 0).unwrap();
+    run(&mut sim, &mut a, &mut b, 10 * MS, |_, _| false);
+    assert_eq!((b.cm.stats().unexpected, b.cm.stats().malformed), (1, 1));
+    assert!(b.events.is_empty());
+}

@@ -130,6 +130,14 @@ pub struct QpInitAttr {
     pub sq_sig_all: bool,
 }
 
+impl QpInitAttr {
+    /// A QP of `qp_type` in `pd` completing into `cq` both ways, with no
+    /// SRQ, the default capacities and only signaled sends completing.
+    pub fn new(qp_type: QpType, pd: Pd, cq: CqId) -> QpInitAttr {
+        QpInitAttr { qp_type, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap::default(), sq_sig_all: false }
+    }
+}
+
 /// Attributes for `modify_qp` (`ibv_qp_attr`). A field set to `Some` is in
 /// the attribute mask; which ones a transition requires follows
 /// `ibv_modify_qp(3)`.

@@ -19,7 +19,7 @@
 
 use crate::cq::CqTable;
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
-use crate::memory::{Access, MemoryTable, Pd};
+use crate::memory::{Access, MemoryTable, Pd, RegionMemory};
 use crate::qp::{Qp, QpType};
 use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
@@ -653,7 +653,7 @@ impl Qp {
             }
         }
         let mtu = u64::from(self.params.mtu.bytes());
-        self.check_read_source(mrs, mtu);
+        let checked = self.check_read_source(mrs, mtu);
         let resp = self.resp.out.front_mut()?;
         let mut bth = BthRepr {
             pkey: self.params.pkey,
@@ -697,16 +697,13 @@ impl Qp {
                 (t, Some(src), last)
             }
         };
-        // Where a READ response's bytes are (`check_read_source` made sure
-        // the region still allows it). They travel by reference when the
-        // framer takes them so.
+        // Where a READ response's bytes are, as `check_read_source` found
+        // them (the region still allows it). They travel by reference when
+        // the framer takes them so.
         // READ responses are data (ECN-capable); ACKs keep the traffic class.
         let av = if payload_src.is_some() { av.for_data(self.ecn_capable) } else { av };
         let n = payload_src.map_or(0, |s| s.2);
-        let src = payload_src.filter(|s| s.2 > 0).and_then(|(rkey, va, n)| {
-            let (r, at) = mrs.check(rkey, self.init.pd, va, n as u64, Access::REMOTE_READ).ok()?;
-            Some((&r.memory, at))
-        });
+        let src = payload_src.filter(|s| s.2 > 0).and(checked);
         if let Some((memory, at)) = src.filter(|_| framer.takes_by_ref(n)) {
             let (len, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, (memory.clone(), at, n));
             self.responded(done);
@@ -730,19 +727,27 @@ impl Qp {
     /// than send bytes it may no longer read, or zeros under a success
     /// status, the response becomes a NAK Remote Access Error for the PSN
     /// it had reached, and the QP goes to the error state once it is sent.
-    fn check_read_source(&mut self, mrs: &MemoryTable, mtu: u64) {
+    /// Returns where the packet's bytes are (region and offset), once
+    /// checked, so that they are looked up once per packet.
+    fn check_read_source<'m>(&mut self, mrs: &'m MemoryTable, mtu: u64) -> Option<(&'m RegionMemory, usize)> {
         let pd = self.init.pd;
         let allowed = self.params.access.contains(Access::REMOTE_READ);
-        let Some(Response::Read { psn, rkey, va, remaining, msn, .. }) = self.resp.out.front() else { return };
+        let Some(Response::Read { psn, rkey, va, remaining, msn, .. }) = self.resp.out.front() else { return None };
         let n = (*remaining).min(mtu);
-        if n == 0 || (allowed && mrs.check(*rkey, pd, *va, n, Access::REMOTE_READ).is_ok()) {
-            return;
+        if n == 0 {
+            return None;
+        }
+        if allowed {
+            if let Ok((r, at)) = mrs.check(*rkey, pd, *va, n, Access::REMOTE_READ) {
+                return Some((&r.memory, at));
+            }
         }
         tracing::debug!(qpn = self.num, rkey, "READ response: the region is gone or no longer readable");
         let (psn, msn) = (*psn, *msn);
         self.resp.out.clear();
         self.resp.out.push_back(Response::Ack { psn, syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
         self.resp.fatal = true;
+        None
     }
 
     /// The front response has sent a packet: `done` if it was its last.

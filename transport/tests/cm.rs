@@ -32,15 +32,7 @@ fn node(sim: &mut Sim, i: usize, config: CmConfig) -> Node {
     let cq = ep.create_cq(64);
     let mem = RegionMemory::zeroed(4096);
     let (lkey, _) = ep.reg_mr(pd, 0x1000, mem.clone(), Access::ALL);
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
+    let init = QpInitAttr::new(QpType::Rc, pd, cq);
     let qpn = ep.create_qp(init).unwrap();
     Node { cm: Cm::new(config), qpn, cq, mem, lkey, events: Vec::new() }
 }

@@ -291,15 +291,7 @@ fn a_full_cq_raises_a_cq_error_and_fails_its_qps() {
     let (mut sim, a, b) = pair(PairConfig::default());
     let small = sim.ep(b.ep).create_cq(2);
     let pd = b.pd;
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: small,
-        recv_cq: small,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
+    let init = QpInitAttr::new(QpType::Rc, pd, small);
     let qpn = sim.ep(b.ep).create_qp(init).unwrap();
     let cfg = PairConfig::default();
     rdma_transport::sim::bring_up(sim.ep(b.ep), qpn, IpAddr::from(A), a.qpn, EPSN, 0x20, &cfg);
@@ -328,15 +320,7 @@ fn identifiers_are_drawn_at_random_and_seeds_reproduce_them() {
     let ids = |mut ep: Endpoint| {
         let pd = ep.alloc_pd();
         let cq = ep.create_cq(4);
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap::default(),
-            sq_sig_all: false,
-        };
+        let init = QpInitAttr::new(QpType::Rc, pd, cq);
         let qpn = ep.create_qp(init).unwrap();
         let (_, rkey) = ep.reg_mr(pd, 0x1000, RegionMemory::zeroed(64), Access::ALL);
         assert!((0x11..=0xff_ffff).contains(&qpn));

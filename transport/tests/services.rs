@@ -191,15 +191,7 @@ fn qp_state_machine_follows_ibv_modify_qp() {
     let mut ep = Endpoint::new(IpAddr::from([127, 0, 0, 1]));
     let pd = ep.alloc_pd();
     let cq = ep.create_cq(16);
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
+    let init = QpInitAttr::new(QpType::Rc, pd, cq);
     let qpn = ep.create_qp(init).unwrap();
     let to = |s| QpAttr { qp_state: Some(s), ..QpAttr::default() };
     assert!(matches!(

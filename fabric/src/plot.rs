@@ -2,7 +2,7 @@
 //! queue over time, as two panels of one SVG. Only SVG: the bitmap
 //! backend would need system fonts and image libraries.
 
-use crate::report::Report;
+use crate::report::{Report, Series};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -38,9 +38,15 @@ pub fn check_path(path: &Path) -> Result<(), PlotError> {
 
 /// Writes the plot of `r` to `path`, which must end in `.svg`.
 pub fn write(r: &Report, path: &Path) -> Result<(), PlotError> {
+    let title = if r.trajectory.is_some() { "reaction point rate" } else { "per-flow delivered rate" };
+    write_series(&format!("{} (seed {}): {title}", r.scenario, r.seed), &r.series, path)
+}
+
+/// Writes `s` (per-flow rates, and the queue if any) under `caption`: for
+/// any run with these series, simulated or live (`rdma-bottleneck`).
+pub fn write_series(caption: &str, s: &Series, path: &Path) -> Result<(), PlotError> {
     check_path(path)?;
     let name = path.display().to_string();
-    let s = &r.series;
     if s.flow_rates.iter().all(|f| f.is_empty()) && s.queue.is_empty() {
         return Err(PlotError::Empty);
     }
@@ -52,9 +58,8 @@ pub fn write(r: &Report, path: &Path) -> Result<(), PlotError> {
     let t_end = s.flow_rates.iter().flatten().chain(&s.queue).map(|p| p.0).fold(1.0, f64::max);
 
     let y_max = s.flow_rates.iter().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.05;
-    let title = if r.trajectory.is_some() { "reaction point rate" } else { "per-flow delivered rate" };
     let mut chart = ChartBuilder::on(&areas[0])
-        .caption(format!("{} (seed {}): {title}", r.scenario, r.seed), ("sans-serif", 16))
+        .caption(caption, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)

@@ -132,26 +132,54 @@ struct Args {
     #[arg(long = "no-ecn")]
     no_ecn: bool,
     /// DCQCN congestion control on this side's device: paper (Zhu et al.
-    /// 2015) or nvidia (CX-4+ firmware defaults), both at a 100 Gb/s line
-    /// rate, or off. CNPs for CE-marked data are sent either way.
+    /// 2015) or nvidia (CX-4+ firmware defaults), starting from --line-rate,
+    /// or off. CNPs for CE-marked data are sent either way.
     #[arg(long = "dcqcn", default_value = "off", value_parser = parse_dcqcn)]
     dcqcn: Dcqcn,
+    /// The line rate DCQCN starts from and never exceeds, Gb/s: the NIC's
+    /// speed (set it near the path's when a slow bottleneck is under study).
+    #[arg(long = "line-rate", default_value_t = 100.0, value_parser = parse_line_rate)]
+    line_rate: f64,
 }
 
-/// `--dcqcn`'s value (a newtype: clap takes a bare `Option` for "may be absent").
+/// `--dcqcn`'s value: a preset, or off.
 #[derive(Debug, Clone, Copy)]
-struct Dcqcn(Option<rdma_core_rs::DcqcnParams>);
+enum Dcqcn {
+    Off,
+    Paper,
+    Nvidia,
+}
 
-/// The line rate the `--dcqcn` presets start from (and never exceed).
-const DCQCN_LINE_RATE: u64 = 100_000_000_000;
+impl Dcqcn {
+    fn params(self, line_rate_gbps: f64) -> Option<rdma_core_rs::DcqcnParams> {
+        use rdma_core_rs::DcqcnParams;
+        let bps = (line_rate_gbps * 1e9) as u64;
+        let preset = match self {
+            Dcqcn::Off => return None,
+            Dcqcn::Paper => DcqcnParams::paper(bps),
+            Dcqcn::Nvidia => DcqcnParams::nvidia(bps),
+        };
+        // Real sockets wake late: let the pacer make up for it (see the field).
+        Some(DcqcnParams { pacer_burst: PACER_BURST, ..preset })
+    }
+}
+
+/// The pacer's catch-up allowance on real sockets.
+const PACER_BURST: std::time::Duration = std::time::Duration::from_micros(250);
 
 fn parse_dcqcn(s: &str) -> Result<Dcqcn, String> {
-    use rdma_core_rs::DcqcnParams;
     match s {
-        "off" => Ok(Dcqcn(None)),
-        "paper" => Ok(Dcqcn(Some(DcqcnParams::paper(DCQCN_LINE_RATE)))),
-        "nvidia" => Ok(Dcqcn(Some(DcqcnParams::nvidia(DCQCN_LINE_RATE)))),
+        "off" => Ok(Dcqcn::Off),
+        "paper" => Ok(Dcqcn::Paper),
+        "nvidia" => Ok(Dcqcn::Nvidia),
         _ => Err(format!("{s:?}: expected paper, nvidia or off")),
+    }
+}
+
+fn parse_line_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.001..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: expected Gb/s between 0.001 and 1000")),
     }
 }
 
@@ -224,7 +252,7 @@ fn config(a: &Args) -> Result<Config, String> {
         mem_budget: a.mem_budget,
         tos: a.tos,
         ecn_capable: !a.no_ecn,
-        dcqcn: a.dcqcn.0,
+        dcqcn: a.dcqcn.params(a.line_rate),
     })
 }
 

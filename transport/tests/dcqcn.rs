@@ -408,6 +408,44 @@ fn pacer_banks_no_credit_and_repaces_on_a_rate_change() {
     assert_eq!(z.next_send_at(Instant::ZERO), Instant::from_nanos(8_000_000_000));
 }
 
+/// Packets a sender gets out in `span` when it only wakes every `tick`
+/// and then sends everything the pacer allows (1000-byte packets).
+fn sent_with_coarse_wakeups(mut p: Pacer, tick: Duration, span: Duration) -> u64 {
+    let (mut t, mut sent) = (Instant::ZERO, 0);
+    while t.as_nanos() < span.as_nanos() as u64 {
+        while p.next_send_at(t) <= t {
+            p.on_sent(t, 1000);
+            sent += 1;
+        }
+        t = Instant::from_nanos(t.as_nanos() + tick.as_nanos() as u64);
+    }
+    sent
+}
+
+#[test]
+fn a_burst_allowance_lets_a_late_sender_keep_its_rate() {
+    // 1 Gb/s: a 1000-byte packet every 8 µs, 1250 in 10 ms. A sender that
+    // wakes every 50 µs gets one packet per wake-up without an allowance...
+    let span = Duration::from_millis(10);
+    let tick = Duration::from_micros(50);
+    assert_eq!(sent_with_coarse_wakeups(Pacer::new(G), tick, span), 200);
+    // ... and its full rate with 100 µs of credit: every packet due by the
+    // last wake-up (9950 µs; one at 0, then one per 8 µs) has left.
+    let n = sent_with_coarse_wakeups(Pacer::with_burst(G, Duration::from_micros(100)), tick, span);
+    assert_eq!(n, 9_950 / 8 + 1);
+    // The credit is bounded: after a long idle, one burst of 100 µs (12.5
+    // packets' worth), then the rate again.
+    let mut p = Pacer::with_burst(G, Duration::from_micros(100));
+    let t = us(10_000);
+    let mut burst = 0;
+    while p.next_send_at(t) <= t {
+        p.on_sent(t, 1000);
+        burst += 1;
+    }
+    assert_eq!(burst, 13);
+    assert_eq!(p.next_send_at(t), t + Duration::from_nanos(4_000));
+}
+
 /// One input to a reaction point.
 #[derive(Debug, Clone, Copy)]
 enum Ev {

@@ -4,9 +4,11 @@
 //! bytes·8/rate seconds. The debt is kept exactly, in bits × 10^9 (bit·ns at
 //! 1 b/s), so n back-to-back packets leave at exactly
 //! ceil(total bits · 10^9 / rate) ns after the first: rounding never
-//! accumulates, however long the run. Idle time earns no credit (no bursts).
+//! accumulates, however long the run. Idle or late time earns credit only
+//! up to the burst allowance (none by default: exact pacing).
 
 use crate::Instant;
+use core::time::Duration;
 
 const NS_PER_S: u128 = 1_000_000_000;
 
@@ -15,15 +17,25 @@ pub struct Pacer {
     rate_bps: u64,
     /// The debt is measured from here.
     anchor: Instant,
-    /// Bits × 10^9 not yet drained at `anchor`; at most `rate` below zero
-    /// (the sub-nanosecond part of the last packet, kept to avoid drift).
+    /// Bits × 10^9 not yet drained at `anchor`; below zero by at most the
+    /// burst allowance (and the sub-nanosecond part of the last packet,
+    /// kept to avoid drift).
     debt: i128,
+    /// Link time a late or idle sender may make up for.
+    burst: Duration,
 }
 
 impl Pacer {
     /// A pacer at `rate_bps` (at least 1 b/s), with the link free.
     pub fn new(rate_bps: u64) -> Pacer {
-        Pacer { rate_bps: rate_bps.max(1), anchor: Instant::ZERO, debt: 0 }
+        Pacer::with_burst(rate_bps, Duration::ZERO)
+    }
+
+    /// A pacer that lets a sender which comes late (or idles) send up to
+    /// `burst` of link time at once to catch up: what real sockets need,
+    /// where wake-ups are late by tens of microseconds.
+    pub fn with_burst(rate_bps: u64, burst: Duration) -> Pacer {
+        Pacer { rate_bps: rate_bps.max(1), anchor: Instant::ZERO, debt: 0, burst }
     }
 
     pub fn rate(&self) -> u64 {
@@ -62,9 +74,20 @@ impl Pacer {
         if t <= self.anchor {
             return;
         }
-        let idle = t > self.busy_until();
         let drained = u128::from(t.as_nanos() - self.anchor.as_nanos()) * u128::from(self.rate_bps);
-        self.debt = if idle { 0 } else { self.debt - drained as i128 };
+        let credit = self.burst.as_nanos() as i128 * i128::from(self.rate_bps);
+        let debt = self.debt.saturating_sub(i128::try_from(drained).unwrap_or(i128::MAX));
+        // Without an allowance, idle time ends the debt at zero, keeping the
+        // sub-nanosecond remainder only while the link stays busy.
+        self.debt = if credit == 0 {
+            if t > self.busy_until() {
+                0
+            } else {
+                debt
+            }
+        } else {
+            debt.max(-credit)
+        };
         self.anchor = t;
     }
 }

@@ -98,6 +98,12 @@ pub struct DcqcnParams {
     pub cnp_dscp: u8,
     /// 802.1p priority of CNPs.
     pub cnp_prio: u8,
+    /// Credit a QP's pacer may keep when its sender comes late or idles, as
+    /// link time at the current rate. Zero (the presets) paces exactly, as
+    /// a simulation's timers fire on time; over real sockets, where wake-ups
+    /// come tens of microseconds late, zero loses that time on every packet,
+    /// and a few hundred µs lets a late sender catch up (`rdma-perf --dcqcn`).
+    pub pacer_burst: Duration,
 }
 
 const MBPS: u64 = 1_000_000;
@@ -127,6 +133,7 @@ impl DcqcnParams {
             cnp_interval: Duration::from_micros(50),
             cnp_dscp: 48,
             cnp_prio: 6,
+            pacer_burst: Duration::ZERO,
         }
     }
 
@@ -154,6 +161,7 @@ impl DcqcnParams {
             cnp_interval: Duration::from_micros(4),
             cnp_dscp: 48,
             cnp_prio: 6,
+            pacer_burst: Duration::ZERO,
         }
     }
 

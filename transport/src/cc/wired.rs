@@ -18,7 +18,7 @@ pub(crate) struct RateControl {
 impl RateControl {
     pub fn new(params: DcqcnParams) -> RateControl {
         let rp = ReactionPoint::new(params);
-        let pacer = Pacer::new(rp.rate());
+        let pacer = Pacer::with_burst(rp.rate(), params.pacer_burst);
         RateControl { rp, pacer }
     }
 }

@@ -1,0 +1,226 @@
+//! DCQCN end to end over real sockets: two `rdma-perf` write-bw flows in one
+//! network namespace send to two servers in another through
+//! `rdma-bottleneck`'s router (run in this process), whose rate-limited
+//! queue marks CE with RED. With DCQCN on, the CE marks come back as CNPs,
+//! the senders cut their rates, and the queue holds: no drops, the link
+//! busy, the flows fair. With DCQCN off and the same queue, the senders
+//! overrun it: drops and retransmissions. scripts/live-bottleneck.sh is
+//! the same experiment for people, with a plot and the simulated figures.
+//!
+//! Needs root (namespaces, TUN devices); without it the test says so and passes.
+
+use rdma_bottleneck::netns::Prefix;
+use rdma_bottleneck::router::{Router, RouterConfig, Side};
+use rdma_fabric::switch::Red;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+const FLOWS: usize = 2;
+const SECONDS: u64 = 6;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Two namespaces, removed on drop.
+struct Namespaces([String; 2]);
+
+impl Namespaces {
+    fn make(tag: &str) -> Namespaces {
+        let id = std::process::id() % 100_000;
+        let ns = Namespaces([format!("lb-{tag}-l-{id}"), format!("lb-{tag}-r-{id}")]);
+        for n in &ns.0 {
+            let ok = Command::new("ip").args(["netns", "add", n]).status().expect("ip").success();
+            assert!(ok, "ip netns add {n}");
+        }
+        ns
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// A child process killed on drop, so a failed run leaves nothing behind.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn wait_output(mut self) -> std::process::Output {
+        self.0.take().expect("running").wait_with_output().expect("wait")
+    }
+
+    /// Waits up to `limit` for it to exit by itself; kills it otherwise.
+    fn wait_or_kill(mut self, limit: Duration) {
+        let mut c = self.0.take().expect("running");
+        let end = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < end {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn rdma_perf(netns: &str, args: &[String]) -> Proc {
+    let child = Command::new("ip")
+        .args(["netns", "exec", netns, env!("CARGO_BIN_EXE_rdma-perf")])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rdma-perf");
+    Proc(Some(child))
+}
+
+struct Outcome {
+    report: rdma_bottleneck::meter::LiveReport,
+    /// Each client's JSON report, or its error output if it failed.
+    clients: Vec<Result<serde_json::Value, String>>,
+}
+
+fn run(tag: &str, dcqcn: &str, rate_mbps: u64, buffer_bytes: u64) -> Outcome {
+    let ns = Namespaces::make(tag);
+    let addrs = |side: u8| (1..=FLOWS).map(|i| format!("10.78.{side}.{i}/24").parse::<Prefix>().unwrap()).collect();
+    let router = Router::new(RouterConfig {
+        left: Side { netns: ns.0[0].clone(), dev: "bneck0".into(), addrs: addrs(1) },
+        right: Side { netns: ns.0[1].clone(), dev: "bneck0".into(), addrs: addrs(2) },
+        rate_bps: rate_mbps * 1_000_000,
+        buffer_bytes,
+        red: Some(Red::PAPER),
+        seed: 1,
+        window: Duration::from_millis(10),
+        mtu: 9000,
+    })
+    .expect("router");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let routed =
+            s.spawn(|| router.run(&stop, Some(Duration::from_secs(SECONDS + 5)), Duration::from_secs(1), |_, _| {}));
+        let servers: Vec<Proc> = (1..=FLOWS)
+            .map(|i| {
+                rdma_perf(
+                    &ns.0[1],
+                    &[
+                        "write-bw".into(),
+                        "--bind".into(),
+                        format!("10.78.2.{i}"),
+                        "-p".into(),
+                        format!("{}", 18700 + i),
+                        "--json".into(),
+                        "--quiet".into(),
+                    ],
+                )
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let line_rate = format!("{}", rate_mbps as f64 * 2.0 / 1000.0);
+        let clients: Vec<Proc> = (1..=FLOWS)
+            .map(|i| {
+                rdma_perf(
+                    &ns.0[0],
+                    &[
+                        "write-bw".into(),
+                        format!("10.78.2.{i}"),
+                        "--bind".into(),
+                        format!("10.78.1.{i}"),
+                        "-p".into(),
+                        format!("{}", 18700 + i),
+                        "-D".into(),
+                        SECONDS.to_string(),
+                        "--dcqcn".into(),
+                        dcqcn.into(),
+                        "--line-rate".into(),
+                        line_rate.clone(),
+                        "--json".into(),
+                        "--quiet".into(),
+                    ],
+                )
+            })
+            .collect();
+        let clients: Vec<Result<serde_json::Value, String>> = clients
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_output();
+                if out.status.success() {
+                    Ok(serde_json::from_slice(&out.stdout).expect("client JSON"))
+                } else {
+                    Err(String::from_utf8_lossy(&out.stderr).into_owned())
+                }
+            })
+            .collect();
+        // A server whose client gave up fails too (the clients tell why),
+        // or may not hear of it: it gets a few seconds.
+        for sv in servers {
+            sv.wait_or_kill(Duration::from_secs(5));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (report, _) = routed.join().expect("router thread").expect("router run");
+        eprintln!("{tag}: {}", report.table());
+        Outcome { report, clients }
+    })
+}
+
+#[test]
+fn dcqcn_holds_a_live_bottleneck_without_loss_and_drop_tail_without_it_loses() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespaces and TUN devices need root; run as root to check DCQCN end to end");
+        return;
+    }
+    // 100 Mb/s: well below what even a debug build on a loaded host can
+    // offer, so the senders are really throttled by the bottleneck. The
+    // buffer is twice Kmax: marking has room to act before the tail drops.
+    let on = run("on", "nvidia", 100, 400_000);
+    let r = &on.report;
+    assert_eq!(r.flows.len(), FLOWS, "both flows went through the router");
+    assert_eq!(r.drops, 0, "DCQCN kept the queue inside the buffer");
+    assert!(
+        r.ecn_marks > 0 && r.cnps > 0,
+        "the queue marked and the receivers answered: {} marks, {} CNPs",
+        r.ecn_marks,
+        r.cnps
+    );
+    for c in &on.clients {
+        let c = c.as_ref().expect("every DCQCN client finished");
+        let cuts = c["counters"]["rate_cuts"].as_u64().unwrap_or(0);
+        assert!(cuts > 0, "every sender cut its rate on CNPs: {c}");
+        // Nothing was dropped, but a loaded host can stall a process past
+        // its ACK timeout: allow a spurious retransmission or two, no more.
+        let rtx = c["retransmits"].as_u64().unwrap_or(u64::MAX);
+        assert!(rtx <= 2, "next to no retransmissions: {c}");
+    }
+    let tf = r.throughput_fraction.unwrap();
+    assert!(tf >= 0.8, "the link stayed busy: {tf:.3} of it delivered");
+    let jain = r.jain.unwrap();
+    assert!(jain >= 0.9, "the flows shared it: Jain {jain:.3}, {:?} Gb/s", r.flows);
+
+    // Without DCQCN, a smaller queue on a slower link, so that the senders
+    // overrun it even on a slow host.
+    let off = run("off", "off", 50, 100_000);
+    assert!(off.report.drops > 0, "without DCQCN the senders overran the queue");
+    // Go-back-N resends the whole window into the same full queue: each
+    // client retransmitted, or lost so often that it gave up.
+    for c in &off.clients {
+        match c {
+            Ok(c) => assert!(c["retransmits"].as_u64().unwrap_or(0) > 0, "the drops cost retransmissions: {c}"),
+            Err(e) => assert!(e.contains("RetryExcErr"), "a client may only fail by exhausting its retries: {e}"),
+        }
+    }
+}

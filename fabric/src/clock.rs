@@ -25,17 +25,30 @@ pub enum Event {
     Sample,
 }
 
-/// A min-heap of (time, sequence, event).
+/// A min-heap of (time, sequence) keys over a slab of events: the heap
+/// moves and compares 24-byte keys, never the events (which carry packets).
 #[derive(Debug, Default)]
 pub struct EventQueue {
-    heap: BinaryHeap<Reverse<(Instant, u64, Event)>>,
+    heap: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    slots: Vec<Option<Event>>,
+    free: Vec<usize>,
     seq: u64,
 }
 
 impl EventQueue {
     pub fn schedule(&mut self, at: Instant, event: Event) {
         self.seq += 1;
-        self.heap.push(Reverse((at, self.seq, event)));
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(event);
+                i
+            }
+            None => {
+                self.slots.push(Some(event));
+                self.slots.len() - 1
+            }
+        };
+        self.heap.push(Reverse((at, self.seq, slot)));
     }
 
     pub fn next_time(&self) -> Option<Instant> {
@@ -43,7 +56,9 @@ impl EventQueue {
     }
 
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
-        self.heap.pop().map(|Reverse((t, _, e))| (t, e))
+        let Reverse((t, _, slot)) = self.heap.pop()?;
+        self.free.push(slot);
+        self.slots[slot].take().map(|e| (t, e))
     }
 }
 
@@ -60,5 +75,54 @@ mod tests {
         assert_eq!(q.pop(), Some((Instant::from_nanos(1), Event::Sample)));
         assert_eq!(q.pop(), Some((Instant::from_nanos(5), Event::FlowStart { flow: 2 })));
         assert_eq!(q.pop(), Some((Instant::from_nanos(5), Event::FlowStart { flow: 1 })));
+    }
+}
+
+/// Each host's next engine deadline (`Endpoint::poll_timeout`), so that the
+/// loop finds the earliest in O(log hosts) instead of asking every host at
+/// every event. A heap with lazy deletion: an entry counts only while it is
+/// still its host's deadline.
+#[derive(Debug, Default)]
+pub struct HostTimers {
+    deadline: Vec<Option<Instant>>,
+    heap: BinaryHeap<Reverse<(Instant, usize)>>,
+}
+
+impl HostTimers {
+    pub fn new(hosts: usize) -> HostTimers {
+        HostTimers { deadline: vec![None; hosts], heap: BinaryHeap::new() }
+    }
+
+    /// Host `h`'s deadline is now `t`.
+    pub fn set(&mut self, h: usize, t: Option<Instant>) {
+        if self.deadline[h] != t {
+            self.deadline[h] = t;
+            if let Some(t) = t {
+                self.heap.push(Reverse((t, h)));
+            }
+        }
+    }
+
+    /// The earliest deadline of any host.
+    pub fn next(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, h))) = self.heap.peek() {
+            if self.deadline[h] == Some(t) {
+                return Some(t);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// A host whose deadline is at or before `now` (lowest deadline, then
+    /// lowest index first); its deadline is cleared until set again.
+    pub fn pop_due(&mut self, now: Instant) -> Option<usize> {
+        let t = self.next()?;
+        if t > now {
+            return None;
+        }
+        let Reverse((_, h)) = self.heap.pop()?;
+        self.deadline[h] = None;
+        Some(h)
     }
 }

@@ -10,7 +10,7 @@
 //! ends (the endpoint cannot be asked for "control only"); senders send
 //! almost only data, so this costs little.
 
-use crate::clock::{Event, EventQueue};
+use crate::clock::{Event, EventQueue, HostTimers};
 use crate::host::{connect, Flow};
 use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
@@ -53,6 +53,9 @@ pub struct Fabric {
     buf: Vec<u8>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
     held: Vec<Option<Vec<u8>>>,
+    /// Every host's next engine deadline, refreshed whenever the loop has
+    /// touched its endpoint (all of that ends in [`Fabric::service`]).
+    timers: HostTimers,
     pub counters: Counters,
     /// How often the bottleneck queue is sampled, and per-flow bytes are recorded every `window`.
     pub sample_every: Duration,
@@ -74,6 +77,7 @@ impl Fabric {
         let mut events = EventQueue::default();
         events.schedule(Instant::ZERO, Event::Sample);
         let held = vec![None; topo.hosts.len()];
+        let timers = HostTimers::new(topo.hosts.len());
         Fabric {
             now: Instant::ZERO,
             events,
@@ -83,6 +87,7 @@ impl Fabric {
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
             held,
+            timers,
             counters: Counters::default(),
             sample_every: Duration::from_micros(1),
             window: Duration::from_micros(100),
@@ -132,6 +137,10 @@ impl Fabric {
     }
 
     fn run_events(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
+        // Endpoints may have been touched from outside since the last run.
+        for h in 0..self.topo.hosts.len() {
+            self.timers.set(h, self.topo.hosts[h].ep.poll_timeout());
+        }
         loop {
             if self.deadlock.is_some() {
                 return;
@@ -140,7 +149,7 @@ impl Fabric {
                 return;
             }
             let te = self.events.next_time();
-            let tt = self.topo.hosts.iter().filter_map(|h| h.ep.poll_timeout()).min();
+            let tt = self.timers.next();
             let Some(t) = te.into_iter().chain(tt).min() else { return };
             if t > until {
                 self.now = until;
@@ -160,14 +169,13 @@ impl Fabric {
         }
     }
 
+    /// Fires every host timer that is due, in host order (as the loop
+    /// only advances to the earliest deadline, all of them are due now).
     fn fire_timers(&mut self) {
         let now = self.now;
-        for h in 0..self.topo.hosts.len() {
-            let ep = &mut self.topo.hosts[h].ep;
-            if ep.poll_timeout().is_some_and(|d| d <= now) {
-                ep.handle_timeout(now);
-                self.service(h);
-            }
+        while let Some(h) = self.timers.pop_due(now) {
+            self.topo.hosts[h].ep.handle_timeout(now);
+            self.service(h);
         }
     }
 
@@ -333,7 +341,14 @@ impl Fabric {
 
     /// After anything that touched host `h`: reap completions, post more
     /// work, and send one packet if its NIC is idle.
+    /// Takes host `h`'s completions, tops its flows up and lets its NIC
+    /// send if idle; then notes its next engine deadline.
     fn service(&mut self, h: usize) {
+        self.pump(h);
+        self.timers.set(h, self.topo.hosts[h].ep.poll_timeout());
+    }
+
+    fn pump(&mut self, h: usize) {
         let cq = self.topo.hosts[h].cq;
         for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
             let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };

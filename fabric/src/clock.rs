@@ -104,7 +104,7 @@ impl HostTimers {
     }
 
     /// The earliest deadline of any host.
-    pub fn next(&mut self) -> Option<Instant> {
+    pub fn earliest(&mut self) -> Option<Instant> {
         while let Some(&Reverse((t, h))) = self.heap.peek() {
             if self.deadline[h] == Some(t) {
                 return Some(t);
@@ -117,12 +117,29 @@ impl HostTimers {
     /// A host whose deadline is at or before `now` (lowest deadline, then
     /// lowest index first); its deadline is cleared until set again.
     pub fn pop_due(&mut self, now: Instant) -> Option<usize> {
-        let t = self.next()?;
+        let t = self.earliest()?;
         if t > now {
             return None;
         }
         let Reverse((_, h)) = self.heap.pop()?;
         self.deadline[h] = None;
         Some(h)
+    }
+
+    #[test]
+    fn host_timers_give_the_earliest_live_deadline_in_host_order() {
+        let t = Instant::from_nanos;
+        let mut h = HostTimers::new(3);
+        h.set(2, Some(t(5)));
+        h.set(0, Some(t(9)));
+        h.set(1, Some(t(5)));
+        h.set(0, Some(t(5))); // replaces 9: that entry is stale
+        assert_eq!(h.earliest(), Some(t(5)));
+        assert_eq!(h.pop_due(t(4)), None);
+        assert_eq!([h.pop_due(t(5)), h.pop_due(t(5)), h.pop_due(t(5))], [Some(0), Some(1), Some(2)]);
+        assert_eq!(h.pop_due(t(100)), None, "the stale 9 of host 0 is gone");
+        h.set(1, Some(t(7)));
+        h.set(1, None);
+        assert_eq!(h.earliest(), None);
     }
 }

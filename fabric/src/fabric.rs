@@ -149,7 +149,7 @@ impl Fabric {
                 return;
             }
             let te = self.events.next_time();
-            let tt = self.timers.next();
+            let tt = self.timers.earliest();
             let Some(t) = te.into_iter().chain(tt).min() else { return };
             if t > until {
                 self.now = until;

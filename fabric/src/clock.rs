@@ -62,22 +62,6 @@ impl EventQueue {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ties_keep_schedule_order() {
-        let mut q = EventQueue::default();
-        q.schedule(Instant::from_nanos(5), Event::FlowStart { flow: 2 });
-        q.schedule(Instant::from_nanos(1), Event::Sample);
-        q.schedule(Instant::from_nanos(5), Event::FlowStart { flow: 1 });
-        assert_eq!(q.pop(), Some((Instant::from_nanos(1), Event::Sample)));
-        assert_eq!(q.pop(), Some((Instant::from_nanos(5), Event::FlowStart { flow: 2 })));
-        assert_eq!(q.pop(), Some((Instant::from_nanos(5), Event::FlowStart { flow: 1 })));
-    }
-}
-
 /// Each host's next engine deadline (`Endpoint::poll_timeout`), so that the
 /// loop finds the earliest in O(log hosts) instead of asking every host at
 /// every event. A heap with lazy deletion: an entry counts only while it is
@@ -124,6 +108,22 @@ impl HostTimers {
         let Reverse((_, h)) = self.heap.pop()?;
         self.deadline[h] = None;
         Some(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_keep_schedule_order() {
+        let mut q = EventQueue::default();
+        q.schedule(Instant::from_nanos(5), Event::FlowStart { flow: 2 });
+        q.schedule(Instant::from_nanos(1), Event::Sample);
+        q.schedule(Instant::from_nanos(5), Event::FlowStart { flow: 1 });
+        assert_eq!(q.pop(), Some((Instant::from_nanos(1), Event::Sample)));
+        assert_eq!(q.pop(), Some((Instant::from_nanos(5), Event::FlowStart { flow: 2 })));
+        assert_eq!(q.pop(), Some((Instant::from_nanos(5), Event::FlowStart { flow: 1 })));
     }
 
     #[test]

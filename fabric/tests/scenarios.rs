@@ -51,6 +51,31 @@ fn two_flows_share_the_bottleneck() {
     assert!(r.queue_in_band_fraction.unwrap() >= 0.5, "{r:?}");
 }
 
+/// Issue 19's convergence oracle: 2, 4 and 8 long flows through one 40G
+/// bottleneck share it with Jain's index >= 0.99 over the measured half of
+/// a 100 ms run, keep it >= 95 % busy without a drop, and hold the queue
+/// under Kmax. (Single 100 µs windows are shorter than DCQCN's rate
+/// oscillation; their minimum is reported, not judged: ~0.95.) The median
+/// queue sits near the fluid model's fixed point q* (the reference's §2.5
+/// table for these parameters: 20.2, 41.8 and 93.8 KB), within 40 %:
+/// measured 12.8, 40.6 and 91.9 KB for seed 1.
+#[test]
+fn two_four_and_eight_flows_converge_to_a_fair_share() {
+    let mut last_q = 0;
+    for (flows, q_star) in [(2, 20_200.0), (4, 41_800.0), (8, 93_800.0)] {
+        let r =
+            go("dcqcn-fairness", Options { flows, duration: Some(Duration::from_millis(100)), ..Options::default() });
+        assert_eq!(r.drops, 0, "{flows} flows: {r:?}");
+        assert!(r.jain.unwrap() >= 0.99, "{flows} flows: Jain {:?}, {:?}", r.jain, r.flows);
+        assert!(r.throughput_fraction.unwrap() >= 0.95, "{flows} flows: {r:?}");
+        assert!(r.queue_p99_bytes.unwrap() <= Red::PAPER.kmax_bytes, "{flows} flows: {r:?}");
+        let q = r.queue_p50_bytes.unwrap();
+        assert!((q as f64 / q_star - 1.0).abs() <= 0.4, "{flows} flows: median queue {q} B, fluid model {q_star} B");
+        assert!(q > last_q, "the queue grows with the number of flows");
+        last_q = q;
+    }
+}
+
 #[test]
 fn incast_drops_far_less_with_dcqcn() {
     let off = go("incast", Options { fanin: 8, dcqcn: false, ..Options::default() });

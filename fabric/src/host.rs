@@ -17,6 +17,16 @@ pub fn pair_config() -> PairConfig {
     PairConfig { mtu: Mtu::Mtu1024, timeout: 7, mem_len: MAX_MESSAGE as usize, ..PairConfig::default() }
 }
 
+/// The ACK timeout exponent (4.096 µs · 2^t) for QPs behind links of
+/// `rate_bps` with `buffer_bytes` per port: at least [`pair_config`]'s,
+/// and longer than a full queue takes to drain (with a quarter to spare),
+/// so that a slow link times out on a loss, never on queueing alone. At
+/// 40 Gb/s every scenario keeps 7; at 0.5 Gb/s a 2 MB queue needs 14.
+pub fn ack_timeout_for(rate_bps: u64, buffer_bytes: u64) -> u8 {
+    let drain_ns = (buffer_bytes as f64 * 8.0 * 1e9 / rate_bps.max(1) as f64) * 1.25;
+    (pair_config().timeout..=31).find(|&t| 4096.0 * f64::from(1u32 << t) >= drain_ns).unwrap_or(31)
+}
+
 #[derive(Debug)]
 pub struct Host {
     pub ep: Endpoint,
@@ -29,6 +39,8 @@ pub struct Host {
     /// Data (ECN-capable) bytes received, by source address: what the
     /// network delivered to this host, retransmissions included.
     pub rx_data_bytes: HashMap<Ipv4Addr, u64>,
+    /// The ACK timeout its QPs connect with ([`ack_timeout_for`]).
+    pub ack_timeout: u8,
 }
 
 impl Host {
@@ -39,7 +51,7 @@ impl Host {
         let cq = ep.create_cq(65536);
         let va = 0x7f00_0000_0000 + (index as u64) * 0x1_0000_0000;
         let (lkey, rkey) = ep.reg_mr(pd, va, RegionMemory::zeroed(MAX_MESSAGE as usize), Access::ALL);
-        Host { ep, addr, pd, cq, va, lkey, rkey, rx_data_bytes: HashMap::new() }
+        Host { ep, addr, pd, cq, va, lkey, rkey, rx_data_bytes: HashMap::new(), ack_timeout: pair_config().timeout }
     }
 
     pub fn create_qp(&mut self) -> u32 {
@@ -81,7 +93,7 @@ pub const WINDOW: u32 = 4;
 
 /// Connects a flow's two QPs with the steps `transport::sim::bring_up` takes.
 pub fn connect(hosts: &mut [Host], src: usize, dst: usize) -> (u32, u32) {
-    let cfg = pair_config();
+    let cfg = PairConfig { timeout: hosts[src].ack_timeout.max(hosts[dst].ack_timeout), ..pair_config() };
     let s = hosts[src].create_qp();
     let d = hosts[dst].create_qp();
     let (sa, da) = (IpAddr::V4(hosts[src].addr), IpAddr::V4(hosts[dst].addr));

@@ -1,7 +1,7 @@
 //! Topologies: nodes (hosts and switches) joined by duplex links, and the
 //! routes by destination IP each switch gets from a breadth-first search.
 
-use crate::host::Host;
+use crate::host::{ack_timeout_for, Host};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
@@ -119,7 +119,9 @@ impl Topology {
     fn add_host(&mut self, s: &Settings) -> usize {
         let (n, h) = (self.nodes.len(), self.hosts.len());
         let addr = Ipv4Addr::new(10, 0, (h >> 8) as u8, h as u8 + 1);
-        self.hosts.push(Host::new(h, addr, s.seed, s.cc));
+        let mut host = Host::new(h, addr, s.seed, s.cc);
+        host.ack_timeout = ack_timeout_for(s.link.rate_bps, s.buffer_bytes);
+        self.hosts.push(host);
         self.nodes.push(Node::Host(h));
         self.host_nodes.push(n);
         self.ports.push(Vec::new());

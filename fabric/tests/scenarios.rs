@@ -76,6 +76,20 @@ fn two_four_and_eight_flows_converge_to_a_fair_share() {
     }
 }
 
+/// At 0.5 Gb/s the queue DCQCN holds (~200 KB) takes ms to drain: the QPs'
+/// ACK timeout follows the link (`host::ack_timeout_for`), so four flows
+/// share the link without a single retransmission. With 40G's 524 µs
+/// timeout they timed out on queueing alone and three of them died.
+#[test]
+fn slow_links_time_out_only_on_loss() {
+    assert_eq!(rdma_fabric::host::ack_timeout_for(40_000_000_000, 2_000_000), 7);
+    assert_eq!(rdma_fabric::host::ack_timeout_for(500_000_000, 2_000_000), 14);
+    let o = Options { flows: 4, line_rate_gbps: 0.5, duration: Some(Duration::from_millis(100)), ..Options::default() };
+    let r = go("dcqcn-fairness", o);
+    assert_eq!((r.retransmits, r.drops), (0, 0), "{r:?}");
+    assert!(r.jain.unwrap() >= 0.99, "{:?}", r.flows);
+}
+
 #[test]
 fn incast_drops_far_less_with_dcqcn() {
     let off = go("incast", Options { fanin: 8, dcqcn: false, ..Options::default() });

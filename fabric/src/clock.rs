@@ -23,6 +23,10 @@ pub enum Event {
     FlowStart { flow: usize },
     /// Record the monitored queue and the per-flow byte counters.
     Sample,
+    /// An IB flow-control packet (its six bytes) reaches port `port` of `node`.
+    FlowControl { node: usize, port: usize, frame: [u8; 6] },
+    /// Port `port` of `node` owes every data VL a flow-control packet (IB).
+    FcPeriod { node: usize, port: usize },
 }
 
 /// A min-heap of (time, sequence, event).

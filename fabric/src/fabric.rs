@@ -45,12 +45,14 @@ pub struct Deadlock {
 #[derive(Debug)]
 pub struct Fabric {
     pub now: Instant,
-    events: EventQueue,
+    pub(crate) events: EventQueue,
     pub topo: Topology,
     pub flows: Vec<Flow>,
     flow_of: HashMap<(usize, u32), usize>,
-    rng: Rng,
+    pub(crate) rng: Rng,
     buf: Vec<u8>,
+    /// IB: VL15 packets received and not yet handled: (node, port, frame).
+    pub vl15_inbox: Vec<(usize, usize, Vec<u8>)>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
     held: Vec<Option<Vec<u8>>>,
     pub counters: Counters,
@@ -74,7 +76,8 @@ impl Fabric {
         let mut events = EventQueue::default();
         events.schedule(Instant::ZERO, Event::Sample);
         let held = vec![None; topo.hosts.len()];
-        Fabric {
+        let ib = topo.ib.is_some();
+        let mut f = Fabric {
             now: Instant::ZERO,
             events,
             topo,
@@ -82,6 +85,7 @@ impl Fabric {
             flow_of: HashMap::new(),
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
+            vl15_inbox: Vec::new(),
             held,
             counters: Counters::default(),
             sample_every: Duration::from_micros(1),
@@ -91,7 +95,11 @@ impl Fabric {
             deadlock_window: None,
             deadlock: None,
             last_delivered: (0, Instant::ZERO),
+        };
+        if ib {
+            f.start_ib();
         }
+        f
     }
 
     /// Connects a flow from host `src` to host `dst` (host indices) of
@@ -173,6 +181,15 @@ impl Fabric {
 
     fn handle(&mut self, ev: Event) {
         match ev {
+            Event::Arrive { node, port, packet } if self.topo.ports[node][port].ib.is_some() => {
+                self.ib_arrive(node, port, packet)
+            }
+            Event::FlowControl { node, port, frame } => self.ib_receive_fc(node, port, &frame),
+            Event::FcPeriod { node, port } => self.ib_fc_period(node, port),
+            Event::PortFree { node, port } if self.topo.ports[node][port].ib.is_some() => {
+                self.topo.ports[node][port].busy = false;
+                self.ib_wake(node, port);
+            }
             Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
                     if ecn_capable(&packet) {
@@ -306,9 +323,15 @@ impl Fabric {
 
     /// Puts `packet` on port `port` of `node`, which must be idle.
     fn launch(&mut self, node: usize, port: usize, packet: Vec<u8>) {
+        let len = packet.len();
+        self.launch_len(node, port, packet, len);
+    }
+
+    /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
+    pub(crate) fn launch_len(&mut self, node: usize, port: usize, packet: Vec<u8>, wire_len: usize) {
         let p = &mut self.topo.ports[node][port];
         p.busy = true;
-        let done = self.now + p.link.serialise(packet.len());
+        let done = self.now + p.link.serialise(wire_len);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.events.schedule(done, Event::PortFree { node, port });
         self.events.schedule(done + delay, Event::Arrive { node: peer, port: peer_port, packet });
@@ -333,7 +356,7 @@ impl Fabric {
 
     /// After anything that touched host `h`: reap completions, post more
     /// work, and send one packet if its NIC is idle.
-    fn service(&mut self, h: usize) {
+    pub(crate) fn service(&mut self, h: usize) {
         let cq = self.topo.hosts[h].cq;
         for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
             let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };
@@ -349,6 +372,9 @@ impl Fabric {
             }
             flow.top_up(&mut self.topo.hosts);
         }
+        if self.topo.ib.is_some() {
+            return self.ib_host_send(h);
+        }
         let node = self.topo.host_nodes[h];
         let port = &self.topo.ports[node][0];
         if port.busy {
@@ -363,9 +389,19 @@ impl Fabric {
             }
             return;
         }
+        let Some(packet) = self.pull(h) else { return };
+        if paused && ecn_capable(&packet) {
+            self.held[h] = Some(packet);
+            return;
+        }
+        self.launch(node, 0, packet);
+    }
+
+    /// The next packet host `h`'s engine has to send, payload sealed in.
+    pub(crate) fn pull(&mut self, h: usize) -> Option<Vec<u8>> {
         let ep = &mut self.topo.hosts[h].ep;
-        let Some(tx) = ep.poll_transmit(self.now, &mut self.buf) else { return };
-        let packet = match &tx.payload {
+        let tx = ep.poll_transmit(self.now, &mut self.buf)?;
+        Some(match &tx.payload {
             None => self.buf[..tx.len].to_vec(),
             Some(p) => {
                 let mut payload = vec![0u8; p.len];
@@ -373,12 +409,16 @@ impl Fabric {
                 p.seal(&mut self.buf[..tx.len], &payload);
                 [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
             }
-        };
-        if paused && ecn_capable(&packet) {
-            self.held[h] = Some(packet);
-            return;
+        })
+    }
+
+    /// Data bytes waiting at output `port` of switch `sw`.
+    pub fn queued_bytes(&self, sw: usize, port: usize) -> u64 {
+        let node = self.topo.nodes.iter().position(|n| *n == Node::Switch(sw));
+        match node.and_then(|n| self.topo.ports[n][port].ib.as_ref()) {
+            Some(ib) => ib.queued_bytes(),
+            None => self.topo.switches[sw].egress[port].data_bytes(),
         }
-        self.launch(node, 0, packet);
     }
 
     fn check_deadlock(&mut self, delivered: u64) {
@@ -388,6 +428,12 @@ impl Fabric {
             return;
         }
         if self.now - self.last_delivered.1 < window {
+            return;
+        }
+        if self.topo.ib.is_some() {
+            if let Some(ports) = self.ib_blocked_ports().filter(|p| !p.is_empty()) {
+                self.deadlock = Some(Deadlock { at: self.now, ports });
+            }
             return;
         }
         let mut ports = Vec::new();
@@ -407,7 +453,7 @@ impl Fabric {
 
     fn sample(&mut self) {
         let (sw, port) = self.topo.bottleneck;
-        let q = self.topo.switches[sw].egress[port].data_bytes();
+        let q = self.queued_bytes(sw, port);
         self.queue_samples.push((self.now, q));
         let w = self.window.as_nanos() as u64;
         if w > 0 && self.now.as_nanos() % w == 0 {

@@ -11,6 +11,7 @@
 //! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
 //! | [`switch`] | routing and ECMP, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
 //! | [`host`] | an endpoint behind a NIC port, and flows of RDMA WRITEs |
+//! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
@@ -20,6 +21,7 @@
 pub mod clock;
 pub mod fabric;
 pub mod host;
+pub mod ib;
 pub mod link;
 pub mod pfc;
 pub mod plot;

@@ -1,7 +1,7 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
-use clap::{Parser, Subcommand, ValueEnum};
-use rdma_fabric::scenarios::{self, Options, Preset, TopologyKind, SCENARIOS};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,6 +25,12 @@ enum OnOff {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum LinkArg {
+    Roce,
+    Ib,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum TopologyArg {
     Incast,
     LeafSpine,
@@ -35,60 +41,78 @@ enum Cmd {
     /// The scenarios and what each shows.
     List,
     /// Run one scenario.
-    Run {
-        name: String,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Simulated time, e.g. 5ms, 300us, 1s (each scenario has a default).
-        #[arg(long, value_parser = parse_duration)]
-        duration: Option<Duration>,
-        /// Link rate in Gb/s.
-        #[arg(long = "line-rate", default_value_t = 40.0)]
-        line_rate: f64,
-        #[arg(long, value_enum, default_value = "paper")]
-        preset: PresetArg,
-        /// dcqcn-fairness: the number of long flows.
-        #[arg(long, default_value_t = 2)]
-        flows: usize,
-        /// incast: the number of senders.
-        #[arg(long, default_value_t = 8)]
-        fanin: usize,
-        #[arg(long, value_enum, default_value = "on")]
-        dcqcn: OnOff,
-        /// incast: bytes per flow, in KiB.
-        #[arg(long = "flow-kb", default_value_t = 256)]
-        flow_kb: u64,
-        /// Drop-tail limit of each switch port, in KB (1000 bytes).
-        #[arg(long = "buffer-kb")]
-        buffer_kb: Option<u64>,
-        /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
-        #[arg(long, value_enum, default_value = "off")]
-        pfc: OnOff,
-        /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
-        /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
-        #[arg(long = "headroom-kb")]
-        headroom_kb: Option<u64>,
-        /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
-        #[arg(long)]
-        reroute: bool,
-        /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
-        #[arg(long, value_enum, default_value = "incast")]
-        topology: TopologyArg,
-        /// leaf-spine: leaf switches (default 2).
-        #[arg(long)]
-        leaves: Option<usize>,
-        /// leaf-spine: spine switches (default 2).
-        #[arg(long)]
-        spines: Option<usize>,
-        /// leaf-spine: hosts per leaf (default 8).
-        #[arg(long = "hosts-per-leaf")]
-        hosts_per_leaf: Option<usize>,
-        #[arg(long)]
-        json: bool,
-        /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
-        #[arg(long, value_name = "FILE.svg")]
-        plot: Option<std::path::PathBuf>,
-    },
+    Run(Box<RunArgs>),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    name: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Simulated time, e.g. 5ms, 300us, 1s (each scenario has a default).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Link rate in Gb/s.
+    #[arg(long = "line-rate", default_value_t = 40.0)]
+    line_rate: f64,
+    #[arg(long, value_enum, default_value = "paper")]
+    preset: PresetArg,
+    /// dcqcn-fairness: the number of long flows.
+    #[arg(long, default_value_t = 2)]
+    flows: usize,
+    /// incast: the number of senders.
+    #[arg(long, default_value_t = 8)]
+    fanin: usize,
+    #[arg(long, value_enum, default_value = "on")]
+    dcqcn: OnOff,
+    /// incast: bytes per flow, in KiB.
+    #[arg(long = "flow-kb", default_value_t = 256)]
+    flow_kb: u64,
+    /// Drop-tail limit of each switch port, in KB (1000 bytes).
+    #[arg(long = "buffer-kb")]
+    buffer_kb: Option<u64>,
+    /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
+    #[arg(long, value_enum, default_value = "off")]
+    pfc: OnOff,
+    /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
+    /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
+    #[arg(long = "headroom-kb")]
+    headroom_kb: Option<u64>,
+    /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
+    #[arg(long)]
+    reroute: bool,
+    /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
+    #[arg(long, value_enum, default_value = "incast")]
+    topology: TopologyArg,
+    /// leaf-spine: leaf switches (default 2).
+    #[arg(long)]
+    leaves: Option<usize>,
+    /// leaf-spine: spine switches (default 2).
+    #[arg(long)]
+    spines: Option<usize>,
+    /// leaf-spine: hosts per leaf (default 8).
+    #[arg(long = "hosts-per-leaf")]
+    hosts_per_leaf: Option<usize>,
+    /// The link layer: RoCE v2 over Ethernet, or InfiniBand (credits per VL, LFTs).
+    #[arg(long, value_enum, default_value = "roce")]
+    link: LinkArg,
+    /// --link ib: data VLs per link.
+    #[arg(long, default_value_t = 2)]
+    vls: u8,
+    /// --link ib: receive buffer per data VL, in 64-byte blocks (credits).
+    #[arg(long = "vl-buffer-blocks", default_value_t = 256)]
+    vl_buffer_blocks: u16,
+    /// --link ib: probability that a flow-control packet is lost on the wire.
+    #[arg(long = "fc-loss", default_value_t = 0.0)]
+    fc_loss: f64,
+    /// --link ib: probability that a flow-control packet arrives corrupted (bad LPCRC).
+    #[arg(long = "fc-corrupt", default_value_t = 0.0)]
+    fc_corrupt: f64,
+    #[arg(long)]
+    json: bool,
+    /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -117,27 +141,33 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Run {
-            name,
-            seed,
-            duration,
-            line_rate,
-            preset,
-            flows,
-            fanin,
-            dcqcn,
-            flow_kb,
-            buffer_kb,
-            pfc,
-            headroom_kb,
-            reroute,
-            topology,
-            leaves,
-            spines,
-            hosts_per_leaf,
-            json,
-            plot,
-        } => {
+        Cmd::Run(args) => {
+            let RunArgs {
+                name,
+                seed,
+                duration,
+                line_rate,
+                preset,
+                flows,
+                fanin,
+                dcqcn,
+                flow_kb,
+                buffer_kb,
+                pfc,
+                headroom_kb,
+                reroute,
+                topology,
+                leaves,
+                spines,
+                hosts_per_leaf,
+                link,
+                vls,
+                vl_buffer_blocks,
+                fc_loss,
+                fc_corrupt,
+                json,
+                plot,
+            } = *args;
             let topology = match topology {
                 TopologyArg::LeafSpine => TopologyKind::LeafSpine {
                     leaves: leaves.unwrap_or(2),
@@ -167,6 +197,11 @@ fn main() -> ExitCode {
                 headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
                 reroute,
                 topology,
+                link: match link {
+                    LinkArg::Roce => LinkKind::Roce,
+                    LinkArg::Ib => LinkKind::Ib,
+                },
+                ib: IbOptions { data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
             };
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");

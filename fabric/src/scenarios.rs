@@ -2,9 +2,12 @@
 //! runs it and measures it.
 
 use crate::fabric::Fabric;
+use crate::ib::{IbConfig, IbPort};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
-use crate::report::{jain, percentile, thin, PausedPort, Point, PortRef, Report, Series, MAX_SERIES_POINTS};
+use crate::report::{
+    jain, percentile, thin, IbReport, PausedPort, Point, PortRef, Report, Series, VlPeak, MAX_SERIES_POINTS,
+};
 use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
@@ -46,6 +49,42 @@ pub enum TopologyKind {
     LeafSpine { leaves: usize, spines: usize, hosts_per_leaf: usize },
 }
 
+/// The link layer of every link of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkKind {
+    /// RoCE v2 over Ethernet: drop-tail, RED/ECN, optional PFC.
+    #[default]
+    Roce,
+    /// InfiniBand: credits per VL, LFT forwarding by DLID (see [`crate::ib`]).
+    Ib,
+}
+
+/// The IB link settings a run may change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IbOptions {
+    pub data_vls: u8,
+    pub buffer_blocks: u16,
+    pub fc_loss: f64,
+    pub fc_corrupt: f64,
+}
+
+impl Default for IbOptions {
+    fn default() -> IbOptions {
+        let c = IbConfig::default();
+        IbOptions { data_vls: c.data_vls, buffer_blocks: c.buffer_blocks, fc_loss: 0.0, fc_corrupt: 0.0 }
+    }
+}
+
+impl IbOptions {
+    pub fn config(&self) -> IbConfig {
+        IbConfig {
+            fc_loss: self.fc_loss,
+            fc_corrupt: self.fc_corrupt,
+            ..IbConfig::new(self.data_vls, self.buffer_blocks)
+        }
+    }
+}
+
 /// Every knob a scenario may read; each uses its own defaults for `None`.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -66,6 +105,8 @@ pub struct Options {
     pub reroute: bool,
     /// dcqcn-fairness and incast: the topology.
     pub topology: TopologyKind,
+    pub link: LinkKind,
+    pub ib: IbOptions,
 }
 
 impl Default for Options {
@@ -84,6 +125,8 @@ impl Default for Options {
             headroom_bytes: None,
             reroute: false,
             topology: TopologyKind::Incast,
+            link: LinkKind::Roce,
+            ib: IbOptions::default(),
         }
     }
 }
@@ -120,6 +163,18 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             return Err(ScenarioError::BadOption(format!(
                 "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most 255"
             )));
+        }
+    }
+    if o.link == LinkKind::Ib {
+        if o.pfc {
+            return Err(ScenarioError::BadOption("--pfc is Ethernet's: an IB link is lossless by credits".into()));
+        }
+        let ib = &o.ib;
+        if !(1..=15).contains(&ib.data_vls) || !(1..=2048).contains(&ib.buffer_blocks) {
+            return Err(ScenarioError::BadOption("--vls must be in 1..=15 and --vl-buffer-blocks in 1..=2048".into()));
+        }
+        if !((0.0..1.0).contains(&ib.fc_loss) && (0.0..1.0).contains(&ib.fc_corrupt)) {
+            return Err(ScenarioError::BadOption("--fc-loss and --fc-corrupt are probabilities below 1".into()));
         }
     }
     if o.headroom_bytes.is_some() && !o.pfc {
@@ -189,6 +244,7 @@ fn empty_report(name: &str, o: &Options) -> Report {
         deadlock_us: None,
         deadlock_ports: None,
         spine_data_packets: None,
+        ib: None,
         series: Series::default(),
     }
 }
@@ -236,13 +292,21 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
     }
 }
 
+/// The fabric of a run: `topo` as it is, or with IB links.
+fn fabric(mut topo: Topology, o: &Options) -> Fabric {
+    if o.link == LinkKind::Ib {
+        topo.make_ib(&o.ib.config());
+    }
+    Fabric::new(topo, o.seed)
+}
+
 /// Long flows from every sender to one receiver, started within 10 µs of
 /// each other (seeded); measured over the second half of the run.
 fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(6));
     let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
     let topo = build(o, o.flows, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o);
     let mut rng = Rng::new(o.seed ^ 0x5eed);
     for i in 0..o.flows {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
@@ -258,7 +322,7 @@ fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = build(o, o.fanin, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o);
     for i in 0..o.fanin {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
         fab.add_flow(src, dst, Some(o.flow_bytes), Instant::ZERO);
@@ -276,7 +340,7 @@ fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     let dur = o.duration.unwrap_or(Duration::from_millis(10));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = Topology::victim(o.fanin - 1, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o);
     let (vr, r2) = (fab.topo.receivers[0], fab.topo.receivers[1]);
     let senders = fab.topo.senders.clone();
     for (i, &src) in senders.iter().enumerate() {
@@ -302,7 +366,7 @@ fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Rep
     let dur = o.duration.unwrap_or(Duration::from_millis(5));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = Topology::ring(N, o.reroute, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o);
     fab.deadlock_window = Some(Duration::from_micros(200));
     for i in 0..N {
         fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
@@ -318,6 +382,32 @@ fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Rep
     // bottleneck to measure against.
     (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
     r
+}
+
+/// The IB link layer's counters over every port.
+fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
+    let ports: Vec<&IbPort> = fab.topo.ports.iter().flatten().filter_map(|p| p.ib.as_ref()).collect();
+    let sum = |f: &dyn Fn(&IbPort) -> u64| ports.iter().map(|p| f(p)).sum::<u64>();
+    let vl_buffer_peaks = (0..cfg.data_vls)
+        .map(|vl| VlPeak {
+            vl,
+            peak_blocks: ports.iter().map(|p| p.vls[usize::from(vl)].rx.peak).max().unwrap_or(0),
+            advertised_blocks: cfg.buffer_blocks,
+        })
+        .collect();
+    IbReport {
+        link: "ib",
+        credit_stalls: sum(&|p| p.counters.credit_stalls),
+        vl_buffer_peaks,
+        overruns: sum(&|p| p.vls.iter().map(|c| c.rx.overruns).sum()),
+        fc_packets: sum(&|p| p.counters.fc_sent),
+        fc_lost: sum(&|p| p.counters.fc_lost),
+        fc_bad_lpcrc: sum(&|p| p.counters.fc_bad),
+        vl15_dropped: sum(&|p| p.counters.vl15_dropped),
+        ib_drops: sum(&|p| p.counters.drops),
+        // LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 on a WRITE First.
+        header_bytes_ib: 42,
+    }
 }
 
 fn node_name(fab: &Fabric, n: usize) -> String {
@@ -365,6 +455,11 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
     }
     r.series = series(fab);
+    if let Some(cfg) = &fab.topo.ib {
+        let ib = ib_report(fab, cfg);
+        r.drops += ib.ib_drops;
+        r.ib = Some(ib);
+    }
     if !fab.topo.spines.is_empty() {
         let sent = |&sw: &usize| fab.topo.switches[sw].egress.iter().map(|e| e.data_sent).sum();
         r.spine_data_packets = Some(fab.topo.spines.iter().map(sent).collect());

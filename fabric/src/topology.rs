@@ -2,12 +2,13 @@
 //! routes by destination IP each switch gets from a breadth-first search.
 
 use crate::host::Host;
+use crate::ib::{IbConfig, IbPort, IbSwitch};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
 use rdma_transport::cc::DcqcnParams;
 use rdma_transport::Instant;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
 /// What a node is: an index into [`Topology::hosts`] or [`Topology::switches`].
@@ -34,6 +35,8 @@ pub struct Port {
     /// PFC frames waiting for the wire: they go before anything else and
     /// are never paused themselves (§3.2).
     pub pfc_out: VecDeque<Vec<u8>>,
+    /// The IB link layer of this port (`--link ib`).
+    pub ib: Option<IbPort>,
 }
 
 impl Port {
@@ -47,6 +50,7 @@ impl Port {
             paused_ns: 0,
             paused_from: Instant::ZERO,
             pfc_out: VecDeque::new(),
+            ib: None,
         }
     }
 
@@ -99,6 +103,11 @@ pub struct Topology {
     pub bottleneck: (usize, usize),
     /// Switch indices of the spines (leaf-spine only).
     pub spines: Vec<usize>,
+    /// IB: the LID of each node (0: none yet), and of each host address
+    /// (what a path record would tell a host).
+    pub lids: Vec<u16>,
+    pub lid_of: HashMap<Ipv4Addr, u16>,
+    pub ib: Option<IbConfig>,
 }
 
 impl Topology {
@@ -113,7 +122,51 @@ impl Topology {
             receivers: Vec::new(),
             bottleneck: (0, 0),
             spines: Vec::new(),
+            lids: Vec::new(),
+            lid_of: HashMap::new(),
+            ib: None,
         }
+    }
+
+    /// Turns every link into an IB link: hosts get LIDs 1.. in host order,
+    /// switches the LIDs after them, and each switch an LFT with the same
+    /// next hops as its IP routes (an ECMP group picks by DLID, as opensm
+    /// spreads destinations over equal-cost ports).
+    pub fn make_ib(&mut self, cfg: &IbConfig) {
+        let mut next = 1u16;
+        self.lids = vec![0; self.nodes.len()];
+        for &n in &self.host_nodes {
+            self.lids[n] = next;
+            next += 1;
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            if let Node::Switch(_) = node {
+                self.lids[n] = next;
+                next += 1;
+            }
+        }
+        self.lid_of = self.host_nodes.iter().enumerate().map(|(h, &n)| (self.hosts[h].addr, self.lids[n])).collect();
+        for ports in &mut self.ports {
+            for p in ports {
+                p.ib = Some(IbPort::new(cfg));
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            let Node::Switch(i) = *node else { continue };
+            let sw = &mut self.switches[i];
+            let mut ib = IbSwitch::new(self.ports[n].len(), cfg.sl2vl);
+            for (addr, &lid) in &self.lid_of {
+                let port = match sw.ecmp.get(addr) {
+                    Some(g) if !g.is_empty() => Some(g[usize::from(lid) % g.len()]),
+                    _ => sw.routes.get(addr).copied(),
+                };
+                if let Some(p) = port {
+                    ib.set_route(lid, p);
+                }
+            }
+            sw.ib = Some(ib);
+        }
+        self.ib = Some(cfg.clone());
     }
 
     fn add_host(&mut self, s: &Settings) -> usize {

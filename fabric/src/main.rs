@@ -1,7 +1,7 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, TopologyKind, SCENARIOS};
+use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,6 +22,12 @@ enum PresetArg {
 enum OnOff {
     On,
     Off,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RoutingArg {
+    Minhop,
+    Updn,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -108,6 +114,9 @@ struct RunArgs {
     /// --link ib: probability that a flow-control packet arrives corrupted (bad LPCRC).
     #[arg(long = "fc-corrupt", default_value_t = 0.0)]
     fc_corrupt: f64,
+    /// ib-ring: the SM's routing engine (Up*/Down* rooted at the first switch).
+    #[arg(long, value_enum, default_value = "minhop")]
+    routing: RoutingArg,
     #[arg(long)]
     json: bool,
     /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
@@ -165,6 +174,7 @@ fn main() -> ExitCode {
                 vl_buffer_blocks,
                 fc_loss,
                 fc_corrupt,
+                routing,
                 json,
                 plot,
             } = *args;
@@ -202,6 +212,10 @@ fn main() -> ExitCode {
                     LinkArg::Ib => LinkKind::Ib,
                 },
                 ib: IbOptions { data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
+                routing: match routing {
+                    RoutingArg::Minhop => RoutingKind::MinHop,
+                    RoutingArg::Updn => RoutingKind::UpDown,
+                },
             };
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");

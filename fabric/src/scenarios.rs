@@ -2,6 +2,7 @@
 //! runs it and measures it.
 
 use crate::fabric::Fabric;
+use crate::ib::routing::Routing;
 use crate::ib::{IbConfig, IbPort};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
@@ -22,6 +23,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
     ("pfc-deadlock", "three switches in a ring, routes forming a cyclic buffer dependency: PFC deadlocks (--reroute breaks the cycle)"),
+("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
@@ -107,6 +109,16 @@ pub struct Options {
     pub topology: TopologyKind,
     pub link: LinkKind,
     pub ib: IbOptions,
+    /// ib-ring: how the SM routes.
+    pub routing: RoutingKind,
+}
+
+/// ib-ring's routing engine; Up*/Down* is rooted at the first switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RoutingKind {
+    #[default]
+    MinHop,
+    UpDown,
 }
 
 impl Default for Options {
@@ -127,6 +139,7 @@ impl Default for Options {
             topology: TopologyKind::Incast,
             link: LinkKind::Roce,
             ib: IbOptions::default(),
+            routing: RoutingKind::MinHop,
         }
     }
 }
@@ -201,6 +214,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             Ok(victim(o, progress))
         }
         "pfc-deadlock" => Ok(pfc_deadlock(o, progress)),
+        "ib-ring" => ib_ring(o, progress),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -408,6 +422,41 @@ fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
         // LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 on a WRITE First.
         header_bytes_ib: 42,
     }
+}
+
+/// §7: the minimal credit loop. Five switches in a ring; every distance-2
+/// route is a unique shortest path, so min-hop's clockwise and
+/// anticlockwise 2-hop routes close a cycle of buffer dependencies and the
+/// ring deadlocks; Up*/Down* from switch 0 (GUID 0x200000, as opensm's
+/// `-R updn` with that root) breaks it.
+fn ib_ring(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
+    const N: usize = 5;
+    if o.link != LinkKind::Ib {
+        return Err(ScenarioError::BadOption("ib-ring needs --link ib".into()));
+    }
+    let dur = o.duration.unwrap_or(Duration::from_millis(3));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let routing = match o.routing {
+        RoutingKind::MinHop => Routing::MinHop,
+        RoutingKind::UpDown => Routing::UpDown { roots: vec![0x200000] },
+    };
+    let topo = Topology::ib_ring(N, &s, &o.ib.config(), &routing)
+        .map_err(|e| ScenarioError::BadOption(format!("routing: {e}")))?;
+    let mut fab = Fabric::new(topo, o.seed);
+    fab.deadlock_window = Some(Duration::from_micros(200));
+    for i in 0..N {
+        fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
+        fab.add_flow(i, (i + N - 2) % N, None, Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "ib-ring", o, Instant::ZERO, end, &s);
+    r.deadlock = Some(fab.deadlock.is_some());
+    r.deadlock_us = fab.deadlock.as_ref().map(|d| us(d.at));
+    let ports = fab.deadlock.iter().flat_map(|d| &d.ports);
+    r.deadlock_ports = Some(ports.map(|&(n, port)| PortRef { node: node_name(&fab, n), port }).collect());
+    (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
+    Ok(r)
 }
 
 fn node_name(fab: &Fabric, n: usize) -> String {

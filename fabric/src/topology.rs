@@ -2,6 +2,7 @@
 //! routes by destination IP each switch gets from a breadth-first search.
 
 use crate::host::Host;
+use crate::ib::routing::{Node as RNode, Routing, RoutingError, Subnet};
 use crate::ib::{IbConfig, IbPort, IbSwitch};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
@@ -126,6 +127,72 @@ impl Topology {
             lid_of: HashMap::new(),
             ib: None,
         }
+    }
+
+    /// The subnet as an SM sees it: IB port numbers (fabric port + 1),
+    /// switch GUIDs 0x200000.. and CA GUIDs 0x100000 + 2h (port GUID + 1),
+    /// ibsim's default style.
+    pub fn subnet(&self) -> Subnet {
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let (guid, switch) = match *n {
+                    Node::Switch(s) => (0x200000 + s as u64, true),
+                    Node::Host(h) => (0x100000 + 2 * h as u64, false),
+                };
+                let mut ports = vec![None];
+                ports.extend(self.ports[i].iter().map(|p| Some((p.peer, p.peer_port as u8 + 1))));
+                let mut port_guids = vec![guid; ports.len()];
+                if !switch {
+                    port_guids.iter_mut().enumerate().for_each(|(p, g)| *g += p as u64);
+                }
+                RNode { guid, switch, ports, port_guids }
+            })
+            .collect();
+        Subnet { nodes, lids: Default::default() }
+    }
+
+    /// Replaces LIDs and LFTs with what `routing` computes on this fabric
+    /// (LIDs in opensm's order, with host 0 as the SM's port). Call after
+    /// [`Self::make_ib`].
+    pub fn route_ib(&mut self, routing: &Routing) -> Result<(), RoutingError> {
+        let mut sn = self.subnet();
+        sn.assign_lids((self.host_nodes[0], 1))?;
+        let lfts = sn.route(routing)?;
+        for (&(n, _), &lid) in &sn.lids {
+            self.lids[n] = lid;
+        }
+        self.lid_of = self.host_nodes.iter().enumerate().map(|(h, &n)| (self.hosts[h].addr, self.lids[n])).collect();
+        for (n, node) in self.nodes.iter().enumerate() {
+            let Node::Switch(s) = *node else { continue };
+            if let Some(ib) = self.switches[s].ib.as_mut() {
+                ib.lft = lfts[n].clone();
+            }
+        }
+        Ok(())
+    }
+
+    /// A ring of `n` IB switches with one host each (switch ports: 0 to
+    /// the next switch, 1 to the previous, 2 to its host). Host i is
+    /// sender and receiver i. LFTs from `routing`.
+    pub fn ib_ring(n: usize, s: &Settings, cfg: &IbConfig, routing: &Routing) -> Result<Topology, RoutingError> {
+        let mut t = Topology::empty();
+        let sws: Vec<usize> = (0..n).map(|_| t.add_switch(s)).collect();
+        for i in 0..n {
+            t.join(sws[i], sws[(i + 1) % n], s.link);
+        }
+        for &sw in &sws {
+            let h = t.add_host(s);
+            t.join(sw, h, s.link);
+            t.senders.push(t.hosts.len() - 1);
+            t.receivers.push(t.hosts.len() - 1);
+        }
+        t.bottleneck = (0, 0);
+        t.make_ib(cfg);
+        t.route_ib(routing)?;
+        Ok(t)
     }
 
     /// Turns every link into an IB link: hosts get LIDs 1.. in host order,

@@ -170,3 +170,19 @@ fn credit_limited_throughput_is_credits_over_the_round_trip() {
     let got = one_flow(512);
     assert!(got > 0.95 * 40.0 * 1024.0 / 1050.0, "{got}");
 }
+
+#[test]
+fn five_switch_ring_deadlocks_under_min_hop_and_not_under_updown() {
+    use rdma_fabric::scenarios::RoutingKind;
+    let o = ib(Options { duration: Some(Duration::from_millis(2)), ..Options::default() });
+    let min = go("ib-ring", Options { routing: RoutingKind::MinHop, ..o });
+    assert_eq!(min.deadlock, Some(true), "{min:?}");
+    assert!(min.deadlock_ports.as_ref().unwrap().len() >= 5, "a cycle round the ring: {min:?}");
+    assert_eq!(min.ib.as_ref().unwrap().overruns, 0);
+    let updn = go("ib-ring", Options { routing: RoutingKind::UpDown, ..o });
+    assert_eq!(updn.deadlock, Some(false), "{updn:?}");
+    assert_eq!(updn.duration_us, 2000.0, "ran to the end");
+    // Every flow still moves at the end: its rate in the measured interval.
+    assert!(updn.flows.iter().all(|&g| g > 1.0), "{:?}", updn.flows);
+    assert_eq!(updn.drops, 0);
+}

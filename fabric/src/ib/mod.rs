@@ -19,6 +19,7 @@
 pub mod credit;
 pub mod engine;
 pub mod frame;
+pub mod routing;
 pub mod vlarb;
 
 use crate::ib::credit::{CreditRx, VlCredits};
@@ -200,10 +201,11 @@ impl IbPort {
     }
 }
 
-/// An IB switch's tables.
+/// An IB switch's tables. Port numbers are IB's: 0 is the switch itself
+/// (its SMA), fabric port `i` is IB port `i + 1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IbSwitch {
-    /// DLID -> output port; [`LFT_DROP`] where there is none.
+    /// DLID -> IB output port; [`LFT_DROP`] where there is none.
     pub lft: Vec<u8>,
     /// SL2VL per (input port, output port).
     pub sl2vl: Vec<Vec<[u8; 16]>>,
@@ -214,15 +216,22 @@ impl IbSwitch {
         IbSwitch { lft: Vec::new(), sl2vl: vec![vec![sl2vl; ports]; ports] }
     }
 
+    /// The fabric port towards `dlid`; `None` for no route or the switch itself.
     pub fn route(&self, dlid: u16) -> Option<usize> {
-        self.lft.get(usize::from(dlid)).copied().filter(|&p| p != LFT_DROP).map(usize::from)
+        self.lft.get(usize::from(dlid)).copied().filter(|&p| p != LFT_DROP && p != 0).map(|p| usize::from(p) - 1)
     }
 
+    /// Routes `dlid` out of fabric port `port`.
     pub fn set_route(&mut self, dlid: u16, port: usize) {
+        self.set_ib_route(dlid, port as u8 + 1);
+    }
+
+    /// Sets the LFT entry of `dlid` to IB port `port` (0: the switch itself).
+    pub fn set_ib_route(&mut self, dlid: u16, port: u8) {
         let i = usize::from(dlid);
         if self.lft.len() <= i {
             self.lft.resize(i + 1, LFT_DROP);
         }
-        self.lft[i] = port as u8;
+        self.lft[i] = port;
     }
 }

@@ -322,7 +322,9 @@ pub(crate) mod tests {
                 for src in 0..5 {
                     // Walk the LFTs from src to the LID.
                     let (mut at, mut hops, mut went_down) = (src, 0, false);
-                    while at != owner && !(!s.nodes[owner].switch && s.nodes[at].ports[1] == Some((owner, 1))) {
+                    let arrived =
+                        |at: usize| at == owner || (!s.nodes[owner].switch && s.nodes[at].ports[1] == Some((owner, 1)));
+                    while !arrived(at) {
                         let p = lfts[at][usize::from(lid)];
                         let (next, _) = s.nodes[at].ports[usize::from(p)].unwrap();
                         if let Routing::UpDown { .. } = routing {

@@ -778,8 +778,8 @@ impl Sl2Vl {
     }
     pub fn emit(&self, b: &mut [u8]) -> Result<()> {
         check_len("SLtoVLMappingTable", b, 8)?;
-        for i in 0..8 {
-            b[i] = (self.0[2 * i] << 4) | (self.0[2 * i + 1] & 0xf);
+        for (byte, pair) in b.iter_mut().zip(self.0.chunks(2)) {
+            *byte = (pair[0] << 4) | (pair[1] & 0xf);
         }
         Ok(())
     }

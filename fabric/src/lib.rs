@@ -27,5 +27,6 @@ pub mod pfc;
 pub mod plot;
 pub mod report;
 pub mod scenarios;
+pub mod sm;
 pub mod switch;
 pub mod topology;

@@ -160,7 +160,11 @@ impl Subnet {
                         None => self.min_hop_ports(s, &hops.iter().map(|&h| (h, h)).collect::<Vec<_>>()),
                         Some(r) => self.updown_ports(s, &hops, r),
                     };
-                    let Some(p) = best.into_iter().min_by_key(|&p| (load[s][usize::from(p)], p)) else {
+                    // Towards a switch opensm takes the lowest minimal port;
+                    // towards an end port the least loaded one (then lowest).
+                    let to_switch = self.nodes[owner].switch;
+                    let key = |p: &u8| (if to_switch { 0 } else { load[s][usize::from(*p)] }, *p);
+                    let Some(p) = best.into_iter().min_by_key(key) else {
                         return Err(RoutingError::Unreachable { lid, node: owner, from: s });
                     };
                     p

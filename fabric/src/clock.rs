@@ -27,6 +27,8 @@ pub enum Event {
     FlowControl { node: usize, port: usize, frame: [u8; 6] },
     /// Port `port` of `node` owes every data VL a flow-control packet (IB).
     FcPeriod { node: usize, port: usize },
+    /// The SMA behind port `port` of `node` takes its next VL15 packet.
+    Sma { node: usize, port: usize },
 }
 
 /// A min-heap of (time, sequence, event).

@@ -51,8 +51,8 @@ pub struct Fabric {
     flow_of: HashMap<(usize, u32), usize>,
     pub(crate) rng: Rng,
     buf: Vec<u8>,
-    /// IB: VL15 packets received and not yet handled: (node, port, frame).
-    pub vl15_inbox: Vec<(usize, usize, Vec<u8>)>,
+    /// IB: SMP answers that reached an SM's node: (node, SMP).
+    pub sm_inbox: Vec<(usize, rdma_wire::smp::SmpRepr)>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
     held: Vec<Option<Vec<u8>>>,
     pub counters: Counters,
@@ -85,7 +85,7 @@ impl Fabric {
             flow_of: HashMap::new(),
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
-            vl15_inbox: Vec::new(),
+            sm_inbox: Vec::new(),
             held,
             counters: Counters::default(),
             sample_every: Duration::from_micros(1),
@@ -186,6 +186,7 @@ impl Fabric {
             }
             Event::FlowControl { node, port, frame } => self.ib_receive_fc(node, port, &frame),
             Event::FcPeriod { node, port } => self.ib_fc_period(node, port),
+            Event::Sma { node, port } => self.sma_event(node, port),
             Event::PortFree { node, port } if self.topo.ports[node][port].ib.is_some() => {
                 self.topo.ports[node][port].busy = false;
                 self.ib_wake(node, port);

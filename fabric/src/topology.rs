@@ -2,8 +2,9 @@
 //! routes by destination IP each switch gets from a breadth-first search.
 
 use crate::host::Host;
+use crate::ib::netfile::{NetError, NetNode};
 use crate::ib::routing::{Node as RNode, Routing, RoutingError, Subnet};
-use crate::ib::{IbConfig, IbPort, IbSwitch};
+use crate::ib::{IbConfig, IbPort, IbSwitch, PortMgmt};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
@@ -109,6 +110,34 @@ pub struct Topology {
     pub lids: Vec<u16>,
     pub lid_of: HashMap<Ipv4Addr, u16>,
     pub ib: Option<IbConfig>,
+    /// Each node as an SM sees it.
+    pub ident: Vec<Ident>,
+}
+
+/// A node's IB identity: GUID, NodeDescription, port count, and the IB
+/// port number of each fabric port (IB ports without a cable have none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    pub guid: u64,
+    pub name: String,
+    pub num_ports: u8,
+    pub ib_port: Vec<u8>,
+}
+
+impl Ident {
+    /// The fabric port of IB port `p`.
+    pub fn fabric_port(&self, p: u8) -> Option<usize> {
+        self.ib_port.iter().position(|&q| q == p)
+    }
+
+    /// A CA port's GUID (ibsim's: node GUID + port); a switch's is its node GUID.
+    pub fn port_guid(&self, switch: bool, p: u8) -> u64 {
+        if switch {
+            self.guid
+        } else {
+            self.guid + u64::from(p)
+        }
+    }
 }
 
 impl Topology {
@@ -126,29 +155,25 @@ impl Topology {
             lids: Vec::new(),
             lid_of: HashMap::new(),
             ib: None,
+            ident: Vec::new(),
         }
     }
 
-    /// The subnet as an SM sees it: IB port numbers (fabric port + 1),
-    /// switch GUIDs 0x200000.. and CA GUIDs 0x100000 + 2h (port GUID + 1),
-    /// ibsim's default style.
+    /// The subnet as an SM sees it, from [`Self::ident`].
     pub fn subnet(&self) -> Subnet {
         let nodes = self
             .nodes
             .iter()
             .enumerate()
             .map(|(i, n)| {
-                let (guid, switch) = match *n {
-                    Node::Switch(s) => (0x200000 + s as u64, true),
-                    Node::Host(h) => (0x100000 + 2 * h as u64, false),
-                };
-                let mut ports = vec![None];
-                ports.extend(self.ports[i].iter().map(|p| Some((p.peer, p.peer_port as u8 + 1))));
-                let mut port_guids = vec![guid; ports.len()];
-                if !switch {
-                    port_guids.iter_mut().enumerate().for_each(|(p, g)| *g += p as u64);
+                let id = &self.ident[i];
+                let switch = matches!(n, Node::Switch(_));
+                let mut ports = vec![None; usize::from(id.num_ports) + 1];
+                for (fp, p) in self.ports[i].iter().enumerate() {
+                    ports[usize::from(id.ib_port[fp])] = Some((p.peer, self.ident[p.peer].ib_port[p.peer_port]));
                 }
-                RNode { guid, switch, ports, port_guids }
+                let port_guids = (0..=id.num_ports).map(|p| id.port_guid(switch, p)).collect();
+                RNode { guid: id.guid, switch, ports, port_guids }
             })
             .collect();
         Subnet { nodes, lids: Default::default() }
@@ -165,6 +190,7 @@ impl Topology {
             self.lids[n] = lid;
         }
         self.lid_of = self.host_nodes.iter().enumerate().map(|(h, &n)| (self.hosts[h].addr, self.lids[n])).collect();
+        self.sync_mgmt_lids();
         for (n, node) in self.nodes.iter().enumerate() {
             let Node::Switch(s) = *node else { continue };
             if let Some(ib) = self.switches[s].ib.as_mut() {
@@ -172,6 +198,60 @@ impl Topology {
             }
         }
         Ok(())
+    }
+
+    /// The fabric an ibsim net file describes: its nodes (HCAs as hosts
+    /// running the engine), GUIDs, names and port numbers, so the same SM
+    /// sees the same subnet on both. Every host sends and receives.
+    pub fn from_netfile(nodes: &[NetNode], s: &Settings) -> Result<Topology, NetError> {
+        let mut t = Topology::empty();
+        let mut idx = HashMap::new();
+        for n in nodes {
+            let i = if n.switch { t.add_switch(s) } else { t.add_host(s) };
+            t.ident[i] = Ident { guid: n.guid, name: n.name.clone(), num_ports: n.num_ports, ib_port: Vec::new() };
+            idx.insert(n.name.as_str(), i);
+        }
+        for (ni, n) in nodes.iter().enumerate() {
+            for (p, peer, q) in &n.links {
+                let mi = nodes.iter().position(|m| &m.name == peer).unwrap_or(ni);
+                // Each link once, from the end declared first.
+                if (mi, *q) < (ni, *p) {
+                    continue;
+                }
+                let (a, b) = (idx[n.name.as_str()], idx[peer.as_str()]);
+                let (fa, fb) = t.join(a, b, s.link);
+                t.ident[a].ib_port[fa] = *p;
+                t.ident[b].ib_port[fb] = *q;
+            }
+        }
+        for (n, i) in nodes.iter().zip(0..) {
+            t.ident[i].num_ports = n.num_ports;
+            if !n.switch && t.ports[i].len() > 1 {
+                return Err(NetError::Topology(format!("{}: a host here has one cabled port", n.name)));
+            }
+            if !n.switch && t.ports[i].is_empty() {
+                return Err(NetError::Topology(format!("{}: an HCA without a cable", n.name)));
+            }
+        }
+        t.senders = (0..t.hosts.len()).collect();
+        t.receivers = t.senders.clone();
+        t.route();
+        Ok(t)
+    }
+
+    /// As [`Self::make_ib`], but as a fabric no SM has configured yet:
+    /// every port in Init, no LIDs, empty LFTs.
+    pub fn make_ib_unconfigured(&mut self, cfg: &IbConfig) {
+        self.make_ib(cfg);
+        self.lids.iter_mut().for_each(|l| *l = 0);
+        self.lid_of.clear();
+        for p in self.ports.iter_mut().flatten().filter_map(|p| p.ib.as_mut()) {
+            p.mgmt = PortMgmt::fresh();
+        }
+        for sw in self.switches.iter_mut().filter_map(|s| s.ib.as_mut()) {
+            sw.lft.clear();
+            sw.port0 = PortMgmt { state: 4, ..PortMgmt::fresh() };
+        }
     }
 
     /// A ring of `n` IB switches with one host each (switch ports: 0 to
@@ -221,7 +301,7 @@ impl Topology {
         for (n, node) in self.nodes.iter().enumerate() {
             let Node::Switch(i) = *node else { continue };
             let sw = &mut self.switches[i];
-            let mut ib = IbSwitch::new(self.ports[n].len(), cfg.sl2vl);
+            let mut ib = IbSwitch::new(self.ident[n].ib_port.clone(), cfg.sl2vl);
             for (addr, &lid) in &self.lid_of {
                 let port = match sw.ecmp.get(addr) {
                     Some(g) if !g.is_empty() => Some(g[usize::from(lid) % g.len()]),
@@ -234,12 +314,35 @@ impl Topology {
             sw.ib = Some(ib);
         }
         self.ib = Some(cfg.clone());
+        self.sync_mgmt_lids();
+    }
+
+    /// Writes [`Self::lids`] into the ports' PortInfo state (as if an SM
+    /// had set them): host ports and switch port 0.
+    fn sync_mgmt_lids(&mut self) {
+        for (n, node) in self.nodes.iter().enumerate() {
+            let lid = self.lids[n];
+            match *node {
+                Node::Host(_) => {
+                    for ib in self.ports[n].iter_mut().filter_map(|p| p.ib.as_mut()) {
+                        ib.mgmt.lid = lid;
+                    }
+                }
+                Node::Switch(s) => {
+                    if let Some(ib) = self.switches[s].ib.as_mut() {
+                        ib.port0.lid = lid;
+                    }
+                }
+            }
+        }
     }
 
     fn add_host(&mut self, s: &Settings) -> usize {
         let (n, h) = (self.nodes.len(), self.hosts.len());
         let addr = Ipv4Addr::new(10, 0, (h >> 8) as u8, h as u8 + 1);
         self.hosts.push(Host::new(h, addr, s.seed, s.cc));
+        let guid = 0x100000 + 2 * h as u64;
+        self.ident.push(Ident { guid, name: format!("host{h}"), num_ports: 1, ib_port: Vec::new() });
         self.nodes.push(Node::Host(h));
         self.host_nodes.push(n);
         self.ports.push(Vec::new());
@@ -247,7 +350,14 @@ impl Topology {
     }
 
     fn add_switch(&mut self, s: &Settings) -> usize {
-        self.nodes.push(Node::Switch(self.switches.len()));
+        let sw = self.switches.len();
+        self.ident.push(Ident {
+            guid: 0x200000 + sw as u64,
+            name: format!("switch{sw}"),
+            num_ports: 0,
+            ib_port: Vec::new(),
+        });
+        self.nodes.push(Node::Switch(sw));
         let mut sw = Switch::new(0, s.red, s.buffer_bytes);
         sw.pfc = s.pfc;
         self.switches.push(sw);
@@ -260,6 +370,11 @@ impl Topology {
         let (pa, pb) = (self.ports[a].len(), self.ports[b].len() + usize::from(a == b));
         self.ports[a].push(Port::new(link, b, pb));
         self.ports[b].push(Port::new(link, a, pa));
+        for (n, p) in [(a, pa), (b, pb)] {
+            let id = &mut self.ident[n];
+            id.ib_port.push(p as u8 + 1);
+            id.num_ports = id.num_ports.max(p as u8 + 1);
+        }
         for n in [a, b] {
             if let Node::Switch(sw) = self.nodes[n] {
                 self.switches[sw].egress.push(Default::default());

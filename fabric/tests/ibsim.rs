@@ -318,3 +318,25 @@ fn updown_on_the_ring_brings_every_port_up() {
     let h5 = lids.iter().find(|(g, _)| **g == 0x100009).map(|(_, l)| *l).expect("H5's port GUID");
     assert_eq!(our_lfts(&v)[&0x200002][&h5], 3, "S3 -> H5 leaves by port 3 (towards S2 and the root)");
 }
+
+/// The emulated fabric's SMAs answer the SM as ibsim's do: the same net
+/// file gives the same LIDs and LFTs on both.
+#[test]
+fn the_emulated_fabric_and_ibsim_give_the_sm_the_same_subnet() {
+    if !have_tools() {
+        return;
+    }
+    for (net, host) in [(Path::new(NETS).join("net.2sw2path4hca"), "Hca1"), (ring5(), "H1")] {
+        let sim = Ibsim::start("e", &net);
+        let on_ibsim = sim.rdma_sm(host, &[]);
+        let o = Command::new(env!("CARGO_BIN_EXE_rdma-sm"))
+            .args(["--emulated", net.to_str().unwrap(), "--once", "--json"])
+            .env("SIM_HOST", host)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let emulated: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(our_lids(&emulated), our_lids(&on_ibsim), "{}", net.display());
+        assert_eq!(our_lfts(&emulated), our_lfts(&on_ibsim), "{}", net.display());
+    }
+}

@@ -228,13 +228,7 @@ impl Fabric {
     /// VL15: not flow controlled; dropped when its buffer is full, never
     /// blocking data. What it carries (SMPs) is for the SMA.
     fn ib_arrive_vl15(&mut self, node: usize, port: usize, f: Vec<u8>) {
-        let ib = self.topo.ports[node][port].ib.as_mut().expect("an IB port");
-        if ib.vl15_held >= ib.vl15_capacity {
-            ib.counters.vl15_dropped += 1;
-            return;
-        }
-        ib.vl15_held += 1;
-        self.vl15_inbox.push((node, port, f));
+        self.sma_arrive(node, port, f);
     }
 
     /// Queues a VL15 packet on a port (bypasses credits and arbitration).

@@ -19,7 +19,9 @@
 pub mod credit;
 pub mod engine;
 pub mod frame;
+pub mod netfile;
 pub mod routing;
+pub mod sma;
 pub mod vlarb;
 
 use crate::ib::credit::{CreditRx, VlCredits};
@@ -116,6 +118,8 @@ pub struct IbPortCounters {
     pub vl15_dropped: u64,
     /// Dropped by SL2VL (15), an LFT miss or a PortState that forbids data.
     pub drops: u64,
+    /// VL15 packets that were not a well-formed SMP with good CRCs.
+    pub smp_bad: u64,
 }
 
 /// The IB state of one port (host or switch).
@@ -139,6 +143,10 @@ pub struct IbPort {
     /// SL2VL of a host port (switches keep theirs per input/output pair).
     pub sl2vl: [u8; 16],
     pub counters: IbPortCounters,
+    /// LID, SM LID, PortState, P_Keys: what the SM programs.
+    pub mgmt: PortMgmt,
+    /// VL15 packets waiting for the SMA.
+    pub vl15_in: VecDeque<Vec<u8>>,
 }
 
 impl IbPort {
@@ -156,6 +164,8 @@ impl IbPort {
             stalled: 0,
             sl2vl: cfg.sl2vl,
             counters: IbPortCounters::default(),
+            mgmt: PortMgmt { state: 4, ..PortMgmt::fresh() },
+            vl15_in: VecDeque::new(),
         }
     }
 
@@ -168,14 +178,19 @@ impl IbPort {
         self.out.iter().any(|q| !q.is_empty())
     }
 
-    /// Whether some data VL's head packet has credit.
+    /// Whether some data VL's head packet has credit (and the port is Active).
     pub fn can_send_data(&self) -> bool {
-        self.out.iter().zip(&self.vls).any(|(q, c)| q.front().is_some_and(|p| c.tx.may_send(p.blocks)))
+        self.mgmt.state == 4
+            && self.out.iter().zip(&self.vls).any(|(q, c)| q.front().is_some_and(|p| c.tx.may_send(p.blocks)))
     }
 
     /// Picks the next data packet by VL arbitration among VLs whose head
     /// has credit, counting each VL that newly waits for credit.
     pub fn next_data(&mut self) -> Option<(u8, Queued)> {
+        // Data moves only on an Active port (Init carries SMPs and link packets).
+        if self.mgmt.state != 4 {
+            return None;
+        }
         for (v, (q, c)) in self.out.iter().zip(&self.vls).enumerate() {
             let bit = 1u16 << v;
             match q.front() {
@@ -201,29 +216,71 @@ impl IbPort {
     }
 }
 
-/// An IB switch's tables. Port numbers are IB's: 0 is the switch itself
-/// (its SMA), fabric port `i` is IB port `i + 1`.
+/// What the subnet manager sets on a port (PortInfo's writable part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortMgmt {
+    pub lid: u16,
+    pub sm_lid: u16,
+    /// PortState: 1 Down, 2 Init, 3 Armed, 4 Active.
+    pub state: u8,
+    pub lmc: u8,
+    /// OperationalVLs as PortInfo encodes it (1: VL0, 2: VL0-1, 3: VL0-3, 4: VL0-7).
+    pub op_vls: u8,
+    pub pkeys: [u16; 32],
+}
+
+impl PortMgmt {
+    /// A port an SM has not seen: Init (the physical link is up), no LID.
+    pub fn fresh() -> PortMgmt {
+        let mut pkeys = [0u16; 32];
+        pkeys[0] = 0xffff;
+        PortMgmt { lid: 0, sm_lid: 0, state: 2, lmc: 0, op_vls: 1, pkeys }
+    }
+}
+
+/// An IB switch's tables. Port numbers in the LFT are IB's (0: the
+/// switch itself); `ib_port` maps each fabric port to its IB number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IbSwitch {
     /// DLID -> IB output port; [`LFT_DROP`] where there is none.
     pub lft: Vec<u8>,
-    /// SL2VL per (input port, output port).
+    /// SL2VL per (fabric input port, fabric output port).
     pub sl2vl: Vec<Vec<[u8; 16]>>,
+    pub ib_port: Vec<u8>,
+    /// Port 0 (the switch's management port): its LID and SM LID.
+    pub port0: PortMgmt,
+    pub linear_fdb_top: u16,
+    pub port_state_change: bool,
 }
 
 impl IbSwitch {
-    pub fn new(ports: usize, sl2vl: [u8; 16]) -> IbSwitch {
-        IbSwitch { lft: Vec::new(), sl2vl: vec![vec![sl2vl; ports]; ports] }
+    pub fn new(ib_port: Vec<u8>, sl2vl: [u8; 16]) -> IbSwitch {
+        let ports = ib_port.len();
+        IbSwitch {
+            lft: Vec::new(),
+            sl2vl: vec![vec![sl2vl; ports]; ports],
+            ib_port,
+            port0: PortMgmt { state: 4, ..PortMgmt::fresh() },
+            linear_fdb_top: 0,
+            port_state_change: false,
+        }
+    }
+
+    /// The fabric port of IB port `p`.
+    pub fn fabric_port(&self, p: u8) -> Option<usize> {
+        self.ib_port.iter().position(|&q| q == p)
     }
 
     /// The fabric port towards `dlid`; `None` for no route or the switch itself.
     pub fn route(&self, dlid: u16) -> Option<usize> {
-        self.lft.get(usize::from(dlid)).copied().filter(|&p| p != LFT_DROP && p != 0).map(|p| usize::from(p) - 1)
+        let p = self.lft.get(usize::from(dlid)).copied().filter(|&p| p != LFT_DROP && p != 0)?;
+        self.fabric_port(p)
     }
 
     /// Routes `dlid` out of fabric port `port`.
     pub fn set_route(&mut self, dlid: u16, port: usize) {
-        self.set_ib_route(dlid, port as u8 + 1);
+        let p = self.ib_port.get(port).copied().unwrap_or(LFT_DROP);
+        self.set_ib_route(dlid, p);
     }
 
     /// Sets the LFT entry of `dlid` to IB port `port` (0: the switch itself).

@@ -53,6 +53,8 @@ pub struct Fabric {
     buf: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
     pub sm_inbox: Vec<(usize, rdma_wire::smp::SmpRepr)>,
+    /// Post-to-completion time of every WRITE, ns.
+    pub message_latency_ns: Vec<u64>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
     held: Vec<Option<Vec<u8>>>,
     pub counters: Counters,
@@ -86,6 +88,7 @@ impl Fabric {
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
             sm_inbox: Vec::new(),
+            message_latency_ns: Vec::new(),
             held,
             counters: Counters::default(),
             sample_every: Duration::from_micros(1),
@@ -118,6 +121,7 @@ impl Fabric {
             outstanding: 0,
             finish: None,
             failed: false,
+            posted_at: Default::default(),
         };
         self.flows.push(flow);
         let f = self.flows.len() - 1;
@@ -225,7 +229,8 @@ impl Fabric {
                 }
             }
             Event::FlowStart { flow } => {
-                self.flows[flow].top_up(&mut self.topo.hosts);
+                let now = self.now;
+                self.flows[flow].top_up(&mut self.topo.hosts, now);
                 let src = self.flows[flow].src;
                 self.service(src);
             }
@@ -363,6 +368,9 @@ impl Fabric {
             let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };
             let flow = &mut self.flows[f];
             flow.outstanding = flow.outstanding.saturating_sub(1);
+            if let Some(t) = flow.posted_at.pop_front() {
+                self.message_latency_ns.push((self.now - t).as_nanos() as u64);
+            }
             if wc.status != WcStatus::Success {
                 flow.failed = true;
                 continue;
@@ -371,7 +379,7 @@ impl Fabric {
             if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
                 flow.finish = Some(self.now);
             }
-            flow.top_up(&mut self.topo.hosts);
+            flow.top_up(&mut self.topo.hosts, self.now);
         }
         if self.topo.ib.is_some() {
             return self.ib_host_send(h);

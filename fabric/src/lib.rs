@@ -19,6 +19,7 @@
 //! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 
 pub mod clock;
+pub mod compare;
 pub mod fabric;
 pub mod host;
 pub mod ib;

@@ -48,6 +48,9 @@ enum Cmd {
     List,
     /// Run one scenario.
     Run(Box<RunArgs>),
+    /// Run one scenario on IB and on RoCE v2 (PFC only, PFC + DCQCN, neither)
+    /// and print a table; --link, --pfc and --dcqcn are set per row.
+    Compare(Box<RunArgs>),
 }
 
 #[derive(Args)]
@@ -150,73 +153,58 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Run(args) => {
-            let RunArgs {
-                name,
-                seed,
-                duration,
-                line_rate,
-                preset,
-                flows,
-                fanin,
-                dcqcn,
-                flow_kb,
-                buffer_kb,
-                pfc,
-                headroom_kb,
-                reroute,
-                topology,
-                leaves,
-                spines,
-                hosts_per_leaf,
-                link,
-                vls,
-                vl_buffer_blocks,
-                fc_loss,
-                fc_corrupt,
-                routing,
-                json,
-                plot,
-            } = *args;
-            let topology = match topology {
-                TopologyArg::LeafSpine => TopologyKind::LeafSpine {
-                    leaves: leaves.unwrap_or(2),
-                    spines: spines.unwrap_or(2),
-                    hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
-                },
-                TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
-                    eprintln!("rdma-fabric: --leaves, --spines and --hosts-per-leaf need --topology leaf-spine");
+        Cmd::Compare(args) => {
+            let o = match options(&args) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
                     return ExitCode::from(2);
                 }
-                TopologyArg::Incast => TopologyKind::Incast,
             };
-            let o = Options {
-                seed,
-                duration,
-                line_rate_gbps: line_rate,
-                preset: match preset {
-                    PresetArg::Paper => Preset::Paper,
-                    PresetArg::Nvidia => Preset::Nvidia,
-                },
-                flows,
-                fanin,
-                dcqcn: matches!(dcqcn, OnOff::On),
-                flow_bytes: flow_kb.saturating_mul(1024),
-                buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
-                pfc: matches!(pfc, OnOff::On),
-                headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
-                reroute,
-                topology,
-                link: match link {
-                    LinkArg::Roce => LinkKind::Roce,
-                    LinkArg::Ib => LinkKind::Ib,
-                },
-                ib: IbOptions { data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
-                routing: match routing {
-                    RoutingArg::Minhop => RoutingKind::MinHop,
-                    RoutingArg::Updn => RoutingKind::UpDown,
-                },
+            let mut progress = |c: &str, t: rdma_transport::Instant, _: Duration| {
+                if t.as_nanos() == 0 {
+                    eprintln!("rdma-fabric: {c}");
+                }
             };
+            let rows = match rdma_fabric::compare::compare(&args.name, &o, &mut progress) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(stem) = &args.plot {
+                for row in &rows {
+                    let path = stem.with_file_name(format!(
+                        "{}-{}.svg",
+                        stem.file_stem().map_or("compare".into(), |s| s.to_string_lossy()),
+                        row.config
+                    ));
+                    if let Err(e) = rdma_fabric::plot::write(&row.report, &path) {
+                        eprintln!("rdma-fabric: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            if args.json {
+                let v: Vec<serde_json::Value> =
+                    rows.iter().map(|r| serde_json::json!({ "fabric": r.config, "report": r.report })).collect();
+                let h = rdma_fabric::compare::header_bytes();
+                println!("{}", serde_json::json!({ "scenario": args.name, "rows": v, "header_bytes": h }));
+            } else {
+                print!("{}", rdma_fabric::compare::table(&args.name, &rows, o.line_rate_gbps));
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Run(args) => {
+            let o = match options(&args) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let RunArgs { name, json, plot, .. } = *args;
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");
                 return ExitCode::from(2);
@@ -253,4 +241,71 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn options(args: &RunArgs) -> Result<Options, String> {
+    let RunArgs {
+        seed,
+        duration,
+        line_rate,
+        preset,
+        flows,
+        fanin,
+        dcqcn,
+        flow_kb,
+        buffer_kb,
+        pfc,
+        headroom_kb,
+        reroute,
+        topology,
+        leaves,
+        spines,
+        hosts_per_leaf,
+        link,
+        vls,
+        vl_buffer_blocks,
+        fc_loss,
+        fc_corrupt,
+        routing,
+        ..
+    } = *args;
+    let topology = match topology {
+        TopologyArg::LeafSpine => TopologyKind::LeafSpine {
+            leaves: leaves.unwrap_or(2),
+            spines: spines.unwrap_or(2),
+            hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
+        },
+        TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
+            return Err("--leaves, --spines and --hosts-per-leaf need --topology leaf-spine".into());
+        }
+        TopologyArg::Incast => TopologyKind::Incast,
+    };
+    let o = Options {
+        seed,
+        duration,
+        line_rate_gbps: line_rate,
+        preset: match preset {
+            PresetArg::Paper => Preset::Paper,
+            PresetArg::Nvidia => Preset::Nvidia,
+        },
+        flows,
+        fanin,
+        dcqcn: matches!(dcqcn, OnOff::On),
+        flow_bytes: flow_kb.saturating_mul(1024),
+        buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
+        pfc: matches!(pfc, OnOff::On),
+        headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
+        reroute,
+        topology,
+        link: match link {
+            LinkArg::Roce => LinkKind::Roce,
+            LinkArg::Ib => LinkKind::Ib,
+        },
+        ib: IbOptions { data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
+        routing: match routing {
+            RoutingArg::Minhop => RoutingKind::MinHop,
+            RoutingArg::Updn => RoutingKind::UpDown,
+        },
+    };
+    Ok(o)
 }

@@ -111,6 +111,13 @@ pub struct Report {
     /// Leaf-spine: data packets each spine forwarded (how ECMP spread the flows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spine_data_packets: Option<Vec<u64>>,
+    /// WRITE post-to-completion latency (messages of up to 64 KiB), µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us_p99: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us_p999: Option<f64>,
     /// `--link ib` only: the IB link layer's account (absent on RoCE).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub ib: Option<IbReport>,

@@ -24,6 +24,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
     ("pfc-deadlock", "three switches in a ring, routes forming a cyclic buffer dependency: PFC deadlocks (--reroute breaks the cycle)"),
 ("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
+    ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
@@ -161,8 +162,10 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
         return Err(ScenarioError::BadOption("--reroute is for pfc-deadlock only".into()));
     }
     if let TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } = o.topology {
-        if !matches!(name, "dcqcn-fairness" | "incast") {
-            return Err(ScenarioError::BadOption("--topology leaf-spine is for dcqcn-fairness and incast".into()));
+        if !matches!(name, "dcqcn-fairness" | "incast" | "all-to-all") {
+            return Err(ScenarioError::BadOption(
+                "--topology leaf-spine is for dcqcn-fairness, incast and all-to-all".into(),
+            ));
         }
         let hosts = leaves.saturating_mul(hosts_per_leaf);
         if !(1..=16).contains(&leaves) || !(1..=16).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
@@ -215,6 +218,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
         }
         "pfc-deadlock" => Ok(pfc_deadlock(o, progress)),
         "ib-ring" => ib_ring(o, progress),
+        "all-to-all" => Ok(all_to_all(o, progress)),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -258,6 +262,9 @@ fn empty_report(name: &str, o: &Options) -> Report {
         deadlock_us: None,
         deadlock_ports: None,
         spine_data_packets: None,
+        latency_us_p50: None,
+        latency_us_p99: None,
+        latency_us_p999: None,
         ib: None,
         series: Series::default(),
     }
@@ -424,6 +431,30 @@ fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
     }
 }
 
+/// Every host writes `flow_bytes` to every other host at once, on a
+/// leaf-spine (ECMP by 5-tuple on RoCE, by DLID on IB).
+fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+    let dur = o.duration.unwrap_or(Duration::from_millis(20));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let (leaves, spines, per) = match o.topology {
+        TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => (leaves, spines, hosts_per_leaf),
+        TopologyKind::Incast => (2, 2, 4),
+    };
+    let topo = Topology::leaf_spine(leaves, spines, per, &s);
+    let n = topo.hosts.len();
+    let mut fab = fabric(topo, o);
+    for a in 0..n {
+        for b in (0..n).filter(|&b| b != a) {
+            fab.add_flow(a, b, Some(o.flow_bytes), Instant::ZERO);
+        }
+    }
+    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    r
+}
+
 /// §7: the minimal credit loop. Five switches in a ring; every distance-2
 /// route is a unique shortest path, so min-hop's clockwise and
 /// anticlockwise 2-hop routes close a cycle of buffer dependencies and the
@@ -504,6 +535,9 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
     }
     r.series = series(fab);
+    let lat = &fab.message_latency_ns;
+    let p = |q| percentile(lat, q).map(|ns: u64| ns as f64 / 1e3);
+    (r.latency_us_p50, r.latency_us_p99, r.latency_us_p999) = (p(0.5), p(0.99), p(0.999));
     if let Some(cfg) = &fab.topo.ib {
         let ib = ib_report(fab, cfg);
         r.drops += ib.ib_drops;

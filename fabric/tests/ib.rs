@@ -193,3 +193,21 @@ fn five_switch_ring_deadlocks_under_min_hop_and_not_under_updown() {
     assert!(updn.flows.iter().all(|&g| g > 1.0), "{:?}", updn.flows);
     assert_eq!(updn.drops, 0);
 }
+
+#[test]
+fn compare_runs_one_workload_on_four_fabrics() {
+    let base = Options { fanin: 8, flow_bytes: 64 << 10, ..Options::default() };
+    let rows = rdma_fabric::compare::compare("incast", &base, &mut |_, _, _| {}).unwrap();
+    let by = |c: &str| &rows.iter().find(|r| r.config == c).unwrap().report;
+    assert_eq!(rows.len(), 4);
+    assert_eq!(by("ib").drops, 0);
+    assert!(by("ib").ib.as_ref().unwrap().credit_stalls > 0);
+    assert_eq!(by("roce-pfc").drops, 0);
+    assert!(by("roce-pfc").pauses > 0);
+    assert!(by("roce-lossy").drops > 0);
+    // Lossless fabrics finish the incast far sooner than the lossy one (retransmit timeouts).
+    let p99 = |c: &str| by(c).latency_us_p99.unwrap();
+    assert!(p99("ib") * 3.0 < p99("roce-lossy"), "{} vs {}", p99("ib"), p99("roce-lossy"));
+    let t = rdma_fabric::compare::table("incast", &rows, 40.0);
+    assert_eq!(t.lines().count(), 7, "{t}");
+}

@@ -1,4 +1,6 @@
-//! A deterministic discrete-event fabric for RoCE v2 congestion control:
+//! A deterministic discrete-event fabric for RoCE v2 congestion control
+//! and, with `--link ib`, InfiniBand links and switches (see [`ib`] and
+//! `docs/infiniband.md`):
 //! hosts running the real `rdma_transport::Endpoint`, links with rate and
 //! propagation delay, switches with byte-counted egress queues, drop-tail,
 //! RED/ECN marking and PFC on ingress; scenarios and their reports for
@@ -15,6 +17,8 @@
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
+//! | [`compare`] | `rdma-fabric compare`: one workload on IB and three RoCE fabrics |
+//! | [`sm`] | `rdma-sm`: discovery, LIDs, routing, configuration over ibsim or the emulated fabric |
 //! | [`report`] | the JSON report, its statistics and the plotted series |
 //! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 

@@ -53,6 +53,8 @@ pub struct Fabric {
     buf: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
     pub sm_inbox: Vec<(usize, rdma_wire::smp::SmpRepr)>,
+    /// IB: when set, every VL15 and flow-control frame put on a link.
+    pub ib_capture: Option<Vec<crate::ib::capture::Captured>>,
     /// Post-to-completion time of every WRITE, ns.
     pub message_latency_ns: Vec<u64>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
@@ -89,6 +91,7 @@ impl Fabric {
             buf: vec![0; MAX_PACKET],
             sm_inbox: Vec::new(),
             message_latency_ns: Vec::new(),
+            ib_capture: None,
             held,
             counters: Counters::default(),
             sample_every: Duration::from_micros(1),

@@ -6,6 +6,7 @@
 
 use crate::clock::Event;
 use crate::fabric::Fabric;
+use crate::ib::capture::{Captured, ERF_INFINIBAND, ERF_INFINIBAND_LINK};
 use crate::ib::credit::{self, blocks, fc_packet, receive_fc, FC_LEN};
 use crate::ib::{frame, Queued, SL2VL_DROP, VL15};
 use crate::switch::{ecn_capable, ipv4_dst, ipv4_src};
@@ -62,7 +63,12 @@ impl Fabric {
             return self.launch_fc(node, port, frame);
         }
         let next = match ib.vl15_out.pop_front() {
-            Some(q) => Some(q),
+            Some(q) => {
+                if let Some(c) = self.ib_capture.as_mut() {
+                    c.push(Captured { at: self.now, erf_type: ERF_INFINIBAND, bytes: q.frame.clone() });
+                }
+                Some(q)
+            }
             None => ib.next_data().map(|(_, q)| q),
         };
         let Some(q) = next else { return };
@@ -86,6 +92,9 @@ impl Fabric {
     }
 
     fn launch_fc(&mut self, node: usize, port: usize, mut frame: [u8; FC_LEN]) {
+        if let Some(c) = self.ib_capture.as_mut() {
+            c.push(Captured { at: self.now, erf_type: ERF_INFINIBAND_LINK, bytes: frame.to_vec() });
+        }
         let (loss, corrupt) = self.topo.ib.as_ref().map_or((0.0, 0.0), |c| (c.fc_loss, c.fc_corrupt));
         let p = &mut self.topo.ports[node][port];
         p.busy = true;

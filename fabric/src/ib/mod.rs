@@ -4,6 +4,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`capture`] | VL15 and flow-control frames as an ERF pcap for tshark |
 //! | [`credit`] | FCTBS/FCCL/ABR per VL and the flow-control packet |
 //! | [`vlarb`] | the high/low VL arbitration tables and VLHighLimit |
 //! | [`frame`] | how an engine packet travels as an IB frame: its LRH and wire size |
@@ -16,6 +17,7 @@
 //! every size that matters (serialisation, credits) is the IB packet's:
 //! LRH + BTH.. + ICRC + VCRC, without the IPv4/UDP headers.
 
+pub mod capture;
 pub mod credit;
 pub mod engine;
 pub mod frame;

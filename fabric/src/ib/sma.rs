@@ -4,12 +4,12 @@
 //! IB packets (LRH on VL15, BTH to QP0, DETH, the MAD, ICRC, VCRC) hop by
 //! hop through the fabric; a VL15 packet waits [`SMA_DELAY`] for the SMA.
 //!
-//! Outbound DR: the sender sets hop_ptr 1 and sends out initial_path[1];
-//! the node at hop h records return_path[h] = its ingress port and, if
-//! h < hop_cnt, forwards out initial_path[h + 1] with hop_ptr h + 1, else
-//! answers. The answer (D bit set) leaves by return_path[h] with hop_ptr
+//! Outbound DR: the sender sets hop_ptr 1 and sends out `initial_path[1]`;
+//! the node at hop h records `return_path[h]` = its ingress port and, if
+//! h < hop_cnt, forwards out `initial_path[h + 1]` with hop_ptr h + 1, else
+//! answers. The answer (D bit set) leaves by `return_path[h]` with hop_ptr
 //! h - 1; a node receiving it with hop_ptr j > 0 sends it out
-//! return_path[j] with hop_ptr j - 1; hop_ptr 0 means it reached the SM.
+//! `return_path[j]` with hop_ptr j - 1; hop_ptr 0 means it reached the SM.
 
 use crate::clock::Event;
 use crate::fabric::Fabric;

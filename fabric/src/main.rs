@@ -48,6 +48,10 @@ enum Cmd {
     List,
     /// Run one scenario.
     Run(Box<RunArgs>),
+    /// Serve ibsim's client protocol (IBSIM_SOCKNAME) in front of the
+    /// emulated fabric an ibsim net file describes, for opensm and
+    /// infiniband-diags under libumad2sim; runs until killed.
+    IbsimServe { netfile: std::path::PathBuf },
     /// Run one scenario on IB and on RoCE v2 (PFC only, PFC + DCQCN, neither)
     /// and print a table; --link, --pfc and --dcqcn are set per row.
     Compare(Box<RunArgs>),
@@ -152,6 +156,19 @@ fn main() -> ExitCode {
                 println!("{name:<16} {what}");
             }
             ExitCode::SUCCESS
+        }
+        Cmd::IbsimServe { netfile } => {
+            let base = std::env::var("IBSIM_SOCKNAME").unwrap_or_else(|_| "sim".into());
+            let r = rdma_fabric::sm::fabric_transport::emulated(&netfile.to_string_lossy())
+                .and_then(|t| rdma_fabric::sm::ibsim_server::IbsimServer::bind(&base, t))
+                .and_then(|mut s| s.serve(&|| false));
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Cmd::Compare(args) => {
             let o = match options(&args) {

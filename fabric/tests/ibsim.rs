@@ -340,3 +340,76 @@ fn the_emulated_fabric_and_ibsim_give_the_sm_the_same_subnet() {
         assert_eq!(our_lfts(&emulated), our_lfts(&on_ibsim), "{}", net.display());
     }
 }
+
+/// Stage 4 (§8.4): unmodified opensm manages the emulated fabric through
+/// `rdma-fabric ibsim-serve` (ibsim's protocol in front of the emulated
+/// SMAs), reaching SUBNET UP with no ERR line, and ibnetdiscover prints the
+/// same topology there as on ibsim for the same net file.
+#[test]
+fn opensm_manages_the_emulated_fabric_and_ibnetdiscover_agrees_with_ibsim() {
+    if !have_tools() {
+        return;
+    }
+    let net = Path::new(NETS).join("net.2sw2path4hca");
+    let run_opensm = |sock: &str, dir: &Path| {
+        let (cache, dump) = (dir.join("cache"), dir.join("dump"));
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::create_dir_all(&dump).unwrap();
+        let st = Command::new("opensm")
+            .args(["-o", "-D", "0x43", "-f", "osm.log", "--dump_files_dir", dump.to_str().unwrap()])
+            .env("IBSIM_SOCKNAME", sock)
+            .env("SIM_HOST", "Hca1")
+            .env("LD_PRELOAD", SIM)
+            .env("OSM_CACHE_DIR", &cache)
+            .env("OSM_TMP_DIR", &dump)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "opensm -o");
+        std::fs::read_to_string(dir.join("osm.log")).unwrap()
+    };
+    let discover = |sock: &str, dir: &Path| {
+        let o = Command::new("ibnetdiscover")
+            .env("IBSIM_SOCKNAME", sock)
+            .env("SIM_HOST", "Hca1")
+            .env("LD_PRELOAD", SIM)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    };
+    // The reference: ibsim itself.
+    let sim = Ibsim::start("g", &net);
+    run_opensm(&sim.sock, &sim.dir);
+    let want = discover(&sim.sock, &sim.dir);
+    // The emulated fabric behind ibsim-serve.
+    let sock = format!("rsmgw{}", std::process::id());
+    let dir = std::env::temp_dir().join(&sock);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_rdma-fabric"))
+        .args(["ibsim-serve", net.to_str().unwrap()])
+        .env("IBSIM_SOCKNAME", &sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let log = run_opensm(&sock, &dir);
+    let got = discover(&sock, &dir);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(log.contains("SUBNET UP"), "{log}");
+    let errs: Vec<&str> = log.lines().filter(|l| l.contains("ERR")).collect();
+    assert!(errs.is_empty(), "opensm errors: {errs:#?}");
+    assert_eq!(got, want, "ibnetdiscover: emulated fabric vs ibsim");
+}

@@ -21,18 +21,20 @@ pub struct FabricTransport {
     pub fab: Fabric,
     /// The node (an HCA) the SM runs on.
     pub sm_node: usize,
+    /// Where a LID-routed SMP goes (its LRH DLID).
+    pub lid_routed_dlid: u16,
 }
 
 impl FabricTransport {
     pub fn new(fab: Fabric, sm_node: usize) -> FabricTransport {
-        FabricTransport { fab, sm_node }
+        FabricTransport { fab, sm_node, lid_routed_dlid: PERMISSIVE_LID }
     }
 }
 
 impl SmpTransport for FabricTransport {
     fn exchange(&mut self, req: &SmpRepr) -> Result<SmpRepr, SmError> {
         let Some(mut dr) = req.dr else {
-            return Err(SmError::Transport("this SM sends directed-route SMPs only".into()));
+            return self.exchange_lid_routed(req);
         };
         if dr.hop_cnt == 0 {
             // The SM's own HCA: no wire.
@@ -50,6 +52,25 @@ impl SmpTransport for FabricTransport {
         let mut s = *req;
         s.dr = Some(dr);
         self.fab.send_smp(self.sm_node, fp, &s, PERMISSIVE_LID, PERMISSIVE_LID);
+        self.await_answer(req)
+    }
+}
+
+impl FabricTransport {
+    /// A LID-routed SMP: its destination is the LRH's, which the caller
+    /// puts in [`Self::lid_routed_dlid`].
+    fn exchange_lid_routed(&mut self, req: &SmpRepr) -> Result<SmpRepr, SmError> {
+        let dlid = self.lid_routed_dlid;
+        let own = self.fab.topo.lids[self.sm_node];
+        if dlid == own {
+            return Ok(self.fab.sma(self.sm_node, 0, req));
+        }
+        self.fab.send_smp(self.sm_node, 0, req, own, dlid);
+        self.await_answer(req)
+    }
+
+    /// Runs the fabric until the answer to `req` reaches the SM's node.
+    fn await_answer(&mut self, req: &SmpRepr) -> Result<SmpRepr, SmError> {
         let deadline = self.fab.now + TIMEOUT;
         while self.fab.now < deadline {
             let step = self.fab.now + Duration::from_micros(2);
@@ -59,7 +80,7 @@ impl SmpTransport for FabricTransport {
                 return Ok(inbox.remove(i).1);
             }
         }
-        let path = dr.initial_path[1..=usize::from(dr.hop_cnt)].to_vec();
+        let path = req.dr.map_or(Vec::new(), |dr| dr.initial_path[1..=usize::from(dr.hop_cnt)].to_vec());
         Err(SmError::Timeout { attr: super::attr_name(req.attr_id), path })
     }
 }

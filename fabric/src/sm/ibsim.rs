@@ -17,7 +17,7 @@ use tracing::debug;
 pub const SIM_MAGIC: u32 = 0xdead_beef;
 pub const CTL_LEN: usize = 80;
 pub const REQUEST_LEN: usize = 288;
-const CTL_CONNECT: u32 = 1;
+pub(crate) const CTL_CONNECT: u32 = 1;
 const CTL_DISCONNECT: u32 = 2;
 const CTL_ERROR: u32 = 0;
 /// `sim_request.status` when ibsim dropped the MAD.

@@ -4,7 +4,9 @@
 //! SwitchInfo, LFTs, SL2VL and VL arbitration, and moves every port
 //! INIT -> ARMED -> ACTIVE in separate passes. It speaks SMPs only through
 //! an [`SmpTransport`]: ibsim's socket protocol ([`ibsim`]) or the
-//! emulated fabric's VL15 ([`fabric_transport`]).
+//! emulated fabric's VL15 ([`fabric_transport`]). [`ibsim_server`] is the
+//! other way round: ibsim's server protocol in front of the emulated fabric,
+//! for opensm and infiniband-diags.
 //!
 //! It lives in the fabric crate because it shares the routing code with
 //! the fabric's own LFTs and drives the emulated fabric in-process; it
@@ -12,6 +14,7 @@
 
 pub mod fabric_transport;
 pub mod ibsim;
+pub mod ibsim_server;
 
 use crate::ib::routing::{self, Routing, RoutingError, Subnet};
 use rdma_wire::mad::method;

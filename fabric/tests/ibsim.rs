@@ -13,6 +13,10 @@ use std::time::Duration;
 const SIM: &str = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so";
 const NETS: &str = "/usr/share/doc/ibsim-utils/net-examples";
 
+fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+}
+
 fn have_tools() -> bool {
     let missing: Vec<&str> = ["ibsim", "opensm", "ibnetdiscover", "ibroute", "smpquery", "iblinkinfo"]
         .into_iter()
@@ -412,4 +416,73 @@ fn opensm_manages_the_emulated_fabric_and_ibnetdiscover_agrees_with_ibsim() {
     let errs: Vec<&str> = log.lines().filter(|l| l.contains("ERR")).collect();
     assert!(errs.is_empty(), "opensm errors: {errs:#?}");
     assert_eq!(got, want, "ibnetdiscover: emulated fabric vs ibsim");
+}
+
+/// ibutils' ibdmchk, an independent credit-loop checker (§7), on the LFTs
+/// rdma-sm programmed into ibsim for the 5-switch ring: loaded into a fresh
+/// ibsim by `opensm -R file -U` (which dumps the subnet and fdbs files
+/// ibdmchk reads), they have a credit loop under min-hop and none under
+/// Up*/Down*, with full CA-to-CA connectivity; and Up*/Down* changes
+/// exactly 4 entries, as opensm's own updn does here (§7).
+#[test]
+fn ibdmchk_finds_min_hops_credit_loop_and_none_under_updown() {
+    if !have_tools() {
+        return;
+    }
+    if !have("ibdmchk") {
+        eprintln!("SKIP: needs ibutils (ibdmchk)");
+        return;
+    }
+    let net = ring5();
+    let mut dumps = Vec::new();
+    for (tag, extra) in [("m", &[][..]), ("u", &["--routing", "updn", "--root", "0x200000"][..])] {
+        let sim = Ibsim::start(&format!("d{tag}"), &net);
+        let v = sim.rdma_sm("H1", extra);
+        let lfts = sim.text("H1", "dump_lfts", &[]);
+        drop(sim);
+        let load = Ibsim::start(&format!("l{tag}"), &net);
+        let file = load.dir.join("ours.lfts");
+        std::fs::write(&file, &lfts).unwrap();
+        let (cache, dump) = (load.dir.join("cache"), load.dir.join("dump"));
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::create_dir_all(&dump).unwrap();
+        let st = Command::new("opensm")
+            .args(["-o", "-R", "file", "-U", file.to_str().unwrap(), "-D", "0x43", "-f", "osm.log"])
+            .args(["--dump_files_dir", dump.to_str().unwrap()])
+            .env("IBSIM_SOCKNAME", &load.sock)
+            .env("SIM_HOST", "H1")
+            .env("LD_PRELOAD", SIM)
+            .env("OSM_CACHE_DIR", &cache)
+            .env("OSM_TMP_DIR", &dump)
+            .current_dir(&load.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        // opensm loaded exactly our tables.
+        let text = std::fs::read_to_string(dump.join("opensm-lfts.dump")).unwrap();
+        let mut loaded = HashMap::new();
+        for sec in text.split("Unicast lids").skip(1) {
+            let guid = hex(sec.split("guid ").nth(1).unwrap().split_whitespace().next().unwrap());
+            loaded.insert(guid, parse_lft_lines(sec));
+        }
+        assert_eq!(loaded, our_lfts(&v), "opensm -R file loaded rdma-sm's LFTs");
+        // ibdmchk segfaults after reporting on some inputs: read its text, not its status.
+        let o = Command::new("ibdmchk")
+            .args(["-s", "opensm-subnet.lst", "-f", "opensm.fdbs", "-m", "opensm.mcfdbs"])
+            .current_dir(&dump)
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(report.contains("-I- Scanned:20 CA to CA paths"), "{report}");
+        dumps.push((report, our_lfts(&v)));
+    }
+    let (min, updn) = (&dumps[0], &dumps[1]);
+    assert!(min.0.contains("-E- credit loops in routing"), "min-hop: {}", min.0);
+    assert!(updn.0.contains("-I- no credit loops found"), "updn: {}", updn.0);
+    assert!(!updn.0.contains("-E-"), "updn: {}", updn.0);
+    let changed: usize =
+        min.1.iter().map(|(sw, l)| l.iter().filter(|(lid, p)| updn.1[sw].get(lid) != Some(p)).count()).sum();
+    assert_eq!(changed, 4, "LFT entries Up*/Down* changed");
 }

@@ -75,8 +75,11 @@ impl IbsimClient {
     pub fn connect(base: &str, host: Option<&str>) -> Result<IbsimClient, SmError> {
         let io = |what: &str, e: std::io::Error| SmError::Transport(format!("{what}: {e}"));
         let pid = std::process::id();
-        // A process may hold one client per base name; tests run several.
-        let tag = format!("{pid}{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        // ibsim names our input socket after the id we give it (as %d);
+        // one process may run several clients, so the id is pid x 100 + n.
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
+        let id = pid.wrapping_mul(100).wrapping_add(n) & 0x7fff_ffff;
+        let tag = id.to_string();
         let ctl =
             UnixDatagram::bind_addr(&abstract_addr(&format!("{base}:ctl{tag}"))?).map_err(|e| io("bind ctl", e))?;
         ctl.connect_addr(&abstract_addr(&format!("{base}:ctl"))?).map_err(|e| {
@@ -87,7 +90,6 @@ impl IbsimClient {
             UnixDatagram::bind_addr(&abstract_addr(&format!("{base}:in{tag}"))?).map_err(|e| io("bind in", e))?;
         // sim_client_info { id, qp, issm, nodeid[32] }
         let mut info = [0u8; 44];
-        let id: u32 = tag.parse().unwrap_or(pid);
         info[0..4].copy_from_slice(&id.to_ne_bytes());
         info[8..12].copy_from_slice(&1u32.to_ne_bytes());
         if let Some(h) = host {

@@ -94,3 +94,23 @@ fn updown_on_the_emulated_ring_avoids_the_credit_loop_turn() {
     // S3 reaches H5 through S2 and the root, not down to S4 and up to S5.
     assert_eq!(v.lfts[v.by_guid(0x200002).unwrap()][usize::from(h5)], 3);
 }
+
+#[test]
+fn lid_routed_smps_reach_a_switch_through_the_lfts_once_configured() {
+    use rdma_fabric::sm::SmpTransport;
+    use rdma_wire::smp::{attr, NodeInfo, NodeInfoRepr, SmpRepr};
+    let t = from_netfile(TWO_SWITCHES, Some("Hca1"), &IbConfig::default()).unwrap();
+    let mut sm = Sm::new(t, SmConfig::default());
+    sm.run_once().unwrap();
+    let t = &mut sm.transport;
+    // Switch2 has LID 3; the SMP goes Hca1 -> Switch1 (LFT) -> Switch2 and back by LID.
+    t.lid_routed_dlid = 3;
+    let req = SmpRepr::request(0x01, 0xabc, attr::NODE_INFO, 0, None);
+    let r = t.exchange(&req).expect("an answer");
+    assert_eq!((r.status, r.tid, r.dr), (0, 0xabc, None));
+    let ni = NodeInfoRepr::parse(&NodeInfo::new_checked(&r.data[..]).unwrap());
+    assert_eq!(ni.node_guid, 0x200001);
+    // To a LID nobody has: no answer.
+    t.lid_routed_dlid = 60;
+    assert!(t.exchange(&SmpRepr::request(0x01, 0xabd, attr::NODE_INFO, 0, None)).is_err());
+}

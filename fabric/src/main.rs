@@ -109,6 +109,9 @@ struct RunArgs {
     /// The link layer: RoCE v2 over Ethernet, or InfiniBand (credits per VL, LFTs).
     #[arg(long, value_enum, default_value = "roce")]
     link: LinkArg,
+    /// --link ib: configure the fabric with rdma-sm (a sweep over VL15) instead of preset LIDs and LFTs.
+    #[arg(long)]
+    sm: bool,
     /// --link ib: data VLs per link.
     #[arg(long, default_value_t = 2)]
     vls: u8,
@@ -284,6 +287,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         fc_loss,
         fc_corrupt,
         routing,
+        sm,
         ..
     } = *args;
     let topology = match topology {
@@ -318,7 +322,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
             LinkArg::Roce => LinkKind::Roce,
             LinkArg::Ib => LinkKind::Ib,
         },
-        ib: IbOptions { data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
+        ib: IbOptions { sm, data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
         routing: match routing {
             RoutingArg::Minhop => RoutingKind::MinHop,
             RoutingArg::Updn => RoutingKind::UpDown,

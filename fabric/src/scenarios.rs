@@ -9,6 +9,8 @@ use crate::pfc::PfcConfig;
 use crate::report::{
     jain, percentile, thin, IbReport, PausedPort, Point, PortRef, Report, Series, VlPeak, MAX_SERIES_POINTS,
 };
+use crate::sm::fabric_transport::FabricTransport;
+use crate::sm::{Sm, SmConfig};
 use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
@@ -65,6 +67,8 @@ pub enum LinkKind {
 /// The IB link settings a run may change.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct IbOptions {
+    /// Configure the fabric with `rdma-sm` (a sweep over VL15) first.
+    pub sm: bool,
     pub data_vls: u8,
     pub buffer_blocks: u16,
     pub fc_loss: f64,
@@ -74,7 +78,7 @@ pub struct IbOptions {
 impl Default for IbOptions {
     fn default() -> IbOptions {
         let c = IbConfig::default();
-        IbOptions { data_vls: c.data_vls, buffer_blocks: c.buffer_blocks, fc_loss: 0.0, fc_corrupt: 0.0 }
+        IbOptions { sm: false, data_vls: c.data_vls, buffer_blocks: c.buffer_blocks, fc_loss: 0.0, fc_corrupt: 0.0 }
     }
 }
 
@@ -202,23 +206,23 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             if !(1..=64).contains(&o.flows) {
                 return Err(ScenarioError::BadOption(format!("--flows {} is not in 1..=64", o.flows)));
             }
-            Ok(fairness(o, progress))
+            fairness(o, progress)
         }
         "incast" => {
             if !(1..=64).contains(&o.fanin) || o.flow_bytes == 0 {
                 return Err(ScenarioError::BadOption("--fanin must be in 1..=64 and --flow-kb above 0".into()));
             }
-            Ok(incast(o, progress))
+            incast(o, progress)
         }
         "victim" => {
             if !(1..=32).contains(&o.fanin) {
                 return Err(ScenarioError::BadOption(format!("--fanin {} is not in 1..=32", o.fanin)));
             }
-            Ok(victim(o, progress))
+            victim(o, progress)
         }
-        "pfc-deadlock" => Ok(pfc_deadlock(o, progress)),
+        "pfc-deadlock" => pfc_deadlock(o, progress),
         "ib-ring" => ib_ring(o, progress),
-        "all-to-all" => Ok(all_to_all(o, progress)),
+        "all-to-all" => all_to_all(o, progress),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -313,55 +317,73 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
     }
 }
 
-/// The fabric of a run: `topo` as it is, or with IB links.
-fn fabric(mut topo: Topology, o: &Options) -> Fabric {
-    if o.link == LinkKind::Ib {
-        topo.make_ib(&o.ib.config());
+/// The fabric of a run: `topo` as it is, or with IB links, configured
+/// either as if an SM had run (LIDs in host order, LFTs from the IP
+/// routes) or, with `--sm`, by `rdma-sm` itself: a sweep over VL15 from
+/// host 0's HCA with every port starting in Init; the run then starts at
+/// time zero on the configured fabric.
+fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+    if o.link != LinkKind::Ib {
+        return Ok(Fabric::new(topo, o.seed));
     }
-    Fabric::new(topo, o.seed)
+    if !o.ib.sm {
+        topo.make_ib(&o.ib.config());
+        return Ok(Fabric::new(topo, o.seed));
+    }
+    topo.make_ib_unconfigured(&o.ib.config());
+    let sm_node = topo.host_nodes[0];
+    let t = FabricTransport::new(Fabric::new(topo, o.seed), sm_node);
+    let mut sm = Sm::new(t, SmConfig::default());
+    sm.run_once().map_err(|e| ScenarioError::BadOption(format!("rdma-sm over the fabric: {e}")))?;
+    let mut topo = sm.transport.fab.topo;
+    // The sweep's last link events are dropped with its event queue.
+    for p in topo.ports.iter_mut().flatten() {
+        p.busy = false;
+    }
+    Ok(Fabric::new(topo, o.seed))
 }
 
 /// Long flows from every sender to one receiver, started within 10 µs of
 /// each other (seeded); measured over the second half of the run.
-fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(6));
     let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
     let topo = build(o, o.flows, &s);
-    let mut fab = fabric(topo, o);
+    let mut fab = fabric(topo, o)?;
     let mut rng = Rng::new(o.seed ^ 0x5eed);
     for i in 0..o.flows {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
         fab.add_flow(src, dst, None, Instant::from_nanos(rng.below(10_000)));
     }
     fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
-    measure(&fab, "dcqcn-fairness", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s)
+    Ok(measure(&fab, "dcqcn-fairness", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s))
 }
 
 /// `fanin` senders each write `flow_bytes` to one receiver at once. The
 /// default buffer (300 KB) is above Kmax, so marking can act before drops.
-fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = build(o, o.fanin, &s);
-    let mut fab = fabric(topo, o);
+    let mut fab = fabric(topo, o)?;
     for i in 0..o.fanin {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
         fab.add_flow(src, dst, Some(o.flow_bytes), Instant::ZERO);
     }
     fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
     let end = fab.now;
-    measure(&fab, "incast", o, Instant::ZERO, end, &s)
+    Ok(measure(&fab, "incast", o, Instant::ZERO, end, &s))
 }
 
 /// §3.4 2: long flows VS→VR (the victim, flow 0), H2→R2 and `fanin` - 1
 /// local senders → R2 on S2, so R2's port is an `fanin`:1 incast and H2's
 /// backlog at S2's ingress from S1 pauses S1's uplink, which VS shares.
 /// Measured over the second half; `victim_gbps` is flow 0's rate.
-fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(10));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = Topology::victim(o.fanin - 1, &s);
-    let mut fab = fabric(topo, o);
+    let mut fab = fabric(topo, o)?;
     let (vr, r2) = (fab.topo.receivers[0], fab.topo.receivers[1]);
     let senders = fab.topo.senders.clone();
     for (i, &src) in senders.iter().enumerate() {
@@ -375,19 +397,19 @@ fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     r.throughput_fraction = Some(into_r2 * 1e9 / s.link.rate_bps as f64);
     // Jain and convergence over unequal paths say nothing here.
     (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
-    r
+    Ok(r)
 }
 
 /// §3.4's deadlock: host i writes to host i + 2 round a ring of three
 /// switches, every route clockwise. Deadlock is looked for at each 100 µs
 /// window: 200 µs without a delivered byte while every switch egress
 /// holding data is paused.
-fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     const N: usize = 3;
     let dur = o.duration.unwrap_or(Duration::from_millis(5));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = Topology::ring(N, o.reroute, &s);
-    let mut fab = fabric(topo, o);
+    let mut fab = fabric(topo, o)?;
     fab.deadlock_window = Some(Duration::from_micros(200));
     for i in 0..N {
         fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
@@ -402,7 +424,7 @@ fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Rep
     // Each flow crosses two of the three ring links: there is no single
     // bottleneck to measure against.
     (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
-    r
+    Ok(r)
 }
 
 /// The IB link layer's counters over every port.
@@ -433,7 +455,7 @@ fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
 
 /// Every host writes `flow_bytes` to every other host at once, on a
 /// leaf-spine (ECMP by 5-tuple on RoCE, by DLID on IB).
-fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let (leaves, spines, per) = match o.topology {
@@ -442,7 +464,7 @@ fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Repor
     };
     let topo = Topology::leaf_spine(leaves, spines, per, &s);
     let n = topo.hosts.len();
-    let mut fab = fabric(topo, o);
+    let mut fab = fabric(topo, o)?;
     for a in 0..n {
         for b in (0..n).filter(|&b| b != a) {
             fab.add_flow(a, b, Some(o.flow_bytes), Instant::ZERO);
@@ -452,7 +474,7 @@ fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Repor
     let end = fab.now;
     let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
     (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
-    r
+    Ok(r)
 }
 
 /// §7: the minimal credit loop. Five switches in a ring; every distance-2

@@ -211,3 +211,24 @@ fn compare_runs_one_workload_on_four_fabrics() {
     let t = rdma_fabric::compare::table("incast", &rows, 40.0);
     assert_eq!(t.lines().count(), 7, "{t}");
 }
+
+#[test]
+fn scenarios_run_on_a_fabric_rdma_sm_configured() {
+    let sm = IbOptions { sm: true, ..IbOptions::default() };
+    let r = go("incast", ib(Options { fanin: 8, flow_bytes: 64 << 10, dcqcn: false, ib: sm, ..Options::default() }));
+    assert_eq!((r.drops, r.flows_unfinished), (0, 0), "{r:?}");
+    // The same incast with preset tables: the same outcome within a few percent.
+    let preset = go("incast", ib(Options { fanin: 8, flow_bytes: 64 << 10, dcqcn: false, ..Options::default() }));
+    let (a, b) = (r.fct_us_p99.unwrap(), preset.fct_us_p99.unwrap());
+    assert!((a - b).abs() / b < 0.05, "{a} vs {b}");
+    let ls = Options {
+        topology: rdma_fabric::scenarios::TopologyKind::LeafSpine { leaves: 2, spines: 2, hosts_per_leaf: 4 },
+        flow_bytes: 32 << 10,
+        ib: sm,
+        ..Options::default()
+    };
+    let r = go("all-to-all", ib(ls));
+    assert_eq!((r.drops, r.flows_unfinished), (0, 0));
+    // The SM spread destinations over both spines.
+    assert!(r.spine_data_packets.as_ref().unwrap().iter().all(|&p| p > 100), "{r:?}");
+}

@@ -114,3 +114,43 @@ fn lid_routed_smps_reach_a_switch_through_the_lfts_once_configured() {
     t.lid_routed_dlid = 60;
     assert!(t.exchange(&SmpRepr::request(0x01, 0xabd, attr::NODE_INFO, 0, None)).is_err());
 }
+
+/// Runs the SM with `pkeys` for (Hca1, Hca4) set afterwards through the
+/// SMA, then a flow Hca1 -> Hca4: whether it finished, and the P_Key drops.
+fn flow_with_pkeys(pkeys: (u16, u16)) -> (bool, u64) {
+    use rdma_wire::smp::{attr, DirectedRoute, PKeyBlock, SmpRepr};
+    let t = from_netfile(TWO_SWITCHES, Some("Hca1"), &IbConfig::default()).unwrap();
+    let mut sm = Sm::new(t, SmConfig::default());
+    let v = sm.run_once().unwrap();
+    let fab = &mut sm.transport.fab;
+    for (name, key) in [("Hca1", pkeys.0), ("Hca4", pkeys.1)] {
+        let n = fab.topo.ident.iter().position(|i| i.name == name).unwrap();
+        let mut b = [0u16; 32];
+        b[0] = key;
+        let mut req = SmpRepr::request(0x02, 1, attr::P_KEY_TABLE, 0, Some(DirectedRoute::outbound(&[]).unwrap()));
+        PKeyBlock(b).emit(&mut req.data).unwrap();
+        assert_eq!(fab.sma(n, 0, &req).status, 0);
+    }
+    let _ = v;
+    let host = |fab: &rdma_fabric::fabric::Fabric, name: &str| {
+        let n = fab.topo.ident.iter().position(|i| i.name == name).unwrap();
+        let Node::Host(h) = fab.topo.nodes[n] else { panic!("an HCA") };
+        (h, n)
+    };
+    let ((a, _), (b, bn)) = (host(fab, "Hca1"), host(fab, "Hca4"));
+    let now = fab.now;
+    fab.add_flow(a, b, Some(64 << 10), now);
+    fab.run(now + Duration::from_millis(2), true, &mut |_| {});
+    let drops = fab.topo.ports[bn][0].ib.as_ref().unwrap().counters.pkey_violations;
+    (fab.flows[0].finish.is_some(), drops)
+}
+
+#[test]
+fn two_limited_members_cannot_talk() {
+    assert_eq!(flow_with_pkeys((0xffff, 0xffff)), (true, 0));
+    assert_eq!(flow_with_pkeys((0xffff, 0x7fff)), (true, 0), "full and limited members talk");
+    let (done, drops) = flow_with_pkeys((0x7fff, 0x7fff));
+    assert!(!done && drops > 0, "two limited members: {drops} drops");
+    let (done, drops) = flow_with_pkeys((0x8001, 0x8002));
+    assert!(!done && drops > 0, "different partitions: {drops} drops");
+}

@@ -190,6 +190,12 @@ impl Fabric {
             Node::Host(h) => {
                 c.rx.free(n);
                 ib.fc_dirty |= 1 << lrh.vl;
+                if !self.pkey_ok(lrh.slid, node, port) {
+                    let ib = self.topo.ports[node][port].ib.as_mut().expect("an IB port");
+                    ib.counters.pkey_violations += 1;
+                    self.ib_send(node, port);
+                    return;
+                }
                 let inner = frame::inner(&f);
                 if ecn_capable(inner) {
                     if let Some(src) = ipv4_src(inner) {
@@ -223,6 +229,18 @@ impl Fabric {
                 self.ib_send(node, out);
             }
         }
+    }
+
+    /// P_Key check at the receiving HCA (§3.7): the packet's P_Key is the
+    /// sending port's P_Key at index 0 (standing for the QP's P_Key index:
+    /// the engine's BTH always carries 0xFFFF), and it must match an entry
+    /// of the receiving port's table: same partition, at least one full member.
+    fn pkey_ok(&self, slid: u16, node: usize, port: usize) -> bool {
+        let Some(src) = self.topo.lids.iter().position(|&l| l == slid && l != 0) else { return true };
+        let Some(sp) = self.topo.ports[src].first().and_then(|p| p.ib.as_ref()) else { return true };
+        let Some(rp) = self.topo.ports[node][port].ib.as_ref() else { return true };
+        let key = sp.mgmt.pkeys[0];
+        rp.mgmt.pkeys.iter().any(|&k| rdma_wire::smp::pkeys_match(key, k))
     }
 
     /// A packet dropped inside a switch still frees its input buffer.

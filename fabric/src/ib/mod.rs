@@ -122,6 +122,8 @@ pub struct IbPortCounters {
     pub drops: u64,
     /// VL15 packets that were not a well-formed SMP with good CRCs.
     pub smp_bad: u64,
+    /// Data packets dropped at this HCA port for a P_Key mismatch.
+    pub pkey_violations: u64,
 }
 
 /// The IB state of one port (host or switch).

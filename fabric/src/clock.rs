@@ -23,6 +23,12 @@ pub enum Event {
     FlowStart { flow: usize },
     /// Record the monitored queue and the per-flow byte counters.
     Sample,
+    /// An IB flow-control packet (its six bytes) reaches port `port` of `node`.
+    FlowControl { node: usize, port: usize, frame: [u8; 6] },
+    /// Port `port` of `node` owes every data VL a flow-control packet (IB).
+    FcPeriod { node: usize, port: usize },
+    /// The SMA behind port `port` of `node` takes its next VL15 packet.
+    Sma { node: usize, port: usize },
 }
 
 /// A min-heap of (time, sequence) keys over a slab of events: the heap

@@ -45,12 +45,18 @@ pub struct Deadlock {
 #[derive(Debug)]
 pub struct Fabric {
     pub now: Instant,
-    events: EventQueue,
+    pub(crate) events: EventQueue,
     pub topo: Topology,
     pub flows: Vec<Flow>,
     flow_of: HashMap<(usize, u32), usize>,
-    rng: Rng,
+    pub(crate) rng: Rng,
     buf: Vec<u8>,
+    /// IB: SMP answers that reached an SM's node: (node, SMP).
+    pub sm_inbox: Vec<(usize, rdma_wire::smp::SmpRepr)>,
+    /// IB: when set, every VL15 and flow-control frame put on a link.
+    pub ib_capture: Option<Vec<crate::ib::capture::Captured>>,
+    /// Post-to-completion time of every WRITE, ns.
+    pub message_latency_ns: Vec<u64>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
     held: Vec<Option<Vec<u8>>>,
     /// Every host's next engine deadline, refreshed whenever the loop has
@@ -78,7 +84,8 @@ impl Fabric {
         events.schedule(Instant::ZERO, Event::Sample);
         let held = vec![None; topo.hosts.len()];
         let timers = HostTimers::new(topo.hosts.len());
-        Fabric {
+        let ib = topo.ib.is_some();
+        let mut f = Fabric {
             now: Instant::ZERO,
             events,
             topo,
@@ -86,6 +93,9 @@ impl Fabric {
             flow_of: HashMap::new(),
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
+            sm_inbox: Vec::new(),
+            message_latency_ns: Vec::new(),
+            ib_capture: None,
             held,
             timers,
             counters: Counters::default(),
@@ -96,7 +106,11 @@ impl Fabric {
             deadlock_window: None,
             deadlock: None,
             last_delivered: (0, Instant::ZERO),
+        };
+        if ib {
+            f.start_ib();
         }
+        f
     }
 
     /// Connects a flow from host `src` to host `dst` (host indices) of
@@ -115,6 +129,7 @@ impl Fabric {
             outstanding: 0,
             finish: None,
             failed: false,
+            posted_at: Default::default(),
         };
         self.flows.push(flow);
         let f = self.flows.len() - 1;
@@ -150,6 +165,13 @@ impl Fabric {
             }
             let te = self.events.next_time();
             let tt = self.timers.earliest();
+            // Every path that touches an engine must note its deadline
+            // (service, pull); a sampled check in debug builds and tests.
+            #[cfg(debug_assertions)]
+            if self.counters.events % 1024 == 0 {
+                let scan = self.topo.hosts.iter().filter_map(|h| h.ep.poll_timeout()).min();
+                debug_assert_eq!(tt, scan, "an engine's deadline changed without Fabric::service or pull noting it");
+            }
             let Some(t) = te.into_iter().chain(tt).min() else { return };
             if t > until {
                 self.now = until;
@@ -169,11 +191,18 @@ impl Fabric {
         }
     }
 
-    /// Fires every host timer that is due, in host order (as the loop
-    /// only advances to the earliest deadline, all of them are due now).
+    /// Fires every host timer that is due, in host order. (Deadlines can
+    /// be overdue, not only due now: a host serviced late may report one
+    /// in the past. Host order, not deadline order, keeps runs identical
+    /// to asking every host in turn.)
     fn fire_timers(&mut self) {
         let now = self.now;
+        let mut due = Vec::new();
         while let Some(h) = self.timers.pop_due(now) {
+            due.push(h);
+        }
+        due.sort_unstable();
+        for h in due {
             self.topo.hosts[h].ep.handle_timeout(now);
             self.service(h);
         }
@@ -181,6 +210,16 @@ impl Fabric {
 
     fn handle(&mut self, ev: Event) {
         match ev {
+            Event::Arrive { node, port, packet } if self.topo.ports[node][port].ib.is_some() => {
+                self.ib_arrive(node, port, packet)
+            }
+            Event::FlowControl { node, port, frame } => self.ib_receive_fc(node, port, &frame),
+            Event::FcPeriod { node, port } => self.ib_fc_period(node, port),
+            Event::Sma { node, port } => self.sma_event(node, port),
+            Event::PortFree { node, port } if self.topo.ports[node][port].ib.is_some() => {
+                self.topo.ports[node][port].busy = false;
+                self.ib_wake(node, port);
+            }
             Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
                     if ecn_capable(&packet) {
@@ -215,7 +254,8 @@ impl Fabric {
                 }
             }
             Event::FlowStart { flow } => {
-                self.flows[flow].top_up(&mut self.topo.hosts);
+                let now = self.now;
+                self.flows[flow].top_up(&mut self.topo.hosts, now);
                 let src = self.flows[flow].src;
                 self.service(src);
             }
@@ -314,9 +354,15 @@ impl Fabric {
 
     /// Puts `packet` on port `port` of `node`, which must be idle.
     fn launch(&mut self, node: usize, port: usize, packet: Vec<u8>) {
+        let len = packet.len();
+        self.launch_len(node, port, packet, len);
+    }
+
+    /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
+    pub(crate) fn launch_len(&mut self, node: usize, port: usize, packet: Vec<u8>, wire_len: usize) {
         let p = &mut self.topo.ports[node][port];
         p.busy = true;
-        let done = self.now + p.link.serialise(packet.len());
+        let done = self.now + p.link.serialise(wire_len);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.events.schedule(done, Event::PortFree { node, port });
         self.events.schedule(done + delay, Event::Arrive { node: peer, port: peer_port, packet });
@@ -340,10 +386,9 @@ impl Fabric {
     }
 
     /// After anything that touched host `h`: reap completions, post more
-    /// work, and send one packet if its NIC is idle.
-    /// Takes host `h`'s completions, tops its flows up and lets its NIC
-    /// send if idle; then notes its next engine deadline.
-    fn service(&mut self, h: usize) {
+    /// work, and send one packet if its NIC is idle; then note its next
+    /// engine deadline.
+    pub(crate) fn service(&mut self, h: usize) {
         self.pump(h);
         self.timers.set(h, self.topo.hosts[h].ep.poll_timeout());
     }
@@ -354,6 +399,9 @@ impl Fabric {
             let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };
             let flow = &mut self.flows[f];
             flow.outstanding = flow.outstanding.saturating_sub(1);
+            if let Some(t) = flow.posted_at.pop_front() {
+                self.message_latency_ns.push((self.now - t).as_nanos() as u64);
+            }
             if wc.status != WcStatus::Success {
                 flow.failed = true;
                 continue;
@@ -362,7 +410,10 @@ impl Fabric {
             if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
                 flow.finish = Some(self.now);
             }
-            flow.top_up(&mut self.topo.hosts);
+            flow.top_up(&mut self.topo.hosts, self.now);
+        }
+        if self.topo.ib.is_some() {
+            return self.ib_host_send(h);
         }
         let node = self.topo.host_nodes[h];
         let port = &self.topo.ports[node][0];
@@ -378,9 +429,22 @@ impl Fabric {
             }
             return;
         }
+        let Some(packet) = self.pull(h) else { return };
+        if paused && ecn_capable(&packet) {
+            self.held[h] = Some(packet);
+            return;
+        }
+        self.launch(node, 0, packet);
+    }
+
+    /// The next packet host `h`'s engine has to send, payload sealed in.
+    /// Sending arms the engine's timers, so its deadline is noted.
+    pub(crate) fn pull(&mut self, h: usize) -> Option<Vec<u8>> {
         let ep = &mut self.topo.hosts[h].ep;
-        let Some(tx) = ep.poll_transmit(self.now, &mut self.buf) else { return };
-        let packet = match &tx.payload {
+        let tx = ep.poll_transmit(self.now, &mut self.buf);
+        self.timers.set(h, ep.poll_timeout());
+        let tx = tx?;
+        Some(match &tx.payload {
             None => self.buf[..tx.len].to_vec(),
             Some(p) => {
                 let mut payload = vec![0u8; p.len];
@@ -388,12 +452,16 @@ impl Fabric {
                 p.seal(&mut self.buf[..tx.len], &payload);
                 [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
             }
-        };
-        if paused && ecn_capable(&packet) {
-            self.held[h] = Some(packet);
-            return;
+        })
+    }
+
+    /// Data bytes waiting at output `port` of switch `sw`.
+    pub fn queued_bytes(&self, sw: usize, port: usize) -> u64 {
+        let node = self.topo.nodes.iter().position(|n| *n == Node::Switch(sw));
+        match node.and_then(|n| self.topo.ports[n][port].ib.as_ref()) {
+            Some(ib) => ib.queued_bytes(),
+            None => self.topo.switches[sw].egress[port].data_bytes(),
         }
-        self.launch(node, 0, packet);
     }
 
     fn check_deadlock(&mut self, delivered: u64) {
@@ -403,6 +471,12 @@ impl Fabric {
             return;
         }
         if self.now - self.last_delivered.1 < window {
+            return;
+        }
+        if self.topo.ib.is_some() {
+            if let Some(ports) = self.ib_blocked_ports().filter(|p| !p.is_empty()) {
+                self.deadlock = Some(Deadlock { at: self.now, ports });
+            }
             return;
         }
         let mut ports = Vec::new();
@@ -422,7 +496,7 @@ impl Fabric {
 
     fn sample(&mut self) {
         let (sw, port) = self.topo.bottleneck;
-        let q = self.topo.switches[sw].egress[port].data_bytes();
+        let q = self.queued_bytes(sw, port);
         self.queue_samples.push((self.now, q));
         let w = self.window.as_nanos() as u64;
         if w > 0 && self.now.as_nanos() % w == 0 {

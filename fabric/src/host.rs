@@ -86,6 +86,8 @@ pub struct Flow {
     pub outstanding: u32,
     pub finish: Option<Instant>,
     pub failed: bool,
+    /// When each outstanding WRITE was posted (RC completes in order).
+    pub posted_at: std::collections::VecDeque<Instant>,
 }
 
 /// Work requests a flow keeps posted, enough to keep a 40G link busy.
@@ -104,7 +106,7 @@ pub fn connect(hosts: &mut [Host], src: usize, dst: usize) -> (u32, u32) {
 
 impl Flow {
     /// Posts WRITEs until the window is full or the flow's bytes are all posted.
-    pub fn top_up(&mut self, hosts: &mut [Host]) {
+    pub fn top_up(&mut self, hosts: &mut [Host], now: Instant) {
         while self.outstanding < WINDOW && self.size.is_none_or(|s| self.posted < s) {
             let len = self.size.map_or(MAX_MESSAGE as u64, |s| (s - self.posted).min(MAX_MESSAGE as u64)) as u32;
             let (va, lkey) = (hosts[self.src].va, hosts[self.src].lkey);
@@ -120,6 +122,7 @@ impl Flow {
             }
             self.posted += u64::from(len);
             self.outstanding += 1;
+            self.posted_at.push_back(now);
         }
     }
 }

@@ -1,4 +1,6 @@
-//! A deterministic discrete-event fabric for RoCE v2 congestion control:
+//! A deterministic discrete-event fabric for RoCE v2 congestion control
+//! and, with `--link ib`, InfiniBand links and switches (see [`ib`] and
+//! `docs/infiniband.md`):
 //! hosts running the real `rdma_transport::Endpoint`, links with rate and
 //! propagation delay, switches with byte-counted egress queues, drop-tail,
 //! RED/ECN marking and PFC on ingress; scenarios and their reports for
@@ -11,19 +13,25 @@
 //! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
 //! | [`switch`] | routing and ECMP, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
 //! | [`host`] | an endpoint behind a NIC port, and flows of RDMA WRITEs |
+//! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
+//! | [`compare`] | `rdma-fabric compare`: one workload on IB and three RoCE fabrics |
+//! | [`sm`] | `rdma-sm`: discovery, LIDs, routing, configuration over ibsim or the emulated fabric |
 //! | [`report`] | the JSON report, its statistics and the plotted series |
 //! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 
 pub mod clock;
+pub mod compare;
 pub mod fabric;
 pub mod host;
+pub mod ib;
 pub mod link;
 pub mod pfc;
 pub mod plot;
 pub mod report;
 pub mod scenarios;
+pub mod sm;
 pub mod switch;
 pub mod topology;

@@ -1,7 +1,7 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
-use clap::{Parser, Subcommand, ValueEnum};
-use rdma_fabric::scenarios::{self, Options, Preset, TopologyKind, SCENARIOS};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,6 +25,18 @@ enum OnOff {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum RoutingArg {
+    Minhop,
+    Updn,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LinkArg {
+    Roce,
+    Ib,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum TopologyArg {
     Incast,
     LeafSpine,
@@ -35,60 +47,91 @@ enum Cmd {
     /// The scenarios and what each shows.
     List,
     /// Run one scenario.
-    Run {
-        name: String,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Simulated time, e.g. 5ms, 300us, 1s (each scenario has a default).
-        #[arg(long, value_parser = parse_duration)]
-        duration: Option<Duration>,
-        /// Link rate in Gb/s.
-        #[arg(long = "line-rate", default_value_t = 40.0)]
-        line_rate: f64,
-        #[arg(long, value_enum, default_value = "paper")]
-        preset: PresetArg,
-        /// dcqcn-fairness: the number of long flows.
-        #[arg(long, default_value_t = 2)]
-        flows: usize,
-        /// incast: the number of senders.
-        #[arg(long, default_value_t = 8)]
-        fanin: usize,
-        #[arg(long, value_enum, default_value = "on")]
-        dcqcn: OnOff,
-        /// incast: bytes per flow, in KiB.
-        #[arg(long = "flow-kb", default_value_t = 256)]
-        flow_kb: u64,
-        /// Drop-tail limit of each switch port, in KB (1000 bytes).
-        #[arg(long = "buffer-kb")]
-        buffer_kb: Option<u64>,
-        /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
-        #[arg(long, value_enum, default_value = "off")]
-        pfc: OnOff,
-        /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
-        /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
-        #[arg(long = "headroom-kb")]
-        headroom_kb: Option<u64>,
-        /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
-        #[arg(long)]
-        reroute: bool,
-        /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
-        #[arg(long, value_enum, default_value = "incast")]
-        topology: TopologyArg,
-        /// leaf-spine: leaf switches (default 2).
-        #[arg(long)]
-        leaves: Option<usize>,
-        /// leaf-spine: spine switches (default 2).
-        #[arg(long)]
-        spines: Option<usize>,
-        /// leaf-spine: hosts per leaf (default 8).
-        #[arg(long = "hosts-per-leaf")]
-        hosts_per_leaf: Option<usize>,
-        #[arg(long)]
-        json: bool,
-        /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
-        #[arg(long, value_name = "FILE.svg")]
-        plot: Option<std::path::PathBuf>,
-    },
+    Run(Box<RunArgs>),
+    /// Serve ibsim's client protocol (IBSIM_SOCKNAME) in front of the
+    /// emulated fabric an ibsim net file describes, for opensm and
+    /// infiniband-diags under libumad2sim; runs until killed.
+    IbsimServe { netfile: std::path::PathBuf },
+    /// Run one scenario on IB and on RoCE v2 (PFC only, PFC + DCQCN, neither)
+    /// and print a table; --link, --pfc and --dcqcn are set per row.
+    Compare(Box<RunArgs>),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    name: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Simulated time, e.g. 5ms, 300us, 1s (each scenario has a default).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Link rate in Gb/s.
+    #[arg(long = "line-rate", default_value_t = 40.0)]
+    line_rate: f64,
+    #[arg(long, value_enum, default_value = "paper")]
+    preset: PresetArg,
+    /// dcqcn-fairness: the number of long flows.
+    #[arg(long, default_value_t = 2)]
+    flows: usize,
+    /// incast: the number of senders.
+    #[arg(long, default_value_t = 8)]
+    fanin: usize,
+    #[arg(long, value_enum, default_value = "on")]
+    dcqcn: OnOff,
+    /// incast: bytes per flow, in KiB.
+    #[arg(long = "flow-kb", default_value_t = 256)]
+    flow_kb: u64,
+    /// Drop-tail limit of each switch port, in KB (1000 bytes).
+    #[arg(long = "buffer-kb")]
+    buffer_kb: Option<u64>,
+    /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
+    #[arg(long, value_enum, default_value = "off")]
+    pfc: OnOff,
+    /// PFC headroom per ingress port in KB (1000 bytes); default: the formula
+    /// 2·MTU + rate·2·delay + peer response, rounded up to 1 KiB.
+    #[arg(long = "headroom-kb")]
+    headroom_kb: Option<u64>,
+    /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
+    #[arg(long)]
+    reroute: bool,
+    /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
+    #[arg(long, value_enum, default_value = "incast")]
+    topology: TopologyArg,
+    /// leaf-spine: leaf switches (default 2).
+    #[arg(long)]
+    leaves: Option<usize>,
+    /// leaf-spine: spine switches (default 2).
+    #[arg(long)]
+    spines: Option<usize>,
+    /// leaf-spine: hosts per leaf (default 8).
+    #[arg(long = "hosts-per-leaf")]
+    hosts_per_leaf: Option<usize>,
+    /// The link layer: RoCE v2 over Ethernet, or InfiniBand (credits per VL, LFTs).
+    #[arg(long, value_enum, default_value = "roce")]
+    link: LinkArg,
+    /// --link ib: configure the fabric with rdma-sm (a sweep over VL15) instead of preset LIDs and LFTs.
+    #[arg(long)]
+    sm: bool,
+    /// --link ib: data VLs per link.
+    #[arg(long, default_value_t = 2)]
+    vls: u8,
+    /// --link ib: receive buffer per data VL, in 64-byte blocks (credits).
+    #[arg(long = "vl-buffer-blocks", default_value_t = 256)]
+    vl_buffer_blocks: u16,
+    /// --link ib: probability that a flow-control packet is lost on the wire.
+    #[arg(long = "fc-loss", default_value_t = 0.0)]
+    fc_loss: f64,
+    /// --link ib: probability that a flow-control packet arrives corrupted (bad LPCRC).
+    #[arg(long = "fc-corrupt", default_value_t = 0.0)]
+    fc_corrupt: f64,
+    /// ib-ring: the SM's routing engine (Up*/Down* rooted at the first switch).
+    #[arg(long, value_enum, default_value = "minhop")]
+    routing: RoutingArg,
+    #[arg(long)]
+    json: bool,
+    /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -117,57 +160,71 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Run {
-            name,
-            seed,
-            duration,
-            line_rate,
-            preset,
-            flows,
-            fanin,
-            dcqcn,
-            flow_kb,
-            buffer_kb,
-            pfc,
-            headroom_kb,
-            reroute,
-            topology,
-            leaves,
-            spines,
-            hosts_per_leaf,
-            json,
-            plot,
-        } => {
-            let topology = match topology {
-                TopologyArg::LeafSpine => TopologyKind::LeafSpine {
-                    leaves: leaves.unwrap_or(2),
-                    spines: spines.unwrap_or(2),
-                    hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
-                },
-                TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
-                    eprintln!("rdma-fabric: --leaves, --spines and --hosts-per-leaf need --topology leaf-spine");
+        Cmd::IbsimServe { netfile } => {
+            let base = std::env::var("IBSIM_SOCKNAME").unwrap_or_else(|_| "sim".into());
+            let r = rdma_fabric::sm::fabric_transport::emulated(&netfile.to_string_lossy())
+                .and_then(|t| rdma_fabric::sm::ibsim_server::IbsimServer::bind(&base, t))
+                .and_then(|mut s| s.serve(&|| false));
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Compare(args) => {
+            let o = match options(&args) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
                     return ExitCode::from(2);
                 }
-                TopologyArg::Incast => TopologyKind::Incast,
             };
-            let o = Options {
-                seed,
-                duration,
-                line_rate_gbps: line_rate,
-                preset: match preset {
-                    PresetArg::Paper => Preset::Paper,
-                    PresetArg::Nvidia => Preset::Nvidia,
-                },
-                flows,
-                fanin,
-                dcqcn: matches!(dcqcn, OnOff::On),
-                flow_bytes: flow_kb.saturating_mul(1024),
-                buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
-                pfc: matches!(pfc, OnOff::On),
-                headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
-                reroute,
-                topology,
+            let mut progress = |c: &str, t: rdma_transport::Instant, _: Duration| {
+                if t.as_nanos() == 0 {
+                    eprintln!("rdma-fabric: {c}");
+                }
             };
+            let rows = match rdma_fabric::compare::compare(&args.name, &o, &mut progress) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(stem) = &args.plot {
+                for row in &rows {
+                    let path = stem.with_file_name(format!(
+                        "{}-{}.svg",
+                        stem.file_stem().map_or("compare".into(), |s| s.to_string_lossy()),
+                        row.config
+                    ));
+                    if let Err(e) = rdma_fabric::plot::write(&row.report, &path) {
+                        eprintln!("rdma-fabric: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            if args.json {
+                let v: Vec<serde_json::Value> =
+                    rows.iter().map(|r| serde_json::json!({ "fabric": r.config, "report": r.report })).collect();
+                let h = rdma_fabric::compare::header_bytes();
+                println!("{}", serde_json::json!({ "scenario": args.name, "rows": v, "header_bytes": h }));
+            } else {
+                print!("{}", rdma_fabric::compare::table(&args.name, &rows, o.line_rate_gbps));
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Run(args) => {
+            let o = match options(&args) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("rdma-fabric: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let RunArgs { name, json, plot, .. } = *args;
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");
                 return ExitCode::from(2);
@@ -204,4 +261,72 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn options(args: &RunArgs) -> Result<Options, String> {
+    let RunArgs {
+        seed,
+        duration,
+        line_rate,
+        preset,
+        flows,
+        fanin,
+        dcqcn,
+        flow_kb,
+        buffer_kb,
+        pfc,
+        headroom_kb,
+        reroute,
+        topology,
+        leaves,
+        spines,
+        hosts_per_leaf,
+        link,
+        vls,
+        vl_buffer_blocks,
+        fc_loss,
+        fc_corrupt,
+        routing,
+        sm,
+        ..
+    } = *args;
+    let topology = match topology {
+        TopologyArg::LeafSpine => TopologyKind::LeafSpine {
+            leaves: leaves.unwrap_or(2),
+            spines: spines.unwrap_or(2),
+            hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
+        },
+        TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
+            return Err("--leaves, --spines and --hosts-per-leaf need --topology leaf-spine".into());
+        }
+        TopologyArg::Incast => TopologyKind::Incast,
+    };
+    let o = Options {
+        seed,
+        duration,
+        line_rate_gbps: line_rate,
+        preset: match preset {
+            PresetArg::Paper => Preset::Paper,
+            PresetArg::Nvidia => Preset::Nvidia,
+        },
+        flows,
+        fanin,
+        dcqcn: matches!(dcqcn, OnOff::On),
+        flow_bytes: flow_kb.saturating_mul(1024),
+        buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
+        pfc: matches!(pfc, OnOff::On),
+        headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
+        reroute,
+        topology,
+        link: match link {
+            LinkArg::Roce => LinkKind::Roce,
+            LinkArg::Ib => LinkKind::Ib,
+        },
+        ib: IbOptions { sm, data_vls: vls, buffer_blocks: vl_buffer_blocks, fc_loss, fc_corrupt },
+        routing: match routing {
+            RoutingArg::Minhop => RoutingKind::MinHop,
+            RoutingArg::Updn => RoutingKind::UpDown,
+        },
+    };
+    Ok(o)
 }

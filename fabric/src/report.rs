@@ -111,8 +111,46 @@ pub struct Report {
     /// Leaf-spine: data packets each spine forwarded (how ECMP spread the flows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spine_data_packets: Option<Vec<u64>>,
+    /// WRITE post-to-completion latency (messages of up to 64 KiB), µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us_p99: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us_p999: Option<f64>,
+    /// `--link ib` only: the IB link layer's account (absent on RoCE).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub ib: Option<IbReport>,
     #[serde(skip)]
     pub series: Series,
+}
+
+/// A data VL's buffer peak over every port, against what was advertised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VlPeak {
+    pub vl: u8,
+    pub peak_blocks: u16,
+    pub advertised_blocks: u16,
+}
+
+/// What `--link ib` adds to a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IbReport {
+    pub link: &'static str,
+    /// Times a port's head packet on a VL found no credit and had to wait.
+    pub credit_stalls: u64,
+    pub vl_buffer_peaks: Vec<VlPeak>,
+    /// Receive-buffer overruns (a credit violation): always 0 on a correct link.
+    pub overruns: u64,
+    pub fc_packets: u64,
+    pub fc_lost: u64,
+    pub fc_bad_lpcrc: u64,
+    pub vl15_dropped: u64,
+    /// Packets dropped by an LFT miss or SL2VL 15.
+    pub ib_drops: u64,
+    /// Header + CRC bytes of one IB data packet (LRH, BTH, RETH?, ICRC, VCRC)
+    /// versus the same packet as RoCE v2 over IPv4 with its Ethernet framing.
+    pub header_bytes_ib: u64,
 }
 
 /// Jain's index: (Σx)² / (n Σx²); 1 when all are equal.
@@ -167,6 +205,16 @@ impl Report {
         }
         if let Some(sp) = &self.spine_data_packets {
             s += &format!("spine data packets  {sp:?}\n");
+        }
+        if let Some(ib) = &self.ib {
+            s += &format!("link                ib (credit stalls {}, overruns {})\n", ib.credit_stalls, ib.overruns);
+            s += &format!(
+                "flow control        {} packets, {} lost, {} bad LPCRC; VL15 dropped {}\n",
+                ib.fc_packets, ib.fc_lost, ib.fc_bad_lpcrc, ib.vl15_dropped
+            );
+            for v in &ib.vl_buffer_peaks {
+                s += &format!("  VL{:<2} buffer peak {} of {} blocks\n", v.vl, v.peak_blocks, v.advertised_blocks);
+            }
         }
         if let Some(v) = self.victim_gbps {
             s += &format!("victim              {v:.3} Gb/s\n");

@@ -2,9 +2,15 @@
 //! runs it and measures it.
 
 use crate::fabric::Fabric;
+use crate::ib::routing::Routing;
+use crate::ib::{IbConfig, IbPort};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
-use crate::report::{jain, percentile, thin, PausedPort, Point, PortRef, Report, Series, MAX_SERIES_POINTS};
+use crate::report::{
+    jain, percentile, thin, IbReport, PausedPort, Point, PortRef, Report, Series, VlPeak, MAX_SERIES_POINTS,
+};
+use crate::sm::fabric_transport::FabricTransport;
+use crate::sm::{Sm, SmConfig};
 use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
@@ -19,6 +25,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("dcqcn-fairness", "N long RDMA WRITE flows through one 40G bottleneck with DCQCN on"),
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
     ("pfc-deadlock", "three switches in a ring, routes forming a cyclic buffer dependency: PFC deadlocks (--reroute breaks the cycle)"),
+("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
+    ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
 ];
 
@@ -46,6 +54,44 @@ pub enum TopologyKind {
     LeafSpine { leaves: usize, spines: usize, hosts_per_leaf: usize },
 }
 
+/// The link layer of every link of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkKind {
+    /// RoCE v2 over Ethernet: drop-tail, RED/ECN, optional PFC.
+    #[default]
+    Roce,
+    /// InfiniBand: credits per VL, LFT forwarding by DLID (see [`crate::ib`]).
+    Ib,
+}
+
+/// The IB link settings a run may change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IbOptions {
+    /// Configure the fabric with `rdma-sm` (a sweep over VL15) first.
+    pub sm: bool,
+    pub data_vls: u8,
+    pub buffer_blocks: u16,
+    pub fc_loss: f64,
+    pub fc_corrupt: f64,
+}
+
+impl Default for IbOptions {
+    fn default() -> IbOptions {
+        let c = IbConfig::default();
+        IbOptions { sm: false, data_vls: c.data_vls, buffer_blocks: c.buffer_blocks, fc_loss: 0.0, fc_corrupt: 0.0 }
+    }
+}
+
+impl IbOptions {
+    pub fn config(&self) -> IbConfig {
+        IbConfig {
+            fc_loss: self.fc_loss,
+            fc_corrupt: self.fc_corrupt,
+            ..IbConfig::new(self.data_vls, self.buffer_blocks)
+        }
+    }
+}
+
 /// Every knob a scenario may read; each uses its own defaults for `None`.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -66,6 +112,18 @@ pub struct Options {
     pub reroute: bool,
     /// dcqcn-fairness and incast: the topology.
     pub topology: TopologyKind,
+    pub link: LinkKind,
+    pub ib: IbOptions,
+    /// ib-ring: how the SM routes.
+    pub routing: RoutingKind,
+}
+
+/// ib-ring's routing engine; Up*/Down* is rooted at the first switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RoutingKind {
+    #[default]
+    MinHop,
+    UpDown,
 }
 
 impl Default for Options {
@@ -84,6 +142,9 @@ impl Default for Options {
             headroom_bytes: None,
             reroute: false,
             topology: TopologyKind::Incast,
+            link: LinkKind::Roce,
+            ib: IbOptions::default(),
+            routing: RoutingKind::MinHop,
         }
     }
 }
@@ -105,8 +166,10 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
         return Err(ScenarioError::BadOption("--reroute is for pfc-deadlock only".into()));
     }
     if let TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } = o.topology {
-        if !matches!(name, "dcqcn-fairness" | "incast") {
-            return Err(ScenarioError::BadOption("--topology leaf-spine is for dcqcn-fairness and incast".into()));
+        if !matches!(name, "dcqcn-fairness" | "incast" | "all-to-all") {
+            return Err(ScenarioError::BadOption(
+                "--topology leaf-spine is for dcqcn-fairness, incast and all-to-all".into(),
+            ));
         }
         let hosts = leaves.saturating_mul(hosts_per_leaf);
         if !(1..=16).contains(&leaves) || !(1..=16).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
@@ -122,6 +185,18 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             )));
         }
     }
+    if o.link == LinkKind::Ib {
+        if o.pfc {
+            return Err(ScenarioError::BadOption("--pfc is Ethernet's: an IB link is lossless by credits".into()));
+        }
+        let ib = &o.ib;
+        if !(1..=15).contains(&ib.data_vls) || !(1..=2048).contains(&ib.buffer_blocks) {
+            return Err(ScenarioError::BadOption("--vls must be in 1..=15 and --vl-buffer-blocks in 1..=2048".into()));
+        }
+        if !((0.0..1.0).contains(&ib.fc_loss) && (0.0..1.0).contains(&ib.fc_corrupt)) {
+            return Err(ScenarioError::BadOption("--fc-loss and --fc-corrupt are probabilities below 1".into()));
+        }
+    }
     if o.headroom_bytes.is_some() && !o.pfc {
         return Err(ScenarioError::BadOption("--headroom-kb needs --pfc on".into()));
     }
@@ -131,21 +206,23 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             if !(1..=64).contains(&o.flows) {
                 return Err(ScenarioError::BadOption(format!("--flows {} is not in 1..=64", o.flows)));
             }
-            Ok(fairness(o, progress))
+            fairness(o, progress)
         }
         "incast" => {
             if !(1..=64).contains(&o.fanin) || o.flow_bytes == 0 {
                 return Err(ScenarioError::BadOption("--fanin must be in 1..=64 and --flow-kb above 0".into()));
             }
-            Ok(incast(o, progress))
+            incast(o, progress)
         }
         "victim" => {
             if !(1..=32).contains(&o.fanin) {
                 return Err(ScenarioError::BadOption(format!("--fanin {} is not in 1..=32", o.fanin)));
             }
-            Ok(victim(o, progress))
+            victim(o, progress)
         }
-        "pfc-deadlock" => Ok(pfc_deadlock(o, progress)),
+        "pfc-deadlock" => pfc_deadlock(o, progress),
+        "ib-ring" => ib_ring(o, progress),
+        "all-to-all" => all_to_all(o, progress),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -189,6 +266,10 @@ fn empty_report(name: &str, o: &Options) -> Report {
         deadlock_us: None,
         deadlock_ports: None,
         spine_data_packets: None,
+        latency_us_p50: None,
+        latency_us_p99: None,
+        latency_us_p999: None,
+        ib: None,
         series: Series::default(),
     }
 }
@@ -236,47 +317,73 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
     }
 }
 
+/// The fabric of a run: `topo` as it is, or with IB links, configured
+/// either as if an SM had run (LIDs in host order, LFTs from the IP
+/// routes) or, with `--sm`, by `rdma-sm` itself: a sweep over VL15 from
+/// host 0's HCA with every port starting in Init; the run then starts at
+/// time zero on the configured fabric.
+fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+    if o.link != LinkKind::Ib {
+        return Ok(Fabric::new(topo, o.seed));
+    }
+    if !o.ib.sm {
+        topo.make_ib(&o.ib.config());
+        return Ok(Fabric::new(topo, o.seed));
+    }
+    topo.make_ib_unconfigured(&o.ib.config());
+    let sm_node = topo.host_nodes[0];
+    let t = FabricTransport::new(Fabric::new(topo, o.seed), sm_node);
+    let mut sm = Sm::new(t, SmConfig::default());
+    sm.run_once().map_err(|e| ScenarioError::BadOption(format!("rdma-sm over the fabric: {e}")))?;
+    let mut topo = sm.transport.fab.topo;
+    // The sweep's last link events are dropped with its event queue.
+    for p in topo.ports.iter_mut().flatten() {
+        p.busy = false;
+    }
+    Ok(Fabric::new(topo, o.seed))
+}
+
 /// Long flows from every sender to one receiver, started within 10 µs of
 /// each other (seeded); measured over the second half of the run.
-fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(6));
     let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
     let topo = build(o, o.flows, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o)?;
     let mut rng = Rng::new(o.seed ^ 0x5eed);
     for i in 0..o.flows {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
         fab.add_flow(src, dst, None, Instant::from_nanos(rng.below(10_000)));
     }
     fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
-    measure(&fab, "dcqcn-fairness", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s)
+    Ok(measure(&fab, "dcqcn-fairness", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s))
 }
 
 /// `fanin` senders each write `flow_bytes` to one receiver at once. The
 /// default buffer (300 KB) is above Kmax, so marking can act before drops.
-fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = build(o, o.fanin, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o)?;
     for i in 0..o.fanin {
         let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[0]);
         fab.add_flow(src, dst, Some(o.flow_bytes), Instant::ZERO);
     }
     fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
     let end = fab.now;
-    measure(&fab, "incast", o, Instant::ZERO, end, &s)
+    Ok(measure(&fab, "incast", o, Instant::ZERO, end, &s))
 }
 
 /// §3.4 2: long flows VS→VR (the victim, flow 0), H2→R2 and `fanin` - 1
 /// local senders → R2 on S2, so R2's port is an `fanin`:1 incast and H2's
 /// backlog at S2's ingress from S1 pauses S1's uplink, which VS shares.
 /// Measured over the second half; `victim_gbps` is flow 0's rate.
-fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(10));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = Topology::victim(o.fanin - 1, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o)?;
     let (vr, r2) = (fab.topo.receivers[0], fab.topo.receivers[1]);
     let senders = fab.topo.senders.clone();
     for (i, &src) in senders.iter().enumerate() {
@@ -290,19 +397,19 @@ fn victim(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
     r.throughput_fraction = Some(into_r2 * 1e9 / s.link.rate_bps as f64);
     // Jain and convergence over unequal paths say nothing here.
     (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
-    r
+    Ok(r)
 }
 
 /// §3.4's deadlock: host i writes to host i + 2 round a ring of three
 /// switches, every route clockwise. Deadlock is looked for at each 100 µs
 /// window: 200 µs without a delivered byte while every switch egress
 /// holding data is paused.
-fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Report {
+fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     const N: usize = 3;
     let dur = o.duration.unwrap_or(Duration::from_millis(5));
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = Topology::ring(N, o.reroute, &s);
-    let mut fab = Fabric::new(topo, o.seed);
+    let mut fab = fabric(topo, o)?;
     fab.deadlock_window = Some(Duration::from_micros(200));
     for i in 0..N {
         fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
@@ -317,7 +424,92 @@ fn pfc_deadlock(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Rep
     // Each flow crosses two of the three ring links: there is no single
     // bottleneck to measure against.
     (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
-    r
+    Ok(r)
+}
+
+/// The IB link layer's counters over every port.
+fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
+    let ports: Vec<&IbPort> = fab.topo.ports.iter().flatten().filter_map(|p| p.ib.as_ref()).collect();
+    let sum = |f: &dyn Fn(&IbPort) -> u64| ports.iter().map(|p| f(p)).sum::<u64>();
+    let vl_buffer_peaks = (0..cfg.data_vls)
+        .map(|vl| VlPeak {
+            vl,
+            peak_blocks: ports.iter().map(|p| p.vls[usize::from(vl)].rx.peak).max().unwrap_or(0),
+            advertised_blocks: cfg.buffer_blocks,
+        })
+        .collect();
+    IbReport {
+        link: "ib",
+        credit_stalls: sum(&|p| p.counters.credit_stalls),
+        vl_buffer_peaks,
+        overruns: sum(&|p| p.vls.iter().map(|c| c.rx.overruns).sum()),
+        fc_packets: sum(&|p| p.counters.fc_sent),
+        fc_lost: sum(&|p| p.counters.fc_lost),
+        fc_bad_lpcrc: sum(&|p| p.counters.fc_bad),
+        vl15_dropped: sum(&|p| p.counters.vl15_dropped),
+        ib_drops: sum(&|p| p.counters.drops),
+        // LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 on a WRITE First.
+        header_bytes_ib: 42,
+    }
+}
+
+/// Every host writes `flow_bytes` to every other host at once, on a
+/// leaf-spine (ECMP by 5-tuple on RoCE, by DLID on IB).
+fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
+    let dur = o.duration.unwrap_or(Duration::from_millis(20));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let (leaves, spines, per) = match o.topology {
+        TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => (leaves, spines, hosts_per_leaf),
+        TopologyKind::Incast => (2, 2, 4),
+    };
+    let topo = Topology::leaf_spine(leaves, spines, per, &s);
+    let n = topo.hosts.len();
+    let mut fab = fabric(topo, o)?;
+    for a in 0..n {
+        for b in (0..n).filter(|&b| b != a) {
+            fab.add_flow(a, b, Some(o.flow_bytes), Instant::ZERO);
+        }
+    }
+    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    Ok(r)
+}
+
+/// §7: the minimal credit loop. Five switches in a ring; every distance-2
+/// route is a unique shortest path, so min-hop's clockwise and
+/// anticlockwise 2-hop routes close a cycle of buffer dependencies and the
+/// ring deadlocks; Up*/Down* from switch 0 (GUID 0x200000, as opensm's
+/// `-R updn` with that root) breaks it.
+fn ib_ring(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
+    const N: usize = 5;
+    if o.link != LinkKind::Ib {
+        return Err(ScenarioError::BadOption("ib-ring needs --link ib".into()));
+    }
+    let dur = o.duration.unwrap_or(Duration::from_millis(3));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let routing = match o.routing {
+        RoutingKind::MinHop => Routing::MinHop,
+        RoutingKind::UpDown => Routing::UpDown { roots: vec![0x200000] },
+    };
+    let topo = Topology::ib_ring(N, &s, &o.ib.config(), &routing)
+        .map_err(|e| ScenarioError::BadOption(format!("routing: {e}")))?;
+    let mut fab = Fabric::new(topo, o.seed);
+    fab.deadlock_window = Some(Duration::from_micros(200));
+    for i in 0..N {
+        fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);
+        fab.add_flow(i, (i + N - 2) % N, None, Instant::ZERO);
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "ib-ring", o, Instant::ZERO, end, &s);
+    r.deadlock = Some(fab.deadlock.is_some());
+    r.deadlock_us = fab.deadlock.as_ref().map(|d| us(d.at));
+    let ports = fab.deadlock.iter().flat_map(|d| &d.ports);
+    r.deadlock_ports = Some(ports.map(|&(n, port)| PortRef { node: node_name(&fab, n), port }).collect());
+    (r.throughput_fraction, r.jain_min_window, r.convergence_us) = (None, None, None);
+    Ok(r)
 }
 
 fn node_name(fab: &Fabric, n: usize) -> String {
@@ -365,6 +557,14 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.queue_below_kmax_fraction = Some(q.iter().filter(|&&x| x <= s.red.kmax_bytes).count() as f64 / n);
     }
     r.series = series(fab);
+    let lat = &fab.message_latency_ns;
+    let p = |q| percentile(lat, q).map(|ns: u64| ns as f64 / 1e3);
+    (r.latency_us_p50, r.latency_us_p99, r.latency_us_p999) = (p(0.5), p(0.99), p(0.999));
+    if let Some(cfg) = &fab.topo.ib {
+        let ib = ib_report(fab, cfg);
+        r.drops += ib.ib_drops;
+        r.ib = Some(ib);
+    }
     if !fab.topo.spines.is_empty() {
         let sent = |&sw: &usize| fab.topo.switches[sw].egress.iter().map(|e| e.data_sent).sum();
         r.spine_data_packets = Some(fab.topo.spines.iter().map(sent).collect());

@@ -144,6 +144,8 @@ pub struct Switch {
     pub egress: Vec<Egress>,
     pub ingress: Vec<Ingress>,
     pub pfc: Option<PfcConfig>,
+    /// The LFT and SL2VL of an IB switch (`--link ib`).
+    pub ib: Option<crate::ib::IbSwitch>,
 }
 
 impl Switch {
@@ -156,6 +158,7 @@ impl Switch {
             egress: (0..ports).map(|_| Egress::default()).collect(),
             ingress: vec![Ingress::default(); ports],
             pfc: None,
+            ib: None,
         }
     }
 

@@ -2,12 +2,15 @@
 //! routes by destination IP each switch gets from a breadth-first search.
 
 use crate::host::{ack_timeout_for, Host};
+use crate::ib::netfile::{NetError, NetNode};
+use crate::ib::routing::{Node as RNode, Routing, RoutingError, Subnet};
+use crate::ib::{IbConfig, IbPort, IbSwitch, PortMgmt};
 use crate::link::Link;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
 use rdma_transport::cc::DcqcnParams;
 use rdma_transport::Instant;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
 /// What a node is: an index into [`Topology::hosts`] or [`Topology::switches`].
@@ -34,6 +37,8 @@ pub struct Port {
     /// PFC frames waiting for the wire: they go before anything else and
     /// are never paused themselves (§3.2).
     pub pfc_out: VecDeque<Vec<u8>>,
+    /// The IB link layer of this port (`--link ib`).
+    pub ib: Option<IbPort>,
 }
 
 impl Port {
@@ -47,6 +52,7 @@ impl Port {
             paused_ns: 0,
             paused_from: Instant::ZERO,
             pfc_out: VecDeque::new(),
+            ib: None,
         }
     }
 
@@ -99,6 +105,39 @@ pub struct Topology {
     pub bottleneck: (usize, usize),
     /// Switch indices of the spines (leaf-spine only).
     pub spines: Vec<usize>,
+    /// IB: the LID of each node (0: none yet), and of each host address
+    /// (what a path record would tell a host).
+    pub lids: Vec<u16>,
+    pub lid_of: HashMap<Ipv4Addr, u16>,
+    pub ib: Option<IbConfig>,
+    /// Each node as an SM sees it.
+    pub ident: Vec<Ident>,
+}
+
+/// A node's IB identity: GUID, NodeDescription, port count, and the IB
+/// port number of each fabric port (IB ports without a cable have none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    pub guid: u64,
+    pub name: String,
+    pub num_ports: u8,
+    pub ib_port: Vec<u8>,
+}
+
+impl Ident {
+    /// The fabric port of IB port `p`.
+    pub fn fabric_port(&self, p: u8) -> Option<usize> {
+        self.ib_port.iter().position(|&q| q == p)
+    }
+
+    /// A CA port's GUID (ibsim's: node GUID + port); a switch's is its node GUID.
+    pub fn port_guid(&self, switch: bool, p: u8) -> u64 {
+        if switch {
+            self.guid
+        } else {
+            self.guid + u64::from(p)
+        }
+    }
 }
 
 impl Topology {
@@ -113,6 +152,188 @@ impl Topology {
             receivers: Vec::new(),
             bottleneck: (0, 0),
             spines: Vec::new(),
+            lids: Vec::new(),
+            lid_of: HashMap::new(),
+            ib: None,
+            ident: Vec::new(),
+        }
+    }
+
+    /// The subnet as an SM sees it, from [`Self::ident`].
+    pub fn subnet(&self) -> Subnet {
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let id = &self.ident[i];
+                let switch = matches!(n, Node::Switch(_));
+                let mut ports = vec![None; usize::from(id.num_ports) + 1];
+                for (fp, p) in self.ports[i].iter().enumerate() {
+                    ports[usize::from(id.ib_port[fp])] = Some((p.peer, self.ident[p.peer].ib_port[p.peer_port]));
+                }
+                let port_guids = (0..=id.num_ports).map(|p| id.port_guid(switch, p)).collect();
+                RNode { guid: id.guid, switch, ports, port_guids }
+            })
+            .collect();
+        Subnet { nodes, lids: Default::default() }
+    }
+
+    /// Replaces LIDs and LFTs with what `routing` computes on this fabric
+    /// (LIDs in opensm's order, with host 0 as the SM's port). Call after
+    /// [`Self::make_ib`].
+    pub fn route_ib(&mut self, routing: &Routing) -> Result<(), RoutingError> {
+        let mut sn = self.subnet();
+        sn.assign_lids((self.host_nodes[0], 1))?;
+        let lfts = sn.route(routing)?;
+        for (&(n, _), &lid) in &sn.lids {
+            self.lids[n] = lid;
+        }
+        self.lid_of = self.host_nodes.iter().enumerate().map(|(h, &n)| (self.hosts[h].addr, self.lids[n])).collect();
+        self.sync_mgmt_lids();
+        for (n, node) in self.nodes.iter().enumerate() {
+            let Node::Switch(s) = *node else { continue };
+            if let Some(ib) = self.switches[s].ib.as_mut() {
+                ib.lft = lfts[n].clone();
+            }
+        }
+        Ok(())
+    }
+
+    /// The fabric an ibsim net file describes: its nodes (HCAs as hosts
+    /// running the engine), GUIDs, names and port numbers, so the same SM
+    /// sees the same subnet on both. Every host sends and receives.
+    pub fn from_netfile(nodes: &[NetNode], s: &Settings) -> Result<Topology, NetError> {
+        let mut t = Topology::empty();
+        let mut idx = HashMap::new();
+        for n in nodes {
+            let i = if n.switch { t.add_switch(s) } else { t.add_host(s) };
+            t.ident[i] = Ident { guid: n.guid, name: n.name.clone(), num_ports: n.num_ports, ib_port: Vec::new() };
+            idx.insert(n.name.as_str(), i);
+        }
+        for (ni, n) in nodes.iter().enumerate() {
+            for (p, peer, q) in &n.links {
+                let mi = nodes.iter().position(|m| &m.name == peer).unwrap_or(ni);
+                // Each link once, from the end declared first.
+                if (mi, *q) < (ni, *p) {
+                    continue;
+                }
+                let (a, b) = (idx[n.name.as_str()], idx[peer.as_str()]);
+                let (fa, fb) = t.join(a, b, s.link);
+                t.ident[a].ib_port[fa] = *p;
+                t.ident[b].ib_port[fb] = *q;
+            }
+        }
+        for (n, i) in nodes.iter().zip(0..) {
+            t.ident[i].num_ports = n.num_ports;
+            if !n.switch && t.ports[i].len() > 1 {
+                return Err(NetError::Topology(format!("{}: a host here has one cabled port", n.name)));
+            }
+            if !n.switch && t.ports[i].is_empty() {
+                return Err(NetError::Topology(format!("{}: an HCA without a cable", n.name)));
+            }
+        }
+        t.senders = (0..t.hosts.len()).collect();
+        t.receivers = t.senders.clone();
+        t.route();
+        Ok(t)
+    }
+
+    /// As [`Self::make_ib`], but as a fabric no SM has configured yet:
+    /// every port in Init, no LIDs, empty LFTs.
+    pub fn make_ib_unconfigured(&mut self, cfg: &IbConfig) {
+        self.make_ib(cfg);
+        self.lids.iter_mut().for_each(|l| *l = 0);
+        self.lid_of.clear();
+        for p in self.ports.iter_mut().flatten().filter_map(|p| p.ib.as_mut()) {
+            p.mgmt = PortMgmt::fresh();
+        }
+        for sw in self.switches.iter_mut().filter_map(|s| s.ib.as_mut()) {
+            sw.lft.clear();
+            sw.port0 = PortMgmt { state: 4, ..PortMgmt::fresh() };
+        }
+    }
+
+    /// A ring of `n` IB switches with one host each (switch ports: 0 to
+    /// the next switch, 1 to the previous, 2 to its host). Host i is
+    /// sender and receiver i. LFTs from `routing`.
+    pub fn ib_ring(n: usize, s: &Settings, cfg: &IbConfig, routing: &Routing) -> Result<Topology, RoutingError> {
+        let mut t = Topology::empty();
+        let sws: Vec<usize> = (0..n).map(|_| t.add_switch(s)).collect();
+        for i in 0..n {
+            t.join(sws[i], sws[(i + 1) % n], s.link);
+        }
+        for &sw in &sws {
+            let h = t.add_host(s);
+            t.join(sw, h, s.link);
+            t.senders.push(t.hosts.len() - 1);
+            t.receivers.push(t.hosts.len() - 1);
+        }
+        t.bottleneck = (0, 0);
+        t.make_ib(cfg);
+        t.route_ib(routing)?;
+        Ok(t)
+    }
+
+    /// Turns every link into an IB link: hosts get LIDs 1.. in host order,
+    /// switches the LIDs after them, and each switch an LFT with the same
+    /// next hops as its IP routes (an ECMP group picks by DLID, as opensm
+    /// spreads destinations over equal-cost ports).
+    pub fn make_ib(&mut self, cfg: &IbConfig) {
+        let mut next = 1u16;
+        self.lids = vec![0; self.nodes.len()];
+        for &n in &self.host_nodes {
+            self.lids[n] = next;
+            next += 1;
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            if let Node::Switch(_) = node {
+                self.lids[n] = next;
+                next += 1;
+            }
+        }
+        self.lid_of = self.host_nodes.iter().enumerate().map(|(h, &n)| (self.hosts[h].addr, self.lids[n])).collect();
+        for ports in &mut self.ports {
+            for p in ports {
+                p.ib = Some(IbPort::new(cfg));
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            let Node::Switch(i) = *node else { continue };
+            let sw = &mut self.switches[i];
+            let mut ib = IbSwitch::new(self.ident[n].ib_port.clone(), cfg.sl2vl);
+            for (addr, &lid) in &self.lid_of {
+                let port = match sw.ecmp.get(addr) {
+                    Some(g) if !g.is_empty() => Some(g[usize::from(lid) % g.len()]),
+                    _ => sw.routes.get(addr).copied(),
+                };
+                if let Some(p) = port {
+                    ib.set_route(lid, p);
+                }
+            }
+            sw.ib = Some(ib);
+        }
+        self.ib = Some(cfg.clone());
+        self.sync_mgmt_lids();
+    }
+
+    /// Writes [`Self::lids`] into the ports' PortInfo state (as if an SM
+    /// had set them): host ports and switch port 0.
+    fn sync_mgmt_lids(&mut self) {
+        for (n, node) in self.nodes.iter().enumerate() {
+            let lid = self.lids[n];
+            match *node {
+                Node::Host(_) => {
+                    for ib in self.ports[n].iter_mut().filter_map(|p| p.ib.as_mut()) {
+                        ib.mgmt.lid = lid;
+                    }
+                }
+                Node::Switch(s) => {
+                    if let Some(ib) = self.switches[s].ib.as_mut() {
+                        ib.port0.lid = lid;
+                    }
+                }
+            }
         }
     }
 
@@ -122,6 +343,8 @@ impl Topology {
         let mut host = Host::new(h, addr, s.seed, s.cc);
         host.ack_timeout = ack_timeout_for(s.link.rate_bps, s.buffer_bytes);
         self.hosts.push(host);
+        let guid = 0x100000 + 2 * h as u64;
+        self.ident.push(Ident { guid, name: format!("host{h}"), num_ports: 1, ib_port: Vec::new() });
         self.nodes.push(Node::Host(h));
         self.host_nodes.push(n);
         self.ports.push(Vec::new());
@@ -129,7 +352,14 @@ impl Topology {
     }
 
     fn add_switch(&mut self, s: &Settings) -> usize {
-        self.nodes.push(Node::Switch(self.switches.len()));
+        let sw = self.switches.len();
+        self.ident.push(Ident {
+            guid: 0x200000 + sw as u64,
+            name: format!("switch{sw}"),
+            num_ports: 0,
+            ib_port: Vec::new(),
+        });
+        self.nodes.push(Node::Switch(sw));
         let mut sw = Switch::new(0, s.red, s.buffer_bytes);
         sw.pfc = s.pfc;
         self.switches.push(sw);
@@ -142,6 +372,11 @@ impl Topology {
         let (pa, pb) = (self.ports[a].len(), self.ports[b].len() + usize::from(a == b));
         self.ports[a].push(Port::new(link, b, pb));
         self.ports[b].push(Port::new(link, a, pa));
+        for (n, p) in [(a, pa), (b, pb)] {
+            let id = &mut self.ident[n];
+            id.ib_port.push(p as u8 + 1);
+            id.num_ports = id.num_ports.max(p as u8 + 1);
+        }
         for n in [a, b] {
             if let Node::Switch(sw) = self.nodes[n] {
                 self.switches[sw].egress.push(Default::default());

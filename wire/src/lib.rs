@@ -66,6 +66,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod reth;
+pub mod smp;
 pub mod transport_packet;
 pub mod udp;
 pub mod vcrc;

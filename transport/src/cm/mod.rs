@@ -7,10 +7,20 @@
 //! does), so the GSI matches REP to REQ and RTU to REP and stops their
 //! retransmission. A DREQ and its DREP share another.
 //!
-//! Not here yet: MRA, LAP/APR, SIDR, the "communication established"
-//! shortcut (a data packet before the RTU), stale-connection REJs, and a
-//! real time-wait (a fixed [`CmConfig::timewait`] instead of the packet
-//! lifetime).
+//! PSNs follow rdma_cm (§3.4 of the CM notes): the starting PSN a side
+//! advertises (REQ or REP) is the one it *receives* from (its RTR
+//! `rq_psn`); it sends from the peer's (its RTS `sq_psn`). The passive
+//! side moves its QP to RTS before the REP leaves, as librdmacm does, so
+//! its first data may precede the RTU.
+//!
+//! A repeated REQ while the consumer decides gets an MRA; an MRA received
+//! for our REQ or REP stretches that send's retransmission timer. A REQ
+//! from a peer whose QP (and CA GUID) is still connected under another
+//! communication ID is stale: REJ 10, and the old connection is torn down.
+//!
+//! Not here yet: LAP/APR (not used on RoCE), SIDR (in the RDMA CM layer
+//! above), the "communication established" shortcut, and a real time-wait
+//! (a fixed [`CmConfig::timewait`] instead of the packet lifetime).
 
 use crate::endpoint::Endpoint;
 use crate::memory::Access;
@@ -19,9 +29,9 @@ use crate::time::Instant;
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::cm::{
-    msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, PathRepr, RejReason, RejRepr, RepRepr, ReqRepr,
-    RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN,
-    REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN,
+    msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejReason, RejRepr, RepRepr,
+    ReqRepr, RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, MRA_PRIVATE_DATA_LEN, REJ_ARI_LEN,
+    REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN,
 };
 use rdma_wire::mad::{Mad, MAD_LEN};
 use std::collections::{HashSet, VecDeque};
@@ -43,28 +53,22 @@ pub enum CmEvent {
         private_data: [u8; REQ_PRIVATE_DATA_LEN],
     },
     /// The QP is in RTS and connected to `remote_qpn`.
-    Established {
-        id: ConnId,
-        qpn: u32,
-        remote_qpn: u32,
-    },
+    Established { id: ConnId, qpn: u32, remote_qpn: u32 },
     Rejected {
         id: ConnId,
         reason: RejReason,
+        /// The REJ's private data (148 bytes, zero-padded by the peer).
+        private_data: Box<[u8; REJ_PRIVATE_DATA_LEN]>,
     },
     /// The peer never answered (REQ or REP retries ran out).
-    TimedOut {
-        id: ConnId,
-    },
+    TimedOut { id: ConnId },
     /// DREQ/DREP done (or the DREQ timed out); the QP is in ERR.
-    Disconnected {
-        id: ConnId,
-    },
+    Disconnected { id: ConnId },
     /// A QP transition the CM asked for failed (e.g. values from the peer
     /// the QP refuses); the QP is moved to ERR and a REJ sent.
-    QpError {
-        id: ConnId,
-    },
+    QpError { id: ConnId },
+    /// The time-wait after a disconnect ended: the connection is forgotten.
+    TimewaitExit { id: ConnId },
 }
 
 /// Settings of one CM.
@@ -142,6 +146,12 @@ pub struct CmStats {
     pub unexpected: u64,
     /// REPs sent again for a repeated REQ.
     pub rep_resent: u64,
+    /// MRAs sent for a REQ repeated while the consumer decides.
+    pub mra_sent: u64,
+    /// MRAs received that stretched one of our sends.
+    pub mra_received: u64,
+    /// REQs refused as stale (REJ 10).
+    pub stale_rejected: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +188,11 @@ struct Conn {
     rep: Option<[u8; MAD_LEN]>,
     /// The last DREP sent, to send again on a repeated DREQ.
     drep: Option<[u8; MAD_LEN]>,
+    /// Active: the REP's private data, for the consumer.
+    rep_private_data: Option<Box<[u8; REP_PRIVATE_DATA_LEN]>>,
+    /// The peer's CA GUID (from its REQ or REP): with its QPN, what stale
+    /// connections are recognised by.
+    remote_ca_guid: u64,
     /// Negotiated: our max_rd_atomic.
     initiator_depth: u8,
 }
@@ -219,6 +234,14 @@ fn gid(a: IpAddr) -> core::net::Ipv6Addr {
 
 fn mtu_from_wire(v: u8) -> Option<Mtu> {
     [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096].into_iter().find(|m| *m as u8 == v)
+}
+
+/// The service timeout our MRAs name: 24, about 68.7 s, as Linux sends.
+pub const MRA_SERVICE_TIMEOUT: u8 = 24;
+
+/// 4.096 µs × 2^`exp` (a CM timeout field), capped at exponent 31.
+pub fn cm_time(exp: u8) -> Duration {
+    Duration::from_nanos(4096u64 << exp.min(31))
 }
 
 /// The CM response timeout exponent (4.096 µs × 2^x) covering `d`.
@@ -278,6 +301,11 @@ impl Cm {
         self.listens.insert(service_id);
     }
 
+    /// Stops listening: REQs for `service_id` get REJ 8 again.
+    pub fn unlisten(&mut self, service_id: u64) {
+        self.listens.remove(&service_id);
+    }
+
     pub fn poll_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()
     }
@@ -299,7 +327,38 @@ impl Cm {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.conns.retain(|c| !matches!(c.state, State::TimeWait { until } if until <= now));
+        let events = &mut self.events;
+        self.conns.retain(|c| {
+            let over = matches!(c.state, State::TimeWait { until } if until <= now);
+            if over {
+                events.push_back(CmEvent::TimewaitExit { id: ConnId(c.local_id) });
+            }
+            !over
+        });
+    }
+
+    /// Passive: the REQ a [`CmEvent::ConnectRequest`] reported, while the
+    /// connection exists (its counters, retry counts, path, private data).
+    pub fn request(&self, id: ConnId) -> Option<&ReqRepr> {
+        self.conns.iter().find(|c| c.local_id == id.0)?.req.as_ref()
+    }
+
+    /// Active: the private data of the REP that established `id`.
+    pub fn rep_private_data(&self, id: ConnId) -> Option<&[u8; REP_PRIVATE_DATA_LEN]> {
+        self.conns.iter().find(|c| c.local_id == id.0)?.rep_private_data.as_deref()
+    }
+
+    /// Active: what the REP offered — (its responder resources, its
+    /// initiator depth), i.e. our (initiator depth, responder resources).
+    pub fn negotiated_depths(&self, id: ConnId) -> Option<(u8, u8)> {
+        let c = self.conns.iter().find(|c| c.local_id == id.0)?;
+        Some((c.initiator_depth, c.params.responder_resources))
+    }
+
+    /// Forgets a connection at once, whatever its state (the consumer
+    /// destroyed its ID): no event, no message. The QP is the consumer's.
+    pub fn forget(&mut self, id: ConnId) {
+        self.conns.retain(|c| c.local_id != id.0);
     }
 
     fn alloc_id(&mut self) -> u32 {
@@ -418,6 +477,8 @@ impl Cm {
             req: None,
             rep: None,
             drep: None,
+            rep_private_data: None,
+            remote_ca_guid: 0,
             initiator_depth: 0,
         });
         Ok(ConnId(local_id))
@@ -450,7 +511,7 @@ impl Cm {
             qp_state: Some(QpState::Rtr),
             path_mtu: Some(mtu),
             dest_qp_num: Some(req.local_qpn),
-            rq_psn: Some(req.starting_psn),
+            rq_psn: Some(params.starting_psn),
             av: Some(AddressVector {
                 dest: peer,
                 hop_limit: req.primary_path.hop_limit,
@@ -460,7 +521,20 @@ impl Cm {
             min_rnr_timer: Some(params.min_rnr_timer),
             ..QpAttr::default()
         };
-        let moved = Self::to_init(ep, qpn, params.access).and_then(|_| Ok(ep.modify_qp(qpn, &rtr)?));
+        // RTS before the REP leaves, as librdmacm does: the active side may
+        // send as soon as it has the REP, before our RTU arrives.
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(req.starting_psn),
+            timeout: Some(req.primary_path.local_ack_timeout),
+            retry_cnt: Some(req.retry_count),
+            rnr_retry: Some(req.rnr_retry_count),
+            max_rd_atomic: Some(initiator_depth),
+            ..QpAttr::default()
+        };
+        let moved = Self::to_init(ep, qpn, params.access)
+            .and_then(|_| Ok(ep.modify_qp(qpn, &rtr)?))
+            .and_then(|_| Ok(ep.modify_qp(qpn, &rts)?));
         if let Err(e) = moved {
             // The consumer's QP is not usable: the peer must not wait.
             self.send(ep, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
@@ -498,14 +572,34 @@ impl Cm {
         Ok(())
     }
 
-    /// Passive side: refuses a reported REQ.
-    pub fn reject(&mut self, ep: &mut Endpoint, id: ConnId, reason: RejReason) -> Result<(), CmError> {
+    /// Passive side: refuses a reported REQ, with up to 148 bytes of
+    /// private data for the peer.
+    pub fn reject(
+        &mut self,
+        ep: &mut Endpoint,
+        id: ConnId,
+        reason: RejReason,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        let private_data = pad::<REJ_PRIVATE_DATA_LEN>(private_data).ok_or(CmError::PrivateDataTooLong)?;
         let i = self.find(id)?;
         let c = &self.conns[i];
         if c.state != State::ReqRcvd {
             return Err(CmError::WrongState(id));
         }
-        self.send(ep, c.peer, rej_mad(c.tid, c.local_id, c.remote_id, msg::REQ, reason), false);
+        let rej = emit(
+            c.tid,
+            CmMessage::Rej(RejRepr {
+                local_comm_id: c.local_id,
+                remote_comm_id: c.remote_id,
+                message_rejected: msg::REQ,
+                ari_length: 0,
+                reason,
+                ari: [0; REJ_ARI_LEN],
+                private_data,
+            }),
+        );
+        self.send(ep, c.peer, rej, false);
         self.conns.remove(i);
         Ok(())
     }
@@ -586,14 +680,19 @@ impl Cm {
             CmMessage::Req(req) => self.on_req(ep, from, tid, req),
             CmMessage::Rep(rep) => self.on_rep(ep, from, tid, rep),
             CmMessage::Rtu(rtu) => match self.by_ids(from, rtu.remote_comm_id, rtu.local_comm_id) {
-                Some(i) if self.conns[i].state == State::RepSent => self.on_rtu(ep, i),
+                Some(i) if self.conns[i].state == State::RepSent => self.on_rtu(i),
                 _ => self.stats.unexpected += 1,
             },
             CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
                 Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent) => {
                     let c = self.conns.remove(i);
                     Self::to_err(ep, c.qpn);
-                    self.events.push_back(CmEvent::Rejected { id: ConnId(c.local_id), reason: rej.reason });
+                    let private_data = Box::new(rej.private_data);
+                    self.events.push_back(CmEvent::Rejected {
+                        id: ConnId(c.local_id),
+                        reason: rej.reason,
+                        private_data,
+                    });
                 }
                 _ => self.stats.unexpected += 1,
             },
@@ -605,8 +704,29 @@ impl Cm {
                 }
                 _ => self.stats.unexpected += 1,
             },
-            // MRA, SIDR: not handled yet.
+            CmMessage::Mra(mra) => self.on_mra(now, ep, from, mra),
+            // SIDR is the RDMA CM layer's (UD has no connection here).
             _ => self.stats.unexpected += 1,
+        }
+    }
+
+    /// The peer got our REQ or REP and needs time: stretch that send's
+    /// timer by the service timeout it names (§3.7).
+    fn on_mra(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, mra: MraRepr) {
+        let Some(i) = self.by_ids(from, mra.remote_comm_id, mra.local_comm_id) else {
+            self.stats.unexpected += 1;
+            return;
+        };
+        let c = &self.conns[i];
+        let waiting = matches!((c.state, mra.message_mraed), (State::ReqSent, msg::REQ) | (State::RepSent, msg::REP));
+        if !waiting {
+            self.stats.unexpected += 1;
+            return;
+        }
+        let extra = cm_time(mra.service_timeout) + self.config.response_timeout;
+        if ep.gsi_delay(now, c.peer, c.tid, extra) {
+            self.stats.mra_received += 1;
+            tracing::debug!(peer = %c.peer, ?extra, "MRA: waiting longer for the peer");
         }
     }
 
@@ -614,11 +734,46 @@ impl Cm {
         if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
             // A repeated REQ: our REP was lost (or is slow). Send it again;
             // in any other state the copy in flight or the RTU settles it.
-            if let (State::RepSent, Some(rep)) = (c.state, c.rep) {
-                self.send(ep, from, rep, true);
-                self.stats.rep_resent += 1;
-            } else {
-                self.stats.unexpected += 1;
+            match (c.state, c.rep) {
+                (State::RepSent, Some(rep)) => {
+                    self.send(ep, from, rep, true);
+                    self.stats.rep_resent += 1;
+                }
+                // The consumer is slow to decide: tell the peer to wait
+                // (service timeout 24, about 68 s, as Linux sends).
+                (State::ReqRcvd, _) => {
+                    let mra = emit(
+                        tid,
+                        CmMessage::Mra(MraRepr {
+                            local_comm_id: c.local_id,
+                            remote_comm_id: c.remote_id,
+                            message_mraed: msg::REQ,
+                            service_timeout: MRA_SERVICE_TIMEOUT,
+                            private_data: [0; MRA_PRIVATE_DATA_LEN],
+                        }),
+                    );
+                    self.send(ep, from, mra, false);
+                    self.stats.mra_sent += 1;
+                }
+                _ => self.stats.unexpected += 1,
+            }
+            return;
+        }
+        // Stale: the peer's QP is still ours under another communication
+        // ID (it restarted, or reused the QPN before our time-wait ended).
+        let stale = self.conns.iter().position(|c| {
+            c.peer == from
+                && c.remote_qpn == req.local_qpn
+                && c.remote_ca_guid == req.local_ca_guid
+                && matches!(c.state, State::Established | State::RepSent | State::TimeWait { .. })
+        });
+        if let Some(i) = stale {
+            tracing::info!(peer = %from, qpn = req.local_qpn, "stale connection: REJ 10");
+            self.stats.stale_rejected += 1;
+            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, RejReason::STALE_CONN), false);
+            if self.conns[i].state == State::Established {
+                let id = ConnId(self.conns[i].local_id);
+                let _ = self.disconnect(ep, id);
             }
             return;
         }
@@ -649,6 +804,8 @@ impl Cm {
             req: Some(req),
             rep: None,
             drep: None,
+            rep_private_data: None,
+            remote_ca_guid: req.local_ca_guid,
             initiator_depth: 0,
         });
         self.events.push_back(CmEvent::ConnectRequest {
@@ -690,7 +847,8 @@ impl Cm {
             qp_state: Some(QpState::Rtr),
             path_mtu: Some(p.path_mtu),
             dest_qp_num: Some(rep.local_qpn),
-            rq_psn: Some(rep.starting_psn),
+            // rdma_cm: we receive from the PSN we advertised.
+            rq_psn: Some(p.starting_psn),
             av: Some(AddressVector { dest: from, hop_limit: p.hop_limit, traffic_class: p.traffic_class }),
             max_dest_rd_atomic: Some(rep.initiator_depth),
             min_rnr_timer: Some(p.min_rnr_timer),
@@ -698,7 +856,7 @@ impl Cm {
         };
         let rts = QpAttr {
             qp_state: Some(QpState::Rts),
-            sq_psn: Some(p.starting_psn),
+            sq_psn: Some(rep.starting_psn),
             timeout: Some(p.local_ack_timeout),
             retry_cnt: Some(p.retry_count),
             rnr_retry: Some(rep.rnr_retry_count),
@@ -717,30 +875,18 @@ impl Cm {
         let c = &mut self.conns[i];
         c.remote_id = rep.local_comm_id;
         c.remote_qpn = rep.local_qpn;
+        c.remote_ca_guid = rep.local_ca_guid;
+        c.rep_private_data = Some(Box::new(rep.private_data));
         c.state = State::Established;
         c.initiator_depth = rep.responder_resources;
         self.events.push_back(CmEvent::Established { id, qpn, remote_qpn: rep.local_qpn });
     }
 
-    fn on_rtu(&mut self, ep: &mut Endpoint, i: usize) {
+    fn on_rtu(&mut self, i: usize) {
+        // The QP went to RTS in `accept`: the RTU only completes the handshake.
         let c = &self.conns[i];
-        let (Some(qpn), Some(req)) = (c.qpn, c.req) else { return };
+        let Some(qpn) = c.qpn else { return };
         let id = ConnId(c.local_id);
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(c.params.starting_psn),
-            timeout: Some(req.primary_path.local_ack_timeout),
-            retry_cnt: Some(req.retry_count),
-            rnr_retry: Some(req.rnr_retry_count),
-            max_rd_atomic: Some(c.initiator_depth),
-            ..QpAttr::default()
-        };
-        if ep.modify_qp(qpn, &rts).is_err() {
-            Self::to_err(ep, Some(qpn));
-            self.conns.remove(i);
-            self.events.push_back(CmEvent::QpError { id });
-            return;
-        }
         let c = &mut self.conns[i];
         c.state = State::Established;
         let remote_qpn = c.remote_qpn;

@@ -1,0 +1,549 @@
+//! CM IDs (`rdma_cm_id`): the socket-like object of the RDMA CM.
+
+use super::device::CmDevice;
+use super::event::{ChannelShared, CmEvent, EventParam, EventType};
+use super::route;
+use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN};
+use crate::context::Context;
+use crate::pd::ProtectionDomain;
+use crate::qp::{QpInitAttr, QueuePair};
+use rdma_transport::cm::{ConnId, ConnParams};
+use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
+use rdma_wire::cm::{RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN};
+use rdma_wire::cma::{service_id, CmaHdr, CmaHdrRepr, RdmaPs, CMA_HDR_LEN};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Outstanding RDMA READs and atomics a QP of this stack takes each way:
+/// what 0xFF ("the device maximum") in a [`ConnParam`] stands for.
+pub const MAX_RD_ATOMIC: u8 = 16;
+
+/// The path MTU the CM offers: the largest IB MTU a 1500-byte Ethernet
+/// MTU carries with RoCE v2's headers (`iboe_get_mtu`), as rxe offers.
+const PATH_MTU: Mtu = Mtu::Mtu1024;
+
+/// Local ACK timeout exponent of the QPs the CM sets up (4.096 µs × 2^14,
+/// about 67 ms), and what the REQ asks the peer to use.
+const ACK_TIMEOUT: u8 = 14;
+
+/// `enum rdma_port_space`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortSpace {
+    /// RDMA_PS_TCP: reliable connected QPs.
+    Tcp,
+    /// RDMA_PS_UDP: unreliable datagram QPs, resolved with SIDR.
+    Udp,
+    /// Another port space, by number (RDMA_PS_IB 0x13F, ...).
+    Other(u16),
+}
+
+impl PortSpace {
+    pub fn ps(self) -> RdmaPs {
+        match self {
+            PortSpace::Tcp => RdmaPs::TCP,
+            PortSpace::Udp => RdmaPs::UDP,
+            PortSpace::Other(n) => RdmaPs(n),
+        }
+    }
+
+    pub(crate) fn from_ps(ps: RdmaPs) -> PortSpace {
+        match ps {
+            RdmaPs::TCP => PortSpace::Tcp,
+            RdmaPs::UDP => PortSpace::Udp,
+            RdmaPs(n) => PortSpace::Other(n),
+        }
+    }
+}
+
+/// `struct rdma_conn_param`. 0xFF in the two depths means the device
+/// maximum ([`MAX_RD_ATOMIC`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Up to 56 bytes in a connect, 196 in an accept.
+    pub private_data: Vec<u8>,
+    /// RDMA READs/atomics we accept at once from the peer.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics we issue at once.
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    /// Transport retries (at most 7); ignored on accept.
+    pub retry_count: u8,
+    /// RNR retries the peer makes (7: forever).
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+}
+
+impl Default for ConnParam {
+    /// What rping asks for: one READ each way, 7 retries of each kind.
+    fn default() -> ConnParam {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            flow_control: false,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+        }
+    }
+}
+
+fn depth(v: u8) -> u8 {
+    if v == 0xff {
+        MAX_RD_ATOMIC
+    } else {
+        v
+    }
+}
+
+/// Where an ID is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Idle,
+    AddrResolved,
+    RouteResolved,
+    Bound,
+    Listening,
+    /// Passive: reported in a CONNECT_REQUEST, not yet accepted.
+    ConnectRequest,
+    /// Active: REQ sent. Passive: REP sent.
+    Connecting,
+    Connected,
+    Disconnected,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::AddrResolved => "address-resolved",
+            Phase::RouteResolved => "route-resolved",
+            Phase::Bound => "bound",
+            Phase::Listening => "listening",
+            Phase::ConnectRequest => "a connect request",
+            Phase::Connecting => "connecting",
+            Phase::Connected => "connected",
+            Phase::Disconnected => "disconnected",
+        }
+    }
+}
+
+pub(crate) struct IdInner {
+    pub(crate) ps: PortSpace,
+    pub(crate) channel: Arc<ChannelShared>,
+    pub(crate) dev: Option<Arc<CmDevice>>,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) remote: Option<SocketAddr>,
+    pub(crate) phase: Phase,
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) qp: Option<Arc<QueuePair>>,
+    tos: u8,
+}
+
+pub(crate) struct IdShared {
+    inner: Mutex<IdInner>,
+}
+
+impl IdShared {
+    pub(crate) fn new(channel: Arc<ChannelShared>, ps: PortSpace) -> Arc<IdShared> {
+        Arc::new(IdShared {
+            inner: Mutex::new(IdInner {
+                ps,
+                channel,
+                dev: None,
+                local: None,
+                remote: None,
+                phase: Phase::Idle,
+                conn: None,
+                qp: None,
+                tos: 0,
+            }),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, IdInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A CM ID. Cheap to clone: clones are the same ID (events name it).
+#[derive(Clone)]
+pub struct CmId {
+    shared: Arc<IdShared>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.shared.lock();
+        f.debug_struct("CmId")
+            .field("ps", &g.ps)
+            .field("local", &g.local)
+            .field("remote", &g.remote)
+            .field("state", &g.phase.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, other: &CmId) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for CmId {}
+
+impl CmId {
+    pub(crate) fn new(channel: Arc<ChannelShared>, ps: PortSpace) -> CmId {
+        CmId { shared: IdShared::new(channel, ps) }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<IdShared>) -> CmId {
+        CmId { shared }
+    }
+
+    pub fn port_space(&self) -> PortSpace {
+        self.shared.lock().ps
+    }
+
+    /// `rdma_get_local_addr`.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.lock().local
+    }
+
+    /// `rdma_get_peer_addr`.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.shared.lock().remote
+    }
+
+    /// `id->verbs`: the device the ID is bound to (after `resolve_addr`,
+    /// `bind_addr`, or in a CONNECT_REQUEST).
+    pub fn context(&self) -> Option<Context> {
+        self.shared.lock().dev.as_ref().map(|d| d.ctx.clone())
+    }
+
+    /// `id->qp`: the QP made by [`CmId::create_qp`].
+    pub fn qp(&self) -> Option<Arc<QueuePair>> {
+        self.shared.lock().qp.clone()
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class of the path.
+    pub fn set_tos(&self, tos: u8) {
+        self.shared.lock().tos = tos;
+    }
+
+    fn wrong(&self, call: &'static str, needs: &'static str) -> CmError {
+        CmError::WrongState { call, needs, state: self.shared.lock().phase.name() }
+    }
+
+    fn event(&self, e: EventType) {
+        let ch = self.shared.lock().channel.clone();
+        ch.push(CmEvent { event: e, id: self.clone(), listen_id: None, status: 0, param: EventParam::default() });
+    }
+
+    fn device(&self) -> Option<Arc<CmDevice>> {
+        self.shared.lock().dev.clone()
+    }
+
+    fn attach(&self, ip: IpAddr) -> Result<Arc<CmDevice>> {
+        let dev = CmDevice::for_ip(ip)?;
+        let mut g = self.shared.lock();
+        g.dev = Some(dev.clone());
+        g.channel.add_device(&dev);
+        Ok(dev)
+    }
+
+    /// `rdma_resolve_addr`: picks the local address (`src`, or the one the
+    /// kernel routes `dst` from) and its device. ADDR_RESOLVED follows on
+    /// the channel; `_timeout` is accepted for librdmacm's signature (the
+    /// resolution is local and immediate).
+    pub fn resolve_addr(&self, src: Option<IpAddr>, dst: SocketAddr, _timeout: Duration) -> Result<()> {
+        if self.shared.lock().phase != Phase::Idle {
+            return Err(self.wrong("resolve_addr", "that is idle"));
+        }
+        let dst = SocketAddr::new(dst.ip().to_canonical(), dst.port());
+        let src = match src {
+            Some(s) => s.to_canonical(),
+            None => route::source_for(dst.ip()).map_err(|e| CmError::NoDevice(dst.ip(), e.to_string()))?,
+        };
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Err(CmError::FamilyMismatch { src, dst: dst.ip() });
+        }
+        self.attach(src)?;
+        {
+            let mut g = self.shared.lock();
+            g.local = Some(SocketAddr::new(src, route::ephemeral_port()));
+            g.remote = Some(dst);
+            g.phase = Phase::AddrResolved;
+        }
+        tracing::debug!(%src, %dst, "address resolved");
+        self.event(EventType::AddrResolved);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: on RoCE the path follows from the addresses
+    /// (GIDs, hop limit 64, P_Key 0xFFFF, MTU 1024); ROUTE_RESOLVED follows.
+    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+        {
+            let mut g = self.shared.lock();
+            if g.phase != Phase::AddrResolved {
+                drop(g);
+                return Err(self.wrong("resolve_route", "with a resolved address"));
+            }
+            g.phase = Phase::RouteResolved;
+        }
+        self.event(EventType::RouteResolved);
+        Ok(())
+    }
+
+    /// `rdma_bind_addr`: the address and port to listen on. The address
+    /// must be a device address (this stack has no wildcard device).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        if self.shared.lock().phase != Phase::Idle {
+            return Err(self.wrong("bind_addr", "that is idle"));
+        }
+        if addr.ip().is_unspecified() {
+            return Err(CmError::NoDevice(
+                addr.ip(),
+                "bind to the address of a device (this stack has no wildcard listener)".into(),
+            ));
+        }
+        let ip = addr.ip().to_canonical();
+        self.attach(ip)?;
+        let port = if addr.port() == 0 { route::ephemeral_port() } else { addr.port() };
+        let mut g = self.shared.lock();
+        g.local = Some(SocketAddr::new(ip, port));
+        g.phase = Phase::Bound;
+        Ok(())
+    }
+
+    /// `rdma_listen`: REQs for the bound port (service ID = port space <<
+    /// 16 | port) and address raise CONNECT_REQUEST with a new ID. The
+    /// backlog is not limited.
+    pub fn listen(&self, _backlog: u32) -> Result<()> {
+        let (dev, local, ps) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.local) {
+                (Phase::Bound, Some(d), Some(l)) => (d.clone(), l, g.ps),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("listen", "bound with bind_addr"));
+                }
+            }
+        };
+        if ps == PortSpace::Udp {
+            return Err(CmError::Unsupported("RDMA_PS_UDP (SIDR) listeners are not implemented yet"));
+        }
+        dev.listen(&self.shared, service_id(ps.ps(), local.port()), local.ip())?;
+        self.shared.lock().phase = Phase::Listening;
+        tracing::info!(%local, ?ps, "listening");
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: a QP on `pd` (of this ID's device), moved to INIT
+    /// at once so that receives can be posted before the connection is up.
+    /// The CM takes it through RTR and RTS.
+    pub fn create_qp(&self, pd: &ProtectionDomain, attr: &QpInitAttr<'_>) -> Result<Arc<QueuePair>> {
+        let dev = self.device().ok_or_else(|| self.wrong("create_qp", "bound to a device"))?;
+        if !Arc::ptr_eq(&pd.context().inner, &dev.ctx.inner) {
+            return Err(crate::Error::WrongDevice("the protection domain").into());
+        }
+        if self.shared.lock().qp.is_some() {
+            return Err(self.wrong("create_qp", "without a QP"));
+        }
+        let qp = pd.create_qp(attr)?;
+        let mut init =
+            QpAttr { qp_state: Some(QpState::Init), pkey_index: Some(0), port_num: Some(1), ..QpAttr::default() };
+        if attr.qp_type == QpType::Ud {
+            init.qkey = Some(RDMA_UDP_QKEY);
+        } else {
+            init.qp_access_flags = Some(Access::ALL);
+        }
+        qp.modify(&init)?;
+        let qp = Arc::new(qp);
+        self.shared.lock().qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// `rdma_connect`: sends the REQ (`cma_hdr` + up to 56 bytes of
+    /// private data). ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR
+    /// follows.
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        if param.private_data.len() > REQ_USER_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: REQ_USER_DATA_LEN,
+                what: "connect request",
+            });
+        }
+        let (dev, local, remote, qp, ps, tos) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.local, g.remote, &g.qp) {
+                (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => (d.clone(), l, r, q.clone(), g.ps, g.tos),
+                (Phase::RouteResolved, ..) => {
+                    drop(g);
+                    return Err(self.wrong("connect", "with a QP (create_qp)"));
+                }
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("connect", "with a resolved route"));
+                }
+            }
+        };
+        if ps == PortSpace::Udp {
+            return Err(CmError::Unsupported("RDMA_PS_UDP (SIDR) connects are not implemented yet"));
+        }
+        let mut pd = [0u8; CMA_HDR_LEN + REQ_USER_DATA_LEN];
+        let hdr = CmaHdrRepr { src_port: local.port(), src: local.ip(), dst: remote.ip() };
+        hdr.emit(&mut CmaHdr::new_unchecked(&mut pd[..CMA_HDR_LEN]))
+            .map_err(|_| CmError::FamilyMismatch { src: local.ip(), dst: remote.ip() })?;
+        pd[CMA_HDR_LEN..CMA_HDR_LEN + param.private_data.len()].copy_from_slice(&param.private_data);
+        let params = ConnParams {
+            starting_psn: route::random_u32() & 0xff_ffff,
+            responder_resources: depth(param.responder_resources),
+            initiator_depth: depth(param.initiator_depth),
+            path_mtu: PATH_MTU,
+            local_ack_timeout: ACK_TIMEOUT,
+            retry_count: param.retry_count.min(7),
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            traffic_class: tos,
+            ..ConnParams::default()
+        };
+        let sid = service_id(ps.ps(), remote.port());
+        let qpn = qp.qp_num();
+        let me = Arc::downgrade(&self.shared);
+        let conn = dev.with_cm(|ep, core| {
+            let c = core.cm.connect(ep, qpn, remote.ip(), sid, &pd, params);
+            if let Ok(c) = c {
+                core.conns.insert(c.0, me);
+            }
+            c
+        })?;
+        let conn = conn.map_err(|e| CmError::Cm { call: "connect", detail: format!("{e:?}") })?;
+        let mut g = self.shared.lock();
+        g.conn = Some(conn);
+        if g.phase == Phase::RouteResolved {
+            g.phase = Phase::Connecting;
+        }
+        tracing::debug!(%local, %remote, qpn, "REQ sent");
+        Ok(())
+    }
+
+    /// `rdma_accept` on the ID of a CONNECT_REQUEST: moves its QP to RTR
+    /// and RTS and sends the REP (up to 196 bytes of private data).
+    /// ESTABLISHED follows when the RTU arrives.
+    pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        if param.private_data.len() > REP_PRIVATE_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: REP_PRIVATE_DATA_LEN,
+                what: "connect reply",
+            });
+        }
+        let (dev, conn, qp, tos) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.conn, &g.qp) {
+                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q.clone(), g.tos),
+                (Phase::ConnectRequest, ..) => {
+                    drop(g);
+                    return Err(self.wrong("accept", "with a QP (create_qp)"));
+                }
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("accept", "from a CONNECT_REQUEST"));
+                }
+            }
+        };
+        let params = ConnParams {
+            starting_psn: route::random_u32() & 0xff_ffff,
+            responder_resources: depth(param.responder_resources),
+            initiator_depth: depth(param.initiator_depth),
+            path_mtu: PATH_MTU,
+            local_ack_timeout: ACK_TIMEOUT,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            traffic_class: tos,
+            ..ConnParams::default()
+        };
+        let qpn = qp.qp_num();
+        let r = dev.with_cm(|ep, core| core.cm.accept(ep, conn, qpn, &param.private_data, params))?;
+        r.map_err(|e| CmError::Cm { call: "accept", detail: format!("{e:?}") })?;
+        self.shared.lock().phase = Phase::Connecting;
+        Ok(())
+    }
+
+    /// `rdma_reject`: refuses a CONNECT_REQUEST with REJ reason 28
+    /// (consumer defined) and up to 148 bytes of private data.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > REJ_PRIVATE_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: private_data.len(),
+                max: REJ_PRIVATE_DATA_LEN,
+                what: "reject",
+            });
+        }
+        let (dev, conn) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.conn) {
+                (Phase::ConnectRequest, Some(d), Some(c)) => (d.clone(), c),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("reject", "from a CONNECT_REQUEST"));
+                }
+            }
+        };
+        let r = dev.with_cm(|ep, core| {
+            core.conns.remove(&conn.0);
+            core.cm.reject(ep, conn, RejReason::CONSUMER_DEFINED, private_data)
+        })?;
+        r.map_err(|e| CmError::Cm { call: "reject", detail: format!("{e:?}") })?;
+        let mut g = self.shared.lock();
+        g.phase = Phase::Idle;
+        g.conn = None;
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: moves the QP to ERR and sends a DREQ;
+    /// DISCONNECTED follows when the DREP comes (or the DREQ times out).
+    /// After the peer disconnected first (DISCONNECTED already seen) there
+    /// is nothing left to do, and it succeeds.
+    pub fn disconnect(&self) -> Result<()> {
+        let (dev, conn, phase) = {
+            let g = self.shared.lock();
+            (g.dev.clone(), g.conn, g.phase)
+        };
+        let (Some(dev), Some(conn)) = (dev, conn) else {
+            return match phase {
+                Phase::Disconnected | Phase::Idle => Ok(()),
+                _ => Err(self.wrong("disconnect", "connected")),
+            };
+        };
+        match phase {
+            Phase::Connected => {
+                let r = dev.with_cm(|ep, core| core.cm.disconnect(ep, conn))?;
+                if let Err(e) = r {
+                    // Already torn down by the peer's DREQ in the meantime.
+                    tracing::debug!(error = ?e, "disconnect: the connection is already closing");
+                }
+                Ok(())
+            }
+            Phase::Disconnected => Ok(()),
+            Phase::Connecting | Phase::ConnectRequest => {
+                // Not established: abandon it (the QP goes to ERR; the
+                // peer's retries end in its own timeout).
+                dev.with_cm(|ep, core| {
+                    core.cm.forget(conn);
+                    core.conns.remove(&conn.0);
+                    let qp = self.shared.lock().qp.as_ref().map(|q| q.qp_num());
+                    if let Some(q) = qp {
+                        let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+                    }
+                })?;
+                let mut g = self.shared.lock();
+                g.conn = None;
+                g.phase = Phase::Disconnected;
+                Ok(())
+            }
+            _ => Err(self.wrong("disconnect", "connected")),
+        }
+    }
+}

@@ -622,6 +622,7 @@ impl Endpoint {
     /// before its next retransmission (the CM's answer to an MRA). Returns
     /// whether such a send was waiting.
     pub fn gsi_delay(&mut self, now: Instant, dest: IpAddr, transaction_id: u64, extra: Duration) -> bool {
+        self.touch();
         self.gsi.as_deref_mut().is_some_and(|g| g.delay(now, dest, transaction_id, extra))
     }
 }

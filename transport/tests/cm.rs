@@ -227,3 +227,122 @@ fn garbage_and_unexpected_cm_messages_are_counted_not_fatal() {
     assert_eq!((b.cm.stats().unexpected, b.cm.stats().malformed), (1, 1));
     assert!(b.events.is_empty());
 }
+
+/// Runs the link and both CMs without answering connect requests.
+fn run_undecided(sim: &mut Sim, a: &mut Node, b: &mut Node, limit: Duration) {
+    sim.run_until(limit, |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        for (n, cm) in [(&mut a.events, &mut a.cm), (&mut b.events, &mut b.cm)] {
+            while let Some(e) = cm.poll_event() {
+                n.push(e);
+            }
+        }
+        false
+    });
+}
+
+#[test]
+fn a_req_repeated_while_the_consumer_decides_gets_an_mra_which_stretches_the_active_timer() {
+    // A retries every 50 ms, 3 times: without the MRA it would give up at
+    // 200 ms. B has not accepted yet, so its CM answers the repeats with MRAs.
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", params(0x10)).unwrap();
+    run_undecided(&mut sim, &mut a, &mut b, Duration::from_secs(2));
+    assert!(b.cm.stats().mra_sent >= 1, "B sent an MRA: {:?}", b.cm.stats());
+    assert!(a.cm.stats().mra_received >= 1, "A honoured it: {:?}", a.cm.stats());
+    assert!(
+        !a.events.iter().any(|e| matches!(e, CmEvent::TimedOut { .. })),
+        "no timeout while the MRA's service time (about 68 s) runs: {:?}",
+        a.events
+    );
+    let requests = b.events.iter().filter(|e| matches!(e, CmEvent::ConnectRequest { .. })).count();
+    assert_eq!(requests, 1, "repeats are no new requests");
+    // B decides now: the connection comes up.
+    let CmEvent::ConnectRequest { id: bid, .. } = b.events[0] else { panic!("{:?}", b.events) };
+    b.cm.accept(sim.ep(1), bid, b.qpn, b"", params(0x20)).unwrap();
+    // (The simulator steps only towards timers; A's is the MRA's, far off.)
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(100), |a, b| established(a) && established(b));
+    assert!(
+        a.events.contains(&CmEvent::Established { id, qpn: a.qpn, remote_qpn: b.qpn }),
+        "A: {:?} {:?}\nB: {:?} {:?}",
+        a.events,
+        a.cm.stats(),
+        b.events,
+        b.cm.stats()
+    );
+}
+
+#[test]
+fn a_consumer_reject_carries_reason_28_and_private_data() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", params(0x10)).unwrap();
+    sim.run_until(Duration::from_secs(1), |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = b.cm.poll_event() {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                b.cm.reject(s.ep(1), id, RejReason::CONSUMER_DEFINED, b"go away").unwrap();
+            }
+        }
+        while let Some(e) = a.cm.poll_event() {
+            a.events.push(e);
+        }
+        !a.events.is_empty()
+    });
+    let [CmEvent::Rejected { id: rid, reason, private_data }] = &a.events[..] else { panic!("{:?}", a.events) };
+    assert_eq!((*rid, *reason), (id, RejReason::CONSUMER_DEFINED));
+    assert_eq!(&private_data[..7], b"go away");
+    assert!(private_data[7..].iter().all(|&b| b == 0));
+    assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
+    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0), "nothing left behind");
+}
+
+#[test]
+fn a_new_req_from_a_connected_qp_is_stale_rej_10_and_the_old_connection_is_torn_down() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    connect(&mut sim, &mut a, &mut b);
+    // A "restarts": a fresh CM (new communication IDs) reuses the same QPN
+    // towards B, which still holds the old connection.
+    let mut a2 = Cm::new(CmConfig { first_comm_id: 0x9000, ..CmConfig::default() });
+    sim.ep(0).modify_qp(a.qpn, &QpAttr { qp_state: Some(QpState::Reset), ..QpAttr::default() }).unwrap();
+    let id2 = a2.connect(sim.ep(0), a.qpn, B, SERVICE, b"again", params(0x30)).unwrap();
+    let mut a2_events = Vec::new();
+    b.events.clear();
+    sim.run_until(Duration::from_secs(2), |s| {
+        let now = s.now;
+        a2.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = a2.poll_event() {
+            a2_events.push(e);
+        }
+        while let Some(e) = b.cm.poll_event() {
+            b.events.push(e);
+        }
+        !a2_events.is_empty() && b.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }))
+    });
+    assert!(
+        matches!(&a2_events[..], [CmEvent::Rejected { id, reason: RejReason::STALE_CONN, .. }] if *id == id2),
+        "{a2_events:?}"
+    );
+    assert_eq!(b.cm.stats().stale_rejected, 1);
+    assert!(!b.events.iter().any(|e| matches!(e, CmEvent::ConnectRequest { .. })));
+    assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Err, "the old connection's QP is torn down");
+}
+
+#[test]
+fn the_time_wait_ends_with_an_event() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = connect(&mut sim, &mut a, &mut b);
+    a.cm.disconnect(sim.ep(0), id).unwrap();
+    let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, b| gone(a) && gone(b));
+    let deadline = a.cm.poll_timeout().expect("a time-wait timer");
+    a.cm.handle_timeout(sim.now);
+    assert_eq!(a.cm.poll_event(), None, "not before its time");
+    a.cm.handle_timeout(deadline);
+    assert_eq!(a.cm.poll_event(), Some(CmEvent::TimewaitExit { id }));
+    assert_eq!(a.cm.connections(), 0);
+}

@@ -12,6 +12,10 @@ use core::time::Duration;
 use rdma_wire::mad::{method, Mad, MadHeaderRepr, BASE_VERSION, GSI_QKEY, MAD_DATA_LEN, MAD_HEADER_LEN, MAD_LEN};
 use std::collections::VecDeque;
 
+/// The CM's management class and its MRA attribute (see `rdma_wire::cm`).
+const MGMT_CLASS_CM: u8 = 0x07;
+const CM_ATTR_MRA: u16 = 0x0011;
+
 /// Received MADs the consumer has not taken yet, at most: past it they are
 /// dropped (a peer must not grow our memory without bound).
 pub const RECV_QUEUE_MAX: usize = 1024;
@@ -236,10 +240,13 @@ impl Gsi {
         }
         let (tid, class) = (m.transaction_id(), m.mgmt_class());
         let from = from.to_canonical();
-        let matched = self
-            .pending
-            .iter()
-            .position(|p| p.timeout.is_some() && p.attempts > 0 && p.dest == from && p.tid == tid && p.class == class);
+        // A CM MRA shares its request's transaction ID but answers nothing:
+        // it says "received, wait longer", and the CM stretches the send's
+        // timer (`delay`) instead of ending it.
+        let mra = class == MGMT_CLASS_CM && m.attribute_id() == CM_ATTR_MRA;
+        let matched = self.pending.iter().position(|p| {
+            !mra && p.timeout.is_some() && p.attempts > 0 && p.dest == from && p.tid == tid && p.class == class
+        });
         if let Some(i) = matched {
             self.pending.remove(i);
             if self.recent.len() == RECENT_MAX {

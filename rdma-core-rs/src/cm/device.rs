@@ -13,7 +13,7 @@ use crate::context::{Context, State};
 use crate::device::{devices, Device};
 use rdma_transport::cm::{Cm, CmConfig, CmEvent as IbEvent, ConnId};
 use rdma_transport::Endpoint;
-use rdma_wire::cm::RejReason;
+use rdma_wire::cm::{sidr_status, RejReason};
 use rdma_wire::cma::{service_id_parts, CmaHdr, CmaHdrRepr, CMA_HDR_LEN};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -221,7 +221,26 @@ impl CmDevice {
         while let Some(e) = core.cm.poll_event() {
             match e {
                 IbEvent::ConnectRequest { id, from, service_id, remote_qpn, private_data } => {
-                    self.on_request(ep, core, id, from, service_id, remote_qpn, &private_data)
+                    self.on_request(ep, core, id, from, service_id, Some(remote_qpn), &private_data)
+                }
+                IbEvent::SidrRequest { id, from, service_id, private_data } => {
+                    self.on_request(ep, core, id, from, service_id, None, &private_data[..])
+                }
+                IbEvent::SidrReply { id, status, qpn, qkey, private_data } => {
+                    if status == sidr_status::SUCCESS {
+                        let param = EventParam {
+                            private_data: private_data.to_vec(),
+                            qp_num: qpn,
+                            qkey,
+                            ..EventParam::default()
+                        };
+                        self.emit(core, id, Phase::Connected, EventType::Established, 0, param, true);
+                    } else {
+                        // librdmacm reports a refused resolution as
+                        // UNREACHABLE with the SIDR status.
+                        let param = EventParam { private_data: private_data.to_vec(), ..EventParam::default() };
+                        self.emit(core, id, Phase::Idle, EventType::Unreachable, i32::from(status), param, true);
+                    }
                 }
                 IbEvent::Established { id, remote_qpn, .. } => {
                     let mut param = EventParam { qp_num: remote_qpn, ..EventParam::default() };
@@ -287,9 +306,22 @@ impl CmDevice {
         conn: ConnId,
         from: IpAddr,
         service_id: u64,
-        remote_qpn: u32,
+        // `None`: a SIDR_REQ (UD), which has no QP yet.
+        remote_qpn: Option<u32>,
         private_data: &[u8],
     ) {
+        let refuse = |core: &mut Core, ep: &mut Endpoint, reason: RejReason| {
+            if remote_qpn.is_some() {
+                let _ = core.cm.reject(ep, conn, reason, &[]);
+            } else {
+                let status = if reason == RejReason::INVALID_SERVICE_ID {
+                    sidr_status::UNSUPPORTED_SERVICE_ID
+                } else {
+                    sidr_status::REJECT
+                };
+                let _ = core.cm.sidr_reply(ep, conn, status, 0, 0, &[]);
+            }
+        };
         let live: Vec<(Arc<IdShared>, IpAddr)> = core
             .listeners
             .get(&service_id)
@@ -298,7 +330,7 @@ impl CmDevice {
         if live.is_empty() {
             // Nobody listens any more: as if nobody ever had.
             core.cm.unlisten(service_id);
-            let _ = core.cm.reject(ep, conn, RejReason::INVALID_SERVICE_ID, &[]);
+            refuse(core, ep, RejReason::INVALID_SERVICE_ID);
             return;
         }
         let hdr = CmaHdr::new_checked(&private_data[..CMA_HDR_LEN.min(private_data.len())])
@@ -311,14 +343,20 @@ impl CmDevice {
         let (Ok(hdr), Some((listener, _))) = (&hdr, listener) else {
             // What Linux does for a bad cma_hdr or an address nobody
             // listens on: REJ 28, indistinguishable from a consumer reject.
-            tracing::info!(peer = %from, ?hdr, "REQ matches no listener's address: REJ 28");
-            let _ = core.cm.reject(ep, conn, RejReason::CONSUMER_DEFINED, &[]);
+            tracing::info!(peer = %from, ?hdr, "request matches no listener's address: refused");
+            refuse(core, ep, RejReason::CONSUMER_DEFINED);
             return;
         };
-        let Some(req) = core.cm.request(conn).copied() else { return };
         let (ps, port) = service_id_parts(service_id);
+        let ps = super::id::PortSpace::from_ps(ps);
+        if (ps == super::id::PortSpace::Udp) != remote_qpn.is_none() {
+            // A REQ for a UD service or a SIDR_REQ for a connected one.
+            tracing::info!(peer = %from, ?ps, "request of the wrong kind for the port space: refused");
+            refuse(core, ep, RejReason::CONSUMER_DEFINED);
+            return;
+        }
         let channel = listener.lock().channel.clone();
-        let new = IdShared::new(channel.clone(), super::id::PortSpace::from_ps(ps));
+        let new = IdShared::new(channel.clone(), ps);
         {
             let mut g = new.lock();
             g.dev = listener.lock().dev.clone();
@@ -329,18 +367,22 @@ impl CmDevice {
         }
         core.conns.insert(conn.0, Arc::downgrade(&new));
         let user = &private_data[CMA_HDR_LEN.min(private_data.len())..];
-        let param = EventParam {
-            private_data: user[..REQ_USER_DATA_LEN.min(user.len())].to_vec(),
-            // Swapped: what the peer issues is what we must take.
-            responder_resources: req.initiator_depth,
-            initiator_depth: req.responder_resources,
-            retry_count: req.retry_count,
-            rnr_retry_count: req.rnr_retry_count,
-            srq: req.srq,
-            qp_num: remote_qpn,
-            qkey: 0,
+        let param = match (remote_qpn, core.cm.request(conn)) {
+            (Some(qpn), Some(req)) => EventParam {
+                private_data: user[..REQ_USER_DATA_LEN.min(user.len())].to_vec(),
+                // Swapped: what the peer issues is what we must take.
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                srq: req.srq,
+                qp_num: qpn,
+                qkey: 0,
+            },
+            // SIDR: 216 - 36 = 180 bytes of user data.
+            _ => EventParam { private_data: user.to_vec(), ..EventParam::default() },
         };
-        tracing::debug!(peer = %from, port, remote_qpn, "connect request");
+        tracing::debug!(peer = %from, port, ?remote_qpn, "connect request");
         channel.push(CmEvent {
             event: EventType::ConnectRequest,
             id: super::id::CmId::from_shared(new),

@@ -3,13 +3,16 @@
 use super::device::CmDevice;
 use super::event::{ChannelShared, CmEvent, EventParam, EventType};
 use super::route;
-use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN};
+use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 use crate::context::Context;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpInitAttr, QueuePair};
 use rdma_transport::cm::{ConnId, ConnParams};
 use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
-use rdma_wire::cm::{RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN};
+use rdma_wire::cm::{
+    sidr_status, RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
+    SIDR_REQ_PRIVATE_DATA_LEN,
+};
 use rdma_wire::cma::{service_id, CmaHdr, CmaHdrRepr, RdmaPs, CMA_HDR_LEN};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -331,9 +334,6 @@ impl CmId {
                 }
             }
         };
-        if ps == PortSpace::Udp {
-            return Err(CmError::Unsupported("RDMA_PS_UDP (SIDR) listeners are not implemented yet"));
-        }
         dev.listen(&self.shared, service_id(ps.ps(), local.port()), local.ip())?;
         self.shared.lock().phase = Phase::Listening;
         tracing::info!(%local, ?ps, "listening");
@@ -360,6 +360,12 @@ impl CmId {
             init.qp_access_flags = Some(Access::ALL);
         }
         qp.modify(&init)?;
+        if attr.qp_type == QpType::Ud {
+            // A UD QP needs no peer: librdmacm takes it to RTS at once.
+            qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..QpAttr::default() })?;
+            let psn = route::random_u32() & 0xff_ffff;
+            qp.modify(&QpAttr { qp_state: Some(QpState::Rts), sq_psn: Some(psn), ..QpAttr::default() })?;
+        }
         let qp = Arc::new(qp);
         self.shared.lock().qp = Some(qp.clone());
         Ok(qp)
@@ -391,7 +397,7 @@ impl CmId {
             }
         };
         if ps == PortSpace::Udp {
-            return Err(CmError::Unsupported("RDMA_PS_UDP (SIDR) connects are not implemented yet"));
+            return self.resolve_ud(&dev, local, remote, &param.private_data);
         }
         let mut pd = [0u8; CMA_HDR_LEN + REQ_USER_DATA_LEN];
         let hdr = CmaHdrRepr { src_port: local.port(), src: local.ip(), dst: remote.ip() };
@@ -429,6 +435,40 @@ impl CmId {
         Ok(())
     }
 
+    /// `rdma_connect` on RDMA_PS_UDP: a SIDR_REQ (`cma_hdr` + up to 180
+    /// bytes). ESTABLISHED follows with the peer's QPN and Q_Key
+    /// ([`EventParam::qp_num`], [`EventParam::qkey`]; the address is
+    /// [`CmId::peer_addr`]), or UNREACHABLE.
+    fn resolve_ud(&self, dev: &Arc<CmDevice>, local: SocketAddr, remote: SocketAddr, data: &[u8]) -> Result<()> {
+        if data.len() > SIDR_USER_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: data.len(),
+                max: SIDR_USER_DATA_LEN,
+                what: "UD connect (SIDR) request",
+            });
+        }
+        let mut pd = [0u8; SIDR_REQ_PRIVATE_DATA_LEN];
+        let hdr = CmaHdrRepr { src_port: local.port(), src: local.ip(), dst: remote.ip() };
+        hdr.emit(&mut CmaHdr::new_unchecked(&mut pd[..CMA_HDR_LEN]))
+            .map_err(|_| CmError::FamilyMismatch { src: local.ip(), dst: remote.ip() })?;
+        pd[CMA_HDR_LEN..CMA_HDR_LEN + data.len()].copy_from_slice(data);
+        let sid = service_id(RdmaPs::UDP, remote.port());
+        let me = Arc::downgrade(&self.shared);
+        let r = dev.with_cm(|ep, core| {
+            let r = core.cm.sidr_request(ep, remote.ip(), sid, &pd);
+            if let Ok(c) = r {
+                core.conns.insert(c.0, me);
+            }
+            r
+        })?;
+        let conn = r.map_err(|e| CmError::Cm { call: "connect (SIDR)", detail: format!("{e:?}") })?;
+        let mut g = self.shared.lock();
+        g.conn = Some(conn);
+        g.phase = Phase::Connecting;
+        tracing::debug!(%local, %remote, "SIDR_REQ sent");
+        Ok(())
+    }
+
     /// `rdma_accept` on the ID of a CONNECT_REQUEST: moves its QP to RTR
     /// and RTS and sends the REP (up to 196 bytes of private data).
     /// ESTABLISHED follows when the RTU arrives.
@@ -440,10 +480,10 @@ impl CmId {
                 what: "connect reply",
             });
         }
-        let (dev, conn, qp, tos) = {
+        let (dev, conn, qp, tos, ps) = {
             let g = self.shared.lock();
             match (g.phase, &g.dev, g.conn, &g.qp) {
-                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q.clone(), g.tos),
+                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q.clone(), g.tos, g.ps),
                 (Phase::ConnectRequest, ..) => {
                     drop(g);
                     return Err(self.wrong("accept", "with a QP (create_qp)"));
@@ -454,6 +494,26 @@ impl CmId {
                 }
             }
         };
+        let qpn = qp.qp_num();
+        if ps == PortSpace::Udp {
+            if param.private_data.len() > SIDR_REP_PRIVATE_DATA_LEN {
+                return Err(CmError::PrivateDataTooLong {
+                    len: param.private_data.len(),
+                    max: SIDR_REP_PRIVATE_DATA_LEN,
+                    what: "UD accept (SIDR reply)",
+                });
+            }
+            let r = dev.with_cm(|ep, core| {
+                core.conns.remove(&conn.0);
+                core.cm.sidr_reply(ep, conn, sidr_status::SUCCESS, qpn, RDMA_UDP_QKEY, &param.private_data)
+            })?;
+            r.map_err(|e| CmError::Cm { call: "accept (SIDR)", detail: format!("{e:?}") })?;
+            let mut g = self.shared.lock();
+            // Nothing follows for UD: the peer has what it needs.
+            g.phase = Phase::Connected;
+            g.conn = None;
+            return Ok(());
+        }
         let params = ConnParams {
             starting_psn: route::random_u32() & 0xff_ffff,
             responder_resources: depth(param.responder_resources),
@@ -464,7 +524,6 @@ impl CmId {
             traffic_class: tos,
             ..ConnParams::default()
         };
-        let qpn = qp.qp_num();
         let r = dev.with_cm(|ep, core| core.cm.accept(ep, conn, qpn, &param.private_data, params))?;
         r.map_err(|e| CmError::Cm { call: "accept", detail: format!("{e:?}") })?;
         self.shared.lock().phase = Phase::Connecting;
@@ -481,10 +540,10 @@ impl CmId {
                 what: "reject",
             });
         }
-        let (dev, conn) = {
+        let (dev, conn, ps) = {
             let g = self.shared.lock();
             match (g.phase, &g.dev, g.conn) {
-                (Phase::ConnectRequest, Some(d), Some(c)) => (d.clone(), c),
+                (Phase::ConnectRequest, Some(d), Some(c)) => (d.clone(), c, g.ps),
                 _ => {
                     drop(g);
                     return Err(self.wrong("reject", "from a CONNECT_REQUEST"));
@@ -493,7 +552,12 @@ impl CmId {
         };
         let r = dev.with_cm(|ep, core| {
             core.conns.remove(&conn.0);
-            core.cm.reject(ep, conn, RejReason::CONSUMER_DEFINED, private_data)
+            if ps == PortSpace::Udp {
+                let data = &private_data[..private_data.len().min(SIDR_REP_PRIVATE_DATA_LEN)];
+                core.cm.sidr_reply(ep, conn, sidr_status::REJECT, 0, 0, data)
+            } else {
+                core.cm.reject(ep, conn, RejReason::CONSUMER_DEFINED, private_data)
+            }
         })?;
         r.map_err(|e| CmError::Cm { call: "reject", detail: format!("{e:?}") })?;
         let mut g = self.shared.lock();
@@ -513,7 +577,8 @@ impl CmId {
         };
         let (Some(dev), Some(conn)) = (dev, conn) else {
             return match phase {
-                Phase::Disconnected | Phase::Idle => Ok(()),
+                // A UD "connection" (SIDR) has nothing to tear down.
+                Phase::Disconnected | Phase::Idle | Phase::Connected => Ok(()),
                 _ => Err(self.wrong("disconnect", "connected")),
             };
         };

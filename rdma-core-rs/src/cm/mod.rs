@@ -50,6 +50,9 @@ pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// User private data a REQ carries after the 36-byte `cma_hdr`.
 pub const REQ_USER_DATA_LEN: usize = rdma_wire::cm::REQ_PRIVATE_DATA_LEN - rdma_wire::cma::CMA_HDR_LEN;
 
+/// User private data a SIDR_REQ (RDMA_PS_UDP connect) carries after the `cma_hdr`.
+pub const SIDR_USER_DATA_LEN: usize = rdma_wire::cm::SIDR_REQ_PRIVATE_DATA_LEN - rdma_wire::cma::CMA_HDR_LEN;
+
 /// What went wrong in an RDMA CM call. Every variant names the call or
 /// the value at fault.
 #[derive(Debug, thiserror::Error)]

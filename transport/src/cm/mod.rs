@@ -18,8 +18,9 @@
 //! from a peer whose QP (and CA GUID) is still connected under another
 //! communication ID is stale: REJ 10, and the old connection is torn down.
 //!
-//! Not here yet: LAP/APR (not used on RoCE), SIDR (in the RDMA CM layer
-//! above), the "communication established" shortcut, and a real time-wait
+//! SIDR (service ID resolution, for UD QPs) is in `sidr.rs`.
+//!
+//! Not here yet: LAP/APR (not used on RoCE), the "communication established" shortcut, and a real time-wait
 //! (a fixed [`CmConfig::timewait`] instead of the packet lifetime).
 
 use crate::endpoint::Endpoint;
@@ -31,10 +32,13 @@ use core::time::Duration;
 use rdma_wire::cm::{
     msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejReason, RejRepr, RepRepr,
     ReqRepr, RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, MRA_PRIVATE_DATA_LEN, REJ_ARI_LEN,
-    REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN,
+    REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
+    SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use rdma_wire::mad::{Mad, MAD_LEN};
 use std::collections::{HashSet, VecDeque};
+
+mod sidr;
 
 /// A connection, named by its local communication ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +73,17 @@ pub enum CmEvent {
     QpError { id: ConnId },
     /// The time-wait after a disconnect ended: the connection is forgotten.
     TimewaitExit { id: ConnId },
+    /// A SIDR_REQ for a listened service: answer with [`Cm::sidr_reply`].
+    SidrRequest { id: ConnId, from: IpAddr, service_id: u64, private_data: Box<[u8; SIDR_REQ_PRIVATE_DATA_LEN]> },
+    /// The answer to our [`Cm::sidr_request`] (`id` is its request ID).
+    SidrReply {
+        id: ConnId,
+        /// See `rdma_wire::cm::sidr_status`.
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        private_data: Box<[u8; SIDR_REP_PRIVATE_DATA_LEN]>,
+    },
 }
 
 /// Settings of one CM.
@@ -223,6 +238,7 @@ pub struct Cm {
     events: VecDeque<CmEvent>,
     next_id: u32,
     stats: CmStats,
+    sidr: sidr::SidrTable,
 }
 
 fn gid(a: IpAddr) -> core::net::Ipv6Addr {
@@ -290,6 +306,7 @@ impl Cm {
             events: VecDeque::new(),
             next_id: config.first_comm_id.max(1),
             stats: CmStats::default(),
+            sidr: sidr::SidrTable::default(),
         }
     }
 
@@ -632,6 +649,9 @@ impl Cm {
     /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
     pub fn process(&mut self, now: Instant, ep: &mut Endpoint) {
         while let Some(t) = ep.poll_mad_timeout() {
+            if self.sidr_timeout(t.dest, t.transaction_id) {
+                continue;
+            }
             self.on_mad_timeout(now, ep, t.dest, t.transaction_id);
         }
         while let Some(r) = ep.poll_mad() {
@@ -705,8 +725,8 @@ impl Cm {
                 _ => self.stats.unexpected += 1,
             },
             CmMessage::Mra(mra) => self.on_mra(now, ep, from, mra),
-            // SIDR is the RDMA CM layer's (UD has no connection here).
-            _ => self.stats.unexpected += 1,
+            CmMessage::SidrReq(req) => self.on_sidr_req(ep, from, tid, req),
+            CmMessage::SidrRep(rep) => self.on_sidr_rep(from, rep),
         }
     }
 

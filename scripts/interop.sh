@@ -281,7 +281,13 @@ wait_udp_bound() { # ADDR
     return 1
 }
 
-# One CM case: NAME DIR IPV K 'our flags' 'their flags' (the address flags are added here).
+# How each tool names its addresses: server flags, client flags, with @SRV@
+# (the server's address) and @SRC@ (the client's own); the port it listens
+# on; and what a passing run shows ("pings": rping's count of validated
+# pings; "complete": both sides' "data transfers complete").
+CM_SERVER_FLAGS="-s -a @SRV@" CM_CLIENT_FLAGS="-c -I @SRC@ -a @SRV@" CM_PORT=7174 CM_CHECK=pings
+
+# One CM case: NAME DIR IPV K 'our command' 'their command' (the address flags are added here).
 cm_case() {
     local name=$1 dir=$2 ipv=$3 k=$4 ours=$5 theirs=$6
     name="$name${LABEL:-}"
@@ -293,11 +299,14 @@ cm_case() {
         printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
     fi
     local log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-vm$k" ours_rc theirs_rc ok=0
+    local sflags=${CM_SERVER_FLAGS//@SRV@/} cflags=${CM_CLIENT_FLAGS//@SRC@/$host}
     if [ "$dir" = ours-client ]; then
         local id
-        id=$(bash "$LAB" start "$k" "timeout 140 $theirs -s -a $guest")
-        if wait_cm_listen "$k" 7174; then
-            bash "$LAB" host timeout 150 $ours -c -I "$host" -a "$guest" >"$log.ours.log" 2>&1
+        sflags=${CM_SERVER_FLAGS//@SRV@/$guest}
+        cflags=${cflags//@SRV@/$guest}
+        id=$(bash "$LAB" start "$k" "timeout 140 $theirs $sflags")
+        if wait_cm_listen "$k" "$CM_PORT"; then
+            bash "$LAB" host timeout 150 $ours $cflags >"$log.ours.log" 2>&1
             ours_rc=$?
         else
             ours_rc=125
@@ -306,10 +315,13 @@ cm_case() {
         bash "$LAB" wait "$k" "$id" 150 >"$log.theirs.log" 2>&1
         theirs_rc=$?
     else
-        bash "$LAB" host timeout 150 $ours -s -a "$host" >"$log.ours.log" 2>&1 &
+        sflags=${CM_SERVER_FLAGS//@SRV@/$host}
+        cflags=${CM_CLIENT_FLAGS//@SRC@/$guest}
+        cflags=${cflags//@SRV@/$host}
+        bash "$LAB" host timeout 150 $ours $sflags >"$log.ours.log" 2>&1 &
         local pid=$!
         if wait_udp_bound "$host"; then
-            bash "$LAB" run "$k" "timeout 140 $theirs -c -a $host" 150 >"$log.theirs.log" 2>&1
+            bash "$LAB" run "$k" "timeout 140 $theirs $cflags" 150 >"$log.theirs.log" 2>&1
             theirs_rc=$?
         else
             theirs_rc=125
@@ -317,15 +329,22 @@ cm_case() {
         wait $pid
         ours_rc=$?
     fi
-    # Both sides printed every ping (the client) or served it (the server).
-    local pings
-    pings=$(grep -c '^ping data: rdma-ping-' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
-    [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = "$RPING_COUNT" ] && ok=1
+    local pings figure
+    if [ "$CM_CHECK" = pings ]; then
+        # The client printed every ping it validated.
+        pings=$(grep -c '^ping data: rdma-ping-' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
+        [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = "$RPING_COUNT" ] && ok=1
+        figure="$pings pings validated"
+    else
+        pings=$(grep -c '^data transfers complete' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
+        [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = 2 ] && ok=1
+        figure="data transfers complete on both sides"
+    fi
     if [ $ok = 1 ]; then
-        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 PASS "$pings pings validated")")
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 PASS "$figure")")
     else
         FAILED=$((FAILED + 1))
-        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 FAIL "ours=$ours_rc rxe=$theirs_rc pings=$pings, see $log.*.log")")
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 FAIL "ours=$ours_rc rxe=$theirs_rc $CM_CHECK=$pings, see $log.*.log")")
     fi
     echo "${ROWS[-1]}"
     if [ $ok = 0 ]; then
@@ -341,6 +360,17 @@ rping_cases() { # K IPV
     local dir
     for dir in ours-client ours-server; do
         cm_case rping "$dir" "$2" "$1" "$BIN/examples/rping -v -V -C $RPING_COUNT" "rping -v -V -C $RPING_COUNT"
+    done
+}
+
+# ucmatose (RC, 4 connections) and udaddy (UD through SIDR, 4 "connections").
+cmatose_cases() { # K IPV
+    local dir
+    for dir in ours-client ours-server; do
+        CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7471 CM_CHECK=complete \
+            cm_case ucmatose "$dir" "$2" "$1" "$BIN/examples/ucmatose -c 4 -C 50" "ucmatose -c 4 -C 50"
+        CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7174 CM_CHECK=complete \
+            cm_case udaddy "$dir" "$2" "$1" "$BIN/examples/udaddy -c 4 -C 50" "udaddy -c 4 -C 50"
     done
 }
 
@@ -389,6 +419,7 @@ if [ $QUICK = 1 ]; then
     pingpong_cases 1 4 1024
     perftest_cases 1 4 1024
     rping_cases 1 4
+    cmatose_cases 1 4
 else
     for v in 4 6; do
         for m in 1024 4096; do
@@ -399,6 +430,8 @@ else
     # The RDMA CM: rping both ways, both IP versions, and a capture tshark decodes
     rping_cases 1 4
     rping_cases 1 6
+    cmatose_cases 1 4
+    cmatose_cases 1 6
     RPING_COUNT=10 tshark_case
     # RC through 5% loss and reordering (guest 2's netem)
     LABEL=" +loss"
@@ -406,6 +439,7 @@ else
         pingpong_cases 2 $v 1024 rc-only
         perftest_cases 2 $v 1024
         rping_cases 2 $v
+        cmatose_cases 2 $v
     done
     LABEL=""
     # Corrupted ICRCs: ours flips bits in 2% of what it sends (rxe drops

@@ -393,17 +393,33 @@ impl CmDevice {
     }
 }
 
-/// The device's CM service thread: every `period`, handles CM messages the
-/// engine received while the application waited on something else (a CQ),
-/// so that peers get their answers. It ends with the device.
+/// The device's CM service thread: every `period`, one round of progress
+/// (what arrived is received, as the application's waits would) and the
+/// CM messages handled, so that peers get their answers (a REJ, a DREP, a
+/// repeated REP) while the application waits on something else or on
+/// nothing, as the kernel's CM answers whatever the process does. A waiter
+/// asleep on the socket is woken if this round moved anything for it.
 fn spawn_service(d: &Arc<CmDevice>, period: Duration) {
     let weak = Arc::downgrade(d);
     let name = format!("rdma-cm-{}", d.addr);
     let spawned = std::thread::Builder::new().name(name).spawn(move || loop {
         std::thread::sleep(period);
         let Some(d) = weak.upgrade() else { return };
-        let mut st = d.ctx.inner.lock();
+        let inner = &d.ctx.inner;
+        let mut st = inner.lock();
+        let moved = match inner.progress_locked(&mut st) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(error = %e, "CM service: progress failed");
+                false
+            }
+        };
         d.process(&mut st);
+        if moved {
+            if let Err(e) = inner.doorbell(&mut st) {
+                tracing::debug!(error = %e, "CM service: could not send");
+            }
+        }
     });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "no CM service thread: CM messages wait for the application's calls");

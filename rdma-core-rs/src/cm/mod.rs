@@ -82,3 +82,6 @@ pub enum CmError {
 }
 
 pub type Result<T> = std::result::Result<T, CmError>;
+
+#[cfg(test)]
+mod tests;

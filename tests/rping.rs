@@ -128,3 +128,114 @@ fn rping_client_without_a_server_is_rejected_with_invalid_service_id() {
     assert!(err.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"), "stderr: {err}");
     assert!(start.elapsed() < Duration::from_secs(5), "rejected at once, not after retries");
 }
+
+/// tshark, if installed and allowed to capture on `lo` (root); else why not.
+fn tshark_capture(filter: &str, path: &std::path::Path) -> Result<Child, String> {
+    if Command::new("tshark").arg("--version").output().is_err() {
+        return Err("tshark is not installed (Debian: tshark)".into());
+    }
+    // SAFETY: a plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("capturing on lo needs root".into());
+    }
+    let mut child = Command::new("tshark")
+        .args(["-i", "lo", "-f", filter, "-w"])
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    // tshark says "Capturing on 'Loopback: lo'" once it listens.
+    let mut err = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 256];
+        let mut seen = String::new();
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if seen.contains("Capturing on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20)).map_err(|_| "tshark did not start capturing".to_string())?;
+    Ok(child)
+}
+
+/// A number as tshark prints it (0x-hex of any width, or decimal).
+fn num(s: &str) -> u64 {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .unwrap_or_else(|e| panic!("{s:?} is no number: {e}"))
+}
+
+fn tshark_fields(path: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut args =
+        vec!["-r".to_string(), path.display().to_string(), "-Y".into(), filter.into(), "-T".into(), "fields".into()];
+    for f in fields {
+        args.push("-e".into());
+        args.push((*f).into());
+    }
+    let out = Command::new("tshark").args(&args).output().expect("tshark runs");
+    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| l.split('\t').map(str::to_string).collect()).collect()
+}
+
+#[test]
+fn tshark_decodes_the_rping_exchange_as_cm_mads_without_malformed_frames() {
+    let (server_ip, client_ip) = addrs(4);
+    let path = std::env::temp_dir().join(format!("rping-cm-{}.pcap", std::process::id()));
+    let filter = format!("udp port 4791 and host {server_ip}");
+    let mut cap = match tshark_capture(&filter, &path) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+    run_pair(4, &[], 3, 64);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
+    let _ = cap.wait();
+    let malformed = tshark_fields(&path, "_ws.malformed || _ws.expert.severity >= error", &["frame.number"]);
+    assert!(malformed.is_empty(), "malformed frames: {malformed:?}");
+    let mads = tshark_fields(
+        &path,
+        "infiniband.mad",
+        &[
+            "ip.src",
+            "infiniband.mad.attributeid",
+            "infiniband.cm.req.serviceid",
+            "infiniband.cm.req.ip_cm.ipv",
+            "infiniband.cm.req.ip_cm.sip4",
+            "infiniband.cm.req.ip_cm.dip4",
+            "infiniband.deth.q_key",
+            "infiniband.bth.p_key",
+            "infiniband.deth.srcqp",
+            "infiniband.bth.destqp",
+        ],
+    );
+    let attrs: Vec<(&str, &str)> = mads.iter().map(|r| (r[0].as_str(), r[1].as_str())).collect();
+    let (c, s) = (client_ip.as_str(), server_ip.as_str());
+    assert_eq!(
+        attrs,
+        [(c, "0x0010"), (s, "0x0013"), (c, "0x0014"), (c, "0x0015"), (s, "0x0016")],
+        "REQ, REP, RTU, then DREQ and DREP"
+    );
+    let req = &mads[0];
+    assert_eq!(num(&req[2]), 0x0106_1c06, "RDMA_PS_TCP, port 7174");
+    assert_eq!(num(&req[3]), 4, "the cma_hdr's IP version (its high nibble)");
+    assert_eq!((req[4].as_str(), req[5].as_str()), (c, s), "the cma_hdr's addresses");
+    for m in &mads {
+        let keys = (num(&m[6]), num(&m[7]), num(&m[8]), num(&m[9]));
+        assert_eq!(keys, (0x8001_0000, 0xffff, 1, 1), "QP1 to QP1, GSI Q_Key, P_Key 0xFFFF: {m:?}");
+    }
+    let _ = std::fs::remove_file(&path);
+}

@@ -346,3 +346,69 @@ fn the_time_wait_ends_with_an_event() {
     assert_eq!(a.cm.poll_event(), Some(CmEvent::TimewaitExit { id }));
     assert_eq!(a.cm.connections(), 0);
 }
+
+#[test]
+fn a_connectx_req_with_an_ece_vendor_id_is_answered_with_zeros() {
+    // librdmacm on mlx5 puts the Mellanox vendor ID in the REQ and ECE
+    // options in the AttributeModifier; the answer must carry 0 / 0.
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let reps: Rc<RefCell<Vec<CmMadRepr>>> = Rc::default();
+    let seen = reps.clone();
+    sim.set_tap(move |_, from, pkt| {
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        if from == 1 {
+            if let Ok(m) = CmMadRepr::parse(&Mad::new_checked(mad).unwrap()) {
+                seen.borrow_mut().push(m);
+            }
+        }
+        Verdict::Deliver
+    });
+    let req = rdma_wire::cm::ReqRepr {
+        local_comm_id: 0x1234_5678,
+        vendor_id: rdma_wire::cm::ECE_VENDOR_MELLANOX,
+        service_id: SERVICE,
+        local_ca_guid: 0x0202_03ff_fe04_0506,
+        local_qkey: 0,
+        local_qpn: a.qpn,
+        responder_resources: 1,
+        local_eecn: 0,
+        initiator_depth: 1,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 20,
+        transport_service_type: 0,
+        end_to_end_flow_control: false,
+        starting_psn: 0x42,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        pkey: 0xffff,
+        path_mtu: 3,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        srq: false,
+        extended_transport_type: 0,
+        primary_path: rdma_wire::cm::PathRepr {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            hop_limit: 64,
+            local_ack_timeout: 17,
+            ..rdma_wire::cm::PathRepr::ZERO
+        },
+        alternate_path: rdma_wire::cm::PathRepr::ZERO,
+        sap_supported: false,
+        private_data: [0; 92],
+    };
+    let repr = CmMadRepr { transaction_id: 0x77, attribute_modifier: 0x0000_00ff, message: CmMessage::Req(req) };
+    let mut buf = [0u8; 256];
+    repr.emit(&mut Mad::new_checked(&mut buf[..]).unwrap()).unwrap();
+    sim.ep(0).gsi_send(B, buf, None, 0).unwrap();
+    let watch = reps.clone();
+    let got_rep = move || watch.borrow().iter().any(|m| matches!(m.message, CmMessage::Rep(_)));
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |_, _| got_rep());
+    assert!(matches!(b.events[..], [CmEvent::ConnectRequest { .. }]), "{:?}", b.events);
+    let reps = reps.borrow();
+    let rep = reps.iter().find(|m| matches!(m.message, CmMessage::Rep(_))).expect("B answered with a REP");
+    let CmMessage::Rep(r) = rep.message else { unreachable!() };
+    assert_eq!((rep.transaction_id, rep.attribute_modifier, r.vendor_id), (0x77, 0, 0));
+    assert_eq!(r.remote_comm_id, 0x1234_5678);
+}

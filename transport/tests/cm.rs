@@ -412,3 +412,47 @@ fn a_connectx_req_with_an_ece_vendor_id_is_answered_with_zeros() {
     assert_eq!((rep.transaction_id, rep.attribute_modifier, r.vendor_id), (0x77, 0, 0));
     assert_eq!(r.remote_comm_id, 0x1234_5678);
 }
+
+#[test]
+fn sidr_resolves_a_ud_service_and_a_lost_reply_is_sent_again() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let mut dropped = false;
+    sim.set_tap(move |_, from, pkt| {
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        let attr = u16::from_be_bytes([mad[16], mad[17]]);
+        if from == 1 && attr == 0x0018 && !dropped {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Deliver
+    });
+    let rid = a.cm.sidr_request(sim.ep(0), B, SERVICE, b"ud?").unwrap();
+    let mut requests = 0;
+    sim.run_until(Duration::from_secs(2), |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = b.cm.poll_event() {
+            if let CmEvent::SidrRequest { id, from, service_id, ref private_data } = e {
+                assert_eq!((from, service_id, &private_data[..3]), (A, SERVICE, &b"ud?"[..]));
+                requests += 1;
+                b.cm.sidr_reply(s.ep(1), id, 0, 0x77, 0x0123_4567, b"here").unwrap();
+            }
+        }
+        while let Some(e) = a.cm.poll_event() {
+            a.events.push(e);
+        }
+        !a.events.is_empty()
+    });
+    assert_eq!(requests, 1, "the repeated SIDR_REQ is answered from the stored reply");
+    let [CmEvent::SidrReply { id, status: 0, qpn: 0x77, qkey: 0x0123_4567, ref private_data }] = a.events[..] else {
+        panic!("{:?}", a.events)
+    };
+    assert_eq!((id, &private_data[..4]), (rid, &b"here"[..]));
+
+    // A service nobody listens on: status 1 at once.
+    let other = a.cm.sidr_request(sim.ep(0), B, SERVICE + 1, b"").unwrap();
+    a.events.clear();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |a, _| !a.events.is_empty());
+    assert!(matches!(a.events[..], [CmEvent::SidrReply { id, status: 1, .. }] if id == other), "{:?}", a.events);
+}

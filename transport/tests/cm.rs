@@ -456,3 +456,50 @@ fn sidr_resolves_a_ud_service_and_a_lost_reply_is_sent_again() {
     run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |a, _| !a.events.is_empty());
     assert!(matches!(a.events[..], [CmEvent::SidrReply { id, status: 1, .. }] if id == other), "{:?}", a.events);
 }
+
+#[test]
+fn a_lost_rtu_is_covered_by_the_first_data_packet() {
+    // B would resend its REP only after 500 ms; A's first SEND comes first.
+    let (mut sim, mut a, mut b) = setup(CmConfig { response_timeout: 500 * MS, ..CmConfig::default() });
+    sim.set_tap(|_, from, pkt| {
+        // Only MADs are 256 bytes and more; the attribute ID sits at 16.
+        let is_rtu = pkt.len() >= 256 + 4 && {
+            let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+            u16::from_be_bytes([mad[16], mad[17]]) == 0x0014
+        };
+        if from == 0 && is_rtu {
+            Verdict::Drop
+        } else {
+            Verdict::Deliver
+        }
+    });
+    // B's receive is posted ahead, in INIT, as rdma_cm applications do.
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        qp_access_flags: Some(Access::ALL),
+        ..QpAttr::default()
+    };
+    sim.ep(1).modify_qp(b.qpn, &init).unwrap();
+    let recv = RecvWr { wr_id: 7, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: b.lkey }] };
+    sim.ep(1).post_recv(b.qpn, recv).unwrap();
+    a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"", params(0x10)).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |a, _| established(a));
+    let t0 = sim.now;
+    a.mem.write(0, b"first");
+    let send = SendWr {
+        wr_id: 9,
+        op: SendOp::Send,
+        sg_list: vec![Sge { addr: 0x1000, length: 5, lkey: a.lkey }],
+        signaled: true,
+        solicited: false,
+        inline_data: None,
+        ud: None,
+    };
+    sim.ep(0).post_send(a.qpn, send).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(2), |_, b| established(b));
+    assert!(established(&b), "{:?}", b.events);
+    assert!(sim.now < t0 + 100 * MS, "established by the data, not the REP's retry: {:?}", sim.now - t0);
+    assert_eq!(b.cm.stats().established_by_data, 1);
+}

@@ -20,8 +20,11 @@
 //!
 //! SIDR (service ID resolution, for UD QPs) is in `sidr.rs`.
 //!
-//! Not here yet: LAP/APR (not used on RoCE), the "communication established" shortcut, and a real time-wait
-//! (a fixed [`CmConfig::timewait`] instead of the packet lifetime).
+//! A passive connection whose QP receives the peer's data before the RTU
+//! is established then (IB's "communication established").
+//!
+//! Not here yet: LAP/APR (not used on RoCE), and a real time-wait (a
+//! fixed [`CmConfig::timewait`] instead of the packet lifetime).
 
 use crate::endpoint::Endpoint;
 use crate::memory::Access;
@@ -167,6 +170,9 @@ pub struct CmStats {
     pub mra_received: u64,
     /// REQs refused as stale (REJ 10).
     pub stale_rejected: u64,
+    /// Passive connections established by the peer's first data packet
+    /// (its RTU lost or late).
+    pub established_by_data: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -661,6 +667,23 @@ impl Cm {
                 continue;
             };
             self.on_message(now, ep, r.from.to_canonical(), cm);
+        }
+        self.communication_established(ep);
+    }
+
+    /// IB's "communication established": a passive connection whose QP has
+    /// taken a request from the peer is up even if the RTU was lost (the
+    /// active side sends once it has the REP). Seen as the responder's
+    /// expected PSN having moved past the one our REP advertised.
+    fn communication_established(&mut self, ep: &Endpoint) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            let (State::RepSent, Some(qpn)) = (c.state, c.qpn) else { continue };
+            if ep.expected_psn(qpn).is_some_and(|p| p != c.params.starting_psn & 0xff_ffff) {
+                tracing::debug!(qpn, "data before the RTU: established");
+                self.stats.established_by_data += 1;
+                self.on_rtu(i);
+            }
         }
     }
 

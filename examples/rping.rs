@@ -11,9 +11,11 @@
 //! RDMA WRITEs the data back and says "go ahead"; the client compares (-V)
 //! and prints (-v).
 //!
-//! Differences: `-P` serves one connection after another (rping uses a
-//! thread per connection); `-q` (the application's own QP) is refused.
-//! The server needs an address (`-a`): this stack has no wildcard device.
+//! `-P` (persistent server) serves each connection on a thread of its own,
+//! its ID migrated to an event channel of its own, as rping does.
+//!
+//! Differences: `-q` (the application's own QP) is refused. The server
+//! needs an address (`-a`): this stack has no wildcard device.
 
 use clap::Parser;
 use rdma_core_rs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
@@ -26,7 +28,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "rping", about = "RDMA ping over the RDMA CM (rdma-core's rping)")]
 struct Args {
     /// Server side.
@@ -551,12 +553,23 @@ fn run_server(a: &Args) -> Res<()> {
         };
         cb.state = St::ConnectRequest;
         let child = req.id.clone();
-        let r = serve_one(a, &mut cb, &child, &req);
         if !a.persistent {
-            return r;
+            return serve_one(a, &mut cb, &child, &req);
         }
-        if let Err(e) = r {
-            eprintln!("{e}");
+        // rping_persistent_server_thread: the connection's events go to a
+        // channel of its own, served by its own thread.
+        let own = EventChannel::new();
+        child.migrate(&own);
+        let args = a.clone();
+        let spawned = std::thread::Builder::new().name("rping-conn".into()).spawn(move || {
+            let mut cb = Cb::new(&args, own);
+            cb.state = St::ConnectRequest;
+            if let Err(e) = serve_one(&args, &mut cb, &child, &req) {
+                eprintln!("{e}");
+            }
+        });
+        if let Err(e) = spawned {
+            return Err(format!("pthread_create: {e}"));
         }
     }
 }

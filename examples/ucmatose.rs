@@ -6,8 +6,11 @@
 //! Server: `cargo run --example ucmatose -- -b 127.0.0.1`
 //! Client: `cargo run --example ucmatose -- -b 127.0.0.2 -s 127.0.0.1`
 //!
+//! `-m` moves every ID to a new event channel after the data transfers
+//! (`rdma_migrate_id`), as cmatose does.
+//!
 //! Differences: the server needs `-b` (this stack has no wildcard
-//! device); `-P ib`, `-f gid` and `-m` (channel migration) are refused.
+//! device); `-P ib` and `-f gid` are refused.
 
 use clap::Parser;
 use rdma_core_rs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
@@ -47,7 +50,7 @@ struct Args {
     /// Address format: name or ip.
     #[arg(short = 'f')]
     format: Option<String>,
-    /// Migrate to a new event channel (not supported).
+    /// Migrate the IDs to a new event channel after the data transfers.
     #[arg(short = 'm')]
     migrate: bool,
 }
@@ -153,7 +156,7 @@ fn disconnect_events(ch: &EventChannel, mut left: usize) -> Res<()> {
 
 fn run_server(a: &Args) -> Res<()> {
     println!("cmatose: starting server");
-    let ch = EventChannel::new();
+    let mut ch = EventChannel::new();
     let listen = ch.create_id(PortSpace::Tcp);
     let bind = resolve(a.bind_addr.as_deref().ok_or("cmatose: the server needs -b (a device address)")?, a.port)?;
     listen.bind_addr(bind).map_err(|e| format!("cmatose: bind address failed: {e}"))?;
@@ -211,6 +214,9 @@ fn run_server(a: &Args) -> Res<()> {
         poll_cqs(&nodes, a.count, false)?;
         println!("data transfers complete");
     }
+    if a.migrate {
+        ch = migrate_channel(Some(&listen), &nodes);
+    }
     println!("cmatose: disconnecting");
     let mut disconnecting = 0;
     for n in nodes.iter_mut().filter(|n| n.connected) {
@@ -227,7 +233,7 @@ fn run_client(a: &Args, server: &str) -> Res<()> {
     println!("cmatose: starting client");
     let dst = resolve(server, a.port)?;
     let src = a.bind_addr.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?;
-    let ch = EventChannel::new();
+    let mut ch = EventChannel::new();
     println!("cmatose: connecting");
     let ids: Vec<CmId> = (0..a.connections).map(|_| ch.create_id(PortSpace::Tcp)).collect();
     for id in &ids {
@@ -286,7 +292,23 @@ fn run_client(a: &Args, server: &str) -> Res<()> {
         }
         println!("data transfers complete");
     }
+    if a.migrate {
+        ch = migrate_channel(None, &nodes);
+    }
     disconnect_events(&ch, nodes.iter().filter(|n| n.connected).count())
+}
+
+/// cmatose's `migrate_channel`: every ID to a new event channel.
+fn migrate_channel(listen: Option<&CmId>, nodes: &[Node]) -> EventChannel {
+    println!("migrating to new event channel");
+    let ch = EventChannel::new();
+    if let Some(l) = listen {
+        l.migrate(&ch);
+    }
+    for n in nodes {
+        n.id.migrate(&ch);
+    }
+    ch
 }
 
 fn main() -> ExitCode {
@@ -297,8 +319,8 @@ fn main() -> ExitCode {
             .with_writer(std::io::stderr)
             .init();
     }
-    if a.port_space.as_deref().is_some_and(|p| p != "tcp") || a.migrate {
-        eprintln!("cmatose: -P ib and -m are not supported by this stack");
+    if a.port_space.as_deref().is_some_and(|p| p != "tcp") {
+        eprintln!("cmatose: -P ib is not supported by this stack");
         return ExitCode::from(1);
     }
     if a.format.as_deref().is_some_and(|f| f.starts_with("gid")) {

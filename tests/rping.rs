@@ -239,3 +239,42 @@ fn tshark_decodes_the_rping_exchange_as_cm_mads_without_malformed_frames() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_persistent_server_serves_three_clients_at_once() {
+    let bin = rping();
+    let (server_ip, _) = addrs(5);
+    let base = server_ip.trim_end_matches(".1").to_string();
+    let server = Command::new(&bin)
+        .args(["-s", "-P", "-a", &server_ip, "-v"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let clients: Vec<Child> = (2..5)
+        .map(|i| {
+            Command::new(&bin)
+                .args(["-c", "-I", &format!("{base}.{i}"), "-a", &server_ip, "-V", "-v", "-C", "50"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in clients {
+        let out = wait_with_timeout(c, Duration::from_secs(60));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 50);
+    }
+    let mut server = server;
+    // A persistent server never ends by itself.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(server.try_wait().unwrap().is_none(), "the persistent server still runs");
+    let _ = server.kill();
+    let out = server.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().filter(|l| l.starts_with("server ping data: rdma-ping-")).count(), 150);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("server DISCONNECT EVENT...").count(), 3, "{err}");
+}

@@ -92,6 +92,13 @@ fn ucmatose_three_connections_both_ways() {
 }
 
 #[test]
+fn ucmatose_migrating_its_ids_to_a_new_event_channel() {
+    let (c, s) = pair("ucmatose", 4, &["-m", "-C", "5"]);
+    assert!(c.contains("data transfers complete\nmigrating to new event channel\ntest complete"), "{c}");
+    assert!(s.contains("migrating to new event channel\ncmatose: disconnecting\ndisconnected"), "{s}");
+}
+
+#[test]
 fn udaddy_two_connections_through_sidr() {
     let (c, s) = pair("udaddy", 2, &["-c", "2", "-C", "10", "-S", "1000", "--port", "7180"]);
     assert_eq!(

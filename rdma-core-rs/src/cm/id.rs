@@ -1,7 +1,7 @@
 //! CM IDs (`rdma_cm_id`): the socket-like object of the RDMA CM.
 
 use super::device::CmDevice;
-use super::event::{ChannelShared, CmEvent, EventParam, EventType};
+use super::event::{ChannelShared, CmEvent, EventChannel, EventParam, EventType};
 use super::route;
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 use crate::context::Context;
@@ -228,6 +228,20 @@ impl CmId {
     /// `id->qp`: the QP made by [`CmId::create_qp`].
     pub fn qp(&self) -> Option<Arc<QueuePair>> {
         self.shared.lock().qp.clone()
+    }
+
+    /// `rdma_migrate_id`: the ID's events from now on arrive on `channel`
+    /// (events already queued on the old one stay there). A server hands a
+    /// connection to a thread of its own this way.
+    pub fn migrate(&self, channel: &EventChannel) {
+        let dev = {
+            let mut g = self.shared.lock();
+            g.channel = channel.shared.clone();
+            g.dev.clone()
+        };
+        if let Some(d) = dev {
+            channel.shared.add_device(&d);
+        }
     }
 
     /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class of the path.

@@ -87,10 +87,22 @@ pub(crate) struct Core {
     listeners: HashMap<u64, Vec<Listener>>,
 }
 
+/// A connection whose ID the application dropped.
+struct Buried {
+    conn: ConnId,
+    connected: bool,
+    /// A request reported and never answered.
+    requested: bool,
+    ud: bool,
+}
+
 pub(crate) struct CmDevice {
     pub(crate) ctx: Context,
     pub(crate) addr: IpAddr,
     core: Mutex<Core>,
+    /// Dropped IDs' connections, for the next round (innermost lock: it is
+    /// taken from `Drop`, which may run anywhere).
+    graveyard: Mutex<Vec<Buried>>,
 }
 
 /// The CA GUID of a device: the EUI-64 of a locally administered MAC made
@@ -152,6 +164,7 @@ impl CmDevice {
             ctx,
             addr,
             core: Mutex::new(Core { cm: Cm::new(config), conns: HashMap::new(), listeners: HashMap::new() }),
+            graveyard: Mutex::new(Vec::new()),
         });
         spawn_service(&d, o.service_period);
         tracing::info!(%addr, ca_guid = format_args!("{:#018x}", config.ca_guid), "RDMA CM on device");
@@ -216,8 +229,32 @@ impl CmDevice {
         })?
     }
 
+    /// Notes the connection of a dropped ID: the next round disconnects it
+    /// (or rejects the request, or forgets the attempt).
+    pub(crate) fn bury(&self, conn: ConnId, connected: bool, requested: bool, ud: bool) {
+        self.graveyard.lock().unwrap_or_else(|e| e.into_inner()).push(Buried { conn, connected, requested, ud });
+    }
+
+    fn lay_to_rest(&self, ep: &mut Endpoint, core: &mut Core) {
+        let dead = std::mem::take(&mut *self.graveyard.lock().unwrap_or_else(|e| e.into_inner()));
+        for b in dead {
+            core.conns.remove(&b.conn.0);
+            let r = match (b.connected, b.requested, b.ud) {
+                (true, ..) => core.cm.disconnect(ep, b.conn),
+                (_, true, false) => core.cm.reject(ep, b.conn, RejReason::CONSUMER_DEFINED, &[]),
+                (_, true, true) => core.cm.sidr_reply(ep, b.conn, sidr_status::REJECT, 0, 0, &[]),
+                _ => {
+                    core.cm.forget(b.conn);
+                    Ok(())
+                }
+            };
+            tracing::debug!(conn = b.conn.0, result = ?r, "the ID was dropped: its connection is closed");
+        }
+    }
+
     /// Turns the IB CM's events into RDMA CM events on the IDs' channels.
     fn dispatch(&self, ep: &mut Endpoint, core: &mut Core) {
+        self.lay_to_rest(ep, core);
         while let Some(e) = core.cm.poll_event() {
             match e {
                 IbEvent::ConnectRequest { id, from, service_id, remote_qpn, private_data } => {

@@ -170,6 +170,19 @@ impl IdShared {
     }
 }
 
+/// `rdma_destroy_id` when the last handle goes: a connection still up is
+/// disconnected (DREQ), a request not yet answered is rejected. The CM
+/// does it on its next round (see `CmDevice::bury`): this may run where
+/// the engine is locked.
+impl Drop for IdShared {
+    fn drop(&mut self) {
+        let g = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let (Some(dev), Some(conn)) = (&g.dev, g.conn) {
+            dev.bury(conn, g.phase == Phase::Connected, g.phase == Phase::ConnectRequest, g.ps == PortSpace::Udp);
+        }
+    }
+}
+
 /// A CM ID. Cheap to clone: clones are the same ID (events name it).
 #[derive(Clone)]
 pub struct CmId {

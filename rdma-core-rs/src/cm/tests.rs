@@ -165,3 +165,40 @@ fn misuse_is_a_typed_error() {
     let wild = ch.create_id(PortSpace::Tcp);
     assert!(matches!(wild.bind_addr("0.0.0.0:9006".parse().unwrap()), Err(CmError::NoDevice(..))));
 }
+
+#[test]
+fn dropping_a_connected_id_disconnects_it_and_dropping_a_request_rejects_it() {
+    let (sch, _listen, cch, id) = pair(6, 9007);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    qp_on(&req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    let est = expect(&cch, EventType::Established);
+    expect(&sch, EventType::Established);
+    // rdma_destroy_id without rdma_disconnect: the peer still hears of it.
+    drop((est, id));
+    expect(&sch, EventType::Disconnected);
+
+    // A request the application drops unanswered is rejected.
+    let id2 = cch.create_id(PortSpace::Tcp);
+    id2.resolve_addr(Some(addr(6, 2)), SocketAddr::new(addr(6, 1), 9007), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id2.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    qp_on(&id2);
+    id2.connect(&ConnParam::default()).unwrap();
+    loop {
+        let ev = next(&sch);
+        if ev.event == EventType::ConnectRequest {
+            drop(ev);
+            break;
+        }
+    }
+    let ev = loop {
+        let ev = next(&cch);
+        if ev.id == id2 {
+            break ev;
+        }
+    };
+    assert_eq!((ev.event, ev.status), (EventType::Rejected, 28));
+}

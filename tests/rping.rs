@@ -10,18 +10,24 @@ use std::time::{Duration, Instant};
 /// The rping example, built if needed (`cargo test --test rping` does not
 /// build examples by itself).
 fn rping() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", "rping"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build --example rping failed");
-    let mut p = std::env::current_exe().expect("the test's path");
-    p.pop(); // deps
-    if p.ends_with("deps") {
-        p.pop();
+    example("rping")
+}
+
+/// The example `name`, built by cargo in this test's own profile (`cargo
+/// test` builds no examples for `--test NAME`).
+fn example(name: &str) -> PathBuf {
+    let mut dir = std::env::current_exe().expect("the test's path");
+    dir.pop(); // the test binary
+    if dir.ends_with("deps") {
+        dir.pop();
     }
-    p.join("examples").join("rping")
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().expect("cargo runs").success(), "cargo build --example {name} failed");
+    dir.join("examples").join(name)
 }
 
 /// Addresses of 127/8 no other test of the workspace uses, one pair per test.

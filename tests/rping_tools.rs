@@ -7,19 +7,21 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The example `name`, built by cargo in this test's own profile (`cargo
+/// test` builds no examples for `--test NAME`).
 fn example(name: &str) -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build --example {name} failed");
-    let mut p = std::env::current_exe().expect("the test's path");
-    p.pop();
-    if p.ends_with("deps") {
-        p.pop();
+    let mut dir = std::env::current_exe().expect("the test's path");
+    dir.pop(); // the test binary
+    if dir.ends_with("deps") {
+        dir.pop();
     }
-    p.join("examples").join(name)
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().expect("cargo runs").success(), "cargo build --example {name} failed");
+    dir.join("examples").join(name)
 }
 
 fn addrs(n: u8) -> (String, String) {

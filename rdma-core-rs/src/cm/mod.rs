@@ -34,6 +34,7 @@
 //!   every few milliseconds, so a peer's DREQ or repeated REQ is answered
 //!   while the application is busy with its data.
 
+mod connect;
 mod device;
 mod event;
 mod id;

@@ -36,6 +36,7 @@
 
 mod connect;
 mod device;
+mod dispatch;
 mod event;
 mod id;
 mod route;

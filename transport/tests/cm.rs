@@ -503,3 +503,35 @@ fn a_lost_rtu_is_covered_by_the_first_data_packet() {
     assert!(sim.now < t0 + 100 * MS, "established by the data, not the REP's retry: {:?}", sim.now - t0);
     assert_eq!(b.cm.stats().established_by_data, 1);
 }
+
+#[test]
+fn the_rep_is_resent_at_the_pace_the_req_asked_for() {
+    // A's REQ names a CM response timeout of about 512 ms (2^17 x 4.096 us)
+    // and 3 retries; B's own timer (50 ms) does not apply to its REP.
+    let mut sim = Sim::new(7, LinkConfig::default());
+    sim.add_endpoint(Endpoint::with_seed(A, 1));
+    sim.add_endpoint(Endpoint::with_seed(B, 2));
+    let mut a = node(&mut sim, 0, CmConfig { response_timeout: 500 * MS, ..CmConfig::default() });
+    let mut b = node(&mut sim, 1, CmConfig::default());
+    b.cm.listen(SERVICE);
+    let reps: Rc<RefCell<Vec<Duration>>> = Rc::default();
+    let log = reps.clone();
+    let start = sim.now;
+    sim.set_tap(move |s, from, pkt| {
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        match (from, u16::from_be_bytes([mad[16], mad[17]])) {
+            (1, 0x0013) => log.borrow_mut().push(s.saturating_since(start)),
+            (0, 0x0014) => return Verdict::Drop, // every RTU lost
+            _ => {}
+        }
+        Verdict::Deliver
+    });
+    a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"", params(0x10)).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(3), |_, _| false);
+    let t = reps.borrow();
+    assert!(t.len() >= 3, "{t:?}");
+    for w in t.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(gap >= 500 * MS && gap < 600 * MS, "REP copies {t:?}");
+    }
+}

@@ -267,6 +267,11 @@ pub fn cm_time(exp: u8) -> Duration {
     Duration::from_nanos(4096u64 << exp.min(31))
 }
 
+/// Linux's `cm_convert_to_ms`: 4.096 µs × 2^`t`, taken as 2^(t − 8) ms.
+pub fn cm_convert_to_ms(t: u8) -> Duration {
+    Duration::from_millis(1u64 << t.saturating_sub(8).min(31))
+}
+
 /// The CM response timeout exponent (4.096 µs × 2^x) covering `d`.
 fn timeout_exp(d: Duration) -> u8 {
     let ns = d.as_nanos();
@@ -398,6 +403,13 @@ impl Cm {
 
     fn find(&self, id: ConnId) -> Result<usize, CmError> {
         self.conns.iter().position(|c| c.local_id == id.0).ok_or(CmError::NoSuchConn(id))
+    }
+
+    /// A REP waits for its RTU as long as the REQ asked (its local CM
+    /// response timeout, `max_cm_retries` times), as Linux's passive side.
+    fn send_rep(ep: &mut Endpoint, dest: IpAddr, rep: [u8; MAD_LEN], req: &ReqRepr) {
+        let timeout = cm_convert_to_ms(req.local_cm_response_timeout);
+        let _ = ep.gsi_send(dest, rep, Some(timeout), req.max_cm_retries);
     }
 
     fn send(&self, ep: &mut Endpoint, dest: IpAddr, mad: [u8; MAD_LEN], expect: bool) {
@@ -586,7 +598,7 @@ impl Cm {
                 private_data,
             }),
         );
-        self.send(ep, peer, rep, true);
+        Self::send_rep(ep, peer, rep, &req);
         let c = &mut self.conns[i];
         c.qpn = Some(qpn);
         c.state = State::RepSent;

@@ -130,14 +130,14 @@ impl Cm {
         if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
             // A repeated REQ: our REP was lost (or is slow). Send it again;
             // in any other state the copy in flight or the RTU settles it.
-            match (c.state, c.rep) {
-                (State::RepSent, Some(rep)) => {
-                    self.send(ep, from, rep, true);
+            match (c.state, c.rep, c.req) {
+                (State::RepSent, Some(rep), Some(first)) => {
+                    Self::send_rep(ep, from, rep, &first);
                     self.stats.rep_resent += 1;
                 }
                 // The consumer is slow to decide: tell the peer to wait
                 // (service timeout 24, about 68 s, as Linux sends).
-                (State::ReqRcvd, _) => {
+                (State::ReqRcvd, ..) => {
                     let mra = emit(
                         tid,
                         CmMessage::Mra(MraRepr {

@@ -255,11 +255,186 @@ perftest_cases() { # K IPV MTU [EXTRA-OURS]
     done <<<"$PERFTEST_CASES"
 }
 
+# ---------------------------------------------------------------- RDMA CM
+# rping over the RDMA CM (REQ/REP/RTU/DREQ/DREP through QP1): rdma-core's
+# rping against examples/rping.rs, each side as server. The MTU column is
+# the path MTU the CM negotiates (1024, from the 1500-byte Ethernet rule).
+RPING_COUNT=100
+
+# Waits until the guest's kernel CM has a listener on TCP-space port $2.
+wait_cm_listen() { # K PORT
+    local i
+    for i in $(seq 1 100); do
+        bash "$LAB" run "$1" "rdma res show cm_id" 10 2>/dev/null | grep -q "state LISTEN .*:$2 " && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# Waits until our rping server's device socket (UDP 4791 on $1) is bound.
+wait_udp_bound() { # ADDR
+    local i
+    for i in $(seq 1 100); do
+        bash "$LAB" host ss -ulnH 2>/dev/null | grep -q "$1\]*:4791 " && { sleep 0.2; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
+# How each tool names its addresses: server flags, client flags, with @SRV@
+# (the server's address) and @SRC@ (the client's own); the port it listens
+# on; and what a passing run shows ("pings": rping's count of validated
+# pings; "complete": both sides' "data transfers complete").
+CM_SERVER_FLAGS="-s -a @SRV@" CM_CLIENT_FLAGS="-c -I @SRC@ -a @SRV@" CM_PORT=7174 CM_CHECK=pings
+
+# One CM case: NAME DIR IPV K 'our command' 'their command' (the address flags are added here).
+cm_case() {
+    local name=$1 dir=$2 ipv=$3 k=$4 ours=$5 theirs=$6
+    name="$name${LABEL:-}"
+    local shown="ours -> rxe" host=$HOST6 guest
+    [ "$dir" = ours-server ] && shown="rxe -> ours"
+    [ "$ipv" = 4 ] && host=$HOST4
+    if [ "$ipv" = 4 ]; then guest=$(bash "$LAB" guest-ip4 "$k"); else guest=$(bash "$LAB" guest-ip6 "$k"); fi
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
+    fi
+    local log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-vm$k" ours_rc theirs_rc ok=0
+    local sflags=${CM_SERVER_FLAGS//@SRV@/} cflags=${CM_CLIENT_FLAGS//@SRC@/$host}
+    if [ "$dir" = ours-client ]; then
+        local id
+        sflags=${CM_SERVER_FLAGS//@SRV@/$guest}
+        cflags=${cflags//@SRV@/$guest}
+        id=$(bash "$LAB" start "$k" "timeout 140 $theirs $sflags")
+        if wait_cm_listen "$k" "$CM_PORT"; then
+            bash "$LAB" host timeout 150 $ours $cflags >"$log.ours.log" 2>&1
+            ours_rc=$?
+        else
+            ours_rc=125
+            echo "the guest's rping never listened" >"$log.ours.log"
+        fi
+        bash "$LAB" wait "$k" "$id" 150 >"$log.theirs.log" 2>&1
+        theirs_rc=$?
+    else
+        sflags=${CM_SERVER_FLAGS//@SRV@/$host}
+        cflags=${CM_CLIENT_FLAGS//@SRC@/$guest}
+        cflags=${cflags//@SRV@/$host}
+        bash "$LAB" host timeout 150 $ours $sflags >"$log.ours.log" 2>&1 &
+        local pid=$!
+        if wait_udp_bound "$host"; then
+            bash "$LAB" run "$k" "timeout 140 $theirs $cflags" 150 >"$log.theirs.log" 2>&1
+            theirs_rc=$?
+        else
+            theirs_rc=125
+        fi
+        wait $pid
+        ours_rc=$?
+    fi
+    local pings figure
+    if [ "$CM_CHECK" = pings ]; then
+        # The client printed every ping it validated.
+        pings=$(grep -c '^ping data: rdma-ping-' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
+        [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = "$RPING_COUNT" ] && ok=1
+        figure="$pings pings validated"
+    elif [ "$CM_CHECK" = complete ]; then
+        pings=$(grep -c '^data transfers complete' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
+        [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = 2 ] && ok=1
+        figure="data transfers complete on both sides"
+    else
+        pings=$(grep -c '^return status 0' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
+        [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = 2 ] && ok=1
+        figure="all connections resolved on both sides"
+    fi
+    if [ $ok = 1 ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 PASS "$figure")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 FAIL "ours=$ours_rc rxe=$theirs_rc $CM_CHECK=$pings, see $log.*.log")")
+    fi
+    echo "${ROWS[-1]}"
+    if [ $ok = 0 ]; then
+        local side
+        for side in ours theirs; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+    fi
+}
+
+rping_cases() { # K IPV
+    local dir
+    for dir in ours-client ours-server; do
+        cm_case rping "$dir" "$2" "$1" "$BIN/examples/rping -v -V -C $RPING_COUNT" "rping -v -V -C $RPING_COUNT"
+    done
+}
+
+# ucmatose (RC, 4 connections) and udaddy (UD through SIDR, 4 "connections").
+# Through loss (guest 2, "loss" given): UD messages are lost for good, so
+# udaddy there resolves only (-C 0); and only with our side as the server:
+# the kernel drops a SIDR_REQ's record once it has answered, so a repeat
+# after a lost SIDR_REP is a new request to the application (a fifth
+# connection that real udaddy rejects), which no peer can recover from.
+cmatose_cases() { # K IPV [loss]
+    local dir
+    for dir in ours-client ours-server; do
+        CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7471 CM_CHECK=complete \
+            cm_case ucmatose "$dir" "$2" "$1" "$BIN/examples/ucmatose -c 4 -C 50" "ucmatose -c 4 -C 50"
+        if [ "${3:-}" = loss ]; then
+            [ "$dir" = ours-server ] || continue
+            CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7174 CM_CHECK=status \
+                cm_case "udaddy(-C 0)" "$dir" "$2" "$1" "$BIN/examples/udaddy -c 4 -C 0" "udaddy -c 4 -C 0"
+            continue
+        fi
+        CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7174 CM_CHECK=complete \
+            cm_case udaddy "$dir" "$2" "$1" "$BIN/examples/udaddy -c 4 -C 50" "udaddy -c 4 -C 50"
+    done
+}
+
+# tshark decodes a capture of an rping exchange as CM MADs, none malformed.
+tshark_case() {
+    local name="tshark(rping capture)" log="$OUT/tshark-rping"
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv4 1024' "$name" "rxe -> ours" | grep -Eq -- "$ONLY" || return 0
+    fi
+    if ! command -v tshark >/dev/null; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "both" IPv4 1024 SKIP "tshark is not installed")")
+        echo "${ROWS[-1]}"
+        return
+    fi
+    bash "$LAB" capture start cm-rping >/dev/null
+    sleep 1
+    local before=$FAILED
+    LABEL=" (captured)" cm_case rping ours-client 4 1 "$BIN/examples/rping -v -V -C 10" "rping -v -V -C 10"
+    LABEL=" (captured)" cm_case rping ours-server 4 1 "$BIN/examples/rping -v -V -C 10" "rping -v -V -C 10"
+    sleep 1
+    local pcap
+    pcap=$(bash "$LAB" capture stop cm-rping)
+    local attrs malformed
+    attrs=$(tshark -r "$pcap" -Y infiniband.mad -T fields -e infiniband.mad.attributeid 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
+    malformed=$(tshark -r "$pcap" -Y '_ws.malformed' 2>/dev/null | wc -l)
+    echo "$attrs" >"$log.log"
+    # Each connection: REQ 0x0010, REP 0x0013, RTU 0x0014, DREQ 0x0015, DREP 0x0016.
+    local a ok=1
+    for a in 0x0010 0x0013 0x0014 0x0015 0x0016; do
+        echo "$attrs" | grep -Eq "[2-9] $a|[0-9]{2,} $a" || ok=0
+    done
+    [ "$malformed" = 0 ] || ok=0
+    RPING_COUNT=100
+    if [ $ok = 1 ] && [ "$FAILED" = "$before" ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "both" IPv4 1024 PASS "CM MADs: $attrs; 0 malformed")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "both" IPv4 1024 FAIL "CM MADs: $attrs; $malformed malformed ($pcap)")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
 echo
 printf '%-34s %-12s %-5s %-5s %-5s %s\n' CASE DIRECTION IP MTU RESULT FIGURE
 if [ $QUICK = 1 ]; then
     pingpong_cases 1 4 1024
     perftest_cases 1 4 1024
+    rping_cases 1 4
+    cmatose_cases 1 4
 else
     for v in 4 6; do
         for m in 1024 4096; do
@@ -267,11 +442,19 @@ else
             perftest_cases 1 $v $m
         done
     done
+    # The RDMA CM: rping both ways, both IP versions, and a capture tshark decodes
+    rping_cases 1 4
+    rping_cases 1 6
+    cmatose_cases 1 4
+    cmatose_cases 1 6
+    RPING_COUNT=10 tshark_case
     # RC through 5% loss and reordering (guest 2's netem)
     LABEL=" +loss"
     for v in 4 6; do
         pingpong_cases 2 $v 1024 rc-only
         perftest_cases 2 $v 1024
+        rping_cases 2 $v
+        cmatose_cases 2 $v loss
     done
     LABEL=""
     # Corrupted ICRCs: ours flips bits in 2% of what it sends (rxe drops

@@ -47,6 +47,7 @@
 //! [`Progress::Manual`] mode (the default), a passive side calls
 //! [`Context::progress`] or a wait in its loops.
 
+pub mod cm;
 mod connect;
 mod context;
 mod cq;

@@ -606,4 +606,23 @@ impl Endpoint {
     pub fn poll_mad_timeout(&mut self) -> Option<MadTimeout> {
         self.gsi.as_deref_mut()?.poll_timeout_report()
     }
+
+    /// The UDP source port MADs leave from (by default
+    /// [`crate::gsi::frame::GSI_SRC_PORT`]); a backend that sends from a
+    /// socket per port reserves it and sets what it got.
+    pub fn gsi_src_port(&self) -> u16 {
+        self.gsi.as_deref().map_or(crate::gsi::frame::GSI_SRC_PORT, Gsi::src_port)
+    }
+
+    pub fn set_gsi_src_port(&mut self, port: u16) {
+        self.gsi.get_or_insert_with(Default::default).set_src_port(port);
+    }
+
+    /// Gives the send to `dest` with `transaction_id` `extra` more time
+    /// before its next retransmission (the CM's answer to an MRA). Returns
+    /// whether such a send was waiting.
+    pub fn gsi_delay(&mut self, now: Instant, dest: IpAddr, transaction_id: u64, extra: Duration) -> bool {
+        self.touch();
+        self.gsi.as_deref_mut().is_some_and(|g| g.delay(now, dest, transaction_id, extra))
+    }
 }

@@ -138,7 +138,9 @@ fn a_req_for_an_unknown_service_is_rejected_with_reason_8() {
     let (mut sim, mut a, mut b) = setup(CmConfig::default());
     let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE + 1, b"", params(0x10)).unwrap();
     run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, _| !a.events.is_empty());
-    assert_eq!(a.events, vec![CmEvent::Rejected { id, reason: RejReason::INVALID_SERVICE_ID }]);
+    assert!(
+        matches!(&a.events[..], [CmEvent::Rejected { id: i, reason: RejReason::INVALID_SERVICE_ID, .. }] if *i == id)
+    );
     assert!(b.events.is_empty(), "B's consumer never hears of it");
     assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0));
     // The REJ answered the REQ: no retransmission, no timeout later.
@@ -224,4 +226,312 @@ fn garbage_and_unexpected_cm_messages_are_counted_not_fatal() {
     run(&mut sim, &mut a, &mut b, 10 * MS, |_, _| false);
     assert_eq!((b.cm.stats().unexpected, b.cm.stats().malformed), (1, 1));
     assert!(b.events.is_empty());
+}
+
+/// Runs the link and both CMs without answering connect requests.
+fn run_undecided(sim: &mut Sim, a: &mut Node, b: &mut Node, limit: Duration) {
+    sim.run_until(limit, |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        for (n, cm) in [(&mut a.events, &mut a.cm), (&mut b.events, &mut b.cm)] {
+            while let Some(e) = cm.poll_event() {
+                n.push(e);
+            }
+        }
+        false
+    });
+}
+
+#[test]
+fn a_req_repeated_while_the_consumer_decides_gets_an_mra_which_stretches_the_active_timer() {
+    // A retries every 50 ms, 3 times: without the MRA it would give up at
+    // 200 ms. B has not accepted yet, so its CM answers the repeats with MRAs.
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", params(0x10)).unwrap();
+    run_undecided(&mut sim, &mut a, &mut b, Duration::from_secs(2));
+    assert!(b.cm.stats().mra_sent >= 1, "B sent an MRA: {:?}", b.cm.stats());
+    assert!(a.cm.stats().mra_received >= 1, "A honoured it: {:?}", a.cm.stats());
+    assert!(
+        !a.events.iter().any(|e| matches!(e, CmEvent::TimedOut { .. })),
+        "no timeout while the MRA's service time (about 68 s) runs: {:?}",
+        a.events
+    );
+    let requests = b.events.iter().filter(|e| matches!(e, CmEvent::ConnectRequest { .. })).count();
+    assert_eq!(requests, 1, "repeats are no new requests");
+    // B decides now: the connection comes up.
+    let CmEvent::ConnectRequest { id: bid, .. } = b.events[0] else { panic!("{:?}", b.events) };
+    b.cm.accept(sim.ep(1), bid, b.qpn, b"", params(0x20)).unwrap();
+    // (The simulator steps only towards timers; A's is the MRA's, far off.)
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(100), |a, b| established(a) && established(b));
+    assert!(
+        a.events.contains(&CmEvent::Established { id, qpn: a.qpn, remote_qpn: b.qpn }),
+        "A: {:?} {:?}\nB: {:?} {:?}",
+        a.events,
+        a.cm.stats(),
+        b.events,
+        b.cm.stats()
+    );
+}
+
+#[test]
+fn a_consumer_reject_carries_reason_28_and_private_data() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", params(0x10)).unwrap();
+    sim.run_until(Duration::from_secs(1), |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = b.cm.poll_event() {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                b.cm.reject(s.ep(1), id, RejReason::CONSUMER_DEFINED, b"go away").unwrap();
+            }
+        }
+        while let Some(e) = a.cm.poll_event() {
+            a.events.push(e);
+        }
+        !a.events.is_empty()
+    });
+    let [CmEvent::Rejected { id: rid, reason, private_data }] = &a.events[..] else { panic!("{:?}", a.events) };
+    assert_eq!((*rid, *reason), (id, RejReason::CONSUMER_DEFINED));
+    assert_eq!(&private_data[..7], b"go away");
+    assert!(private_data[7..].iter().all(|&b| b == 0));
+    assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
+    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0), "nothing left behind");
+}
+
+#[test]
+fn a_new_req_from_a_connected_qp_is_stale_rej_10_and_the_old_connection_is_torn_down() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    connect(&mut sim, &mut a, &mut b);
+    // A "restarts": a fresh CM (new communication IDs) reuses the same QPN
+    // towards B, which still holds the old connection.
+    let mut a2 = Cm::new(CmConfig { first_comm_id: 0x9000, ..CmConfig::default() });
+    sim.ep(0).modify_qp(a.qpn, &QpAttr { qp_state: Some(QpState::Reset), ..QpAttr::default() }).unwrap();
+    let id2 = a2.connect(sim.ep(0), a.qpn, B, SERVICE, b"again", params(0x30)).unwrap();
+    let mut a2_events = Vec::new();
+    b.events.clear();
+    sim.run_until(Duration::from_secs(2), |s| {
+        let now = s.now;
+        a2.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = a2.poll_event() {
+            a2_events.push(e);
+        }
+        while let Some(e) = b.cm.poll_event() {
+            b.events.push(e);
+        }
+        !a2_events.is_empty() && b.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }))
+    });
+    assert!(
+        matches!(&a2_events[..], [CmEvent::Rejected { id, reason: RejReason::STALE_CONN, .. }] if *id == id2),
+        "{a2_events:?}"
+    );
+    assert_eq!(b.cm.stats().stale_rejected, 1);
+    assert!(!b.events.iter().any(|e| matches!(e, CmEvent::ConnectRequest { .. })));
+    assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Err, "the old connection's QP is torn down");
+}
+
+#[test]
+fn the_time_wait_ends_with_an_event() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let id = connect(&mut sim, &mut a, &mut b);
+    a.cm.disconnect(sim.ep(0), id).unwrap();
+    let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, b| gone(a) && gone(b));
+    let deadline = a.cm.poll_timeout().expect("a time-wait timer");
+    a.cm.handle_timeout(sim.now);
+    assert_eq!(a.cm.poll_event(), None, "not before its time");
+    a.cm.handle_timeout(deadline);
+    assert_eq!(a.cm.poll_event(), Some(CmEvent::TimewaitExit { id }));
+    assert_eq!(a.cm.connections(), 0);
+}
+
+#[test]
+fn a_connectx_req_with_an_ece_vendor_id_is_answered_with_zeros() {
+    // librdmacm on mlx5 puts the Mellanox vendor ID in the REQ and ECE
+    // options in the AttributeModifier; the answer must carry 0 / 0.
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let reps: Rc<RefCell<Vec<CmMadRepr>>> = Rc::default();
+    let seen = reps.clone();
+    sim.set_tap(move |_, from, pkt| {
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        if from == 1 {
+            if let Ok(m) = CmMadRepr::parse(&Mad::new_checked(mad).unwrap()) {
+                seen.borrow_mut().push(m);
+            }
+        }
+        Verdict::Deliver
+    });
+    let req = rdma_wire::cm::ReqRepr {
+        local_comm_id: 0x1234_5678,
+        vendor_id: rdma_wire::cm::ECE_VENDOR_MELLANOX,
+        service_id: SERVICE,
+        local_ca_guid: 0x0202_03ff_fe04_0506,
+        local_qkey: 0,
+        local_qpn: a.qpn,
+        responder_resources: 1,
+        local_eecn: 0,
+        initiator_depth: 1,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 20,
+        transport_service_type: 0,
+        end_to_end_flow_control: false,
+        starting_psn: 0x42,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        pkey: 0xffff,
+        path_mtu: 3,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        srq: false,
+        extended_transport_type: 0,
+        primary_path: rdma_wire::cm::PathRepr {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            hop_limit: 64,
+            local_ack_timeout: 17,
+            ..rdma_wire::cm::PathRepr::ZERO
+        },
+        alternate_path: rdma_wire::cm::PathRepr::ZERO,
+        sap_supported: false,
+        private_data: [0; 92],
+    };
+    let repr = CmMadRepr { transaction_id: 0x77, attribute_modifier: 0x0000_00ff, message: CmMessage::Req(req) };
+    let mut buf = [0u8; 256];
+    repr.emit(&mut Mad::new_checked(&mut buf[..]).unwrap()).unwrap();
+    sim.ep(0).gsi_send(B, buf, None, 0).unwrap();
+    let watch = reps.clone();
+    let got_rep = move || watch.borrow().iter().any(|m| matches!(m.message, CmMessage::Rep(_)));
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |_, _| got_rep());
+    assert!(matches!(b.events[..], [CmEvent::ConnectRequest { .. }]), "{:?}", b.events);
+    let reps = reps.borrow();
+    let rep = reps.iter().find(|m| matches!(m.message, CmMessage::Rep(_))).expect("B answered with a REP");
+    let CmMessage::Rep(r) = rep.message else { unreachable!() };
+    assert_eq!((rep.transaction_id, rep.attribute_modifier, r.vendor_id), (0x77, 0, 0));
+    assert_eq!(r.remote_comm_id, 0x1234_5678);
+}
+
+#[test]
+fn sidr_resolves_a_ud_service_and_a_lost_reply_is_sent_again() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let mut dropped = false;
+    sim.set_tap(move |_, from, pkt| {
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        let attr = u16::from_be_bytes([mad[16], mad[17]]);
+        if from == 1 && attr == 0x0018 && !dropped {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Deliver
+    });
+    let rid = a.cm.sidr_request(sim.ep(0), B, SERVICE, b"ud?").unwrap();
+    let mut requests = 0;
+    sim.run_until(Duration::from_secs(2), |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = b.cm.poll_event() {
+            if let CmEvent::SidrRequest { id, from, service_id, ref private_data } = e {
+                assert_eq!((from, service_id, &private_data[..3]), (A, SERVICE, &b"ud?"[..]));
+                requests += 1;
+                b.cm.sidr_reply(s.ep(1), id, 0, 0x77, 0x0123_4567, b"here").unwrap();
+            }
+        }
+        while let Some(e) = a.cm.poll_event() {
+            a.events.push(e);
+        }
+        !a.events.is_empty()
+    });
+    assert_eq!(requests, 1, "the repeated SIDR_REQ is answered from the stored reply");
+    let [CmEvent::SidrReply { id, status: 0, qpn: 0x77, qkey: 0x0123_4567, ref private_data }] = a.events[..] else {
+        panic!("{:?}", a.events)
+    };
+    assert_eq!((id, &private_data[..4]), (rid, &b"here"[..]));
+
+    // A service nobody listens on: status 1 at once.
+    let other = a.cm.sidr_request(sim.ep(0), B, SERVICE + 1, b"").unwrap();
+    a.events.clear();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |a, _| !a.events.is_empty());
+    assert!(matches!(a.events[..], [CmEvent::SidrReply { id, status: 1, .. }] if id == other), "{:?}", a.events);
+}
+
+#[test]
+fn a_lost_rtu_is_covered_by_the_first_data_packet() {
+    // B would resend its REP only after 500 ms; A's first SEND comes first.
+    let (mut sim, mut a, mut b) = setup(CmConfig { response_timeout: 500 * MS, ..CmConfig::default() });
+    sim.set_tap(|_, from, pkt| {
+        // Only MADs are 256 bytes and more; the attribute ID sits at 16.
+        let is_rtu = pkt.len() >= 256 + 4 && {
+            let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+            u16::from_be_bytes([mad[16], mad[17]]) == 0x0014
+        };
+        if from == 0 && is_rtu {
+            Verdict::Drop
+        } else {
+            Verdict::Deliver
+        }
+    });
+    // B's receive is posted ahead, in INIT, as rdma_cm applications do.
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        qp_access_flags: Some(Access::ALL),
+        ..QpAttr::default()
+    };
+    sim.ep(1).modify_qp(b.qpn, &init).unwrap();
+    let recv = RecvWr { wr_id: 7, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: b.lkey }] };
+    sim.ep(1).post_recv(b.qpn, recv).unwrap();
+    a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"", params(0x10)).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |a, _| established(a));
+    let t0 = sim.now;
+    a.mem.write(0, b"first");
+    let send = SendWr {
+        wr_id: 9,
+        op: SendOp::Send,
+        sg_list: vec![Sge { addr: 0x1000, length: 5, lkey: a.lkey }],
+        signaled: true,
+        solicited: false,
+        inline_data: None,
+        ud: None,
+    };
+    sim.ep(0).post_send(a.qpn, send).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(2), |_, b| established(b));
+    assert!(established(&b), "{:?}", b.events);
+    assert!(sim.now < t0 + 100 * MS, "established by the data, not the REP's retry: {:?}", sim.now - t0);
+    assert_eq!(b.cm.stats().established_by_data, 1);
+}
+
+#[test]
+fn the_rep_is_resent_at_the_pace_the_req_asked_for() {
+    // A's REQ names a CM response timeout of about 512 ms (2^17 x 4.096 us)
+    // and 3 retries; B's own timer (50 ms) does not apply to its REP.
+    let mut sim = Sim::new(7, LinkConfig::default());
+    sim.add_endpoint(Endpoint::with_seed(A, 1));
+    sim.add_endpoint(Endpoint::with_seed(B, 2));
+    let mut a = node(&mut sim, 0, CmConfig { response_timeout: 500 * MS, ..CmConfig::default() });
+    let mut b = node(&mut sim, 1, CmConfig::default());
+    b.cm.listen(SERVICE);
+    let reps: Rc<RefCell<Vec<Duration>>> = Rc::default();
+    let log = reps.clone();
+    let start = sim.now;
+    sim.set_tap(move |s, from, pkt| {
+        let mad = &pkt[pkt.len() - 4 - 256..pkt.len() - 4];
+        match (from, u16::from_be_bytes([mad[16], mad[17]])) {
+            (1, 0x0013) => log.borrow_mut().push(s.saturating_since(start)),
+            (0, 0x0014) => return Verdict::Drop, // every RTU lost
+            _ => {}
+        }
+        Verdict::Deliver
+    });
+    a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"", params(0x10)).unwrap();
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(3), |_, _| false);
+    let t = reps.borrow();
+    assert!(t.len() >= 3, "{t:?}");
+    for w in t.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(gap >= 500 * MS && gap < 600 * MS, "REP copies {t:?}");
+    }
 }

@@ -7,10 +7,24 @@
 //! does), so the GSI matches REP to REQ and RTU to REP and stops their
 //! retransmission. A DREQ and its DREP share another.
 //!
-//! Not here yet: MRA, LAP/APR, SIDR, the "communication established"
-//! shortcut (a data packet before the RTU), stale-connection REJs, and a
-//! real time-wait (a fixed [`CmConfig::timewait`] instead of the packet
-//! lifetime).
+//! PSNs follow rdma_cm (§3.4 of the CM notes): the starting PSN a side
+//! advertises (REQ or REP) is the one it *receives* from (its RTR
+//! `rq_psn`); it sends from the peer's (its RTS `sq_psn`). The passive
+//! side moves its QP to RTS before the REP leaves, as librdmacm does, so
+//! its first data may precede the RTU.
+//!
+//! A repeated REQ while the consumer decides gets an MRA; an MRA received
+//! for our REQ or REP stretches that send's retransmission timer. A REQ
+//! from a peer whose QP (and CA GUID) is still connected under another
+//! communication ID is stale: REJ 10, and the old connection is torn down.
+//!
+//! SIDR (service ID resolution, for UD QPs) is in `sidr.rs`.
+//!
+//! A passive connection whose QP receives the peer's data before the RTU
+//! is established then (IB's "communication established").
+//!
+//! Not here yet: LAP/APR (not used on RoCE), and a real time-wait (a
+//! fixed [`CmConfig::timewait`] instead of the packet lifetime).
 
 use crate::endpoint::Endpoint;
 use crate::memory::Access;
@@ -19,12 +33,16 @@ use crate::time::Instant;
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::cm::{
-    msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, PathRepr, RejReason, RejRepr, RepRepr, ReqRepr,
-    RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN,
-    REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN,
+    msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejReason, RejRepr, RepRepr,
+    ReqRepr, RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, MRA_PRIVATE_DATA_LEN, REJ_ARI_LEN,
+    REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
+    SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use rdma_wire::mad::{Mad, MAD_LEN};
 use std::collections::{HashSet, VecDeque};
+
+mod receive;
+mod sidr;
 
 /// A connection, named by its local communication ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,27 +61,32 @@ pub enum CmEvent {
         private_data: [u8; REQ_PRIVATE_DATA_LEN],
     },
     /// The QP is in RTS and connected to `remote_qpn`.
-    Established {
-        id: ConnId,
-        qpn: u32,
-        remote_qpn: u32,
-    },
+    Established { id: ConnId, qpn: u32, remote_qpn: u32 },
     Rejected {
         id: ConnId,
         reason: RejReason,
+        /// The REJ's private data (148 bytes, zero-padded by the peer).
+        private_data: Box<[u8; REJ_PRIVATE_DATA_LEN]>,
     },
     /// The peer never answered (REQ or REP retries ran out).
-    TimedOut {
-        id: ConnId,
-    },
+    TimedOut { id: ConnId },
     /// DREQ/DREP done (or the DREQ timed out); the QP is in ERR.
-    Disconnected {
-        id: ConnId,
-    },
+    Disconnected { id: ConnId },
     /// A QP transition the CM asked for failed (e.g. values from the peer
     /// the QP refuses); the QP is moved to ERR and a REJ sent.
-    QpError {
+    QpError { id: ConnId },
+    /// The time-wait after a disconnect ended: the connection is forgotten.
+    TimewaitExit { id: ConnId },
+    /// A SIDR_REQ for a listened service: answer with [`Cm::sidr_reply`].
+    SidrRequest { id: ConnId, from: IpAddr, service_id: u64, private_data: Box<[u8; SIDR_REQ_PRIVATE_DATA_LEN]> },
+    /// The answer to our [`Cm::sidr_request`] (`id` is its request ID).
+    SidrReply {
         id: ConnId,
+        /// See `rdma_wire::cm::sidr_status`.
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        private_data: Box<[u8; SIDR_REP_PRIVATE_DATA_LEN]>,
     },
 }
 
@@ -142,6 +165,15 @@ pub struct CmStats {
     pub unexpected: u64,
     /// REPs sent again for a repeated REQ.
     pub rep_resent: u64,
+    /// MRAs sent for a REQ repeated while the consumer decides.
+    pub mra_sent: u64,
+    /// MRAs received that stretched one of our sends.
+    pub mra_received: u64,
+    /// REQs refused as stale (REJ 10).
+    pub stale_rejected: u64,
+    /// Passive connections established by the peer's first data packet
+    /// (its RTU lost or late).
+    pub established_by_data: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +210,11 @@ struct Conn {
     rep: Option<[u8; MAD_LEN]>,
     /// The last DREP sent, to send again on a repeated DREQ.
     drep: Option<[u8; MAD_LEN]>,
+    /// Active: the REP's private data, for the consumer.
+    rep_private_data: Option<Box<[u8; REP_PRIVATE_DATA_LEN]>>,
+    /// The peer's CA GUID (from its REQ or REP): with its QPN, what stale
+    /// connections are recognised by.
+    remote_ca_guid: u64,
     /// Negotiated: our max_rd_atomic.
     initiator_depth: u8,
 }
@@ -208,6 +245,7 @@ pub struct Cm {
     events: VecDeque<CmEvent>,
     next_id: u32,
     stats: CmStats,
+    sidr: sidr::SidrTable,
 }
 
 fn gid(a: IpAddr) -> core::net::Ipv6Addr {
@@ -219,6 +257,19 @@ fn gid(a: IpAddr) -> core::net::Ipv6Addr {
 
 fn mtu_from_wire(v: u8) -> Option<Mtu> {
     [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096].into_iter().find(|m| *m as u8 == v)
+}
+
+/// The service timeout our MRAs name: 24, about 68.7 s, as Linux sends.
+pub const MRA_SERVICE_TIMEOUT: u8 = 24;
+
+/// 4.096 µs × 2^`exp` (a CM timeout field), capped at exponent 31.
+pub fn cm_time(exp: u8) -> Duration {
+    Duration::from_nanos(4096u64 << exp.min(31))
+}
+
+/// Linux's `cm_convert_to_ms`: 4.096 µs × 2^`t`, taken as 2^(t − 8) ms.
+pub fn cm_convert_to_ms(t: u8) -> Duration {
+    Duration::from_millis(1u64 << t.saturating_sub(8).min(31))
 }
 
 /// The CM response timeout exponent (4.096 µs × 2^x) covering `d`.
@@ -267,6 +318,7 @@ impl Cm {
             events: VecDeque::new(),
             next_id: config.first_comm_id.max(1),
             stats: CmStats::default(),
+            sidr: sidr::SidrTable::default(),
         }
     }
 
@@ -276,6 +328,11 @@ impl Cm {
 
     pub fn listen(&mut self, service_id: u64) {
         self.listens.insert(service_id);
+    }
+
+    /// Stops listening: REQs for `service_id` get REJ 8 again.
+    pub fn unlisten(&mut self, service_id: u64) {
+        self.listens.remove(&service_id);
     }
 
     pub fn poll_event(&mut self) -> Option<CmEvent> {
@@ -299,7 +356,38 @@ impl Cm {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.conns.retain(|c| !matches!(c.state, State::TimeWait { until } if until <= now));
+        let events = &mut self.events;
+        self.conns.retain(|c| {
+            let over = matches!(c.state, State::TimeWait { until } if until <= now);
+            if over {
+                events.push_back(CmEvent::TimewaitExit { id: ConnId(c.local_id) });
+            }
+            !over
+        });
+    }
+
+    /// Passive: the REQ a [`CmEvent::ConnectRequest`] reported, while the
+    /// connection exists (its counters, retry counts, path, private data).
+    pub fn request(&self, id: ConnId) -> Option<&ReqRepr> {
+        self.conns.iter().find(|c| c.local_id == id.0)?.req.as_ref()
+    }
+
+    /// Active: the private data of the REP that established `id`.
+    pub fn rep_private_data(&self, id: ConnId) -> Option<&[u8; REP_PRIVATE_DATA_LEN]> {
+        self.conns.iter().find(|c| c.local_id == id.0)?.rep_private_data.as_deref()
+    }
+
+    /// Active: what the REP offered — (its responder resources, its
+    /// initiator depth), i.e. our (initiator depth, responder resources).
+    pub fn negotiated_depths(&self, id: ConnId) -> Option<(u8, u8)> {
+        let c = self.conns.iter().find(|c| c.local_id == id.0)?;
+        Some((c.initiator_depth, c.params.responder_resources))
+    }
+
+    /// Forgets a connection at once, whatever its state (the consumer
+    /// destroyed its ID): no event, no message. The QP is the consumer's.
+    pub fn forget(&mut self, id: ConnId) {
+        self.conns.retain(|c| c.local_id != id.0);
     }
 
     fn alloc_id(&mut self) -> u32 {
@@ -315,6 +403,13 @@ impl Cm {
 
     fn find(&self, id: ConnId) -> Result<usize, CmError> {
         self.conns.iter().position(|c| c.local_id == id.0).ok_or(CmError::NoSuchConn(id))
+    }
+
+    /// A REP waits for its RTU as long as the REQ asked (its local CM
+    /// response timeout, `max_cm_retries` times), as Linux's passive side.
+    fn send_rep(ep: &mut Endpoint, dest: IpAddr, rep: [u8; MAD_LEN], req: &ReqRepr) {
+        let timeout = cm_convert_to_ms(req.local_cm_response_timeout);
+        let _ = ep.gsi_send(dest, rep, Some(timeout), req.max_cm_retries);
     }
 
     fn send(&self, ep: &mut Endpoint, dest: IpAddr, mad: [u8; MAD_LEN], expect: bool) {
@@ -418,6 +513,8 @@ impl Cm {
             req: None,
             rep: None,
             drep: None,
+            rep_private_data: None,
+            remote_ca_guid: 0,
             initiator_depth: 0,
         });
         Ok(ConnId(local_id))
@@ -450,7 +547,7 @@ impl Cm {
             qp_state: Some(QpState::Rtr),
             path_mtu: Some(mtu),
             dest_qp_num: Some(req.local_qpn),
-            rq_psn: Some(req.starting_psn),
+            rq_psn: Some(params.starting_psn),
             av: Some(AddressVector {
                 dest: peer,
                 hop_limit: req.primary_path.hop_limit,
@@ -460,7 +557,20 @@ impl Cm {
             min_rnr_timer: Some(params.min_rnr_timer),
             ..QpAttr::default()
         };
-        let moved = Self::to_init(ep, qpn, params.access).and_then(|_| Ok(ep.modify_qp(qpn, &rtr)?));
+        // RTS before the REP leaves, as librdmacm does: the active side may
+        // send as soon as it has the REP, before our RTU arrives.
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(req.starting_psn),
+            timeout: Some(req.primary_path.local_ack_timeout),
+            retry_cnt: Some(req.retry_count),
+            rnr_retry: Some(req.rnr_retry_count),
+            max_rd_atomic: Some(initiator_depth),
+            ..QpAttr::default()
+        };
+        let moved = Self::to_init(ep, qpn, params.access)
+            .and_then(|_| Ok(ep.modify_qp(qpn, &rtr)?))
+            .and_then(|_| Ok(ep.modify_qp(qpn, &rts)?));
         if let Err(e) = moved {
             // The consumer's QP is not usable: the peer must not wait.
             self.send(ep, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
@@ -488,7 +598,7 @@ impl Cm {
                 private_data,
             }),
         );
-        self.send(ep, peer, rep, true);
+        Self::send_rep(ep, peer, rep, &req);
         let c = &mut self.conns[i];
         c.qpn = Some(qpn);
         c.state = State::RepSent;
@@ -498,14 +608,34 @@ impl Cm {
         Ok(())
     }
 
-    /// Passive side: refuses a reported REQ.
-    pub fn reject(&mut self, ep: &mut Endpoint, id: ConnId, reason: RejReason) -> Result<(), CmError> {
+    /// Passive side: refuses a reported REQ, with up to 148 bytes of
+    /// private data for the peer.
+    pub fn reject(
+        &mut self,
+        ep: &mut Endpoint,
+        id: ConnId,
+        reason: RejReason,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        let private_data = pad::<REJ_PRIVATE_DATA_LEN>(private_data).ok_or(CmError::PrivateDataTooLong)?;
         let i = self.find(id)?;
         let c = &self.conns[i];
         if c.state != State::ReqRcvd {
             return Err(CmError::WrongState(id));
         }
-        self.send(ep, c.peer, rej_mad(c.tid, c.local_id, c.remote_id, msg::REQ, reason), false);
+        let rej = emit(
+            c.tid,
+            CmMessage::Rej(RejRepr {
+                local_comm_id: c.local_id,
+                remote_comm_id: c.remote_id,
+                message_rejected: msg::REQ,
+                ari_length: 0,
+                reason,
+                ari: [0; REJ_ARI_LEN],
+                private_data,
+            }),
+        );
+        self.send(ep, c.peer, rej, false);
         self.conns.remove(i);
         Ok(())
     }
@@ -533,259 +663,6 @@ impl Cm {
         c.dreq_tid = tid;
         c.state = State::DreqSent;
         Ok(())
-    }
-
-    /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
-    pub fn process(&mut self, now: Instant, ep: &mut Endpoint) {
-        while let Some(t) = ep.poll_mad_timeout() {
-            self.on_mad_timeout(now, ep, t.dest, t.transaction_id);
-        }
-        while let Some(r) = ep.poll_mad() {
-            let parsed = Mad::new_checked(&r.mad[..]).ok().and_then(|m| CmMadRepr::parse(&m).ok());
-            let Some(cm) = parsed else {
-                self.stats.malformed += 1;
-                continue;
-            };
-            self.on_message(now, ep, r.from.to_canonical(), cm);
-        }
-    }
-
-    fn on_mad_timeout(&mut self, now: Instant, ep: &mut Endpoint, dest: IpAddr, tid: u64) {
-        let Some(i) =
-            self.conns.iter().position(|c| c.peer == dest && (c.tid == tid || (c.dreq_tid == tid && c.dreq_tid != 0)))
-        else {
-            return;
-        };
-        let c = &self.conns[i];
-        let id = ConnId(c.local_id);
-        match c.state {
-            State::ReqSent | State::RepSent => {
-                Self::to_err(ep, c.qpn);
-                self.events.push_back(CmEvent::TimedOut { id });
-                self.conns.remove(i);
-            }
-            State::DreqSent => {
-                // The peer is gone: the disconnect completes locally.
-                self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
-                self.events.push_back(CmEvent::Disconnected { id });
-            }
-            _ => {}
-        }
-    }
-
-    fn by_ids(&self, from: IpAddr, local_id: u32, remote_id: u32) -> Option<usize> {
-        // `local_id` is ours; `remote_id` the peer's (0 if it does not know it yet).
-        self.conns
-            .iter()
-            .position(|c| c.peer == from && c.local_id == local_id && (c.remote_id == remote_id || c.remote_id == 0))
-    }
-
-    fn on_message(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, m: CmMadRepr) {
-        let tid = m.transaction_id;
-        match m.message {
-            CmMessage::Req(req) => self.on_req(ep, from, tid, req),
-            CmMessage::Rep(rep) => self.on_rep(ep, from, tid, rep),
-            CmMessage::Rtu(rtu) => match self.by_ids(from, rtu.remote_comm_id, rtu.local_comm_id) {
-                Some(i) if self.conns[i].state == State::RepSent => self.on_rtu(ep, i),
-                _ => self.stats.unexpected += 1,
-            },
-            CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
-                Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent) => {
-                    let c = self.conns.remove(i);
-                    Self::to_err(ep, c.qpn);
-                    self.events.push_back(CmEvent::Rejected { id: ConnId(c.local_id), reason: rej.reason });
-                }
-                _ => self.stats.unexpected += 1,
-            },
-            CmMessage::Dreq(dreq) => self.on_dreq(now, ep, from, tid, dreq),
-            CmMessage::Drep(drep) => match self.by_ids(from, drep.remote_comm_id, drep.local_comm_id) {
-                Some(i) if self.conns[i].state == State::DreqSent => {
-                    self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
-                    self.events.push_back(CmEvent::Disconnected { id: ConnId(self.conns[i].local_id) });
-                }
-                _ => self.stats.unexpected += 1,
-            },
-            // MRA, SIDR: not handled yet.
-            _ => self.stats.unexpected += 1,
-        }
-    }
-
-    fn on_req(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, req: ReqRepr) {
-        if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
-            // A repeated REQ: our REP was lost (or is slow). Send it again;
-            // in any other state the copy in flight or the RTU settles it.
-            if let (State::RepSent, Some(rep)) = (c.state, c.rep) {
-                self.send(ep, from, rep, true);
-                self.stats.rep_resent += 1;
-            } else {
-                self.stats.unexpected += 1;
-            }
-            return;
-        }
-        let reason = if !self.listens.contains(&req.service_id) {
-            Some(RejReason::INVALID_SERVICE_ID)
-        } else if req.transport_service_type != transport_type::RC {
-            Some(RejReason::INVALID_TRANSPORT_TYPE)
-        } else if mtu_from_wire(req.path_mtu).is_none() {
-            Some(RejReason::INVALID_MTU)
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, reason), false);
-            return;
-        }
-        let local_id = self.alloc_id();
-        self.conns.push(Conn {
-            local_id,
-            remote_id: req.local_comm_id,
-            peer: from,
-            qpn: None,
-            remote_qpn: req.local_qpn,
-            state: State::ReqRcvd,
-            tid,
-            dreq_tid: 0,
-            params: ConnParams::default(),
-            req: Some(req),
-            rep: None,
-            drep: None,
-            initiator_depth: 0,
-        });
-        self.events.push_back(CmEvent::ConnectRequest {
-            id: ConnId(local_id),
-            from,
-            service_id: req.service_id,
-            remote_qpn: req.local_qpn,
-            private_data: req.private_data,
-        });
-    }
-
-    fn on_rep(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, rep: RepRepr) {
-        let Some(i) = self.by_ids(from, rep.remote_comm_id, rep.local_comm_id) else {
-            self.stats.unexpected += 1;
-            return;
-        };
-        let c = &self.conns[i];
-        let rtu = emit(
-            tid,
-            CmMessage::Rtu(RtuRepr {
-                local_comm_id: c.local_id,
-                remote_comm_id: rep.local_comm_id,
-                private_data: [0; RTU_PRIVATE_DATA_LEN],
-            }),
-        );
-        match c.state {
-            State::ReqSent => {}
-            // Our RTU was lost: the peer repeats its REP.
-            State::Established if c.remote_id == rep.local_comm_id => return self.send(ep, from, rtu, false),
-            _ => {
-                self.stats.unexpected += 1;
-                return;
-            }
-        }
-        let (Some(qpn), p) = (c.qpn, c.params) else { return };
-        let id = ConnId(c.local_id);
-        // Swapped: the peer's responder resources are our initiator depth.
-        let rtr = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(p.path_mtu),
-            dest_qp_num: Some(rep.local_qpn),
-            rq_psn: Some(rep.starting_psn),
-            av: Some(AddressVector { dest: from, hop_limit: p.hop_limit, traffic_class: p.traffic_class }),
-            max_dest_rd_atomic: Some(rep.initiator_depth),
-            min_rnr_timer: Some(p.min_rnr_timer),
-            ..QpAttr::default()
-        };
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(p.starting_psn),
-            timeout: Some(p.local_ack_timeout),
-            retry_cnt: Some(p.retry_count),
-            rnr_retry: Some(rep.rnr_retry_count),
-            max_rd_atomic: Some(rep.responder_resources),
-            ..QpAttr::default()
-        };
-        if ep.modify_qp(qpn, &rtr).and_then(|_| ep.modify_qp(qpn, &rts)).is_err() {
-            // The REP's values do not fit the QP: refuse it, do not panic.
-            Self::to_err(ep, Some(qpn));
-            self.send(ep, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
-            self.conns.remove(i);
-            self.events.push_back(CmEvent::QpError { id });
-            return;
-        }
-        self.send(ep, from, rtu, false);
-        let c = &mut self.conns[i];
-        c.remote_id = rep.local_comm_id;
-        c.remote_qpn = rep.local_qpn;
-        c.state = State::Established;
-        c.initiator_depth = rep.responder_resources;
-        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn: rep.local_qpn });
-    }
-
-    fn on_rtu(&mut self, ep: &mut Endpoint, i: usize) {
-        let c = &self.conns[i];
-        let (Some(qpn), Some(req)) = (c.qpn, c.req) else { return };
-        let id = ConnId(c.local_id);
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(c.params.starting_psn),
-            timeout: Some(req.primary_path.local_ack_timeout),
-            retry_cnt: Some(req.retry_count),
-            rnr_retry: Some(req.rnr_retry_count),
-            max_rd_atomic: Some(c.initiator_depth),
-            ..QpAttr::default()
-        };
-        if ep.modify_qp(qpn, &rts).is_err() {
-            Self::to_err(ep, Some(qpn));
-            self.conns.remove(i);
-            self.events.push_back(CmEvent::QpError { id });
-            return;
-        }
-        let c = &mut self.conns[i];
-        c.state = State::Established;
-        let remote_qpn = c.remote_qpn;
-        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn });
-    }
-
-    fn on_dreq(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, tid: u64, dreq: DreqRepr) {
-        let found = self.by_ids(from, dreq.remote_comm_id, dreq.local_comm_id);
-        let drep = emit(
-            tid,
-            CmMessage::Drep(DrepRepr {
-                local_comm_id: dreq.remote_comm_id,
-                remote_comm_id: dreq.local_comm_id,
-                private_data: [0; DREP_PRIVATE_DATA_LEN],
-            }),
-        );
-        let Some(i) = found else {
-            // No such connection (long gone): answer so the peer stops
-            // retrying, as Linux does.
-            self.stats.unexpected += 1;
-            return self.send(ep, from, drep, false);
-        };
-        let c = &self.conns[i];
-        // Linux ignores a DREQ not naming its QP; so do we.
-        if c.qpn != Some(dreq.remote_qpn & 0xff_ffff) {
-            self.stats.unexpected += 1;
-            return;
-        }
-        match c.state {
-            State::Established | State::DreqSent => {
-                Self::to_err(ep, c.qpn);
-                self.send(ep, from, drep, false);
-                let id = ConnId(c.local_id);
-                let c = &mut self.conns[i];
-                c.state = State::TimeWait { until: now + self.config.timewait };
-                c.drep = Some(drep);
-                self.events.push_back(CmEvent::Disconnected { id });
-            }
-            // A repeated DREQ: our DREP was lost.
-            State::TimeWait { .. } => {
-                let again = c.drep.unwrap_or(drep);
-                self.send(ep, from, again, false);
-            }
-            _ => self.stats.unexpected += 1,
-        }
     }
 }
 

@@ -158,7 +158,7 @@ impl Endpoint {
         // what a slow MAD costs). Without a GSI this is one `Option` test.
         if let Some(g) = self.gsi.as_deref_mut() {
             if let Some((len, dest)) = g.poll_transmit(now, &self.framer, buf, &mut self.stats) {
-                let src_port = crate::gsi::frame::GSI_SRC_PORT;
+                let src_port = g.src_port();
                 return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
             }
         }

@@ -3,7 +3,7 @@
 //! receives (the checks Linux's MAD layer makes, matching responses to
 //! sends, and a bounded queue of MADs for the consumer).
 
-use super::frame::frame_mad;
+use super::frame::{frame_mad, GSI_SRC_PORT};
 use crate::framing::Framer;
 use crate::stats::{Drop, Stats};
 use crate::time::Instant;
@@ -11,6 +11,10 @@ use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::mad::{method, Mad, MadHeaderRepr, BASE_VERSION, GSI_QKEY, MAD_DATA_LEN, MAD_HEADER_LEN, MAD_LEN};
 use std::collections::VecDeque;
+
+/// The CM's management class and its MRA attribute (see `rdma_wire::cm`).
+const MGMT_CLASS_CM: u8 = 0x07;
+const CM_ATTR_MRA: u16 = 0x0011;
 
 /// Received MADs the consumer has not taken yet, at most: past it they are
 /// dropped (a peer must not grow our memory without bound).
@@ -88,6 +92,8 @@ pub struct Gsi {
     recent: VecDeque<(IpAddr, u64)>,
     next_tid: u64,
     psn: u32,
+    /// The UDP source port MADs leave from, if not [`GSI_SRC_PORT`].
+    src_port: Option<u16>,
 }
 
 impl Gsi {
@@ -132,6 +138,33 @@ impl Gsi {
         Some(tid)
     }
 
+    /// Pushes back the timer of the send to `dest` with `tid` by `extra`
+    /// (from `now` at the earliest: a CM MRA, the peer has the message and
+    /// needs time). A copy queued
+    /// for retransmission is taken back. Returns whether the send exists.
+    pub fn delay(&mut self, now: Instant, dest: IpAddr, tid: u64, extra: Duration) -> bool {
+        let dest = dest.to_canonical();
+        let Some(p) = self.pending.iter_mut().find(|p| p.timeout.is_some() && p.dest == dest && p.tid == tid) else {
+            return false;
+        };
+        if p.attempts > 0 {
+            p.queued = false;
+            p.deadline = Some(p.deadline.map_or(now, |d| d.max(now)) + extra);
+        }
+        true
+    }
+
+    /// The UDP source port MADs leave from.
+    pub fn src_port(&self) -> u16 {
+        self.src_port.unwrap_or(GSI_SRC_PORT)
+    }
+
+    /// Sends MADs from UDP port `port` (a backend that could not have
+    /// [`GSI_SRC_PORT`] gives the one it has).
+    pub fn set_src_port(&mut self, port: u16) {
+        self.src_port = Some(port);
+    }
+
     /// Whether a MAD waits for `poll_transmit`.
     pub fn has_queued(&self) -> bool {
         self.pending.iter().any(|p| p.queued)
@@ -146,8 +179,9 @@ impl Gsi {
         stats: &mut Stats,
     ) -> Option<(usize, IpAddr)> {
         let i = self.pending.iter().position(|p| p.queued)?;
+        let src_port = self.src_port();
         let p = &mut self.pending[i];
-        let len = frame_mad(framer, buf, p.dest, self.psn, &p.mad);
+        let len = frame_mad(framer, buf, p.dest, src_port, self.psn, &p.mad);
         self.psn = (self.psn + 1) & 0xff_ffff;
         let dest = p.dest;
         p.queued = false;
@@ -206,10 +240,13 @@ impl Gsi {
         }
         let (tid, class) = (m.transaction_id(), m.mgmt_class());
         let from = from.to_canonical();
-        let matched = self
-            .pending
-            .iter()
-            .position(|p| p.timeout.is_some() && p.attempts > 0 && p.dest == from && p.tid == tid && p.class == class);
+        // A CM MRA shares its request's transaction ID but answers nothing:
+        // it says "received, wait longer", and the CM stretches the send's
+        // timer (`delay`) instead of ending it.
+        let mra = class == MGMT_CLASS_CM && m.attribute_id() == CM_ATTR_MRA;
+        let matched = self.pending.iter().position(|p| {
+            !mra && p.timeout.is_some() && p.attempts > 0 && p.dest == from && p.tid == tid && p.class == class
+        });
         if let Some(i) = matched {
             self.pending.remove(i);
             if self.recent.len() == RECENT_MAX {

@@ -13,12 +13,12 @@ use rdma_wire::Psn;
 pub const GSI_SRC_PORT: u16 = 0xc000 | ((GSI_QPN.wrapping_mul(0x9e37_79b1) >> 18) as u16 & 0x3fff);
 
 /// Writes the packet carrying `mad` to `dest` into `buf`; returns its length.
-pub fn frame_mad(framer: &Framer, buf: &mut [u8], dest: IpAddr, psn: u32, mad: &[u8; MAD_LEN]) -> usize {
+pub fn frame_mad(framer: &Framer, buf: &mut [u8], dest: IpAddr, src_port: u16, psn: u32, mad: &[u8; MAD_LEN]) -> usize {
     // Traffic class 0: MADs are control traffic, not ECN-capable data.
     let av = AddressVector::new(dest);
     let t = gsi_send_transport(Psn::new(psn & 0xff_ffff));
     framer
-        .frame(buf, &av, GSI_SRC_PORT, &t, MAD_LEN, |p| {
+        .frame(buf, &av, src_port, &t, MAD_LEN, |p| {
             p.copy_from_slice(mad);
             Ok::<(), core::convert::Infallible>(())
         })

@@ -1,0 +1,259 @@
+//! Connections on a CM ID: `rdma_connect` (REQ, or SIDR_REQ for UD),
+//! `rdma_accept`, `rdma_reject`, `rdma_disconnect`.
+
+use super::device::CmDevice;
+use super::id::{depth, CmId, ConnParam, Phase, PortSpace, ACK_TIMEOUT, PATH_MTU};
+use super::route;
+use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
+use rdma_transport::cm::ConnParams;
+use rdma_transport::{QpAttr, QpState};
+use rdma_wire::cm::{
+    sidr_status, RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
+    SIDR_REQ_PRIVATE_DATA_LEN,
+};
+use rdma_wire::cma::{service_id, CmaHdr, CmaHdrRepr, RdmaPs, CMA_HDR_LEN};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+impl CmId {
+    /// `rdma_connect`: sends the REQ (`cma_hdr` + up to 56 bytes of
+    /// private data). ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR
+    /// follows.
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        if param.private_data.len() > REQ_USER_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: REQ_USER_DATA_LEN,
+                what: "connect request",
+            });
+        }
+        let (dev, local, remote, qp, ps, tos) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.local, g.remote, &g.qp) {
+                (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => (d.clone(), l, r, q.clone(), g.ps, g.tos),
+                (Phase::RouteResolved, ..) => {
+                    drop(g);
+                    return Err(self.wrong("connect", "with a QP (create_qp)"));
+                }
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("connect", "with a resolved route"));
+                }
+            }
+        };
+        if ps == PortSpace::Udp {
+            return self.resolve_ud(&dev, local, remote, &param.private_data);
+        }
+        let mut pd = [0u8; CMA_HDR_LEN + REQ_USER_DATA_LEN];
+        let hdr = CmaHdrRepr { src_port: local.port(), src: local.ip(), dst: remote.ip() };
+        hdr.emit(&mut CmaHdr::new_unchecked(&mut pd[..CMA_HDR_LEN]))
+            .map_err(|_| CmError::FamilyMismatch { src: local.ip(), dst: remote.ip() })?;
+        pd[CMA_HDR_LEN..CMA_HDR_LEN + param.private_data.len()].copy_from_slice(&param.private_data);
+        let params = ConnParams {
+            starting_psn: route::random_u32() & 0xff_ffff,
+            responder_resources: depth(param.responder_resources),
+            initiator_depth: depth(param.initiator_depth),
+            path_mtu: PATH_MTU,
+            local_ack_timeout: ACK_TIMEOUT,
+            retry_count: param.retry_count.min(7),
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            traffic_class: tos,
+            ..ConnParams::default()
+        };
+        let sid = service_id(ps.ps(), remote.port());
+        let qpn = qp.qp_num();
+        let me = Arc::downgrade(&self.shared);
+        let conn = dev.with_cm(|ep, core| {
+            let c = core.cm.connect(ep, qpn, remote.ip(), sid, &pd, params);
+            if let Ok(c) = c {
+                core.conns.insert(c.0, me);
+            }
+            c
+        })?;
+        let conn = conn.map_err(|e| CmError::Cm { call: "connect", detail: format!("{e:?}") })?;
+        let mut g = self.shared.lock();
+        g.conn = Some(conn);
+        if g.phase == Phase::RouteResolved {
+            g.phase = Phase::Connecting;
+        }
+        tracing::debug!(%local, %remote, qpn, "REQ sent");
+        Ok(())
+    }
+
+    /// `rdma_connect` on RDMA_PS_UDP: a SIDR_REQ (`cma_hdr` + up to 180
+    /// bytes). ESTABLISHED follows with the peer's QPN and Q_Key
+    /// ([`EventParam::qp_num`], [`EventParam::qkey`]; the address is
+    /// [`CmId::peer_addr`]), or UNREACHABLE.
+    fn resolve_ud(&self, dev: &Arc<CmDevice>, local: SocketAddr, remote: SocketAddr, data: &[u8]) -> Result<()> {
+        if data.len() > SIDR_USER_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: data.len(),
+                max: SIDR_USER_DATA_LEN,
+                what: "UD connect (SIDR) request",
+            });
+        }
+        let mut pd = [0u8; SIDR_REQ_PRIVATE_DATA_LEN];
+        let hdr = CmaHdrRepr { src_port: local.port(), src: local.ip(), dst: remote.ip() };
+        hdr.emit(&mut CmaHdr::new_unchecked(&mut pd[..CMA_HDR_LEN]))
+            .map_err(|_| CmError::FamilyMismatch { src: local.ip(), dst: remote.ip() })?;
+        pd[CMA_HDR_LEN..CMA_HDR_LEN + data.len()].copy_from_slice(data);
+        let sid = service_id(RdmaPs::UDP, remote.port());
+        let me = Arc::downgrade(&self.shared);
+        let r = dev.with_cm(|ep, core| {
+            let r = core.cm.sidr_request(ep, remote.ip(), sid, &pd);
+            if let Ok(c) = r {
+                core.conns.insert(c.0, me);
+            }
+            r
+        })?;
+        let conn = r.map_err(|e| CmError::Cm { call: "connect (SIDR)", detail: format!("{e:?}") })?;
+        let mut g = self.shared.lock();
+        g.conn = Some(conn);
+        g.phase = Phase::Connecting;
+        tracing::debug!(%local, %remote, "SIDR_REQ sent");
+        Ok(())
+    }
+
+    /// `rdma_accept` on the ID of a CONNECT_REQUEST: moves its QP to RTR
+    /// and RTS and sends the REP (up to 196 bytes of private data).
+    /// ESTABLISHED follows when the RTU arrives.
+    pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        if param.private_data.len() > REP_PRIVATE_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: REP_PRIVATE_DATA_LEN,
+                what: "connect reply",
+            });
+        }
+        let (dev, conn, qp, tos, ps) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.conn, &g.qp) {
+                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q.clone(), g.tos, g.ps),
+                (Phase::ConnectRequest, ..) => {
+                    drop(g);
+                    return Err(self.wrong("accept", "with a QP (create_qp)"));
+                }
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("accept", "from a CONNECT_REQUEST"));
+                }
+            }
+        };
+        let qpn = qp.qp_num();
+        if ps == PortSpace::Udp {
+            if param.private_data.len() > SIDR_REP_PRIVATE_DATA_LEN {
+                return Err(CmError::PrivateDataTooLong {
+                    len: param.private_data.len(),
+                    max: SIDR_REP_PRIVATE_DATA_LEN,
+                    what: "UD accept (SIDR reply)",
+                });
+            }
+            let r = dev.with_cm(|ep, core| {
+                core.conns.remove(&conn.0);
+                core.cm.sidr_reply(ep, conn, sidr_status::SUCCESS, qpn, RDMA_UDP_QKEY, &param.private_data)
+            })?;
+            r.map_err(|e| CmError::Cm { call: "accept (SIDR)", detail: format!("{e:?}") })?;
+            let mut g = self.shared.lock();
+            // Nothing follows for UD: the peer has what it needs.
+            g.phase = Phase::Connected;
+            g.conn = None;
+            return Ok(());
+        }
+        let params = ConnParams {
+            starting_psn: route::random_u32() & 0xff_ffff,
+            responder_resources: depth(param.responder_resources),
+            initiator_depth: depth(param.initiator_depth),
+            path_mtu: PATH_MTU,
+            local_ack_timeout: ACK_TIMEOUT,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            traffic_class: tos,
+            ..ConnParams::default()
+        };
+        let r = dev.with_cm(|ep, core| core.cm.accept(ep, conn, qpn, &param.private_data, params))?;
+        r.map_err(|e| CmError::Cm { call: "accept", detail: format!("{e:?}") })?;
+        self.shared.lock().phase = Phase::Connecting;
+        Ok(())
+    }
+
+    /// `rdma_reject`: refuses a CONNECT_REQUEST with REJ reason 28
+    /// (consumer defined) and up to 148 bytes of private data.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > REJ_PRIVATE_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong {
+                len: private_data.len(),
+                max: REJ_PRIVATE_DATA_LEN,
+                what: "reject",
+            });
+        }
+        let (dev, conn, ps) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.conn) {
+                (Phase::ConnectRequest, Some(d), Some(c)) => (d.clone(), c, g.ps),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("reject", "from a CONNECT_REQUEST"));
+                }
+            }
+        };
+        let r = dev.with_cm(|ep, core| {
+            core.conns.remove(&conn.0);
+            if ps == PortSpace::Udp {
+                let data = &private_data[..private_data.len().min(SIDR_REP_PRIVATE_DATA_LEN)];
+                core.cm.sidr_reply(ep, conn, sidr_status::REJECT, 0, 0, data)
+            } else {
+                core.cm.reject(ep, conn, RejReason::CONSUMER_DEFINED, private_data)
+            }
+        })?;
+        r.map_err(|e| CmError::Cm { call: "reject", detail: format!("{e:?}") })?;
+        let mut g = self.shared.lock();
+        g.phase = Phase::Idle;
+        g.conn = None;
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: moves the QP to ERR and sends a DREQ;
+    /// DISCONNECTED follows when the DREP comes (or the DREQ times out).
+    /// After the peer disconnected first (DISCONNECTED already seen) there
+    /// is nothing left to do, and it succeeds.
+    pub fn disconnect(&self) -> Result<()> {
+        let (dev, conn, phase) = {
+            let g = self.shared.lock();
+            (g.dev.clone(), g.conn, g.phase)
+        };
+        let (Some(dev), Some(conn)) = (dev, conn) else {
+            return match phase {
+                // A UD "connection" (SIDR) has nothing to tear down.
+                Phase::Disconnected | Phase::Idle | Phase::Connected => Ok(()),
+                _ => Err(self.wrong("disconnect", "connected")),
+            };
+        };
+        match phase {
+            Phase::Connected => {
+                let r = dev.with_cm(|ep, core| core.cm.disconnect(ep, conn))?;
+                if let Err(e) = r {
+                    // Already torn down by the peer's DREQ in the meantime.
+                    tracing::debug!(error = ?e, "disconnect: the connection is already closing");
+                }
+                Ok(())
+            }
+            Phase::Disconnected => Ok(()),
+            Phase::Connecting | Phase::ConnectRequest => {
+                // Not established: abandon it (the QP goes to ERR; the
+                // peer's retries end in its own timeout).
+                dev.with_cm(|ep, core| {
+                    core.cm.forget(conn);
+                    core.conns.remove(&conn.0);
+                    let qp = self.shared.lock().qp.as_ref().map(|q| q.qp_num());
+                    if let Some(q) = qp {
+                        let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+                    }
+                })?;
+                let mut g = self.shared.lock();
+                g.conn = None;
+                g.phase = Phase::Disconnected;
+                Ok(())
+            }
+            _ => Err(self.wrong("disconnect", "connected")),
+        }
+    }
+}

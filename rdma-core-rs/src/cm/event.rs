@@ -1,0 +1,221 @@
+//! Event channels and events (`rdma_event_channel`, `rdma_cm_event`).
+
+use super::device::CmDevice;
+use super::id::{CmId, PortSpace};
+use super::{CmError, Result};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// `enum rdma_cm_event_type`, with librdmacm's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum EventType {
+    AddrResolved = 0,
+    AddrError = 1,
+    RouteResolved = 2,
+    RouteError = 3,
+    ConnectRequest = 4,
+    ConnectResponse = 5,
+    ConnectError = 6,
+    Unreachable = 7,
+    Rejected = 8,
+    Established = 9,
+    Disconnected = 10,
+    DeviceRemoval = 11,
+    MulticastJoin = 12,
+    MulticastError = 13,
+    AddrChange = 14,
+    TimewaitExit = 15,
+}
+
+impl EventType {
+    /// `rdma_event_str`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            EventType::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
+            EventType::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            EventType::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
+            EventType::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            EventType::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            EventType::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            EventType::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            EventType::Rejected => "RDMA_CM_EVENT_REJECTED",
+            EventType::Established => "RDMA_CM_EVENT_ESTABLISHED",
+            EventType::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            EventType::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            EventType::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
+            EventType::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
+            EventType::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
+            EventType::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+}
+
+impl std::fmt::Display for EventType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `rdma_cm_event.param`: the connection parameters of CONNECT_REQUEST
+/// and ESTABLISHED, the private data of every connection event, the UD
+/// peer of an ESTABLISHED on RDMA_PS_UDP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventParam {
+    /// As the message carried it: fixed length, zero-padded (56 bytes
+    /// for a REQ, 196 for a REP, 148 for a REJ), as librdmacm reports it.
+    pub private_data: Vec<u8>,
+    /// Already swapped for this side (a REQ's initiator depth is the
+    /// responder resources asked of us).
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    /// The peer's QPN.
+    pub qp_num: u32,
+    /// UD (SIDR): the peer's Q_Key.
+    pub qkey: u32,
+}
+
+/// An event (`struct rdma_cm_event`). [`CmEvent::ack`] or dropping it is
+/// `rdma_ack_cm_event`.
+#[derive(Debug, Clone)]
+pub struct CmEvent {
+    pub event: EventType,
+    /// For CONNECT_REQUEST, a new ID for the connection; else the ID the
+    /// event is about.
+    pub id: CmId,
+    /// For CONNECT_REQUEST, the listening ID.
+    pub listen_id: Option<CmId>,
+    /// 0, or what went wrong: the REJ reason for REJECTED, `-ETIMEDOUT`
+    /// (-110) for UNREACHABLE, as librdmacm reports them.
+    pub status: i32,
+    pub param: EventParam,
+}
+
+impl CmEvent {
+    /// `rdma_ack_cm_event`: nothing to release here beyond the value.
+    pub fn ack(self) {}
+}
+
+pub(crate) struct ChannelShared {
+    queue: Mutex<VecDeque<CmEvent>>,
+    ready: Condvar,
+    /// The devices of this channel's IDs: what a waiter drives.
+    devices: Mutex<Vec<Weak<CmDevice>>>,
+}
+
+impl ChannelShared {
+    pub(crate) fn push(&self, e: CmEvent) {
+        tracing::debug!(event = %e.event, status = e.status, "CM event");
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
+        self.ready.notify_all();
+    }
+
+    fn pop(&self) -> Option<CmEvent> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    pub(crate) fn add_device(&self, dev: &Arc<CmDevice>) {
+        let mut d = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        d.retain(|w| w.strong_count() > 0);
+        if !d.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(dev))) {
+            d.push(Arc::downgrade(dev));
+        }
+    }
+
+    fn devices(&self) -> Vec<Arc<CmDevice>> {
+        self.devices.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// An event channel (`rdma_event_channel`): where the events of the IDs
+/// made on it arrive, in order. Cheap to clone.
+#[derive(Clone)]
+pub struct EventChannel {
+    pub(crate) shared: Arc<ChannelShared>,
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventChannel").finish_non_exhaustive()
+    }
+}
+
+impl Default for EventChannel {
+    fn default() -> EventChannel {
+        EventChannel::new()
+    }
+}
+
+/// How long one round of waiting drives one device before looking at the
+/// channel's other devices.
+const SLICE: Duration = Duration::from_millis(20);
+
+impl EventChannel {
+    /// `rdma_create_event_channel`.
+    pub fn new() -> EventChannel {
+        EventChannel {
+            shared: Arc::new(ChannelShared {
+                queue: Mutex::new(VecDeque::new()),
+                ready: Condvar::new(),
+                devices: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// `rdma_create_id` on this channel.
+    pub fn create_id(&self, ps: PortSpace) -> CmId {
+        CmId::new(self.shared.clone(), ps)
+    }
+
+    /// `rdma_get_cm_event`: the next event, waiting up to `timeout`
+    /// (`None`: as long as it takes). While it waits it drives the devices
+    /// of the channel's IDs, so the CM answers peers meanwhile.
+    pub fn get_cm_event(&self, timeout: Option<Duration>) -> Result<CmEvent> {
+        let start = Instant::now();
+        let mut turn = 0usize;
+        loop {
+            if let Some(e) = self.shared.pop() {
+                return Ok(e);
+            }
+            let left = match timeout {
+                Some(t) => match t.checked_sub(start.elapsed()) {
+                    Some(l) if !l.is_zero() => l,
+                    _ => return Err(CmError::Timeout(t)),
+                },
+                None => SLICE,
+            };
+            let slice = left.min(SLICE);
+            let devs = self.shared.devices();
+            if devs.is_empty() {
+                let q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if q.is_empty() {
+                    let _ = self.shared.ready.wait_timeout(q, slice);
+                }
+                continue;
+            }
+            turn = turn.wrapping_add(1);
+            let dev = &devs[turn % devs.len()];
+            dev.wait(slice, || !self.shared.is_empty())?;
+        }
+    }
+
+    /// The async variant of [`EventChannel::get_cm_event`] for tokio
+    /// applications: the wait runs on tokio's blocking pool.
+    #[cfg(feature = "tokio")]
+    pub async fn get_cm_event_async(&self, timeout: Option<Duration>) -> Result<CmEvent> {
+        let ch = self.clone();
+        match tokio::task::spawn_blocking(move || ch.get_cm_event(timeout)).await {
+            Ok(r) => r,
+            Err(e) => Err(CmError::Cm { call: "get_cm_event_async", detail: e.to_string() }),
+        }
+    }
+}

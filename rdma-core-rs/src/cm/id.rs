@@ -1,0 +1,396 @@
+//! CM IDs (`rdma_cm_id`): the socket-like object of the RDMA CM.
+
+use super::device::CmDevice;
+use super::event::{ChannelShared, CmEvent, EventChannel, EventParam, EventType};
+use super::route;
+use super::{CmError, Result, RDMA_UDP_QKEY};
+use crate::context::Context;
+use crate::pd::ProtectionDomain;
+use crate::qp::{QpInitAttr, QueuePair};
+use rdma_transport::cm::ConnId;
+use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
+use rdma_wire::cma::{service_id, RdmaPs};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Outstanding RDMA READs and atomics a QP of this stack takes each way:
+/// what 0xFF ("the device maximum") in a [`ConnParam`] stands for.
+pub const MAX_RD_ATOMIC: u8 = 16;
+
+/// The path MTU the CM offers: the largest IB MTU a 1500-byte Ethernet
+/// MTU carries with RoCE v2's headers (`iboe_get_mtu`), as rxe offers.
+pub(super) const PATH_MTU: Mtu = Mtu::Mtu1024;
+
+/// Local ACK timeout exponent of the QPs the CM sets up (4.096 µs × 2^14,
+/// about 67 ms), and what the REQ asks the peer to use.
+pub(super) const ACK_TIMEOUT: u8 = 14;
+
+/// `enum rdma_port_space`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortSpace {
+    /// RDMA_PS_TCP: reliable connected QPs.
+    Tcp,
+    /// RDMA_PS_UDP: unreliable datagram QPs, resolved with SIDR.
+    Udp,
+    /// Another port space, by number (RDMA_PS_IB 0x13F, ...).
+    Other(u16),
+}
+
+impl PortSpace {
+    pub fn ps(self) -> RdmaPs {
+        match self {
+            PortSpace::Tcp => RdmaPs::TCP,
+            PortSpace::Udp => RdmaPs::UDP,
+            PortSpace::Other(n) => RdmaPs(n),
+        }
+    }
+
+    pub(crate) fn from_ps(ps: RdmaPs) -> PortSpace {
+        match ps {
+            RdmaPs::TCP => PortSpace::Tcp,
+            RdmaPs::UDP => PortSpace::Udp,
+            RdmaPs(n) => PortSpace::Other(n),
+        }
+    }
+}
+
+/// `struct rdma_conn_param`. 0xFF in the two depths means the device
+/// maximum ([`MAX_RD_ATOMIC`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Up to 56 bytes in a connect, 196 in an accept.
+    pub private_data: Vec<u8>,
+    /// RDMA READs/atomics we accept at once from the peer.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics we issue at once.
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    /// Transport retries (at most 7); ignored on accept.
+    pub retry_count: u8,
+    /// RNR retries the peer makes (7: forever).
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+}
+
+impl Default for ConnParam {
+    /// What rping asks for: one READ each way, 7 retries of each kind.
+    fn default() -> ConnParam {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            flow_control: false,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+        }
+    }
+}
+
+pub(super) fn depth(v: u8) -> u8 {
+    if v == 0xff {
+        MAX_RD_ATOMIC
+    } else {
+        v
+    }
+}
+
+/// Where an ID is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Idle,
+    AddrResolved,
+    RouteResolved,
+    Bound,
+    Listening,
+    /// Passive: reported in a CONNECT_REQUEST, not yet accepted.
+    ConnectRequest,
+    /// Active: REQ sent. Passive: REP sent.
+    Connecting,
+    Connected,
+    Disconnected,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::AddrResolved => "address-resolved",
+            Phase::RouteResolved => "route-resolved",
+            Phase::Bound => "bound",
+            Phase::Listening => "listening",
+            Phase::ConnectRequest => "a connect request",
+            Phase::Connecting => "connecting",
+            Phase::Connected => "connected",
+            Phase::Disconnected => "disconnected",
+        }
+    }
+}
+
+pub(crate) struct IdInner {
+    pub(crate) ps: PortSpace,
+    pub(crate) channel: Arc<ChannelShared>,
+    pub(crate) dev: Option<Arc<CmDevice>>,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) remote: Option<SocketAddr>,
+    pub(crate) phase: Phase,
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) qp: Option<Arc<QueuePair>>,
+    pub(crate) tos: u8,
+}
+
+pub(crate) struct IdShared {
+    inner: Mutex<IdInner>,
+}
+
+impl IdShared {
+    pub(crate) fn new(channel: Arc<ChannelShared>, ps: PortSpace) -> Arc<IdShared> {
+        Arc::new(IdShared {
+            inner: Mutex::new(IdInner {
+                ps,
+                channel,
+                dev: None,
+                local: None,
+                remote: None,
+                phase: Phase::Idle,
+                conn: None,
+                qp: None,
+                tos: 0,
+            }),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, IdInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `rdma_destroy_id` when the last handle goes: a connection still up is
+/// disconnected (DREQ), a request not yet answered is rejected. The CM
+/// does it on its next round (see `CmDevice::bury`): this may run where
+/// the engine is locked.
+impl Drop for IdShared {
+    fn drop(&mut self) {
+        let g = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let (Some(dev), Some(conn)) = (&g.dev, g.conn) {
+            dev.bury(conn, g.phase == Phase::Connected, g.phase == Phase::ConnectRequest, g.ps == PortSpace::Udp);
+        }
+    }
+}
+
+/// A CM ID. Cheap to clone: clones are the same ID (events name it).
+#[derive(Clone)]
+pub struct CmId {
+    pub(super) shared: Arc<IdShared>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.shared.lock();
+        f.debug_struct("CmId")
+            .field("ps", &g.ps)
+            .field("local", &g.local)
+            .field("remote", &g.remote)
+            .field("state", &g.phase.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, other: &CmId) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for CmId {}
+
+impl CmId {
+    pub(crate) fn new(channel: Arc<ChannelShared>, ps: PortSpace) -> CmId {
+        CmId { shared: IdShared::new(channel, ps) }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<IdShared>) -> CmId {
+        CmId { shared }
+    }
+
+    pub fn port_space(&self) -> PortSpace {
+        self.shared.lock().ps
+    }
+
+    /// `rdma_get_local_addr`.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.lock().local
+    }
+
+    /// `rdma_get_peer_addr`.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.shared.lock().remote
+    }
+
+    /// `id->verbs`: the device the ID is bound to (after `resolve_addr`,
+    /// `bind_addr`, or in a CONNECT_REQUEST).
+    pub fn context(&self) -> Option<Context> {
+        self.shared.lock().dev.as_ref().map(|d| d.ctx.clone())
+    }
+
+    /// `id->qp`: the QP made by [`CmId::create_qp`].
+    pub fn qp(&self) -> Option<Arc<QueuePair>> {
+        self.shared.lock().qp.clone()
+    }
+
+    /// `rdma_migrate_id`: the ID's events from now on arrive on `channel`
+    /// (events already queued on the old one stay there). A server hands a
+    /// connection to a thread of its own this way.
+    pub fn migrate(&self, channel: &EventChannel) {
+        let dev = {
+            let mut g = self.shared.lock();
+            g.channel = channel.shared.clone();
+            g.dev.clone()
+        };
+        if let Some(d) = dev {
+            channel.shared.add_device(&d);
+        }
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class of the path.
+    pub fn set_tos(&self, tos: u8) {
+        self.shared.lock().tos = tos;
+    }
+
+    pub(super) fn wrong(&self, call: &'static str, needs: &'static str) -> CmError {
+        CmError::WrongState { call, needs, state: self.shared.lock().phase.name() }
+    }
+
+    fn event(&self, e: EventType) {
+        let ch = self.shared.lock().channel.clone();
+        ch.push(CmEvent { event: e, id: self.clone(), listen_id: None, status: 0, param: EventParam::default() });
+    }
+
+    pub(super) fn device(&self) -> Option<Arc<CmDevice>> {
+        self.shared.lock().dev.clone()
+    }
+
+    fn attach(&self, ip: IpAddr) -> Result<Arc<CmDevice>> {
+        let dev = CmDevice::for_ip(ip)?;
+        let mut g = self.shared.lock();
+        g.dev = Some(dev.clone());
+        g.channel.add_device(&dev);
+        Ok(dev)
+    }
+
+    /// `rdma_resolve_addr`: picks the local address (`src`, or the one the
+    /// kernel routes `dst` from) and its device. ADDR_RESOLVED follows on
+    /// the channel; `_timeout` is accepted for librdmacm's signature (the
+    /// resolution is local and immediate).
+    pub fn resolve_addr(&self, src: Option<IpAddr>, dst: SocketAddr, _timeout: Duration) -> Result<()> {
+        if self.shared.lock().phase != Phase::Idle {
+            return Err(self.wrong("resolve_addr", "that is idle"));
+        }
+        let dst = SocketAddr::new(dst.ip().to_canonical(), dst.port());
+        let src = match src {
+            Some(s) => s.to_canonical(),
+            None => route::source_for(dst.ip()).map_err(|e| CmError::NoDevice(dst.ip(), e.to_string()))?,
+        };
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Err(CmError::FamilyMismatch { src, dst: dst.ip() });
+        }
+        self.attach(src)?;
+        {
+            let mut g = self.shared.lock();
+            g.local = Some(SocketAddr::new(src, route::ephemeral_port()));
+            g.remote = Some(dst);
+            g.phase = Phase::AddrResolved;
+        }
+        tracing::debug!(%src, %dst, "address resolved");
+        self.event(EventType::AddrResolved);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: on RoCE the path follows from the addresses
+    /// (GIDs, hop limit 64, P_Key 0xFFFF, MTU 1024); ROUTE_RESOLVED follows.
+    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+        {
+            let mut g = self.shared.lock();
+            if g.phase != Phase::AddrResolved {
+                drop(g);
+                return Err(self.wrong("resolve_route", "with a resolved address"));
+            }
+            g.phase = Phase::RouteResolved;
+        }
+        self.event(EventType::RouteResolved);
+        Ok(())
+    }
+
+    /// `rdma_bind_addr`: the address and port to listen on. The address
+    /// must be a device address (this stack has no wildcard device).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        if self.shared.lock().phase != Phase::Idle {
+            return Err(self.wrong("bind_addr", "that is idle"));
+        }
+        if addr.ip().is_unspecified() {
+            return Err(CmError::NoDevice(
+                addr.ip(),
+                "bind to the address of a device (this stack has no wildcard listener)".into(),
+            ));
+        }
+        let ip = addr.ip().to_canonical();
+        self.attach(ip)?;
+        let port = if addr.port() == 0 { route::ephemeral_port() } else { addr.port() };
+        let mut g = self.shared.lock();
+        g.local = Some(SocketAddr::new(ip, port));
+        g.phase = Phase::Bound;
+        Ok(())
+    }
+
+    /// `rdma_listen`: REQs for the bound port (service ID = port space <<
+    /// 16 | port) and address raise CONNECT_REQUEST with a new ID. The
+    /// backlog is not limited.
+    pub fn listen(&self, _backlog: u32) -> Result<()> {
+        let (dev, local, ps) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.local) {
+                (Phase::Bound, Some(d), Some(l)) => (d.clone(), l, g.ps),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("listen", "bound with bind_addr"));
+                }
+            }
+        };
+        dev.listen(&self.shared, service_id(ps.ps(), local.port()), local.ip())?;
+        self.shared.lock().phase = Phase::Listening;
+        tracing::info!(%local, ?ps, "listening");
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: a QP on `pd` (of this ID's device), moved to INIT
+    /// at once so that receives can be posted before the connection is up.
+    /// The CM takes it through RTR and RTS.
+    pub fn create_qp(&self, pd: &ProtectionDomain, attr: &QpInitAttr<'_>) -> Result<Arc<QueuePair>> {
+        let dev = self.device().ok_or_else(|| self.wrong("create_qp", "bound to a device"))?;
+        if !Arc::ptr_eq(&pd.context().inner, &dev.ctx.inner) {
+            return Err(crate::Error::WrongDevice("the protection domain").into());
+        }
+        if self.shared.lock().qp.is_some() {
+            return Err(self.wrong("create_qp", "without a QP"));
+        }
+        let qp = pd.create_qp(attr)?;
+        let mut init =
+            QpAttr { qp_state: Some(QpState::Init), pkey_index: Some(0), port_num: Some(1), ..QpAttr::default() };
+        if attr.qp_type == QpType::Ud {
+            init.qkey = Some(RDMA_UDP_QKEY);
+        } else {
+            init.qp_access_flags = Some(Access::ALL);
+        }
+        qp.modify(&init)?;
+        if attr.qp_type == QpType::Ud {
+            // A UD QP needs no peer: librdmacm takes it to RTS at once.
+            qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..QpAttr::default() })?;
+            let psn = route::random_u32() & 0xff_ffff;
+            qp.modify(&QpAttr { qp_state: Some(QpState::Rts), sq_psn: Some(psn), ..QpAttr::default() })?;
+        }
+        let qp = Arc::new(qp);
+        self.shared.lock().qp = Some(qp.clone());
+        Ok(qp)
+    }
+}

@@ -1,0 +1,204 @@
+//! The RDMA CM API in one process: two devices on loopback addresses of
+//! their own, each with its UDP socket, talking through QP1.
+
+use super::device::{set_options, CmDevice, CmOptions};
+use super::*;
+use crate::{QpInitAttr, QpType};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// Short CM timers, the same for every test of this module (devices take
+/// them when opened).
+fn fast() {
+    set_options(CmOptions {
+        response_timeout: Duration::from_millis(100),
+        max_retries: 3,
+        timewait: Duration::from_millis(200),
+        service_period: Duration::from_millis(2),
+    });
+}
+
+fn addr(n: u8, host: u8) -> IpAddr {
+    let pid = (std::process::id() % 200) as u8 + 20;
+    format!("127.{pid}.{}.{host}", 200 + n).parse().unwrap()
+}
+
+fn next(ch: &EventChannel) -> CmEvent {
+    ch.get_cm_event(Some(Duration::from_secs(10))).expect("an event within 10 s")
+}
+
+fn expect(ch: &EventChannel, e: EventType) -> CmEvent {
+    let ev = next(ch);
+    assert_eq!(ev.event, e, "{ev:?}");
+    ev
+}
+
+/// An RC QP on `id`'s device.
+fn qp_on(id: &CmId) {
+    let ctx = id.context().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    id.create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+}
+
+/// A listener on (n, 1):port and a client ID on (n, 2) with its route and QP.
+fn pair(n: u8, port: u16) -> (EventChannel, CmId, EventChannel, CmId) {
+    fast();
+    let sch = EventChannel::new();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(addr(n, 1), port)).unwrap();
+    listen.listen(8).unwrap();
+    let cch = EventChannel::new();
+    let id = cch.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(addr(n, 2)), SocketAddr::new(addr(n, 1), port), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    qp_on(&id);
+    (sch, listen, cch, id)
+}
+
+#[test]
+fn connect_accept_carries_private_data_both_ways_and_disconnect_reaches_timewait_exit() {
+    let (sch, listen, cch, id) = pair(1, 9001);
+    let param = ConnParam { private_data: b"hello from the client".to_vec(), ..ConnParam::default() };
+    id.connect(&param).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    assert_eq!(req.listen_id.as_ref(), Some(&listen));
+    assert_eq!(req.param.private_data.len(), REQ_USER_DATA_LEN, "fixed length, zero-padded, as librdmacm");
+    assert_eq!(&req.param.private_data[..21], b"hello from the client");
+    assert_eq!((req.param.responder_resources, req.param.initiator_depth), (1, 1));
+    assert_eq!(req.id.peer_addr().map(|a| a.ip()), Some(addr(1, 2)));
+    assert_eq!(req.id.local_addr(), Some(SocketAddr::new(addr(1, 1), 9001)));
+    qp_on(&req.id);
+    req.id.accept(&ConnParam { private_data: b"welcome".to_vec(), ..ConnParam::default() }).unwrap();
+    let est = expect(&cch, EventType::Established);
+    assert_eq!(&est.param.private_data[..7], b"welcome");
+    assert_eq!(est.param.private_data.len(), rdma_wire::cm::REP_PRIVATE_DATA_LEN);
+    assert_eq!(est.param.qp_num, req.id.qp().unwrap().qp_num());
+    expect(&sch, EventType::Established);
+    let (s, _) = id.qp().unwrap().query().unwrap();
+    assert_eq!(s, rdma_transport::QpState::Rts);
+    id.disconnect().unwrap();
+    expect(&cch, EventType::Disconnected);
+    expect(&sch, EventType::Disconnected);
+    req.id.disconnect().unwrap(); // after the peer's DREQ: nothing left to do
+    expect(&cch, EventType::TimewaitExit);
+    expect(&sch, EventType::TimewaitExit);
+    let dev = CmDevice::for_ip(addr(1, 2)).unwrap();
+    dev.with_cm(|_, core| {
+        assert_eq!(core.cm.connections(), 0);
+        assert!(core.conns.is_empty());
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_listener_that_rejects_gives_rejected_28_with_its_private_data() {
+    let (sch, _listen, cch, id) = pair(2, 9002);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    req.id.reject(b"not today").unwrap();
+    let rej = expect(&cch, EventType::Rejected);
+    assert_eq!(rej.status, 28);
+    assert_eq!(&rej.param.private_data[..9], b"not today");
+    let (s, _) = id.qp().unwrap().query().unwrap();
+    assert_eq!(s, rdma_transport::QpState::Err);
+}
+
+#[test]
+fn a_port_nobody_listens_on_gives_rejected_8() {
+    let (_sch, _listen, cch, _) = pair(3, 9003);
+    let id = cch.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(addr(3, 2)), SocketAddr::new(addr(3, 1), 9999), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    qp_on(&id);
+    id.connect(&ConnParam::default()).unwrap();
+    let ev = expect(&cch, EventType::Rejected);
+    assert_eq!(ev.status, 8);
+}
+
+#[test]
+fn a_peer_that_never_answers_gives_unreachable_after_the_retries_and_leaves_nothing_behind() {
+    fast();
+    let cch = EventChannel::new();
+    let id = cch.create_id(PortSpace::Tcp);
+    // Nobody has a socket on this address: every REQ is lost.
+    id.resolve_addr(Some(addr(4, 2)), SocketAddr::new(addr(4, 1), 9004), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    qp_on(&id);
+    let start = std::time::Instant::now();
+    id.connect(&ConnParam::default()).unwrap();
+    let ev = expect(&cch, EventType::Unreachable);
+    assert_eq!(ev.status, -libc::ETIMEDOUT);
+    // 1 + 3 copies, 100 ms apart.
+    assert!(start.elapsed() >= Duration::from_millis(400), "{:?}", start.elapsed());
+    let dev = CmDevice::for_ip(addr(4, 2)).unwrap();
+    dev.with_cm(|_, core| {
+        assert_eq!(core.cm.connections(), 0, "no connection left");
+        assert!(core.conns.is_empty(), "no ID left in the table");
+    })
+    .unwrap();
+    let stats = dev.ctx.stats();
+    assert_eq!((stats.mads_sent, stats.mad_timeouts), (4, 1));
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    fast();
+    let ch = EventChannel::new();
+    let id = ch.create_id(PortSpace::Tcp);
+    assert!(matches!(id.connect(&ConnParam::default()), Err(CmError::WrongState { call: "connect", .. })));
+    assert!(matches!(id.listen(1), Err(CmError::WrongState { call: "listen", .. })));
+    let long = ConnParam { private_data: vec![0; 57], ..ConnParam::default() };
+    assert!(matches!(id.connect(&long), Err(CmError::PrivateDataTooLong { len: 57, max: 56, .. })));
+    let a = SocketAddr::new(addr(5, 1), 9005);
+    id.bind_addr(a).unwrap();
+    id.listen(1).unwrap();
+    let other = ch.create_id(PortSpace::Tcp);
+    other.bind_addr(a).unwrap();
+    assert!(matches!(other.listen(1), Err(CmError::AddrInUse { port: 9005, .. })));
+    let wild = ch.create_id(PortSpace::Tcp);
+    assert!(matches!(wild.bind_addr("0.0.0.0:9006".parse().unwrap()), Err(CmError::NoDevice(..))));
+}
+
+#[test]
+fn dropping_a_connected_id_disconnects_it_and_dropping_a_request_rejects_it() {
+    let (sch, _listen, cch, id) = pair(6, 9007);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    qp_on(&req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    let est = expect(&cch, EventType::Established);
+    expect(&sch, EventType::Established);
+    // rdma_destroy_id without rdma_disconnect: the peer still hears of it.
+    drop((est, id));
+    expect(&sch, EventType::Disconnected);
+
+    // A request the application drops unanswered is rejected.
+    let id2 = cch.create_id(PortSpace::Tcp);
+    id2.resolve_addr(Some(addr(6, 2)), SocketAddr::new(addr(6, 1), 9007), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id2.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    qp_on(&id2);
+    id2.connect(&ConnParam::default()).unwrap();
+    loop {
+        let ev = next(&sch);
+        if ev.event == EventType::ConnectRequest {
+            drop(ev);
+            break;
+        }
+    }
+    let ev = loop {
+        let ev = next(&cch);
+        if ev.id == id2 {
+            break ev;
+        }
+    };
+    assert_eq!((ev.event, ev.status), (EventType::Rejected, 28));
+}

@@ -1,0 +1,332 @@
+//! What the CM does with what arrives: every MAD the GSI queued (REQ, REP,
+//! RTU, REJ, MRA, DREQ, DREP, SIDR), every send the GSI gave up on, and
+//! the passive side's "communication established" by data.
+
+use super::*;
+
+impl Cm {
+    /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
+    pub fn process(&mut self, now: Instant, ep: &mut Endpoint) {
+        while let Some(t) = ep.poll_mad_timeout() {
+            if self.sidr_timeout(t.dest, t.transaction_id) {
+                continue;
+            }
+            self.on_mad_timeout(now, ep, t.dest, t.transaction_id);
+        }
+        while let Some(r) = ep.poll_mad() {
+            let parsed = Mad::new_checked(&r.mad[..]).ok().and_then(|m| CmMadRepr::parse(&m).ok());
+            let Some(cm) = parsed else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            self.on_message(now, ep, r.from.to_canonical(), cm);
+        }
+        self.communication_established(ep);
+    }
+
+    /// IB's "communication established": a passive connection whose QP has
+    /// taken a request from the peer is up even if the RTU was lost (the
+    /// active side sends once it has the REP). Seen as the responder's
+    /// expected PSN having moved past the one our REP advertised.
+    fn communication_established(&mut self, ep: &Endpoint) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            let (State::RepSent, Some(qpn)) = (c.state, c.qpn) else { continue };
+            if ep.expected_psn(qpn).is_some_and(|p| p != c.params.starting_psn & 0xff_ffff) {
+                tracing::debug!(qpn, "data before the RTU: established");
+                self.stats.established_by_data += 1;
+                self.on_rtu(i);
+            }
+        }
+    }
+
+    fn on_mad_timeout(&mut self, now: Instant, ep: &mut Endpoint, dest: IpAddr, tid: u64) {
+        let Some(i) =
+            self.conns.iter().position(|c| c.peer == dest && (c.tid == tid || (c.dreq_tid == tid && c.dreq_tid != 0)))
+        else {
+            return;
+        };
+        let c = &self.conns[i];
+        let id = ConnId(c.local_id);
+        match c.state {
+            State::ReqSent | State::RepSent => {
+                Self::to_err(ep, c.qpn);
+                self.events.push_back(CmEvent::TimedOut { id });
+                self.conns.remove(i);
+            }
+            State::DreqSent => {
+                // The peer is gone: the disconnect completes locally.
+                self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
+                self.events.push_back(CmEvent::Disconnected { id });
+            }
+            _ => {}
+        }
+    }
+
+    fn by_ids(&self, from: IpAddr, local_id: u32, remote_id: u32) -> Option<usize> {
+        // `local_id` is ours; `remote_id` the peer's (0 if it does not know it yet).
+        self.conns
+            .iter()
+            .position(|c| c.peer == from && c.local_id == local_id && (c.remote_id == remote_id || c.remote_id == 0))
+    }
+
+    fn on_message(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, m: CmMadRepr) {
+        let tid = m.transaction_id;
+        match m.message {
+            CmMessage::Req(req) => self.on_req(ep, from, tid, req),
+            CmMessage::Rep(rep) => self.on_rep(ep, from, tid, rep),
+            CmMessage::Rtu(rtu) => match self.by_ids(from, rtu.remote_comm_id, rtu.local_comm_id) {
+                Some(i) if self.conns[i].state == State::RepSent => self.on_rtu(i),
+                _ => self.stats.unexpected += 1,
+            },
+            CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
+                Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent) => {
+                    let c = self.conns.remove(i);
+                    Self::to_err(ep, c.qpn);
+                    let private_data = Box::new(rej.private_data);
+                    self.events.push_back(CmEvent::Rejected {
+                        id: ConnId(c.local_id),
+                        reason: rej.reason,
+                        private_data,
+                    });
+                }
+                _ => self.stats.unexpected += 1,
+            },
+            CmMessage::Dreq(dreq) => self.on_dreq(now, ep, from, tid, dreq),
+            CmMessage::Drep(drep) => match self.by_ids(from, drep.remote_comm_id, drep.local_comm_id) {
+                Some(i) if self.conns[i].state == State::DreqSent => {
+                    self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
+                    self.events.push_back(CmEvent::Disconnected { id: ConnId(self.conns[i].local_id) });
+                }
+                _ => self.stats.unexpected += 1,
+            },
+            CmMessage::Mra(mra) => self.on_mra(now, ep, from, mra),
+            CmMessage::SidrReq(req) => self.on_sidr_req(ep, from, tid, req),
+            CmMessage::SidrRep(rep) => self.on_sidr_rep(from, rep),
+        }
+    }
+
+    /// The peer got our REQ or REP and needs time: stretch that send's
+    /// timer by the service timeout it names (§3.7).
+    fn on_mra(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, mra: MraRepr) {
+        let Some(i) = self.by_ids(from, mra.remote_comm_id, mra.local_comm_id) else {
+            self.stats.unexpected += 1;
+            return;
+        };
+        let c = &self.conns[i];
+        let waiting = matches!((c.state, mra.message_mraed), (State::ReqSent, msg::REQ) | (State::RepSent, msg::REP));
+        if !waiting {
+            self.stats.unexpected += 1;
+            return;
+        }
+        let extra = cm_time(mra.service_timeout) + self.config.response_timeout;
+        if ep.gsi_delay(now, c.peer, c.tid, extra) {
+            self.stats.mra_received += 1;
+            tracing::debug!(peer = %c.peer, ?extra, "MRA: waiting longer for the peer");
+        }
+    }
+
+    fn on_req(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, req: ReqRepr) {
+        if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
+            // A repeated REQ: our REP was lost (or is slow). Send it again;
+            // in any other state the copy in flight or the RTU settles it.
+            match (c.state, c.rep, c.req) {
+                (State::RepSent, Some(rep), Some(first)) => {
+                    Self::send_rep(ep, from, rep, &first);
+                    self.stats.rep_resent += 1;
+                }
+                // The consumer is slow to decide: tell the peer to wait
+                // (service timeout 24, about 68 s, as Linux sends).
+                (State::ReqRcvd, ..) => {
+                    let mra = emit(
+                        tid,
+                        CmMessage::Mra(MraRepr {
+                            local_comm_id: c.local_id,
+                            remote_comm_id: c.remote_id,
+                            message_mraed: msg::REQ,
+                            service_timeout: MRA_SERVICE_TIMEOUT,
+                            private_data: [0; MRA_PRIVATE_DATA_LEN],
+                        }),
+                    );
+                    self.send(ep, from, mra, false);
+                    self.stats.mra_sent += 1;
+                }
+                _ => self.stats.unexpected += 1,
+            }
+            return;
+        }
+        // Stale: the peer's QP is still ours under another communication
+        // ID (it restarted, or reused the QPN before our time-wait ended).
+        let stale = self.conns.iter().position(|c| {
+            c.peer == from
+                && c.remote_qpn == req.local_qpn
+                && c.remote_ca_guid == req.local_ca_guid
+                && matches!(c.state, State::Established | State::RepSent | State::TimeWait { .. })
+        });
+        if let Some(i) = stale {
+            tracing::info!(peer = %from, qpn = req.local_qpn, "stale connection: REJ 10");
+            self.stats.stale_rejected += 1;
+            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, RejReason::STALE_CONN), false);
+            if self.conns[i].state == State::Established {
+                let id = ConnId(self.conns[i].local_id);
+                let _ = self.disconnect(ep, id);
+            }
+            return;
+        }
+        let reason = if !self.listens.contains(&req.service_id) {
+            Some(RejReason::INVALID_SERVICE_ID)
+        } else if req.transport_service_type != transport_type::RC {
+            Some(RejReason::INVALID_TRANSPORT_TYPE)
+        } else if mtu_from_wire(req.path_mtu).is_none() {
+            Some(RejReason::INVALID_MTU)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, reason), false);
+            return;
+        }
+        let local_id = self.alloc_id();
+        self.conns.push(Conn {
+            local_id,
+            remote_id: req.local_comm_id,
+            peer: from,
+            qpn: None,
+            remote_qpn: req.local_qpn,
+            state: State::ReqRcvd,
+            tid,
+            dreq_tid: 0,
+            params: ConnParams::default(),
+            req: Some(req),
+            rep: None,
+            drep: None,
+            rep_private_data: None,
+            remote_ca_guid: req.local_ca_guid,
+            initiator_depth: 0,
+        });
+        self.events.push_back(CmEvent::ConnectRequest {
+            id: ConnId(local_id),
+            from,
+            service_id: req.service_id,
+            remote_qpn: req.local_qpn,
+            private_data: req.private_data,
+        });
+    }
+
+    fn on_rep(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, rep: RepRepr) {
+        let Some(i) = self.by_ids(from, rep.remote_comm_id, rep.local_comm_id) else {
+            self.stats.unexpected += 1;
+            return;
+        };
+        let c = &self.conns[i];
+        let rtu = emit(
+            tid,
+            CmMessage::Rtu(RtuRepr {
+                local_comm_id: c.local_id,
+                remote_comm_id: rep.local_comm_id,
+                private_data: [0; RTU_PRIVATE_DATA_LEN],
+            }),
+        );
+        match c.state {
+            State::ReqSent => {}
+            // Our RTU was lost: the peer repeats its REP.
+            State::Established if c.remote_id == rep.local_comm_id => return self.send(ep, from, rtu, false),
+            _ => {
+                self.stats.unexpected += 1;
+                return;
+            }
+        }
+        let (Some(qpn), p) = (c.qpn, c.params) else { return };
+        let id = ConnId(c.local_id);
+        // Swapped: the peer's responder resources are our initiator depth.
+        let rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(p.path_mtu),
+            dest_qp_num: Some(rep.local_qpn),
+            // rdma_cm: we receive from the PSN we advertised.
+            rq_psn: Some(p.starting_psn),
+            av: Some(AddressVector { dest: from, hop_limit: p.hop_limit, traffic_class: p.traffic_class }),
+            max_dest_rd_atomic: Some(rep.initiator_depth),
+            min_rnr_timer: Some(p.min_rnr_timer),
+            ..QpAttr::default()
+        };
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(rep.starting_psn),
+            timeout: Some(p.local_ack_timeout),
+            retry_cnt: Some(p.retry_count),
+            rnr_retry: Some(rep.rnr_retry_count),
+            max_rd_atomic: Some(rep.responder_resources),
+            ..QpAttr::default()
+        };
+        if ep.modify_qp(qpn, &rtr).and_then(|_| ep.modify_qp(qpn, &rts)).is_err() {
+            // The REP's values do not fit the QP: refuse it, do not panic.
+            Self::to_err(ep, Some(qpn));
+            self.send(ep, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
+            self.conns.remove(i);
+            self.events.push_back(CmEvent::QpError { id });
+            return;
+        }
+        self.send(ep, from, rtu, false);
+        let c = &mut self.conns[i];
+        c.remote_id = rep.local_comm_id;
+        c.remote_qpn = rep.local_qpn;
+        c.remote_ca_guid = rep.local_ca_guid;
+        c.rep_private_data = Some(Box::new(rep.private_data));
+        c.state = State::Established;
+        c.initiator_depth = rep.responder_resources;
+        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn: rep.local_qpn });
+    }
+
+    fn on_rtu(&mut self, i: usize) {
+        // The QP went to RTS in `accept`: the RTU only completes the handshake.
+        let c = &self.conns[i];
+        let Some(qpn) = c.qpn else { return };
+        let id = ConnId(c.local_id);
+        let c = &mut self.conns[i];
+        c.state = State::Established;
+        let remote_qpn = c.remote_qpn;
+        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn });
+    }
+
+    fn on_dreq(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, tid: u64, dreq: DreqRepr) {
+        let found = self.by_ids(from, dreq.remote_comm_id, dreq.local_comm_id);
+        let drep = emit(
+            tid,
+            CmMessage::Drep(DrepRepr {
+                local_comm_id: dreq.remote_comm_id,
+                remote_comm_id: dreq.local_comm_id,
+                private_data: [0; DREP_PRIVATE_DATA_LEN],
+            }),
+        );
+        let Some(i) = found else {
+            // No such connection (long gone): answer so the peer stops
+            // retrying, as Linux does.
+            self.stats.unexpected += 1;
+            return self.send(ep, from, drep, false);
+        };
+        let c = &self.conns[i];
+        // Linux ignores a DREQ not naming its QP; so do we.
+        if c.qpn != Some(dreq.remote_qpn & 0xff_ffff) {
+            self.stats.unexpected += 1;
+            return;
+        }
+        match c.state {
+            State::Established | State::DreqSent => {
+                Self::to_err(ep, c.qpn);
+                self.send(ep, from, drep, false);
+                let id = ConnId(c.local_id);
+                let c = &mut self.conns[i];
+                c.state = State::TimeWait { until: now + self.config.timewait };
+                c.drep = Some(drep);
+                self.events.push_back(CmEvent::Disconnected { id });
+            }
+            // A repeated DREQ: our DREP was lost.
+            State::TimeWait { .. } => {
+                let again = c.drep.unwrap_or(drep);
+                self.send(ep, from, again, false);
+            }
+            _ => self.stats.unexpected += 1,
+        }
+    }
+}

@@ -47,6 +47,7 @@ enum Cmd {
     /// The scenarios and what each shows.
     List,
     /// Run one scenario.
+    #[command(args_override_self = true)]
     Run(Box<RunArgs>),
     /// Serve ibsim's client protocol (IBSIM_SOCKNAME) in front of the
     /// emulated fabric an ibsim net file describes, for opensm and
@@ -54,12 +55,18 @@ enum Cmd {
     IbsimServe { netfile: std::path::PathBuf },
     /// Run one scenario on IB and on RoCE v2 (PFC only, PFC + DCQCN, neither)
     /// and print a table; --link, --pfc and --dcqcn are set per row.
+    #[command(args_override_self = true)]
     Compare(Box<RunArgs>),
 }
 
 #[derive(Args)]
 struct RunArgs {
+    /// The scenario (`rdma-fabric list`); or give --file.
     name: String,
+    /// A scenario file: TOML whose keys are these flags' long names plus
+    /// `scenario`; flags given here override it (fabric/scenarios/ has examples).
+    #[arg(long, value_name = "FILE.toml")]
+    file: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Simulated time, e.g. 5ms, 300us, 1s (each scenario has a default).
@@ -152,7 +159,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match rdma_fabric::scenario_file::expand(std::env::args().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rdma-fabric: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     match cli.cmd {
         Cmd::List => {
             for (name, what) in SCENARIOS {

@@ -295,3 +295,35 @@ fn leaf_spine_spreads_flows_over_spines_and_replays() {
     }
     assert!(run("victim", &Options { topology, ..Options::default() }, &mut |_, _| {}).is_err());
 }
+
+/// Every shipped scenario file runs (shortened), and a flag on the command
+/// line overrides the file's value.
+#[test]
+fn scenario_files_run_and_flags_override_them() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for f in files {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-fabric"))
+            .args(["run", "--file", f.to_str().unwrap(), "--duration", "300us", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {}", f.display(), String::from_utf8_lossy(&out.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(r["scenario"].is_string(), "{}", f.display());
+        if f.ends_with("fairness-8.toml") {
+            assert_eq!(r["flows"].as_array().unwrap().len(), 8, "the file's flows = 8");
+            assert_eq!(r["duration_us"].as_f64(), Some(300.0), "--duration overrides the file's 100ms");
+        }
+    }
+    let bad = std::env::temp_dir().join(format!("bad-scenario-{}.toml", std::process::id()));
+    std::fs::write(&bad, "scenario = \"incast\"\nfanout = 3\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-fabric"))
+        .args(["run", "--file", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fanout"), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_file(&bad).unwrap();
+}

@@ -452,9 +452,9 @@ impl Cm {
             dest_qp_num: Some(req.local_qpn),
             rq_psn: Some(req.starting_psn),
             av: Some(AddressVector {
-                dest: peer,
                 hop_limit: req.primary_path.hop_limit,
                 traffic_class: req.primary_path.traffic_class,
+                ..AddressVector::new(peer)
             }),
             max_dest_rd_atomic: Some(responder_resources),
             min_rnr_timer: Some(params.min_rnr_timer),
@@ -691,7 +691,7 @@ impl Cm {
             path_mtu: Some(p.path_mtu),
             dest_qp_num: Some(rep.local_qpn),
             rq_psn: Some(rep.starting_psn),
-            av: Some(AddressVector { dest: from, hop_limit: p.hop_limit, traffic_class: p.traffic_class }),
+            av: Some(AddressVector { hop_limit: p.hop_limit, traffic_class: p.traffic_class, ..AddressVector::new(from) }),
             max_dest_rd_atomic: Some(rep.initiator_depth),
             min_rnr_timer: Some(p.min_rnr_timer),
             ..QpAttr::default()

@@ -53,6 +53,8 @@ mod cq;
 mod device;
 mod error;
 pub mod faults;
+mod io;
+pub mod link;
 #[doc(hidden)]
 pub mod fuzzing;
 mod pd;
@@ -62,12 +64,13 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::Context;
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{devices, Device, DeviceConfig, Gid, Progress};
+pub use device::{devices, Backend, Device, DeviceConfig, Gid, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
+pub use rdma_transport::LinkKind;
 pub use rdma_transport::qp::{QpParams, QpStats};
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;

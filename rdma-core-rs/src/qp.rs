@@ -31,7 +31,7 @@ impl<'a> QpInitAttr<'a> {
 /// A queue pair. Dropping it destroys it.
 #[derive(Debug)]
 pub struct QueuePair {
-    ctx: Context,
+    pub(crate) ctx: Context,
     qpn: u32,
     qp_type: QpType,
     src_port: u16,
@@ -92,6 +92,20 @@ impl ProtectionDomain {
             return Err(Error::InvalidArgument("address handle: the destination GID is zero".into()));
         }
         Ok(AddressHandle { av: attr.to_av() })
+    }
+
+    /// An address handle from a whole address vector: for native IB, a
+    /// LID route (`AddressVector::lid`, DLID and SL, no GRH) or a global
+    /// one (a GID in `dest` as well), which [`AhAttr`] cannot say.
+    pub fn create_ah_av(&self, av: AddressVector) -> Result<AddressHandle> {
+        let ib = self.ctx.link_kind() == rdma_transport::LinkKind::Ib;
+        if ib && !(1..=0xbfff).contains(&av.dlid) {
+            return Err(Error::InvalidArgument(format!("address handle: DLID {} is not a unicast LID", av.dlid)));
+        }
+        if !ib && av.dest.is_unspecified() {
+            return Err(Error::InvalidArgument("address handle: RoCE needs a destination GID".into()));
+        }
+        Ok(AddressHandle { av })
     }
 }
 
@@ -222,7 +236,7 @@ impl AhAttr {
 
     /// The address vector a connected QP takes in its RTR attributes.
     pub fn to_av(&self) -> AddressVector {
-        AddressVector { dest: self.dgid.to_ip(), hop_limit: self.hop_limit, traffic_class: self.traffic_class }
+        AddressVector { hop_limit: self.hop_limit, traffic_class: self.traffic_class, ..AddressVector::new(self.dgid.to_ip()) }
     }
 }
 
@@ -240,6 +254,8 @@ impl AddressHandle {
             dest: self.av.dest,
             hop_limit: self.av.hop_limit,
             traffic_class: self.av.traffic_class,
+            dlid: self.av.dlid,
+            sl: self.av.sl,
             remote_qpn,
             remote_qkey,
         }

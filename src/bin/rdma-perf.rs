@@ -136,6 +136,8 @@ struct Args {
     /// rate, or off. CNPs for CE-marked data are sent either way.
     #[arg(long = "dcqcn", default_value = "off", value_parser = parse_dcqcn)]
     dcqcn: Dcqcn,
+    #[command(flatten)]
+    link: softroce::backend::LinkArgs,
 }
 
 /// `--dcqcn`'s value (a newtype: clap takes a bare `Option` for "may be absent").
@@ -182,7 +184,8 @@ fn config(a: &Args) -> Result<Config, String> {
     };
     let mtu = match a.mtu {
         Some(m) => Mtu::from_bytes(m).ok_or_else(|| format!("--mtu {m}: use 256, 512, 1024, 2048 or 4096"))?,
-        None if a.bind.is_loopback() => Mtu::Mtu4096,
+        // Loopback and the in-process link carry 4 KiB packets; a netdev's MTU is 1500 by default.
+        None if a.bind.is_loopback() && a.link.netdev.is_none() => Mtu::Mtu4096,
         None => Mtu::Mtu1024,
     };
     let duration = match a.duration {
@@ -225,6 +228,7 @@ fn config(a: &Args) -> Result<Config, String> {
         tos: a.tos,
         ecn_capable: !a.no_ecn,
         dcqcn: a.dcqcn.0,
+        link: a.link.clone(),
     })
 }
 

@@ -9,8 +9,10 @@
 //!   LINKTYPE_INFINIBAND (247), and decodes 0x88B5 frames as GRH-first,
 //!   which is wrong for LRH-first packets; ERF it decodes fully.
 //!
-//! Records are buffered and flushed every [`FLUSH_EVERY`] frames and when
-//! the link is dropped.
+//! Only frames of the link's EtherType are recorded (an interface also
+//! carries ARP, IPv6 neighbour discovery and the like, which are not the
+//! device's). Records are buffered and flushed every [`FLUSH_EVERY`]
+//! frames and when the link is dropped.
 
 use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
 use rdma_transport::LinkKind;
@@ -111,15 +113,21 @@ impl Drop for PcapSink {
 pub struct CaptureLink<L> {
     inner: L,
     sink: PcapSink,
+    ethertype: [u8; 2],
 }
 
 impl<L: Link> CaptureLink<L> {
     pub fn new(inner: L, path: &Path) -> io::Result<CaptureLink<L>> {
-        let sink = PcapSink::create(path, inner.caps().kind)?;
-        Ok(CaptureLink { inner, sink })
+        let kind = inner.caps().kind;
+        let sink = PcapSink::create(path, kind)?;
+        let ethertype = super::ethertype(kind).unwrap_or(0).to_be_bytes();
+        Ok(CaptureLink { inner, sink, ethertype })
     }
 
     fn record(&mut self, at: SystemTime, frame: &[u8]) {
+        if frame.get(12..14) != Some(&self.ethertype[..]) {
+            return;
+        }
         if let Err(e) = self.sink.record(at, frame) {
             tracing::warn!(error = %e, "capture: a frame could not be written");
         }

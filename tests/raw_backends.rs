@@ -158,7 +158,11 @@ fn tshark_check(backend: &str, file: &Path) {
             aeth += 1;
         }
         if op == 0x64 {
-            assert_eq!(u64::from_str_radix(r[8].trim_start_matches("0x"), 16), Ok(0x1111_1111), "UD SEND's DETH Q_Key: {r:?}");
+            assert_eq!(
+                u64::from_str_radix(r[8].trim_start_matches("0x"), 16),
+                Ok(0x1111_1111),
+                "UD SEND's DETH Q_Key: {r:?}"
+            );
             deth += 1;
         }
     }
@@ -209,7 +213,8 @@ fn tshark_decodes_a_capture_of_each_backend_and_rdma_dump_checks_its_crcs() {
 #[test]
 fn golden_captures_of_each_backend() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/raw");
-    let golden = [("roce1", include_str!("fixtures/raw/roce1.summary")), ("ib", include_str!("fixtures/raw/ib.summary"))];
+    let golden =
+        [("roce1", include_str!("fixtures/raw/roce1.summary")), ("ib", include_str!("fixtures/raw/ib.summary"))];
     for (backend, summary) in golden {
         let file = dir.join(format!("{backend}.pcap"));
         let got = dump_check(&file);
@@ -349,7 +354,8 @@ fn roce1_and_ib_between_two_network_namespaces_over_veth() {
                 assert!(err.contains("cannot reach the server"), "{test} over {backend}: {err}");
                 std::thread::sleep(Duration::from_millis(50)); // the server is not listening yet
             }
-            let client = client_out.unwrap_or_else(|| panic!("{test} over {backend}: the client never reached the server"));
+            let client =
+                client_out.unwrap_or_else(|| panic!("{test} over {backend}: the client never reached the server"));
             let r: serde_json::Value = serde_json::from_slice(&client.stdout).unwrap();
             assert_eq!(r["verified"], true, "{test} over {backend} between namespaces: {r}");
             let s: serde_json::Value = serde_json::from_str(&wait_ok(server, "server")).unwrap();

@@ -45,6 +45,7 @@ fn config(test: TestKind) -> Config {
         tos: 0,
         ecn_capable: true,
         dcqcn: None,
+        link: softroce::backend::LinkArgs::default(),
     }
 }
 

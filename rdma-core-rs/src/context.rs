@@ -10,15 +10,15 @@
 //! [`Progress::Thread`] a background thread is the permanent leader.
 
 use crate::device::{Backend, Device, Gid, Progress};
+use crate::error::Result;
+use crate::io::Io;
 use crate::link::capture::CaptureLink;
 use crate::link::faults::FaultLink;
 use crate::link::frames::FrameIo;
 use crate::link::inproc::InProcessLink;
 use crate::link::raw::RawLink;
 use crate::link::Link;
-use crate::error::Result;
 use crate::pd::ProtectionDomain;
-use crate::io::Io;
 use crate::udp::{IoStats, UdpIo, BATCH};
 use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -53,10 +53,10 @@ mod cq;
 mod device;
 mod error;
 pub mod faults;
-mod io;
-pub mod link;
 #[doc(hidden)]
 pub mod fuzzing;
+mod io;
+pub mod link;
 mod pd;
 mod qp;
 pub mod udp;
@@ -70,10 +70,10 @@ pub use faults::FaultConfig;
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
-pub use rdma_transport::LinkKind;
 pub use rdma_transport::qp::{QpParams, QpStats};
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;
+pub use rdma_transport::LinkKind;
 pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,

@@ -236,7 +236,11 @@ impl AhAttr {
 
     /// The address vector a connected QP takes in its RTR attributes.
     pub fn to_av(&self) -> AddressVector {
-        AddressVector { hop_limit: self.hop_limit, traffic_class: self.traffic_class, ..AddressVector::new(self.dgid.to_ip()) }
+        AddressVector {
+            hop_limit: self.hop_limit,
+            traffic_class: self.traffic_class,
+            ..AddressVector::new(self.dgid.to_ip())
+        }
     }
 }
 

@@ -226,7 +226,10 @@ fn configurations_that_cannot_work_are_refused() {
     assert!(e.contains("LID 0 is not a unicast LID"), "{e}");
     let e = err(DeviceConfig { backend: inproc.clone(), ..DeviceConfig::default() }, gid);
     assert!(e.contains("RoCE v2 goes over the UDP backend"), "{e}");
-    let e = err(DeviceConfig { backend: inproc, link: LinkKind::RoceV1, ..DeviceConfig::default() }, "10.0.0.1".parse().unwrap());
+    let e = err(
+        DeviceConfig { backend: inproc, link: LinkKind::RoceV1, ..DeviceConfig::default() },
+        "10.0.0.1".parse().unwrap(),
+    );
     assert!(e.contains("not a link-local EUI-64 GID"), "{e}");
     let e = Device::on_netdev("bad", "no-such-netdev0", config(LinkKind::RoceV1, 0)).unwrap_err().to_string();
     assert!(e.contains("no network interface \"no-such-netdev0\""), "{e}");

@@ -17,7 +17,10 @@ use std::rc::Rc;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn pair(link: LinkKind, faults: LinkConfig) -> (Sim, Side, Side, Rc<RefCell<Vec<Vec<u8>>>>) {
+/// Every packet the link carried, in order.
+type Seen = Rc<RefCell<Vec<Vec<u8>>>>;
+
+fn pair(link: LinkKind, faults: LinkConfig) -> (Sim, Side, Side, Seen) {
     let mut sim = Sim::new(7, faults);
     let (a, b) = connect(&mut sim, PairConfig { link, ..PairConfig::default() });
     let seen = Rc::new(RefCell::new(Vec::new()));
@@ -72,7 +75,10 @@ fn every_operation(link: LinkKind, faults: LinkConfig) -> (Sim, Side, Side, Vec<
     post(&mut sim, 5, cas, 20_008, 8).unwrap();
     assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) == 5), "every request completes");
     let swc = sim.ep(a.ep).poll_cq(a.send_cq, 16);
-    assert_eq!(swc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), (1..=5).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    assert_eq!(
+        swc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        (1..=5).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
     let rwc = sim.ep(b.ep).poll_cq(b.recv_cq, 16);
     assert_eq!(rwc.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), [(100, 5000), (101, 3000)]);
     assert_eq!(rwc[1].imm_data, Some(9));
@@ -136,12 +142,14 @@ fn corrupted_packets_are_dropped_by_their_crc() {
         let mut caught = 0;
         for i in [a.ep, b.ep] {
             let d = drops(&mut sim, i);
-            caught += d.get(&Drop::IcrcMismatch).copied().unwrap_or(0) + d.get(&Drop::VcrcMismatch).copied().unwrap_or(0);
+            caught +=
+                d.get(&Drop::IcrcMismatch).copied().unwrap_or(0) + d.get(&Drop::VcrcMismatch).copied().unwrap_or(0);
             caught += d.get(&Drop::Malformed).copied().unwrap_or(0);
         }
         assert!(sim.stats.corrupted > 0 && caught > 0, "{}: corruption caught by a CRC", link.name());
         if link == LinkKind::Ib {
-            let vcrc: u64 = [a.ep, b.ep].iter().map(|&i| drops(&mut sim, i).get(&Drop::VcrcMismatch).copied().unwrap_or(0)).sum();
+            let vcrc: u64 =
+                [a.ep, b.ep].iter().map(|&i| drops(&mut sim, i).get(&Drop::VcrcMismatch).copied().unwrap_or(0)).sum();
             assert!(vcrc > 0, "IB: the VCRC catches link damage first");
         }
     }

@@ -42,7 +42,10 @@ pub fn interface(name: &str) -> io::Result<NetworkInterface> {
     let all = pnet_datalink::interfaces();
     let names: Vec<String> = all.iter().map(|i| i.name.clone()).collect();
     all.into_iter().find(|i| i.name == name).ok_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, format!("no network interface {name:?} (there are: {})", names.join(", ")))
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no network interface {name:?} (there are: {})", names.join(", ")),
+        )
     })
 }
 
@@ -65,7 +68,13 @@ fn interface_mtu(name: &str) -> usize {
 fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: passes a pointer to a c_int and its size.
     let r = unsafe {
-        libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as _)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as _,
+        )
     };
     if r < 0 {
         return Err(io::Error::last_os_error());

@@ -691,7 +691,11 @@ impl Cm {
             path_mtu: Some(p.path_mtu),
             dest_qp_num: Some(rep.local_qpn),
             rq_psn: Some(rep.starting_psn),
-            av: Some(AddressVector { hop_limit: p.hop_limit, traffic_class: p.traffic_class, ..AddressVector::new(from) }),
+            av: Some(AddressVector {
+                hop_limit: p.hop_limit,
+                traffic_class: p.traffic_class,
+                ..AddressVector::new(from)
+            }),
             max_dest_rd_atomic: Some(rep.initiator_depth),
             min_rnr_timer: Some(p.min_rnr_timer),
             ..QpAttr::default()

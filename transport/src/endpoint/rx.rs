@@ -221,13 +221,8 @@ impl Endpoint {
         if is_response {
             qp.handle_response(now, t, &self.mrs, &mut self.cqs, &mut self.stats);
         } else {
-            let mut ctx = RespCtx {
-                mrs: &self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                stats: &mut self.stats,
-                ip_header,
-            };
+            let mut ctx =
+                RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, ip_header };
             qp.handle_request(t, &mut ctx);
         }
         if !was_error && qp.state == QpState::Err {

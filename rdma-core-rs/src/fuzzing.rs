@@ -174,8 +174,9 @@ fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, (tos, hop_limit): (u8, 
 pub mod frame_flags {
     /// Native IB frames (EtherType 0x88B5), else RoCE v1 (0x8915).
     pub const IB: u8 = 1;
-    /// Make the CRCs of every packet that parses right before it is
-    /// delivered, so that inputs reach past the CRC checks.
+    /// Address every packet that parses to the device (its GID or LID)
+    /// and make its CRCs right before it is delivered, so that inputs
+    /// reach past the address and CRC checks.
     pub const FIX_CRCS: u8 = 2;
 }
 
@@ -292,16 +293,23 @@ pub fn frame_receive(data: &[u8]) {
     assert_eq!(drop(Drop::IcrcMismatch), want.icrc, "ICRC failures");
     if flags & frame_flags::FIX_CRCS != 0 {
         assert_eq!(want.vcrc + want.icrc, 0, "fixed CRCs check out");
+        let misaddressed = drop(Drop::LidMismatch) + drop(Drop::GidMismatch);
+        assert_eq!(misaddressed, 0, "packets addressed to the device are not dropped as another's");
     }
     let mut buf = vec![0u8; rdma_transport::MAX_PACKET];
     assert!(ep.poll_transmit(now, &mut buf).is_none(), "a device without QPs answers nothing");
 }
 
-/// Rewrites the ICRC (and VCRC) of a packet that parses, in place.
+/// Addresses a packet that parses to the fuzz body's device (DLID 1, or
+/// its GID) and rewrites its ICRC (and VCRC), in place.
 fn fix_crcs(kind: rdma_transport::LinkKind, p: &mut [u8]) {
     use rdma_wire::{IbPacket, RoceV1Packet};
     match kind {
         rdma_transport::LinkKind::Ib => {
+            if IbPacket::new_checked(&*p).is_err() {
+                return;
+            }
+            p[2..4].copy_from_slice(&1u16.to_be_bytes());
             let Ok(q) = IbPacket::new_checked(&*p) else { return };
             let end = q.as_bytes().len() - 2; // through the ICRC
             let icrc = q.computed_icrc();
@@ -310,6 +318,11 @@ fn fix_crcs(kind: rdma_transport::LinkKind, p: &mut [u8]) {
             p[end..end + 2].copy_from_slice(&v.to_le_bytes());
         }
         _ => {
+            if RoceV1Packet::new_checked(&*p).is_err() {
+                return;
+            }
+            let std::net::IpAddr::V6(me) = crate::link::gid_of_mac([2, 0, 0, 0, 0, 1]) else { return };
+            p[24..40].copy_from_slice(&me.octets());
             let Ok(q) = RoceV1Packet::new_checked(&*p) else { return };
             let end = 40 + usize::from(q.grh().payload_len());
             let icrc = q.computed_icrc();

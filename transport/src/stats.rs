@@ -49,6 +49,8 @@ pub enum Drop {
     VcrcMismatch,
     /// A native IB packet whose DLID is not this port's LID.
     LidMismatch,
+    /// A RoCE v1 packet whose destination GID is not this port's.
+    GidMismatch,
     /// A MAD that came over a route this GSI cannot answer (native IB
     /// without a GRH: the GSI addresses peers by GID).
     MadNoGid,

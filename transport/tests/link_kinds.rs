@@ -184,6 +184,23 @@ fn ib_checks_the_dlid_and_the_slid() {
     assert_eq!(sim.ep(b.ep).stats().drops.values().sum::<u64>(), 2, "the original is accepted");
 }
 
+/// A RoCE v1 packet whose GRH names another GID is dropped with its reason.
+#[test]
+fn roce_v1_checks_the_destination_gid() {
+    let (mut sim, a, b, _) = pair(LinkKind::RoceV1, LinkConfig::default());
+    let mut buf = vec![0u8; MAX_PACKET];
+    let w = SendWr::new(1, SendOp::RdmaWrite { remote_addr: b.va, rkey: b.rkey }, sge(&a, 0, 64));
+    sim.ep(a.ep).post_send(a.qpn, w).unwrap();
+    let t = sim.ep(a.ep).poll_transmit(Instant::ZERO, &mut buf).expect("the WRITE");
+    let mut p = buf[..t.len].to_vec();
+    p[39] = 9; // destination GID fe80::9
+    let n = p.len();
+    let icrc = rdma_wire::icrc::roce_v1(&p[..n - 4]).unwrap();
+    p[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+    sim.ep(b.ep).handle_packet(Instant::ZERO, &p);
+    assert_eq!(sim.ep(b.ep).stats().drops.get(&Drop::GidMismatch), Some(&1));
+}
+
 /// UD over native IB: the address handle carries the DLID; the receive
 /// gets the payload after 40 bytes left for a GRH.
 #[test]

@@ -80,6 +80,12 @@ impl Endpoint {
             return;
         }
         let grh = p.grh();
+        // Frames reach us by MAC; the GRH must name this port too.
+        if IpAddr::V6(grh.dst()).to_canonical() != self.framer.local.to_canonical() {
+            tracing::debug!(dgid = %grh.dst(), "RoCE v1 packet for another GID");
+            self.stats.drop(Drop::GidMismatch, 0);
+            return;
+        }
         let src = Peer::Gid(IpAddr::V6(grh.src()).to_canonical());
         let ecn = grh.traffic_class() & ECN_MASK;
         self.dispatch(now, &p.transport(), src, ecn, &packet[..40]);

@@ -2,7 +2,9 @@
 //! completion queues, shared receive queues, queue pairs) behind a
 //! sans-IO interface, in the style of quinn-proto:
 //!
-//! - [`Endpoint::handle_packet`]: a received IP packet (RoCE v2);
+//! - [`Endpoint::handle_packet`]: a received packet of the device's link
+//!   kind (RoCE v2 IP packet, RoCE v1 GRH packet, native IB LRH packet;
+//!   [`Endpoint::set_link`]);
 //! - [`Endpoint::poll_transmit`]: the next packet to send, written into
 //!   the caller's buffer;
 //! - [`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`]: the next

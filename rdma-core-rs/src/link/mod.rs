@@ -16,7 +16,7 @@
 //! - The device's backend (`crate::io::Io`) is a closed enum of two
 //!   drivers, each a loop between the engine and the link: the UDP driver
 //!   of RoCE v2 ([`crate::udp::UdpIo`], unchanged: GSO/GRO, io_uring,
-//!   connected sockets, by-reference payloads) and [`frames::FrameIo`],
+//!   connected sockets, by-reference payloads) and `frames::FrameIo`,
 //!   the one driver of every frame link (RoCE v1 and native IB framing).
 //!   The UDP driver is no `Link` because the kernel writes the IP and
 //!   UDP headers that the engine's packets start with: it talks to the

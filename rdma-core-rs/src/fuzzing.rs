@@ -205,9 +205,11 @@ impl crate::link::Link for ReplayLink {
         let Some(f) = self.frames.pop_front() else { return Ok(None) };
         let n = f.len().min(buf.len());
         buf[..n].copy_from_slice(&f[..n]);
+        // A runt has no source address: zeros (the driver drops it anyway).
         let mut src = [0u8; 6];
-        let k = f.len().min(12).saturating_sub(6);
-        src[..k].copy_from_slice(&f[6..6 + k]);
+        if let Some(s) = f.get(6..12) {
+            src.copy_from_slice(s);
+        }
         Ok(Some(crate::link::FrameMeta {
             len: n,
             src,

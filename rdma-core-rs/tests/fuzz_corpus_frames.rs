@@ -30,6 +30,8 @@ fn good_damaged_and_foreign_frames_are_each_accounted_for() {
     let mut foreign = good.clone();
     foreign[12..14].copy_from_slice(&[0x89, 0x15]);
     frame_receive(&input(frame_flags::IB, &[good, bad, foreign]));
+    // A runt of 3 bytes (found by the fuzzer in the body's own replay link).
+    frame_receive(&input(0, &[vec![1, 2, 3], vec![]]));
 }
 
 fn input(flags: u8, frames: &[Vec<u8>]) -> Vec<u8> {

@@ -154,11 +154,13 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
             echo "{\"tag\":\"raw-$backend\",\"frame\":$frame,${line#\{}" >>"$out"
             echo "   $line" >&2
             echo "== rdma-perf write-bw --backend $backend over veth" >&2
-            ip netns exec ${ns}b $perf write-bw --backend $backend --netdev ${ns}vb --lid 2 --oob rdma-perf -p 19600 \
+            lids=(); lidc=()
+            [ $backend = ib ] && lids=(--lid 2) && lidc=(--lid 1)
+            ip netns exec ${ns}b $perf write-bw --backend $backend --netdev ${ns}vb "${lids[@]}" --oob rdma-perf -p 19600 \
                 --bind 10.214.0.2 --quiet --json >"$logs/rp-srv" 2>&1 &
             srv=$!
             sleep 0.5
-            line=$(ip netns exec ${ns}a $perf write-bw 10.214.0.2 --backend $backend --netdev ${ns}va --lid 1 \
+            line=$(ip netns exec ${ns}a $perf write-bw 10.214.0.2 --backend $backend --netdev ${ns}va "${lidc[@]}" \
                 --oob rdma-perf -p 19600 --bind 10.214.0.1 -s 65536 -m 1024 -D "$secs" --quiet --json 2>&1 | tail -1 || true)
             wait $srv || true
             case "$line" in

@@ -11,8 +11,10 @@
 //!
 //! Only frames of the link's EtherType are recorded (an interface also
 //! carries ARP, IPv6 neighbour discovery and the like, which are not the
-//! device's). Records are buffered and flushed every [`FLUSH_EVERY`]
-//! frames and when the link is dropped.
+//! device's). Records are buffered, and written out every [`FLUSH_EVERY`]
+//! frames, at the end of each burst the driver sends or receives
+//! ([`Link::flush`]: a capture is whole on disk as soon as the traffic
+//! stops, whoever holds the device then), and when the link is dropped.
 
 use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
 use rdma_transport::LinkKind;
@@ -114,6 +116,8 @@ pub struct CaptureLink<L> {
     inner: L,
     sink: PcapSink,
     ethertype: [u8; 2],
+    /// Records written since the last flush.
+    dirty: bool,
 }
 
 impl<L: Link> CaptureLink<L> {
@@ -121,7 +125,7 @@ impl<L: Link> CaptureLink<L> {
         let kind = inner.caps().kind;
         let sink = PcapSink::create(path, kind)?;
         let ethertype = super::ethertype(kind).unwrap_or(0).to_be_bytes();
-        Ok(CaptureLink { inner, sink, ethertype })
+        Ok(CaptureLink { inner, sink, ethertype, dirty: false })
     }
 
     fn record(&mut self, at: SystemTime, frame: &[u8]) {
@@ -131,6 +135,7 @@ impl<L: Link> CaptureLink<L> {
         if let Err(e) = self.sink.record(at, frame) {
             tracing::warn!(error = %e, "capture: a frame could not be written");
         }
+        self.dirty = true;
     }
 }
 
@@ -155,5 +160,11 @@ impl<L: Link> Link for CaptureLink<L> {
     }
     fn fd(&self) -> RawFd {
         self.inner.fd()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.dirty) {
+            self.sink.flush()?;
+        }
+        self.inner.flush()
     }
 }

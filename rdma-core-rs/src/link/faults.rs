@@ -74,4 +74,7 @@ impl<L: Link> Link for FaultLink<L> {
     fn fd(&self) -> RawFd {
         self.inner.fd()
     }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }

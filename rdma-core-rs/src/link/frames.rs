@@ -84,7 +84,17 @@ impl FrameIo {
             tracing::trace!(len = packet.len(), src = ?meta.src, "frame received");
             ep.handle_packet(now, packet);
         }
+        if n > 0 {
+            self.flush();
+        }
         Ok(n)
+    }
+
+    /// The end of a burst: see [`Link::flush`].
+    fn flush(&mut self) {
+        if let Err(e) = self.link.flush() {
+            tracing::warn!(error = %e, "the link could not flush");
+        }
     }
 
     /// Sends what the engine has, up to [`TX_PER_CALL`] frames; returns how many.
@@ -92,7 +102,12 @@ impl FrameIo {
         self.tx_left = false;
         let mut n = 0;
         while n < TX_PER_CALL {
-            let Some(t) = ep.poll_transmit(now, &mut self.tx[ETH_HEADER..]) else { return Ok(n) };
+            let Some(t) = ep.poll_transmit(now, &mut self.tx[ETH_HEADER..]) else {
+                if n > 0 {
+                    self.flush();
+                }
+                return Ok(n);
+            };
             debug_assert!(t.payload.is_none(), "frame links take payloads copied");
             let packet = &self.tx[ETH_HEADER..ETH_HEADER + t.len];
             let dst = match self.kind {
@@ -115,6 +130,7 @@ impl FrameIo {
             n += 1;
         }
         self.tx_left = true;
+        self.flush();
         Ok(n)
     }
 }

@@ -84,6 +84,11 @@ pub trait Link: Send {
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>>;
     /// Readable while frames wait (or may wait: a spurious wake-up is fine).
     fn fd(&self) -> RawFd;
+    /// The end of a burst of sends or receives: a link that buffers
+    /// something (a capture file) writes it out. Nothing by default.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Link for Box<dyn Link> {
@@ -101,6 +106,9 @@ impl Link for Box<dyn Link> {
     }
     fn fd(&self) -> RawFd {
         (**self).fd()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        (**self).flush()
     }
 }
 

@@ -328,6 +328,24 @@ fn roce1_and_ib_between_two_network_namespaces_over_veth() {
             return;
         }
     };
+    // A path MTU whose frames the interface (MTU 1500) cannot carry is refused.
+    let dev = v.dev[0].clone();
+    let refused = in_netns(&v.ns[0], move || {
+        use rdma_core_rs::*;
+        let cfg = DeviceConfig { link: LinkKind::RoceV1, ..DeviceConfig::default() };
+        let ctx = Device::on_netdev("mtu-check", &dev, cfg).unwrap().open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16, None).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let peer = PeerInfo { qpn: 0x99, psn: 0, gid: ctx.query_gid(0).unwrap() };
+        let opts = ConnectOptions { mtu: Mtu::Mtu4096, ..ConnectOptions::default() };
+        let e = qp.connect(0, &peer, &opts).unwrap_err().to_string();
+        let ok = qp.connect(0, &peer, &ConnectOptions { mtu: Mtu::Mtu1024, ..opts });
+        (e, ok.is_ok())
+    });
+    let (e, ok) = refused.join().unwrap();
+    assert!(e.contains("path MTU 4096 makes") && e.contains("at most 1514"), "{e}");
+    assert!(ok, "MTU 1024 fits a 1500-byte interface");
     for backend in BACKENDS {
         for test in BW_TESTS {
             let p = port().to_string();

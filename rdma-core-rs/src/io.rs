@@ -81,6 +81,14 @@ impl Io {
         }
     }
 
+    /// The largest frame the link carries, for a frame link.
+    pub(crate) fn max_frame(&self) -> Option<usize> {
+        match self {
+            Io::Udp(_) => None,
+            Io::Frames(f) => Some(f.max_frame()),
+        }
+    }
+
     pub(crate) fn offloads(&self) -> Offloads {
         match self {
             Io::Udp(u) => u.offloads(),

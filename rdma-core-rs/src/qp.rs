@@ -126,6 +126,19 @@ impl QueuePair {
     /// `ibv_modify_qp`: the fields set in `attr` are the attribute mask.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let mut st = self.ctx.inner.lock();
+        if let Some(mtu) = attr.path_mtu {
+            // A frame link cannot carry frames over its interface's MTU:
+            // refuse a path MTU that would make every full packet vanish.
+            let need = crate::link::ETH_HEADER + rdma_transport::MAX_PACKET - 4096 + mtu.bytes() as usize;
+            if let Some(max) = st.io.max_frame().filter(|&max| need > max) {
+                return Err(Error::InvalidArgument(format!(
+                    "QP {:#x}: path MTU {} makes {need}-byte frames; the link carries at most {max} \
+                     (raise the interface's MTU, or use a smaller -m)",
+                    self.qpn,
+                    mtu.bytes()
+                )));
+            }
+        }
         if attr.qp_state == Some(QpState::Rtr) {
             // A packet is judged in the state its QP had when it arrived:
             // what waits in the socket from before RTR is handled (and

@@ -61,6 +61,10 @@ impl FrameIo {
         self.link.fd()
     }
 
+    pub(crate) fn max_frame(&self) -> usize {
+        self.link.caps().max_frame
+    }
+
     pub(crate) fn sends_left(&self) -> bool {
         self.tx_left
     }

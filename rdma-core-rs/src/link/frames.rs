@@ -6,9 +6,10 @@
 //! Destination MAC addresses: a RoCE v1 GID is made from its port's MAC
 //! (EUI-64), so the MAC comes from the GID; an IB packet names a LID,
 //! which this driver maps to the MAC it last heard that LID from (the
-//! SLID of received frames), broadcasting until it has heard from it, as
-//! a learning switch floods unknown destinations. The engine drops
-//! packets for another LID (`Drop::LidMismatch`).
+//! SLID of received frames addressed to this port's LID), broadcasting
+//! until it has heard from it, as a learning switch floods unknown
+//! destinations. The engine drops packets for another LID
+//! (`Drop::LidMismatch`).
 
 use super::{ethertype, mac_of_gid, Link, Mac, BROADCAST, ETH_HEADER};
 use crate::udp::IoStats;
@@ -81,7 +82,9 @@ impl FrameIo {
             }
             self.stats.datagrams_received += 1;
             let packet = &frame[ETH_HEADER..];
-            if self.kind == LinkKind::Ib && packet.len() >= 8 {
+            // Learn only from packets addressed to this port's LID: a frame
+            // for another port must not move where our packets go.
+            if self.kind == LinkKind::Ib && packet.len() >= 8 && packet[2..4] == ep.lid().to_be_bytes() {
                 let slid = u16::from_be_bytes([packet[6], packet[7]]);
                 self.lids.insert(slid, meta.src);
             }

@@ -55,6 +55,7 @@ fn rdma_perf_bandwidth_tests_verify_over_loopback_roce1_and_ib() {
             assert_eq!(c["icrc_drops"], 0, "{test} over {backend}");
             assert!(c["packets_sent"].as_u64().unwrap() >= 300, "{test} over {backend}: {c}");
             assert_eq!(c["recv_syscalls"], 0, "a frame link makes no UDP receive calls: {c}");
+            assert_eq!(c["io_driver"], format!("{backend}-frames"), "the report names the backend: {c}");
         }
     }
 }

@@ -52,7 +52,7 @@ pub struct LinkArgs {
     /// The port's LID (--backend ib) [default: from the MAC].
     #[arg(long)]
     pub lid: Option<u16>,
-    /// Record every frame the device sends and receives (--backend roce1:
+    /// Record every frame the device sends and receives (udp and roce1:
     /// Ethernet pcap; ib: pcap of ERF type-21 records, as ibdump writes).
     #[arg(long)]
     pub pcap: Option<PathBuf>,
@@ -80,9 +80,6 @@ impl LinkArgs {
             if let Some(n) = &self.netdev {
                 return Err(format!("--netdev {n} is for --backend roce1 or ib (udp binds --bind)"));
             }
-            if self.pcap.is_some() {
-                return Err("--pcap records frame backends (--backend roce1 or ib); capture UDP with tcpdump".into());
-            }
         }
         if let Some(l) = self.lid {
             if self.backend != BackendKind::Ib {
@@ -109,10 +106,10 @@ impl LinkArgs {
         config: DeviceConfig,
     ) -> rdma_core_rs::Result<Device> {
         let link = self.backend.link();
-        if link == LinkKind::RoceV2 {
-            return Device::with_config(name, addr, config);
-        }
         let pcap = if primary { self.pcap.clone() } else { None };
+        if link == LinkKind::RoceV2 {
+            return Device::with_config(name, addr, DeviceConfig { pcap, ..config });
+        }
         let config = DeviceConfig { link, pcap, ..config };
         match &self.netdev {
             Some(netdev) => {

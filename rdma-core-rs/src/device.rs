@@ -105,8 +105,10 @@ pub struct DeviceConfig {
     /// The port's LID on native IB (`--lid`), until a subnet manager
     /// assigns one; 1 to 0xBFFF (unicast).
     pub lid: u16,
-    /// Records every frame the device sends and receives (frame backends;
-    /// see `link::capture` for the formats).
+    /// Records every packet the device sends and receives: Ethernet pcap
+    /// for RoCE v2 (UDP: sends then leave from unconnected sockets and
+    /// copied, not by reference) and RoCE v1, ERF type-21 records for IB
+    /// (see `link::capture`).
     pub pcap: Option<std::path::PathBuf>,
     pub progress: Progress,
     /// Faults injected on every packet the device sends.

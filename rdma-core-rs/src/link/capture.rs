@@ -110,6 +110,77 @@ impl Drop for PcapSink {
     }
 }
 
+/// The capture of the UDP backend, which is no frame link: the RoCE v2
+/// packets the engine sends and receives, whole IP packets, in Ethernet
+/// frames (made-up MAC addresses) of a classic pcap. The device sends from
+/// unconnected sockets while it captures, so Linux writes IPv4
+/// Identification 0, what the engine's packets say. A received IPv4
+/// packet's Identification, which a UDP socket does not show, is solved
+/// from its ICRC (as the engine does) and written in, with the header
+/// checksum, so that the capture's ICRCs check.
+pub struct IpTap {
+    sink: PcapSink,
+    recovery: rdma_wire::IdentRecovery,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for IpTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpTap").field("sink", &self.sink).finish_non_exhaustive()
+    }
+}
+
+impl IpTap {
+    pub fn create(path: &Path) -> io::Result<IpTap> {
+        let sink = PcapSink::create(path, LinkKind::RoceV2)?;
+        Ok(IpTap { sink, recovery: rdma_wire::IdentRecovery::new(), scratch: Vec::new() })
+    }
+
+    /// A packet sent, IP header through ICRC.
+    pub fn sent(&mut self, l3: &[u8]) {
+        self.record(l3, [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]);
+    }
+
+    /// A packet received, with the headers the UDP backend rebuilt.
+    pub fn received(&mut self, l3: &[u8]) {
+        self.scratch.clear();
+        self.scratch.extend_from_slice(l3);
+        if let Ok(p) = rdma_wire::RoceV2Packet::new_checked(&self.scratch[..]) {
+            let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
+            if p.ipv4().is_some() && computed != carried {
+                if let Some(ident) = self.recovery.recover(l3.len(), computed, carried) {
+                    self.scratch[4..6].copy_from_slice(&ident.to_be_bytes());
+                    self.scratch[10..12].fill(0);
+                    let sum = rdma_wire::ipv4::checksum(&self.scratch[..20]);
+                    self.scratch[10..12].copy_from_slice(&sum.to_be_bytes());
+                }
+            }
+        }
+        let packet = std::mem::take(&mut self.scratch);
+        self.record(&packet, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        self.scratch = packet;
+    }
+
+    fn record(&mut self, l3: &[u8], dst: Mac, src: Mac) {
+        let ethertype: u16 = if l3.first().is_some_and(|b| b >> 4 == 6) { 0x86dd } else { 0x0800 };
+        let mut frame = Vec::with_capacity(ETH_HEADER + l3.len());
+        frame.extend_from_slice(&dst);
+        frame.extend_from_slice(&src);
+        frame.extend_from_slice(&ethertype.to_be_bytes());
+        frame.extend_from_slice(l3);
+        if let Err(e) = self.sink.record(SystemTime::now(), &frame) {
+            tracing::warn!(error = %e, "capture: a packet could not be written");
+        }
+    }
+
+    /// The end of a burst: the records go to the file.
+    pub fn flush(&mut self) {
+        if let Err(e) = self.sink.flush() {
+            tracing::warn!(error = %e, "capture: could not flush");
+        }
+    }
+}
+
 /// A link whose frames, both ways, are also written to a capture file.
 #[derive(Debug)]
 pub struct CaptureLink<L> {

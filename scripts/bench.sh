@@ -16,7 +16,7 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"; [ -n "${BENCH_OUT:-}" ] || rm -f "$out"' EXIT
 
 echo "== building (release)" >&2
-cargo build --release -q --bin rdma-perf --example udp_baseline
+cargo build --release -q --bin rdma-perf --example udp_baseline --example raw_baseline
 perf=target/release/rdma-perf
 udp=target/release/examples/udp_baseline
 
@@ -128,6 +128,52 @@ if command -v fi_pingpong >/dev/null; then
     [ -n "$line" ] && echo "{\"test\":\"fi-pingpong\",\"size\":8,\"usec_per_xfer\":$(echo "$line" | awk '{print $7}')}" >>"$out"
 fi
 
+# The raw-frame backends between two network namespaces joined by a veth
+# pair (root only), against a plain AF_PACKET sender/receiver of the same
+# frame size over the same pair: RoCE v1 WRITE Middle frames at MTU 1024
+# are 14 + 40 + 12 + 1024 + 4 = 1094 bytes, IB ones 14 + 8 + 12 + 1024 + 4 + 2 = 1064.
+raw=target/release/examples/raw_baseline
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null; then
+    ns=bench$$
+    cleanup_ns() { ip netns del ${ns}a 2>/dev/null || true; ip netns del ${ns}b 2>/dev/null || true; }
+    trap 'cleanup_ns; rm -rf "$logs"; [ -n "${BENCH_OUT:-}" ] || rm -f "$out"' EXIT
+    if ip netns add ${ns}a && ip netns add ${ns}b && ip link add ${ns}va type veth peer name ${ns}vb &&
+        ip link set ${ns}va netns ${ns}a && ip link set ${ns}vb netns ${ns}b &&
+        ip -n ${ns}a addr add 10.214.0.1/24 dev ${ns}va && ip -n ${ns}b addr add 10.214.0.2/24 dev ${ns}vb &&
+        ip -n ${ns}a link set ${ns}va up && ip -n ${ns}b link set ${ns}vb up; then
+        for backend in roce1 ib; do
+            frame=1094
+            [ $backend = ib ] && frame=1064
+            echo "== raw baseline, $frame-byte frames over veth" >&2
+            ip netns exec ${ns}b $raw recv ${ns}vb "$secs" >"$logs/raw-recv" 2>&1 &
+            rx=$!
+            sleep 0.3
+            ip netns exec ${ns}a $raw send ${ns}va $frame "$secs" >"$logs/raw-send" 2>&1 || true
+            wait $rx || true
+            line=$(tail -1 "$logs/raw-recv")
+            echo "{\"tag\":\"raw-$backend\",\"frame\":$frame,${line#\{}" >>"$out"
+            echo "   $line" >&2
+            echo "== rdma-perf write-bw --backend $backend over veth" >&2
+            lids=(); lidc=()
+            [ $backend = ib ] && lids=(--lid 2) && lidc=(--lid 1)
+            ip netns exec ${ns}b $perf write-bw --backend $backend --netdev ${ns}vb "${lids[@]}" --oob rdma-perf -p 19600 \
+                --bind 10.214.0.2 --quiet --json >"$logs/rp-srv" 2>&1 &
+            srv=$!
+            sleep 0.5
+            line=$(ip netns exec ${ns}a $perf write-bw 10.214.0.2 --backend $backend --netdev ${ns}va "${lidc[@]}" \
+                --oob rdma-perf -p 19600 --bind 10.214.0.1 -s 65536 -m 1024 -D "$secs" --quiet --json 2>&1 | tail -1 || true)
+            wait $srv || true
+            case "$line" in
+                \{*) echo "{\"tag\":\"veth-$backend\",${line#\{}" >>"$out"; echo "   $(echo "$line" | cut -c1-160)" >&2 ;;
+                *) echo "   rdma-perf over veth failed: $line" >&2 ;;
+            esac
+        done
+    else
+        echo "   (could not make the namespaces: the raw backend rows will be missing)" >&2
+    fi
+    cleanup_ns
+fi
+
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -214,6 +260,18 @@ for name, sock, ur, key in (("WRITE 64 KiB, 1 QP (Gb/s)", one, pick(tag="uring-b
     if sock and ur:
         drv = ur["counters"].get("io_driver", "?")
         print(f"  {name:34} {sock[key]:9.2f} {ur[key]:9.2f} {ratio(ur[key], sock[key])}" + ("" if drv == "io-uring" else f"  (ran on {drv})"))
+print()
+print("Raw-frame backends over a veth pair between namespaces, WRITE 64 KiB at MTU 1024, against a plain")
+print("AF_PACKET sender/receiver of the same frame size over the same pair (frames per second)")
+for b in ("roce1", "ib"):
+    base, rp = pick(tag=f"raw-{b}"), pick(tag=f"veth-{b}")
+    if base and rp and base.get("seconds"):
+        base_fps = base["frames"] / base["seconds"]
+        rp_fps = rp["gbps"] * 1e9 / 8 / 1024  # 64 packets of 1024 bytes per message
+        print(f"  {b:6} rdma-perf {rp['gbps']:6.2f} Gb/s = {rp_fps / 1e3:7.1f} kframes/s; raw {base['gbps']:6.2f} Gb/s = "
+              f"{base_fps / 1e3:7.1f} kframes/s of {base['frame']} B; ratio {ratio(rp_fps, base_fps).strip()}")
+    else:
+        print(f"  {b:6} not measured (needs root and network namespaces)")
 print()
 print("Goals: WRITE 64 KiB 1 QP >= 0.5x GSO and >= 2x UCX; RTT <= 1.3x raw UDP (same mode), below UCX and")
 print("libfabric; >= 1 M 64-byte WRITEs/s.")

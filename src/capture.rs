@@ -15,6 +15,8 @@ pub mod linktype {
     pub const IPV4: u32 = 228;
     pub const IPV6: u32 = 229;
     pub const INFINIBAND: u32 = 247;
+    /// Endace ERF records (what `ibdump` and rdma-core-rs's IB captures write).
+    pub const ERF: u32 = 197;
     pub const LINUX_SLL2: u32 = 276;
 }
 

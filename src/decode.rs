@@ -1,9 +1,11 @@
 //! Finding the RDMA packet in a captured frame: RoCE v2 (UDP port 4791
 //! over IPv4 or IPv6), RoCE v1 (EtherType 0x8915) and native InfiniBand
-//! (LINKTYPE_INFINIBAND), behind Ethernet, Linux cooked or raw-IP framing.
+//! (LINKTYPE_INFINIBAND, ERF records of type 21 as `ibdump` writes them,
+//! or Ethernet frames of EtherType 0x88B5 from the raw IB backend),
+//! behind Ethernet, Linux cooked or raw-IP framing.
 
 use crate::capture::linktype;
-use rdma_wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1};
+use rdma_wire::ethernet::{ETHERTYPE_IB, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1};
 use rdma_wire::{EthernetRepr, IbPacket, RoceV1Packet, RoceV2Packet, ROCE_V2_PORT};
 
 /// The kind of RDMA packet a frame holds.
@@ -56,10 +58,8 @@ impl Decoded<'_> {
 /// Decodes one frame captured on a link of type `link`.
 pub fn decode(link: u32, frame: &[u8]) -> Decoded<'_> {
     match link {
-        linktype::INFINIBAND => match IbPacket::new_checked(frame) {
-            Ok(p) => Decoded::Ib(p),
-            Err(error) => Decoded::Malformed { kind: Kind::Ib, error },
-        },
+        linktype::INFINIBAND => ib(frame),
+        linktype::ERF => erf(frame),
         linktype::ETHERNET => match EthernetRepr::parse(frame) {
             Ok((eth, off)) => by_ethertype(eth.ethertype, &frame[off..]),
             Err(_) => Decoded::NotRdma,
@@ -84,8 +84,39 @@ fn by_ethertype(ethertype: u16, payload: &[u8]) -> Decoded<'_> {
             Ok(p) => Decoded::RoceV1(p),
             Err(error) => Decoded::Malformed { kind: Kind::RoceV1, error },
         },
+        ETHERTYPE_IB => ib(payload),
         _ => Decoded::NotRdma,
     }
+}
+
+fn ib(packet: &[u8]) -> Decoded<'_> {
+    match IbPacket::new_checked(packet) {
+        Ok(p) => Decoded::Ib(p),
+        Err(error) => Decoded::Malformed { kind: Kind::Ib, error },
+    }
+}
+
+/// ERF type of an InfiniBand data packet (from the LRH on).
+const ERF_TYPE_INFINIBAND: u8 = 21;
+
+/// An ERF record: a 16-byte header (timestamp, type, flags, record and
+/// wire lengths), 8 bytes per extension header when the type's top bit
+/// says one follows, then the packet. Only type 21 is RDMA here; type 25
+/// (IB link packets) and the rest are other traffic.
+fn erf(record: &[u8]) -> Decoded<'_> {
+    let Some(&ty) = record.get(8) else { return Decoded::NotRdma };
+    let mut at = 16;
+    let mut more = ty & 0x80 != 0;
+    while more {
+        let Some(&ext) = record.get(at) else { return Decoded::NotRdma };
+        more = ext & 0x80 != 0;
+        at += 8;
+    }
+    if ty & 0x7f != ERF_TYPE_INFINIBAND || record.len() < at {
+        return Decoded::NotRdma;
+    }
+    // The record length may round the packet up; the LRH gives its length.
+    ib(&record[at..])
 }
 
 /// The UDP destination port of an IP packet, if it is UDP and the header

@@ -55,6 +55,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         tos: 0,
         ecn_capable: true,
         dcqcn: None,
+        link: crate::backend::LinkArgs::default(),
     }
 }
 
@@ -214,9 +215,11 @@ fn check_dest(m: &[u8]) -> Option<Dest> {
 /// the peer sends; it is read as one entry (rc, uc, ud) and as srq's table.
 pub fn pingpong_exchange(data: &[u8]) {
     for m in data.chunks(pingpong::MSG_LEN) {
-        if let Ok(p) = pingpong::parse_msg(m) {
-            let again = pingpong::parse_msg(&pingpong::wire_msg(p.qpn, p.psn, p.gid)).expect("re-encoded parses");
-            assert_eq!((again.qpn, again.psn, again.gid), (p.qpn, p.psn, p.gid));
+        if let Ok(d) = pingpong::parse_msg(m) {
+            let p = d.info;
+            let again =
+                pingpong::parse_msg(&pingpong::wire_msg(d.lid, p.qpn, p.psn, p.gid)).expect("re-encoded parses");
+            assert_eq!(again, d, "the LID, QPN, PSN and GID survive re-encoding");
             assert!(p.qpn <= 0xff_ffff && p.psn <= 0xff_ffff);
         }
     }

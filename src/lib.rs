@@ -1,6 +1,7 @@
 //! The tools of the softroce workspace: capture reading and RDMA packet
 //! decoding shared by `rdma-dump` and the tests.
 
+pub mod backend;
 pub mod capture;
 pub mod decode;
 pub mod dump;

@@ -3,6 +3,7 @@
 //! flags, the same TCP exchange of `LID:QPN:PSN:GID` on port 18515, the
 //! same output, so either side can be the real tool.
 
+use crate::backend::BackendKind;
 use clap::Parser;
 use rdma_core_rs::*;
 use std::io::{Read, Write};
@@ -66,6 +67,15 @@ pub struct Args {
     /// no such flag and send 0.
     #[arg(short = 'T', long = "tos", default_value_t = 0)]
     pub tos: u8,
+    /// Run the server in a thread of this process too (on --loopback-peer),
+    /// and be its client: with --backend roce1 or ib, over the in-process link.
+    #[arg(long, conflicts_with = "servername")]
+    pub loopback: bool,
+    /// The server's address in --loopback runs.
+    #[arg(long, default_value = "127.0.0.2")]
+    pub loopback_peer: IpAddr,
+    #[command(flatten)]
+    pub link: crate::backend::LinkArgs,
 }
 
 const RECV_WRID: u64 = 1;
@@ -90,10 +100,17 @@ pub enum PingPongError {
     Failed(String),
 }
 
+/// One side's entry of the exchange (the examples' `pingpong_dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dest {
+    pub lid: u16,
+    pub info: PeerInfo,
+}
+
 /// `LID:QPN:PSN:GID` as the examples write it (QPN and PSN are 24 bits:
 /// wider values are cut, so the message always fits).
-pub(crate) fn wire_msg(qpn: u32, psn: u32, gid: Gid) -> [u8; MSG_LEN] {
-    let s = format!("{:04x}:{:06x}:{:06x}:{}", 0, qpn & 0xff_ffff, psn & 0xff_ffff, gid.to_wire_hex());
+pub(crate) fn wire_msg(lid: u16, qpn: u32, psn: u32, gid: Gid) -> [u8; MSG_LEN] {
+    let s = format!("{:04x}:{:06x}:{:06x}:{}", lid, qpn & 0xff_ffff, psn & 0xff_ffff, gid.to_wire_hex());
     let mut m = [0u8; MSG_LEN];
     m[..s.len()].copy_from_slice(s.as_bytes());
     m
@@ -101,7 +118,7 @@ pub(crate) fn wire_msg(qpn: u32, psn: u32, gid: Gid) -> [u8; MSG_LEN] {
 
 /// Parses the peer's `LID:QPN:PSN:GID`. A QPN or PSN wider than 24 bits,
 /// a LID wider than 16 or a message longer than [`MSG_LEN`] is refused.
-pub(crate) fn parse_msg(m: &[u8]) -> Result<PeerInfo, PingPongError> {
+pub(crate) fn parse_msg(m: &[u8]) -> Result<Dest, PingPongError> {
     let s = std::str::from_utf8(&m[..m.len().min(MSG_LEN)]).unwrap_or("").trim_end_matches('\0');
     let bad = || PingPongError::Failed(format!("Couldn't parse the remote address {s:?}"));
     if m.len() > MSG_LEN {
@@ -112,11 +129,11 @@ pub(crate) fn parse_msg(m: &[u8]) -> Result<PeerInfo, PingPongError> {
         return Err(bad());
     }
     let field = |p: &str, max: u32| u32::from_str_radix(p, 16).ok().filter(|&v| v <= max).ok_or_else(bad);
-    field(parts[0], 0xffff)?;
+    let lid = field(parts[0], 0xffff)? as u16;
     let qpn = field(parts[1], 0xff_ffff)?;
     let psn = field(parts[2], 0xff_ffff)?;
     let gid = Gid::from_wire_hex(parts[3]).ok_or_else(bad)?;
-    Ok(PeerInfo { qpn, psn, gid })
+    Ok(Dest { lid, info: PeerInfo { qpn, psn, gid } })
 }
 
 /// How many `LID:QPN:PSN:GID` entries each side sends: srq_pingpong always
@@ -130,19 +147,19 @@ fn exchange_entries(kind: Kind) -> usize {
 }
 
 /// This side's entries, padded with all-zero ones to `entries`.
-fn exchange_messages(local: &[PeerInfo], entries: usize) -> Vec<u8> {
-    let zero = PeerInfo { qpn: 0, psn: 0, gid: Gid::default() };
+fn exchange_messages(local: &[Dest], entries: usize) -> Vec<u8> {
+    let zero = Dest { lid: 0, info: PeerInfo { qpn: 0, psn: 0, gid: Gid::default() } };
     (0..entries)
         .flat_map(|i| {
-            let p = local.get(i).unwrap_or(&zero);
-            wire_msg(p.qpn, p.psn, p.gid)
+            let d = local.get(i).unwrap_or(&zero);
+            wire_msg(d.lid, d.info.qpn, d.info.psn, d.info.gid)
         })
         .collect()
 }
 
 /// Reads the peer's `entries` entries and keeps the first `used`: fixed-size
 /// messages into one fixed buffer, so nothing the peer sends sizes memory.
-pub(crate) fn read_remote(stream: &mut impl Read, entries: usize, used: usize) -> Result<Vec<PeerInfo>, PingPongError> {
+pub(crate) fn read_remote(stream: &mut impl Read, entries: usize, used: usize) -> Result<Vec<Dest>, PingPongError> {
     let mut buf = [0u8; MSG_LEN];
     let mut remote = Vec::with_capacity(used.min(entries));
     for i in 0..entries {
@@ -156,8 +173,9 @@ pub(crate) fn read_remote(stream: &mut impl Read, entries: usize, used: usize) -
     Ok(remote)
 }
 
-fn print_dest(which: &str, p: &PeerInfo) {
-    println!("  {which} address:  LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", p.qpn, p.psn, p.gid);
+fn print_dest(which: &str, d: &Dest) {
+    let p = &d.info;
+    println!("  {which} address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}", d.lid, p.qpn, p.psn, p.gid);
 }
 
 fn psn() -> u32 {
@@ -186,7 +204,16 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
     if num_qp == 0 || num_qp > rx_depth || num_qp > SRQ_MAX_QP {
         return Err(PingPongError::Usage(format!("num_qp must be between 1 and rx_depth (and at most {SRQ_MAX_QP})")));
     }
-    let dev = Device::new(&args.ib_dev, args.bind)?;
+    args.link.validate().map_err(PingPongError::Usage)?;
+    if args.link.backend != BackendKind::Udp && args.link.netdev.is_none() && !in_process(args) {
+        return Err(PingPongError::Usage(
+            "--backend roce1/ib between processes needs --netdev IFACE (or --loopback: in-process)".into(),
+        ));
+    }
+    // The server of a --loopback run is the second device of the in-process link.
+    let primary = !(args.loopback && args.servername.is_none());
+    let fabric = format!("pingpong-{}-{}", std::process::id(), args.port);
+    let dev = args.link.device(&args.ib_dev, args.bind, &fabric, primary, DeviceConfig::default())?;
     let ctx = dev.open()?;
     let pd = ctx.alloc_pd()?;
     let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
@@ -230,7 +257,9 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
         None => qps[0].post_recv(&(0..rx_depth).map(|_| recv_wr(0)).collect::<Vec<_>>())?,
     }
     let gid = ctx.query_gid(0)?;
-    let local: Vec<PeerInfo> = qps.iter().map(|q| PeerInfo { qpn: q.qp_num(), psn: psn(), gid }).collect();
+    let lid = ctx.lid();
+    let local: Vec<Dest> =
+        qps.iter().map(|q| Dest { lid, info: PeerInfo { qpn: q.qp_num(), psn: psn(), gid } }).collect();
     for l in &local {
         print_dest("local", l);
     }
@@ -259,7 +288,8 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
         read_remote(&mut stream, entries, num_qp)?
     };
     for (i, qp) in qps.iter().enumerate() {
-        qp.to_rts(local[i].psn, &remote[i], &opts)?;
+        let opts = ConnectOptions { dlid: remote[i].lid, sl: args.sl, ..opts };
+        qp.to_rts(local[i].info.psn, &remote[i].info, &opts)?;
     }
     if is_client {
         stream.write_all(b"done\0")?;
@@ -271,13 +301,17 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
     for r in &remote {
         print_dest("remote", r);
     }
-    let ah_attr = AhAttr { traffic_class: args.tos, ..AhAttr::new(remote[0].gid) };
-    let ah = if kind == Kind::Ud { Some(pd.create_ah(&ah_attr)?) } else { None };
+    let ah_attr = AhAttr { traffic_class: args.tos, ..AhAttr::new(remote[0].info.gid) };
+    let ah = match (kind, ctx.link_kind()) {
+        (Kind::Ud, LinkKind::Ib) => Some(pd.create_ah_av(AddressVector::lid(remote[0].lid, args.sl))?),
+        (Kind::Ud, _) => Some(pd.create_ah(&ah_attr)?),
+        _ => None,
+    };
     let send = |i: usize| -> Result<(), PingPongError> {
         let len = size as u32;
         let mut wr = SendWr::new(SEND_WRID | (i as u64) << 8, SendOp::Send, vec![mr.sge(extra, len)?]);
         if let Some(ah) = &ah {
-            wr.ud = Some(ah.ud_dest(remote[i].qpn, UD_QKEY));
+            wr.ud = Some(ah.ud_dest(remote[i].info.qpn, UD_QKEY));
         }
         qps[i].post_send(&[wr])?;
         Ok(())
@@ -361,10 +395,39 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
     Ok(())
 }
 
+/// Whether this run's devices are on the in-process link.
+fn in_process(args: &Args) -> bool {
+    args.loopback
+}
+
+/// `--loopback`: the server in a thread (on --loopback-peer), this thread
+/// its client; the client retries while the server comes up.
+pub fn run_loopback(kind: Kind, args: &Args) -> Result<(), PingPongError> {
+    let server_args = Args { bind: args.loopback_peer, ib_dev: format!("{}-srv", args.ib_dev), ..args.clone() };
+    let server = std::thread::Builder::new()
+        .name("pingpong-server".into())
+        .spawn(move || run(kind, &server_args).map_err(|e| e.to_string()))?;
+    let client_args = Args { servername: Some(args.loopback_peer.to_string()), ..args.clone() };
+    let mut r = run(kind, &client_args);
+    for _ in 0..100 {
+        match &r {
+            Err(PingPongError::Failed(m)) if m.starts_with("Couldn't connect") => {
+                std::thread::sleep(Duration::from_millis(20));
+                r = run(kind, &client_args);
+            }
+            _ => break,
+        }
+    }
+    let s = server.join().map_err(|_| PingPongError::Failed("the server thread panicked".into()))?;
+    r?;
+    s.map_err(|e| PingPongError::Failed(format!("server: {e}")))
+}
+
 /// The `main` of each example.
 pub fn main(kind: Kind) -> std::process::ExitCode {
     let args = Args::parse();
-    match run(kind, &args) {
+    let r = if args.loopback { run_loopback(kind, &args) } else { run(kind, &args) };
+    match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");
@@ -381,10 +444,14 @@ mod tests {
     fn the_exchange_message_matches_the_captured_one() {
         // From tests/fixtures/golden/pcaps/rc_pingpong.pcap.
         let captured = b"0000:000017:35de35:00000000000000000000ffff0a4d000c\0";
-        let p = parse_msg(captured).unwrap();
-        assert_eq!((p.qpn, p.psn), (0x17, 0x35de35));
+        let d = parse_msg(captured).unwrap();
+        let p = d.info;
+        assert_eq!((d.lid, p.qpn, p.psn), (0, 0x17, 0x35de35));
         assert_eq!(p.gid.to_ip(), "10.77.0.12".parse::<IpAddr>().unwrap());
-        assert_eq!(&wire_msg(p.qpn, p.psn, p.gid), captured);
+        assert_eq!(&wire_msg(d.lid, p.qpn, p.psn, p.gid), captured);
+        let ib = wire_msg(0x2a, p.qpn, p.psn, p.gid);
+        assert_eq!(&ib[..5], b"002a:", "the LID field carries an IB port's LID");
+        assert_eq!(parse_msg(&ib).unwrap().lid, 0x2a);
     }
 
     #[test]
@@ -402,7 +469,7 @@ mod tests {
         }
         assert!(parse_msg(&[b'0'; MSG_LEN + 1]).is_err());
         // a short or absent table is an error, not a wait for more memory
-        let one = wire_msg(0x17, 0x35de35, Gid::from_wire_hex(gid).unwrap());
+        let one = wire_msg(0, 0x17, 0x35de35, Gid::from_wire_hex(gid).unwrap());
         assert_eq!(read_remote(&mut &one[..], 1, 1).unwrap().len(), 1);
         assert!(read_remote(&mut &one[..], 2, 1).is_err());
         assert!(read_remote(&mut &one[..10], 1, 1).is_err());
@@ -414,13 +481,16 @@ mod tests {
         // whatever -q says, zeros past the QPs in use: a peer that sends only
         // -q entries leaves it waiting forever (found in the Soft-RoCE lab).
         let gid = Gid::from_ip("10.88.0.1".parse().unwrap());
-        let local = vec![PeerInfo { qpn: 0x11, psn: 0x123456, gid }, PeerInfo { qpn: 0x12, psn: 0x654321, gid }];
+        let local = vec![
+            Dest { lid: 0, info: PeerInfo { qpn: 0x11, psn: 0x123456, gid } },
+            Dest { lid: 0, info: PeerInfo { qpn: 0x12, psn: 0x654321, gid } },
+        ];
         assert_eq!(exchange_entries(Kind::Srq), 256);
         assert_eq!(exchange_entries(Kind::Rc), 1);
         let m = exchange_messages(&local, exchange_entries(Kind::Srq));
         assert_eq!(m.len(), 256 * 52);
-        assert_eq!(&m[..52], &wire_msg(0x11, 0x123456, gid));
-        assert_eq!(&m[52..104], &wire_msg(0x12, 0x654321, gid));
+        assert_eq!(&m[..52], &wire_msg(0, 0x11, 0x123456, gid));
+        assert_eq!(&m[52..104], &wire_msg(0, 0x12, 0x654321, gid));
         assert_eq!(&m[104..156], b"0000:000000:000000:00000000000000000000000000000000\0");
         assert!(m[104..].chunks(52).all(|c| c == &m[104..156]));
         assert!(parse_msg(b"0000:zz:0:0").is_err());

@@ -60,7 +60,7 @@ impl Attacker {
 
     /// Frames `tr` with a correct ICRC and sends what follows the UDP header.
     fn send(&self, tr: &TransportRepr, payload: &[u8]) {
-        let framer = Framer { local: self.me, by_ref: false };
+        let framer = Framer::roce_v2(self.me);
         let mut buf = vec![0u8; MAX_PACKET];
         let av = AddressVector::new(self.device);
         let n = framer

@@ -45,6 +45,7 @@ fn config(test: TestKind) -> Config {
         tos: 0,
         ecn_capable: true,
         dcqcn: None,
+        link: softroce::backend::LinkArgs::default(),
     }
 }
 
@@ -547,6 +548,7 @@ fn a_hostile_server_info_is_refused_by_the_client() {
         qpns: vec![0x11],
         psns: vec![1],
         gid: gid.clone(),
+        lid: 0,
         addrs: vec![0x1000],
         rkeys,
         slots,

@@ -5,7 +5,7 @@
 use crate::device::Gid;
 use crate::error::Result;
 use crate::qp::{AhAttr, QueuePair};
-use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
+use rdma_transport::{Access, LinkKind, Mtu, QpAttr, QpState, QpType};
 
 /// What the peer told us out of band (the libibverbs examples' `pingpong_dest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,13 @@ pub struct ConnectOptions {
     pub hop_limit: u8,
     pub traffic_class: u8,
     pub sgid_index: u32,
+    /// Native IB: the peer port's LID (the exchanges' LID field) and the
+    /// service level of the path. Ignored on RoCE.
+    pub dlid: u16,
+    pub sl: u8,
+    /// Native IB: send a GRH (the peer's GID) with every packet, as for a
+    /// route through an IB router; off, packets carry only the LRH.
+    pub ib_global: bool,
 }
 
 impl Default for ConnectOptions {
@@ -52,6 +59,9 @@ impl Default for ConnectOptions {
             hop_limit: 64,
             traffic_class: 0,
             sgid_index: 0,
+            dlid: 0,
+            sl: 0,
+            ib_global: false,
         }
     }
 }
@@ -81,12 +91,26 @@ impl QueuePair {
             hop_limit: opts.hop_limit,
             traffic_class: opts.traffic_class,
         };
+        let mut av = ah.to_av();
+        if self.ctx.link_kind() == LinkKind::Ib {
+            if connected && !(1..=0xbfff).contains(&opts.dlid) {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "QP {:#x}: the peer's LID {} is not a unicast LID (native IB addresses by LID)",
+                    self.qp_num(),
+                    opts.dlid
+                )));
+            }
+            (av.dlid, av.sl) = (opts.dlid, opts.sl);
+            if !opts.ib_global {
+                av.dest = std::net::Ipv6Addr::UNSPECIFIED.into();
+            }
+        }
         self.modify(&QpAttr {
             qp_state: Some(QpState::Rtr),
             path_mtu: connected.then_some(opts.mtu),
             dest_qp_num: connected.then_some(peer.qpn),
             rq_psn: connected.then_some(peer.psn),
-            av: connected.then(|| ah.to_av()),
+            av: connected.then_some(av),
             max_dest_rd_atomic: rc.then_some(opts.max_rd_atomic),
             min_rnr_timer: rc.then_some(opts.min_rnr_timer),
             ..QpAttr::default()

@@ -9,8 +9,15 @@
 //! variable and are woken after each round of progress. With
 //! [`Progress::Thread`] a background thread is the permanent leader.
 
-use crate::device::{Device, Gid, Progress};
+use crate::device::{Backend, Device, Gid, Progress};
 use crate::error::Result;
+use crate::io::Io;
+use crate::link::capture::CaptureLink;
+use crate::link::faults::FaultLink;
+use crate::link::frames::FrameIo;
+use crate::link::inproc::InProcessLink;
+use crate::link::raw::RawLink;
+use crate::link::Link;
 use crate::pd::ProtectionDomain;
 use crate::udp::{IoStats, UdpIo, BATCH};
 use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats};
@@ -45,7 +52,7 @@ pub(crate) struct ChannelState {
 
 pub(crate) struct State {
     pub(crate) ep: Endpoint,
-    pub(crate) io: UdpIo,
+    pub(crate) io: Io,
     pub(crate) channels: Vec<ChannelState>,
     /// CQs armed with `req_notify`, and the channel each reports to.
     pub(crate) armed: Vec<(CqId, usize)>,
@@ -296,12 +303,21 @@ impl Context {
     pub(crate) fn open(device: &Device) -> Result<Context> {
         let cfg = device.config();
         let mut ep = Endpoint::new(device.addr());
-        ep.set_ipv4_ident_unknown(true); // see crate::udp
         ep.set_ack_delay(cfg.ack_delay);
         ep.set_ecn_capable(cfg.ecn_capable);
         ep.set_congestion_control(cfg.congestion_control);
-        let io = UdpIo::bind(device.addr(), cfg)?;
-        ep.set_payload_by_reference(io.sends_by_reference());
+        let io = match &cfg.backend {
+            Backend::Udp => {
+                ep.set_ipv4_ident_unknown(true); // see crate::udp
+                let io = UdpIo::bind(device.addr(), cfg)?;
+                ep.set_payload_by_reference(io.sends_by_reference());
+                Io::Udp(io)
+            }
+            backend => {
+                ep.set_link(cfg.link, device.lid());
+                Io::Frames(FrameIo::new(open_link(device, backend)?)?)
+            }
+        };
         let wait_fds = io.wait_fds();
         let inner = Arc::new(Inner {
             device: device.clone(),
@@ -316,7 +332,7 @@ impl Context {
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         });
-        tracing::info!(device = device.name(), addr = %device.addr(), "device open");
+        tracing::info!(device = device.name(), addr = %device.addr(), link = cfg.link.name(), lid = device.lid(), "device open");
         if cfg.progress == Progress::Thread {
             spawn_progress_thread(&inner)?;
         } else if !cfg.ack_delay.is_zero() {
@@ -372,7 +388,17 @@ impl Context {
 
     /// The socket layer's counters (datagrams, system calls, injected faults).
     pub fn io_stats(&self) -> IoStats {
-        self.inner.lock().io.stats.clone()
+        self.inner.lock().io.stats().clone()
+    }
+
+    /// The framing of the device's packets.
+    pub fn link_kind(&self) -> rdma_transport::LinkKind {
+        self.inner.device.config().link
+    }
+
+    /// `ibv_query_port`'s LID: the port's LID on native IB, 0 on RoCE.
+    pub fn lid(&self) -> u16 {
+        self.inner.device.lid()
     }
 
     /// The UDP offloads the device uses (GSO, GRO).
@@ -384,6 +410,29 @@ impl Context {
     pub fn io_driver(&self) -> crate::IoDriver {
         self.inner.lock().io.driver()
     }
+}
+
+/// The frame link of a device of a frame backend, with its capture and
+/// fault-injection wrappers as configured.
+fn open_link(device: &Device, backend: &Backend) -> Result<Box<dyn Link>> {
+    let cfg = device.config();
+    let mut link: Box<dyn Link> = match backend {
+        Backend::Netdev(netdev) => Box::new(RawLink::open(netdev, cfg.link)?),
+        Backend::InProcess(fabric) => {
+            let mac = crate::link::mac_of_gid(device.addr()).ok_or_else(|| {
+                crate::Error::InvalidArgument(format!("device {}: its GID is not made from a MAC", device.name()))
+            })?;
+            Box::new(InProcessLink::join(fabric, mac, cfg.link)?)
+        }
+        Backend::Udp => unreachable!("the UDP backend has no frame link"),
+    };
+    if cfg.faults.is_active() {
+        link = Box::new(FaultLink::new(link, cfg.faults));
+    }
+    if let Some(path) = &cfg.pcap {
+        link = Box::new(CaptureLink::new(link, path)?);
+    }
+    Ok(link)
 }
 
 impl Drop for Inner {

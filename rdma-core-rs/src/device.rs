@@ -5,6 +5,11 @@
 //! table holds, at index 0, the GID derived from that address
 //! (IPv4-mapped for IPv4). [`Device::new`] makes one; [`devices`] lists
 //! those of this process, as `ibv_get_device_list` does.
+//!
+//! A device can also send raw frames instead ([`Backend`]): RoCE v1 or
+//! native InfiniBand on a network interface ([`Device::on_netdev`]: its GID
+//! is the link-local EUI-64 GID of the interface's MAC, as RoCE v1 makes
+//! it), or on an in-process fabric ([`Device::in_process`]).
 
 use crate::error::{Error, Result};
 use crate::faults::FaultConfig;
@@ -75,9 +80,36 @@ pub enum Progress {
     Thread,
 }
 
+/// What a device's packets travel over.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// RoCE v2 over UDP sockets bound to the device address (the default).
+    #[default]
+    Udp,
+    /// Raw Ethernet frames on this network interface (AF_PACKET; needs
+    /// root), framed as [`DeviceConfig::link`] says.
+    Netdev(String),
+    /// Frames between the devices of this process that name the same
+    /// fabric: no root, no interface.
+    InProcess(String),
+}
+
 /// Options of a device.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
+    /// What the packets travel over.
+    pub backend: Backend,
+    /// Their framing: RoCE v2 for [`Backend::Udp`]; RoCE v1 or native IB
+    /// for the frame backends.
+    pub link: rdma_transport::LinkKind,
+    /// The port's LID on native IB (`--lid`), until a subnet manager
+    /// assigns one; 1 to 0xBFFF (unicast).
+    pub lid: u16,
+    /// Records every packet the device sends and receives: Ethernet pcap
+    /// for RoCE v2 (UDP: sends then leave from unconnected sockets and
+    /// copied, not by reference) and RoCE v1, ERF type-21 records for IB
+    /// (see `link::capture`).
+    pub pcap: Option<std::path::PathBuf>,
     pub progress: Progress,
     /// Faults injected on every packet the device sends.
     pub faults: FaultConfig,
@@ -136,6 +168,10 @@ impl DeviceConfig {
 impl Default for DeviceConfig {
     fn default() -> DeviceConfig {
         DeviceConfig {
+            backend: Backend::Udp,
+            link: rdma_transport::LinkKind::RoceV2,
+            lid: 0,
+            pcap: None,
             progress: Progress::default(),
             faults: FaultConfig::default(),
             scope_id: 0,
@@ -179,11 +215,28 @@ impl Device {
             )));
         }
         config.faults.validate().map_err(Error::InvalidArgument)?;
+        check_backend(name, addr, &config)?;
         let d = Device { name: name.to_string(), addr, config };
         let mut list = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|o| o.name != d.name);
         list.push(d.clone());
         Ok(d)
+    }
+
+    /// A device that sends `config.link` frames (RoCE v1 or native IB) on
+    /// the network interface `netdev`; its GID is the EUI-64 GID of the
+    /// interface's MAC. Opening it needs `CAP_NET_RAW`.
+    pub fn on_netdev(name: &str, netdev: &str, config: DeviceConfig) -> Result<Device> {
+        let mac = crate::link::raw::interface_mac(netdev)?;
+        let config = DeviceConfig { backend: Backend::Netdev(netdev.to_string()), ..config };
+        Device::with_config(name, crate::link::gid_of_mac(mac), config)
+    }
+
+    /// A device that sends `config.link` frames on the in-process fabric
+    /// `fabric`, with the MAC address `mac` (its GID is made from it).
+    pub fn in_process(name: &str, fabric: &str, mac: crate::link::Mac, config: DeviceConfig) -> Result<Device> {
+        let config = DeviceConfig { backend: Backend::InProcess(fabric.to_string()), ..config };
+        Device::with_config(name, crate::link::gid_of_mac(mac), config)
     }
 
     /// `ibv_get_device_name`.
@@ -210,10 +263,41 @@ impl Device {
         }
     }
 
-    /// `ibv_open_device`: binds the device's UDP socket.
+    /// The port's LID (native IB; 0 on RoCE).
+    pub fn lid(&self) -> u16 {
+        if self.config.link == rdma_transport::LinkKind::Ib {
+            self.config.lid
+        } else {
+            0
+        }
+    }
+
+    /// `ibv_open_device`: binds the device's UDP socket, or opens its link.
     pub fn open(&self) -> Result<crate::Context> {
         crate::Context::open(self)
     }
+}
+
+/// Checks that the backend, the framing and the LID go together.
+fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> {
+    use rdma_transport::LinkKind;
+    let bad = |why: String| Err(Error::InvalidArgument(format!("device {name}: {why}")));
+    match (&config.backend, config.link) {
+        (Backend::Udp, LinkKind::RoceV2) => {}
+        (Backend::Udp, k) => return bad(format!("{} frames need a frame backend (a netdev or in-process)", k.name())),
+        (_, LinkKind::RoceV2) => return bad("RoCE v2 goes over the UDP backend".into()),
+        (Backend::Netdev(n) | Backend::InProcess(n), _) if n.is_empty() => {
+            return bad("the frame backend needs a name".into())
+        }
+        _ => {}
+    }
+    if config.link == LinkKind::Ib && !(1..=0xbfff).contains(&config.lid) {
+        return bad(format!("LID {} is not a unicast LID (1 to 0xBFFF); pass --lid", config.lid));
+    }
+    if config.backend != Backend::Udp && crate::link::mac_of_gid(addr).is_none() {
+        return bad(format!("{addr} is not a link-local EUI-64 GID made from a MAC"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

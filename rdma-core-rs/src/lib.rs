@@ -1,12 +1,16 @@
 //! The verbs API of the software RoCE v2 stack: the libibverbs object model
 //! and names, over the transport engine of `rdma-transport`, with packets on
-//! real UDP sockets (port 4791) that kernel Soft-RoCE and RoCE NICs accept.
+//! real UDP sockets (port 4791) that kernel Soft-RoCE and RoCE NICs accept,
+//! or, through the [`link`] seam, RoCE v1 and native InfiniBand frames on a
+//! network interface (AF_PACKET) or between the devices of one process
+//! ([`Backend`], `docs/backends.md`).
 //!
 //! | libibverbs | here |
 //! |---|---|
 //! | `rdma link add rxe0 type rxe netdev eth0` | [`Device::new`]`("rxe0", addr)` |
 //! | `ibv_get_device_list`, `ibv_open_device` | [`devices`], [`Device::open`] → [`Context`] |
-//! | `ibv_query_gid` | [`Context::query_gid`] (index 0: the RoCE v2 GID of the address) |
+//! | `ibv_query_gid` | [`Context::query_gid`] (index 0: the RoCE v2 GID of the address; RoCE v1 / IB: the EUI-64 GID of the MAC) |
+//! | `ibv_query_port` (LID) | [`Context::lid`] (native IB; set by [`DeviceConfig::lid`]) |
 //! | `ibv_alloc_pd` | [`Context::alloc_pd`] → [`ProtectionDomain`] |
 //! | `ibv_reg_mr` | [`ProtectionDomain::reg_mr`], [`ProtectionDomain::reg_mr_raw`] (unsafe) → [`MemoryRegion`] |
 //! | `ibv_create_cq`, `ibv_poll_cq` | [`Context::create_cq`] → [`CompletionQueue::poll`], [`CompletionQueue::wait`], [`CompletionQueue::wait_async`] |
@@ -14,7 +18,7 @@
 //! | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp` | [`ProtectionDomain::create_qp`], [`QueuePair::modify`], [`QueuePair::query`] |
 //! | `ibv_post_send`, `ibv_post_recv` | [`QueuePair::post_send`], [`QueuePair::post_recv`] |
 //! | `ibv_create_srq`, `ibv_post_srq_recv` | [`ProtectionDomain::create_srq`], [`SharedReceiveQueue::post_recv`] |
-//! | `ibv_create_ah` | [`ProtectionDomain::create_ah`] → [`AddressHandle::ud_dest`] |
+//! | `ibv_create_ah` | [`ProtectionDomain::create_ah`], [`ProtectionDomain::create_ah_av`] (IB LID routes) → [`AddressHandle::ud_dest`] |
 //! | `ibv_get_async_event` | [`Context::get_async_event`] |
 //!
 //! Work requests, completions, attributes and status codes are the
@@ -56,6 +60,8 @@ mod error;
 pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
+mod io;
+pub mod link;
 mod pd;
 mod qp;
 pub mod udp;
@@ -63,7 +69,7 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::Context;
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{devices, Device, DeviceConfig, Gid, Progress};
+pub use device::{devices, Backend, Device, DeviceConfig, Gid, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use pd::{MemoryRegion, ProtectionDomain};
@@ -72,6 +78,7 @@ pub use rdma_transport::cc::DcqcnParams;
 pub use rdma_transport::qp::{QpParams, QpStats};
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;
+pub use rdma_transport::LinkKind;
 pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,

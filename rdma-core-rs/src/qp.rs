@@ -31,7 +31,7 @@ impl<'a> QpInitAttr<'a> {
 /// A queue pair. Dropping it destroys it.
 #[derive(Debug)]
 pub struct QueuePair {
-    ctx: Context,
+    pub(crate) ctx: Context,
     qpn: u32,
     qp_type: QpType,
     src_port: u16,
@@ -93,6 +93,20 @@ impl ProtectionDomain {
         }
         Ok(AddressHandle { av: attr.to_av() })
     }
+
+    /// An address handle from a whole address vector: for native IB, a
+    /// LID route (`AddressVector::lid`, DLID and SL, no GRH) or a global
+    /// one (a GID in `dest` as well), which [`AhAttr`] cannot say.
+    pub fn create_ah_av(&self, av: AddressVector) -> Result<AddressHandle> {
+        let ib = self.ctx.link_kind() == rdma_transport::LinkKind::Ib;
+        if ib && !(1..=0xbfff).contains(&av.dlid) {
+            return Err(Error::InvalidArgument(format!("address handle: DLID {} is not a unicast LID", av.dlid)));
+        }
+        if !ib && av.dest.is_unspecified() {
+            return Err(Error::InvalidArgument("address handle: RoCE needs a destination GID".into()));
+        }
+        Ok(AddressHandle { av })
+    }
 }
 
 impl QueuePair {
@@ -112,6 +126,19 @@ impl QueuePair {
     /// `ibv_modify_qp`: the fields set in `attr` are the attribute mask.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let mut st = self.ctx.inner.lock();
+        if let Some(mtu) = attr.path_mtu {
+            // A frame link cannot carry frames over its interface's MTU:
+            // refuse a path MTU that would make every full packet vanish.
+            let need = crate::link::ETH_HEADER + rdma_transport::MAX_PACKET - 4096 + mtu.bytes() as usize;
+            if let Some(max) = st.io.max_frame().filter(|&max| need > max) {
+                return Err(Error::InvalidArgument(format!(
+                    "QP {:#x}: path MTU {} makes {need}-byte frames; the link carries at most {max} \
+                     (raise the interface's MTU, or use a smaller -m)",
+                    self.qpn,
+                    mtu.bytes()
+                )));
+            }
+        }
         if attr.qp_state == Some(QpState::Rtr) {
             // A packet is judged in the state its QP had when it arrived:
             // what waits in the socket from before RTR is handled (and
@@ -222,7 +249,11 @@ impl AhAttr {
 
     /// The address vector a connected QP takes in its RTR attributes.
     pub fn to_av(&self) -> AddressVector {
-        AddressVector { dest: self.dgid.to_ip(), hop_limit: self.hop_limit, traffic_class: self.traffic_class }
+        AddressVector {
+            hop_limit: self.hop_limit,
+            traffic_class: self.traffic_class,
+            ..AddressVector::new(self.dgid.to_ip())
+        }
     }
 }
 
@@ -240,6 +271,8 @@ impl AddressHandle {
             dest: self.av.dest,
             hop_limit: self.av.hop_limit,
             traffic_class: self.av.traffic_class,
+            dlid: self.av.dlid,
+            sl: self.av.sl,
             remote_qpn,
             remote_qkey,
         }

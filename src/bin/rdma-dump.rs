@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Decode RoCE v2 (UDP 4791), RoCE v1 (EtherType 0x8915) and InfiniBand
-/// (LINKTYPE_INFINIBAND) packets from pcap/pcapng files, one line per
+/// (LINKTYPE_INFINIBAND, ERF type 21 as ibdump writes, EtherType 0x88B5)
+/// packets from pcap/pcapng files, one line per
 /// packet, verifying every ICRC and VCRC (which Wireshark shows but never
 /// checks). MADs to or from QP1 are decoded too, CM messages by name.
 #[derive(Parser, Debug)]

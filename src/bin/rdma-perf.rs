@@ -140,6 +140,8 @@ struct Args {
     /// speed (set it near the path's when a slow bottleneck is under study).
     #[arg(long = "line-rate", default_value_t = 100.0, value_parser = parse_line_rate)]
     line_rate: f64,
+    #[command(flatten)]
+    link: softroce::backend::LinkArgs,
 }
 
 /// `--dcqcn`'s value: a preset, or off.
@@ -210,7 +212,8 @@ fn config(a: &Args) -> Result<Config, String> {
     };
     let mtu = match a.mtu {
         Some(m) => Mtu::from_bytes(m).ok_or_else(|| format!("--mtu {m}: use 256, 512, 1024, 2048 or 4096"))?,
-        None if a.bind.is_loopback() => Mtu::Mtu4096,
+        // Loopback and the in-process link carry 4 KiB packets; a netdev's MTU is 1500 by default.
+        None if a.bind.is_loopback() && a.link.netdev.is_none() => Mtu::Mtu4096,
         None => Mtu::Mtu1024,
     };
     let duration = match a.duration {
@@ -253,6 +256,7 @@ fn config(a: &Args) -> Result<Config, String> {
         tos: a.tos,
         ecn_capable: !a.no_ecn,
         dcqcn: a.dcqcn.params(a.line_rate),
+        link: a.link.clone(),
     })
 }
 

@@ -179,6 +179,8 @@ pub struct Config {
     pub ecn_capable: bool,
     /// DCQCN on this side's device (`DeviceConfig::congestion_control`; `--dcqcn`).
     pub dcqcn: Option<rdma_core_rs::DcqcnParams>,
+    /// The backend (`--backend`, `--netdev`, `--lid`, `--pcap`).
+    pub link: crate::backend::LinkArgs,
 }
 
 /// Why a run could not be done.
@@ -252,6 +254,14 @@ impl Config {
             ));
         }
         self.faults.validate().map_err(PerfError::Config)?;
+        self.link.validate().map_err(PerfError::Config)?;
+        let raw = self.link.backend != crate::backend::BackendKind::Udp;
+        if raw && self.link.netdev.is_none() && !matches!(self.role, Role::Loopback { .. }) {
+            return bad(format!(
+                "--backend {} between processes needs --netdev IFACE (without it: --loopback, in-process)",
+                self.link.backend.link().name()
+            ));
+        }
         let tcp = !matches!(self.role, Role::Loopback { .. });
         if tcp && self.exchange == Exchange::Perftest && self.duration.is_some() && !side::server_is_passive(self.test)
         {

@@ -35,8 +35,11 @@ pub struct Hello {
 pub struct SideInfo {
     pub qpns: Vec<u32>,
     pub psns: Vec<u32>,
-    /// The RoCE v2 GID, 32 hex digits.
+    /// The GID, 32 hex digits.
     pub gid: String,
+    /// The port's LID (native IB; 0 on RoCE).
+    #[serde(default)]
+    pub lid: u16,
     /// Per QP: where the peer aims (the first of `slots` targets).
     pub addrs: Vec<u64>,
     pub rkeys: Vec<u32>,
@@ -324,6 +327,7 @@ mod tests {
             qpns: vec![1, 2],
             psns: vec![1, 2],
             gid: "00000000000000000000ffff7f000001".into(),
+            lid: 0,
             addrs: vec![0, 0],
             rkeys: vec![1, 1],
             slots: 64,

@@ -396,7 +396,7 @@ pub fn dests(side: &Side) -> Result<Vec<Dest>, PerfError> {
     let gid = side.ctx.query_gid(0)?;
     Ok((0..side.qps.len())
         .map(|q| Dest {
-            lid: 0,
+            lid: side.ctx.lid(),
             out_reads: info.out_reads,
             qpn: info.qpns[q],
             psn: info.psns[q],
@@ -416,6 +416,7 @@ pub fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> Sid
         qpns: theirs.iter().map(|d| d.qpn).collect(),
         psns: theirs.iter().map(|d| d.psn).collect(),
         gid: theirs.first().map(|d| d.gid.to_wire_hex()).unwrap_or_default(),
+        lid: theirs.first().map_or(0, |d| d.lid),
         addrs: theirs.iter().map(|d| d.vaddr).collect(),
         rkeys: theirs.iter().map(|d| d.rkey).collect(),
         slots,

@@ -33,7 +33,8 @@ pub struct Counters {
     /// IPv4 Identification probes, and the predictions they found wrong.
     pub ident_probes: u64,
     pub ident_mismatches: u64,
-    /// The I/O driver that moved the packets: "sockets" or "io-uring".
+    /// The I/O driver that moved the packets: "sockets" or "io-uring" (UDP),
+    /// "roce1-frames" or "ib-frames" (the raw-frame backends).
     pub io_driver: String,
     /// Received packets that carried an ECN Congestion Experienced mark.
     pub ecn_ce_received: u64,
@@ -72,7 +73,10 @@ impl Counters {
             connected_sends: io.connected_sends,
             ident_probes: io.ident_probes,
             ident_mismatches: io.ident_mismatches,
-            io_driver: ctx.io_driver().name().to_string(),
+            io_driver: match ctx.link_kind() {
+                rdma_core_rs::LinkKind::RoceV2 => ctx.io_driver().name().to_string(),
+                kind => format!("{}-frames", kind.name()),
+            },
             ecn_ce_received: s.ecn_ce_received,
             cnps_sent: s.cnps_sent,
             cnps_received: s.cnps_received,

@@ -62,7 +62,10 @@ impl Side {
     pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: Layout) -> Result<Side, PerfError> {
         // Before anything is made: the layout may come from a peer's numbers.
         super::budget::check_side(cfg, &layout)?;
-        let dev = Device::with_config(&format!("rxe-perf-{addr}"), addr, config)?;
+        // In --loopback the server is the second device on the in-process link.
+        let primary = !matches!(cfg.role, super::Role::Loopback { .. }) || addr == cfg.bind;
+        let fabric = format!("rdma-perf-{}-{}", std::process::id(), cfg.port);
+        let dev = cfg.link.device(&format!("rxe-perf-{addr}"), addr, &fabric, primary, config)?;
         let ctx = dev.open()?;
         let pd = ctx.alloc_pd()?;
         let Layout { slots, slot_len, buffers } = layout;
@@ -88,6 +91,7 @@ impl Side {
             qpns: self.qps.iter().map(|q| q.qp_num()).collect(),
             psns: self.psns.clone(),
             gid: self.ctx.query_gid(0)?.to_wire_hex(),
+            lid: self.ctx.lid(),
             addrs: (0..n).map(|q| self.mr.addr() + self.target(q, 0) as u64).collect(),
             rkeys: vec![self.mr.rkey(); n],
             slots: if self.latency { 1 } else { self.buffers },
@@ -114,7 +118,13 @@ impl Side {
         let gid = Gid::from_wire_hex(&peer.gid)
             .ok_or_else(|| PerfError::Peer(format!("bad GID {:?} from the peer", peer.gid)))?;
         let max_rd_atomic = peer.out_reads.clamp(1, OUT_READS) as u8;
-        let opts = ConnectOptions { mtu: cfg.mtu, max_rd_atomic, traffic_class: cfg.tos, ..ConnectOptions::default() };
+        let opts = ConnectOptions {
+            mtu: cfg.mtu,
+            max_rd_atomic,
+            traffic_class: cfg.tos,
+            dlid: peer.lid,
+            ..ConnectOptions::default()
+        };
         for (q, qp) in self.qps.iter().enumerate() {
             qp.connect(self.psns[q], &PeerInfo { qpn: peer.qpns[q], psn: peer.psns[q], gid }, &opts)?;
         }

@@ -2,7 +2,9 @@
 //! completion queues, shared receive queues, queue pairs) behind a
 //! sans-IO interface, in the style of quinn-proto:
 //!
-//! - [`Endpoint::handle_packet`]: a received IP packet (RoCE v2);
+//! - [`Endpoint::handle_packet`]: a received packet of the device's link
+//!   kind (RoCE v2 IP packet, RoCE v1 GRH packet, native IB LRH packet;
+//!   [`Endpoint::set_link`]);
 //! - [`Endpoint::poll_transmit`]: the next packet to send, written into
 //!   the caller's buffer;
 //! - [`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`]: the next
@@ -22,7 +24,7 @@
 use crate::cc::wired::{QpCc, RateControl};
 use crate::cc::DcqcnParams;
 use crate::error::VerbsError;
-use crate::framing::Framer;
+use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
@@ -126,7 +128,7 @@ impl Endpoint {
         // cannot guess it (defence in depth, like the keys').
         let next_qpn = FIRST_QPN + rng.below(u64::from(QPN_START_SPREAD)) as u32;
         Endpoint {
-            framer: Framer { local, by_ref: false },
+            framer: Framer::roce_v2(local),
             mrs: MemoryTable::with_rng(rng),
             next_pd: 1,
             qps: BTreeMap::new(),
@@ -242,7 +244,33 @@ impl Endpoint {
     /// as one scattered send, and so copies each byte once. Off by default:
     /// every packet is then whole in its buffer.
     pub fn set_payload_by_reference(&mut self, on: bool) {
-        self.framer.by_ref = on;
+        // Only RoCE v2 packets are sealed apart from their payload (PayloadRef).
+        self.framer.by_ref = on && self.framer.link == LinkKind::RoceV2;
+    }
+
+    /// Sets the kind of link the device's packets go over (RoCE v2 by
+    /// default): the headers written in front of the BTH and expected on
+    /// received packets. `local` stays the port's GID; `lid` is the
+    /// port's LID for native IB (the SLID of its packets, and the DLID it
+    /// accepts), ignored by RoCE. Set it before creating QPs.
+    pub fn set_link(&mut self, link: LinkKind, lid: u16) {
+        self.touch();
+        self.framer.link = link;
+        self.framer.lid = lid;
+        if link != LinkKind::RoceV2 {
+            self.framer.by_ref = false;
+            self.ident_recovery = None;
+        }
+    }
+
+    /// The kind of link the device's packets go over.
+    pub fn link(&self) -> LinkKind {
+        self.framer.link
+    }
+
+    /// The port's LID (native IB; 0 on RoCE).
+    pub fn lid(&self) -> u16 {
+        self.framer.lid
     }
 
     /// The UDP source port a QP sends from (rxe's hash of the QPN by default).

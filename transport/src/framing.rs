@@ -1,29 +1,71 @@
-//! RoCE v2 framing of the engine's packets, and the copies between packets
-//! and registered memory through scatter/gather lists.
+//! Framing of the engine's packets for the link they go over, and the
+//! copies between packets and registered memory through scatter/gather
+//! lists.
 //!
-//! The engine emits whole IP packets (IP header through ICRC) because the
-//! ICRC covers the IP header: a driver that sends through a UDP socket
-//! strips the IP and UDP headers, and must make the kernel write the same
-//! ones (see [`Framer`]).
+//! The link kind ([`LinkKind`]) chooses the headers in front of the BTH:
+//!
+//! - RoCE v2: IPv4/IPv6 and UDP. The engine emits whole IP packets (IP
+//!   header through ICRC) because the ICRC covers the IP header: a driver
+//!   that sends through a UDP socket strips the IP and UDP headers, and
+//!   must make the kernel write the same ones (see [`Framer`]).
+//! - RoCE v1: a GRH (source and destination GIDs), BTH.., ICRC; the
+//!   driver puts it in an Ethernet frame of EtherType 0x8915.
+//! - Native InfiniBand: an LRH (DLID, SLID, SL), a GRH only for an address
+//!   vector with a GID, BTH.., ICRC and VCRC.
+//!
+//! RoCE v2 stays the first, inlined branch: the other kinds go through
+//! one out-of-line function, so the RoCE v2 path is the code it was.
 
 use crate::memory::{Access, AccessError, MemoryTable, Pd, RegionMemory};
 use crate::qp::AddressVector;
 use crate::wr::Sge;
 use core::net::IpAddr;
-use rdma_wire::{IpRepr, Ipv4Repr, Ipv6Repr, RoceV2Repr, TransportRepr, UdpRepr, ROCE_V2_PORT};
+use rdma_wire::{
+    GrhRepr, IbRepr, IpRepr, Ipv4Repr, Ipv6Repr, Lnh, LrhRepr, RoceV1Repr, RoceV2Repr, TransportRepr, UdpRepr,
+    ROCE_V2_PORT,
+};
 
-/// Builds RoCE v2 packets from a local address.
+/// Which headers go in front of the BTH (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LinkKind {
+    /// IP/UDP (port 4791).
+    #[default]
+    RoceV2,
+    /// GRH, in Ethernet frames of EtherType 0x8915.
+    RoceV1,
+    /// LRH [+ GRH], with the VCRC after the ICRC.
+    Ib,
+}
+
+impl LinkKind {
+    /// The name the tools take (`--backend`) and print.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::RoceV2 => "roce2",
+            LinkKind::RoceV1 => "roce1",
+            LinkKind::Ib => "ib",
+        }
+    }
+}
+
+/// Builds packets from a local address, for one kind of link.
 ///
-/// IPv4 headers carry DF, identification 0 and the address vector's TTL
-/// and traffic class, which is what Linux writes for a UDP socket with
-/// `IP_PMTUDISC_DO`; the UDP checksum is 0 as every RoCE v2 sender sends it.
+/// RoCE v2 IPv4 headers carry DF, identification 0 and the address
+/// vector's TTL and traffic class, which is what Linux writes for a UDP
+/// socket with `IP_PMTUDISC_DO`; the UDP checksum is 0 as every RoCE v2
+/// sender sends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framer {
+    /// The port's GID (for RoCE v2, its IP address).
     pub local: IpAddr,
     /// Whether packets may carry their payload by reference (see
     /// [`PayloadRef`]): for a driver that sends it straight from the
-    /// memory region instead of from a copy.
+    /// memory region instead of from a copy. RoCE v2 only.
     pub by_ref: bool,
+    /// The headers in front of the BTH.
+    pub link: LinkKind,
+    /// The port's LID (native IB: the SLID of every packet).
+    pub lid: u16,
 }
 
 /// Payloads shorter than this are copied even when packets may carry
@@ -71,12 +113,22 @@ impl PayloadRef {
     }
 }
 
-/// Largest IP + UDP header in front of a transport packet.
+/// Largest header stack in front of a transport packet (IPv6 + UDP, or
+/// LRH + GRH).
 pub const MAX_FRAMING: usize = 40 + 8;
 
+/// Bytes a packet may have after its ICRC: the VCRC of native IB.
+pub const MAX_TRAILER: usize = 2;
+
 impl Framer {
+    /// A RoCE v2 framer for the address `local`, payloads copied.
+    pub fn roce_v2(local: IpAddr) -> Framer {
+        Framer { local, by_ref: false, link: LinkKind::RoceV2, lid: 0 }
+    }
+
     /// Writes a packet with `payload_len` bytes of payload that `fill`
     /// writes in place. Returns the packet length.
+    #[inline]
     pub fn frame<E>(
         &self,
         buf: &mut [u8],
@@ -86,10 +138,45 @@ impl Framer {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<usize, E> {
+        if self.link != LinkKind::RoceV2 {
+            return self.frame_raw(buf, av, transport, payload_len, fill);
+        }
         let repr = self.repr(av, src_port, transport);
         // The opcode table gives the offset; emit_in_place checks the headers once.
         let ext = transport.bth.opcode.info().map_or(0, |i| i.ext_len());
         let at = repr.ip.header_len() + 8 + 12 + ext;
+        fill(&mut buf[at..at + payload_len])?;
+        Ok(repr.emit_in_place(buf, payload_len).expect("the engine sizes its buffers"))
+    }
+
+    /// [`Framer::frame`] for RoCE v1 and native IB.
+    #[inline(never)]
+    fn frame_raw<E>(
+        &self,
+        buf: &mut [u8],
+        av: &AddressVector,
+        transport: &TransportRepr,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let grh = GrhRepr {
+            traffic_class: av.traffic_class,
+            flow_label: 0,
+            next_header: rdma_wire::ipv6::NEXT_HEADER_IBA,
+            hop_limit: av.hop_limit,
+            src: to_v6(self.local),
+            dst: to_v6(av.dest),
+        };
+        if self.link == LinkKind::RoceV1 {
+            let repr = RoceV1Repr { grh, transport: *transport };
+            let at = repr.payload_offset().expect("the engine writes valid headers");
+            fill(&mut buf[at..at + payload_len])?;
+            return Ok(repr.emit_in_place(buf, payload_len).expect("the engine sizes its buffers"));
+        }
+        // VL 0 for every data SL: the emulated link has one data lane.
+        let lrh = LrhRepr { vl: 0, sl: av.sl & 0xf, lnh: Lnh::IbaLocal, dlid: av.dlid, slid: self.lid };
+        let repr = IbRepr { lrh, grh: av.is_global().then_some(grh), transport: *transport };
+        let at = repr.payload_offset().expect("the engine writes valid headers");
         fill(&mut buf[at..at + payload_len])?;
         Ok(repr.emit_in_place(buf, payload_len).expect("the engine sizes its buffers"))
     }
@@ -144,6 +231,7 @@ impl Framer {
     /// Whether a payload of `len` bytes goes by reference (the driver
     /// allows it, and it is long enough to be worth it).
     pub fn takes_by_ref(&self, len: usize) -> bool {
+        // `by_ref` is only ever set with RoCE v2 (Endpoint::set_payload_by_reference).
         self.by_ref && len >= BY_REF_MIN
     }
 
@@ -246,8 +334,8 @@ mod tests {
             (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 2])),
             (IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 1]), IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 2])),
         ] {
-            let framer = Framer { local, by_ref: true };
-            let av = AddressVector { dest, hop_limit: 64, traffic_class: 0x12 };
+            let framer = Framer { by_ref: true, ..Framer::roce_v2(local) };
+            let av = AddressVector { traffic_class: 0x12, ..AddressVector::new(dest) };
             for len in [512, 513, 514, 515, 4096] {
                 let mut tr = TransportRepr::new(BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11, Psn::new(5)));
                 tr.reth = Some(RethRepr { va: 0x1000, rkey: 7, dma_len: len as u32 });

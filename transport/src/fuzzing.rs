@@ -61,7 +61,7 @@ pub fn responder(data: &[u8]) {
         .expect("a READ posts");
     ep.post_send(qpns[0], SendWr::new(2, SendOp::Send, sg)).expect("a SEND posts");
 
-    let framer = Framer { local: peer, by_ref: false };
+    let framer = Framer::roce_v2(peer);
     let av = AddressVector::new(me);
     let mut out = vec![0u8; MAX_PACKET];
     let mut buf = vec![0u8; MAX_PACKET + 64];

@@ -15,7 +15,7 @@
 //! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |
 //! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
 //! | [`memory`] | protection domains, memory regions and access checks |
-//! | [`framing`] | RoCE v2 framing and scatter/gather copies |
+//! | [`framing`] | framing per link kind (RoCE v2, RoCE v1, native IB) and scatter/gather copies |
 //! | [`gsi`] | the GSI (QP1): the MAD agent (transaction IDs, retransmission, response matching, receive checks) and its packet framing |
 //! | [`wr`] | work requests and completions (libibverbs names and values) |
 //! | [`sim`] | a deterministic simulated link with faults and a pcap writer |
@@ -47,7 +47,7 @@ pub mod wr;
 
 pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};
 pub use error::VerbsError;
-pub use framing::PayloadRef;
+pub use framing::{LinkKind, PayloadRef};
 pub use memory::{Access, Pd, RegionGuard, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
 pub use stats::{Drop, QpStats, Stats};

@@ -56,20 +56,39 @@ impl Mtu {
     }
 }
 
-/// Where a connected QP sends (the address vector of `ibv_ah_attr`, as RoCE v2 uses it).
+/// Where a connected QP sends (the address vector of `ibv_ah_attr`).
+///
+/// Over RoCE (v2 and v1) the peer is its GID, `dest`. Over native
+/// InfiniBand it is its LID, `dlid`, with the service level `sl`; a GRH
+/// (and so `dest`, `hop_limit` and `traffic_class`) goes with the packet
+/// only when `dest` is set (not unspecified), as `is_global` in verbs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddressVector {
-    /// The peer's IP address (its RoCE v2 GID).
+    /// The peer's GID (for RoCE v2, its IP address).
     pub dest: IpAddr,
     /// IPv4 TTL / IPv6 hop limit (`grh.hop_limit`).
     pub hop_limit: u8,
     /// DSCP and ECN bits (`grh.traffic_class`).
     pub traffic_class: u8,
+    /// The peer port's LID (native IB only; `ah_attr.dlid`).
+    pub dlid: u16,
+    /// Service level (native IB only; `ah_attr.sl`).
+    pub sl: u8,
 }
 
 impl AddressVector {
     pub fn new(dest: IpAddr) -> AddressVector {
-        AddressVector { dest, hop_limit: 64, traffic_class: 0 }
+        AddressVector { dest, hop_limit: 64, traffic_class: 0, dlid: 0, sl: 0 }
+    }
+
+    /// A native IB local route to the port with LID `dlid` (no GRH).
+    pub fn lid(dlid: u16, sl: u8) -> AddressVector {
+        AddressVector { dlid, sl, ..AddressVector::new(IpAddr::V6(core::net::Ipv6Addr::UNSPECIFIED)) }
+    }
+
+    /// Whether packets to this address carry a GRH on native IB.
+    pub fn is_global(&self) -> bool {
+        !self.dest.is_unspecified()
     }
 
     /// The address vector a data packet (a request, a READ response)

@@ -317,9 +317,13 @@ impl Qp {
             }
         }
         let av = match (&wqe.wr.ud, self.params.av) {
-            (Some(ud), _) if t == QpType::Ud => {
-                crate::qp::AddressVector { dest: ud.dest, hop_limit: ud.hop_limit, traffic_class: ud.traffic_class }
-            }
+            (Some(ud), _) if t == QpType::Ud => crate::qp::AddressVector {
+                dest: ud.dest,
+                hop_limit: ud.hop_limit,
+                traffic_class: ud.traffic_class,
+                dlid: ud.dlid,
+                sl: ud.sl,
+            },
             (_, Some(av)) => av,
             _ => return ReqOutcome::LocalError(WcStatus::LocQpOpErr),
         }

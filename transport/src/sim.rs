@@ -9,6 +9,7 @@
 //! congestion-control and InfiniBand-link work.
 
 use crate::endpoint::{Endpoint, MAX_PACKET};
+use crate::framing::LinkKind;
 use crate::memory::{Access, Pd, RegionMemory};
 use crate::qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType};
 use crate::time::Instant;
@@ -181,14 +182,26 @@ impl Sim {
         &mut self.endpoints[i]
     }
 
-    fn index_of(&self, addr: IpAddr) -> Option<usize> {
+    /// The endpoint a packet goes to: by its DLID on native IB (the LRH's
+    /// bytes 2 and 3), else by its destination GID or IP address.
+    fn index_of(&self, addr: IpAddr, packet: &[u8]) -> Option<usize> {
+        if self.endpoints.first().is_some_and(|e| e.link() == LinkKind::Ib) {
+            let dlid = u16::from_be_bytes([*packet.get(2)?, *packet.get(3)?]);
+            return self.endpoints.iter().position(|e| e.lid() == dlid);
+        }
         let addr = addr.to_canonical();
         self.endpoints.iter().position(|e| e.local_addr().to_canonical() == addr)
     }
 
     fn record(&mut self, packet: &[u8]) {
         let Some(w) = self.pcap.as_mut() else { return };
-        let ethertype: [u8; 2] = if packet[0] >> 4 == 6 { [0x86, 0xdd] } else { [0x08, 0x00] };
+        let link = self.endpoints.first().map_or(LinkKind::RoceV2, |e| e.link());
+        let ethertype: [u8; 2] = match link {
+            LinkKind::RoceV1 => rdma_wire::ethernet::ETHERTYPE_ROCE_V1.to_be_bytes(),
+            LinkKind::Ib => rdma_wire::ethernet::ETHERTYPE_IB.to_be_bytes(),
+            LinkKind::RoceV2 if packet[0] >> 4 == 6 => [0x86, 0xdd],
+            LinkKind::RoceV2 => [0x08, 0x00],
+        };
         let mut frame = Vec::with_capacity(14 + packet.len());
         frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01]);
         frame.extend_from_slice(&ethertype);
@@ -218,7 +231,7 @@ impl Sim {
                 };
                 self.stats.sent += 1;
                 self.record(&packet);
-                let Some(dst) = self.index_of(tx.dest) else {
+                let Some(dst) = self.index_of(tx.dest, &packet) else {
                     self.stats.undeliverable += 1;
                     continue;
                 };
@@ -357,6 +370,10 @@ pub struct PairConfig {
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
     pub cap: QpCap,
+    /// The link kind of both endpoints: RoCE v2 (127.0.0.1 and .2), RoCE
+    /// v1 (GIDs fe80::1 and fe80::2), or native IB (LIDs 1 and 2, local
+    /// routes without a GRH).
+    pub link: LinkKind,
 }
 
 impl Default for PairConfig {
@@ -373,17 +390,23 @@ impl Default for PairConfig {
             min_rnr_timer: 1,
             max_rd_atomic: 16,
             cap: QpCap { max_send_wr: 4096, max_recv_wr: 4096, ..QpCap::default() },
+            link: LinkKind::RoceV2,
         }
     }
 }
 
-/// Adds two endpoints (127.0.0.1 and 127.0.0.2) and connects one QP on
-/// each, through the same RESET, INIT, RTR, RTS steps an application takes.
+/// Adds two endpoints (127.0.0.1 and 127.0.0.2, or as [`PairConfig::link`]
+/// says) and connects one QP on each, through the same RESET, INIT, RTR,
+/// RTS steps an application takes.
 pub fn connect(sim: &mut Sim, cfg: PairConfig) -> (Side, Side) {
-    let addrs: [IpAddr; 2] = [[127, 0, 0, 1].into(), [127, 0, 0, 2].into()];
+    let addrs: [IpAddr; 2] = match cfg.link {
+        LinkKind::RoceV2 => [[127, 0, 0, 1].into(), [127, 0, 0, 2].into()],
+        _ => [[0xfe80, 0, 0, 0, 0, 0, 0, 1].into(), [0xfe80, 0, 0, 0, 0, 0, 0, 2].into()],
+    };
     let mut sides = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
         let mut ep = Endpoint::with_seed(*addr, i as u64);
+        ep.set_link(cfg.link, i as u16 + 1);
         let pd = ep.alloc_pd();
         let send_cq = ep.create_cq(65536);
         let recv_cq = ep.create_cq(65536);
@@ -408,7 +431,11 @@ pub fn connect(sim: &mut Sim, cfg: PairConfig) -> (Side, Side) {
     for i in 0..2 {
         let (me, peer) = (&sides[i], &sides[1 - i]);
         let ep = sim.ep(me.ep);
-        bring_up(ep, me.qpn, addrs[1 - i], peer.qpn, psns[1 - i], psns[i], &cfg);
+        let av = match cfg.link {
+            LinkKind::Ib => AddressVector::lid(2 - i as u16, 0),
+            _ => AddressVector::new(addrs[1 - i]),
+        };
+        bring_up_av(ep, me.qpn, av, peer.qpn, psns[1 - i], psns[i], &cfg);
     }
     let b = sides.pop().expect("two sides");
     let a = sides.pop().expect("two sides");
@@ -419,6 +446,19 @@ pub fn connect(sim: &mut Sim, cfg: PairConfig) -> (Side, Side) {
 /// towards `peer_qpn` at `peer` (ignored for UD), expecting `rq_psn` and
 /// starting at `sq_psn`, with the timers and limits of `cfg`.
 pub fn bring_up(ep: &mut Endpoint, qpn: u32, peer: IpAddr, peer_qpn: u32, rq_psn: u32, sq_psn: u32, cfg: &PairConfig) {
+    bring_up_av(ep, qpn, AddressVector::new(peer), peer_qpn, rq_psn, sq_psn, cfg)
+}
+
+/// [`bring_up`] towards the peer `av` names (a GID, or a LID on native IB).
+pub fn bring_up_av(
+    ep: &mut Endpoint,
+    qpn: u32,
+    av: AddressVector,
+    peer_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    cfg: &PairConfig,
+) {
     let ud = cfg.qp_type == QpType::Ud;
     let init = QpAttr {
         qp_state: Some(QpState::Init),
@@ -434,7 +474,7 @@ pub fn bring_up(ep: &mut Endpoint, qpn: u32, peer: IpAddr, peer_qpn: u32, rq_psn
         path_mtu: Some(cfg.mtu),
         dest_qp_num: (!ud).then_some(peer_qpn),
         rq_psn: Some(rq_psn),
-        av: (!ud).then(|| AddressVector::new(peer)),
+        av: (!ud).then_some(av),
         max_dest_rd_atomic: Some(cfg.max_rd_atomic),
         min_rnr_timer: Some(cfg.min_rnr_timer),
         ..QpAttr::default()

@@ -45,6 +45,15 @@ pub enum Drop {
     MadUnmatchedResponse,
     /// A MAD that found the receive queue of the GSI full.
     MadQueueFull,
+    /// A native IB packet whose VCRC is wrong (it was damaged on the link).
+    VcrcMismatch,
+    /// A native IB packet whose DLID is not this port's LID.
+    LidMismatch,
+    /// A RoCE v1 packet whose destination GID is not this port's.
+    GidMismatch,
+    /// A MAD that came over a route this GSI cannot answer (native IB
+    /// without a GRH: the GSI addresses peers by GID).
+    MadNoGid,
 }
 
 /// Counters of an endpoint.

@@ -19,6 +19,9 @@ pub struct UdDest {
     pub hop_limit: u8,
     /// DSCP and ECN bits of the address handle.
     pub traffic_class: u8,
+    /// The destination port's LID and service level (native IB only).
+    pub dlid: u16,
+    pub sl: u8,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
 }
@@ -26,7 +29,7 @@ pub struct UdDest {
 impl UdDest {
     /// A destination with the default hop limit (64) and traffic class (0).
     pub fn new(dest: IpAddr, remote_qpn: u32, remote_qkey: u32) -> UdDest {
-        UdDest { dest, hop_limit: 64, traffic_class: 0, remote_qpn, remote_qkey }
+        UdDest { dest, hop_limit: 64, traffic_class: 0, dlid: 0, sl: 0, remote_qpn, remote_qkey }
     }
 }
 

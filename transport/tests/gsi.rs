@@ -209,7 +209,7 @@ fn with_every_copy_lost_the_send_times_out_after_its_retries() {
 
 /// A MAD packet from A to B with the given DETH Q_Key and payload.
 fn crafted(qkey: u32, payload: &[u8]) -> Vec<u8> {
-    let framer = Framer { local: A, by_ref: false };
+    let framer = Framer::roce_v2(A);
     let mut t = mad::gsi_send_transport(Psn::new(9));
     t.deth = Some(DethRepr { qkey, src_qp: 1 });
     let mut buf = vec![0u8; MAX_PACKET];

@@ -28,7 +28,7 @@ fn pair(cfg: PairConfig) -> (Sim, Side, Side) {
 
 /// A request from A's address to B's QP, framed with a correct ICRC.
 fn craft(tr: &TransportRepr, payload: &[u8]) -> Vec<u8> {
-    let framer = Framer { local: IpAddr::from(A), by_ref: false };
+    let framer = Framer::roce_v2(IpAddr::from(A));
     let mut buf = vec![0u8; MAX_PACKET];
     let n = framer
         .frame(&mut buf, &AddressVector::new(IpAddr::from(B)), 0xc000, tr, payload.len(), |d| {

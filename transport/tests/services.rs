@@ -304,7 +304,7 @@ fn ghost_acks_are_ignored() {
         rdma_wire::Psn::new(0x5000),
     ));
     ghost.aeth = Some(rdma_wire::AethRepr { syndrome: rdma_wire::Syndrome::ACK_UNLIMITED, msn: 9 });
-    let framer = rdma_transport::framing::Framer { local: IpAddr::from([127, 0, 0, 2]), by_ref: false };
+    let framer = rdma_transport::framing::Framer::roce_v2(IpAddr::from([127, 0, 0, 2]));
     let mut buf = vec![0u8; 128];
     let n = framer
         .frame(&mut buf, &AddressVector::new(IpAddr::from([127, 0, 0, 1])), 0xc000, &ghost, 0, |_| Ok::<(), ()>(()))

@@ -10,6 +10,12 @@ pub const ETHERTYPE_IPV6: u16 = 0x86dd;
 /// RoCE v1: a GRH directly in an Ethernet frame.
 pub const ETHERTYPE_ROCE_V1: u16 = 0x8915;
 pub const ETHERTYPE_VLAN: u16 = 0x8100;
+/// Native InfiniBand packets (LRH through VCRC) carried in Ethernet frames
+/// by the raw-frame backend: the IEEE local experimental EtherType 1.
+pub const ETHERTYPE_IB: u16 = 0x88b5;
+/// Reserved for emulated IB link-level flow-control packets: local
+/// experimental EtherType 2.
+pub const ETHERTYPE_IB_LINK: u16 = 0x88b6;
 
 /// An owned Ethernet header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

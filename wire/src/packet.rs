@@ -271,18 +271,35 @@ impl RoceV1Repr {
         Ok(Grh::<&[u8]>::LEN + self.transport.packet_len(payload_len)?)
     }
 
+    /// Offset of the payload in the emitted packet.
+    pub fn payload_offset(&self) -> Result<usize> {
+        Ok(Grh::<&[u8]>::LEN + self.transport.header_len()?)
+    }
+
     /// Writes the GRH through the ICRC; the GRH's next header is set to 0x1B.
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        let at = self.payload_offset()?;
         let total = self.buffer_len(payload.len())?;
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
+        }
+        buf[at..at + payload.len()].copy_from_slice(payload);
+        self.emit_in_place(buf, payload.len())
+    }
+
+    /// Writes the headers, pad and ICRC around `payload_len` bytes of
+    /// payload already at [`Self::payload_offset`] in `buf`. Returns the
+    /// packet's length.
+    pub fn emit_in_place(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
+        let total = self.buffer_len(payload_len)?;
         if buf.len() < total {
             return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
         }
         let g = Grh::<&[u8]>::LEN;
         GrhRepr { next_header: NEXT_HEADER_IBA, ..self.grh }.emit(buf, total - g)?;
-        let hdr = self.transport.emit_headers(&mut buf[g..], payload.len())?;
-        let end = g + hdr + payload.len();
-        buf[g + hdr..end].copy_from_slice(payload);
-        Ok(finish_with_icrc(buf, end, payload.len(), |b| crate::icrc::roce_v1(b).expect("headers written")))
+        let hdr = self.transport.emit_headers(&mut buf[g..], payload_len)?;
+        let end = g + hdr + payload_len;
+        Ok(finish_with_icrc(buf, end, payload_len, |b| crate::icrc::roce_v1(b).expect("headers written")))
     }
 }
 
@@ -404,9 +421,28 @@ impl IbRepr {
         Ok(Lrh::<&[u8]>::LEN + grh + self.transport.packet_len(payload_len)? + VCRC_LEN)
     }
 
+    /// Offset of the payload in the emitted packet.
+    pub fn payload_offset(&self) -> Result<usize> {
+        let grh = if self.grh.is_some() { Grh::<&[u8]>::LEN } else { 0 };
+        Ok(Lrh::<&[u8]>::LEN + grh + self.transport.header_len()?)
+    }
+
     /// Writes the LRH through the VCRC, computing both CRCs.
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        let at = self.payload_offset()?;
         let total = self.buffer_len(payload.len())?;
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
+        }
+        buf[at..at + payload.len()].copy_from_slice(payload);
+        self.emit_in_place(buf, payload.len())
+    }
+
+    /// Writes the LRH, GRH, transport headers, pad, ICRC and VCRC around
+    /// `payload_len` bytes of payload already at [`Self::payload_offset`]
+    /// in `buf`. Returns the packet's length (through the VCRC).
+    pub fn emit_in_place(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
+        let total = self.buffer_len(payload_len)?;
         if buf.len() < total {
             return Err(Error::BufferTooSmall { needed: total, available: buf.len() });
         }
@@ -418,10 +454,9 @@ impl IbRepr {
             GrhRepr { next_header: NEXT_HEADER_IBA, ..*g }.emit(&mut buf[t..], icrc_end - t - Grh::<&[u8]>::LEN)?;
             t += Grh::<&[u8]>::LEN;
         }
-        let hdr = self.transport.emit_headers(&mut buf[t..], payload.len())?;
-        let end = t + hdr + payload.len();
-        buf[t + hdr..end].copy_from_slice(payload);
-        let end = finish_with_icrc(buf, end, payload.len(), |b| crate::icrc::ib(b).expect("headers written"));
+        let hdr = self.transport.emit_headers(&mut buf[t..], payload_len)?;
+        let end = t + hdr + payload_len;
+        let end = finish_with_icrc(buf, end, payload_len, |b| crate::icrc::ib(b).expect("headers written"));
         debug_assert_eq!(end, icrc_end);
         let v = vcrc::vcrc(&buf[..icrc_end]);
         buf[icrc_end..total].copy_from_slice(&vcrc::wire_bytes(v));

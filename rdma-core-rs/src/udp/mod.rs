@@ -218,6 +218,8 @@ pub struct UdpIo {
     /// The messages of a round of sending (see `send::Batch`).
     batch: Option<Box<send::Batch>>,
     faults: Option<Faults>,
+    /// `DeviceConfig::pcap`: every packet sent and received, recorded.
+    capture: Option<crate::link::capture::IpTap>,
     offloads: Offloads,
     /// Whether send sockets connect to their first peer (see [`connected`]).
     connect: bool,
@@ -464,7 +466,10 @@ impl UdpIo {
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
         let driver = open_driver(cfg.io_driver, &rx, capacity)?;
-        let mut connect = !cfg.unconnected_sends && faults.is_none() && matches!(driver, Driver::Sockets(_));
+        let capture = cfg.pcap.as_deref().map(crate::link::capture::IpTap::create).transpose()?;
+        // A capture needs the IPv4 Identification the engine wrote (0): unconnected sends.
+        let mut connect =
+            !cfg.unconnected_sends && faults.is_none() && capture.is_none() && matches!(driver, Driver::Sockets(_));
         // IPv4 probes go to a sink of the device's own (made here, in the
         // caller's network namespace, like every other socket of the device).
         let mut sink = None;
@@ -494,6 +499,7 @@ impl UdpIo {
             tx_addrs: Vec::with_capacity(TX_BATCH),
             shifts: send::ShiftCache::default(),
             faults,
+            capture,
             offloads,
             connect,
             sink,
@@ -526,7 +532,8 @@ impl UdpIo {
     /// memory (`reg_mr_raw`) are copied all the same: see
     /// [`UdpIo::payload_by_reference`].
     pub fn sends_by_reference(&self) -> bool {
-        self.faults.is_none()
+        // A capture records whole packets.
+        self.faults.is_none() && self.capture.is_none()
     }
 
     /// Whether this payload leaves by reference. io_uring copies the

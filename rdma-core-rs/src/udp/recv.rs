@@ -155,7 +155,7 @@ impl UdpIo {
     pub fn receive(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
         let rx_ring = match &mut self.driver {
             Driver::Sockets(ring) => ring,
-            Driver::Uring(u) => return u.receive(ep, now, self.local, &mut self.stats),
+            Driver::Uring(u) => return u.receive(ep, now, self.local, &mut self.stats, &mut self.capture),
         };
         // SAFETY: every pointer refers to live buffers of the stated sizes.
         let n = unsafe {
@@ -189,12 +189,17 @@ impl UdpIo {
                     Some(src) => {
                         let meta = control.meta(src);
                         let seg = control.segment;
-                        deliver(ep, now, &mut rx_ring.bufs[i], HEADROOM, len, seg, meta, self.local, &mut self.stats)
+                        let buf = &mut rx_ring.bufs[i];
+                        let (local, stats, tap) = (self.local, &mut self.stats, &mut self.capture);
+                        deliver(ep, now, buf, HEADROOM, len, seg, meta, local, stats, tap)
                     }
                     None => tracing::debug!(namelen, "datagram without a usable source address dropped"),
                 }
             }
             rx_ring.reset(i);
+        }
+        if let Some(c) = self.capture.as_mut().filter(|_| n > 0) {
+            c.flush();
         }
         Ok(n)
     }
@@ -236,8 +241,14 @@ pub(super) fn deliver(
     meta: RxMeta,
     local: IpAddr,
     stats: &mut IoStats,
+    tap: &mut Option<crate::link::capture::IpTap>,
 ) {
-    split_datagram(buf, at, len, seg, meta, local, stats, |packet| ep.handle_packet(now, packet));
+    split_datagram(buf, at, len, seg, meta, local, stats, |packet| {
+        if let Some(t) = tap {
+            t.received(packet);
+        }
+        ep.handle_packet(now, packet)
+    });
 }
 
 /// The receive path without the engine: cuts the datagram of `len` bytes

@@ -118,6 +118,9 @@ impl UdpIo {
         // next call: a region the application deregisters meanwhile is then
         // held by nothing here.
         self.tx_meta.clear();
+        if let Some(c) = &mut self.capture {
+            c.flush();
+        }
         if let Some(f) = &mut self.faults {
             if let Some((bytes, to, port)) = f.take_held() {
                 if let Some(t) = self.tx.get(&port) {
@@ -142,6 +145,9 @@ impl UdpIo {
                     if let Some(p) = t.payload.as_ref().filter(|p| !self.payload_by_reference(&p.memory)) {
                         t.len = p.inline(&mut self.tx_bufs[i], t.len);
                         t.payload = None;
+                    }
+                    if let Some(c) = &mut self.capture {
+                        c.sent(&self.tx_bufs[i][..t.len]); // whole: a capture turns by-reference sends off
                     }
                     self.tx_meta.push(t)
                 }

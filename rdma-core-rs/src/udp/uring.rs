@@ -242,6 +242,7 @@ impl Uring {
         now: Instant,
         local: IpAddr,
         stats: &mut IoStats,
+        tap: &mut Option<crate::link::capture::IpTap>,
     ) -> io::Result<usize> {
         if self.ring.submission().taskrun() {
             stats.recv_syscalls += 1;
@@ -261,12 +262,15 @@ impl Uring {
             }
             let Some(bid) = cqueue::buffer_select(r.flags) else { continue };
             n += 1;
-            self.datagram(bid, r.result as usize, ep, now, local, stats);
+            self.datagram(bid, r.result as usize, ep, now, (local, stats, &mut *tap));
             self.bufs.push(bid);
             returned = true;
         }
         if returned {
             self.bufs.publish();
+        }
+        if let Some(t) = tap.as_mut().filter(|_| n > 0) {
+            t.flush();
         }
         if !self.armed {
             self.arm()?;
@@ -277,7 +281,14 @@ impl Uring {
     }
 
     /// One datagram in buffer `bid`, `len` bytes written by the kernel.
-    fn datagram(&mut self, bid: u16, len: usize, ep: &mut Endpoint, now: Instant, local: IpAddr, stats: &mut IoStats) {
+    fn datagram(
+        &mut self,
+        bid: u16,
+        len: usize,
+        ep: &mut Endpoint,
+        now: Instant,
+        (local, stats, tap): (IpAddr, &mut IoStats, &mut Option<crate::link::capture::IpTap>),
+    ) {
         let hdr = &*self.recv_hdr;
         let buf = self.bufs.buffer(bid);
         let Ok(out) = types::RecvMsgOut::parse(&buf[..len], hdr) else {
@@ -313,7 +324,7 @@ impl Uring {
         };
         let at = len - payload;
         let meta = control.meta(src);
-        deliver(ep, now, buf, at, payload, control.segment, meta, local, stats);
+        deliver(ep, now, buf, at, payload, control.segment, meta, local, stats, tap);
     }
 
     /// Submits every message of `batch` and waits until each has

@@ -549,9 +549,9 @@ impl Cm {
             dest_qp_num: Some(req.local_qpn),
             rq_psn: Some(params.starting_psn),
             av: Some(AddressVector {
-                dest: peer,
                 hop_limit: req.primary_path.hop_limit,
                 traffic_class: req.primary_path.traffic_class,
+                ..AddressVector::new(peer)
             }),
             max_dest_rd_atomic: Some(responder_resources),
             min_rnr_timer: Some(params.min_rnr_timer),

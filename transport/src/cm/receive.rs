@@ -245,7 +245,11 @@ impl Cm {
             dest_qp_num: Some(rep.local_qpn),
             // rdma_cm: we receive from the PSN we advertised.
             rq_psn: Some(p.starting_psn),
-            av: Some(AddressVector { dest: from, hop_limit: p.hop_limit, traffic_class: p.traffic_class }),
+            av: Some(AddressVector {
+                hop_limit: p.hop_limit,
+                traffic_class: p.traffic_class,
+                ..AddressVector::new(from)
+            }),
             max_dest_rd_atomic: Some(rep.initiator_depth),
             min_rnr_timer: Some(p.min_rnr_timer),
             ..QpAttr::default()

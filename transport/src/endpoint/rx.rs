@@ -1,22 +1,55 @@
-//! The receive path: parse a RoCE v2 packet, check its ICRC (recovering
-//! an unknown IPv4 Identification), count CE marks, check P_Key,
-//! transport and source address against the QP, and hand it to the
-//! completer (responses) or the responder (requests).
+//! The receive path: parse a packet of the device's link kind (RoCE v2,
+//! RoCE v1 or native IB), check its ICRC (recovering an unknown IPv4
+//! Identification) and VCRC, count CE marks, check P_Key, transport and
+//! source address against the QP, and hand it to the completer
+//! (responses) or the responder (requests).
 
 use super::Endpoint;
 use crate::events::AsyncEvent;
-use crate::qp::{QpState, QpType, ECN_CE, ECN_MASK};
+use crate::framing::LinkKind;
+use crate::qp::{AddressVector, QpState, QpType, ECN_CE, ECN_MASK};
 use crate::responder::RespCtx;
 use crate::stats::Drop;
 use crate::time::Instant;
 use core::net::IpAddr;
 use rdma_wire::mad::GSI_QPN;
-use rdma_wire::{Opcode, Operation, RoceV2Packet, Transport, TransportPacket};
+use rdma_wire::{IbPacket, Opcode, Operation, RoceV1Packet, RoceV2Packet, Transport, TransportPacket};
+
+/// Who sent a packet, as the link addresses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// RoCE: the source IP address or GID.
+    Gid(IpAddr),
+    /// Native IB: the source LID, and the source GID when a GRH came.
+    Lid(u16, Option<IpAddr>),
+}
+
+impl Peer {
+    /// Whether the packet came from the peer `av` names.
+    #[inline]
+    fn is(self, av: &AddressVector) -> bool {
+        match self {
+            Peer::Gid(g) => av.dest.to_canonical() == g,
+            Peer::Lid(l, _) => av.dlid == l,
+        }
+    }
+
+    /// The GID to answer a MAD at, if the packet carried one.
+    fn gid(self) -> Option<IpAddr> {
+        match self {
+            Peer::Gid(g) | Peer::Lid(_, Some(g)) => Some(g),
+            Peer::Lid(_, None) => None,
+        }
+    }
+}
 
 impl Endpoint {
-    /// Handles one received RoCE v2 packet (IP header through ICRC).
-    /// Anything wrong with it is counted and traced, never returned: a
-    /// network peer cannot make the endpoint fail.
+    /// Handles one received packet of the device's link kind: for RoCE v2
+    /// the IP header through the ICRC, for RoCE v1 the GRH through the
+    /// ICRC, for native IB the LRH through the VCRC (without the Ethernet
+    /// header a raw link wraps them in). Anything wrong with it is counted
+    /// and traced, never returned: a network peer cannot make the
+    /// endpoint fail.
     pub fn handle_packet(&mut self, now: Instant, l3: &[u8]) {
         self.receive(now, l3);
         self.settle_cq_errors();
@@ -25,6 +58,76 @@ impl Endpoint {
     fn receive(&mut self, now: Instant, l3: &[u8]) {
         self.touch();
         self.stats.packets_received += 1;
+        match self.framer.link {
+            LinkKind::RoceV2 => self.receive_roce_v2(now, l3),
+            LinkKind::RoceV1 => self.receive_roce_v1(now, l3),
+            LinkKind::Ib => self.receive_ib(now, l3),
+        }
+    }
+
+    #[inline(never)]
+    fn receive_roce_v1(&mut self, now: Instant, packet: &[u8]) {
+        let p = match RoceV1Packet::new_checked(packet) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed RoCE v1 packet");
+                self.stats.drop(Drop::Malformed, 0);
+                return;
+            }
+        };
+        if !p.icrc_ok() {
+            self.stats.drop(Drop::IcrcMismatch, 0);
+            return;
+        }
+        let grh = p.grh();
+        // Frames reach us by MAC; the GRH must name this port too.
+        if IpAddr::V6(grh.dst()).to_canonical() != self.framer.local.to_canonical() {
+            tracing::debug!(dgid = %grh.dst(), "RoCE v1 packet for another GID");
+            self.stats.drop(Drop::GidMismatch, 0);
+            return;
+        }
+        let src = Peer::Gid(IpAddr::V6(grh.src()).to_canonical());
+        let ecn = grh.traffic_class() & ECN_MASK;
+        self.dispatch(now, &p.transport(), src, ecn, &packet[..40]);
+    }
+
+    #[inline(never)]
+    fn receive_ib(&mut self, now: Instant, packet: &[u8]) {
+        let p = match IbPacket::new_checked(packet) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed IB packet");
+                self.stats.drop(Drop::Malformed, 0);
+                return;
+            }
+        };
+        // The VCRC first: a link-level error, checked hop by hop.
+        if !p.vcrc_ok() {
+            self.stats.drop(Drop::VcrcMismatch, 0);
+            return;
+        }
+        if !p.icrc_ok() {
+            self.stats.drop(Drop::IcrcMismatch, 0);
+            return;
+        }
+        let lrh = p.lrh();
+        // 0xFFFF is the permissive LID, which any port accepts.
+        if lrh.dlid() != self.framer.lid && lrh.dlid() != 0xffff {
+            tracing::debug!(dlid = lrh.dlid(), lid = self.framer.lid, "IB packet for another LID");
+            self.stats.drop(Drop::LidMismatch, 0);
+            return;
+        }
+        let (src, ecn, grh) = match p.grh() {
+            Some(g) => {
+                let gid = IpAddr::V6(g.src()).to_canonical();
+                (Peer::Lid(lrh.slid(), Some(gid)), g.traffic_class() & ECN_MASK, &packet[8..48])
+            }
+            None => (Peer::Lid(lrh.slid(), None), 0, &packet[..0]),
+        };
+        self.dispatch(now, &p.transport(), src, ecn, grh);
+    }
+
+    fn receive_roce_v2(&mut self, now: Instant, l3: &[u8]) {
         let p = match RoceV2Packet::new_checked(l3) {
             Ok(p) => p,
             Err(e) => {
@@ -52,11 +155,18 @@ impl Endpoint {
             (_, Some(h)) => (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40),
             _ => unreachable!("a checked packet is IPv4 or IPv6"),
         };
+        self.dispatch(now, &p.transport(), Peer::Gid(src), ecn, &l3[..ip_len]);
+    }
+
+    /// The checks and the hand-off common to every link kind, for a packet
+    /// whose CRCs are good: `ip_header` is its IP header or GRH (what a UD
+    /// receive gets in its first 40 bytes), empty without one.
+    #[inline]
+    fn dispatch(&mut self, now: Instant, t: &TransportPacket<&[u8]>, src: Peer, ecn: u8, ip_header: &[u8]) {
         let ce = ecn & ECN_MASK == ECN_CE;
         if ce {
             self.stats.ecn_ce_received += 1;
         }
-        let t = p.transport();
         let bth = t.bth();
         let qpn = bth.dest_qp();
         if t.info().transport == Transport::Cnp {
@@ -66,7 +176,7 @@ impl Endpoint {
         // QP1 is no QP of the table (created QPs start at 0x11): the one
         // comparison the GSI adds to the path of every other packet.
         if qpn == GSI_QPN {
-            self.receive_gsi(&t, src);
+            self.receive_gsi(t, src);
             return;
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -91,7 +201,7 @@ impl Endpoint {
             self.stats.drop(Drop::WrongTransport, qpn);
             return;
         }
-        if qp.init.qp_type != QpType::Ud && qp.params.av.is_some_and(|av| av.dest.to_canonical() != src) {
+        if qp.init.qp_type != QpType::Ud && qp.params.av.is_some_and(|av| !src.is(&av)) {
             self.stats.drop(Drop::AddressMismatch, qpn);
             return;
         }
@@ -115,16 +225,11 @@ impl Endpoint {
             qp.cc.get_or_insert_with(Default::default).on_ce_marked(now, &self.np_params);
         }
         if is_response {
-            qp.handle_response(now, &t, &self.mrs, &mut self.cqs, &mut self.stats);
+            qp.handle_response(now, t, &self.mrs, &mut self.cqs, &mut self.stats);
         } else {
-            let mut ctx = RespCtx {
-                mrs: &self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                stats: &mut self.stats,
-                ip_header: &l3[..ip_len],
-            };
-            qp.handle_request(&t, &mut ctx);
+            let mut ctx =
+                RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, ip_header };
+            qp.handle_request(t, &mut ctx);
         }
         if !was_error && qp.state == QpState::Err {
             self.events.push_back(AsyncEvent::QpFatal(qpn));
@@ -134,7 +239,7 @@ impl Endpoint {
     /// A packet for QP1 (its ICRC checked): a UD SEND Only whose P_Key is
     /// in the port's table goes to the GSI's MAD checks; anything else is
     /// dropped with its reason.
-    fn receive_gsi(&mut self, t: &TransportPacket<&[u8]>, src: IpAddr) {
+    fn receive_gsi(&mut self, t: &TransportPacket<&[u8]>, src: Peer) {
         if t.bth().opcode() != Opcode::UD_SEND_ONLY {
             self.stats.drop(Drop::WrongTransport, GSI_QPN);
             return;
@@ -148,6 +253,10 @@ impl Endpoint {
             self.stats.drop(Drop::Malformed, GSI_QPN);
             return;
         };
+        let Some(src) = src.gid() else {
+            self.stats.drop(Drop::MadNoGid, GSI_QPN);
+            return;
+        };
         let gsi = self.gsi.get_or_insert_with(Default::default);
         gsi.receive(src, deth.qkey(), deth.src_qp(), t.payload(), &mut self.stats);
     }
@@ -156,7 +265,7 @@ impl Endpoint {
     /// peer, it is counted and, with congestion control on, cuts the QP's
     /// rate; anything else is dropped with its reason, so that a stray or
     /// forged CNP cannot slow a QP it does not belong to.
-    fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: IpAddr) {
+    fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
@@ -165,7 +274,7 @@ impl Endpoint {
             Some(Drop::WrongTransport)
         } else if pkey & 0x7fff != qp.params.pkey & 0x7fff {
             Some(Drop::PkeyMismatch)
-        } else if qp.params.av.is_none_or(|av| av.dest.to_canonical() != src) {
+        } else if qp.params.av.is_none_or(|av| !src.is(&av)) {
             Some(Drop::AddressMismatch)
         } else {
             None

@@ -49,8 +49,10 @@ impl Transmit {
 /// enough that no QP waits long.
 pub const TX_BURST: u32 = 16;
 
-/// A buffer this large holds any packet the engine writes (4 KiB MTU).
-pub const MAX_PACKET: usize = 40 + 8 + 12 + 28 + 4096 + 4;
+/// A buffer this large holds any packet the engine writes (4 KiB MTU):
+/// the largest header stack, BTH and extension headers, payload, ICRC and
+/// native IB's VCRC.
+pub const MAX_PACKET: usize = crate::framing::MAX_FRAMING + 12 + 28 + 4096 + 4 + crate::framing::MAX_TRAILER;
 
 impl Endpoint {
     /// Lets a lone positive ACK wait up to `delay` for company: it leaves

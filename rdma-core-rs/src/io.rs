@@ -1,0 +1,120 @@
+//! A device's backend: the UDP driver of RoCE v2, or the frame driver of
+//! a [`crate::link::Link`] (RoCE v1, native IB). A closed enum rather
+//! than a trait object: see [`crate::link`] for why, and for the seam.
+
+use crate::link::frames::FrameIo;
+use crate::udp::{IoDriver, IoStats, Offloads, UdpIo};
+use rdma_transport::{Endpoint, Instant};
+use std::io;
+use std::os::fd::RawFd;
+
+// One per device, inside its state: the UDP driver stays inline (no
+// pointer to chase on the path of every packet) though it is larger.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Io {
+    Udp(UdpIo),
+    Frames(FrameIo),
+}
+
+impl Io {
+    #[inline]
+    pub(crate) fn receive(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        match self {
+            Io::Udp(u) => u.receive(ep, now),
+            Io::Frames(f) => f.receive(ep, now),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn transmit(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        match self {
+            Io::Udp(u) => u.transmit(ep, now),
+            Io::Frames(f) => f.transmit(ep, now),
+        }
+    }
+
+    /// io_uring: receives reaped while sending.
+    #[inline]
+    pub(crate) fn receives_pending(&mut self) -> bool {
+        match self {
+            Io::Udp(u) => u.receives_pending(),
+            Io::Frames(_) => false,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn has_pending(&mut self) -> bool {
+        match self {
+            Io::Udp(u) => u.has_pending(),
+            Io::Frames(_) => false,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn sends_left(&self) -> bool {
+        match self {
+            Io::Udp(u) => u.sends_left(),
+            Io::Frames(f) => f.sends_left(),
+        }
+    }
+
+    /// What a blocking wait sleeps on (a negative fd is skipped).
+    pub(crate) fn wait_fds(&self) -> [RawFd; 2] {
+        match self {
+            Io::Udp(u) => u.wait_fds(),
+            Io::Frames(f) => [f.fd(), -1],
+        }
+    }
+
+    /// Readable when packets wait (for `wait_async`).
+    pub(crate) fn rx_fd(&self) -> RawFd {
+        match self {
+            Io::Udp(u) => u.rx_fd(),
+            Io::Frames(f) => f.fd(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> &IoStats {
+        match self {
+            Io::Udp(u) => &u.stats,
+            Io::Frames(f) => &f.stats,
+        }
+    }
+
+    /// The largest frame the link carries, for a frame link.
+    pub(crate) fn max_frame(&self) -> Option<usize> {
+        match self {
+            Io::Udp(_) => None,
+            Io::Frames(f) => Some(f.max_frame()),
+        }
+    }
+
+    pub(crate) fn offloads(&self) -> Offloads {
+        match self {
+            Io::Udp(u) => u.offloads(),
+            Io::Frames(_) => Offloads { gso: false, gro: false },
+        }
+    }
+
+    pub(crate) fn driver(&self) -> IoDriver {
+        match self {
+            Io::Udp(u) => u.driver(),
+            Io::Frames(_) => IoDriver::Sockets,
+        }
+    }
+
+    /// A UDP source port for a new QP: a frame link has none to reserve
+    /// (RoCE v1 and IB packets carry no UDP header), so any is fine.
+    pub(crate) fn reserve_port(&mut self, want: u16) -> io::Result<u16> {
+        match self {
+            Io::Udp(u) => u.reserve_port(want),
+            Io::Frames(_) => Ok(want),
+        }
+    }
+
+    pub(crate) fn release_port(&mut self, port: u16) {
+        if let Io::Udp(u) = self {
+            u.release_port(port)
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Capture over any frame link: every frame the device sends and
+//! receives, in a file Wireshark 4.0 (Debian 12's tshark) decodes.
+//!
+//! - RoCE v1: classic pcap of Ethernet frames (LINKTYPE_ETHERNET); tshark
+//!   decodes EtherType 0x8915 as RoCE (GRH first).
+//! - Native IB: classic pcap of LINKTYPE_ERF (197) records of ERF type 21
+//!   (an InfiniBand packet from the LRH on, VCRC included), which is what
+//!   Mellanox's `ibdump` writes. tshark 4.0 cannot read
+//!   LINKTYPE_INFINIBAND (247), and decodes 0x88B5 frames as GRH-first,
+//!   which is wrong for LRH-first packets; ERF it decodes fully.
+//!
+//! Only frames of the link's EtherType are recorded (an interface also
+//! carries ARP, IPv6 neighbour discovery and the like, which are not the
+//! device's). Records are buffered, and written out every [`FLUSH_EVERY`]
+//! frames, at the end of each burst the driver sends or receives
+//! ([`Link::flush`]: a capture is whole on disk as soon as the traffic
+//! stops, whoever holds the device then), and when the link is dropped.
+
+use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use rdma_transport::LinkKind;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::time::SystemTime;
+
+/// LINKTYPE_ETHERNET.
+pub const LINKTYPE_ETHERNET: u32 = 1;
+/// LINKTYPE_ERF: each record is an Endace ERF record.
+pub const LINKTYPE_ERF: u32 = 197;
+/// ERF type of an InfiniBand data packet (starting at the LRH).
+pub const ERF_TYPE_INFINIBAND: u8 = 21;
+/// ERF flag: a variable-length record.
+const ERF_FLAG_VLEN: u8 = 0x04;
+/// Records between flushes.
+pub const FLUSH_EVERY: u64 = 64;
+
+/// Writes the records of one capture file.
+pub struct PcapSink {
+    out: BufWriter<File>,
+    linktype: u32,
+    records: u64,
+}
+
+impl std::fmt::Debug for PcapSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PcapSink").field("linktype", &self.linktype).field("records", &self.records).finish()
+    }
+}
+
+impl PcapSink {
+    /// Creates `path` for frames of `kind` (see the module documentation).
+    pub fn create(path: &Path, kind: LinkKind) -> io::Result<PcapSink> {
+        let linktype = if kind == LinkKind::Ib { LINKTYPE_ERF } else { LINKTYPE_ETHERNET };
+        let file = File::create(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("capture file {}: {e}", path.display())))?;
+        let mut out = BufWriter::new(file);
+        // pcap global header: magic, v2.4, zone 0, sigfigs 0, snaplen, link type.
+        out.write_all(&0xa1b2_c3d4u32.to_le_bytes())?;
+        out.write_all(&2u16.to_le_bytes())?;
+        out.write_all(&4u16.to_le_bytes())?;
+        out.write_all(&[0u8; 8])?;
+        out.write_all(&65535u32.to_le_bytes())?;
+        out.write_all(&linktype.to_le_bytes())?;
+        Ok(PcapSink { out, linktype, records: 0 })
+    }
+
+    /// Records one Ethernet frame seen at `at`.
+    pub fn record(&mut self, at: SystemTime, frame: &[u8]) -> io::Result<()> {
+        let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        if self.linktype == LINKTYPE_ERF {
+            let packet = frame.get(ETH_HEADER..).unwrap_or_default();
+            let rlen = 16 + packet.len();
+            self.header(since, rlen)?;
+            // ERF timestamp: seconds in the high 32 bits, a binary fraction below.
+            let frac = (u64::from(since.subsec_nanos()) << 32) / 1_000_000_000;
+            let ts = (since.as_secs() << 32) | frac;
+            self.out.write_all(&ts.to_le_bytes())?;
+            self.out.write_all(&[ERF_TYPE_INFINIBAND, ERF_FLAG_VLEN])?;
+            self.out.write_all(&(rlen as u16).to_be_bytes())?;
+            self.out.write_all(&0u16.to_be_bytes())?; // loss counter
+            self.out.write_all(&(packet.len() as u16).to_be_bytes())?;
+            self.out.write_all(packet)?;
+        } else {
+            self.header(since, frame.len())?;
+            self.out.write_all(frame)?;
+        }
+        self.records += 1;
+        if self.records % FLUSH_EVERY == 0 {
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn header(&mut self, since: std::time::Duration, len: usize) -> io::Result<()> {
+        self.out.write_all(&(since.as_secs() as u32).to_le_bytes())?;
+        self.out.write_all(&since.subsec_micros().to_le_bytes())?;
+        self.out.write_all(&(len as u32).to_le_bytes())?;
+        self.out.write_all(&(len as u32).to_le_bytes())
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl Drop for PcapSink {
+    fn drop(&mut self) {
+        let _ = self.out.flush();
+    }
+}
+
+/// The capture of the UDP backend, which is no frame link: the RoCE v2
+/// packets the engine sends and receives, whole IP packets, in Ethernet
+/// frames (made-up MAC addresses) of a classic pcap. The device sends from
+/// unconnected sockets while it captures, so Linux writes IPv4
+/// Identification 0, what the engine's packets say. A received IPv4
+/// packet's Identification, which a UDP socket does not show, is solved
+/// from its ICRC (as the engine does) and written in, with the header
+/// checksum, so that the capture's ICRCs check.
+pub struct IpTap {
+    sink: PcapSink,
+    recovery: rdma_wire::IdentRecovery,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for IpTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpTap").field("sink", &self.sink).finish_non_exhaustive()
+    }
+}
+
+impl IpTap {
+    pub fn create(path: &Path) -> io::Result<IpTap> {
+        let sink = PcapSink::create(path, LinkKind::RoceV2)?;
+        Ok(IpTap { sink, recovery: rdma_wire::IdentRecovery::new(), scratch: Vec::new() })
+    }
+
+    /// A packet sent, IP header through ICRC.
+    pub fn sent(&mut self, l3: &[u8]) {
+        self.record(l3, [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]);
+    }
+
+    /// A packet received, with the headers the UDP backend rebuilt.
+    pub fn received(&mut self, l3: &[u8]) {
+        self.scratch.clear();
+        self.scratch.extend_from_slice(l3);
+        if let Ok(p) = rdma_wire::RoceV2Packet::new_checked(&self.scratch[..]) {
+            let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
+            if p.ipv4().is_some() && computed != carried {
+                if let Some(ident) = self.recovery.recover(l3.len(), computed, carried) {
+                    self.scratch[4..6].copy_from_slice(&ident.to_be_bytes());
+                    self.scratch[10..12].fill(0);
+                    let sum = rdma_wire::ipv4::checksum(&self.scratch[..20]);
+                    self.scratch[10..12].copy_from_slice(&sum.to_be_bytes());
+                }
+            }
+        }
+        let packet = std::mem::take(&mut self.scratch);
+        self.record(&packet, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        self.scratch = packet;
+    }
+
+    fn record(&mut self, l3: &[u8], dst: Mac, src: Mac) {
+        let ethertype: u16 = if l3.first().is_some_and(|b| b >> 4 == 6) { 0x86dd } else { 0x0800 };
+        let mut frame = Vec::with_capacity(ETH_HEADER + l3.len());
+        frame.extend_from_slice(&dst);
+        frame.extend_from_slice(&src);
+        frame.extend_from_slice(&ethertype.to_be_bytes());
+        frame.extend_from_slice(l3);
+        if let Err(e) = self.sink.record(SystemTime::now(), &frame) {
+            tracing::warn!(error = %e, "capture: a packet could not be written");
+        }
+    }
+
+    /// The end of a burst: the records go to the file.
+    pub fn flush(&mut self) {
+        if let Err(e) = self.sink.flush() {
+            tracing::warn!(error = %e, "capture: could not flush");
+        }
+    }
+}
+
+/// A link whose frames, both ways, are also written to a capture file.
+#[derive(Debug)]
+pub struct CaptureLink<L> {
+    inner: L,
+    sink: PcapSink,
+    ethertype: [u8; 2],
+    /// Records written since the last flush.
+    dirty: bool,
+}
+
+impl<L: Link> CaptureLink<L> {
+    pub fn new(inner: L, path: &Path) -> io::Result<CaptureLink<L>> {
+        let kind = inner.caps().kind;
+        let sink = PcapSink::create(path, kind)?;
+        let ethertype = super::ethertype(kind).unwrap_or(0).to_be_bytes();
+        Ok(CaptureLink { inner, sink, ethertype, dirty: false })
+    }
+
+    fn record(&mut self, at: SystemTime, frame: &[u8]) {
+        if frame.get(12..14) != Some(&self.ethertype[..]) {
+            return;
+        }
+        if let Err(e) = self.sink.record(at, frame) {
+            tracing::warn!(error = %e, "capture: a frame could not be written");
+        }
+        self.dirty = true;
+    }
+}
+
+impl<L: Link> Link for CaptureLink<L> {
+    fn caps(&self) -> LinkCaps {
+        self.inner.caps()
+    }
+    fn mac(&self) -> Mac {
+        self.inner.mac()
+    }
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.inner.send(frame)?;
+        self.record(SystemTime::now(), frame);
+        Ok(())
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>> {
+        let m = self.inner.recv(buf)?;
+        if let Some(m) = m {
+            self.record(m.arrival, &buf[..m.len]);
+        }
+        Ok(m)
+    }
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.dirty) {
+            self.sink.flush()?;
+        }
+        self.inner.flush()
+    }
+}

@@ -1,0 +1,143 @@
+//! The driver of every frame link: a loop between the engine and a
+//! [`Link`]. It wraps each packet the engine writes (RoCE v1: GRH..ICRC;
+//! native IB: LRH..VCRC) in an Ethernet header, and hands the engine the
+//! packet of each frame of the right EtherType that arrives.
+//!
+//! Destination MAC addresses: a RoCE v1 GID is made from its port's MAC
+//! (EUI-64), so the MAC comes from the GID; an IB packet names a LID,
+//! which this driver maps to the MAC it last heard that LID from (the
+//! SLID of received frames addressed to this port's LID), broadcasting
+//! until it has heard from it, as a learning switch floods unknown
+//! destinations. The engine drops packets for another LID
+//! (`Drop::LidMismatch`).
+
+use super::{ethertype, mac_of_gid, Link, Mac, BROADCAST, ETH_HEADER};
+use crate::udp::IoStats;
+use rdma_transport::{Endpoint, Instant, LinkKind, MAX_PACKET};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Frames received per call of [`FrameIo::receive`].
+pub const RX_BATCH: usize = 32;
+/// Frames sent per call of [`FrameIo::transmit`] before it yields the
+/// device lock (the caller comes back for the rest).
+pub const TX_PER_CALL: usize = 256;
+
+/// The frame driver of one device.
+pub(crate) struct FrameIo {
+    link: Box<dyn Link>,
+    kind: LinkKind,
+    ethertype: u16,
+    mac: Mac,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+    /// LID to MAC, learned from received IB frames.
+    lids: HashMap<u16, Mac>,
+    tx_left: bool,
+    pub(crate) stats: IoStats,
+}
+
+impl FrameIo {
+    pub(crate) fn new(link: Box<dyn Link>) -> io::Result<FrameIo> {
+        let kind = link.caps().kind;
+        let ethertype = ethertype(kind).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "RoCE v2 goes over the UDP backend, not a frame link")
+        })?;
+        let mac = link.mac();
+        Ok(FrameIo {
+            link,
+            kind,
+            ethertype,
+            mac,
+            tx: vec![0u8; ETH_HEADER + MAX_PACKET],
+            rx: vec![0u8; ETH_HEADER + MAX_PACKET + 64],
+            lids: HashMap::new(),
+            tx_left: false,
+            stats: IoStats::default(),
+        })
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.link.fd()
+    }
+
+    pub(crate) fn max_frame(&self) -> usize {
+        self.link.caps().max_frame
+    }
+
+    pub(crate) fn sends_left(&self) -> bool {
+        self.tx_left
+    }
+
+    /// Hands the engine up to [`RX_BATCH`] frames; returns how many came.
+    pub(crate) fn receive(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        let mut n = 0;
+        while n < RX_BATCH {
+            let Some(meta) = self.link.recv(&mut self.rx)? else { break };
+            n += 1;
+            let frame = &self.rx[..meta.len];
+            if frame.len() < ETH_HEADER || u16::from_be_bytes([frame[12], frame[13]]) != self.ethertype {
+                continue; // other traffic on the interface (ARP, IPv6 ND, ...)
+            }
+            self.stats.datagrams_received += 1;
+            let packet = &frame[ETH_HEADER..];
+            // Learn only from packets addressed to this port's LID: a frame
+            // for another port must not move where our packets go.
+            if self.kind == LinkKind::Ib && packet.len() >= 8 && packet[2..4] == ep.lid().to_be_bytes() {
+                let slid = u16::from_be_bytes([packet[6], packet[7]]);
+                self.lids.insert(slid, meta.src);
+            }
+            tracing::trace!(len = packet.len(), src = ?meta.src, "frame received");
+            ep.handle_packet(now, packet);
+        }
+        if n > 0 {
+            self.flush();
+        }
+        Ok(n)
+    }
+
+    /// The end of a burst: see [`Link::flush`].
+    fn flush(&mut self) {
+        if let Err(e) = self.link.flush() {
+            tracing::warn!(error = %e, "the link could not flush");
+        }
+    }
+
+    /// Sends what the engine has, up to [`TX_PER_CALL`] frames; returns how many.
+    pub(crate) fn transmit(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        self.tx_left = false;
+        let mut n = 0;
+        while n < TX_PER_CALL {
+            let Some(t) = ep.poll_transmit(now, &mut self.tx[ETH_HEADER..]) else {
+                if n > 0 {
+                    self.flush();
+                }
+                return Ok(n);
+            };
+            debug_assert!(t.payload.is_none(), "frame links take payloads copied");
+            let packet = &self.tx[ETH_HEADER..ETH_HEADER + t.len];
+            let dst = match self.kind {
+                LinkKind::Ib => self.lids.get(&u16::from_be_bytes([packet[2], packet[3]])).copied(),
+                _ => mac_of_gid(t.dest),
+            }
+            .unwrap_or(BROADCAST);
+            self.tx[..6].copy_from_slice(&dst);
+            self.tx[6..12].copy_from_slice(&self.mac);
+            self.tx[12..14].copy_from_slice(&self.ethertype.to_be_bytes());
+            self.stats.send_syscalls += 1;
+            match self.link.send(&self.tx[..ETH_HEADER + t.len]) {
+                Ok(()) => self.stats.datagrams_sent += 1,
+                Err(e) => {
+                    // Lost like a dropped frame: the transport retransmits.
+                    self.stats.send_errors += 1;
+                    tracing::debug!(error = %e, len = t.len, "frame not sent");
+                }
+            }
+            n += 1;
+        }
+        self.tx_left = true;
+        self.flush();
+        Ok(n)
+    }
+}

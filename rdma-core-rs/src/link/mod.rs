@@ -1,0 +1,165 @@
+//! The link seam: what a device's packets travel over.
+//!
+//! Two levels, each chosen for what it carries:
+//!
+//! - [`Link`], a trait, is a frame link: it moves whole Ethernet frames
+//!   and reports typed metadata for each frame it receives
+//!   ([`FrameMeta`]: source, arrival time, traffic class when the link
+//!   knows it apart from the frame), declares what it can do
+//!   ([`LinkCaps`]) and gives a file descriptor that is readable while
+//!   frames wait, for blocking waits. Implementations: [`raw::RawLink`]
+//!   (AF_PACKET on a named network interface, through `pnet`),
+//!   [`inproc::InProcessLink`] (queues between devices of one process),
+//!   and two wrappers over any link, [`capture::CaptureLink`] (pcap/ERF
+//!   recording) and [`faults::FaultLink`] (loss, duplication, reordering,
+//!   corruption).
+//! - The device's backend (`crate::io::Io`) is a closed enum of two
+//!   drivers, each a loop between the engine and the link: the UDP driver
+//!   of RoCE v2 ([`crate::udp::UdpIo`], unchanged: GSO/GRO, io_uring,
+//!   connected sockets, by-reference payloads) and `frames::FrameIo`,
+//!   the one driver of every frame link (RoCE v1 and native IB framing).
+//!   The UDP driver is no `Link` because the kernel writes the IP and
+//!   UDP headers that the engine's packets start with: it talks to the
+//!   engine in datagrams, runs of segments and scattered payloads, which
+//!   a frame interface would force it to give up. An enum keeps its calls
+//!   direct (no vtable on the path the round-trip figures measure).
+
+pub mod capture;
+pub mod faults;
+pub(crate) mod frames;
+pub mod inproc;
+pub mod raw;
+
+use rdma_transport::LinkKind;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::os::fd::RawFd;
+
+/// An Ethernet MAC address.
+pub type Mac = [u8; 6];
+
+/// The broadcast MAC address.
+pub const BROADCAST: Mac = [0xff; 6];
+
+/// Bytes of the Ethernet header the frame links use (untagged).
+pub const ETH_HEADER: usize = 14;
+
+/// What a link can do, declared rather than found out by special cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkCaps {
+    /// The framing of the packets the link carries.
+    pub kind: LinkKind,
+    /// The largest frame, Ethernet header included, it can carry.
+    pub max_frame: usize,
+    /// Whether one send may hand it a run of frames to segment (UDP GSO).
+    pub segmentation_offload: bool,
+    /// Whether it can send a payload from a memory region by reference.
+    pub by_reference: bool,
+}
+
+/// What a link tells about a frame it received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameMeta {
+    /// Bytes of the frame in the caller's buffer.
+    pub len: usize,
+    /// The sender's MAC address.
+    pub src: Mac,
+    /// When the link took the frame in (for captures and latency).
+    pub arrival: std::time::SystemTime,
+    /// The traffic class (DSCP and ECN) when the link carries it apart
+    /// from the frame; `None` when it is in the frame's own headers (GRH).
+    pub traffic_class: Option<u8>,
+}
+
+/// A link that moves Ethernet frames. Sends and receives never block.
+pub trait Link: Send {
+    /// What the link can do.
+    fn caps(&self) -> LinkCaps;
+    /// The link's own MAC address (the source of the frames it sends).
+    fn mac(&self) -> Mac;
+    /// Sends one frame (Ethernet header included). An error means the
+    /// frame was not sent (the transport retransmits).
+    fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Takes the next waiting frame into `buf`, if any.
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>>;
+    /// Readable while frames wait (or may wait: a spurious wake-up is fine).
+    fn fd(&self) -> RawFd;
+    /// The end of a burst of sends or receives: a link that buffers
+    /// something (a capture file) writes it out. Nothing by default.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Link for Box<dyn Link> {
+    fn caps(&self) -> LinkCaps {
+        (**self).caps()
+    }
+    fn mac(&self) -> Mac {
+        (**self).mac()
+    }
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        (**self).send(frame)
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>> {
+        (**self).recv(buf)
+    }
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        (**self).flush()
+    }
+}
+
+/// The link-local GID of a port with MAC address `mac`: fe80::/64 with the
+/// modified EUI-64 interface identifier (RoCE v1's GID 0, and the port
+/// GID of an emulated IB port whose GUID is made from the MAC).
+pub fn gid_of_mac(mac: Mac) -> IpAddr {
+    let mut g = [0u8; 16];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[8] = mac[0] ^ 0x02;
+    g[9] = mac[1];
+    g[10] = mac[2];
+    g[11] = 0xff;
+    g[12] = 0xfe;
+    g[13] = mac[3];
+    g[14] = mac[4];
+    g[15] = mac[5];
+    IpAddr::V6(Ipv6Addr::from(g))
+}
+
+/// The MAC address a link-local EUI-64 GID was made from, if it is one.
+pub fn mac_of_gid(gid: IpAddr) -> Option<Mac> {
+    let IpAddr::V6(v6) = gid else { return None };
+    let g = v6.octets();
+    if g[..8] != [0xfe, 0x80, 0, 0, 0, 0, 0, 0] || g[11] != 0xff || g[12] != 0xfe {
+        return None;
+    }
+    Some([g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]])
+}
+
+/// The EtherType of the frames that carry packets of `kind`.
+pub fn ethertype(kind: LinkKind) -> Option<u16> {
+    match kind {
+        LinkKind::RoceV1 => Some(rdma_wire::ethernet::ETHERTYPE_ROCE_V1),
+        LinkKind::Ib => Some(rdma_wire::ethernet::ETHERTYPE_IB),
+        LinkKind::RoceV2 => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eui64_gids_and_macs_round_trip() {
+        let mac = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+        let gid = gid_of_mac(mac);
+        assert_eq!(gid.to_string(), "fe80::5054:ff:fe12:3456", "the kernel's RoCE v1 GID of that MAC");
+        assert_eq!(mac_of_gid(gid), Some(mac));
+        assert_eq!(mac_of_gid("fe80::1".parse().unwrap()), None, "not an EUI-64 identifier");
+        assert_eq!(mac_of_gid("10.0.0.1".parse().unwrap()), None);
+    }
+}

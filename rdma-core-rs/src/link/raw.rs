@@ -1,0 +1,165 @@
+//! The raw-frame link: Ethernet frames on a named network interface
+//! through an AF_PACKET socket, by way of `pnet`'s datalink channel.
+//!
+//! The socket is made here and handed to `pnet` (`Config::socket_fd`) so
+//! that it can be set up as this link needs and polled for blocking waits:
+//! non-blocking reads (`pnet`'s read timeout 0), no copies of the frames
+//! this socket sends (`PACKET_IGNORE_OUTGOING`), no promiscuous mode (the
+//! frames are addressed to the interface's MAC, or broadcast), and 8 MiB
+//! socket buffers. Opening one needs `CAP_NET_RAW` (root).
+
+use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender, NetworkInterface};
+use rdma_transport::LinkKind;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, SystemTime};
+
+const SOCKET_BUFFER: libc::c_int = 8 << 20;
+/// `PACKET_IGNORE_OUTGOING` (Linux 4.20), not in every libc crate version.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+/// An AF_PACKET link on one interface.
+pub struct RawLink {
+    tx: Box<dyn DataLinkSender>,
+    rx: Box<dyn DataLinkReceiver>,
+    /// The socket, owned by `pnet`'s channel (closed with it).
+    fd: RawFd,
+    mac: Mac,
+    max_frame: usize,
+    kind: LinkKind,
+    netdev: String,
+}
+
+impl std::fmt::Debug for RawLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawLink").field("netdev", &self.netdev).field("mac", &self.mac).finish_non_exhaustive()
+    }
+}
+
+/// The interface `name`, or an error that lists the ones there are.
+pub fn interface(name: &str) -> io::Result<NetworkInterface> {
+    let all = pnet_datalink::interfaces();
+    let names: Vec<String> = all.iter().map(|i| i.name.clone()).collect();
+    all.into_iter().find(|i| i.name == name).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no network interface {name:?} (there are: {})", names.join(", ")),
+        )
+    })
+}
+
+/// The MAC address of the interface `name`.
+pub fn interface_mac(name: &str) -> io::Result<Mac> {
+    let i = interface(name)?;
+    i.mac.map(|m| m.octets()).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("network interface {name:?} has no MAC address"))
+    })
+}
+
+/// The interface's MTU (bytes of a frame after its Ethernet header).
+fn interface_mtu(name: &str) -> usize {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
+fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: passes a pointer to a c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as _,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl RawLink {
+    /// Opens the link on `netdev` for packets of `kind`.
+    pub fn open(netdev: &str, kind: LinkKind) -> io::Result<RawLink> {
+        let iface = interface(netdev)?;
+        let mac = interface_mac(netdev)?;
+        let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
+        // SAFETY: plain syscall; on success pnet's channel owns the fd.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("AF_PACKET socket for {netdev} (needs CAP_NET_RAW): {e}")));
+        }
+        let setup = || -> io::Result<()> {
+            // Without it every frame we send would come back to our receiver.
+            if let Err(e) = setsockopt(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1) {
+                tracing::debug!(error = %e, "PACKET_IGNORE_OUTGOING refused: own frames are filtered by MAC");
+            }
+            setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER)?;
+            setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER)
+        };
+        if let Err(e) = setup() {
+            // SAFETY: the fd is ours until pnet takes it.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        let max_frame = ETH_HEADER + interface_mtu(netdev);
+        let config = pnet_datalink::Config {
+            read_buffer_size: max_frame.max(rdma_transport::MAX_PACKET + ETH_HEADER),
+            write_buffer_size: max_frame.max(rdma_transport::MAX_PACKET + ETH_HEADER),
+            read_timeout: Some(Duration::ZERO),
+            promiscuous: false,
+            socket_fd: Some(fd),
+            ..Default::default()
+        };
+        let (tx, rx) = match pnet_datalink::channel(&iface, config)? {
+            Channel::Ethernet(tx, rx) => (tx, rx),
+            _ => return Err(io::Error::other(format!("{netdev}: not an Ethernet channel"))),
+        };
+        tracing::info!(netdev, mac = ?mac, kind = kind.name(), max_frame, "raw link up");
+        Ok(RawLink { tx, rx, fd, mac, max_frame, kind, netdev: netdev.to_string() })
+    }
+}
+
+impl Link for RawLink {
+    fn caps(&self) -> LinkCaps {
+        LinkCaps { kind: self.kind, max_frame: self.max_frame, segmentation_offload: false, by_reference: false }
+    }
+
+    fn mac(&self) -> Mac {
+        self.mac
+    }
+
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        match self.tx.send_to(frame, None) {
+            Some(r) => r,
+            None => Err(io::Error::other("pnet: send_to gave no result")),
+        }
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>> {
+        loop {
+            let frame = match self.rx.next() {
+                Ok(f) => f,
+                Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if frame.len() < ETH_HEADER || frame[6..12] == self.mac {
+                continue; // a runt, or our own frame (kernels without PACKET_IGNORE_OUTGOING)
+            }
+            let n = frame.len().min(buf.len());
+            buf[..n].copy_from_slice(&frame[..n]);
+            let src: Mac = frame[6..12].try_into().expect("checked length");
+            return Ok(Some(FrameMeta { len: n, src, arrival: SystemTime::now(), traffic_class: None }));
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.fd
+    }
+}

@@ -1,0 +1,234 @@
+//! Open devices (`ibv_context` inside its `verbs_context`) and their
+//! asynchronous events.
+//!
+//! The device runs with a progress thread ([`rdma_core_rs::Progress::Thread`]):
+//! a C application does not call into the library while it sleeps on a
+//! completion channel or talks to its peer over TCP, so something else must
+//! answer the peer's packets, as a NIC would.
+
+use crate::abi::*;
+use crate::device::{dev_of, Dev};
+use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
+use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub static CONTEXTS: Registry = Registry::new();
+
+/// How often the event threads look whether their object is gone.
+pub const PUMP_PERIOD: Duration = Duration::from_millis(100);
+
+/// The per-device tables the async-event thread reads to turn the engine's
+/// numbers into the application's pointers (stored as addresses).
+#[derive(Default)]
+pub struct Objects {
+    pub qps: HashMap<u32, usize>,
+    pub cqs: HashMap<usize, usize>,
+    pub srqs: HashMap<usize, usize>,
+}
+
+/// What the async-event thread shares with the context.
+pub struct AsyncShared {
+    pub fd: OwnedFd,
+    pub queue: Mutex<VecDeque<ibv_async_event>>,
+    pub objects: Mutex<Objects>,
+    pub stop: AtomicBool,
+}
+
+// SAFETY: the queue holds pointers only as values handed back to the
+// application; this library does not dereference them from that queue.
+unsafe impl Send for AsyncShared {}
+unsafe impl Sync for AsyncShared {}
+
+/// An open device. `v.context` is the `ibv_context *` the application holds.
+#[repr(C)]
+pub struct Ctx {
+    pub v: verbs_context,
+    pub dev: &'static Dev,
+    pub verbs: rdma_core_rs::Context,
+    pub shared: Arc<AsyncShared>,
+    pump: Mutex<Option<JoinHandle<()>>>,
+}
+
+const CONTEXT_OFFSET: usize = std::mem::offset_of!(Ctx, v) + std::mem::offset_of!(verbs_context, context);
+
+/// The open device behind `p`, if it is a live one.
+///
+/// # Safety
+/// `p` may be anything; it is dereferenced only if it is a live context.
+pub unsafe fn ctx_of<'a>(p: *const ibv_context) -> Option<&'a Ctx> {
+    if !CONTEXTS.contains(p) {
+        tracing::debug!(ptr = ?p, "not a live ibv_context");
+        set_errno(libc::EINVAL);
+        return None;
+    }
+    // SAFETY: registered contexts are the `context` field of a leaked Ctx.
+    Some(unsafe { &*(p.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) })
+}
+
+fn ops() -> ibv_context_ops {
+    // SAFETY: all-NULL function pointers are valid Options.
+    let mut o: ibv_context_ops = unsafe { std::mem::zeroed() };
+    o.poll_cq = Some(crate::cq::poll_cq);
+    o.req_notify_cq = Some(crate::cq::req_notify_cq);
+    o.post_send = Some(crate::qp::post_send);
+    o.post_recv = Some(crate::qp::post_recv);
+    o.post_srq_recv = Some(crate::qp::post_srq_recv);
+    o
+}
+
+fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
+    let cfg = DeviceConfig { progress: Progress::Thread, scope_id: dev.spec.scope_id, ..DeviceConfig::default() };
+    let verbs =
+        rdma_core_rs::Device::with_config(&dev.spec.name, dev.spec.addr, cfg).and_then(|d| d.open()).map_err(|e| {
+            tracing::warn!(device = %dev.spec.name, addr = %dev.spec.addr, error = %e, "cannot open the device");
+            crate::ffi::errno_of(&e)
+        })?;
+    let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    let async_fd = fd.as_raw_fd();
+    let shared = Arc::new(AsyncShared {
+        fd,
+        queue: Mutex::new(VecDeque::new()),
+        objects: Mutex::new(Objects::default()),
+        stop: AtomicBool::new(false),
+    });
+    // SAFETY: all-NULL pointers and zero sizes are valid for verbs_context.
+    let mut v: verbs_context = unsafe { std::mem::zeroed() };
+    v.query_port = Some(crate::device::query_port);
+    v.query_device_ex = Some(crate::device::query_device_ex);
+    v.sz = std::mem::size_of::<verbs_context>();
+    v.context = ibv_context {
+        device: &dev.c as *const ibv_device as *mut ibv_device,
+        ops: ops(),
+        cmd_fd: -1,
+        async_fd,
+        num_comp_vectors: 1,
+        mutex: mutex_init(),
+        abi_compat: VERBS_ABI_IS_EXTENDED,
+    };
+    let ctx = Box::leak(Box::new(Ctx { v, dev, verbs: verbs.clone(), shared: shared.clone(), pump: Mutex::new(None) }));
+    let pump = spawn_async_pump(verbs, shared).map_err(|e| {
+        tracing::warn!(error = %e, "cannot start the async event thread");
+        libc::EAGAIN
+    });
+    let p = &mut ctx.v.context as *mut ibv_context;
+    match pump {
+        Ok(h) => *ctx.pump.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+        Err(e) => {
+            // SAFETY: leaked just above, never published.
+            drop(unsafe { Box::from_raw(ctx as *mut Ctx) });
+            return Err(e);
+        }
+    }
+    CONTEXTS.insert(p);
+    tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");
+    Ok(p)
+}
+
+/// Moves the engine's asynchronous events to the context's queue and fd.
+fn spawn_async_pump(verbs: rdma_core_rs::Context, shared: Arc<AsyncShared>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name("ibv-async".into()).spawn(move || {
+        while !shared.stop.load(Ordering::Relaxed) {
+            let ev = match verbs.get_async_event(Some(PUMP_PERIOD)) {
+                Ok(Some(ev)) => ev,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "async event thread stops");
+                    return;
+                }
+            };
+            let objs = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
+            let c = match ev {
+                AsyncEvent::QpFatal(qpn) => objs.qps.get(&qpn).map(|&p| ibv_async_event {
+                    element: ibv_async_element { qp: p as *mut ibv_qp },
+                    event_type: IBV_EVENT_QP_FATAL,
+                }),
+                AsyncEvent::CqError(cq) => objs.cqs.get(&cq.0).map(|&p| ibv_async_event {
+                    element: ibv_async_element { cq: p as *mut ibv_cq },
+                    event_type: IBV_EVENT_CQ_ERR,
+                }),
+                AsyncEvent::SrqLimitReached(srq) => objs.srqs.get(&srq.0).map(|&p| ibv_async_event {
+                    element: ibv_async_element { srq: p as *mut ibv_srq },
+                    event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
+                }),
+            };
+            drop(objs);
+            tracing::debug!(event = ?ev, delivered = c.is_some(), "async event");
+            if let Some(c) = c {
+                shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(c);
+                signal_fd(shared.fd.as_raw_fd());
+            }
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_open_device"]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    guard("ibv_open_device", std::ptr::null_mut(), || {
+        let Some(dev) = dev_of(device) else {
+            set_errno(libc::ENODEV);
+            return std::ptr::null_mut();
+        };
+        open(dev).unwrap_or_else(|e| {
+            set_errno(e);
+            std::ptr::null_mut()
+        })
+    })
+}
+
+#[export_name = "softroce_ibv_close_device"]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> libc::c_int {
+    guard("ibv_close_device", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        if unsafe { ctx_of(context) }.is_none() || !CONTEXTS.remove(context) {
+            return -1;
+        }
+        // SAFETY: removed from the registry: no other call can reach it now.
+        let ctx = unsafe { Box::from_raw(context.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) };
+        ctx.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = ctx.pump.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+        tracing::info!(device = %ctx.dev.spec.name, "device closed");
+        // Objects still open keep the engine alive through their own handles.
+        0
+    })
+}
+
+#[export_name = "softroce_ibv_get_async_event"]
+pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> libc::c_int {
+    guard("ibv_get_async_event", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+        if event.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let shared = ctx.shared.clone();
+        loop {
+            if let Err(e) = wait_fd(shared.fd.as_raw_fd()) {
+                set_errno(e);
+                return -1;
+            }
+            if let Some(ev) = shared.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { event.write(ev) };
+                return 0;
+            }
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_ack_async_event"]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
+    // Objects are destroyed without waiting for acknowledgements here.
+}
+
+/// Registers a live object of a context for the async-event thread.
+pub fn with_objects(ctx: &Ctx, f: impl FnOnce(&mut Objects)) {
+    f(&mut ctx.shared.objects.lock().unwrap_or_else(|e| e.into_inner()));
+}

@@ -1,0 +1,337 @@
+//! Completion queues and completion channels.
+//!
+//! A channel is a real file descriptor (an eventfd in semaphore mode): a
+//! thread per channel waits for the engine's CQ events and adds one to the
+//! fd per event, so `poll`/`epoll` on `channel->fd` and a blocking
+//! `ibv_get_cq_event` both work.
+
+use crate::abi::*;
+use crate::context::{ctx_of, with_objects, Ctx, PUMP_PERIOD};
+use crate::ffi::{errno_of, event_fd, guard, live, set_errno, signal_fd, wait_fd, Registry};
+use libc::{c_int, c_uint, c_void};
+use rdma_core_rs::{CompChannel, CompletionQueue, WorkCompletion};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+pub static CQS: Registry = Registry::new();
+pub static CHANNELS: Registry = Registry::new();
+
+#[repr(C)]
+pub struct Cq {
+    pub c: ibv_cq,
+    pub verbs: CompletionQueue,
+    /// Completions taken from the engine, reused across polls.
+    scratch: Mutex<Vec<WorkCompletion>>,
+    /// QPs using this CQ (destroying it before them is EBUSY).
+    pub users: AtomicUsize,
+    ctx: &'static Ctx,
+}
+
+// SAFETY: the raw pointers in `c` are the application's to use; this
+// library reaches the objects they name only through the registries.
+unsafe impl Send for Cq {}
+unsafe impl Sync for Cq {}
+
+struct ChanShared {
+    fd: OwnedFd,
+    /// The ids of CQs whose events wait to be taken.
+    queue: Mutex<VecDeque<usize>>,
+    /// CQ id to `ibv_cq *` of the CQs reporting here.
+    cqs: Mutex<HashMap<usize, usize>>,
+    stop: AtomicBool,
+}
+
+#[repr(C)]
+pub struct Chan {
+    pub c: ibv_comp_channel,
+    verbs: CompChannel,
+    shared: Arc<ChanShared>,
+    pump: Mutex<Option<JoinHandle<()>>>,
+}
+
+// SAFETY: as for Cq.
+unsafe impl Send for Chan {}
+unsafe impl Sync for Chan {}
+
+fn spawn_pump(verbs: CompChannel, shared: Arc<ChanShared>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name("ibv-comp-channel".into()).spawn(move || {
+        while !shared.stop.load(Ordering::Relaxed) {
+            match verbs.get_cq_event(Some(PUMP_PERIOD)) {
+                Ok(Some(id)) => {
+                    shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(id);
+                    signal_fd(shared.fd.as_raw_fd());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "completion channel thread stops");
+                    return;
+                }
+            }
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_create_comp_channel"]
+pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+        let made = ctx.verbs.create_comp_channel().map_err(|e| errno_of(&e)).and_then(|verbs| {
+            let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+            let shared = Arc::new(ChanShared {
+                fd,
+                queue: Mutex::new(VecDeque::new()),
+                cqs: Mutex::new(HashMap::new()),
+                stop: AtomicBool::new(false),
+            });
+            let pump = spawn_pump(verbs.clone(), shared.clone()).map_err(|_| libc::EAGAIN)?;
+            Ok((verbs, shared, pump))
+        });
+        match made {
+            Ok((verbs, shared, pump)) => {
+                let c = ibv_comp_channel { context, fd: shared.fd.as_raw_fd(), refcnt: 0 };
+                let ch = Box::into_raw(Box::new(Chan { c, verbs, shared, pump: Mutex::new(Some(pump)) }));
+                CHANNELS.insert(ch);
+                ch.cast()
+            }
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_destroy_comp_channel"]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard("ibv_destroy_comp_channel", -1, || {
+        let p = channel.cast::<Chan>();
+        // SAFETY: `live` checks the registry.
+        let Some(ch) = (unsafe { live(&CHANNELS, p, "ibv_comp_channel") }) else { return -1 };
+        if !ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            set_errno(libc::EBUSY);
+            return -1;
+        }
+        if !CHANNELS.remove(p) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: removed from the registry; made by Box::into_raw.
+        let ch = unsafe { Box::from_raw(p) };
+        ch.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = ch.pump.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+        0
+    })
+}
+
+#[export_name = "softroce_ibv_create_cq"]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard("ibv_create_cq", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+        // SAFETY: ctx_of returned a leaked, registered context; it outlives
+        // its objects in practice (closing it first is the application's error).
+        let ctx: &'static Ctx = unsafe { &*(ctx as *const Ctx) };
+        if cqe <= 0 || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        let ch = if channel.is_null() {
+            None
+        } else {
+            // SAFETY: `live` checks the registry.
+            match unsafe { live(&CHANNELS, channel.cast::<Chan>(), "ibv_comp_channel") } {
+                Some(ch) if ch.c.context == context => Some(ch),
+                _ => {
+                    set_errno(libc::EINVAL);
+                    return std::ptr::null_mut();
+                }
+            }
+        };
+        let verbs = match ctx.verbs.create_cq(cqe as usize, ch.map(|c| &c.verbs)) {
+            Ok(v) => v,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return std::ptr::null_mut();
+            }
+        };
+        let id = verbs.id();
+        let c = ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle: id as u32,
+            cqe,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            comp_events_completed: 0.into(),
+            async_events_completed: 0,
+        };
+        let cq = Box::into_raw(Box::new(Cq {
+            c,
+            verbs,
+            scratch: Mutex::new(Vec::with_capacity(64)),
+            users: AtomicUsize::new(0),
+            ctx,
+        }));
+        if let Some(ch) = ch {
+            ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
+        }
+        with_objects(ctx, |o| {
+            o.cqs.insert(id, cq as usize);
+        });
+        CQS.insert(cq);
+        tracing::debug!(cq = id, cqe, channel = !channel.is_null(), "CQ created");
+        cq.cast()
+    })
+}
+
+#[export_name = "softroce_ibv_destroy_cq"]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard("ibv_destroy_cq", libc::EIO, || {
+        let p = cq.cast::<Cq>();
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, p, "ibv_cq") }) else { return libc::EINVAL };
+        if c.users.load(Ordering::Acquire) > 0 {
+            return libc::EBUSY;
+        }
+        if !CQS.remove(p) {
+            return libc::EINVAL;
+        }
+        // SAFETY: removed from the registry; made by Box::into_raw.
+        let c = unsafe { Box::from_raw(p) };
+        let id = c.verbs.id();
+        // SAFETY: the channel is live while CQs report to it (it refuses to go first).
+        if let Some(ch) = unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") } {
+            ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        }
+        with_objects(c.ctx, |o| {
+            o.cqs.remove(&id);
+        });
+        0
+    })
+}
+
+/// `ops.poll_cq`, what the inline `ibv_poll_cq` calls.
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("ibv_poll_cq", -1, || {
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return -libc::EINVAL };
+        if n <= 0 {
+            return 0;
+        }
+        if wc.is_null() {
+            return -libc::EINVAL;
+        }
+        let mut scratch = c.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        scratch.clear();
+        if let Err(e) = c.verbs.poll(&mut scratch, n as usize) {
+            tracing::warn!(error = %e, "poll_cq failed");
+            return -errno_of(&e);
+        }
+        for (i, w) in scratch.iter().enumerate() {
+            // SAFETY: the caller's array holds `n` entries; i < n.
+            unsafe { wc.add(i).write(to_c(w)) };
+        }
+        scratch.len() as c_int
+    })
+}
+
+fn to_c(w: &WorkCompletion) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as c_int,
+        opcode: w.opcode as c_int,
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        imm_data: w.imm_data.or(w.invalidated_rkey).unwrap_or(0),
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ops.req_notify_cq`, what the inline `ibv_req_notify_cq` calls.
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard("ibv_req_notify_cq", libc::EIO, || {
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return libc::EINVAL };
+        match c.verbs.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_get_cq_event"]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard("ibv_get_cq_event", -1, || {
+        // SAFETY: `live` checks the registry.
+        let Some(ch) = (unsafe { live(&CHANNELS, channel.cast::<Chan>(), "ibv_comp_channel") }) else { return -1 };
+        if cq.is_null() || cq_context.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let shared = ch.shared.clone();
+        loop {
+            if let Err(e) = wait_fd(shared.fd.as_raw_fd()) {
+                set_errno(e);
+                return -1;
+            }
+            let Some(id) = shared.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { continue };
+            // An event of a CQ destroyed since is dropped.
+            let Some(&p) = shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(&id) else { continue };
+            let p = p as *mut ibv_cq;
+            // SAFETY: p is in the channel's table, so it is a live CQ; the out-parameters are the caller's.
+            unsafe {
+                *cq = p;
+                *cq_context = (*p).cq_context;
+            }
+            return 0;
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_ack_cq_events"]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    guard("ibv_ack_cq_events", (), || {
+        // SAFETY: `live` checks the registry.
+        if let Some(c) = unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") } {
+            // Bookkeeping only: destroying a CQ does not wait for acks here.
+            c.c.comp_events_completed.fetch_add(nevents, Ordering::Relaxed);
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_resize_cq"]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard("ibv_resize_cq", libc::EIO, || {
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return libc::EINVAL };
+        // The engine's CQs do not change size; one at least as large is fine.
+        if cqe > 0 && cqe <= c.c.cqe {
+            0
+        } else {
+            libc::EOPNOTSUPP
+        }
+    })
+}

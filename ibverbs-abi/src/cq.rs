@@ -213,7 +213,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let c = unsafe { Box::from_raw(p) };
         let id = c.verbs.id();
         // SAFETY: the channel is live while CQs report to it (it refuses to go first).
-        if let Some(ch) = unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") } {
+        let ch = (!c.c.channel.is_null())
+            .then(|| unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") })
+            .flatten();
+        if let Some(ch) = ch {
             ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         }
         with_objects(c.ctx, |o| {

@@ -151,6 +151,16 @@ impl Inner {
             moved += st.io.receive(&mut st.ep, now)?;
             moved += st.io.transmit(&mut st.ep, now)?;
         }
+        self.announce_completions(st, before);
+        Ok(moved > 0)
+    }
+
+    /// If completions were delivered since the count was `before`: raises
+    /// the armed CQs' channel events and wakes the waiters. Progress rounds
+    /// call it, and so do posts, which complete requests by themselves (a
+    /// UD send, a flush in ERR): without it an armed CQ would get no event
+    /// for such a completion until some later packet.
+    pub(crate) fn announce_completions(&self, st: &mut State, before: u64) {
         if st.ep.completions_delivered() != before {
             self.fire_channels(st);
             if st.followers > 0 {
@@ -159,7 +169,6 @@ impl Inner {
             #[cfg(feature = "tokio")]
             self.notify.notify_waiters();
         }
-        Ok(moved > 0)
     }
 
     /// Hands the engine every datagram waiting in the receive socket (and,

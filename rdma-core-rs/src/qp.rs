@@ -118,9 +118,12 @@ impl QueuePair {
             // dropped) now, under the same lock as the transition.
             self.ctx.inner.drain_receive(&mut st)?;
         }
+        let before = st.ep.completions_delivered();
         st.ep.modify_qp(self.qpn, attr)?;
         // Moving to ERR flushes: let waiters see the completions.
-        self.ctx.inner.doorbell(&mut st)
+        self.ctx.inner.doorbell(&mut st)?;
+        self.ctx.inner.announce_completions(&mut st, before);
+        Ok(())
     }
 
     /// `ibv_query_qp`: the state and the attributes in force.
@@ -139,6 +142,7 @@ impl QueuePair {
     /// posted and the error says which one failed, like `bad_wr`.
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
+        let before = st.ep.completions_delivered();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(source) = st.ep.post_send_copy(self.qpn, wr) {
@@ -147,6 +151,7 @@ impl QueuePair {
             }
         }
         self.ctx.inner.doorbell(&mut st)?;
+        self.ctx.inner.announce_completions(&mut st, before);
         result
     }
 
@@ -163,6 +168,7 @@ impl QueuePair {
         // waits must hear of it.
         if st.ep.completions_delivered() != before {
             self.ctx.inner.doorbell(&mut st)?;
+            self.ctx.inner.announce_completions(&mut st, before);
         }
         posted
     }

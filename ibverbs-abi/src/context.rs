@@ -44,14 +44,27 @@ pub struct AsyncShared {
 unsafe impl Send for AsyncShared {}
 unsafe impl Sync for AsyncShared {}
 
+/// A device's engine in this process, shared by every `ibv_open_device`
+/// of it (the engine owns the device's UDP port, which can be bound once):
+/// the verbs context, the async-event thread and the per-QP send slots.
+pub struct Engine {
+    pub verbs: rdma_core_rs::Context,
+    pub shared: Arc<AsyncShared>,
+    /// The QPs of this device by number, for retiring send slots as their
+    /// completions are polled (see `qp::SendSlots`).
+    pub send_queues: Mutex<HashMap<u32, &'static crate::qp::Qp>>,
+    pump: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The engines of the devices open now, by name, with their open counts.
+static ENGINES: Mutex<Vec<(String, Arc<Engine>, usize)>> = Mutex::new(Vec::new());
+
 /// An open device. `v.context` is the `ibv_context *` the application holds.
 #[repr(C)]
 pub struct Ctx {
     pub v: verbs_context,
     pub dev: &'static Dev,
-    pub verbs: rdma_core_rs::Context,
-    pub shared: Arc<AsyncShared>,
-    pump: Mutex<Option<JoinHandle<()>>>,
+    pub engine: Arc<Engine>,
 }
 
 const CONTEXT_OFFSET: usize = std::mem::offset_of!(Ctx, v) + std::mem::offset_of!(verbs_context, context);
@@ -81,7 +94,13 @@ fn ops() -> ibv_context_ops {
     o
 }
 
-fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
+/// The engine of `dev`: the one already open, or a new one.
+fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
+    let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = engines.iter_mut().find(|e| e.0 == dev.spec.name) {
+        e.2 += 1;
+        return Ok(e.1.clone());
+    }
     let cfg = DeviceConfig { progress: Progress::Thread, scope_id: dev.spec.scope_id, ..DeviceConfig::default() };
     let verbs =
         rdma_core_rs::Device::with_config(&dev.spec.name, dev.spec.addr, cfg).and_then(|d| d.open()).map_err(|e| {
@@ -89,13 +108,42 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
             crate::ffi::errno_of(&e)
         })?;
     let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-    let async_fd = fd.as_raw_fd();
     let shared = Arc::new(AsyncShared {
         fd,
         queue: Mutex::new(VecDeque::new()),
         objects: Mutex::new(Objects::default()),
         stop: AtomicBool::new(false),
     });
+    let pump = spawn_async_pump(verbs.clone(), shared.clone()).map_err(|e| {
+        tracing::warn!(error = %e, "cannot start the async event thread");
+        libc::EAGAIN
+    })?;
+    let e = Arc::new(Engine { verbs, shared, send_queues: Mutex::new(HashMap::new()), pump: Mutex::new(Some(pump)) });
+    engines.push((dev.spec.name.clone(), e.clone(), 1));
+    tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device engine started");
+    Ok(e)
+}
+
+/// Drops one open of the engine of `name`; the last stops its thread.
+fn release(name: &str) {
+    let last = {
+        let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = engines.iter().position(|e| e.0 == name) else { return };
+        engines[i].2 -= 1;
+        (engines[i].2 == 0).then(|| engines.swap_remove(i).1)
+    };
+    if let Some(e) = last {
+        e.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = e.pump.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+        tracing::info!(device = name, "device engine released");
+        // Objects still open keep the engine itself alive through their handles.
+    }
+}
+
+fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
+    let engine = engine(dev)?;
     // SAFETY: all-NULL pointers and zero sizes are valid for verbs_context.
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.query_port = Some(crate::device::query_port);
@@ -105,25 +153,13 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
         device: &dev.c as *const ibv_device as *mut ibv_device,
         ops: ops(),
         cmd_fd: -1,
-        async_fd,
+        async_fd: engine.shared.fd.as_raw_fd(),
         num_comp_vectors: 1,
         mutex: mutex_init(),
         abi_compat: VERBS_ABI_IS_EXTENDED,
     };
-    let ctx = Box::leak(Box::new(Ctx { v, dev, verbs: verbs.clone(), shared: shared.clone(), pump: Mutex::new(None) }));
-    let pump = spawn_async_pump(verbs, shared).map_err(|e| {
-        tracing::warn!(error = %e, "cannot start the async event thread");
-        libc::EAGAIN
-    });
+    let ctx = Box::leak(Box::new(Ctx { v, dev, engine }));
     let p = &mut ctx.v.context as *mut ibv_context;
-    match pump {
-        Ok(h) => *ctx.pump.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
-        Err(e) => {
-            // SAFETY: leaked just above, never published.
-            drop(unsafe { Box::from_raw(ctx as *mut Ctx) });
-            return Err(e);
-        }
-    }
     CONTEXTS.insert(p);
     tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");
     Ok(p)
@@ -189,12 +225,8 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> libc::c_
         }
         // SAFETY: removed from the registry: no other call can reach it now.
         let ctx = unsafe { Box::from_raw(context.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) };
-        ctx.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = ctx.pump.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = h.join();
-        }
+        release(&ctx.dev.spec.name);
         tracing::info!(device = %ctx.dev.spec.name, "device closed");
-        // Objects still open keep the engine alive through their own handles.
         0
     })
 }
@@ -208,7 +240,7 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
             set_errno(libc::EINVAL);
             return -1;
         }
-        let shared = ctx.shared.clone();
+        let shared = ctx.engine.shared.clone();
         loop {
             if let Err(e) = wait_fd(shared.fd.as_raw_fd()) {
                 set_errno(e);
@@ -229,6 +261,6 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
 }
 
 /// Registers a live object of a context for the async-event thread.
-pub fn with_objects(ctx: &Ctx, f: impl FnOnce(&mut Objects)) {
-    f(&mut ctx.shared.objects.lock().unwrap_or_else(|e| e.into_inner()));
+pub fn with_objects(engine: &Engine, f: impl FnOnce(&mut Objects)) {
+    f(&mut engine.shared.objects.lock().unwrap_or_else(|e| e.into_inner()));
 }

@@ -6,7 +6,7 @@
 //! `ibv_get_cq_event` both work.
 
 use crate::abi::*;
-use crate::context::{ctx_of, with_objects, Ctx, PUMP_PERIOD};
+use crate::context::{ctx_of, with_objects, Engine, PUMP_PERIOD};
 use crate::ffi::{errno_of, event_fd, guard, live, set_errno, signal_fd, wait_fd, Registry};
 use libc::{c_int, c_uint, c_void};
 use rdma_core_rs::{CompChannel, CompletionQueue, WorkCompletion};
@@ -27,7 +27,7 @@ pub struct Cq {
     scratch: Mutex<Vec<WorkCompletion>>,
     /// QPs using this CQ (destroying it before them is EBUSY).
     pub users: AtomicUsize,
-    ctx: &'static Ctx,
+    engine: Arc<Engine>,
 }
 
 // SAFETY: the raw pointers in `c` are the application's to use; this
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
     guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
         // SAFETY: ctx_of checks the registry.
         let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
-        let made = ctx.verbs.create_comp_channel().map_err(|e| errno_of(&e)).and_then(|verbs| {
+        let made = ctx.engine.verbs.create_comp_channel().map_err(|e| errno_of(&e)).and_then(|verbs| {
             let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
             let shared = Arc::new(ChanShared {
                 fd,
@@ -140,9 +140,6 @@ pub unsafe extern "C" fn ibv_create_cq(
     guard("ibv_create_cq", std::ptr::null_mut(), || {
         // SAFETY: ctx_of checks the registry.
         let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
-        // SAFETY: ctx_of returned a leaked, registered context; it outlives
-        // its objects in practice (closing it first is the application's error).
-        let ctx: &'static Ctx = unsafe { &*(ctx as *const Ctx) };
         if cqe <= 0 || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
@@ -159,7 +156,7 @@ pub unsafe extern "C" fn ibv_create_cq(
                 }
             }
         };
-        let verbs = match ctx.verbs.create_cq(cqe as usize, ch.map(|c| &c.verbs)) {
+        let verbs = match ctx.engine.verbs.create_cq(cqe as usize, ch.map(|c| &c.verbs)) {
             Ok(v) => v,
             Err(e) => {
                 set_errno(errno_of(&e));
@@ -183,12 +180,12 @@ pub unsafe extern "C" fn ibv_create_cq(
             verbs,
             scratch: Mutex::new(Vec::with_capacity(64)),
             users: AtomicUsize::new(0),
-            ctx,
+            engine: ctx.engine.clone(),
         }));
         if let Some(ch) = ch {
             ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
         }
-        with_objects(ctx, |o| {
+        with_objects(&ctx.engine, |o| {
             o.cqs.insert(id, cq as usize);
         });
         CQS.insert(cq);
@@ -219,7 +216,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         if let Some(ch) = ch {
             ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         }
-        with_objects(c.ctx, |o| {
+        with_objects(&c.engine, |o| {
             o.cqs.remove(&id);
         });
         0
@@ -247,8 +244,23 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             // SAFETY: the caller's array holds `n` entries; i < n.
             unsafe { wc.add(i).write(to_c(w)) };
         }
+        retire_send_slots(&c.engine, &scratch);
         scratch.len() as c_int
     })
+}
+
+/// Frees the send queue slots of the send completions just polled.
+fn retire_send_slots(engine: &Engine, polled: &[WorkCompletion]) {
+    let mut sends = polled.iter().filter(|w| (w.opcode as u32) < 128).peekable();
+    if sends.peek().is_none() {
+        return;
+    }
+    let qps = engine.send_queues.lock().unwrap_or_else(|e| e.into_inner());
+    for w in sends {
+        if let Some(q) = qps.get(&w.qp_num) {
+            q.sq.lock().unwrap_or_else(|e| e.into_inner()).retire(w.status == rdma_core_rs::WcStatus::Success);
+        }
+    }
 }
 
 fn to_c(w: &WorkCompletion) -> ibv_wc {

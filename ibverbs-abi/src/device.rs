@@ -275,7 +275,7 @@ fn gid_of(ctx: &Ctx, port: u32, index: c_int) -> Result<[u8; 16], c_int> {
         return Err(libc::EINVAL);
     }
     let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
-    ctx.verbs.query_gid(index).map(|g| g.0).map_err(|_| libc::EINVAL)
+    ctx.engine.verbs.query_gid(index).map(|g| g.0).map_err(|_| libc::EINVAL)
 }
 
 #[export_name = "softroce_ibv_query_gid"]

@@ -41,7 +41,13 @@ pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
     match e {
         Error::Verbs(x) => v(x),
         Error::Post { source, .. } => v(source),
-        Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        Error::Io(io) => io.raw_os_error().unwrap_or(match io.kind() {
+            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+            std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+            std::io::ErrorKind::PermissionDenied => libc::EACCES,
+            std::io::ErrorKind::OutOfMemory => libc::ENOMEM,
+            _ => libc::EIO,
+        }),
         Error::InvalidArgument(_) | Error::WrongDevice(_) | Error::OutOfBounds { .. } => libc::EINVAL,
         Error::OutOfMemory { .. } => libc::ENOMEM,
     }

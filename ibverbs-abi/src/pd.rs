@@ -3,7 +3,7 @@
 //! directly, as a NIC does by DMA.
 
 use crate::abi::*;
-use crate::context::{ctx_of, Ctx};
+use crate::context::{ctx_of, Engine};
 use crate::ffi::{errno_of, guard, live, set_errno, Registry};
 use libc::{c_int, c_uint, c_void};
 use rdma_core_rs::{Access, MemoryRegion, ProtectionDomain};
@@ -18,7 +18,8 @@ pub struct Pd {
     pub verbs: ProtectionDomain,
     /// MRs, QPs, SRQs and AHs made from it (deallocating it first is EBUSY).
     pub users: AtomicUsize,
-    pub ctx: &'static Ctx,
+    /// The device's engine (shared with other opens; outlives a close).
+    pub engine: std::sync::Arc<Engine>,
 }
 
 // SAFETY: the raw pointers in `c` are the application's; see cq::Cq.
@@ -50,15 +51,13 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     guard("ibv_alloc_pd", std::ptr::null_mut(), || {
         // SAFETY: ctx_of checks the registry.
         let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
-        // SAFETY: a registered context is a leaked box; see cq.rs.
-        let ctx: &'static Ctx = unsafe { &*(ctx as *const Ctx) };
-        match ctx.verbs.alloc_pd() {
+        match ctx.engine.verbs.alloc_pd() {
             Ok(verbs) => {
                 let pd = Box::into_raw(Box::new(Pd {
                     c: ibv_pd { context, handle: 0 },
                     verbs,
                     users: AtomicUsize::new(0),
-                    ctx,
+                    engine: ctx.engine.clone(),
                 }));
                 PDS.insert(pd);
                 pd.cast()

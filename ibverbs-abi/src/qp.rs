@@ -11,6 +11,7 @@ use rdma_core_rs::{
     Access, AddressHandle, AhAttr, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendOp,
     SendWr, Sge, SharedReceiveQueue,
 };
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
@@ -18,9 +19,39 @@ pub static QPS: Registry = Registry::new();
 pub static SRQS: Registry = Registry::new();
 pub static AHS: Registry = Registry::new();
 
+/// The send queue as the application sees it. In libibverbs a send
+/// request keeps its slot until the completion that retires it is polled
+/// (a signaled request retires itself and the unsignaled ones before it),
+/// which is what lets applications size a CQ by the send queue depth. The
+/// engine frees a slot when the completion is made; this keeps the
+/// libibverbs rule on top, so a poster that retries on ENOMEM can never
+/// overrun a CQ that nobody has polled yet.
+pub struct SendSlots {
+    /// Per request posted and not retired: whether it is signaled.
+    posted: VecDeque<bool>,
+    max: usize,
+}
+
+impl SendSlots {
+    /// Retires the requests a polled send completion accounts for.
+    pub fn retire(&mut self, success: bool) {
+        if !success {
+            // A flushed or failed request completes on its own, signaled or not.
+            self.posted.pop_front();
+            return;
+        }
+        while let Some(signaled) = self.posted.pop_front() {
+            if signaled {
+                break;
+            }
+        }
+    }
+}
+
 #[repr(C)]
 pub struct Qp {
     pub c: ibv_qp,
+    pub sq: Mutex<SendSlots>,
     verbs: QueuePair,
     pd: &'static Pd,
     send_cq: &'static Cq,
@@ -203,6 +234,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
         }
         let qp = Box::into_raw(Box::new(Qp {
             c: cq,
+            sq: Mutex::new(SendSlots { posted: VecDeque::new(), max: out_cap.max_send_wr as usize }),
             verbs,
             pd: p,
             send_cq: scq,
@@ -211,9 +243,11 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
             cap: out_cap,
             sq_sig_all: init.sq_sig_all,
         }));
-        with_objects(p.ctx, |o| {
+        with_objects(&p.engine, |o| {
             o.qps.insert(qpn, qp as usize);
         });
+        // SAFETY: just made; registered below and freed only after removal.
+        p.engine.send_queues.lock().unwrap_or_else(|e| e.into_inner()).insert(qpn, unsafe { &*qp });
         QPS.insert(qp);
         tracing::debug!(qpn, ?qp_type, "QP created");
         qp.cast()
@@ -230,9 +264,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let q = unsafe { Box::from_raw(p) };
-        with_objects(q.pd.ctx, |o| {
+        with_objects(&q.pd.engine, |o| {
             o.qps.remove(&q.c.qp_num);
         });
+        q.pd.engine.send_queues.lock().unwrap_or_else(|e| e.into_inner()).remove(&q.c.qp_num);
         for users in [&q.pd.users, &q.send_cq.users, &q.recv_cq.users] {
             users.fetch_sub(1, Ordering::AcqRel);
         }
@@ -535,8 +570,27 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
         };
         let ud = q.c.qp_type == IBV_QPT_UD;
         // SAFETY: the application's list, per the verbs contract.
-        let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud)) };
+        let (mut wrs, ptrs, mut badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud)) };
+        // Held across the post: slots are taken before the engine can
+        // complete (and another thread poll) the requests.
+        let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let room = sq.max.saturating_sub(sq.posted.len());
+        if wrs.len() > room {
+            tracing::debug!(qpn = q.c.qp_num, depth = sq.max, "send queue full");
+            wrs.truncate(room);
+            badwr = Some((ptrs[room], libc::ENOMEM));
+        }
+        let all = q.sq_sig_all != 0;
+        sq.posted.extend(wrs.iter().map(|w| all || w.signaled));
         let posted = if wrs.is_empty() { Ok(()) } else { q.verbs.post_send(&wrs) };
+        if let Err(rdma_core_rs::Error::Post { index, .. }) = &posted {
+            let keep = sq.posted.len() - (wrs.len() - index);
+            sq.posted.truncate(keep);
+        } else if posted.is_err() {
+            let keep = sq.posted.len() - wrs.len();
+            sq.posted.truncate(keep);
+        }
+        drop(sq);
         finish(posted, &ptrs, badwr, bad)
     })
 }
@@ -618,7 +672,7 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
         p.users.fetch_add(1, Ordering::AcqRel);
         let s =
             Box::into_raw(Box::new(Srq { c, verbs, pd: p, attr: Mutex::new(init.attr), users: Default::default() }));
-        with_objects(p.ctx, |o| {
+        with_objects(&p.engine, |o| {
             o.srqs.insert(id, s as usize);
         });
         SRQS.insert(s);
@@ -677,7 +731,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let s = unsafe { Box::from_raw(p) };
-        with_objects(s.pd.ctx, |o| {
+        with_objects(&s.pd.engine, |o| {
             o.srqs.remove(&s.verbs.id());
         });
         s.pd.users.fetch_sub(1, Ordering::AcqRel);

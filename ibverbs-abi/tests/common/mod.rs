@@ -122,6 +122,7 @@ pub fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
         .arg(format!("-L{}", dir.display()))
         .arg("-libverbs")
         .arg("-ldl")
+        .arg("-lpthread")
         .output()
         .expect("run cc");
     assert!(out.status.success(), "cc failed:\n{}", show(&out));

@@ -651,7 +651,9 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
-        let verbs = match p.verbs.create_srq(init.attr.max_wr, init.attr.srq_limit) {
+        // ibv_create_srq(3): srq_limit is ignored at creation (arm it with ibv_modify_srq).
+        init.attr.srq_limit = 0;
+        let verbs = match p.verbs.create_srq(init.attr.max_wr, 0) {
             Ok(v) => v,
             Err(e) => {
                 set_errno(errno_of(&e));

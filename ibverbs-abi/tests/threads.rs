@@ -2,8 +2,9 @@
 //! them carries 2000 numbered messages, posted by one thread while another
 //! thread polls the send CQ, and received by a third that sleeps in
 //! `epoll_wait` on the completion channel's fd; every payload is checked.
-//! Then a receive CQ made too small overflows, and the CQ error reaches
-//! `ibv_get_async_event` (after `poll` on the context's async fd).
+//! Then a receive CQ made too small overflows and an SRQ falls below its
+//! armed limit, and both events reach `ibv_get_async_event` (after `poll`
+//! on the context's async fd) with the right objects.
 
 mod common;
 
@@ -177,13 +178,44 @@ int main(void) {
                                  .send_flags = IBV_SEND_SIGNALED }, *bad;
         if (ibv_post_send(a0, &w, &bad)) DIE("post_send a0");
     }
-    struct pollfd pfd = { .fd = c1->async_fd, .events = POLLIN };
-    if (poll(&pfd, 1, 10000) != 1) DIE("no async event within 10 s");
-    struct ibv_async_event e;
-    if (ibv_get_async_event(c1, &e)) DIE("get_async_event");
-    printf("async event %s cq %s\n", ibv_event_type_str(e.event_type),
-           e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == tiny ? "tiny" : "other");
-    ibv_ack_async_event(&e);
+    /* An SRQ of 8 receives armed at 4: the fifth message takes it below. */
+    struct ibv_srq_init_attr si = { .attr = { .max_wr = 8, .max_sge = 1 } };
+    struct ibv_srq *srq = ibv_create_srq(pd1, &si);
+    struct ibv_cq *scq3 = ibv_create_cq(c0, 16, NULL, NULL, 0), *rcq3 = ibv_create_cq(c1, 16, NULL, NULL, 0);
+    if (!srq || !scq3 || !rcq3) DIE("srq resources");
+    ia.send_cq = scq3; ia.recv_cq = scq3; ia.srq = NULL;
+    struct ibv_qp *b0 = ibv_create_qp(pd0, &ia);
+    ia.send_cq = rcq3; ia.recv_cq = rcq3; ia.srq = srq;
+    struct ibv_qp *b1 = ibv_create_qp(pd1, &ia);
+    if (!b0 || !b1) DIE("srq qps");
+    connect_qp(b0, c1, b1->qp_num);
+    connect_qp(b1, c0, b0->qp_num);
+    for (int i = 0; i < 8; i++) {
+        struct ibv_sge s = { (uintptr_t)rbuf[8 + i], MSG, rmr->lkey };
+        struct ibv_recv_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1 }, *bad;
+        if (ibv_post_srq_recv(srq, &w, &bad)) DIE("post_srq_recv");
+    }
+    struct ibv_srq_attr sa = { .srq_limit = 4 };
+    if (ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT)) DIE("arm the SRQ limit");
+    for (int i = 0; i < 5; i++) {
+        struct ibv_sge s = { (uintptr_t)sbuf[i], MSG, smr->lkey };
+        struct ibv_send_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+                                 .send_flags = IBV_SEND_SIGNALED }, *bad;
+        if (ibv_post_send(b0, &w, &bad)) DIE("post_send b0");
+    }
+
+    int cq_err = 0, srq_limit = 0;
+    while (!cq_err || !srq_limit) {
+        struct pollfd pfd = { .fd = c1->async_fd, .events = POLLIN };
+        if (poll(&pfd, 1, 10000) != 1) DIE("no async event within 10 s (cq error %d, srq limit %d)", cq_err, srq_limit);
+        struct ibv_async_event e;
+        if (ibv_get_async_event(c1, &e)) DIE("get_async_event");
+        printf("async event %s\n", ibv_event_type_str(e.event_type));
+        if (e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == tiny) cq_err = 1;
+        if (e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && e.element.srq == srq) srq_limit = 1;
+        ibv_ack_async_event(&e);
+    }
+    printf("async events: CQ error of the tiny CQ, SRQ limit of the SRQ\n");
     printf("done\n");
     return 0;
 }
@@ -213,7 +245,7 @@ fn threads_channels_and_async_events_from_c() {
     assert!(in_time && out.status.success(), "{}", common::show(&out));
     assert!(text.contains("received 2000 messages in order"), "{text}");
     assert!(text.contains("sent 2000 messages"), "{text}");
-    assert!(text.contains("async event CQ error cq tiny"), "{text}");
+    assert!(text.contains("async events: CQ error of the tiny CQ, SRQ limit of the SRQ"), "{text}");
     assert!(text.contains("done"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,10 +1,16 @@
 //! Open devices (`ibv_context` inside its `verbs_context`) and their
 //! asynchronous events.
 //!
-//! The device runs with a progress thread ([`rdma_core_rs::Progress::Thread`]):
-//! a C application does not call into the library while it sleeps on a
-//! completion channel or talks to its peer over TCP, so something else must
-//! answer the peer's packets, as a NIC would.
+//! Progress: a C application does not call into the library while it
+//! talks to its peer over TCP or spins on memory a peer writes, so
+//! something else must answer the peer's packets, as a NIC would. But a
+//! thread that wakes on every packet slows down an application that polls
+//! its CQ in a loop (each packet is then fought over by two threads, on
+//! machines with few cores). So the engine runs with manual progress (the
+//! caller's polls drive it), and an idle-progress thread per device drives
+//! it only when the application does not: it sleeps until a packet waits,
+//! leaves it [`IDLE_LOOK`] to the application, and takes it itself if the
+//! application did not poll in that time.
 
 use crate::abi::*;
 use crate::device::{dev_of, Dev};
@@ -21,6 +27,15 @@ pub static CONTEXTS: Registry = Registry::new();
 
 /// How often the event threads look whether their object is gone.
 pub const PUMP_PERIOD: Duration = Duration::from_millis(100);
+
+/// How long a waiting packet is left to the application before the
+/// idle-progress thread takes it: about the most a packet waits when the
+/// application is elsewhere (spinning on memory, sleeping, in TCP).
+pub const IDLE_LOOK: Duration = Duration::from_micros(20);
+
+/// How often the idle-progress thread looks at the engine's timers when
+/// no packet comes (retransmissions, RNR waits).
+pub const IDLE_DRIVE: Duration = Duration::from_millis(1);
 
 /// The per-device tables the async-event thread reads to turn the engine's
 /// numbers into the application's pointers (stored as addresses).
@@ -53,7 +68,17 @@ pub struct Engine {
     /// The QPs of this device by number, for retiring send slots as their
     /// completions are polled (see `qp::SendSlots`).
     pub send_queues: Mutex<HashMap<u32, &'static crate::qp::Qp>>,
+    /// Counts the application's posts and polls (see [`Engine::called`]).
+    calls: Arc<std::sync::atomic::AtomicU64>,
     pump: Mutex<Option<JoinHandle<()>>>,
+    idle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Notes that the application polls: it takes the waiting packets itself.
+    pub fn called(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The engines of the devices open now, by name, with their open counts.
@@ -101,7 +126,7 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         e.2 += 1;
         return Ok(e.1.clone());
     }
-    let cfg = DeviceConfig { progress: Progress::Thread, scope_id: dev.spec.scope_id, ..DeviceConfig::default() };
+    let cfg = DeviceConfig { progress: Progress::Manual, scope_id: dev.spec.scope_id, ..DeviceConfig::default() };
     let verbs =
         rdma_core_rs::Device::with_config(&dev.spec.name, dev.spec.addr, cfg).and_then(|d| d.open()).map_err(|e| {
             tracing::warn!(device = %dev.spec.name, addr = %dev.spec.addr, error = %e, "cannot open the device");
@@ -118,7 +143,19 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         tracing::warn!(error = %e, "cannot start the async event thread");
         libc::EAGAIN
     })?;
-    let e = Arc::new(Engine { verbs, shared, send_queues: Mutex::new(HashMap::new()), pump: Mutex::new(Some(pump)) });
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let idle = spawn_idle_progress(verbs.clone(), shared.clone(), calls.clone()).map_err(|e| {
+        tracing::warn!(error = %e, "cannot start the idle-progress thread");
+        libc::EAGAIN
+    })?;
+    let e = Arc::new(Engine {
+        verbs,
+        shared,
+        send_queues: Mutex::new(HashMap::new()),
+        calls,
+        pump: Mutex::new(Some(pump)),
+        idle: Mutex::new(Some(idle)),
+    });
     engines.push((dev.spec.name.clone(), e.clone(), 1));
     tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device engine started");
     Ok(e)
@@ -134,8 +171,10 @@ fn release(name: &str) {
     };
     if let Some(e) = last {
         e.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = e.pump.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = h.join();
+        for t in [&e.pump, &e.idle] {
+            if let Some(h) = t.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = h.join();
+            }
         }
         tracing::info!(device = name, "device engine released");
         // Objects still open keep the engine itself alive through their handles.
@@ -163,6 +202,39 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
     CONTEXTS.insert(p);
     tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");
     Ok(p)
+}
+
+/// Drives the engine while the application does not (see the module
+/// documentation): sleeps until a packet waits (or [`IDLE_DRIVE`] passes,
+/// for the engine's timers), gives the application [`IDLE_LOOK`] to take
+/// it, and makes one round of progress if it did not poll meanwhile.
+fn spawn_idle_progress(
+    verbs: rdma_core_rs::Context,
+    shared: Arc<AsyncShared>,
+    calls: Arc<std::sync::atomic::AtomicU64>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name("ibv-progress".into()).spawn(move || {
+        let fds = verbs.wait_fds();
+        let mut seen = calls.load(Ordering::Relaxed);
+        while !shared.stop.load(Ordering::Relaxed) {
+            let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            let ms = IDLE_DRIVE.as_millis() as libc::c_int;
+            // SAFETY: `p` is an array of two pollfds (a negative fd is skipped).
+            let ready = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) } > 0;
+            if ready {
+                std::thread::sleep(IDLE_LOOK);
+            }
+            let now = calls.load(Ordering::Relaxed);
+            if now != seen {
+                seen = now; // the application polls: it takes its packets itself
+                continue;
+            }
+            if let Err(e) = verbs.progress() {
+                tracing::warn!(error = %e, "idle-progress thread stops");
+                return;
+            }
+        }
+    })
 }
 
 /// Moves the engine's asynchronous events to the context's queue and fd.

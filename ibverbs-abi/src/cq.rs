@@ -234,6 +234,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
         if wc.is_null() {
             return -libc::EINVAL;
         }
+        c.engine.called();
         let mut scratch = c.scratch.lock().unwrap_or_else(|e| e.into_inner());
         scratch.clear();
         if let Err(e) = c.verbs.poll(&mut scratch, n as usize) {

@@ -40,7 +40,13 @@ fn both_sides(bin: &str, net: u8, port: u16, iters: u32, size: u64) {
     cli.push(&a);
     let (so, co) = common::pair((&format!("srv0={a}"), &srv), (&format!("cli0={b}"), &cli), port, LIMIT);
     for (who, o) in [("server", &so), ("client", &co)] {
-        assert!(o.status.success(), "{bin} {who} failed:\n{}", common::show(o));
+        assert!(
+            o.status.success(),
+            "{bin} {who} failed:\n--- server\n{}\n--- client\n{}",
+            common::show(&so),
+            common::show(&co)
+        );
+        let _ = o;
     }
     // The client reports for every test; bw servers report too.
     let row = result_row(&co);

@@ -368,6 +368,14 @@ impl Context {
         self.inner.wait_until(timeout, |st| st.ep.poll_event())
     }
 
+    /// What a blocking wait sleeps on in `poll(2)`: readable when packets
+    /// wait for this device (the receive socket and, with io_uring, the
+    /// ring; -1 for none). For a caller that watches the device from its
+    /// own thread and drives progress only when nobody else does.
+    pub fn wait_fds(&self) -> [RawFd; 2] {
+        self.inner.wait_fds
+    }
+
     /// The engine's counters (packets, retransmits, NAKs, drops by reason).
     pub fn stats(&self) -> Stats {
         self.inner.lock().ep.stats()

@@ -9,8 +9,9 @@
 //! machines with few cores). So the engine runs with manual progress (the
 //! caller's polls drive it), and an idle-progress thread per device drives
 //! it only when the application does not: it sleeps until a packet waits,
-//! leaves it [`IDLE_LOOK`] to the application, and takes it itself if the
-//! application did not poll in that time.
+//! leaves it [`IDLE_LOOK`] to the application (none if the application is
+//! asleep in `ibv_get_cq_event`), and takes it itself if the application
+//! did not poll in that time.
 
 use crate::abi::*;
 use crate::device::{dev_of, Dev};
@@ -18,15 +19,12 @@ use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
 use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub static CONTEXTS: Registry = Registry::new();
-
-/// How often the event threads look whether their object is gone.
-pub const PUMP_PERIOD: Duration = Duration::from_millis(100);
 
 /// How long a waiting packet is left to the application before the
 /// idle-progress thread takes it: about the most a packet waits when the
@@ -61,23 +59,41 @@ unsafe impl Sync for AsyncShared {}
 
 /// A device's engine in this process, shared by every `ibv_open_device`
 /// of it (the engine owns the device's UDP port, which can be bound once):
-/// the verbs context, the async-event thread and the per-QP send slots.
+/// the verbs context, the idle-progress thread (which also moves the
+/// asynchronous events) and the per-QP send slots.
 pub struct Engine {
     pub verbs: rdma_core_rs::Context,
     pub shared: Arc<AsyncShared>,
     /// The QPs of this device by number, for retiring send slots as their
     /// completions are polled (see `qp::SendSlots`).
     pub send_queues: Mutex<HashMap<u32, &'static crate::qp::Qp>>,
-    /// Counts the application's posts and polls (see [`Engine::called`]).
-    calls: Arc<std::sync::atomic::AtomicU64>,
-    pump: Mutex<Option<JoinHandle<()>>>,
+    activity: Arc<Activity>,
     idle: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the application is doing, for the idle-progress thread.
+#[derive(Default)]
+struct Activity {
+    /// Counts polls: a change means the application takes its packets.
+    polls: AtomicU64,
+    /// Threads asleep in `ibv_get_cq_event`/`ibv_get_async_event`: a
+    /// packet is theirs at once, no grace period.
+    blocked: AtomicUsize,
 }
 
 impl Engine {
     /// Notes that the application polls: it takes the waiting packets itself.
     pub fn called(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.activity.polls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` (a sleep on an event fd) counted as blocked, so that the
+    /// idle-progress thread makes the progress that wakes it at once.
+    pub fn blocked<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.activity.blocked.fetch_add(1, Ordering::SeqCst);
+        let r = f();
+        self.activity.blocked.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 }
 
@@ -139,12 +155,8 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         objects: Mutex::new(Objects::default()),
         stop: AtomicBool::new(false),
     });
-    let pump = spawn_async_pump(verbs.clone(), shared.clone()).map_err(|e| {
-        tracing::warn!(error = %e, "cannot start the async event thread");
-        libc::EAGAIN
-    })?;
-    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let idle = spawn_idle_progress(verbs.clone(), shared.clone(), calls.clone()).map_err(|e| {
+    let activity = Arc::new(Activity::default());
+    let idle = spawn_idle_progress(verbs.clone(), shared.clone(), activity.clone()).map_err(|e| {
         tracing::warn!(error = %e, "cannot start the idle-progress thread");
         libc::EAGAIN
     })?;
@@ -152,8 +164,7 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         verbs,
         shared,
         send_queues: Mutex::new(HashMap::new()),
-        calls,
-        pump: Mutex::new(Some(pump)),
+        activity,
         idle: Mutex::new(Some(idle)),
     });
     engines.push((dev.spec.name.clone(), e.clone(), 1));
@@ -171,10 +182,8 @@ fn release(name: &str) {
     };
     if let Some(e) = last {
         e.shared.stop.store(true, Ordering::Relaxed);
-        for t in [&e.pump, &e.idle] {
-            if let Some(h) = t.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                let _ = h.join();
-            }
+        if let Some(h) = e.idle.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
         }
         tracing::info!(device = name, "device engine released");
         // Objects still open keep the engine itself alive through their handles.
@@ -207,71 +216,71 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
 /// Drives the engine while the application does not (see the module
 /// documentation): sleeps until a packet waits (or [`IDLE_DRIVE`] passes,
 /// for the engine's timers), gives the application [`IDLE_LOOK`] to take
-/// it, and makes one round of progress if it did not poll meanwhile.
+/// it unless it is asleep in a blocking call, and makes one round of
+/// progress if it did not poll meanwhile. It also moves the engine's
+/// asynchronous events to the context's queue and fd.
 fn spawn_idle_progress(
     verbs: rdma_core_rs::Context,
     shared: Arc<AsyncShared>,
-    calls: Arc<std::sync::atomic::AtomicU64>,
+    activity: Arc<Activity>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("ibv-progress".into()).spawn(move || {
         let fds = verbs.wait_fds();
-        let mut seen = calls.load(Ordering::Relaxed);
+        let mut seen = activity.polls.load(Ordering::Relaxed);
         while !shared.stop.load(Ordering::Relaxed) {
             let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             let ms = IDLE_DRIVE.as_millis() as libc::c_int;
             // SAFETY: `p` is an array of two pollfds (a negative fd is skipped).
             let ready = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) } > 0;
-            if ready {
+            if ready && activity.blocked.load(Ordering::SeqCst) == 0 {
                 std::thread::sleep(IDLE_LOOK);
             }
-            let now = calls.load(Ordering::Relaxed);
+            let now = activity.polls.load(Ordering::Relaxed);
             if now != seen {
                 seen = now; // the application polls: it takes its packets itself
-                continue;
+                if ready {
+                    continue;
+                }
             }
-            if let Err(e) = verbs.progress() {
-                tracing::warn!(error = %e, "idle-progress thread stops");
-                return;
+            // Zero timeout: one round of progress, then the events it raised.
+            loop {
+                match verbs.get_async_event(Some(Duration::ZERO)) {
+                    Ok(Some(ev)) => deliver(&shared, ev),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "idle-progress thread stops");
+                        return;
+                    }
+                }
             }
         }
     })
 }
 
-/// Moves the engine's asynchronous events to the context's queue and fd.
-fn spawn_async_pump(verbs: rdma_core_rs::Context, shared: Arc<AsyncShared>) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name("ibv-async".into()).spawn(move || {
-        while !shared.stop.load(Ordering::Relaxed) {
-            let ev = match verbs.get_async_event(Some(PUMP_PERIOD)) {
-                Ok(Some(ev)) => ev,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "async event thread stops");
-                    return;
-                }
-            };
-            let objs = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
-            let c = match ev {
-                AsyncEvent::QpFatal(qpn) => objs.qps.get(&qpn).map(|&p| ibv_async_event {
-                    element: ibv_async_element { qp: p as *mut ibv_qp },
-                    event_type: IBV_EVENT_QP_FATAL,
-                }),
-                AsyncEvent::CqError(cq) => objs.cqs.get(&cq.0).map(|&p| ibv_async_event {
-                    element: ibv_async_element { cq: p as *mut ibv_cq },
-                    event_type: IBV_EVENT_CQ_ERR,
-                }),
-                AsyncEvent::SrqLimitReached(srq) => objs.srqs.get(&srq.0).map(|&p| ibv_async_event {
-                    element: ibv_async_element { srq: p as *mut ibv_srq },
-                    event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
-                }),
-            };
-            drop(objs);
-            tracing::debug!(event = ?ev, delivered = c.is_some(), "async event");
-            if let Some(c) = c {
-                shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(c);
-                signal_fd(shared.fd.as_raw_fd());
-            }
-        }
-    })
+/// Queues an engine event for `ibv_get_async_event`, with the pointer of
+/// the object it is about, and counts it on the context's fd.
+fn deliver(shared: &AsyncShared, ev: AsyncEvent) {
+    let objs = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
+    let c = match ev {
+        AsyncEvent::QpFatal(qpn) => objs.qps.get(&qpn).map(|&p| ibv_async_event {
+            element: ibv_async_element { qp: p as *mut ibv_qp },
+            event_type: IBV_EVENT_QP_FATAL,
+        }),
+        AsyncEvent::CqError(cq) => objs.cqs.get(&cq.0).map(|&p| ibv_async_event {
+            element: ibv_async_element { cq: p as *mut ibv_cq },
+            event_type: IBV_EVENT_CQ_ERR,
+        }),
+        AsyncEvent::SrqLimitReached(srq) => objs.srqs.get(&srq.0).map(|&p| ibv_async_event {
+            element: ibv_async_element { srq: p as *mut ibv_srq },
+            event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
+        }),
+    };
+    drop(objs);
+    tracing::debug!(event = ?ev, delivered = c.is_some(), "async event");
+    if let Some(c) = c {
+        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(c);
+        signal_fd(shared.fd.as_raw_fd());
+    }
 }
 
 #[export_name = "softroce_ibv_open_device"]
@@ -314,7 +323,7 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
         }
         let shared = ctx.engine.shared.clone();
         loop {
-            if let Err(e) = wait_fd(shared.fd.as_raw_fd()) {
+            if let Err(e) = ctx.engine.blocked(|| wait_fd(shared.fd.as_raw_fd())) {
                 set_errno(e);
                 return -1;
             }

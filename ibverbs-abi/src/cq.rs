@@ -1,20 +1,19 @@
 //! Completion queues and completion channels.
 //!
-//! A channel is a real file descriptor (an eventfd in semaphore mode): a
-//! thread per channel waits for the engine's CQ events and adds one to the
-//! fd per event, so `poll`/`epoll` on `channel->fd` and a blocking
-//! `ibv_get_cq_event` both work.
+//! A channel is a real file descriptor (an eventfd in semaphore mode): the
+//! engine adds one to it per CQ event, from whichever thread made the
+//! progress that raised it (`CompChannel::set_notify_fd`), so `poll`/`epoll`
+//! on `channel->fd` and a blocking `ibv_get_cq_event` both work.
 
 use crate::abi::*;
-use crate::context::{ctx_of, with_objects, Engine, PUMP_PERIOD};
-use crate::ffi::{errno_of, event_fd, guard, live, set_errno, signal_fd, wait_fd, Registry};
+use crate::context::{ctx_of, with_objects, Engine};
+use crate::ffi::{errno_of, event_fd, guard, live, set_errno, wait_fd, Registry};
 use libc::{c_int, c_uint, c_void};
 use rdma_core_rs::{CompChannel, CompletionQueue, WorkCompletion};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 pub static CQS: Registry = Registry::new();
 pub static CHANNELS: Registry = Registry::new();
@@ -35,44 +34,20 @@ pub struct Cq {
 unsafe impl Send for Cq {}
 unsafe impl Sync for Cq {}
 
-struct ChanShared {
-    fd: OwnedFd,
-    /// The ids of CQs whose events wait to be taken.
-    queue: Mutex<VecDeque<usize>>,
-    /// CQ id to `ibv_cq *` of the CQs reporting here.
-    cqs: Mutex<HashMap<usize, usize>>,
-    stop: AtomicBool,
-}
-
 #[repr(C)]
 pub struct Chan {
     pub c: ibv_comp_channel,
     verbs: CompChannel,
-    shared: Arc<ChanShared>,
-    pump: Mutex<Option<JoinHandle<()>>>,
+    /// The eventfd behind `c.fd`: one count per event.
+    fd: OwnedFd,
+    /// CQ id to `ibv_cq *` of the CQs reporting here.
+    cqs: Mutex<HashMap<usize, usize>>,
+    engine: Arc<Engine>,
 }
 
 // SAFETY: as for Cq.
 unsafe impl Send for Chan {}
 unsafe impl Sync for Chan {}
-
-fn spawn_pump(verbs: CompChannel, shared: Arc<ChanShared>) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name("ibv-comp-channel".into()).spawn(move || {
-        while !shared.stop.load(Ordering::Relaxed) {
-            match verbs.get_cq_event(Some(PUMP_PERIOD)) {
-                Ok(Some(id)) => {
-                    shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(id);
-                    signal_fd(shared.fd.as_raw_fd());
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "completion channel thread stops");
-                    return;
-                }
-            }
-        }
-    })
-}
 
 #[export_name = "softroce_ibv_create_comp_channel"]
 pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
@@ -81,19 +56,14 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
         let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
         let made = ctx.engine.verbs.create_comp_channel().map_err(|e| errno_of(&e)).and_then(|verbs| {
             let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-            let shared = Arc::new(ChanShared {
-                fd,
-                queue: Mutex::new(VecDeque::new()),
-                cqs: Mutex::new(HashMap::new()),
-                stop: AtomicBool::new(false),
-            });
-            let pump = spawn_pump(verbs.clone(), shared.clone()).map_err(|_| libc::EAGAIN)?;
-            Ok((verbs, shared, pump))
+            verbs.set_notify_fd(Some(fd.as_raw_fd()));
+            Ok((verbs, fd))
         });
         match made {
-            Ok((verbs, shared, pump)) => {
-                let c = ibv_comp_channel { context, fd: shared.fd.as_raw_fd(), refcnt: 0 };
-                let ch = Box::into_raw(Box::new(Chan { c, verbs, shared, pump: Mutex::new(Some(pump)) }));
+            Ok((verbs, fd)) => {
+                let c = ibv_comp_channel { context, fd: fd.as_raw_fd(), refcnt: 0 };
+                let engine = ctx.engine.clone();
+                let ch = Box::into_raw(Box::new(Chan { c, verbs, fd, cqs: Mutex::new(HashMap::new()), engine }));
                 CHANNELS.insert(ch);
                 ch.cast()
             }
@@ -111,7 +81,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         let p = channel.cast::<Chan>();
         // SAFETY: `live` checks the registry.
         let Some(ch) = (unsafe { live(&CHANNELS, p, "ibv_comp_channel") }) else { return -1 };
-        if !ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        if !ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             set_errno(libc::EBUSY);
             return -1;
         }
@@ -121,10 +91,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let ch = unsafe { Box::from_raw(p) };
-        ch.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = ch.pump.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = h.join();
-        }
+        ch.verbs.set_notify_fd(None); // before the fd closes with `ch`
         0
     })
 }
@@ -183,7 +150,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             engine: ctx.engine.clone(),
         }));
         if let Some(ch) = ch {
-            ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
+            ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
         }
         with_objects(&ctx.engine, |o| {
             o.cqs.insert(id, cq as usize);
@@ -214,7 +181,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             .then(|| unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") })
             .flatten();
         if let Some(ch) = ch {
-            ch.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         }
         with_objects(&c.engine, |o| {
             o.cqs.remove(&id);
@@ -246,6 +213,12 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             unsafe { wc.add(i).write(to_c(w)) };
         }
         retire_send_slots(&c.engine, &scratch);
+        if scratch.is_empty() {
+            // The "NIC" is software sharing the CPUs with the application
+            // (and the peer, on one machine): a poll loop that found nothing
+            // lets them run rather than spin out its time slice.
+            std::thread::yield_now();
+        }
         scratch.len() as c_int
     })
 }
@@ -307,15 +280,23 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EINVAL);
             return -1;
         }
-        let shared = ch.shared.clone();
         loop {
-            if let Err(e) = wait_fd(shared.fd.as_raw_fd()) {
+            let taken = ch.engine.blocked(|| wait_fd(ch.fd.as_raw_fd()));
+            if let Err(e) = taken {
                 set_errno(e);
                 return -1;
             }
-            let Some(id) = shared.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { continue };
+            // The event the count stands for: taken without waiting.
+            let id = match ch.verbs.get_cq_event(Some(std::time::Duration::ZERO)) {
+                Ok(Some(id)) => id,
+                Ok(None) => continue,
+                Err(e) => {
+                    set_errno(errno_of(&e));
+                    return -1;
+                }
+            };
             // An event of a CQ destroyed since is dropped.
-            let Some(&p) = shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(&id) else { continue };
+            let Some(&p) = ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(&id) else { continue };
             let p = p as *mut ibv_cq;
             // SAFETY: p is in the channel's table, so it is a live CQ; the out-parameters are the caller's.
             unsafe {

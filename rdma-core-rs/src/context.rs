@@ -41,6 +41,8 @@ const FLUSH_QUIET_LOOKS: u32 = 16;
 #[derive(Debug, Default)]
 pub(crate) struct ChannelState {
     pub(crate) events: std::collections::VecDeque<CqId>,
+    /// An eventfd that gets 1 per event (see `CompChannel::set_notify_fd`).
+    pub(crate) notify: Option<RawFd>,
 }
 
 pub(crate) struct State {
@@ -236,6 +238,11 @@ impl Inner {
                 return true;
             }
             channels[ch].events.push_back(cq);
+            if let Some(fd) = channels[ch].notify {
+                let one = 1u64;
+                // SAFETY: writes 8 bytes to the eventfd the channel's owner gave.
+                unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+            }
             false // an arming is good for one event, as in ibv_req_notify_cq
         });
     }

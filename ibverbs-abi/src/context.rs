@@ -129,9 +129,9 @@ fn ops() -> ibv_context_ops {
     let mut o: ibv_context_ops = unsafe { std::mem::zeroed() };
     o.poll_cq = Some(crate::cq::poll_cq);
     o.req_notify_cq = Some(crate::cq::req_notify_cq);
-    o.post_send = Some(crate::qp::post_send);
-    o.post_recv = Some(crate::qp::post_recv);
-    o.post_srq_recv = Some(crate::qp::post_srq_recv);
+    o.post_send = Some(crate::post::post_send);
+    o.post_recv = Some(crate::post::post_recv);
+    o.post_srq_recv = Some(crate::post::post_srq_recv);
     o
 }
 

@@ -5,8 +5,8 @@
 //!
 //! - [`abi`]: the C layouts of `<infiniband/verbs.h>`.
 //! - [`spec`]: the device list of `SOFTROCE_DEVICES`.
-//! - `device`, `context`, `pd`, `cq`, `qp`, `misc`: the exported calls,
-//!   by object. Every C object is a Rust box whose first field is the C
+//! - `device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `misc`: the
+//!   exported calls, by object; `post`: the posting fast paths. Every C object is a Rust box whose first field is the C
 //!   struct, so the application's pointer is the box's.
 //! - `ffi`: panics stop at the boundary, errno, and the registries that
 //!   tell live objects from NULL or destroyed ones.
@@ -19,15 +19,18 @@
 #![allow(clippy::missing_safety_doc)] // the contract of every export is libibverbs' own, see above
 
 pub mod abi;
+mod ah;
 mod context;
 mod cq;
 mod device;
 mod ffi;
 mod misc;
 mod pd;
+mod post;
 mod provider_stubs;
 mod qp;
 pub mod spec;
+mod srq;
 
 /// Logs to stderr when `SOFTROCE_LOG` is set (an `EnvFilter`, e.g. `debug`).
 pub(crate) fn init_tracing() {

@@ -35,7 +35,7 @@ pub const IDLE_LOOK: Duration = Duration::from_micros(20);
 /// no packet comes (retransmissions, RNR waits).
 pub const IDLE_DRIVE: Duration = Duration::from_millis(1);
 
-/// The per-device tables the async-event thread reads to turn the engine's
+/// The per-device tables the idle-progress thread reads to turn the engine's
 /// numbers into the application's pointers (stored as addresses).
 #[derive(Default)]
 pub struct Objects {
@@ -44,7 +44,7 @@ pub struct Objects {
     pub srqs: HashMap<usize, usize>,
 }
 
-/// What the async-event thread shares with the context.
+/// What the idle-progress thread shares with the contexts: the async events.
 pub struct AsyncShared {
     pub fd: OwnedFd,
     pub queue: Mutex<VecDeque<ibv_async_event>>,
@@ -65,7 +65,7 @@ pub struct Engine {
     pub verbs: rdma_core_rs::Context,
     pub shared: Arc<AsyncShared>,
     /// The QPs of this device by number, for retiring send slots as their
-    /// completions are polled (see `qp::SendSlots`).
+    /// completions are polled (see `post::SendSlots`).
     pub send_queues: Mutex<HashMap<u32, &'static crate::qp::Qp>>,
     activity: Arc<Activity>,
     idle: Mutex<Option<JoinHandle<()>>>,

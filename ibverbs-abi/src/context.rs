@@ -59,14 +59,11 @@ unsafe impl Sync for AsyncShared {}
 
 /// A device's engine in this process, shared by every `ibv_open_device`
 /// of it (the engine owns the device's UDP port, which can be bound once):
-/// the verbs context, the idle-progress thread (which also moves the
-/// asynchronous events) and the per-QP send slots.
+/// the verbs context and the idle-progress thread (which also moves the
+/// asynchronous events).
 pub struct Engine {
     pub verbs: rdma_core_rs::Context,
     pub shared: Arc<AsyncShared>,
-    /// The QPs of this device by number, for retiring send slots as their
-    /// completions are polled (see `post::SendSlots`).
-    pub send_queues: Mutex<HashMap<u32, &'static crate::qp::Qp>>,
     activity: Arc<Activity>,
     idle: Mutex<Option<JoinHandle<()>>>,
 }
@@ -160,13 +157,7 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         tracing::warn!(error = %e, "cannot start the idle-progress thread");
         libc::EAGAIN
     })?;
-    let e = Arc::new(Engine {
-        verbs,
-        shared,
-        send_queues: Mutex::new(HashMap::new()),
-        activity,
-        idle: Mutex::new(Some(idle)),
-    });
+    let e = Arc::new(Engine { verbs, shared, activity, idle: Mutex::new(Some(idle)) });
     engines.push((dev.spec.name.clone(), e.clone(), 1));
     tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device engine started");
     Ok(e)

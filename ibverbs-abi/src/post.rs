@@ -1,7 +1,8 @@
 //! The posting fast paths the inline `ibv_post_send`, `ibv_post_recv` and
 //! `ibv_post_srq_recv` of verbs.h call through `context->ops`: C work
 //! request lists to the engine's requests, with libibverbs' `bad_wr`
-//! semantics, and the send queue slots as libibverbs counts them.
+//! semantics. A send request's slot is free again once its completion is
+//! made (ENOMEM while the queue is full), as in rxe.
 
 use crate::abi::*;
 use crate::ah::{Ah, AHS};
@@ -9,43 +10,7 @@ use crate::ffi::{errno_of, guard, live};
 use crate::qp::{Qp, QPS};
 use crate::srq::{Srq, SRQS};
 use libc::c_int;
-use rdma_core_rs::{RecvWr, SendOp, SendWr, Sge};
-use std::collections::VecDeque;
-
-/// The send queue as the application sees it. In libibverbs a send
-/// request keeps its slot until the completion that retires it is polled
-/// (a signaled request retires itself and the unsignaled ones before it),
-/// which is what lets applications size a CQ by the send queue depth. The
-/// engine frees a slot when the completion is made; this keeps the
-/// libibverbs rule on top, so a poster that retries on ENOMEM can never
-/// overrun a CQ that nobody has polled yet.
-pub struct SendSlots {
-    /// Per request posted and not retired: whether it is signaled.
-    posted: VecDeque<bool>,
-    max: usize,
-}
-
-impl SendSlots {
-    pub fn new(max: usize) -> SendSlots {
-        SendSlots { posted: VecDeque::new(), max }
-    }
-}
-
-impl SendSlots {
-    /// Retires the requests a polled send completion accounts for.
-    pub fn retire(&mut self, success: bool) {
-        if !success {
-            // A flushed or failed request completes on its own, signaled or not.
-            self.posted.pop_front();
-            return;
-        }
-        while let Some(signaled) = self.posted.pop_front() {
-            if signaled {
-                break;
-            }
-        }
-    }
-}
+use rdma_core_rs::{RecvWr, SendOp, SendWr, Sge, VerbsError};
 
 /// The scatter/gather list of a work request.
 ///
@@ -184,27 +149,21 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
         };
         let ud = q.c.qp_type == IBV_QPT_UD;
         // SAFETY: the application's list, per the verbs contract.
-        let (mut wrs, ptrs, mut badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud)) };
-        // Held across the post: slots are taken before the engine can
-        // complete (and another thread poll) the requests.
-        let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
-        let room = sq.max.saturating_sub(sq.posted.len());
-        if wrs.len() > room {
-            tracing::debug!(qpn = q.c.qp_num, depth = sq.max, "send queue full");
-            wrs.truncate(room);
-            badwr = Some((ptrs[room], libc::ENOMEM));
+        let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud)) };
+        let mut posted = if wrs.is_empty() { Ok(()) } else { q.verbs.post_send(&wrs) };
+        if let Err(rdma_core_rs::Error::Post { index, source: VerbsError::QueueFull { .. }, .. }) = posted {
+            // The ACK that frees the slot may be waiting in the socket,
+            // behind the reply that made the application post again (a
+            // NIC would have handled it): take it, and try the rest once.
+            if q.pd.engine.verbs.progress().is_ok() {
+                posted = q.verbs.post_send(&wrs[index..]).map_err(|e| match e {
+                    rdma_core_rs::Error::Post { index: i, wr_id, source } => {
+                        rdma_core_rs::Error::Post { index: index + i, wr_id, source }
+                    }
+                    other => other,
+                });
+            }
         }
-        let all = q.sq_sig_all != 0;
-        sq.posted.extend(wrs.iter().map(|w| all || w.signaled));
-        let posted = if wrs.is_empty() { Ok(()) } else { q.verbs.post_send(&wrs) };
-        if let Err(rdma_core_rs::Error::Post { index, .. }) = &posted {
-            let keep = sq.posted.len() - (wrs.len() - index);
-            sq.posted.truncate(keep);
-        } else if posted.is_err() {
-            let keep = sq.posted.len() - wrs.len();
-            sq.posted.truncate(keep);
-        }
-        drop(sq);
         finish(posted, &ptrs, badwr, bad)
     })
 }

@@ -5,19 +5,19 @@ use crate::context::with_objects;
 use crate::cq::{Cq, CQS};
 use crate::ffi::{errno_of, guard, live, set_errno, Registry};
 use crate::pd::{pd_of, Pd};
-use crate::post::SendSlots;
 use crate::srq::{Srq, SRQS};
 use libc::{c_int, c_void};
 use rdma_core_rs::{Access, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
 
 pub static QPS: Registry = Registry::new();
+
+/// The fewest send queue entries a QP gets, whatever is asked.
+const MIN_SEND_WR: u32 = 16;
 
 #[repr(C)]
 pub struct Qp {
     pub c: ibv_qp,
-    pub sq: Mutex<SendSlots>,
     pub(crate) verbs: QueuePair,
     pub(crate) pd: &'static Pd,
     send_cq: &'static Cq,
@@ -110,7 +110,11 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
             unsafe { (&*(scq as *const Cq), &*(rcq as *const Cq), srq.map(|s| &*(s as *const Srq))) };
         let c = init.cap;
         let cap = QpCap {
-            max_send_wr: c.max_send_wr.max(1),
+            // At least asked for, rounded up as providers do (mlx5 to a power
+            // of two, with a floor): perftest's latency tests ask for one
+            // and, with -e, may post the next request before the last one
+            // is acknowledged. The QP reports what it got, as libibverbs does.
+            max_send_wr: c.max_send_wr.max(MIN_SEND_WR).next_power_of_two(),
             max_recv_wr: c.max_recv_wr.max(1),
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: c.max_recv_sge.max(1),
@@ -164,7 +168,6 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
         }
         let qp = Box::into_raw(Box::new(Qp {
             c: cq,
-            sq: Mutex::new(SendSlots::new(out_cap.max_send_wr as usize)),
             verbs,
             pd: p,
             send_cq: scq,
@@ -176,8 +179,6 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
         with_objects(&p.engine, |o| {
             o.qps.insert(qpn, qp as usize);
         });
-        // SAFETY: just made; registered below and freed only after removal.
-        p.engine.send_queues.lock().unwrap_or_else(|e| e.into_inner()).insert(qpn, unsafe { &*qp });
         QPS.insert(qp);
         tracing::debug!(qpn, ?qp_type, "QP created");
         qp.cast()
@@ -197,7 +198,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         with_objects(&q.pd.engine, |o| {
             o.qps.remove(&q.c.qp_num);
         });
-        q.pd.engine.send_queues.lock().unwrap_or_else(|e| e.into_inner()).remove(&q.c.qp_num);
         for users in [&q.pd.users, &q.send_cq.users, &q.recv_cq.users] {
             users.fetch_sub(1, Ordering::AcqRel);
         }

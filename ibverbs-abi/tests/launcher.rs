@@ -7,7 +7,12 @@ mod common;
 use std::process::Command;
 
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(common::launcher()).args(args).env_remove("SOFTROCE_DEVICES").output().expect("run softroce-run")
+    Command::new(common::launcher())
+        .args(args)
+        .env_remove("SOFTROCE_DEVICES")
+        .env("SOFTROCE_LIBRARY", common::library())
+        .output()
+        .expect("run softroce-run")
 }
 
 #[test]
@@ -34,6 +39,17 @@ fn errors_say_what_was_wrong_and_exit_125() {
         assert_eq!(o.status.code(), Some(125), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: wanted {want:?} in {err}");
     }
+}
+
+#[test]
+fn a_missing_library_is_named() {
+    let o = Command::new(common::launcher())
+        .args(["--", "true"])
+        .env("SOFTROCE_LIBRARY", "/nonexistent/libibverbs_abi.so")
+        .output()
+        .expect("run softroce-run");
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/libibverbs_abi.so is missing"));
 }
 
 #[test]

@@ -12,6 +12,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+/// Names the library to use instead of the one beside this program.
+const LIBRARY_ENV: &str = "SOFTROCE_LIBRARY";
+
 const USAGE: &str = "\
 usage: softroce-run [--device NAME=ADDR]... -- COMMAND [ARGS]...
 
@@ -26,7 +29,9 @@ run over soft RoCE v2 devices on UDP port 4791, without a kernel module.
   -h, --help           this text
 
 Environment: SOFTROCE_DEVICES (the device list, NAME=ADDR,NAME=ADDR...),
-SOFTROCE_LOG (a tracing filter such as debug: the library logs to stderr).
+SOFTROCE_LOG (a tracing filter such as debug: the library logs to stderr),
+SOFTROCE_LIBRARY (the library to use; default: libibverbs_abi.so beside
+this program).
 
 Example, two devices and a ping-pong between them:
   softroce-run --device rxe0=127.0.0.1 -- ibv_rc_pingpong -d rxe0 -g 0 &
@@ -80,13 +85,23 @@ fn parse(args: Vec<OsString>) -> Result<Option<Args>, RunError> {
     Err(RunError::Usage("no -- COMMAND given".into()))
 }
 
-/// The cdylib cargo builds beside this executable.
+/// The library: `SOFTROCE_LIBRARY` if set, else the cdylib cargo builds
+/// beside this executable (`cargo build`), else in `deps/` there (`cargo
+/// test` leaves it only there).
 fn library() -> Result<PathBuf, RunError> {
+    if let Some(p) = std::env::var_os(LIBRARY_ENV).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(p) } else { Err(RunError::NoLibrary(p)) };
+    }
     let exe = std::env::current_exe().map_err(RunError::SelfPath)?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     let lib = dir.join("libibverbs_abi.so");
     if lib.is_file() {
-        Ok(lib)
+        return Ok(lib);
+    }
+    let deps = dir.join("deps").join("libibverbs_abi.so");
+    if deps.is_file() {
+        Ok(deps)
     } else {
         Err(RunError::NoLibrary(lib))
     }

@@ -13,9 +13,14 @@ pub fn launcher() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_softroce-run"))
 }
 
-/// The cdylib, which cargo puts next to the launcher.
+/// The cdylib of this build: `cargo test` leaves it in `deps/`, beside
+/// the test programs (the copy beside the launcher is from the last
+/// `cargo build`, if any). The launcher is pointed at it too.
 pub fn library() -> PathBuf {
-    launcher().parent().expect("the launcher is in a directory").join("libibverbs_abi.so")
+    let exe = std::env::current_exe().expect("the test program's path");
+    let lib = exe.parent().expect("a directory").join("libibverbs_abi.so");
+    assert!(lib.is_file(), "{} is missing", lib.display());
+    lib
 }
 
 /// The full path of `name` on PATH, or None (and a printed reason) if it is
@@ -46,6 +51,7 @@ pub fn listening(port: u16) -> bool {
 /// Starts `args` under the launcher with the given devices.
 pub fn spawn(devices: &str, args: &[&str]) -> Child {
     Command::new(launcher())
+        .env("SOFTROCE_LIBRARY", library())
         .args(devices.split(',').flat_map(|d| ["--device", d]))
         .arg("--")
         .args(args)

@@ -48,6 +48,8 @@ const FLUSH_QUIET_LOOKS: u32 = 16;
 #[derive(Debug, Default)]
 pub(crate) struct ChannelState {
     pub(crate) events: std::collections::VecDeque<CqId>,
+    /// An eventfd that gets 1 per event (see `CompChannel::set_notify_fd`).
+    pub(crate) notify: Option<RawFd>,
 }
 
 pub(crate) struct State {
@@ -158,6 +160,16 @@ impl Inner {
             moved += st.io.receive(&mut st.ep, now)?;
             moved += st.io.transmit(&mut st.ep, now)?;
         }
+        self.announce_completions(st, before);
+        Ok(moved > 0)
+    }
+
+    /// If completions were delivered since the count was `before`: raises
+    /// the armed CQs' channel events and wakes the waiters. Progress rounds
+    /// call it, and so do posts, which complete requests by themselves (a
+    /// UD send, a flush in ERR): without it an armed CQ would get no event
+    /// for such a completion until some later packet.
+    pub(crate) fn announce_completions(&self, st: &mut State, before: u64) {
         if st.ep.completions_delivered() != before {
             self.fire_channels(st);
             if st.followers > 0 {
@@ -166,7 +178,6 @@ impl Inner {
             #[cfg(feature = "tokio")]
             self.notify.notify_waiters();
         }
-        Ok(moved > 0)
     }
 
     /// Hands the engine every datagram waiting in the receive socket (and,
@@ -234,6 +245,11 @@ impl Inner {
                 return true;
             }
             channels[ch].events.push_back(cq);
+            if let Some(fd) = channels[ch].notify {
+                let one = 1u64;
+                // SAFETY: writes 8 bytes to the eventfd the channel's owner gave.
+                unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+            }
             false // an arming is good for one event, as in ibv_req_notify_cq
         });
     }
@@ -373,6 +389,14 @@ impl Context {
     /// `timeout` (`None`: as long as it takes).
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
         self.inner.wait_until(timeout, |st| st.ep.poll_event())
+    }
+
+    /// What a blocking wait sleeps on in `poll(2)`: readable when packets
+    /// wait for this device (the receive socket and, with io_uring, the
+    /// ring; -1 for none). For a caller that watches the device from its
+    /// own thread and drives progress only when nobody else does.
+    pub fn wait_fds(&self) -> [RawFd; 2] {
+        self.inner.wait_fds
     }
 
     /// The engine's counters (packets, retransmits, NAKs, drops by reason).

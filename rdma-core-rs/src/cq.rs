@@ -147,6 +147,15 @@ impl CompChannel {
         Ok(got.map(|cq| cq.0))
     }
 
+    /// Adds 1 to the eventfd `fd` with every event of this channel, from
+    /// whichever thread makes the progress that raises it, so that a caller
+    /// can sleep on a file descriptor (`poll`, `epoll`, a blocking read)
+    /// and take the event with `get_cq_event(Some(Duration::ZERO))` when it
+    /// is readable. `None` stops it. The caller keeps `fd` open meanwhile.
+    pub fn set_notify_fd(&self, fd: Option<std::os::fd::RawFd>) {
+        self.ctx.inner.lock().channels[self.index].notify = fd;
+    }
+
     /// `ibv_ack_cq_events`: nothing to release here, kept for familiarity.
     pub fn ack_cq_events(&self, _cq: &CompletionQueue, _n: u32) {}
 }

@@ -145,9 +145,12 @@ impl QueuePair {
             // dropped) now, under the same lock as the transition.
             self.ctx.inner.drain_receive(&mut st)?;
         }
+        let before = st.ep.completions_delivered();
         st.ep.modify_qp(self.qpn, attr)?;
         // Moving to ERR flushes: let waiters see the completions.
-        self.ctx.inner.doorbell(&mut st)
+        self.ctx.inner.doorbell(&mut st)?;
+        self.ctx.inner.announce_completions(&mut st, before);
+        Ok(())
     }
 
     /// `ibv_query_qp`: the state and the attributes in force.
@@ -166,6 +169,7 @@ impl QueuePair {
     /// posted and the error says which one failed, like `bad_wr`.
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
+        let before = st.ep.completions_delivered();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(source) = st.ep.post_send_copy(self.qpn, wr) {
@@ -174,6 +178,7 @@ impl QueuePair {
             }
         }
         self.ctx.inner.doorbell(&mut st)?;
+        self.ctx.inner.announce_completions(&mut st, before);
         result
     }
 
@@ -190,6 +195,7 @@ impl QueuePair {
         // waits must hear of it.
         if st.ep.completions_delivered() != before {
             self.ctx.inner.doorbell(&mut st)?;
+            self.ctx.inner.announce_completions(&mut st, before);
         }
         posted
     }

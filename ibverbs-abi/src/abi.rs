@@ -1,0 +1,694 @@
+//! The C layouts of rdma-core 44's `<infiniband/verbs.h>`, field for field.
+//!
+//! Only what this library reads or writes is typed in detail; function
+//! pointer slots it never fills are `Option<unsafe extern "C" fn()>` so the
+//! sizes stay right. `tests/header.rs` checks every size and offset here
+//! against the system header with a C compiler.
+
+#![allow(non_camel_case_types)]
+
+use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t};
+
+/// A function pointer slot this library leaves empty (NULL).
+pub type Slot = Option<unsafe extern "C" fn()>;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_gid_global {
+    pub subnet_prefix: u64,
+    pub interface_id: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_gid {
+    pub raw: [u8; 16],
+    pub global: ibv_gid_global,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_gid_entry {
+    pub gid: ibv_gid,
+    pub gid_index: u32,
+    pub port_num: u32,
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+
+#[repr(C)]
+pub struct _ibv_device_ops {
+    pub _dummy1: Slot,
+    pub _dummy2: Slot,
+}
+
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+#[repr(C)]
+pub struct ibv_device {
+    pub _ops: _ibv_device_ops,
+    pub node_type: c_int,
+    pub transport_type: c_int,
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+pub type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+pub type PostSrqRecvFn = unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+pub type PostSendFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+pub type PostRecvFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+/// `struct ibv_context_ops`: the inline fast paths of verbs.h call through it.
+#[repr(C)]
+pub struct ibv_context_ops {
+    pub _compat_query_device: Slot,
+    pub _compat_query_port: Slot,
+    pub _compat_alloc_pd: Slot,
+    pub _compat_dealloc_pd: Slot,
+    pub _compat_reg_mr: Slot,
+    pub _compat_rereg_mr: Slot,
+    pub _compat_dereg_mr: Slot,
+    pub alloc_mw: Slot,
+    pub bind_mw: Slot,
+    pub dealloc_mw: Slot,
+    pub _compat_create_cq: Slot,
+    pub poll_cq: Option<PollCqFn>,
+    pub req_notify_cq: Option<ReqNotifyFn>,
+    pub _compat_cq_event: Slot,
+    pub _compat_resize_cq: Slot,
+    pub _compat_destroy_cq: Slot,
+    pub _compat_create_srq: Slot,
+    pub _compat_modify_srq: Slot,
+    pub _compat_query_srq: Slot,
+    pub _compat_destroy_srq: Slot,
+    pub post_srq_recv: Option<PostSrqRecvFn>,
+    pub _compat_create_qp: Slot,
+    pub _compat_query_qp: Slot,
+    pub _compat_modify_qp: Slot,
+    pub _compat_destroy_qp: Slot,
+    pub post_send: Option<PostSendFn>,
+    pub post_recv: Option<PostRecvFn>,
+    pub _compat_create_ah: Slot,
+    pub _compat_destroy_ah: Slot,
+    pub _compat_attach_mcast: Slot,
+    pub _compat_detach_mcast: Slot,
+    pub _compat_async_event: Slot,
+}
+
+#[repr(C)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: pthread_mutex_t,
+    pub abi_compat: *mut c_void,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`: `verbs_get_ctx` finds a `verbs_context` only
+/// when `abi_compat` holds this.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub type QueryDeviceExFn =
+    unsafe extern "C" fn(*mut ibv_context, *const ibv_query_device_ex_input, *mut ibv_device_attr_ex, usize) -> c_int;
+
+/// `struct verbs_context`: the extended ops, in front of the `ibv_context`
+/// (which must be its last field: `verbs_get_ctx` is a container_of).
+#[repr(C)]
+pub struct verbs_context {
+    pub query_port: Option<QueryPortFn>,
+    pub advise_mr: Slot,
+    pub alloc_null_mr: Slot,
+    pub read_counters: Slot,
+    pub attach_counters_point_flow: Slot,
+    pub create_counters: Slot,
+    pub destroy_counters: Slot,
+    pub reg_dm_mr: Slot,
+    pub alloc_dm: Slot,
+    pub free_dm: Slot,
+    pub modify_flow_action_esp: Slot,
+    pub destroy_flow_action: Slot,
+    pub create_flow_action_esp: Slot,
+    pub modify_qp_rate_limit: Slot,
+    pub alloc_parent_domain: Slot,
+    pub dealloc_td: Slot,
+    pub alloc_td: Slot,
+    pub modify_cq: Slot,
+    pub post_srq_ops: Slot,
+    pub destroy_rwq_ind_table: Slot,
+    pub create_rwq_ind_table: Slot,
+    pub destroy_wq: Slot,
+    pub modify_wq: Slot,
+    pub create_wq: Slot,
+    pub query_rt_values: Slot,
+    pub create_cq_ex: Slot,
+    pub priv_: *mut c_void,
+    pub query_device_ex: Option<QueryDeviceExFn>,
+    pub ibv_destroy_flow: Slot,
+    pub abi_placeholder2: Slot,
+    pub ibv_create_flow: Slot,
+    pub abi_placeholder1: Slot,
+    pub open_qp: Slot,
+    pub create_qp_ex: Slot,
+    pub get_srq_num: Slot,
+    pub create_srq_ex: Slot,
+    pub open_xrcd: Slot,
+    pub close_xrcd: Slot,
+    pub _abi_placeholder3: u64,
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_int,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+#[repr(C)]
+pub struct ibv_query_device_ex_input {
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tso_caps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rss_caps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_packet_pacing_caps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tm_caps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_moderation_caps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_pci_atomic_caps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: ibv_tso_caps,
+    pub rss_caps: ibv_rss_caps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: ibv_packet_pacing_caps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: ibv_tm_caps,
+    pub cq_mod_caps: ibv_cq_moderation_caps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: ibv_pci_atomic_caps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_port_attr {
+    pub state: c_int,
+    pub max_mtu: c_int,
+    pub active_mtu: c_int,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_async_element {
+    pub cq: *mut ibv_cq,
+    pub qp: *mut ibv_qp,
+    pub srq: *mut ibv_srq,
+    pub wq: *mut c_void,
+    pub port_num: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_async_event {
+    pub element: ibv_async_element,
+    pub event_type: c_int,
+}
+
+pub const IBV_EVENT_CQ_ERR: c_int = 0;
+pub const IBV_EVENT_QP_FATAL: c_int = 1;
+pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wc {
+    pub wr_id: u64,
+    pub status: c_int,
+    pub opcode: c_int,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    /// `imm_data` (network order) or `invalidated_rkey`: one union.
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: c_uint,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+#[repr(C)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+#[repr(C)]
+pub struct ibv_mr {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub addr: *mut c_void,
+    pub length: usize,
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_global_route {
+    pub dgid: ibv_gid,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_grh {
+    pub version_tclass_flow: u32,
+    pub paylen: u16,
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub sgid: ibv_gid,
+    pub dgid: ibv_gid,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_ah_attr {
+    pub grh: ibv_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+pub const IBV_SRQ_MAX_WR: c_int = 1;
+pub const IBV_SRQ_LIMIT: c_int = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+#[repr(C)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+pub const IBV_QPT_RC: c_int = 2;
+pub const IBV_QPT_UC: c_int = 3;
+pub const IBV_QPT_UD: c_int = 4;
+
+pub mod qp_mask {
+    pub const STATE: i32 = 1 << 0;
+    pub const CUR_STATE: i32 = 1 << 1;
+    pub const EN_SQD_ASYNC_NOTIFY: i32 = 1 << 2;
+    pub const ACCESS_FLAGS: i32 = 1 << 3;
+    pub const PKEY_INDEX: i32 = 1 << 4;
+    pub const PORT: i32 = 1 << 5;
+    pub const QKEY: i32 = 1 << 6;
+    pub const AV: i32 = 1 << 7;
+    pub const PATH_MTU: i32 = 1 << 8;
+    pub const TIMEOUT: i32 = 1 << 9;
+    pub const RETRY_CNT: i32 = 1 << 10;
+    pub const RNR_RETRY: i32 = 1 << 11;
+    pub const RQ_PSN: i32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+    pub const ALT_PATH: i32 = 1 << 14;
+    pub const MIN_RNR_TIMER: i32 = 1 << 15;
+    pub const SQ_PSN: i32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+    pub const PATH_MIG_STATE: i32 = 1 << 18;
+    pub const CAP: i32 = 1 << 19;
+    pub const DEST_QPN: i32 = 1 << 20;
+    pub const RATE_LIMIT: i32 = 1 << 25;
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_attr {
+    pub qp_state: c_int,
+    pub cur_qp_state: c_int,
+    pub path_mtu: c_int,
+    pub path_mig_state: c_int,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: c_uint,
+    pub cap: ibv_qp_cap,
+    pub ah_attr: ibv_ah_attr,
+    pub alt_ah_attr: ibv_ah_attr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+pub mod wr_opcode {
+    pub const RDMA_WRITE: i32 = 0;
+    pub const RDMA_WRITE_WITH_IMM: i32 = 1;
+    pub const SEND: i32 = 2;
+    pub const SEND_WITH_IMM: i32 = 3;
+    pub const RDMA_READ: i32 = 4;
+    pub const ATOMIC_CMP_AND_SWP: i32 = 5;
+    pub const ATOMIC_FETCH_AND_ADD: i32 = 6;
+    pub const SEND_WITH_INV: i32 = 9;
+}
+
+pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
+pub const IBV_SEND_SOLICITED: c_uint = 1 << 2;
+pub const IBV_SEND_INLINE: c_uint = 1 << 3;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_rdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_atomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_ud {
+    pub ah: *mut ibv_ah,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_wr {
+    pub rdma: ibv_wr_rdma,
+    pub atomic: ibv_wr_atomic,
+    pub ud: ibv_wr_ud,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut c_void,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_tso {
+    pub hdr: *mut c_void,
+    pub hdr_sz: u16,
+    pub mss: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_ext {
+    pub bind_mw: ibv_send_wr_bind_mw,
+    pub tso: ibv_send_wr_tso,
+}
+
+#[repr(C)]
+pub struct ibv_send_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_send_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+    pub opcode: c_int,
+    pub send_flags: c_uint,
+    /// `imm_data` (network order) or `invalidate_rkey`: one union.
+    pub imm_data: u32,
+    pub wr: ibv_send_wr_wr,
+    /// `qp_type.xrc.remote_srqn`.
+    pub remote_srqn: u32,
+    pub ext: ibv_send_wr_ext,
+}
+
+#[repr(C)]
+pub struct ibv_recv_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_recv_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+}
+
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub handle: u32,
+    pub qp_num: u32,
+    /// Updated by ibv_modify_qp while other threads may read the QP.
+    pub state: std::sync::atomic::AtomicI32,
+    pub qp_type: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
+#[repr(C)]
+pub struct ibv_cq {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    /// Counted by ibv_ack_cq_events, from any thread.
+    pub comp_events_completed: std::sync::atomic::AtomicU32,
+    pub async_events_completed: u32,
+}
+
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+/// A zeroed pthread mutex: `PTHREAD_MUTEX_INITIALIZER` on glibc.
+pub fn mutex_init() -> pthread_mutex_t {
+    // SAFETY: all-zero is a valid (and the statically initialised) pthread_mutex_t on glibc.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A zeroed pthread condition variable: `PTHREAD_COND_INITIALIZER` on glibc.
+pub fn cond_init() -> pthread_cond_t {
+    // SAFETY: as for `mutex_init`.
+    unsafe { std::mem::zeroed() }
+}

@@ -1,0 +1,338 @@
+//! Open devices (`ibv_context` inside its `verbs_context`) and their
+//! asynchronous events.
+//!
+//! Progress: a C application does not call into the library while it
+//! talks to its peer over TCP or spins on memory a peer writes, so
+//! something else must answer the peer's packets, as a NIC would. But a
+//! thread that wakes on every packet slows down an application that polls
+//! its CQ in a loop (each packet is then fought over by two threads, on
+//! machines with few cores). So the engine runs with manual progress (the
+//! caller's polls drive it), and an idle-progress thread per device drives
+//! it only when the application does not: it sleeps until a packet waits,
+//! leaves it [`IDLE_LOOK`] to the application (none if the application is
+//! asleep in `ibv_get_cq_event`), and takes it itself if the application
+//! did not poll in that time.
+
+use crate::abi::*;
+use crate::device::{dev_of, Dev};
+use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
+use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub static CONTEXTS: Registry = Registry::new();
+
+/// How long a waiting packet is left to the application before the
+/// idle-progress thread takes it: about the most a packet waits when the
+/// application is elsewhere (spinning on memory, sleeping, in TCP).
+pub const IDLE_LOOK: Duration = Duration::from_micros(20);
+
+/// How often the idle-progress thread looks at the engine's timers when
+/// no packet comes (retransmissions, RNR waits).
+pub const IDLE_DRIVE: Duration = Duration::from_millis(1);
+
+/// The per-device tables the idle-progress thread reads to turn the engine's
+/// numbers into the application's pointers (stored as addresses).
+#[derive(Default)]
+pub struct Objects {
+    pub qps: HashMap<u32, usize>,
+    pub cqs: HashMap<usize, usize>,
+    pub srqs: HashMap<usize, usize>,
+}
+
+/// What the idle-progress thread shares with the contexts: the async events.
+pub struct AsyncShared {
+    pub fd: OwnedFd,
+    pub queue: Mutex<VecDeque<ibv_async_event>>,
+    pub objects: Mutex<Objects>,
+    pub stop: AtomicBool,
+}
+
+// SAFETY: the queue holds pointers only as values handed back to the
+// application; this library does not dereference them from that queue.
+unsafe impl Send for AsyncShared {}
+unsafe impl Sync for AsyncShared {}
+
+/// A device's engine in this process, shared by every `ibv_open_device`
+/// of it (the engine owns the device's UDP port, which can be bound once):
+/// the verbs context and the idle-progress thread (which also moves the
+/// asynchronous events).
+pub struct Engine {
+    pub verbs: rdma_core_rs::Context,
+    pub shared: Arc<AsyncShared>,
+    activity: Arc<Activity>,
+    idle: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the application is doing, for the idle-progress thread.
+#[derive(Default)]
+struct Activity {
+    /// Counts polls: a change means the application takes its packets.
+    polls: AtomicU64,
+    /// Threads asleep in `ibv_get_cq_event`/`ibv_get_async_event`: a
+    /// packet is theirs at once, no grace period.
+    blocked: AtomicUsize,
+}
+
+impl Engine {
+    /// Notes that the application polls: it takes the waiting packets itself.
+    pub fn called(&self) {
+        self.activity.polls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` (a sleep on an event fd) counted as blocked, so that the
+    /// idle-progress thread makes the progress that wakes it at once.
+    pub fn blocked<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.activity.blocked.fetch_add(1, Ordering::SeqCst);
+        let r = f();
+        self.activity.blocked.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+}
+
+/// The engines of the devices open now, by name, with their open counts.
+static ENGINES: Mutex<Vec<(String, Arc<Engine>, usize)>> = Mutex::new(Vec::new());
+
+/// An open device. `v.context` is the `ibv_context *` the application holds.
+#[repr(C)]
+pub struct Ctx {
+    pub v: verbs_context,
+    pub dev: &'static Dev,
+    pub engine: Arc<Engine>,
+}
+
+const CONTEXT_OFFSET: usize = std::mem::offset_of!(Ctx, v) + std::mem::offset_of!(verbs_context, context);
+
+/// The open device behind `p`, if it is a live one.
+///
+/// # Safety
+/// `p` may be anything; it is dereferenced only if it is a live context.
+pub unsafe fn ctx_of<'a>(p: *const ibv_context) -> Option<&'a Ctx> {
+    if !CONTEXTS.contains(p) {
+        tracing::debug!(ptr = ?p, "not a live ibv_context");
+        set_errno(libc::EINVAL);
+        return None;
+    }
+    // SAFETY: registered contexts are the `context` field of a leaked Ctx.
+    Some(unsafe { &*(p.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) })
+}
+
+fn ops() -> ibv_context_ops {
+    // SAFETY: all-NULL function pointers are valid Options.
+    let mut o: ibv_context_ops = unsafe { std::mem::zeroed() };
+    o.poll_cq = Some(crate::cq::poll_cq);
+    o.req_notify_cq = Some(crate::cq::req_notify_cq);
+    o.post_send = Some(crate::post::post_send);
+    o.post_recv = Some(crate::post::post_recv);
+    o.post_srq_recv = Some(crate::post::post_srq_recv);
+    o
+}
+
+/// The engine of `dev`: the one already open, or a new one.
+fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
+    let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = engines.iter_mut().find(|e| e.0 == dev.spec.name) {
+        e.2 += 1;
+        return Ok(e.1.clone());
+    }
+    let cfg = DeviceConfig { progress: Progress::Manual, scope_id: dev.spec.scope_id, ..DeviceConfig::default() };
+    let verbs =
+        rdma_core_rs::Device::with_config(&dev.spec.name, dev.spec.addr, cfg).and_then(|d| d.open()).map_err(|e| {
+            tracing::warn!(device = %dev.spec.name, addr = %dev.spec.addr, error = %e, "cannot open the device");
+            crate::ffi::errno_of(&e)
+        })?;
+    let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    let shared = Arc::new(AsyncShared {
+        fd,
+        queue: Mutex::new(VecDeque::new()),
+        objects: Mutex::new(Objects::default()),
+        stop: AtomicBool::new(false),
+    });
+    let activity = Arc::new(Activity::default());
+    let idle = spawn_idle_progress(verbs.clone(), shared.clone(), activity.clone()).map_err(|e| {
+        tracing::warn!(error = %e, "cannot start the idle-progress thread");
+        libc::EAGAIN
+    })?;
+    let e = Arc::new(Engine { verbs, shared, activity, idle: Mutex::new(Some(idle)) });
+    engines.push((dev.spec.name.clone(), e.clone(), 1));
+    tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device engine started");
+    Ok(e)
+}
+
+/// Drops one open of the engine of `name`; the last stops its thread.
+fn release(name: &str) {
+    let last = {
+        let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = engines.iter().position(|e| e.0 == name) else { return };
+        engines[i].2 -= 1;
+        (engines[i].2 == 0).then(|| engines.swap_remove(i).1)
+    };
+    if let Some(e) = last {
+        e.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = e.idle.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+        tracing::info!(device = name, "device engine released");
+        // Objects still open keep the engine itself alive through their handles.
+    }
+}
+
+fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
+    let engine = engine(dev)?;
+    // SAFETY: all-NULL pointers and zero sizes are valid for verbs_context.
+    let mut v: verbs_context = unsafe { std::mem::zeroed() };
+    v.query_port = Some(crate::device::query_port);
+    v.query_device_ex = Some(crate::device::query_device_ex);
+    v.sz = std::mem::size_of::<verbs_context>();
+    v.context = ibv_context {
+        device: &dev.c as *const ibv_device as *mut ibv_device,
+        ops: ops(),
+        cmd_fd: -1,
+        async_fd: engine.shared.fd.as_raw_fd(),
+        num_comp_vectors: 1,
+        mutex: mutex_init(),
+        abi_compat: VERBS_ABI_IS_EXTENDED,
+    };
+    let ctx = Box::leak(Box::new(Ctx { v, dev, engine }));
+    let p = &mut ctx.v.context as *mut ibv_context;
+    CONTEXTS.insert(p);
+    tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");
+    Ok(p)
+}
+
+/// Drives the engine while the application does not (see the module
+/// documentation): sleeps until a packet waits (or [`IDLE_DRIVE`] passes,
+/// for the engine's timers), gives the application [`IDLE_LOOK`] to take
+/// it unless it is asleep in a blocking call, and makes one round of
+/// progress if it did not poll meanwhile. It also moves the engine's
+/// asynchronous events to the context's queue and fd.
+fn spawn_idle_progress(
+    verbs: rdma_core_rs::Context,
+    shared: Arc<AsyncShared>,
+    activity: Arc<Activity>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name("ibv-progress".into()).spawn(move || {
+        let fds = verbs.wait_fds();
+        let mut seen = activity.polls.load(Ordering::Relaxed);
+        while !shared.stop.load(Ordering::Relaxed) {
+            let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            let ms = IDLE_DRIVE.as_millis() as libc::c_int;
+            // SAFETY: `p` is an array of two pollfds (a negative fd is skipped).
+            let ready = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) } > 0;
+            if ready && activity.blocked.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(IDLE_LOOK);
+            }
+            let now = activity.polls.load(Ordering::Relaxed);
+            if now != seen {
+                seen = now; // the application polls: it takes its packets itself
+                if ready {
+                    continue;
+                }
+            }
+            // Zero timeout: one round of progress, then the events it raised.
+            loop {
+                match verbs.get_async_event(Some(Duration::ZERO)) {
+                    Ok(Some(ev)) => deliver(&shared, ev),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "idle-progress thread stops");
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Queues an engine event for `ibv_get_async_event`, with the pointer of
+/// the object it is about, and counts it on the context's fd.
+fn deliver(shared: &AsyncShared, ev: AsyncEvent) {
+    let objs = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
+    let c = match ev {
+        AsyncEvent::QpFatal(qpn) => objs.qps.get(&qpn).map(|&p| ibv_async_event {
+            element: ibv_async_element { qp: p as *mut ibv_qp },
+            event_type: IBV_EVENT_QP_FATAL,
+        }),
+        AsyncEvent::CqError(cq) => objs.cqs.get(&cq.0).map(|&p| ibv_async_event {
+            element: ibv_async_element { cq: p as *mut ibv_cq },
+            event_type: IBV_EVENT_CQ_ERR,
+        }),
+        AsyncEvent::SrqLimitReached(srq) => objs.srqs.get(&srq.0).map(|&p| ibv_async_event {
+            element: ibv_async_element { srq: p as *mut ibv_srq },
+            event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
+        }),
+    };
+    drop(objs);
+    tracing::debug!(event = ?ev, delivered = c.is_some(), "async event");
+    if let Some(c) = c {
+        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(c);
+        signal_fd(shared.fd.as_raw_fd());
+    }
+}
+
+#[export_name = "softroce_ibv_open_device"]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    guard("ibv_open_device", std::ptr::null_mut(), || {
+        let Some(dev) = dev_of(device) else {
+            set_errno(libc::ENODEV);
+            return std::ptr::null_mut();
+        };
+        open(dev).unwrap_or_else(|e| {
+            set_errno(e);
+            std::ptr::null_mut()
+        })
+    })
+}
+
+#[export_name = "softroce_ibv_close_device"]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> libc::c_int {
+    guard("ibv_close_device", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        if unsafe { ctx_of(context) }.is_none() || !CONTEXTS.remove(context) {
+            return -1;
+        }
+        // SAFETY: removed from the registry: no other call can reach it now.
+        let ctx = unsafe { Box::from_raw(context.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) };
+        release(&ctx.dev.spec.name);
+        tracing::info!(device = %ctx.dev.spec.name, "device closed");
+        0
+    })
+}
+
+#[export_name = "softroce_ibv_get_async_event"]
+pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> libc::c_int {
+    guard("ibv_get_async_event", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+        if event.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let shared = ctx.engine.shared.clone();
+        loop {
+            if let Err(e) = ctx.engine.blocked(|| wait_fd(shared.fd.as_raw_fd())) {
+                set_errno(e);
+                return -1;
+            }
+            if let Some(ev) = shared.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { event.write(ev) };
+                return 0;
+            }
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_ack_async_event"]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
+    // Objects are destroyed without waiting for acknowledgements here.
+}
+
+/// Registers a live object of a context for the async-event thread.
+pub fn with_objects(engine: &Engine, f: impl FnOnce(&mut Objects)) {
+    f(&mut engine.shared.objects.lock().unwrap_or_else(|e| e.into_inner()));
+}

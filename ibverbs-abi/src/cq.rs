@@ -1,0 +1,327 @@
+//! Completion queues and completion channels.
+//!
+//! A channel is a real file descriptor (an eventfd in semaphore mode): the
+//! engine adds one to it per CQ event, from whichever thread made the
+//! progress that raised it (`CompChannel::set_notify_fd`), so `poll`/`epoll`
+//! on `channel->fd` and a blocking `ibv_get_cq_event` both work.
+
+use crate::abi::*;
+use crate::context::{ctx_of, with_objects, Engine};
+use crate::ffi::{errno_of, event_fd, guard, live, set_errno, wait_fd, Registry};
+use libc::{c_int, c_uint, c_void};
+use rdma_core_rs::{CompChannel, CompletionQueue, WorkCompletion};
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub static CQS: Registry = Registry::new();
+
+/// The fewest entries a CQ gets, whatever is asked.
+const MIN_CQE: usize = 63;
+pub static CHANNELS: Registry = Registry::new();
+
+#[repr(C)]
+pub struct Cq {
+    pub c: ibv_cq,
+    pub verbs: CompletionQueue,
+    /// Completions taken from the engine, reused across polls.
+    scratch: Mutex<Vec<WorkCompletion>>,
+    /// QPs using this CQ (destroying it before them is EBUSY).
+    pub users: AtomicUsize,
+    engine: Arc<Engine>,
+}
+
+// SAFETY: the raw pointers in `c` are the application's to use; this
+// library reaches the objects they name only through the registries.
+unsafe impl Send for Cq {}
+unsafe impl Sync for Cq {}
+
+#[repr(C)]
+pub struct Chan {
+    pub c: ibv_comp_channel,
+    verbs: CompChannel,
+    /// The eventfd behind `c.fd`: one count per event.
+    fd: OwnedFd,
+    /// CQ id to `ibv_cq *` of the CQs reporting here.
+    cqs: Mutex<HashMap<usize, usize>>,
+    engine: Arc<Engine>,
+}
+
+// SAFETY: as for Cq.
+unsafe impl Send for Chan {}
+unsafe impl Sync for Chan {}
+
+#[export_name = "softroce_ibv_create_comp_channel"]
+pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+        let made = ctx.engine.verbs.create_comp_channel().map_err(|e| errno_of(&e)).and_then(|verbs| {
+            let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+            verbs.set_notify_fd(Some(fd.as_raw_fd()));
+            Ok((verbs, fd))
+        });
+        match made {
+            Ok((verbs, fd)) => {
+                let c = ibv_comp_channel { context, fd: fd.as_raw_fd(), refcnt: 0 };
+                let engine = ctx.engine.clone();
+                let ch = Box::into_raw(Box::new(Chan { c, verbs, fd, cqs: Mutex::new(HashMap::new()), engine }));
+                CHANNELS.insert(ch);
+                ch.cast()
+            }
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_destroy_comp_channel"]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard("ibv_destroy_comp_channel", -1, || {
+        let p = channel.cast::<Chan>();
+        // SAFETY: `live` checks the registry.
+        let Some(ch) = (unsafe { live(&CHANNELS, p, "ibv_comp_channel") }) else { return -1 };
+        if !ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            set_errno(libc::EBUSY);
+            return -1;
+        }
+        if !CHANNELS.remove(p) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: removed from the registry; made by Box::into_raw.
+        let ch = unsafe { Box::from_raw(p) };
+        ch.verbs.set_notify_fd(None); // before the fd closes with `ch`
+        0
+    })
+}
+
+#[export_name = "softroce_ibv_create_cq"]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard("ibv_create_cq", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+        if cqe <= 0 || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        let ch = if channel.is_null() {
+            None
+        } else {
+            // SAFETY: `live` checks the registry.
+            match unsafe { live(&CHANNELS, channel.cast::<Chan>(), "ibv_comp_channel") } {
+                Some(ch) if ch.c.context == context => Some(ch),
+                _ => {
+                    set_errno(libc::EINVAL);
+                    return std::ptr::null_mut();
+                }
+            }
+        };
+        // Providers give at least what was asked, rounded up (rxe and mlx5
+        // to a power of two), and applications count on the slack: perftest
+        // asks for one entry for a one-deep send queue it polls only after
+        // events. The size made is what `cq->cqe` says, as libibverbs does.
+        let depth = ((cqe as usize).max(MIN_CQE) + 1).next_power_of_two() - 1;
+        let verbs = match ctx.engine.verbs.create_cq(depth, ch.map(|c| &c.verbs)) {
+            Ok(v) => v,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return std::ptr::null_mut();
+            }
+        };
+        let id = verbs.id();
+        let c = ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle: id as u32,
+            cqe: depth as c_int,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            comp_events_completed: 0.into(),
+            async_events_completed: 0,
+        };
+        let cq = Box::into_raw(Box::new(Cq {
+            c,
+            verbs,
+            scratch: Mutex::new(Vec::with_capacity(64)),
+            users: AtomicUsize::new(0),
+            engine: ctx.engine.clone(),
+        }));
+        if let Some(ch) = ch {
+            ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
+        }
+        with_objects(&ctx.engine, |o| {
+            o.cqs.insert(id, cq as usize);
+        });
+        CQS.insert(cq);
+        tracing::debug!(cq = id, cqe, depth, channel = !channel.is_null(), "CQ created");
+        cq.cast()
+    })
+}
+
+#[export_name = "softroce_ibv_destroy_cq"]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard("ibv_destroy_cq", libc::EIO, || {
+        let p = cq.cast::<Cq>();
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, p, "ibv_cq") }) else { return libc::EINVAL };
+        if c.users.load(Ordering::Acquire) > 0 {
+            return libc::EBUSY;
+        }
+        if !CQS.remove(p) {
+            return libc::EINVAL;
+        }
+        // SAFETY: removed from the registry; made by Box::into_raw.
+        let c = unsafe { Box::from_raw(p) };
+        let id = c.verbs.id();
+        // SAFETY: the channel is live while CQs report to it (it refuses to go first).
+        let ch = (!c.c.channel.is_null())
+            .then(|| unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") })
+            .flatten();
+        if let Some(ch) = ch {
+            ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        }
+        with_objects(&c.engine, |o| {
+            o.cqs.remove(&id);
+        });
+        0
+    })
+}
+
+/// `ops.poll_cq`, what the inline `ibv_poll_cq` calls.
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("ibv_poll_cq", -1, || {
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return -libc::EINVAL };
+        if n <= 0 {
+            return 0;
+        }
+        if wc.is_null() {
+            return -libc::EINVAL;
+        }
+        c.engine.called();
+        let mut scratch = c.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        scratch.clear();
+        if let Err(e) = c.verbs.poll(&mut scratch, n as usize) {
+            tracing::warn!(error = %e, "poll_cq failed");
+            return -errno_of(&e);
+        }
+        for (i, w) in scratch.iter().enumerate() {
+            // SAFETY: the caller's array holds `n` entries; i < n.
+            unsafe { wc.add(i).write(to_c(w)) };
+        }
+        if scratch.is_empty() {
+            // The "NIC" is software sharing the CPUs with the application
+            // (and the peer, on one machine): a poll loop that found nothing
+            // lets them run rather than spin out its time slice.
+            std::thread::yield_now();
+        }
+        scratch.len() as c_int
+    })
+}
+
+fn to_c(w: &WorkCompletion) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as c_int,
+        opcode: w.opcode as c_int,
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        imm_data: w.imm_data.or(w.invalidated_rkey).unwrap_or(0),
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ops.req_notify_cq`, what the inline `ibv_req_notify_cq` calls.
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard("ibv_req_notify_cq", libc::EIO, || {
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return libc::EINVAL };
+        match c.verbs.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_get_cq_event"]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard("ibv_get_cq_event", -1, || {
+        // SAFETY: `live` checks the registry.
+        let Some(ch) = (unsafe { live(&CHANNELS, channel.cast::<Chan>(), "ibv_comp_channel") }) else { return -1 };
+        if cq.is_null() || cq_context.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        loop {
+            let taken = ch.engine.blocked(|| wait_fd(ch.fd.as_raw_fd()));
+            if let Err(e) = taken {
+                set_errno(e);
+                return -1;
+            }
+            // The event the count stands for: taken without waiting.
+            let id = match ch.verbs.get_cq_event(Some(std::time::Duration::ZERO)) {
+                Ok(Some(id)) => id,
+                Ok(None) => continue,
+                Err(e) => {
+                    set_errno(errno_of(&e));
+                    return -1;
+                }
+            };
+            // An event of a CQ destroyed since is dropped.
+            let Some(&p) = ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(&id) else { continue };
+            let p = p as *mut ibv_cq;
+            // SAFETY: p is in the channel's table, so it is a live CQ; the out-parameters are the caller's.
+            unsafe {
+                *cq = p;
+                *cq_context = (*p).cq_context;
+            }
+            return 0;
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_ack_cq_events"]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    guard("ibv_ack_cq_events", (), || {
+        // SAFETY: `live` checks the registry.
+        if let Some(c) = unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") } {
+            // Bookkeeping only: destroying a CQ does not wait for acks here.
+            c.c.comp_events_completed.fetch_add(nevents, Ordering::Relaxed);
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_resize_cq"]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard("ibv_resize_cq", libc::EIO, || {
+        // SAFETY: `live` checks the registry.
+        let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return libc::EINVAL };
+        // The engine's CQs do not change size; one at least as large is fine.
+        if cqe > 0 && cqe <= c.c.cqe {
+            0
+        } else {
+            libc::EOPNOTSUPP
+        }
+    })
+}

@@ -1,0 +1,408 @@
+//! Devices (`ibv_get_device_list` and friends) and the queries of an open
+//! device: attributes, port, GIDs, P_Keys.
+
+use crate::abi::*;
+use crate::context::{ctx_of, Ctx};
+use crate::ffi::{copy_cstr, guard, set_errno};
+use crate::spec::{self, DeviceSpec};
+use libc::{c_char, c_int, c_uint};
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+/// A device of the list: the C struct first, so an `ibv_device *` is one.
+#[repr(C)]
+pub struct Dev {
+    pub c: ibv_device,
+    pub spec: DeviceSpec,
+    /// The node GUID, in network order as `ibv_get_device_guid` returns it.
+    pub guid_be: u64,
+}
+
+static DEVICES: OnceLock<Result<Vec<&'static Dev>, spec::SpecError>> = OnceLock::new();
+
+/// An EUI-64 made from the address, as rxe makes one from the MAC.
+fn guid_of(addr: IpAddr) -> u64 {
+    let b = match addr {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            [0x02, 0x00, o[0], 0xff, 0xfe, o[1], o[2], o[3]]
+        }
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [o[8] | 0x02, o[9], o[10], 0xff, 0xfe, o[13], o[14], o[15]]
+        }
+    };
+    u64::from_ne_bytes(b)
+}
+
+fn make(spec: DeviceSpec, index: usize) -> &'static Dev {
+    // SAFETY: ibv_device is plain data; zero is a valid value of every field.
+    let mut c: ibv_device = unsafe { std::mem::zeroed() };
+    c.node_type = 1; // IBV_NODE_CA
+    c.transport_type = 0; // IBV_TRANSPORT_IB (RoCE reports IB transport)
+    copy_cstr(&mut c.name, &spec.name);
+    copy_cstr(&mut c.dev_name, &format!("uverbs{index}"));
+    copy_cstr(&mut c.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
+    copy_cstr(&mut c.ibdev_path, &format!("/sys/class/infiniband/{}", spec.name));
+    let guid_be = guid_of(spec.addr);
+    Box::leak(Box::new(Dev { c, spec, guid_be }))
+}
+
+/// The devices of this process, made once from the environment and kept
+/// for its lifetime (applications hold `ibv_device *` after freeing the list).
+pub fn devices() -> Result<&'static [&'static Dev], &'static spec::SpecError> {
+    let r = DEVICES.get_or_init(|| {
+        crate::init_tracing();
+        let specs = spec::from_env().inspect_err(|e| {
+            eprintln!("libibverbs (softroce): {}: {e}", spec::ENV);
+        })?;
+        tracing::info!(devices = %spec::to_list(&specs), "device list");
+        Ok(specs.into_iter().enumerate().map(|(i, s)| make(s, i)).collect())
+    });
+    r.as_ref().map(|v| v.as_slice())
+}
+
+/// The device behind `p`, if it is one of ours.
+pub fn dev_of(p: *const ibv_device) -> Option<&'static Dev> {
+    devices().ok()?.iter().copied().find(|d| std::ptr::eq(&d.c, p))
+}
+
+#[export_name = "softroce_ibv_get_device_list"]
+pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    guard("ibv_get_device_list", std::ptr::null_mut(), || {
+        let devs = match devices() {
+            Ok(d) => d,
+            Err(_) => {
+                set_errno(libc::EINVAL);
+                return std::ptr::null_mut();
+            }
+        };
+        // malloc'd, NULL-terminated: ibv_free_device_list frees it.
+        // SAFETY: a fresh allocation of devs.len()+1 pointers, all written below.
+        let arr =
+            unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<*mut ibv_device>()) } as *mut *mut ibv_device;
+        if arr.is_null() {
+            set_errno(libc::ENOMEM);
+            return arr;
+        }
+        for (i, d) in devs.iter().enumerate() {
+            // SAFETY: i < len+1; the device is 'static and never written through this pointer by us.
+            unsafe { *arr.add(i) = &d.c as *const ibv_device as *mut ibv_device };
+        }
+        if !num.is_null() {
+            // SAFETY: the caller's out-parameter.
+            unsafe { *num = devs.len() as c_int };
+        }
+        arr
+    })
+}
+
+#[export_name = "softroce_ibv_free_device_list"]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    guard("ibv_free_device_list", (), || {
+        // SAFETY: the array ibv_get_device_list calloc'd (or NULL).
+        unsafe { libc::free(list.cast()) }
+    })
+}
+
+#[export_name = "softroce_ibv_get_device_name"]
+pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    guard("ibv_get_device_name", std::ptr::null(), || match dev_of(dev) {
+        Some(d) => d.c.name.as_ptr(),
+        None => {
+            set_errno(libc::EINVAL);
+            std::ptr::null()
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_get_device_guid"]
+pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
+    guard("ibv_get_device_guid", 0, || dev_of(dev).map_or(0, |d| d.guid_be))
+}
+
+#[export_name = "softroce_ibv_get_device_index"]
+pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
+    guard("ibv_get_device_index", -1, || {
+        let Ok(devs) = devices() else { return -1 };
+        devs.iter().position(|d| std::ptr::eq(&d.c, dev)).map_or(-1, |i| i as c_int)
+    })
+}
+
+/// What the device reports: limits of the engine (generous where the
+/// engine has none), one port, RC atomics.
+fn device_attr(ctx: &Ctx) -> ibv_device_attr {
+    // SAFETY: plain data, zero is valid.
+    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+    copy_cstr(&mut a.fw_ver, env!("CARGO_PKG_VERSION"));
+    a.node_guid = ctx.dev.guid_be;
+    a.sys_image_guid = ctx.dev.guid_be;
+    a.max_mr_size = u64::MAX;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = 0xffffff; // as rxe
+    a.vendor_part_id = 0;
+    a.max_qp = 1 << 16;
+    a.max_qp_wr = 1 << 14;
+    // RESIZE_MAX_WR, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN
+    a.device_cap_flags = 1 | (1 << 10) | (1 << 11) | (1 << 12);
+    a.max_sge = 32;
+    a.max_sge_rd = 32;
+    a.max_cq = 1 << 14;
+    a.max_cqe = (1 << 16) - 1;
+    a.max_mr = 1 << 18;
+    a.max_pd = 1 << 16;
+    a.max_qp_rd_atom = 128;
+    a.max_res_rd_atom = 1 << 16;
+    a.max_qp_init_rd_atom = 128;
+    a.atomic_cap = 1; // IBV_ATOMIC_HCA
+    a.max_ah = 1 << 16;
+    a.max_srq = 1 << 14;
+    a.max_srq_wr = 1 << 14;
+    a.max_srq_sge = 32;
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    a
+}
+
+#[export_name = "softroce_ibv_query_device"]
+pub unsafe extern "C" fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
+    guard("ibv_query_device", libc::EIO, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { attr.write(device_attr(ctx)) };
+        0
+    })
+}
+
+/// `verbs_context.query_device_ex`, what the inline `ibv_query_device_ex` calls.
+pub unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    _input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    size: usize,
+) -> c_int {
+    guard("ibv_query_device_ex", libc::EIO, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+        if attr.is_null() || size < std::mem::size_of::<ibv_device_attr>() {
+            return libc::EINVAL;
+        }
+        // SAFETY: plain data, zero is valid.
+        let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        x.orig_attr = device_attr(ctx);
+        x.phys_port_cnt_ex = 1;
+        let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's buffer holds `size` bytes; we write at most that.
+        unsafe {
+            std::ptr::write_bytes(attr.cast::<u8>(), 0, size);
+            std::ptr::copy_nonoverlapping((&x as *const ibv_device_attr_ex).cast::<u8>(), attr.cast::<u8>(), n);
+        }
+        0
+    })
+}
+
+/// IBV_MTU_1024: what rxe reports on a 1500-byte Ethernet link, and what
+/// keeps every packet within one datagram on any path.
+pub const ACTIVE_MTU: c_int = 3;
+
+/// The one port: active, RoCE (Ethernet link layer), one GID and one P_Key.
+fn port_attr() -> ibv_port_attr {
+    // SAFETY: plain data, zero is valid.
+    let mut p: ibv_port_attr = unsafe { std::mem::zeroed() };
+    p.state = 4; // IBV_PORT_ACTIVE
+    p.max_mtu = 5; // 4096
+    p.active_mtu = ACTIVE_MTU;
+    p.gid_tbl_len = 1;
+    p.port_cap_flags = (1 << 16) /* CM_SUP */ | (1 << 26) /* IP_BASED_GIDS */;
+    p.max_msg_sz = 1 << 31;
+    p.pkey_tbl_len = 1;
+    p.max_vl_num = 1;
+    p.active_width = 1; // 1X
+    p.active_speed = 1 << 5; // EDR-like; only printed
+    p.phys_state = 5; // LinkUp
+    p.link_layer = 2; // IBV_LINK_LAYER_ETHERNET
+    p
+}
+
+fn check_port(port: u8) -> Result<(), c_int> {
+    if port == 1 {
+        Ok(())
+    } else {
+        tracing::debug!(port, "no such port (the device has port 1 only)");
+        Err(libc::EINVAL)
+    }
+}
+
+/// `verbs_context.query_port`, what the inline `ibv_query_port` calls.
+pub unsafe extern "C" fn query_port(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    size: usize,
+) -> c_int {
+    guard("ibv_query_port", libc::EIO, || {
+        // SAFETY: ctx_of checks the registry.
+        if unsafe { ctx_of(context) }.is_none() {
+            return libc::EINVAL;
+        }
+        if let Err(e) = check_port(port) {
+            return e;
+        }
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        let p = port_attr();
+        let n = size.min(std::mem::size_of::<ibv_port_attr>());
+        // SAFETY: the caller's buffer holds `size` bytes; we write at most that.
+        unsafe { std::ptr::copy_nonoverlapping((&p as *const ibv_port_attr).cast::<u8>(), attr.cast::<u8>(), n) };
+        0
+    })
+}
+
+/// The exported `ibv_query_port` (old binaries, and the inline one's
+/// fallback): fills the legacy struct, which ends at `link_layer`.
+#[export_name = "softroce_ibv_query_port"]
+pub unsafe extern "C" fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { query_port(context, port, attr, std::mem::offset_of!(ibv_port_attr, flags)) }
+}
+
+fn gid_of(ctx: &Ctx, port: u32, index: c_int) -> Result<[u8; 16], c_int> {
+    if port != 1 {
+        return Err(libc::EINVAL);
+    }
+    let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
+    ctx.engine.verbs.query_gid(index).map(|g| g.0).map_err(|_| libc::EINVAL)
+}
+
+#[export_name = "softroce_ibv_query_gid"]
+pub unsafe extern "C" fn ibv_query_gid(context: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
+    guard("ibv_query_gid", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+        if gid.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        match gid_of(ctx, port.into(), index) {
+            Ok(raw) => {
+                // SAFETY: the caller's out-parameter.
+                unsafe { gid.write(ibv_gid { raw }) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+#[export_name = "softroce__ibv_query_gid_ex"]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    size: usize,
+) -> c_int {
+    guard("ibv_query_gid_ex", libc::EIO, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
+        if entry.is_null() || flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() {
+            return libc::EINVAL;
+        }
+        let Ok(idx) = c_int::try_from(index) else { return libc::EINVAL };
+        match gid_of(ctx, port, idx) {
+            Ok(raw) => {
+                let e = ibv_gid_entry {
+                    gid: ibv_gid { raw },
+                    gid_index: index,
+                    port_num: port,
+                    gid_type: IBV_GID_TYPE_ROCE_V2,
+                    ndev_ifindex: 0,
+                };
+                // SAFETY: the caller's out-parameter, at least this large.
+                unsafe { entry.write(e) };
+                0
+            }
+            // An index past the table: "no data", as for an empty entry.
+            Err(_) if port == 1 => libc::ENODATA,
+            Err(e) => e,
+        }
+    })
+}
+
+#[export_name = "softroce__ibv_query_gid_table"]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max: usize,
+    flags: u32,
+    size: usize,
+) -> isize {
+    guard("ibv_query_gid_table", -(libc::EIO as isize), || {
+        if entries.is_null() || max == 0 || flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() {
+            return -(libc::EINVAL as isize);
+        }
+        // SAFETY: forwarded; one entry of `size` bytes is there.
+        match unsafe { _ibv_query_gid_ex(context, 1, 0, entries, 0, size) } {
+            0 => 1,
+            e => -(e as isize),
+        }
+    })
+}
+
+/// rdma-core's private `ibv_query_gid_type` (ibv_devinfo uses it):
+/// IBV_GID_TYPE_SYSFS_ROCE_V2 (1) for our one GID.
+#[export_name = "softroce_ibv_query_gid_type"]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_uint,
+    ty: *mut c_int,
+) -> c_int {
+    guard("ibv_query_gid_type", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+        if ty.is_null() || gid_of(ctx, port.into(), index as c_int).is_err() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { *ty = 1 };
+        0
+    })
+}
+
+#[export_name = "softroce_ibv_query_pkey"]
+pub unsafe extern "C" fn ibv_query_pkey(context: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int {
+    guard("ibv_query_pkey", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        if unsafe { ctx_of(context) }.is_none() || port != 1 || index != 0 || pkey.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { *pkey = 0xffffu16.to_be() };
+        0
+    })
+}
+
+#[export_name = "softroce_ibv_get_pkey_index"]
+pub unsafe extern "C" fn ibv_get_pkey_index(context: *mut ibv_context, port: u8, pkey: u16) -> c_int {
+    guard("ibv_get_pkey_index", -1, || {
+        // SAFETY: ctx_of checks the registry.
+        if unsafe { ctx_of(context) }.is_none() || port != 1 || u16::from_be(pkey) != 0xffff {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        0
+    })
+}

@@ -1,0 +1,152 @@
+//! What every `extern "C"` entry point shares: no unwinding into C, errno,
+//! and the registry that tells a live object from a NULL, foreign or
+//! destroyed pointer before it is dereferenced.
+
+use std::collections::HashSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::RwLock;
+
+/// Runs `f`, turning a panic into `on_panic` (after setting errno to EIO and
+/// logging it): a panic must never unwind across the C boundary.
+pub fn guard<R>(name: &'static str, on_panic: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = e
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(call = name, panic = %msg, "internal error caught at the C boundary");
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// The errno a verbs call that failed with `e` reports, as the kernel and
+/// rdma-core's providers would.
+pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
+    use rdma_core_rs::{Error, VerbsError};
+    let v = |v: &VerbsError| match v {
+        VerbsError::QueueFull { .. } => libc::ENOMEM,
+        VerbsError::UnsupportedOp { .. } => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    };
+    match e {
+        Error::Verbs(x) => v(x),
+        Error::Post { source, .. } => v(source),
+        Error::Io(io) => io.raw_os_error().unwrap_or(match io.kind() {
+            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+            std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+            std::io::ErrorKind::PermissionDenied => libc::EACCES,
+            std::io::ErrorKind::OutOfMemory => libc::ENOMEM,
+            _ => libc::EIO,
+        }),
+        Error::InvalidArgument(_) | Error::WrongDevice(_) | Error::OutOfBounds { .. } => libc::EINVAL,
+        Error::OutOfMemory { .. } => libc::ENOMEM,
+    }
+}
+
+/// The addresses of the live objects of one kind. A pointer is used only
+/// after it is found here, so a NULL, a pointer of another kind or one
+/// already destroyed gets an error instead of a crash.
+pub struct Registry {
+    live: RwLock<Option<HashSet<usize>>>,
+}
+
+impl Registry {
+    pub const fn new() -> Registry {
+        Registry { live: RwLock::new(None) }
+    }
+
+    pub fn insert<T>(&self, p: *const T) {
+        let mut g = self.live.write().unwrap_or_else(|e| e.into_inner());
+        g.get_or_insert_with(HashSet::new).insert(p as usize);
+    }
+
+    /// Removes `p`; false if it was not live (a double destroy).
+    pub fn remove<T>(&self, p: *const T) -> bool {
+        let mut g = self.live.write().unwrap_or_else(|e| e.into_inner());
+        g.as_mut().is_some_and(|s| s.remove(&(p as usize)))
+    }
+
+    pub fn contains<T>(&self, p: *const T) -> bool {
+        if p.is_null() {
+            return false;
+        }
+        let g = self.live.read().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().is_some_and(|s| s.contains(&(p as usize)))
+    }
+}
+
+/// Looks `p` up in `reg` and borrows the object; None (errno EINVAL) if
+/// it is not a live object of that kind.
+///
+/// # Safety
+/// Objects in `reg` are `Box<T>`s leaked by this library and freed only
+/// after removal from `reg`.
+pub unsafe fn live<'a, T>(reg: &Registry, p: *const T, what: &str) -> Option<&'a T> {
+    if reg.contains(p) {
+        // SAFETY: see the function's contract.
+        Some(unsafe { &*p })
+    } else {
+        tracing::debug!(object = what, ptr = ?p, "not a live object");
+        set_errno(libc::EINVAL);
+        None
+    }
+}
+
+/// Copies `s` into a fixed C char array, NUL-terminated and truncated.
+pub fn copy_cstr(dst: &mut [libc::c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as libc::c_char;
+    }
+    if let Some(d) = dst.get_mut(n) {
+        *d = 0;
+    }
+}
+
+/// An eventfd for a completion channel or the async events: readable while
+/// events wait (semaphore mode: one read takes one event), blocking by
+/// default as libibverbs' fds are; the application may set O_NONBLOCK.
+pub fn event_fd() -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall; the fd is owned from here on.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one event to an eventfd.
+pub fn signal_fd(fd: i32) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from `one` to an eventfd.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Takes one event from an eventfd, blocking unless the application made it
+/// non-blocking. Err(errno) on EAGAIN or another failure.
+pub fn wait_fd(fd: i32) -> Result<(), i32> {
+    let mut v = 0u64;
+    loop {
+        // SAFETY: reads 8 bytes into `v`.
+        let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! A drop-in `libibverbs.so.1`: the libibverbs ABI of rdma-core 44 over
+//! this project's verbs (`rdma-core-rs`), so that binaries built against
+//! rdma-core run unmodified on soft RoCE v2 devices. See
+//! `docs/ibverbs-abi.md`.
+//!
+//! - [`abi`]: the C layouts of `<infiniband/verbs.h>`.
+//! - [`spec`]: the device list of `SOFTROCE_DEVICES`.
+//! - `device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `misc`: the
+//!   exported calls, by object; `post`: the posting fast paths. Every C object is a Rust box whose first field is the C
+//!   struct, so the application's pointer is the box's.
+//! - `ffi`: panics stop at the boundary, errno, and the registries that
+//!   tell live objects from NULL or destroyed ones.
+//! - `provider_stubs`: the `mlx5dv_*`/`efadv_*` calls perftest links.
+//!
+//! Every exported function is `unsafe extern "C"`: its safety contract is
+//! libibverbs' (pointers the application got from this library, buffers of
+//! the sizes verbs.h documents), checked where it can be.
+
+#![allow(clippy::missing_safety_doc)] // the contract of every export is libibverbs' own, see above
+
+pub mod abi;
+mod ah;
+mod context;
+mod cq;
+mod device;
+mod ffi;
+mod misc;
+mod pd;
+mod post;
+mod provider_stubs;
+mod qp;
+pub mod spec;
+mod srq;
+
+/// Logs to stderr when `SOFTROCE_LOG` is set (an `EnvFilter`, e.g. `debug`).
+pub(crate) fn init_tracing() {
+    if let Ok(filter) = std::env::var("SOFTROCE_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+// `NAME@@VERSION` for every export (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/symver.rs"));

@@ -1,0 +1,136 @@
+//! What the end-to-end tests share: where the library and the launcher
+//! are, skipping when a Debian binary is absent, and running a server and
+//! a client over the library.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The launcher cargo built for these tests.
+pub fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_softroce-run"))
+}
+
+/// The cdylib of this build: `cargo test` leaves it in `deps/`, beside
+/// the test programs (the copy beside the launcher is from the last
+/// `cargo build`, if any). The launcher is pointed at it too.
+pub fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test program's path");
+    let lib = exe.parent().expect("a directory").join("libibverbs_abi.so");
+    assert!(lib.is_file(), "{} is missing", lib.display());
+    lib
+}
+
+/// The full path of `name` on PATH, or None (and a printed reason) if it is
+/// not installed: the test then skips.
+pub fn need(name: &str, package: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    eprintln!("SKIP: {name} is not installed (apt-get install {package})");
+    None
+}
+
+/// Whether something listens on TCP `port` (from /proc/net/tcp{,6}).
+pub fn listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
+        })
+    })
+}
+
+/// Starts `args` under the launcher with the given devices.
+pub fn spawn(devices: &str, args: &[&str]) -> Child {
+    Command::new(launcher())
+        .env("SOFTROCE_LIBRARY", library())
+        .args(devices.split(',').flat_map(|d| ["--device", d]))
+        .arg("--")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the launcher starts")
+}
+
+/// Waits for a child up to `limit`, killing it after; returns its output
+/// and whether it finished in time.
+pub fn wait(mut child: Child, limit: Duration) -> (Output, bool) {
+    let start = Instant::now();
+    let mut in_time = true;
+    while child.try_wait().expect("wait on a child").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            in_time = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().expect("collect the output"), in_time)
+}
+
+/// Runs a server (first) and a client, as two processes over the library,
+/// the client once the server listens on `port`. Returns both outputs.
+pub fn pair(server: (&str, &[&str]), client: (&str, &[&str]), port: u16, limit: Duration) -> (Output, Output) {
+    let srv = spawn(server.0, server.1);
+    let start = Instant::now();
+    while !listening(port) && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cli = spawn(client.0, client.1);
+    let (c, c_ok) = wait(cli, limit);
+    let (s, s_ok) = wait(srv, limit);
+    assert!(c_ok && s_ok, "timed out (client {c_ok}, server {s_ok})\n{}\n{}", show(&s), show(&c));
+    (s, c)
+}
+
+pub fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A directory holding `libibverbs.so.1` and `libibverbs.so` links to the
+/// library, for compiling and running C programs against it.
+pub fn link_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ibverbs-abi-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make a temporary directory");
+    for n in ["libibverbs.so.1", "libibverbs.so"] {
+        std::os::unix::fs::symlink(library(), dir.join(n)).expect("link the library");
+    }
+    dir
+}
+
+/// Compiles `src` with cc against the system's verbs.h and the library in
+/// `dir`; returns the program's path.
+pub fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).expect("write the C source");
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .arg("-Wall")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .arg(format!("-L{}", dir.display()))
+        .arg("-libverbs")
+        .arg("-ldl")
+        .arg("-lpthread")
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc failed:\n{}", show(&out));
+    exe
+}

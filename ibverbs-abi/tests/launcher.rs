@@ -1,0 +1,81 @@
+//! softroce-run itself: its help, its typed errors, and the environment it
+//! hands the command (the device list, and a library directory first in
+//! LD_LIBRARY_PATH whose sonames point at the library).
+
+mod common;
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(common::launcher())
+        .args(args)
+        .env_remove("SOFTROCE_DEVICES")
+        .env("SOFTROCE_LIBRARY", common::library())
+        .output()
+        .expect("run softroce-run")
+}
+
+#[test]
+fn help_names_the_syntax() {
+    let o = run(&["--help"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(text.contains("usage: softroce-run [--device NAME=ADDR]... -- COMMAND [ARGS]..."), "{text}");
+    assert!(text.contains("SOFTROCE_DEVICES"), "{text}");
+}
+
+#[test]
+fn errors_say_what_was_wrong_and_exit_125() {
+    for (args, want) in [
+        (&["--device", "rxe0", "--", "true"][..], "--device: device entry \"rxe0\" is not NAME=ADDRESS"),
+        (&["--device", "a=1.2.3.400", "--", "true"][..], "is not an IPv4 or IPv6 address"),
+        (&["--device", "a=127.0.0.1", "--device", "a=127.0.0.2", "--", "true"][..], "given twice"),
+        (&["true"][..], "unexpected argument \"true\""),
+        (&["--"][..], "no COMMAND after --"),
+        (&["--", "/nonexistent/program"][..], "cannot run /nonexistent/program"),
+    ] {
+        let o = run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: wanted {want:?} in {err}");
+    }
+}
+
+#[test]
+fn a_missing_library_is_named() {
+    let o = Command::new(common::launcher())
+        .args(["--", "true"])
+        .env("SOFTROCE_LIBRARY", "/nonexistent/libibverbs_abi.so")
+        .output()
+        .expect("run softroce-run");
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/libibverbs_abi.so is missing"));
+}
+
+#[test]
+fn the_command_gets_the_devices_and_the_library() {
+    let o = run(&[
+        "--device",
+        "a=127.0.0.1",
+        "--device",
+        "b=::1",
+        "--",
+        "sh",
+        "-c",
+        "echo $SOFTROCE_DEVICES; echo $LD_LIBRARY_PATH; exit 7",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    // The command's exit status is softroce-run's: it replaced the launcher.
+    assert_eq!(o.status.code(), Some(7), "{}", common::show(&o));
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("a=127.0.0.1,b=::1"));
+    let dir = lines.next().expect("LD_LIBRARY_PATH").split(':').next().expect("a first entry").to_string();
+    let lib = common::library().canonicalize().expect("the library exists");
+    for name in ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"] {
+        let target = std::fs::read_link(std::path::Path::new(&dir).join(name)).expect("a link");
+        assert_eq!(target, lib, "{name}");
+    }
+    // Unset: the default device.
+    let o = run(&["--", "sh", "-c", "echo $SOFTROCE_DEVICES"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "rxe0=127.0.0.1");
+}

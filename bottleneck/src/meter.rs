@@ -98,10 +98,17 @@ impl Meter {
         self.queue_samples.push((t, queue));
     }
 
-    /// A packet left the bottleneck towards the receivers.
+    /// A packet that is not RoCE went past the bottleneck (`ok`: written).
+    pub fn bypassed(&mut self, len: usize, ok: bool) {
+        self.other_bytes += len as u64;
+        if !ok {
+            self.write_errors += 1;
+        }
+    }
+
+    /// A RoCE packet left the bottleneck towards the receivers.
     pub fn departure(&mut self, t: Duration, packet: &[u8]) {
         let Some(r) = roce(packet) else {
-            self.other_bytes += packet.len() as u64;
             return;
         };
         self.roce_span = Some(self.roce_span.map_or((t, t), |(first, _)| (first, t)));
@@ -290,7 +297,7 @@ pub struct LiveReport {
     /// Each RoCE flow's delivered Gb/s over the measured interval.
     pub flows: Vec<f64>,
     pub flow_details: Vec<FlowReport>,
-    /// Bytes through the bottleneck that were not RoCE (the out-of-band TCP).
+    /// Bytes that were not RoCE (the out-of-band TCP), which pass the queue by.
     pub other_bytes: u64,
     pub reverse_packets: u64,
     pub write_errors: u64,

@@ -1,7 +1,7 @@
-//! The router: three threads around one [`Bottleneck`]. Left to right (the
-//! senders' data) goes through the rate-limited, marking queue; right to
-//! left (ACKs, CNPs, READ responses' requests) goes straight back, so the
-//! only congestion is the one under study.
+//! The router: three threads around one [`Bottleneck`]. Left to right, the
+//! senders' RoCE packets go through the rate-limited, marking queue (other
+//! traffic passes it by); right to left (ACKs, CNPs) goes straight back, so
+//! the only congestion is the one under study.
 
 use crate::meter::{LiveReport, Meter, RunInfo};
 use crate::netns::{configure, NetnsError, Prefix};
@@ -118,7 +118,7 @@ impl Router {
         });
         let done = Arc::new(AtomicBool::new(false));
         let threads = [
-            spawn_forward(shared.clone(), self.left.clone(), done.clone()),
+            spawn_forward(shared.clone(), self.left.clone(), self.right.clone(), done.clone()),
             spawn_schedule(shared.clone(), self.right.clone(), done.clone()),
             spawn_reverse(shared.clone(), self.right.clone(), self.left.clone(), done.clone()),
         ];
@@ -190,10 +190,19 @@ fn read_loop(tun: &Tun, side: &'static str, done: &AtomicBool, mut each: impl Fn
     Ok(())
 }
 
-/// Left side in: into the bottleneck.
-fn spawn_forward(shared: Arc<Shared>, left: Arc<Tun>, done: Arc<AtomicBool>) -> Worker {
+/// Left side in: RoCE into the bottleneck; anything else (the tools'
+/// out-of-band TCP, ICMP) straight through, as a strict-priority class
+/// would carry it: it is not under study, and a control connection stuck
+/// behind a full drop-tail queue would end a run that is otherwise fine.
+fn spawn_forward(shared: Arc<Shared>, left: Arc<Tun>, right: Arc<Tun>, done: Arc<AtomicBool>) -> Worker {
     std::thread::spawn(move || {
         read_loop(&left, "left", &done, |packet| {
+            if crate::meter::roce(packet).is_none() {
+                let ok = right.write(packet).is_ok();
+                let mut s = shared.lock();
+                s.meter.bypassed(packet.len(), ok);
+                return;
+            }
             let now = shared.start.elapsed();
             let mut s = shared.lock();
             let was_empty = s.queue.next_departure().is_none();

@@ -9,43 +9,18 @@
 //!
 //! Needs root (namespaces, TUN devices); without it the test says so and passes.
 
+mod common;
+
+use common::{is_root, Namespaces};
 use rdma_bottleneck::netns::Prefix;
 use rdma_bottleneck::router::{Router, RouterConfig, Side};
 use rdma_fabric::switch::Red;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 const FLOWS: usize = 2;
 const SECONDS: u64 = 6;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Two namespaces, removed on drop.
-struct Namespaces([String; 2]);
-
-impl Namespaces {
-    fn make(tag: &str) -> Namespaces {
-        let id = std::process::id() % 100_000;
-        let ns = Namespaces([format!("lb-{tag}-l-{id}"), format!("lb-{tag}-r-{id}")]);
-        for n in &ns.0 {
-            let ok = Command::new("ip").args(["netns", "add", n]).status().expect("ip").success();
-            assert!(ok, "ip netns add {n}");
-        }
-        ns
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
 
 /// A child process killed on drop, so a failed run leaves nothing behind.
 struct Proc(Option<Child>);
@@ -79,9 +54,9 @@ impl Drop for Proc {
     }
 }
 
-fn rdma_perf(netns: &str, args: &[String]) -> Proc {
-    let child = Command::new("ip")
-        .args(["netns", "exec", netns, env!("CARGO_BIN_EXE_rdma-perf")])
+fn rdma_perf(ns: &Namespaces, i: usize, args: &[String]) -> Proc {
+    let child = ns
+        .cmd(i, env!("CARGO_BIN_EXE_rdma-perf"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -97,7 +72,7 @@ struct Outcome {
 }
 
 fn run(tag: &str, dcqcn: &str, rate_mbps: u64, buffer_bytes: u64) -> Outcome {
-    let ns = Namespaces::make(tag);
+    let ns = Namespaces::make(&[&format!("lb-{tag}-l-"), &format!("lb-{tag}-r-")]).expect("namespaces");
     let addrs = |side: u8| (1..=FLOWS).map(|i| format!("10.78.{side}.{i}/24").parse::<Prefix>().unwrap()).collect();
     let router = Router::new(RouterConfig {
         left: Side { netns: ns.0[0].clone(), dev: "bneck0".into(), addrs: addrs(1) },
@@ -117,7 +92,8 @@ fn run(tag: &str, dcqcn: &str, rate_mbps: u64, buffer_bytes: u64) -> Outcome {
         let servers: Vec<Proc> = (1..=FLOWS)
             .map(|i| {
                 rdma_perf(
-                    &ns.0[1],
+                    &ns,
+                    1,
                     &[
                         "write-bw".into(),
                         "--bind".into(),
@@ -135,7 +111,8 @@ fn run(tag: &str, dcqcn: &str, rate_mbps: u64, buffer_bytes: u64) -> Outcome {
         let clients: Vec<Proc> = (1..=FLOWS)
             .map(|i| {
                 rdma_perf(
-                    &ns.0[0],
+                    &ns,
+                    0,
                     &[
                         "write-bw".into(),
                         format!("10.78.2.{i}"),

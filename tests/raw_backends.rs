@@ -7,7 +7,10 @@
 //! and no malformed frame, and that `rdma-dump --check` verifies (ICRC,
 //! and VCRC for IB); and the golden captures kept in tests/fixtures/raw.
 
+mod common;
+
 use clap::Parser;
+use common::{ip, is_root, Namespaces};
 use softroce::pingpong::{run, run_loopback, Args, Kind};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -250,22 +253,10 @@ fn golden_captures_of_each_backend() {
 // ------------------------------------------------------------------
 // Between two network namespaces over a veth pair.
 
-fn is_root() -> bool {
-    // SAFETY: a plain syscall without arguments.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip {args:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("ip {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(())
-}
-
-/// Two namespaces joined by a veth pair (10.213.x.1/24 and .2), removed on drop.
+/// Two namespaces joined by a veth pair (10.213.x.1/24 and .2), removed
+/// with the namespaces.
 struct Veth {
-    ns: [String; 2],
+    ns: Namespaces,
     dev: [String; 2],
     addr: [String; 2],
 }
@@ -273,36 +264,21 @@ struct Veth {
 impl Veth {
     fn new() -> Result<Veth, String> {
         let id = std::process::id() % 100_000;
-        let ns = [format!("srr{id}a"), format!("srr{id}b")];
+        let ns = Namespaces::make(&["srra", "srrb"])?;
         let dev = [format!("srv{id}a"), format!("srv{id}b")];
         let sub = id % 250;
         let addr = [format!("10.213.{sub}.1"), format!("10.213.{sub}.2")];
-        let v = Veth { ns, dev, addr };
-        for n in &v.ns {
-            ip(&["netns", "add", n])?;
-        }
-        ip(&["link", "add", &v.dev[0], "type", "veth", "peer", "name", &v.dev[1]])?;
+        ip(&["link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1]])?;
         for i in 0..2 {
-            ip(&["link", "set", &v.dev[i], "netns", &v.ns[i]])?;
-            ip(&["-n", &v.ns[i], "addr", "add", &format!("{}/24", v.addr[i]), "dev", &v.dev[i]])?;
-            ip(&["-n", &v.ns[i], "link", "set", &v.dev[i], "up"])?;
-            ip(&["-n", &v.ns[i], "link", "set", "lo", "up"])?;
+            ip(&["link", "set", &dev[i], "netns", &ns.0[i]])?;
+            ip(&["-n", &ns.0[i], "addr", "add", &format!("{}/24", addr[i]), "dev", &dev[i]])?;
+            ip(&["-n", &ns.0[i], "link", "set", &dev[i], "up"])?;
         }
-        Ok(v)
+        Ok(Veth { ns, dev, addr })
     }
 
     fn cmd(&self, i: usize, prog: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], prog]);
-        c
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = ip(&["netns", "del", n]); // takes its end of the veth pair with it
-        }
+        self.ns.cmd(i, prog)
     }
 }
 
@@ -352,7 +328,7 @@ fn roce1_and_ib_between_two_network_namespaces_over_veth() {
     };
     // A path MTU whose frames the interface (MTU 1500) cannot carry is refused.
     let dev = v.dev[0].clone();
-    let refused = in_netns(&v.ns[0], move || {
+    let refused = in_netns(&v.ns.0[0], move || {
         use rdma_core_rs::*;
         let cfg = DeviceConfig { link: LinkKind::RoceV1, ..DeviceConfig::default() };
         let ctx = Device::on_netdev("mtu-check", &dev, cfg).unwrap().open().unwrap();
@@ -414,11 +390,11 @@ fn roce1_and_ib_between_two_network_namespaces_over_veth() {
             let sa = common(&v.dev[1], "7");
             let mut ca = common(&v.dev[0], "8");
             ca.push(v.addr[1].clone());
-            let server = in_netns(&v.ns[1], move || {
+            let server = in_netns(&v.ns.0[1], move || {
                 let a = Args::parse_from(std::iter::once("pingpong".to_string()).chain(sa));
                 run(kind, &a).map_err(|e| e.to_string())
             });
-            let client = in_netns(&v.ns[0], move || {
+            let client = in_netns(&v.ns.0[0], move || {
                 let a = Args::parse_from(std::iter::once("pingpong".to_string()).chain(ca));
                 let mut r = run(kind, &a);
                 for _ in 0..100 {

@@ -3,6 +3,8 @@
 //! handshake (REQ/REP/RTU through QP1), rping's READ/WRITE exchange, the
 //! teardown (DREQ/DREP), and rping's output on both sides.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -140,8 +142,7 @@ fn tshark_capture(filter: &str, path: &std::path::Path) -> Result<Child, String>
     if Command::new("tshark").arg("--version").output().is_err() {
         return Err("tshark is not installed (Debian: tshark)".into());
     }
-    // SAFETY: a plain getter.
-    if unsafe { libc::geteuid() } != 0 {
+    if !common::is_root() {
         return Err("capturing on lo needs root".into());
     }
     let mut child = Command::new("tshark")

@@ -113,9 +113,22 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         *a = unsafe { std::mem::zeroed() };
         a.is_global = 1;
         a.port_num = port;
-        a.grh.dgid = g.sgid;
         a.grh.hop_limit = 0xff;
-        a.grh.traffic_class = ((u32::from_be(g.version_tclass_flow) >> 20) & 0xff) as u8;
+        // RoCE v2 over IPv4 puts the 20-byte IPv4 header in the last 20
+        // bytes of the 40-byte GRH area (as rxe does and rdma-core reads
+        // it): the sender is its source address, as an IPv4-mapped GID.
+        // SAFETY: `grh` is the caller's 40-byte receive area.
+        let raw = unsafe { &*(grh as *const [u8; 40]) };
+        if raw[20] == 0x45 {
+            let mut gid = [0u8; 16];
+            gid[10..12].copy_from_slice(&[0xff, 0xff]);
+            gid[12..].copy_from_slice(&raw[32..36]);
+            a.grh.dgid = ibv_gid { raw: gid };
+            a.grh.traffic_class = raw[21];
+        } else {
+            a.grh.dgid = g.sgid;
+            a.grh.traffic_class = ((u32::from_be(g.version_tclass_flow) >> 20) & 0xff) as u8;
+        }
         0
     })
 }

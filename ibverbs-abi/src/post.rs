@@ -31,7 +31,7 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
 ///
 /// # Safety
 /// `w` is the application's request, with valid `sg_list` for `num_sge`.
-unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
+unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, max_inline: u32) -> Result<SendWr, c_int> {
     use crate::abi::wr_opcode as o;
     // SAFETY: the union member each opcode uses, as libibverbs defines it.
     let (rdma, atomic, udw) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
@@ -64,8 +64,17 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
     wr.signaled = w.send_flags & IBV_SEND_SIGNALED != 0;
     wr.solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
     if w.send_flags & IBV_SEND_INLINE != 0 && !op.writes_local() {
-        // Inline: the bytes are taken now; the lkeys do not matter.
-        let mut data = Vec::with_capacity(wr.length() as usize);
+        // Inline: the bytes are taken now; the lkeys do not matter. Checked
+        // before any byte is read, as providers answer: more than the QP's
+        // max_inline_data is EINVAL, a NULL buffer EFAULT.
+        let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(max_inline) {
+            return Err(libc::EINVAL);
+        }
+        if wr.sg_list.iter().any(|s| s.length > 0 && s.addr == 0) {
+            return Err(libc::EFAULT);
+        }
+        let mut data = Vec::with_capacity(total as usize);
         for s in &wr.sg_list {
             if s.length > 0 {
                 // SAFETY: the application's buffer, readable for `length` bytes by the verbs contract.
@@ -149,7 +158,8 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
         };
         let ud = q.c.qp_type == IBV_QPT_UD;
         // SAFETY: the application's list, per the verbs contract.
-        let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud)) };
+        let max_inline = q.max_inline_data();
+        let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud, max_inline)) };
         let mut posted = if wrs.is_empty() { Ok(()) } else { q.verbs.post_send(&wrs) };
         if let Err(rdma_core_rs::Error::Post { index, source: VerbsError::QueueFull { .. }, .. }) = posted {
             // The ACK that frees the slot may be waiting in the socket,

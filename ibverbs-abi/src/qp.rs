@@ -27,6 +27,13 @@ pub struct Qp {
     pub(crate) sq_sig_all: c_int,
 }
 
+impl Qp {
+    /// The most bytes one inline send may carry, as created.
+    pub(crate) fn max_inline_data(&self) -> u32 {
+        self.cap.max_inline_data
+    }
+}
+
 // SAFETY: the raw pointers in the C structs are the application's; this
 // library reaches the objects they name only through the registries.
 unsafe impl Send for Qp {}

@@ -13,7 +13,8 @@
 //! What is and is not native IB here: every packet on an IB link starts
 //! with a real LRH (VL, SL, DLID, SLID, PktLen of the IB packet) that the
 //! switches route by; the bytes after it are still the engine's RoCE v2
-//! packet (the engine's native-IB framing lives on another branch), and
+//! packet (the engine frames native IB now, `LinkKind::Ib`, for the raw
+//! and in-process links; moving the fabric's hosts onto it is next), and
 //! every size that matters (serialisation, credits) is the IB packet's:
 //! LRH + BTH.. + ICRC + VCRC, without the IPv4/UDP headers.
 

@@ -139,7 +139,9 @@ impl Fabric {
             self.sm_inbox.push((node, smp));
             return;
         }
-        let Some(fp) = self.topo.ident[node].fabric_port(dr.return_path[usize::from(j)]).filter(|_| switch) else {
+        // hop_ptr comes off the wire (up to 64 parses): index with care.
+        let back = dr.return_path.get(usize::from(j)).copied();
+        let Some(fp) = back.and_then(|p| self.topo.ident[node].fabric_port(p)).filter(|_| switch) else {
             return drop("no such return port");
         };
         dr.hop_ptr = j - 1;

@@ -74,7 +74,14 @@ impl<L: Link> Link for FaultLink<L> {
     fn fd(&self) -> RawFd {
         self.inner.fd()
     }
+    /// The end of a burst also ends a reordering: a frame still held goes
+    /// now, after the burst's others (as the UDP injector does), instead of
+    /// waiting for a next frame that may never come (which would make it a
+    /// loss).
     fn flush(&mut self) -> io::Result<()> {
+        if let Some(h) = self.held.take() {
+            self.inner.send(&h)?;
+        }
         self.inner.flush()
     }
 }

@@ -82,9 +82,14 @@ impl FrameIo {
             }
             self.stats.datagrams_received += 1;
             let packet = &frame[ETH_HEADER..];
-            // Learn only from packets addressed to this port's LID: a frame
-            // for another port must not move where our packets go.
-            if self.kind == LinkKind::Ib && packet.len() >= 8 && packet[2..4] == ep.lid().to_be_bytes() {
+            // Learn only from packets addressed to this port's LID whose
+            // CRCs hold: a frame for another port, or a corrupted one, must
+            // not move where our packets go.
+            if self.kind == LinkKind::Ib
+                && packet.len() >= 8
+                && packet[2..4] == ep.lid().to_be_bytes()
+                && crcs_hold(packet)
+            {
                 let slid = u16::from_be_bytes([packet[6], packet[7]]);
                 self.lids.insert(slid, meta.src);
             }
@@ -140,4 +145,9 @@ impl FrameIo {
         self.flush();
         Ok(n)
     }
+}
+
+/// Whether a native IB packet's VCRC and ICRC both check.
+fn crcs_hold(packet: &[u8]) -> bool {
+    rdma_wire::IbPacket::new_checked(packet).is_ok_and(|p| p.vcrc_ok() && p.icrc_ok())
 }

@@ -1,0 +1,55 @@
+//! Helpers the root crate's tests share: root checks and network
+//! namespaces that a test makes and removes itself.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::process::Command;
+
+/// Whether the tests run as root (namespaces, raw sockets, TUN devices).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs `ip ARGS...`; the error says which command failed and why.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Network namespaces with their loopback up, removed on drop (with
+/// whatever the test put in them, veth ends included).
+pub struct Namespaces(pub Vec<String>);
+
+impl Namespaces {
+    /// `names`, made unique to this process.
+    pub fn make(names: &[&str]) -> Result<Namespaces, String> {
+        let id = std::process::id() % 100_000;
+        let mut ns = Namespaces(Vec::new());
+        for n in names {
+            let name = format!("{n}{id}");
+            ip(&["netns", "add", &name])?;
+            ns.0.push(name);
+            ip(&["-n", ns.0.last().expect("just pushed"), "link", "set", "lo", "up"])?;
+        }
+        Ok(ns)
+    }
+
+    /// A command run inside namespace `i`.
+    pub fn cmd(&self, i: usize, prog: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0[i], prog]);
+        c
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = ip(&["netns", "del", n]);
+        }
+    }
+}

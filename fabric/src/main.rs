@@ -77,7 +77,7 @@ struct RunArgs {
     line_rate: f64,
     #[arg(long, value_enum, default_value = "paper")]
     preset: PresetArg,
-    /// dcqcn-fairness: the number of long flows.
+    /// dcqcn-fairness: the number of long flows; parking-lot: the number of bottleneck links.
     #[arg(long, default_value_t = 2)]
     flows: usize,
     /// incast: the number of senders.

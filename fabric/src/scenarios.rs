@@ -28,6 +28,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
 ("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
     ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
+    ("parking-lot", "one long flow across --flows bottleneck links, each shared with a one-hop cross flow: how DCQCN shares a multi-bottleneck path"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +222,15 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             victim(o, progress)
         }
         "pfc-deadlock" => pfc_deadlock(o, progress),
+        "parking-lot" => {
+            if !(1..=16).contains(&o.flows) {
+                return Err(ScenarioError::BadOption(format!(
+                    "--flows {} (bottleneck links) is not in 1..=16",
+                    o.flows
+                )));
+            }
+            parking_lot(o, progress)
+        }
         "ib-ring" => ib_ring(o, progress),
         "all-to-all" => all_to_all(o, progress),
         _ => Err(ScenarioError::Unknown(name.to_string())),
@@ -357,6 +367,28 @@ fn fairness(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<
     }
     fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
     Ok(measure(&fab, "dcqcn-fairness", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s))
+}
+
+/// The parking lot (`Topology::parking_lot`, `flows` links): long flows
+/// everywhere, measured over the second half. Flow 0 is the long flow;
+/// `throughput_fraction` is the least busy link's (long + its cross flow
+/// over the line rate), `jain` over all flows (the max-min fair share is
+/// half a link each).
+fn parking_lot(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
+    let dur = o.duration.unwrap_or(Duration::from_millis(20));
+    let s = settings(o, o.buffer_bytes.unwrap_or(2_000_000));
+    let topo = Topology::parking_lot(o.flows, &s);
+    let mut fab = fabric(topo, o)?;
+    let mut rng = Rng::new(o.seed ^ 0x5eed);
+    for i in 0..=o.flows {
+        let (src, dst) = (fab.topo.senders[i], fab.topo.receivers[i]);
+        fab.add_flow(src, dst, None, Instant::from_nanos(rng.below(10_000)));
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let mut r = measure(&fab, "parking-lot", o, Instant::ZERO + dur / 2, Instant::ZERO + dur, &s);
+    let line = o.line_rate_gbps;
+    r.throughput_fraction = (1..r.flows.len()).map(|i| (r.flows[0] + r.flows[i]) / line).reduce(f64::min);
+    Ok(r)
 }
 
 /// `fanin` senders each write `flow_bytes` to one receiver at once. The

@@ -547,6 +547,42 @@ impl Topology {
         t
     }
 
+    /// A parking lot: `hops` + 1 switches in a chain. One long flow's
+    /// sender sits on the first switch and its receiver on the last; cross
+    /// flow i (1..=hops) enters at switch i - 1 and leaves at switch i, so
+    /// every inter-switch link carries the long flow and one cross flow.
+    /// Senders: the long one, then the cross ones in order; receivers
+    /// likewise. The first inter-switch link is the monitored bottleneck.
+    pub fn parking_lot(hops: usize, s: &Settings) -> Topology {
+        let mut t = Topology::empty();
+        let sw: Vec<usize> = (0..=hops).map(|_| t.add_switch(s)).collect();
+        let mut first = 0;
+        for i in 1..=hops {
+            let (port, _) = t.join(sw[i - 1], sw[i], s.link);
+            if i == 1 {
+                first = port;
+            }
+        }
+        let host_at = |t: &mut Topology, at: usize| {
+            let h = t.add_host(s);
+            t.join(h, sw[at], s.link);
+            t.hosts.len() - 1
+        };
+        let long_src = host_at(&mut t, 0);
+        let long_dst = host_at(&mut t, hops);
+        t.senders.push(long_src);
+        t.receivers.push(long_dst);
+        for i in 1..=hops {
+            let src = host_at(&mut t, i - 1);
+            let dst = host_at(&mut t, i);
+            t.senders.push(src);
+            t.receivers.push(dst);
+        }
+        t.bottleneck = (0, first);
+        t.route();
+        t
+    }
+
     /// A dumbbell: `n` senders on one switch, `n` receivers on another,
     /// and the link between the switches as the bottleneck.
     pub fn dumbbell(n: usize, s: &Settings) -> Topology {

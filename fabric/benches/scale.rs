@@ -30,6 +30,7 @@ fn fabric(leaves: usize, spines: usize, per_leaf: usize) -> Fabric {
         link: Link::new(RATE, Duration::from_micros(1)),
         red: Red::PAPER,
         buffer_bytes: 1_000_000,
+        shared_buffer_bytes: None,
         cc: Some(DcqcnParams::paper(RATE)),
         seed: 1,
         pfc: None,

@@ -91,6 +91,10 @@ struct RunArgs {
     /// Drop-tail limit of each switch port, in KB (1000 bytes).
     #[arg(long = "buffer-kb")]
     buffer_kb: Option<u64>,
+    /// A buffer every port of a switch shares, in KB (1000 bytes): a packet
+    /// is dropped when its switch's total would exceed it (lossy traffic).
+    #[arg(long = "shared-buffer-kb")]
+    shared_buffer_kb: Option<u64>,
     /// PFC on the switch ingress for the data priority (incast, victim, pfc-deadlock).
     #[arg(long, value_enum, default_value = "off")]
     pfc: OnOff,
@@ -288,6 +292,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         dcqcn,
         flow_kb,
         buffer_kb,
+        shared_buffer_kb,
         pfc,
         headroom_kb,
         reroute,
@@ -328,6 +333,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         dcqcn: matches!(dcqcn, OnOff::On),
         flow_bytes: flow_kb.saturating_mul(1024),
         buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
+        shared_buffer_bytes: shared_buffer_kb.map(|k| k.saturating_mul(1000)),
         pfc: matches!(pfc, OnOff::On),
         headroom_bytes: headroom_kb.map(|k| k.saturating_mul(1000)),
         reroute,

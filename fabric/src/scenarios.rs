@@ -105,6 +105,8 @@ pub struct Options {
     pub dcqcn: bool,
     pub flow_bytes: u64,
     pub buffer_bytes: Option<u64>,
+    /// A switch-wide buffer the ports share, on top of each port's limit.
+    pub shared_buffer_bytes: Option<u64>,
     /// PFC on the switches' ingress for the data priority.
     pub pfc: bool,
     /// PFC headroom per ingress port; `None`: the formula of §3.3.
@@ -139,6 +141,7 @@ impl Default for Options {
             dcqcn: true,
             flow_bytes: 256 * 1024,
             buffer_bytes: None,
+            shared_buffer_bytes: None,
             pfc: false,
             headroom_bytes: None,
             reroute: false,
@@ -312,6 +315,7 @@ fn settings(o: &Options, buffer: u64) -> Settings {
         pfc: o.pfc.then(|| PfcConfig::for_link(link.rate_bps, link.delay, o.headroom_bytes)),
         red: Red::PAPER,
         buffer_bytes: buffer,
+        shared_buffer_bytes: o.shared_buffer_bytes,
         cc: o.dcqcn.then(|| o.preset.params(line_bps(o))),
         seed: o.seed,
     }

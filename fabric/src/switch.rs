@@ -137,6 +137,13 @@ pub struct Switch {
     pub red: Red,
     /// Per port, shared by its two queues.
     pub buffer_bytes: u64,
+    /// A switch-wide pool every egress queue draws from, as in switches
+    /// whose ports share one packet buffer: a lossy packet is dropped when
+    /// the switch's total would exceed it, even if its port has room.
+    /// `None`: each port has `buffer_bytes` of its own.
+    pub shared_bytes: Option<u64>,
+    /// Bytes queued on every egress port together.
+    pub queued_bytes: u64,
     /// (Fx hashing: addresses are few, fixed and not chosen by a peer; SipHash was 15 % of a 512-host run.)
     pub routes: FxHashMap<Ipv4Addr, usize>,
     /// Equal-cost next hops, where there is more than one: chosen by [`flow_hash`].
@@ -153,6 +160,8 @@ impl Switch {
         Switch {
             red,
             buffer_bytes,
+            shared_bytes: None,
+            queued_bytes: 0,
             routes: FxHashMap::default(),
             ecmp: FxHashMap::default(),
             egress: (0..ports).map(|_| Egress::default()).collect(),
@@ -191,6 +200,7 @@ impl Switch {
             }
             ing.bytes += len;
             ing.peak_bytes = ing.peak_bytes.max(ing.bytes);
+            self.queued_bytes += len;
             q.data_bytes += len;
             q.data.push_back((packet, in_port));
             let pause = !ing.xoff && ing.bytes >= pfc.xoff_bytes;
@@ -202,10 +212,12 @@ impl Switch {
         }
         // Lossy: with PFC the control queue has the port limit to itself.
         let used = if self.pfc.is_some() { q.control_bytes } else { q.control_bytes + q.data_bytes };
-        if used + len > self.buffer_bytes {
+        let pool_full = self.shared_bytes.is_some_and(|pool| self.queued_bytes + len > pool);
+        if used + len > self.buffer_bytes || pool_full {
             q.drops += 1;
             return Admit::Dropped;
         }
+        self.queued_bytes += len;
         if data {
             q.data_bytes += len;
             q.data.push_back((packet, in_port));
@@ -226,6 +238,7 @@ impl Switch {
         let q = &mut self.egress[port];
         if let Some(p) = q.control.pop_front() {
             q.control_bytes -= p.len() as u64;
+            self.queued_bytes -= p.len() as u64;
             return Some((p, None));
         }
         if data_paused {
@@ -234,6 +247,7 @@ impl Switch {
         let (mut p, in_port) = q.data.pop_front()?;
         let depth = q.data_bytes;
         q.data_bytes -= p.len() as u64;
+        self.queued_bytes -= p.len() as u64;
         q.data_sent += 1;
         if red.should_mark(depth, rng) {
             mark_ce(&mut p);
@@ -271,6 +285,37 @@ mod tests {
         p[20..22].copy_from_slice(&src_port.to_be_bytes());
         p[22..24].copy_from_slice(&4791u16.to_be_bytes());
         p
+    }
+
+    #[test]
+    fn a_shared_buffer_drops_when_the_switch_is_full_though_the_port_has_room() {
+        // Two egress ports of 100 bytes each, 150 bytes for the switch.
+        let mut sw = Switch::new(2, Red::PAPER, 100);
+        sw.shared_bytes = Some(150);
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        sw.routes.insert(a, 0);
+        sw.routes.insert(b, 1);
+        let to = |dst: Ipv4Addr, len: usize| {
+            let mut p = udp(1);
+            p.resize(len, 0);
+            p[16..20].copy_from_slice(&dst.octets());
+            p
+        };
+        assert!(matches!(sw.admit(to(a, 50), 0), Admit::Queued { port: 0, .. }));
+        assert!(matches!(sw.admit(to(a, 50), 0), Admit::Queued { port: 0, .. }));
+        assert!(matches!(sw.admit(to(b, 50), 0), Admit::Queued { port: 1, .. }));
+        // Port 1 holds 50 of its 100, but the switch holds 150 of 150.
+        assert_eq!(sw.admit(to(b, 40), 0), Admit::Dropped);
+        assert_eq!(sw.queued_bytes, 150);
+        // Room again once something leaves, on any port.
+        let mut rng = Rng::new(1);
+        assert!(sw.dequeue(0, false, &mut rng).is_some());
+        assert_eq!(sw.queued_bytes, 100);
+        assert!(matches!(sw.admit(to(b, 40), 0), Admit::Queued { port: 1, .. }));
+        // Without the pool, only the port's own limit counts.
+        sw.shared_bytes = None;
+        assert!(matches!(sw.admit(to(a, 50), 0), Admit::Queued { port: 0, .. }));
+        assert_eq!(sw.queued_bytes, 190);
     }
 
     #[test]

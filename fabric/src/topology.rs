@@ -84,6 +84,8 @@ pub struct Settings {
     pub red: Red,
     /// Drop-tail limit of each switch port.
     pub buffer_bytes: u64,
+    /// A switch-wide pool the ports share ([`Switch::shared_bytes`]).
+    pub shared_buffer_bytes: Option<u64>,
     pub cc: Option<DcqcnParams>,
     pub seed: u64,
     /// PFC on every switch ingress for the data priority; hosts always honour pause.
@@ -362,6 +364,7 @@ impl Topology {
         self.nodes.push(Node::Switch(sw));
         let mut sw = Switch::new(0, s.red, s.buffer_bytes);
         sw.pfc = s.pfc;
+        sw.shared_bytes = s.shared_buffer_bytes;
         self.switches.push(sw);
         self.ports.push(Vec::new());
         self.nodes.len() - 1

@@ -344,3 +344,14 @@ fn parking_lot_penalises_the_long_flow_but_keeps_every_link_busy() {
     assert!(cross.iter().all(|&c| long < c), "long {long} vs cross {cross:?}");
     assert!(long >= 0.25 * 40.0, "long {long}");
 }
+
+/// `--shared-buffer-kb`: the incast's switch pools its buffer; a pool
+/// smaller than the congested port's own limit drops more (the flag reaches
+/// every switch).
+#[test]
+fn a_shared_buffer_smaller_than_the_port_limit_drops_more() {
+    let base = Options { fanin: 8, dcqcn: false, ..Options::default() };
+    let own = go("incast", base);
+    let pooled = go("incast", Options { shared_buffer_bytes: Some(150_000), ..base });
+    assert!(pooled.drops > own.drops, "pooled {} vs own {}", pooled.drops, own.drops);
+}

@@ -91,6 +91,7 @@ pub fn default_settings() -> Settings {
         link: Link::new(40_000_000_000, Duration::from_micros(1)),
         red: Red::PAPER,
         buffer_bytes: 300_000,
+        shared_buffer_bytes: None,
         cc: None,
         seed: 1,
         pfc: None,

@@ -312,9 +312,13 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
             set_errno(libc::EINVAL);
             return -1;
         }
-        let shared = ctx.engine.shared.clone();
+        // Owned handles only from here on: the wait may outlast the context
+        // if another thread closes it (as in rdma-core, that is the
+        // application's error, but it must not touch freed memory here).
+        let engine = ctx.engine.clone();
+        let shared = engine.shared.clone();
         loop {
-            if let Err(e) = ctx.engine.blocked(|| wait_fd(shared.fd.as_raw_fd())) {
+            if let Err(e) = engine.blocked(|| wait_fd(shared.fd.as_raw_fd())) {
                 set_errno(e);
                 return -1;
             }

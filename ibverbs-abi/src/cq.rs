@@ -40,6 +40,12 @@ unsafe impl Sync for Cq {}
 #[repr(C)]
 pub struct Chan {
     pub c: ibv_comp_channel,
+    /// Shared, so that a thread blocked in `ibv_get_cq_event` keeps what it
+    /// waits on even if another thread destroys the channel meanwhile.
+    inner: Arc<ChanState>,
+}
+
+struct ChanState {
     verbs: CompChannel,
     /// The eventfd behind `c.fd`: one count per event.
     fd: OwnedFd,
@@ -66,7 +72,8 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
             Ok((verbs, fd)) => {
                 let c = ibv_comp_channel { context, fd: fd.as_raw_fd(), refcnt: 0 };
                 let engine = ctx.engine.clone();
-                let ch = Box::into_raw(Box::new(Chan { c, verbs, fd, cqs: Mutex::new(HashMap::new()), engine }));
+                let inner = Arc::new(ChanState { verbs, fd, cqs: Mutex::new(HashMap::new()), engine });
+                let ch = Box::into_raw(Box::new(Chan { c, inner }));
                 CHANNELS.insert(ch);
                 ch.cast()
             }
@@ -84,7 +91,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         let p = channel.cast::<Chan>();
         // SAFETY: `live` checks the registry.
         let Some(ch) = (unsafe { live(&CHANNELS, p, "ibv_comp_channel") }) else { return -1 };
-        if !ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        if !ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             set_errno(libc::EBUSY);
             return -1;
         }
@@ -94,7 +101,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let ch = unsafe { Box::from_raw(p) };
-        ch.verbs.set_notify_fd(None); // before the fd closes with `ch`
+        ch.inner.verbs.set_notify_fd(None); // no more events; the fd closes with the last holder
         0
     })
 }
@@ -131,7 +138,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         // asks for one entry for a one-deep send queue it polls only after
         // events. The size made is what `cq->cqe` says, as libibverbs does.
         let depth = ((cqe as usize).max(MIN_CQE) + 1).next_power_of_two() - 1;
-        let verbs = match ctx.engine.verbs.create_cq(depth, ch.map(|c| &c.verbs)) {
+        let verbs = match ctx.engine.verbs.create_cq(depth, ch.map(|c| &c.inner.verbs)) {
             Ok(v) => v,
             Err(e) => {
                 set_errno(errno_of(&e));
@@ -158,7 +165,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             engine: ctx.engine.clone(),
         }));
         if let Some(ch) = ch {
-            ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
+            ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
         }
         with_objects(&ctx.engine, |o| {
             o.cqs.insert(id, cq as usize);
@@ -189,7 +196,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             .then(|| unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") })
             .flatten();
         if let Some(ch) = ch {
-            ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         }
         with_objects(&c.engine, |o| {
             o.cqs.remove(&id);
@@ -219,12 +226,6 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
         for (i, w) in scratch.iter().enumerate() {
             // SAFETY: the caller's array holds `n` entries; i < n.
             unsafe { wc.add(i).write(to_c(w)) };
-        }
-        if scratch.is_empty() {
-            // The "NIC" is software sharing the CPUs with the application
-            // (and the peer, on one machine): a poll loop that found nothing
-            // lets them run rather than spin out its time slice.
-            std::thread::yield_now();
         }
         scratch.len() as c_int
     })
@@ -273,6 +274,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EINVAL);
             return -1;
         }
+        let ch = ch.inner.clone(); // owned: the wait may outlast the channel
         loop {
             let taken = ch.engine.blocked(|| wait_fd(ch.fd.as_raw_fd()));
             if let Err(e) = taken {

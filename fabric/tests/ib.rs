@@ -233,3 +233,20 @@ fn scenarios_run_on_a_fabric_rdma_sm_configured() {
     // The SM spread destinations over both spines.
     assert!(r.spine_data_packets.as_ref().unwrap().iter().all(|&p| p > 100), "{r:?}");
 }
+
+/// A directed-route SMP on its return trip with the largest hop pointer
+/// the wire allows (64) reaches a switch: it is dropped, not an index out
+/// of the 64-entry return path (it panicked before).
+#[test]
+fn a_returning_smp_with_hop_pointer_64_is_dropped_not_a_panic() {
+    use rdma_wire::smp::{DirectedRoute, SmpRepr, PERMISSIVE_LID};
+    let mut f = ib_incast(2, &IbConfig::new(2, 32));
+    let host = f.topo.host_nodes[f.topo.senders[0]];
+    let mut dr = DirectedRoute::outbound(&[1; 63]).unwrap();
+    dr.returning = true;
+    dr.hop_ptr = 64;
+    let smp = SmpRepr::request(0x81, 7, 0x0011, 0, Some(dr));
+    f.send_smp(host, 0, &smp, PERMISSIVE_LID, PERMISSIVE_LID);
+    f.run(Instant::ZERO + Duration::from_micros(50), false, &mut |_| {});
+    assert!(f.sm_inbox.is_empty(), "nothing came back: {:?}", f.sm_inbox.len());
+}

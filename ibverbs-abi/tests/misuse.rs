@@ -97,6 +97,20 @@ int main(void) {
     SHOW("dealloc_pd_again", ibv_dealloc_pd(pd));
     SHOW("dealloc_pd_null", ibv_dealloc_pd(NULL));
     errno = 0; SHOW("comp_channel_null_ctx", ibv_create_comp_channel(NULL) != NULL);
+    /* ibv_init_ah_from_wc on an IPv4 device: RoCE v2 puts the IPv4 header
+       in the last 20 bytes of the GRH area; the sender is its source */
+    {
+        struct ibv_wc wc; memset(&wc, 0, sizeof wc); wc.wc_flags = IBV_WC_GRH;
+        unsigned char grh[40]; memset(grh, 0, sizeof grh);
+        grh[20] = 0x45; grh[21] = 0x68;
+        grh[32] = 127; grh[33] = 0; grh[34] = 0; grh[35] = 9;
+        struct ibv_ah_attr ah; memset(&ah, 0xaa, sizeof ah);
+        int r = ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh *)grh, &ah);
+        const uint8_t *g = ah.grh.dgid.raw;
+        printf("init_ah_from_wc ret=%d errno=0 global=%d tclass=%d dgid=%02x%02x:%d.%d.%d.%d zeros=%d\n", r,
+               ah.is_global, ah.grh.traffic_class, g[10], g[11], g[12], g[13], g[14], g[15],
+               g[0] == 0 && g[5] == 0 && g[9] == 0);
+    }
     SHOW("close_device", ibv_close_device(ctx));
     errno = 0; SHOW("close_device_again", ibv_close_device(ctx));
     ibv_free_device_list(list);
@@ -169,6 +183,7 @@ fn misuse_from_c_returns_errors_and_the_process_lives() {
         ("dealloc_pd_again", i64::from(einval), None),
         ("dealloc_pd_null", i64::from(einval), None),
         ("comp_channel_null_ctx", 0, Some(einval)),
+        ("init_ah_from_wc", 0, None),
         ("close_device", 0, None),
         ("close_device_again", -1, Some(einval)),
     ];
@@ -179,6 +194,8 @@ fn misuse_from_c_returns_errors_and_the_process_lives() {
             assert_eq!(e, want, "{name}: errno\n{text}");
         }
     }
+    // The sender of an IPv4 packet: ::ffff:127.0.0.9, traffic class from its TOS.
+    assert!(text.contains("init_ah_from_wc ret=0 errno=0 global=1 tclass=104 dgid=ffff:127.0.0.9 zeros=1"), "{text}");
     assert!(text.contains("alive"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

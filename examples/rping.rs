@@ -23,7 +23,7 @@ use rdma_core_rs::{
     Access, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QpType, QueuePair, RecvWr, SendOp, SendWr, WcOpcode,
     WcStatus, WorkCompletion,
 };
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -470,14 +470,8 @@ fn ping_data(ping: u64, start: u8, size: usize) -> Vec<u8> {
 }
 
 fn resolve(s: &str, port: u16) -> Res<SocketAddr> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    (s, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("getaddrinfo failed ({e}) - invalid hostname or IP address"))?
-        .next()
-        .ok_or_else(|| format!("getaddrinfo failed ({s}) - invalid hostname or IP address"))
+    softroce::cm_tools::resolve(s, port)
+        .map_err(|e| format!("getaddrinfo failed ({e}) - invalid hostname or IP address"))
 }
 
 fn wait_for(cb: &mut Cb, want: St, what: &str) -> Res<()> {

@@ -15,7 +15,7 @@
 use clap::Parser;
 use rdma_core_rs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
 use rdma_core_rs::{Access, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QpType, RecvWr, SendOp, SendWr};
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,14 +127,7 @@ fn poll_cqs(nodes: &[Node], count: usize, send: bool) -> Res<()> {
 }
 
 fn resolve(s: &str, port: u16) -> Res<SocketAddr> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    (s, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cmatose: getaddrinfo error: {e}"))?
-        .next()
-        .ok_or_else(|| format!("cmatose: getaddrinfo error: no address for {s}"))
+    softroce::cm_tools::resolve(s, port).map_err(|e| format!("cmatose: getaddrinfo error: {e}"))
 }
 
 fn event_error(ev: &CmEvent) -> String {

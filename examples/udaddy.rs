@@ -17,7 +17,7 @@ use rdma_core_rs::{
     Access, AddressHandle, AhAttr, CompletionQueue, Gid, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr, QpType,
     RecvWr, SendOp, SendWr, UdDest, WorkCompletion,
 };
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -170,14 +170,7 @@ fn poll_cqs(nodes: &mut [Node], count: usize) -> Res<()> {
 }
 
 fn resolve(s: &str, port: u16) -> Res<SocketAddr> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    (s, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("udaddy: getaddrinfo error: {e}"))?
-        .next()
-        .ok_or_else(|| format!("udaddy: getaddrinfo error: no address for {s}"))
+    softroce::cm_tools::resolve(s, port).map_err(|e| format!("udaddy: getaddrinfo error: {e}"))
 }
 
 fn event_error(ev: &CmEvent) -> String {

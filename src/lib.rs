@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod capture;
+pub mod cm_tools;
 pub mod decode;
 pub mod dump;
 /// Fuzz target bodies (`fuzz/` wraps them); not an API.

@@ -6,55 +6,19 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The rping example, built if needed (`cargo test --test rping` does not
 /// build examples by itself).
 fn rping() -> PathBuf {
-    example("rping")
-}
-
-/// The example `name`, built by cargo in this test's own profile (`cargo
-/// test` builds no examples for `--test NAME`).
-fn example(name: &str) -> PathBuf {
-    let mut dir = std::env::current_exe().expect("the test's path");
-    dir.pop(); // the test binary
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--quiet", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
-    if dir.ends_with("release") {
-        cmd.arg("--release");
-    }
-    assert!(cmd.status().expect("cargo runs").success(), "cargo build --example {name} failed");
-    dir.join("examples").join(name)
+    common::example("rping")
 }
 
 /// Addresses of 127/8 no other test of the workspace uses, one pair per test.
 fn addrs(n: u8) -> (String, String) {
     let pid = (std::process::id() % 200) as u8 + 20;
     (format!("127.{pid}.{n}.1"), format!("127.{pid}.{n}.2"))
-}
-
-fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait works").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// What rping's client puts in ping `i` of `size` bytes, as printed.
@@ -81,8 +45,8 @@ fn run_pair(n: u8, extra: &[&str], count: u64, size: usize) {
     let mut cargs = vec!["-c", "-I", &client_ip, "-a", &server_ip, "-p", port, "-v", "-V", "-C", &c];
     cargs.extend_from_slice(extra);
     let client = Command::new(&bin).args(&cargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let cout = wait_with_timeout(client, Duration::from_secs(60));
-    let sout = wait_with_timeout(server, Duration::from_secs(20));
+    let cout = common::wait_with_timeout(client, Duration::from_secs(60));
+    let sout = common::wait_with_timeout(server, Duration::from_secs(20));
     let (cstdout, cstderr) = (String::from_utf8_lossy(&cout.stdout), String::from_utf8_lossy(&cout.stderr));
     let (sstdout, sstderr) = (String::from_utf8_lossy(&sout.stdout), String::from_utf8_lossy(&sout.stderr));
     assert!(cout.status.success(), "client failed: {:?}\n{cstdout}\n{cstderr}", cout.status);
@@ -127,7 +91,7 @@ fn rping_client_without_a_server_is_rejected_with_invalid_service_id() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = wait_with_timeout(client, Duration::from_secs(30));
+    let out = common::wait_with_timeout(client, Duration::from_secs(30));
     let mut server = server;
     let _ = server.kill();
     let _ = server.wait();
@@ -270,7 +234,7 @@ fn a_persistent_server_serves_three_clients_at_once() {
         })
         .collect();
     for c in clients {
-        let out = wait_with_timeout(c, Duration::from_secs(60));
+        let out = common::wait_with_timeout(c, Duration::from_secs(60));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 50);
     }

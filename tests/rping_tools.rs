@@ -3,48 +3,19 @@
 //! each on an address of its own, several connections at once; their
 //! output is librdmacm's tools' output.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-/// The example `name`, built by cargo in this test's own profile (`cargo
-/// test` builds no examples for `--test NAME`).
-fn example(name: &str) -> PathBuf {
-    let mut dir = std::env::current_exe().expect("the test's path");
-    dir.pop(); // the test binary
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--quiet", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
-    if dir.ends_with("release") {
-        cmd.arg("--release");
-    }
-    assert!(cmd.status().expect("cargo runs").success(), "cargo build --example {name} failed");
-    dir.join("examples").join(name)
-}
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn addrs(n: u8) -> (String, String) {
     let pid = (std::process::id() % 200) as u8 + 20;
     (format!("127.{pid}.{}.1", 100 + n), format!("127.{pid}.{}.2", 100 + n))
 }
 
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    while child.try_wait().expect("wait works").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("still running after {limit:?}:\n{}", String::from_utf8_lossy(&out.stdout));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
 /// Runs `name` as server (`-b server`) and client (`-b client -s server`) with `extra`.
 fn pair(name: &str, n: u8, extra: &[&str]) -> (String, String) {
-    let bin = example(name);
+    let bin = common::example(name);
     let (server_ip, client_ip) = addrs(n);
     let mut sargs = vec!["-b", server_ip.as_str()];
     sargs.extend_from_slice(extra);
@@ -53,8 +24,8 @@ fn pair(name: &str, n: u8, extra: &[&str]) -> (String, String) {
     let mut cargs = vec!["-b", client_ip.as_str(), "-s", server_ip.as_str()];
     cargs.extend_from_slice(extra);
     let client = Command::new(&bin).args(&cargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let c = finish(client, Duration::from_secs(60));
-    let s = finish(server, Duration::from_secs(30));
+    let c = common::wait_with_timeout(client, Duration::from_secs(60));
+    let s = common::wait_with_timeout(server, Duration::from_secs(30));
     let (cout, sout) =
         (String::from_utf8_lossy(&c.stdout).into_owned(), String::from_utf8_lossy(&s.stdout).into_owned());
     assert!(c.status.success(), "client: {:?}\n{cout}\n{}", c.status, String::from_utf8_lossy(&c.stderr));
@@ -132,7 +103,7 @@ fn udaddy_two_connections_through_sidr() {
 fn udaddy_to_a_port_nobody_listens_on_is_unreachable_at_once() {
     // The server's device answers the SIDR_REQ with status 1 (unsupported
     // service ID); the client reports UNREACHABLE without waiting for retries.
-    let bin = example("udaddy");
+    let bin = common::example("udaddy");
     let (server_ip, client_ip) = addrs(3);
     let mut server = Command::new(&bin)
         .args(["-b", &server_ip, "--port", "7181"])
@@ -148,7 +119,7 @@ fn udaddy_to_a_port_nobody_listens_on_is_unreachable_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = finish(client, Duration::from_secs(30));
+    let out = common::wait_with_timeout(client, Duration::from_secs(30));
     let _ = server.kill();
     let _ = server.wait();
     let text = String::from_utf8_lossy(&out.stdout);

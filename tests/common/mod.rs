@@ -53,3 +53,39 @@ impl Drop for Namespaces {
         }
     }
 }
+
+/// The example `name`, built by cargo in this test's own profile (`cargo
+/// test` builds no examples for `--test NAME`).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let mut dir = std::env::current_exe().expect("the test's path");
+    dir.pop(); // the test binary
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().expect("cargo runs").success(), "cargo build --example {name} failed");
+    dir.join("examples").join(name)
+}
+
+/// Waits for `child` to exit, up to `limit`; kills it and panics with its
+/// output after that.
+pub fn wait_with_timeout(mut child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait works").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}

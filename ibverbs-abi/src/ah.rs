@@ -2,11 +2,10 @@
 //! completion's GRH.
 
 use crate::abi::*;
-use crate::ffi::{errno_of, guard, live, set_errno, Registry};
-use crate::pd::{pd_of, Pd};
+use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
+use crate::pd::{pd_of, pd_use, Pd};
 use libc::c_int;
 use rdma_core_rs::{AddressHandle, AhAttr, Gid};
-use std::sync::atomic::Ordering;
 
 pub static AHS: Registry = Registry::new();
 
@@ -38,8 +37,9 @@ pub(crate) fn ah_of(a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
 }
 
 fn make_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> *mut ibv_ah {
-    // SAFETY: pd_of checks the registry.
-    let Some(p) = (unsafe { pd_of(pd) }) else { return std::ptr::null_mut() };
+    let mut held = Held::new();
+    // SAFETY: pd_use checks the registry.
+    let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
     let a = match ah_of(attr) {
         Ok(a) => a,
         Err(e) => {
@@ -54,7 +54,7 @@ fn make_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> *mut ibv_ah {
             return std::ptr::null_mut();
         }
     };
-    p.users.fetch_add(1, Ordering::AcqRel);
+    held.keep();
     let ah = Box::into_raw(Box::new(Ah { c: ibv_ah { context: p.c.context, pd, handle: 0 }, verbs, pd: p }));
     AHS.insert(ah);
     ah.cast()
@@ -82,7 +82,7 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let a = unsafe { Box::from_raw(p) };
-        a.pd.users.fetch_sub(1, Ordering::AcqRel);
+        a.pd.users.put();
         0
     })
 }

@@ -7,12 +7,12 @@
 
 use crate::abi::*;
 use crate::context::{ctx_of, with_objects, Engine};
-use crate::ffi::{errno_of, event_fd, guard, live, set_errno, wait_fd, Registry};
+use crate::ffi::{errno_of, event_fd, guard, live, set_errno, wait_fd, Held, Registry, Shared, Users};
 use libc::{c_int, c_uint, c_void};
 use rdma_core_rs::{CompChannel, CompletionQueue, WorkCompletion};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 pub static CQS: Registry = Registry::new();
@@ -28,8 +28,16 @@ pub struct Cq {
     /// Completions taken from the engine, reused across polls.
     scratch: Mutex<Vec<WorkCompletion>>,
     /// QPs using this CQ (destroying it before them is EBUSY).
-    pub users: AtomicUsize,
+    pub users: Users,
+    /// The channel it reports to; its use is held until this CQ goes.
+    chan: Option<&'static Chan>,
     engine: Arc<Engine>,
+}
+
+impl Shared for Cq {
+    fn users(&self) -> &Users {
+        &self.users
+    }
 }
 
 // SAFETY: the raw pointers in `c` are the application's to use; this
@@ -43,6 +51,14 @@ pub struct Chan {
     /// Shared, so that a thread blocked in `ibv_get_cq_event` keeps what it
     /// waits on even if another thread destroys the channel meanwhile.
     inner: Arc<ChanState>,
+    /// CQs reporting here (destroying it before them is EBUSY).
+    users: Users,
+}
+
+impl Shared for Chan {
+    fn users(&self) -> &Users {
+        &self.users
+    }
 }
 
 struct ChanState {
@@ -73,7 +89,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
                 let c = ibv_comp_channel { context, fd: fd.as_raw_fd(), refcnt: 0 };
                 let engine = ctx.engine.clone();
                 let inner = Arc::new(ChanState { verbs, fd, cqs: Mutex::new(HashMap::new()), engine });
-                let ch = Box::into_raw(Box::new(Chan { c, inner }));
+                let ch = Box::into_raw(Box::new(Chan { c, inner, users: Users::default() }));
                 CHANNELS.insert(ch);
                 ch.cast()
             }
@@ -89,14 +105,8 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
     guard("ibv_destroy_comp_channel", -1, || {
         let p = channel.cast::<Chan>();
-        // SAFETY: `live` checks the registry.
-        let Some(ch) = (unsafe { live(&CHANNELS, p, "ibv_comp_channel") }) else { return -1 };
-        if !ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            set_errno(libc::EBUSY);
-            return -1;
-        }
-        if !CHANNELS.remove(p) {
-            set_errno(libc::EINVAL);
+        // SAFETY: retire checks the registry.
+        if unsafe { CHANNELS.retire(p, "ibv_comp_channel") }.is_err() {
             return -1;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
@@ -121,16 +131,23 @@ pub unsafe extern "C" fn ibv_create_cq(
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
-        let ch = if channel.is_null() {
+        // The channel's use is taken with its lookup, so it cannot be
+        // destroyed from here on (EBUSY); given back if this call fails.
+        let mut held = Held::new();
+        let ch: Option<&'static Chan> = if channel.is_null() {
             None
         } else {
-            // SAFETY: `live` checks the registry.
-            match unsafe { live(&CHANNELS, channel.cast::<Chan>(), "ibv_comp_channel") } {
-                Some(ch) if ch.c.context == context => Some(ch),
-                _ => {
-                    set_errno(libc::EINVAL);
-                    return std::ptr::null_mut();
+            // SAFETY: acquire checks the registry.
+            match unsafe { CHANNELS.acquire(channel.cast::<Chan>(), "ibv_comp_channel") } {
+                Some(ch) => {
+                    held.push(&ch.users);
+                    if ch.c.context != context {
+                        set_errno(libc::EINVAL);
+                        return std::ptr::null_mut();
+                    }
+                    Some(ch)
                 }
+                None => return std::ptr::null_mut(),
             }
         };
         // Providers give at least what was asked, rounded up (rxe and mlx5
@@ -157,11 +174,13 @@ pub unsafe extern "C" fn ibv_create_cq(
             comp_events_completed: 0.into(),
             async_events_completed: 0,
         };
+        held.keep();
         let cq = Box::into_raw(Box::new(Cq {
             c,
             verbs,
             scratch: Mutex::new(Vec::with_capacity(64)),
-            users: AtomicUsize::new(0),
+            users: Users::default(),
+            chan: ch,
             engine: ctx.engine.clone(),
         }));
         if let Some(ch) = ch {
@@ -180,23 +199,16 @@ pub unsafe extern "C" fn ibv_create_cq(
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard("ibv_destroy_cq", libc::EIO, || {
         let p = cq.cast::<Cq>();
-        // SAFETY: `live` checks the registry.
-        let Some(c) = (unsafe { live(&CQS, p, "ibv_cq") }) else { return libc::EINVAL };
-        if c.users.load(Ordering::Acquire) > 0 {
-            return libc::EBUSY;
-        }
-        if !CQS.remove(p) {
-            return libc::EINVAL;
+        // SAFETY: retire checks the registry.
+        if let Err(e) = unsafe { CQS.retire(p, "ibv_cq") } {
+            return e;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let c = unsafe { Box::from_raw(p) };
         let id = c.verbs.id();
-        // SAFETY: the channel is live while CQs report to it (it refuses to go first).
-        let ch = (!c.c.channel.is_null())
-            .then(|| unsafe { live(&CHANNELS, c.c.channel.cast::<Chan>(), "ibv_comp_channel") })
-            .flatten();
-        if let Some(ch) = ch {
+        if let Some(ch) = c.chan {
             ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            ch.users.put();
         }
         with_objects(&c.engine, |o| {
             o.cqs.remove(&id);

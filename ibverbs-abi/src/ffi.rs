@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 /// Runs `f`, turning a panic into `on_panic` (after setting errno to EIO and
@@ -76,12 +77,116 @@ impl Registry {
         g.as_mut().is_some_and(|s| s.remove(&(p as usize)))
     }
 
+    /// Takes a use of the live object `p` (a QP's CQ, an MR's PD) with the
+    /// lookup, under the read lock: a concurrent [`Registry::retire`] holds
+    /// the write lock, so it either sees the use (EBUSY) or finishes first
+    /// (then `p` is not found here). Looking up and counting in two steps
+    /// let a destroy free an object a create had just found. Give the use
+    /// back with [`Users::put`].
+    ///
+    /// # Safety
+    /// As for [`live`]: objects here are leaked boxes freed only after
+    /// removal.
+    pub unsafe fn acquire<'a, T: Shared>(&self, p: *const T, what: &str) -> Option<&'a T> {
+        let g = self.live.read().unwrap_or_else(|e| e.into_inner());
+        if !p.is_null() && g.as_ref().is_some_and(|s| s.contains(&(p as usize))) {
+            // SAFETY: found under the lock that removal takes; see the contract.
+            let t = unsafe { &*p };
+            if t.users().take() {
+                return Some(t);
+            }
+        }
+        drop(g);
+        tracing::debug!(object = what, ptr = ?p, "not a live object");
+        set_errno(libc::EINVAL);
+        None
+    }
+
+    /// Removes `p` for its destroy call, unless something still uses it:
+    /// Err(EINVAL) if it is not live, Err(EBUSY) if in use. After Ok the
+    /// caller owns the box.
+    ///
+    /// # Safety
+    /// As for [`live`].
+    pub unsafe fn retire<T: Shared>(&self, p: *const T, what: &str) -> Result<(), i32> {
+        let mut g = self.live.write().unwrap_or_else(|e| e.into_inner());
+        let Some(set) = g.as_mut().filter(|s| !p.is_null() && s.contains(&(p as usize))) else {
+            tracing::debug!(object = what, ptr = ?p, "not a live object");
+            set_errno(libc::EINVAL);
+            return Err(libc::EINVAL);
+        };
+        // SAFETY: found under the write lock; see the contract.
+        if !unsafe { &*p }.users().close() {
+            tracing::debug!(object = what, ptr = ?p, "destroy refused: still in use");
+            set_errno(libc::EBUSY);
+            return Err(libc::EBUSY);
+        }
+        set.remove(&(p as usize));
+        Ok(())
+    }
+
     pub fn contains<T>(&self, p: *const T) -> bool {
         if p.is_null() {
             return false;
         }
         let g = self.live.read().unwrap_or_else(|e| e.into_inner());
         g.as_ref().is_some_and(|s| s.contains(&(p as usize)))
+    }
+}
+
+/// An object other objects depend on (a PD, a CQ, an SRQ): destroying it
+/// while they exist is EBUSY, as the kernel's uverbs answers.
+pub trait Shared {
+    fn users(&self) -> &Users;
+}
+
+/// How many objects use this one; closed for good once its destroy has
+/// begun, so that no use can be taken after the destroy checked for none.
+#[derive(Debug, Default)]
+pub struct Users(AtomicUsize);
+
+impl Users {
+    const CLOSED: usize = usize::MAX;
+
+    /// One more use; false once closed.
+    fn take(&self) -> bool {
+        self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < Self::CLOSED - 1).then_some(n + 1)).is_ok()
+    }
+
+    /// Gives back a use taken by [`Registry::acquire`].
+    pub fn put(&self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Closes if unused; false (EBUSY) otherwise.
+    fn close(&self) -> bool {
+        self.0.compare_exchange(0, Self::CLOSED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+}
+
+/// Uses taken by a create call in progress, given back if it fails.
+pub struct Held<'a>(Vec<&'a Users>);
+
+impl<'a> Held<'a> {
+    pub fn new() -> Self {
+        Held(Vec::with_capacity(4))
+    }
+
+    pub fn push(&mut self, u: &'a Users) {
+        self.0.push(u);
+    }
+
+    /// The create succeeded: its object keeps the uses until destroyed.
+    pub fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for u in &self.0 {
+            u.put();
+        }
     }
 }
 

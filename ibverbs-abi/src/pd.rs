@@ -4,10 +4,9 @@
 
 use crate::abi::*;
 use crate::context::{ctx_of, Engine};
-use crate::ffi::{errno_of, guard, live, set_errno, Registry};
+use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry, Shared, Users};
 use libc::{c_int, c_uint, c_void};
 use rdma_core_rs::{Access, MemoryRegion, ProtectionDomain};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub static PDS: Registry = Registry::new();
 pub static MRS: Registry = Registry::new();
@@ -17,9 +16,28 @@ pub struct Pd {
     pub c: ibv_pd,
     pub verbs: ProtectionDomain,
     /// MRs, QPs, SRQs and AHs made from it (deallocating it first is EBUSY).
-    pub users: AtomicUsize,
+    pub users: Users,
     /// The device's engine (shared with other opens; outlives a close).
     pub engine: std::sync::Arc<Engine>,
+}
+
+impl Shared for Pd {
+    fn users(&self) -> &Users {
+        &self.users
+    }
+}
+
+/// A live PD for a call that makes an object from it: the PD counts the
+/// use (see `Registry::acquire`), given back when `Held` drops unless
+/// kept.
+///
+/// # Safety
+/// `p` may be anything; it is dereferenced only if registered.
+pub unsafe fn pd_use(p: *mut ibv_pd, held: &mut Held<'static>) -> Option<&'static Pd> {
+    // SAFETY: registered PDs are leaked boxes freed only after removal.
+    let pd = unsafe { PDS.acquire(p.cast::<Pd>(), "ibv_pd") }?;
+    held.push(&pd.users);
+    Some(pd)
 }
 
 // SAFETY: the raw pointers in `c` are the application's; see cq::Cq.
@@ -56,7 +74,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
                 let pd = Box::into_raw(Box::new(Pd {
                     c: ibv_pd { context, handle: 0 },
                     verbs,
-                    users: AtomicUsize::new(0),
+                    users: Users::default(),
                     engine: ctx.engine.clone(),
                 }));
                 PDS.insert(pd);
@@ -73,13 +91,9 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 #[export_name = "softroce_ibv_dealloc_pd"]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", libc::EIO, || {
-        // SAFETY: pd_of checks the registry.
-        let Some(p) = (unsafe { pd_of(pd) }) else { return libc::EINVAL };
-        if p.users.load(Ordering::Acquire) > 0 {
-            return libc::EBUSY;
-        }
-        if !PDS.remove(pd) {
-            return libc::EINVAL;
+        // SAFETY: retire checks the registry.
+        if let Err(e) = unsafe { PDS.retire(pd.cast::<Pd>(), "ibv_pd") } {
+            return e;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
@@ -116,8 +130,9 @@ fn access_of(flags: c_uint) -> Result<Access, c_int> {
 }
 
 fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
-    // SAFETY: pd_of checks the registry.
-    let Some(p) = (unsafe { pd_of(pd) }) else { return std::ptr::null_mut() };
+    let mut held = Held::new();
+    // SAFETY: pd_use checks the registry.
+    let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
     if iova != addr as u64 {
         tracing::warn!(iova, addr = addr as u64, "an iova other than the address is not supported");
         set_errno(libc::EOPNOTSUPP);
@@ -147,7 +162,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_u
     };
     let c =
         ibv_mr { context: p.c.context, pd, addr, length, handle: verbs.lkey(), lkey: verbs.lkey(), rkey: verbs.rkey() };
-    p.users.fetch_add(1, Ordering::AcqRel);
+    held.keep();
     let mr = Box::into_raw(Box::new(Mr { c, verbs, pd: p }));
     MRS.insert(mr);
     mr.cast()
@@ -190,7 +205,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let m = unsafe { Box::from_raw(p) };
-        m.pd.users.fetch_sub(1, Ordering::AcqRel);
+        m.pd.users.put();
         0
     })
 }

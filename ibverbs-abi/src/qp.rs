@@ -3,8 +3,8 @@
 use crate::abi::*;
 use crate::context::with_objects;
 use crate::cq::{Cq, CQS};
-use crate::ffi::{errno_of, guard, live, set_errno, Registry};
-use crate::pd::{pd_of, Pd};
+use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
+use crate::pd::{pd_use, Pd};
 use crate::srq::{Srq, SRQS};
 use libc::{c_int, c_void};
 use rdma_core_rs::{Access, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
@@ -78,8 +78,12 @@ fn mtu_of(m: c_int) -> Option<Mtu> {
 #[export_name = "softroce_ibv_create_qp"]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard("ibv_create_qp", std::ptr::null_mut(), || {
-        // SAFETY: pd_of checks the registry.
-        let Some(p) = (unsafe { pd_of(pd) }) else { return std::ptr::null_mut() };
+        // The uses of the PD, CQs and SRQ are taken with their lookups, so
+        // none of them can be destroyed from here on (EBUSY); given back if
+        // this call fails.
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
         if init.is_null() {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
@@ -96,20 +100,25 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
                 return std::ptr::null_mut();
             }
         };
-        // SAFETY: `live` checks the registries.
-        let (Some(scq), Some(rcq)) = (unsafe { live(&CQS, init.send_cq.cast::<Cq>(), "send CQ") }, unsafe {
-            live(&CQS, init.recv_cq.cast::<Cq>(), "recv CQ")
-        }) else {
+        // SAFETY: acquire checks the registries.
+        let Some(scq) = (unsafe { CQS.acquire(init.send_cq.cast::<Cq>(), "send CQ") }) else {
             return std::ptr::null_mut();
         };
+        held.push(&scq.users);
+        // SAFETY: as above.
+        let Some(rcq) = (unsafe { CQS.acquire(init.recv_cq.cast::<Cq>(), "recv CQ") }) else {
+            return std::ptr::null_mut();
+        };
+        held.push(&rcq.users);
         let srq = if init.srq.is_null() {
             None
         } else {
-            // SAFETY: `live` checks the registry.
-            match unsafe { live(&SRQS, init.srq.cast::<Srq>(), "ibv_srq") } {
-                Some(s) => Some(s),
-                None => return std::ptr::null_mut(),
-            }
+            // SAFETY: as above.
+            let Some(s) = (unsafe { SRQS.acquire(init.srq.cast::<Srq>(), "ibv_srq") }) else {
+                return std::ptr::null_mut();
+            };
+            held.push(&s.users);
+            Some(s)
         };
         // SAFETY: registered objects are leaked boxes: 'static until destroyed,
         // and destroying them while this QP uses them is refused (EBUSY).
@@ -167,12 +176,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
             cond: cond_init(),
             events_completed: 0,
         };
-        for users in [&p.users, &scq.users, &rcq.users] {
-            users.fetch_add(1, Ordering::AcqRel);
-        }
-        if let Some(s) = srq {
-            s.users.fetch_add(1, Ordering::AcqRel);
-        }
+        held.keep();
         let qp = Box::into_raw(Box::new(Qp {
             c: cq,
             verbs,
@@ -206,10 +210,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             o.qps.remove(&q.c.qp_num);
         });
         for users in [&q.pd.users, &q.send_cq.users, &q.recv_cq.users] {
-            users.fetch_sub(1, Ordering::AcqRel);
+            users.put();
         }
         if let Some(s) = q.srq {
-            s.users.fetch_sub(1, Ordering::AcqRel);
+            s.users.put();
         }
         0
     })

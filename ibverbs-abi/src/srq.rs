@@ -2,11 +2,10 @@
 
 use crate::abi::*;
 use crate::context::with_objects;
-use crate::ffi::{errno_of, guard, live, set_errno, Registry};
-use crate::pd::{pd_of, Pd};
+use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry, Shared, Users};
+use crate::pd::{pd_use, Pd};
 use libc::c_int;
 use rdma_core_rs::SharedReceiveQueue;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub static SRQS: Registry = Registry::new();
@@ -18,19 +17,26 @@ pub struct Srq {
     pd: &'static Pd,
     attr: Mutex<ibv_srq_attr>,
     /// QPs using it (destroying it first is EBUSY).
-    pub(crate) users: AtomicUsize,
+    pub(crate) users: Users,
 }
 
 // SAFETY: the raw pointers in `c` are the application's; this library
 // reaches the objects they name only through the registries.
 unsafe impl Send for Srq {}
+
+impl Shared for Srq {
+    fn users(&self) -> &Users {
+        &self.users
+    }
+}
 unsafe impl Sync for Srq {}
 
 #[export_name = "softroce_ibv_create_srq"]
 pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard("ibv_create_srq", std::ptr::null_mut(), || {
-        // SAFETY: pd_of checks the registry.
-        let Some(p) = (unsafe { pd_of(pd) }) else { return std::ptr::null_mut() };
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
         if init.is_null() {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
@@ -61,7 +67,7 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
             cond: cond_init(),
             events_completed: 0,
         };
-        p.users.fetch_add(1, Ordering::AcqRel);
+        held.keep();
         let s =
             Box::into_raw(Box::new(Srq { c, verbs, pd: p, attr: Mutex::new(init.attr), users: Default::default() }));
         with_objects(&p.engine, |o| {
@@ -113,20 +119,16 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard("ibv_destroy_srq", libc::EIO, || {
         let p = srq.cast::<Srq>();
-        // SAFETY: `live` checks the registry.
-        let Some(s) = (unsafe { live(&SRQS, p, "ibv_srq") }) else { return libc::EINVAL };
-        if s.users.load(Ordering::Acquire) > 0 {
-            return libc::EBUSY;
-        }
-        if !SRQS.remove(p) {
-            return libc::EINVAL;
+        // SAFETY: retire checks the registry.
+        if let Err(e) = unsafe { SRQS.retire(p, "ibv_srq") } {
+            return e;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let s = unsafe { Box::from_raw(p) };
         with_objects(&s.pd.engine, |o| {
             o.srqs.remove(&s.verbs.id());
         });
-        s.pd.users.fetch_sub(1, Ordering::AcqRel);
+        s.pd.users.put();
         0
     })
 }

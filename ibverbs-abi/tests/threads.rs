@@ -262,3 +262,133 @@ fn threads_channels_and_async_events_from_c() {
     assert!(text.contains("done"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two threads race a destroy against a create that uses the object:
+/// `ibv_destroy_cq` against `ibv_create_qp` on that CQ, `ibv_dealloc_pd`
+/// against `ibv_reg_mr` on that PD, and `ibv_destroy_comp_channel` against
+/// `ibv_create_cq` on that channel. Exactly one may win each round: either
+/// the create succeeds and the destroy says EBUSY, or the destroy succeeds
+/// and the create fails with EINVAL. (Before the uses were taken with the
+/// lookup, both could succeed, leaving a QP on a freed CQ.)
+const RACE: &str = r#"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define ROUNDS 1500
+#define DIE(...) do { printf("FAIL " __VA_ARGS__); printf(" errno=%d\n", errno); exit(1); } while (0)
+
+static struct ibv_context *ctx;
+static pthread_barrier_t start, done;
+static int kind, round_no;
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+static struct ibv_comp_channel *ch;
+static void *made; static int made_errno, destroyed;
+static char buf[4096];
+
+static void *creator(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_barrier_wait(&start);
+        if (round_no < 0) return NULL;
+        errno = 0;
+        if (kind == 0) {
+            struct ibv_qp_init_attr a;
+            memset(&a, 0, sizeof a);
+            a.send_cq = cq; a.recv_cq = cq; a.qp_type = IBV_QPT_RC;
+            a.cap.max_send_wr = 4; a.cap.max_recv_wr = 4; a.cap.max_send_sge = 1; a.cap.max_recv_sge = 1;
+            made = ibv_create_qp(pd, &a);
+        } else if (kind == 1) {
+            made = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+        } else {
+            made = ibv_create_cq(ctx, 8, NULL, ch, 0);
+        }
+        made_errno = errno;
+        pthread_barrier_wait(&done);
+    }
+}
+
+int main(void) {
+    int n;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list || n < 1) DIE("no device");
+    ctx = ibv_open_device(list[0]);
+    if (!ctx) DIE("open");
+    pthread_barrier_init(&start, NULL, 2);
+    pthread_barrier_init(&done, NULL, 2);
+    pthread_t t;
+    pthread_create(&t, NULL, creator, NULL);
+    const char *names[3] = { "destroy_cq/create_qp", "dealloc_pd/reg_mr", "destroy_comp_channel/create_cq" };
+    for (kind = 0; kind < 3; kind++) {
+        int create_won = 0, destroy_won = 0;
+        for (round_no = 0; round_no < ROUNDS; round_no++) {
+            if (!(pd = ibv_alloc_pd(ctx))) DIE("alloc_pd");
+            if (!(ch = ibv_create_comp_channel(ctx))) DIE("create_comp_channel");
+            if (!(cq = ibv_create_cq(ctx, 8, NULL, NULL, 0))) DIE("create_cq");
+            pthread_barrier_wait(&start);
+            if (kind == 0) destroyed = ibv_destroy_cq(cq);
+            else if (kind == 1) destroyed = ibv_dealloc_pd(pd);
+            else destroyed = ibv_destroy_comp_channel(ch) ? errno : 0;
+            pthread_barrier_wait(&done);
+            if (made && destroyed == 0)
+                DIE("%s round %d: the create and the destroy both succeeded", names[kind], round_no);
+            if (!made && destroyed != 0)
+                DIE("%s round %d: both failed (create errno %d, destroy %d)", names[kind], round_no, made_errno, destroyed);
+            if (made) {
+                if (destroyed != EBUSY) DIE("%s: destroy said %d, not EBUSY", names[kind], destroyed);
+                create_won++;
+                int r = kind == 0 ? ibv_destroy_qp(made) : kind == 1 ? ibv_dereg_mr(made) : ibv_destroy_cq(made);
+                if (r) DIE("%s: destroying what was made: %d", names[kind], r);
+            } else {
+                if (made_errno != EINVAL) DIE("%s: create failed with errno %d, not EINVAL", names[kind], made_errno);
+                destroy_won++;
+            }
+            /* Whatever survived the round goes now, and must go cleanly. */
+            if (kind != 0 || made) { if (ibv_destroy_cq(cq)) DIE("destroy_cq after round"); }
+            if (kind != 2 || made) { if (ibv_destroy_comp_channel(ch)) DIE("destroy_comp_channel after round"); }
+            if (kind != 1 || made) { if (ibv_dealloc_pd(pd)) DIE("dealloc_pd after round"); }
+        }
+        printf("%s: %d rounds, create first %d, destroy first %d\n", names[kind], ROUNDS, create_won, destroy_won);
+    }
+    round_no = -1;
+    pthread_barrier_wait(&start);
+    pthread_join(t, NULL);
+    ibv_close_device(ctx);
+    ibv_free_device_list(list);
+    printf("done\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn a_destroy_racing_a_create_that_uses_the_object_lets_exactly_one_win() {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIP: /usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
+        return;
+    }
+    if common::need("cc", "gcc").is_none() {
+        return;
+    }
+    let dir = common::link_dir("race");
+    let exe = common::compile(&dir, "race", RACE);
+    let run = std::process::Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SOFTROCE_DEVICES", "race0=127.0.14.3")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the race program");
+    let (out, in_time) = common::wait(run, std::time::Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    assert!(in_time && out.status.success(), "{}", common::show(&out));
+    for pair in ["destroy_cq/create_qp", "dealloc_pd/reg_mr", "destroy_comp_channel/create_cq"] {
+        assert!(text.contains(&format!("{pair}: 1500 rounds")), "{text}");
+    }
+    assert!(text.contains("done"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

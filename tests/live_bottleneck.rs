@@ -158,7 +158,7 @@ fn run(tag: &str, dcqcn: &str, rate_mbps: u64, buffer_bytes: u64) -> Outcome {
 #[test]
 fn dcqcn_holds_a_live_bottleneck_without_loss_and_drop_tail_without_it_loses() {
     if !is_root() {
-        eprintln!("SKIPPED: namespaces and TUN devices need root; run as root to check DCQCN end to end");
+        testkit::skip("namespaces and TUN devices need root; run as root to check DCQCN end to end");
         return;
     }
     // 100 Mb/s: well below what even a debug build on a loaded host can

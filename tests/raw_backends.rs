@@ -91,7 +91,7 @@ fn have_tshark() -> bool {
     let found = Command::new("tshark").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
     let ok = found.is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIP: tshark is not installed (apt-get install -y tshark); the tshark checks did not run");
+        testkit::skip("tshark is not installed (apt-get install -y tshark); the tshark checks did not run");
     }
     ok
 }
@@ -316,13 +316,13 @@ fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static)
 #[test]
 fn roce1_and_ib_between_two_network_namespaces_over_veth() {
     if !is_root() {
-        eprintln!("SKIP: the veth test needs root (network namespaces, AF_PACKET); it did not run");
+        testkit::skip("the veth test needs root (network namespaces, AF_PACKET); it did not run");
         return;
     }
     let v = match Veth::new() {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("SKIP: cannot make network namespaces here: {e}");
+            testkit::skip(format!("cannot make network namespaces here: {e}"));
             return;
         }
     };

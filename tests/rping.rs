@@ -166,7 +166,7 @@ fn tshark_decodes_the_rping_exchange_as_cm_mads_without_malformed_frames() {
     let mut cap = match tshark_capture(&filter, &path) {
         Ok(c) => c,
         Err(why) => {
-            eprintln!("SKIPPED: {why}");
+            testkit::skip(why);
             return;
         }
     };

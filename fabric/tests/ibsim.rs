@@ -25,7 +25,7 @@ fn have_tools() -> bool {
         })
         .collect();
     if !missing.is_empty() || !Path::new(SIM).exists() {
-        eprintln!("SKIP: needs ibsim-utils, opensm and infiniband-diags (missing: {missing:?}, {SIM})");
+        testkit::skip(format!("needs ibsim-utils, opensm and infiniband-diags (missing: {missing:?}, {SIM})"));
         return false;
     }
     true
@@ -430,7 +430,7 @@ fn ibdmchk_finds_min_hops_credit_loop_and_none_under_updown() {
         return;
     }
     if !have("ibdmchk") {
-        eprintln!("SKIP: needs ibutils (ibdmchk)");
+        testkit::skip("needs ibutils (ibdmchk)");
         return;
     }
     let net = ring5();

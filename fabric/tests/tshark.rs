@@ -28,7 +28,7 @@ fn tshark(pcap: &std::path::Path, fields: &[&str]) -> Vec<Vec<String>> {
 #[test]
 fn tshark_decodes_the_fabrics_smps_and_flow_control_packets() {
     if Command::new("tshark").arg("-v").output().is_err() {
-        eprintln!("SKIP: needs tshark");
+        testkit::skip("needs tshark");
         return;
     }
     let mut t = from_netfile(NET, Some("H1"), &IbConfig::default()).unwrap();

@@ -98,7 +98,7 @@ fn rdma_perf() -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("SKIP: {} is not built (cargo build --bin rdma-perf)", p.display());
+        testkit::skip(format!("{} is not built (cargo build --bin rdma-perf)", p.display()));
         None
     }
 }

@@ -235,7 +235,7 @@ int main(void) {
 #[test]
 fn threads_channels_and_async_events_from_c() {
     if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: /usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
+        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
         return;
     }
     if common::need("cc", "gcc").is_none() {
@@ -367,7 +367,7 @@ int main(void) {
 #[test]
 fn a_destroy_racing_a_create_that_uses_the_object_lets_exactly_one_win() {
     if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: /usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
+        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
         return;
     }
     if common::need("cc", "gcc").is_none() {

@@ -135,7 +135,7 @@ fn side(name: &str, addr: IpAddr, unconnected_sends: bool) -> Side {
 
 fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     if !is_root() {
-        eprintln!("SKIPPED: namespaces and packet sockets need root; run as root to check the wire");
+        testkit::skip("namespaces and packet sockets need root; run as root to check the wire");
         return;
     }
     let wire = Wire::make(tag, cidrs).expect("namespaces and a veth pair");

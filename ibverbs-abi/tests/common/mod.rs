@@ -33,7 +33,7 @@ pub fn need(name: &str, package: &str) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    eprintln!("SKIP: {name} is not installed (apt-get install {package})");
+    testkit::skip(format!("{name} is not installed (apt-get install {package})"));
     None
 }
 

@@ -453,7 +453,7 @@ mod tests {
         let mut u = match Uring::new(rx.as_raw_fd(), 2048) {
             Ok(u) => u,
             Err(e) => {
-                eprintln!("SKIPPED: io_uring is unavailable: {e}");
+                testkit::skip(format!("io_uring is unavailable: {e}"));
                 return;
             }
         };

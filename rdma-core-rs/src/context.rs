@@ -12,6 +12,7 @@
 use crate::device::{Backend, Device, Gid, Progress};
 use crate::error::Result;
 use crate::io::Io;
+use crate::io_stats::IoStats;
 use crate::link::capture::CaptureLink;
 use crate::link::faults::FaultLink;
 use crate::link::frames::FrameIo;
@@ -19,7 +20,7 @@ use crate::link::inproc::InProcessLink;
 use crate::link::raw::RawLink;
 use crate::link::Link;
 use crate::pd::ProtectionDomain;
-use crate::udp::{IoStats, UdpIo, BATCH};
+use crate::udp::{UdpIo, BATCH};
 use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -412,7 +413,7 @@ impl Context {
 
     /// The socket layer's counters (datagrams, system calls, injected faults).
     pub fn io_stats(&self) -> IoStats {
-        self.inner.lock().io.stats().clone()
+        self.inner.lock().io.stats()
     }
 
     /// The framing of the device's packets.

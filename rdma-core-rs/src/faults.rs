@@ -1,12 +1,15 @@
-//! Fault injection on the send path of the UDP backend, for loopback runs
-//! that exercise the transport's recovery on real sockets: loss,
-//! duplication, reordering (a packet swapped with the one after it) and
-//! corruption (one flipped bit, which the receiver's ICRC check catches).
-//! Seeded, so a run's decisions repeat.
+//! Fault injection on the send path, for runs that exercise the
+//! transport's recovery on real sockets and links: loss, duplication,
+//! reordering (a packet held back until the next one has left) and
+//! corruption (one flipped bit, which the receiver's ICRC or VCRC check
+//! catches). Seeded, so a run's decisions repeat.
+//!
+//! This is the part both injectors share: the configuration, the dice and
+//! the counts. Each backend holds a reordered packet its own way: the UDP
+//! driver's `udp::faults::Faults` (per source port, with the packet's
+//! address) and [`crate::link::faults::FaultLink`] over any frame link.
 
-use crate::udp::IoStats;
 use rdma_transport::sim::Rng;
-use std::net::IpAddr;
 
 /// Probabilities, each per packet, and the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -36,58 +39,109 @@ impl FaultConfig {
     }
 }
 
-/// Where a packet goes: its destination and the TOS and TTL it leaves with.
-pub(crate) type To = (IpAddr, crate::udp::IpMarks);
-
-type Held = (Vec<u8>, To, u16);
-
-pub(crate) struct Faults {
-    cfg: FaultConfig,
-    rng: Rng,
-    held: Option<Held>,
+/// What an injector did, by kind (a device reports them in its
+/// `IoStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    pub losses: u64,
+    pub duplicates: u64,
+    pub reorders: u64,
+    pub corruptions: u64,
 }
 
-impl Faults {
-    pub(crate) fn new(cfg: FaultConfig) -> Faults {
-        Faults { cfg, rng: Rng::new(cfg.seed), held: None }
+/// The fate of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Dropped.
+    Lose,
+    /// Held back, to leave after the next packet.
+    Hold,
+    /// Sent now, and again if `duplicate`.
+    Send { duplicate: bool },
+}
+
+/// The decisions, drawn in one fixed order (loss, corruption, reordering,
+/// duplication) so that a seed gives the same run on either backend.
+#[derive(Debug)]
+pub(crate) struct FaultDice {
+    cfg: FaultConfig,
+    rng: Rng,
+    pub(crate) counts: FaultCounts,
+}
+
+impl FaultDice {
+    pub(crate) fn new(cfg: FaultConfig) -> FaultDice {
+        FaultDice { cfg, rng: Rng::new(cfg.seed), counts: FaultCounts::default() }
     }
 
-    /// Decides the fate of one packet; returns what to send now, in order.
-    pub(crate) fn apply(&mut self, body: &mut [u8], dest: To, port: u16, stats: &mut IoStats) -> Vec<(Vec<u8>, To)> {
-        let mut out = Vec::new();
+    /// Decides the fate of `body` (the bytes a corruption may flip: what
+    /// follows the UDP or Ethernet header). `may_hold`: nothing is held
+    /// now (one packet at most waits).
+    pub(crate) fn roll(&mut self, body: &mut [u8], may_hold: bool) -> Fate {
         if self.rng.chance(self.cfg.loss) {
-            stats.injected_losses += 1;
-            return self.release_after(out, port);
+            self.counts.losses += 1;
+            return Fate::Lose;
         }
         if self.rng.chance(self.cfg.corrupt) && !body.is_empty() {
             let bit = self.rng.below(body.len() as u64 * 8) as usize;
             body[bit / 8] ^= 1 << (bit % 8);
-            stats.injected_corruptions += 1;
+            self.counts.corruptions += 1;
         }
-        if self.held.is_none() && self.rng.chance(self.cfg.reorder) {
-            stats.injected_reorders += 1;
-            self.held = Some((body.to_vec(), dest, port));
-            return out;
+        if may_hold && self.rng.chance(self.cfg.reorder) {
+            self.counts.reorders += 1;
+            return Fate::Hold;
         }
-        out.push((body.to_vec(), dest));
-        if self.rng.chance(self.cfg.duplicate) {
-            stats.injected_duplicates += 1;
-            out.push((body.to_vec(), dest));
+        let duplicate = self.rng.chance(self.cfg.duplicate);
+        if duplicate {
+            self.counts.duplicates += 1;
         }
-        self.release_after(out, port)
+        Fate::Send { duplicate }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counts_match_the_fates_and_a_seed_repeats() {
+        let cfg = FaultConfig { loss: 0.1, duplicate: 0.1, reorder: 0.1, corrupt: 0.1, seed: 7 };
+        let run = || {
+            let mut d = FaultDice::new(cfg);
+            let mut held = false;
+            let mut fates = Vec::new();
+            let (mut lost, mut dup, mut hold, mut flipped) = (0, 0, 0, 0);
+            for i in 0..10_000u32 {
+                let mut body = i.to_be_bytes();
+                let f = d.roll(&mut body, !held);
+                flipped += u64::from(body != i.to_be_bytes());
+                match f {
+                    Fate::Lose => lost += 1,
+                    Fate::Hold => {
+                        hold += 1;
+                        held = true;
+                    }
+                    Fate::Send { duplicate } => {
+                        dup += u64::from(duplicate);
+                        held = false;
+                    }
+                }
+                fates.push(f);
+            }
+            assert_eq!(d.counts, FaultCounts { losses: lost, duplicates: dup, reorders: hold, corruptions: flipped });
+            // Roughly as configured (each about 1,000 of 10,000).
+            for n in [lost, dup, hold, flipped] {
+                assert!((700..1300).contains(&n), "{:?}", d.counts);
+            }
+            fates
+        };
+        assert_eq!(run(), run());
     }
 
-    /// A held packet goes out after the next one from the same port.
-    fn release_after(&mut self, mut out: Vec<(Vec<u8>, To)>, port: u16) -> Vec<(Vec<u8>, To)> {
-        if self.held.as_ref().is_some_and(|h| h.2 == port) {
-            let (b, d, _) = self.held.take().expect("checked");
-            out.push((b, d));
-        }
-        out
-    }
-
-    /// A packet still held at the end of a burst.
-    pub(crate) fn take_held(&mut self) -> Option<Held> {
-        self.held.take()
+    #[test]
+    fn nothing_is_held_while_a_packet_waits() {
+        let mut d = FaultDice::new(FaultConfig { reorder: 1.0, ..FaultConfig::default() });
+        assert_eq!(d.roll(&mut [0u8; 4], false), Fate::Send { duplicate: false });
+        assert_eq!(d.roll(&mut [0u8; 4], true), Fate::Hold);
     }
 }

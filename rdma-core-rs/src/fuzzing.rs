@@ -3,7 +3,8 @@
 //! checked-in seed corpus by an ordinary test (`tests/fuzz_corpus_*.rs`).
 //! Every oracle panics on a violation; nothing else may panic.
 
-use crate::udp::{split_datagram, IoStats, RxMeta, HEADROOM};
+use crate::io_stats::IoStats;
+use crate::udp::{split_datagram, RxMeta, HEADROOM};
 use rdma_transport::{Endpoint, Instant};
 use rdma_wire::{IdentRecovery, RoceV2Packet, ROCE_V2_PORT};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -2,8 +2,9 @@
 //! a [`crate::link::Link`] (RoCE v1, native IB). A closed enum rather
 //! than a trait object: see [`crate::link`] for why, and for the seam.
 
+use crate::io_stats::IoStats;
 use crate::link::frames::FrameIo;
-use crate::udp::{IoDriver, IoStats, Offloads, UdpIo};
+use crate::udp::{IoDriver, Offloads, UdpIo};
 use rdma_transport::{Endpoint, Instant};
 use std::io;
 use std::os::fd::RawFd;
@@ -74,10 +75,10 @@ impl Io {
         }
     }
 
-    pub(crate) fn stats(&self) -> &IoStats {
+    pub(crate) fn stats(&self) -> IoStats {
         match self {
-            Io::Udp(u) => &u.stats,
-            Io::Frames(f) => &f.stats,
+            Io::Udp(u) => u.stats.clone(),
+            Io::Frames(f) => f.stats(),
         }
     }
 

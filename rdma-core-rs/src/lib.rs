@@ -61,6 +61,7 @@ pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 mod io;
+mod io_stats;
 pub mod link;
 mod pd;
 mod qp;
@@ -72,6 +73,7 @@ pub use cq::{CompChannel, CompletionQueue};
 pub use device::{devices, Backend, Device, DeviceConfig, Gid, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
+pub use io_stats::IoStats;
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
@@ -83,4 +85,4 @@ pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-pub use udp::{IoDriver, IoStats, Offloads};
+pub use udp::{IoDriver, Offloads};

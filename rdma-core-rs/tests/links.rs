@@ -223,6 +223,23 @@ fn faults_over_a_frame_link_are_recovered_from() {
             .map(|d| b.ctx.stats().drops.get(d).copied().unwrap_or(0))
             .sum();
         assert!(crc_drops > 0, "{}: corrupted frames were caught", link.name());
+        // The injector's counts reach the device's I/O counters, as the UDP
+        // backend's do; every frame dropped by a CRC was corrupted by it (or
+        // is the duplicate of one: corruption comes first).
+        let io = a.ctx.io_stats();
+        assert!(
+            io.injected_losses > 0
+                && io.injected_corruptions > 0
+                && io.injected_duplicates > 0
+                && io.injected_reorders > 0,
+            "{}: {io:?}",
+            link.name()
+        );
+        assert!(
+            crc_drops <= io.injected_corruptions + io.injected_duplicates,
+            "{}: {io:?}, {crc_drops} CRC drops",
+            link.name()
+        );
     }
 }
 

@@ -238,4 +238,7 @@ impl<L: Link> Link for CaptureLink<L> {
         }
         self.inner.flush()
     }
+    fn fault_counts(&self) -> crate::faults::FaultCounts {
+        self.inner.fault_counts()
+    }
 }

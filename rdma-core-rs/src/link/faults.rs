@@ -1,37 +1,31 @@
-//! Fault injection over any frame link, on the send side: loss,
-//! duplication, reordering (a frame held back until the next one has
-//! left) and corruption (one bit flipped after the Ethernet header, which
-//! the receiver's ICRC or VCRC catches). Seeded with the same
-//! [`FaultConfig`] as the UDP backend's injector, so a run repeats.
+//! Fault injection over any frame link, on the send side: the shared dice
+//! of [`crate::faults`] (the same [`FaultConfig`] and seed as the UDP
+//! backend's injector, so a run repeats), with one frame held back until
+//! the next has left. Corruption flips a bit after the Ethernet header,
+//! which the receiver's ICRC or VCRC catches.
 
 use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
-use crate::faults::FaultConfig;
-use rdma_transport::sim::Rng;
+pub use crate::faults::FaultCounts;
+use crate::faults::{Fate, FaultConfig, FaultDice};
 use std::io;
 use std::os::fd::RawFd;
-
-/// What the injector did, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultCounts {
-    pub losses: u64,
-    pub duplicates: u64,
-    pub reorders: u64,
-    pub corruptions: u64,
-}
 
 /// A link that damages what it is given to send, as configured.
 #[derive(Debug)]
 pub struct FaultLink<L> {
     inner: L,
-    cfg: FaultConfig,
-    rng: Rng,
+    dice: FaultDice,
     held: Option<Vec<u8>>,
-    pub counts: FaultCounts,
 }
 
 impl<L: Link> FaultLink<L> {
     pub fn new(inner: L, cfg: FaultConfig) -> FaultLink<L> {
-        FaultLink { inner, cfg, rng: Rng::new(cfg.seed), held: None, counts: FaultCounts::default() }
+        FaultLink { inner, dice: FaultDice::new(cfg), held: None }
+    }
+
+    /// What it did so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.dice.counts
     }
 }
 
@@ -43,25 +37,20 @@ impl<L: Link> Link for FaultLink<L> {
         self.inner.mac()
     }
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        if self.rng.chance(self.cfg.loss) {
-            self.counts.losses += 1;
-            return Ok(());
-        }
         let mut f = frame.to_vec();
-        if self.rng.chance(self.cfg.corrupt) && f.len() > ETH_HEADER {
-            let bit = self.rng.below((f.len() - ETH_HEADER) as u64 * 8) as usize;
-            f[ETH_HEADER + bit / 8] ^= 1 << (bit % 8);
-            self.counts.corruptions += 1;
-        }
-        if self.held.is_none() && self.rng.chance(self.cfg.reorder) {
-            self.counts.reorders += 1;
-            self.held = Some(f);
-            return Ok(());
-        }
-        self.inner.send(&f)?;
-        if self.rng.chance(self.cfg.duplicate) {
-            self.counts.duplicates += 1;
-            self.inner.send(&f)?;
+        let body = f.get_mut(ETH_HEADER..).unwrap_or_default();
+        match self.dice.roll(body, self.held.is_none()) {
+            Fate::Lose => return Ok(()),
+            Fate::Hold => {
+                self.held = Some(f);
+                return Ok(());
+            }
+            Fate::Send { duplicate } => {
+                self.inner.send(&f)?;
+                if duplicate {
+                    self.inner.send(&f)?;
+                }
+            }
         }
         if let Some(h) = self.held.take() {
             self.inner.send(&h)?;
@@ -83,5 +72,8 @@ impl<L: Link> Link for FaultLink<L> {
             self.inner.send(&h)?;
         }
         self.inner.flush()
+    }
+    fn fault_counts(&self) -> FaultCounts {
+        self.dice.counts
     }
 }

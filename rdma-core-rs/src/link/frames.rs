@@ -12,7 +12,7 @@
 //! (`Drop::LidMismatch`).
 
 use super::{ethertype, mac_of_gid, Link, Mac, BROADCAST, ETH_HEADER};
-use crate::udp::IoStats;
+use crate::io_stats::IoStats;
 use rdma_transport::{Endpoint, Instant, LinkKind, MAX_PACKET};
 use std::collections::HashMap;
 use std::io;
@@ -60,6 +60,13 @@ impl FrameIo {
 
     pub(crate) fn fd(&self) -> RawFd {
         self.link.fd()
+    }
+
+    /// The counters, with what a fault injector in the link did.
+    pub(crate) fn stats(&self) -> IoStats {
+        let mut s = self.stats.clone();
+        s.set_faults(self.link.fault_counts());
+        s
     }
 
     pub(crate) fn max_frame(&self) -> usize {

@@ -89,6 +89,11 @@ pub trait Link: Send {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// What a fault injector in this link (or under it) did; none by
+    /// default.
+    fn fault_counts(&self) -> crate::faults::FaultCounts {
+        crate::faults::FaultCounts::default()
+    }
 }
 
 impl Link for Box<dyn Link> {
@@ -109,6 +114,9 @@ impl Link for Box<dyn Link> {
     }
     fn flush(&mut self) -> io::Result<()> {
         (**self).flush()
+    }
+    fn fault_counts(&self) -> crate::faults::FaultCounts {
+        (**self).fault_counts()
     }
 }
 

@@ -45,14 +45,16 @@
 //! per round of sending.
 
 mod connected;
+mod faults;
 mod recv;
 mod send;
 mod uring;
 
 pub(crate) use recv::{split_datagram, RxMeta};
 
-use crate::faults::Faults;
+use crate::io_stats::IoStats;
 use crate::DeviceConfig;
+use faults::Faults;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
 use rdma_wire::ROCE_V2_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -91,42 +93,6 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// the connected-send probe's timestamp copy must fit in the error queue,
 /// which is charged to it.
 const TX_SOCKET_RCVBUF: usize = 4096;
-
-/// Counters of the socket layer (the engine counts the rest).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IoStats {
-    /// Packets received (a GRO datagram counts each packet in it).
-    pub datagrams_received: u64,
-    /// Packets sent (a GSO send counts each segment).
-    pub datagrams_sent: u64,
-    pub recv_syscalls: u64,
-    pub send_syscalls: u64,
-    /// Sends of more than one segment (UDP_SEGMENT).
-    pub gso_sends: u64,
-    /// Packets whose payload the kernel copied straight from the memory
-    /// region (see [`UdpIo::sends_by_reference`]).
-    pub payloads_by_reference: u64,
-    /// Received datagrams that held more than one packet (UDP_GRO).
-    pub gro_receives: u64,
-    /// Datagrams longer than any RoCE packet, dropped.
-    pub truncated: u64,
-    /// Packets the kernel refused to send (counted and traced; the
-    /// transport retransmits).
-    pub send_errors: u64,
-    /// Packets sent on a connected socket to its peer: no address, no
-    /// route lookup (see `connected`).
-    pub connected_sends: u64,
-    /// Probes that learned an IPv4 send socket's next Identification.
-    pub ident_probes: u64,
-    /// Probes that found a prediction wrong (the packets since the last
-    /// check failed the peer's ICRC check and were resent).
-    pub ident_mismatches: u64,
-    /// Packets the fault injector dropped, duplicated, reordered, corrupted.
-    pub injected_losses: u64,
-    pub injected_duplicates: u64,
-    pub injected_reorders: u64,
-    pub injected_corruptions: u64,
-}
 
 /// What the kernel offloads for this backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

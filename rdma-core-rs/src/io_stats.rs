@@ -1,0 +1,52 @@
+//! The counters a device's backend keeps: a leaf, so that the UDP driver,
+//! the frame driver and the fault injectors all count into it without
+//! depending on one another.
+
+use crate::faults::FaultCounts;
+
+/// Counters of a device's backend, UDP or frames (the engine counts the
+/// rest).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Packets received (a GRO datagram counts each packet in it).
+    pub datagrams_received: u64,
+    /// Packets sent (a GSO send counts each segment).
+    pub datagrams_sent: u64,
+    pub recv_syscalls: u64,
+    pub send_syscalls: u64,
+    /// Sends of more than one segment (UDP_SEGMENT).
+    pub gso_sends: u64,
+    /// Packets whose payload the kernel copied straight from the memory
+    /// region (see `UdpIo::sends_by_reference`).
+    pub payloads_by_reference: u64,
+    /// Received datagrams that held more than one packet (UDP_GRO).
+    pub gro_receives: u64,
+    /// Datagrams longer than any RoCE packet, dropped.
+    pub truncated: u64,
+    /// Packets the kernel refused to send (counted and traced; the
+    /// transport retransmits).
+    pub send_errors: u64,
+    /// Packets sent on a connected socket to its peer: no address, no
+    /// route lookup (see `connected`).
+    pub connected_sends: u64,
+    /// Probes that learned an IPv4 send socket's next Identification.
+    pub ident_probes: u64,
+    /// Probes that found a prediction wrong (the packets since the last
+    /// check failed the peer's ICRC check and were resent).
+    pub ident_mismatches: u64,
+    /// Packets the fault injector dropped, duplicated, reordered, corrupted.
+    pub injected_losses: u64,
+    pub injected_duplicates: u64,
+    pub injected_reorders: u64,
+    pub injected_corruptions: u64,
+}
+
+impl IoStats {
+    /// Takes the fault injector's totals.
+    pub(crate) fn set_faults(&mut self, c: FaultCounts) {
+        self.injected_losses = c.losses;
+        self.injected_duplicates = c.duplicates;
+        self.injected_reorders = c.reorders;
+        self.injected_corruptions = c.corruptions;
+    }
+}

@@ -21,6 +21,7 @@
 //! | [`sim`] | a deterministic simulated link with faults and a pcap writer |
 //! | [`time`] | virtual time |
 
+pub mod capture;
 pub mod cc;
 pub mod cm;
 pub mod completer;

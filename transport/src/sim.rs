@@ -8,6 +8,7 @@
 //! queue with a serialisation rate, the shape a switch port takes in the
 //! congestion-control and InfiniBand-link work.
 
+use crate::capture::CaptureWriter;
 use crate::endpoint::{Endpoint, MAX_PACKET};
 use crate::framing::LinkKind;
 use crate::memory::{Access, Pd, RegionMemory};
@@ -115,8 +116,14 @@ pub struct Sim {
     /// When each sender's link is free again (serialisation).
     busy_until: Vec<Instant>,
     pub stats: LinkStats,
-    pcap: Option<pcap_file::pcap::PcapWriter<Box<dyn Write>>>,
+    pcap: Option<Capture>,
     filter: Option<Filter>,
+}
+
+/// A capture asked for, begun once the link kind is known.
+enum Capture {
+    Waiting(Box<dyn Write>),
+    Writing(CaptureWriter<Box<dyn Write>>),
 }
 
 impl std::fmt::Debug for Sim {
@@ -145,10 +152,11 @@ impl Sim {
         }
     }
 
-    /// Records every packet sent, as Ethernet frames, into `out`.
+    /// Records every packet sent into `out`: Ethernet frames for RoCE, ERF
+    /// records for native IB (see [`crate::capture`]). The format follows
+    /// the endpoints' link kind, so the file is begun at the first packet.
     pub fn capture(&mut self, out: Box<dyn Write>) -> std::io::Result<()> {
-        let w = pcap_file::pcap::PcapWriter::new(out).map_err(std::io::Error::other)?;
-        self.pcap = Some(w);
+        self.pcap = Some(Capture::Waiting(out));
         Ok(())
     }
 
@@ -194,8 +202,15 @@ impl Sim {
     }
 
     fn record(&mut self, packet: &[u8]) {
-        let Some(w) = self.pcap.as_mut() else { return };
         let link = self.endpoints.first().map_or(LinkKind::RoceV2, |e| e.link());
+        if let Some(Capture::Waiting(_)) = self.pcap {
+            let Some(Capture::Waiting(out)) = self.pcap.take() else { unreachable!("matched") };
+            match CaptureWriter::new(out, link) {
+                Ok(w) => self.pcap = Some(Capture::Writing(w)),
+                Err(e) => tracing::warn!(error = %e, "sim capture: the file header could not be written"),
+            }
+        }
+        let Some(Capture::Writing(w)) = self.pcap.as_mut() else { return };
         let ethertype: [u8; 2] = match link {
             LinkKind::RoceV1 => rdma_wire::ethernet::ETHERTYPE_ROCE_V1.to_be_bytes(),
             LinkKind::Ib => rdma_wire::ethernet::ETHERTYPE_IB.to_be_bytes(),
@@ -206,9 +221,7 @@ impl Sim {
         frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01]);
         frame.extend_from_slice(&ethertype);
         frame.extend_from_slice(packet);
-        let ts = Duration::from_nanos(self.now.as_nanos());
-        let rec = pcap_file::pcap::PcapPacket::new(ts, frame.len() as u32, &frame);
-        let _ = w.write_packet(&rec);
+        let _ = w.frame(Duration::from_nanos(self.now.as_nanos()), &frame);
     }
 
     /// Moves every packet the endpoints want to send onto the links.

@@ -1,6 +1,8 @@
 //! Capture over any frame link: every frame the device sends and
 //! receives, in a file Wireshark 4.0 (Debian 12's tshark) decodes.
 //!
+//! The format is the engine's (`rdma_transport::capture`):
+//!
 //! - RoCE v1: classic pcap of Ethernet frames (LINKTYPE_ETHERNET); tshark
 //!   decodes EtherType 0x8915 as RoCE (GRH first).
 //! - Native IB: classic pcap of LINKTYPE_ERF (197) records of ERF type 21
@@ -17,86 +19,42 @@
 //! stops, whoever holds the device then), and when the link is dropped.
 
 use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use rdma_transport::capture::CaptureWriter;
 use rdma_transport::LinkKind;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter};
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::SystemTime;
 
-/// LINKTYPE_ETHERNET.
-pub const LINKTYPE_ETHERNET: u32 = 1;
-/// LINKTYPE_ERF: each record is an Endace ERF record.
-pub const LINKTYPE_ERF: u32 = 197;
-/// ERF type of an InfiniBand data packet (starting at the LRH).
-pub const ERF_TYPE_INFINIBAND: u8 = 21;
-/// ERF flag: a variable-length record.
-const ERF_FLAG_VLEN: u8 = 0x04;
 /// Records between flushes.
 pub const FLUSH_EVERY: u64 = 64;
 
-/// Writes the records of one capture file.
+/// Writes the records of one capture file (the engine's
+/// [`CaptureWriter`], buffered, flushed every [`FLUSH_EVERY`] records).
+#[derive(Debug)]
 pub struct PcapSink {
-    out: BufWriter<File>,
-    linktype: u32,
+    out: CaptureWriter<BufWriter<File>>,
     records: u64,
-}
-
-impl std::fmt::Debug for PcapSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PcapSink").field("linktype", &self.linktype).field("records", &self.records).finish()
-    }
 }
 
 impl PcapSink {
     /// Creates `path` for frames of `kind` (see the module documentation).
     pub fn create(path: &Path, kind: LinkKind) -> io::Result<PcapSink> {
-        let linktype = if kind == LinkKind::Ib { LINKTYPE_ERF } else { LINKTYPE_ETHERNET };
         let file = File::create(path)
             .map_err(|e| io::Error::new(e.kind(), format!("capture file {}: {e}", path.display())))?;
-        let mut out = BufWriter::new(file);
-        // pcap global header: magic, v2.4, zone 0, sigfigs 0, snaplen, link type.
-        out.write_all(&0xa1b2_c3d4u32.to_le_bytes())?;
-        out.write_all(&2u16.to_le_bytes())?;
-        out.write_all(&4u16.to_le_bytes())?;
-        out.write_all(&[0u8; 8])?;
-        out.write_all(&65535u32.to_le_bytes())?;
-        out.write_all(&linktype.to_le_bytes())?;
-        Ok(PcapSink { out, linktype, records: 0 })
+        Ok(PcapSink { out: CaptureWriter::new(BufWriter::new(file), kind)?, records: 0 })
     }
 
     /// Records one Ethernet frame seen at `at`.
     pub fn record(&mut self, at: SystemTime, frame: &[u8]) -> io::Result<()> {
         let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        if self.linktype == LINKTYPE_ERF {
-            let packet = frame.get(ETH_HEADER..).unwrap_or_default();
-            let rlen = 16 + packet.len();
-            self.header(since, rlen)?;
-            // ERF timestamp: seconds in the high 32 bits, a binary fraction below.
-            let frac = (u64::from(since.subsec_nanos()) << 32) / 1_000_000_000;
-            let ts = (since.as_secs() << 32) | frac;
-            self.out.write_all(&ts.to_le_bytes())?;
-            self.out.write_all(&[ERF_TYPE_INFINIBAND, ERF_FLAG_VLEN])?;
-            self.out.write_all(&(rlen as u16).to_be_bytes())?;
-            self.out.write_all(&0u16.to_be_bytes())?; // loss counter
-            self.out.write_all(&(packet.len() as u16).to_be_bytes())?;
-            self.out.write_all(packet)?;
-        } else {
-            self.header(since, frame.len())?;
-            self.out.write_all(frame)?;
-        }
+        self.out.frame(since, frame)?;
         self.records += 1;
         if self.records % FLUSH_EVERY == 0 {
             self.out.flush()?;
         }
         Ok(())
-    }
-
-    fn header(&mut self, since: std::time::Duration, len: usize) -> io::Result<()> {
-        self.out.write_all(&(since.as_secs() as u32).to_le_bytes())?;
-        self.out.write_all(&since.subsec_micros().to_le_bytes())?;
-        self.out.write_all(&(len as u32).to_le_bytes())?;
-        self.out.write_all(&(len as u32).to_le_bytes())
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

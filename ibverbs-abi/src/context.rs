@@ -18,7 +18,7 @@ use crate::device::{dev_of, Dev};
 use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
 use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -30,6 +30,15 @@ pub static CONTEXTS: Registry = Registry::new();
 /// idle-progress thread takes it: about the most a packet waits when the
 /// application is elsewhere (spinning on memory, sleeping, in TCP).
 pub const IDLE_LOOK: Duration = Duration::from_micros(20);
+
+/// How long the idle-progress thread rests while the application polls,
+/// before it looks again: the longest a packet waits for the application
+/// to come back from elsewhere (a TCP exchange) once it stopped polling.
+pub const ACTIVE_LOOK: Duration = Duration::from_micros(200);
+
+/// The idle-progress thread's timer slack: its sleeps of [`IDLE_LOOK`] end
+/// within a microsecond of it.
+const TIMER_SLACK_NS: libc::c_ulong = 1_000;
 
 /// How often the idle-progress thread looks at the engine's timers when
 /// no packet comes (retransmissions, RNR waits).
@@ -69,13 +78,15 @@ pub struct Engine {
 }
 
 /// What the application is doing, for the idle-progress thread.
-#[derive(Default)]
 struct Activity {
     /// Counts polls: a change means the application takes its packets.
     polls: AtomicU64,
     /// Threads asleep in `ibv_get_cq_event`/`ibv_get_async_event`: a
     /// packet is theirs at once, no grace period.
     blocked: AtomicUsize,
+    /// Wakes the idle-progress thread when a thread starts to block (it
+    /// may be resting while the application polled).
+    kick: OwnedFd,
 }
 
 impl Engine {
@@ -88,6 +99,7 @@ impl Engine {
     /// idle-progress thread makes the progress that wakes it at once.
     pub fn blocked<R>(&self, f: impl FnOnce() -> R) -> R {
         self.activity.blocked.fetch_add(1, Ordering::SeqCst);
+        signal_fd(self.activity.kick.as_raw_fd());
         let r = f();
         self.activity.blocked.fetch_sub(1, Ordering::SeqCst);
         r
@@ -152,7 +164,8 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         objects: Mutex::new(Objects::default()),
         stop: AtomicBool::new(false),
     });
-    let activity = Arc::new(Activity::default());
+    let kick = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    let activity = Arc::new(Activity { polls: AtomicU64::new(0), blocked: AtomicUsize::new(0), kick });
     let idle = spawn_idle_progress(verbs.clone(), shared.clone(), activity.clone()).map_err(|e| {
         tracing::warn!(error = %e, "cannot start the idle-progress thread");
         libc::EAGAIN
@@ -176,7 +189,20 @@ fn release(name: &str) {
         if let Some(h) = e.idle.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = h.join();
         }
-        tracing::info!(device = name, "device engine released");
+        let (s, io) = (e.verbs.stats(), e.verbs.io_stats());
+        tracing::info!(
+            device = name,
+            packets_sent = s.packets_sent,
+            packets_received = s.packets_received,
+            retransmits = s.retransmits,
+            timeouts = s.timeouts,
+            naks_sent = s.naks_sent,
+            duplicates = s.duplicates,
+            drops = ?s.drops,
+            send_syscalls = io.send_syscalls,
+            recv_syscalls = io.recv_syscalls,
+            "device engine released"
+        );
         // Objects still open keep the engine itself alive through their handles.
     }
 }
@@ -210,42 +236,89 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
 /// it unless it is asleep in a blocking call, and makes one round of
 /// progress if it did not poll meanwhile. It also moves the engine's
 /// asynchronous events to the context's queue and fd.
+///
+/// While the application polls, it rests [`ACTIVE_LOOK`] at a time without
+/// watching the device (waking on every packet would take a core from a
+/// spinning application on a small machine); a thread that starts to block
+/// wakes it at once.
+///
+/// It never waits for the device lock: a held lock means a thread of the
+/// application is making progress. (Waiting for it made the application's
+/// next poll wait in turn for this thread's round and a wake-up: perftest's
+/// ib_write_bw sender spent half its time in futex waits.) Once it has
+/// taken packets itself and the application still does not poll (a
+/// receiver that only waits, as ib_write_bw's server does), it keeps
+/// taking them without the grace period, until the application polls again
+/// or the packets stop.
 fn spawn_idle_progress(
     verbs: rdma_core_rs::Context,
     shared: Arc<AsyncShared>,
     activity: Arc<Activity>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("ibv-progress".into()).spawn(move || {
-        let fds = verbs.wait_fds();
+        // Sleeps of IDLE_LOOK as asked, not the default 50 us later.
+        // SAFETY: prctl with PR_SET_TIMERSLACK changes only this thread's slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) };
+        let [rx, ring] = verbs.wait_fds();
+        let kick = activity.kick.as_raw_fd();
         let mut seen = activity.polls.load(Ordering::Relaxed);
+        // The application polled since the last look.
+        let mut active = false;
+        // Packets this thread took in its last round, the application not polling.
+        let mut took_over = false;
         while !shared.stop.load(Ordering::Relaxed) {
-            let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-            let ms = IDLE_DRIVE.as_millis() as libc::c_int;
-            // SAFETY: `p` is an array of two pollfds (a negative fd is skipped).
-            let ready = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) } > 0;
-            if ready && activity.blocked.load(Ordering::SeqCst) == 0 {
-                std::thread::sleep(IDLE_LOOK);
+            let blocked = activity.blocked.load(Ordering::SeqCst) > 0;
+            if active && !blocked {
+                wait_readable(&[kick], ACTIVE_LOOK);
+            } else {
+                let wait = if took_over { Duration::ZERO } else { IDLE_DRIVE };
+                let [r, q, _] = wait_readable(&[rx, ring, kick], wait);
+                if (r || q) && !took_over && !blocked {
+                    std::thread::sleep(IDLE_LOOK);
+                }
             }
             let now = activity.polls.load(Ordering::Relaxed);
-            if now != seen {
-                seen = now; // the application polls: it takes its packets itself
-                if ready {
-                    continue;
+            active = now != seen;
+            if active {
+                // The application polls: its polls take the packets (and
+                // wake its threads that block), and fire the timers.
+                seen = now;
+                took_over = false;
+                continue;
+            }
+            match verbs.try_progress() {
+                Ok(moved) => took_over = moved,
+                Err(e) => {
+                    tracing::warn!(error = %e, "idle-progress thread stops");
+                    return;
                 }
             }
-            // Zero timeout: one round of progress, then the events it raised.
-            loop {
-                match verbs.get_async_event(Some(Duration::ZERO)) {
-                    Ok(Some(ev)) => deliver(&shared, ev),
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "idle-progress thread stops");
-                        return;
-                    }
-                }
+            while let Some(ev) = verbs.try_async_event() {
+                deliver(&shared, ev);
             }
         }
     })
+}
+
+/// Which of `fds` are readable (a negative fd is skipped) after waiting up
+/// to `wait`. The last is the kick eventfd: drained if readable.
+fn wait_readable<const N: usize>(fds: &[RawFd; N], wait: Duration) -> [bool; N] {
+    let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    let ts = libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
+    // SAFETY: `p` is an array of N pollfds; ppoll with a timeout and no signal mask.
+    let n = unsafe { libc::ppoll(p.as_mut_ptr(), N as libc::nfds_t, &ts, std::ptr::null()) };
+    let out = p.map(|q| n > 0 && q.revents & libc::POLLIN != 0);
+    if N > 0 && out[N - 1] {
+        drain(fds[N - 1]);
+    }
+    out
+}
+
+/// Empties an eventfd (non-blocking read of its count).
+fn drain(fd: RawFd) {
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes into `v`; the fd is non-blocking here only if a poll said it is readable.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 /// Queues an engine event for `ibv_get_async_event`, with the pointer of

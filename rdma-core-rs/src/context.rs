@@ -380,6 +380,31 @@ impl Context {
         self.inner.progress_locked(&mut st).map(drop)
     }
 
+    /// One round of progress, unless another thread holds the device now
+    /// (it is making progress itself): then nothing. Returns whether a
+    /// packet came or went. For a helper thread that must never make the
+    /// application wait for the device (the drop-in libibverbs' idle
+    /// progress): blocking on the lock would put the helper's round, and a
+    /// wake-up, in the middle of the application's.
+    pub fn try_progress(&self) -> Result<bool> {
+        let mut st = match self.inner.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        };
+        self.inner.progress_locked(&mut st)
+    }
+
+    /// The next asynchronous event if one is queued, without progress and
+    /// without waiting for the device (None while another thread holds it).
+    pub fn try_async_event(&self) -> Option<AsyncEvent> {
+        match self.inner.state.try_lock() {
+            Ok(mut g) => g.ep.poll_event(),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().ep.poll_event(),
+        }
+    }
+
     /// Drives progress for `d`, sleeping on the socket in between.
     pub fn progress_for(&self, d: Duration) -> Result<()> {
         self.inner.wait_until(Some(d), |_| None::<()>)?;

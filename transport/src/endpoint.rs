@@ -102,6 +102,10 @@ pub struct Endpoint {
     np_params: DcqcnParams,
     /// QP1, created by the first MAD sent or received.
     gsi: Option<Box<Gsi>>,
+    /// Where the GSI's own transaction IDs start: drawn at random, as the
+    /// kernel's MAD agents put an agent number in the high half, so that
+    /// ours do not meet the IDs a peer chose (which our responses echo).
+    gsi_first_tid: u64,
 }
 
 /// The notification point's settings while congestion control is off:
@@ -127,6 +131,7 @@ impl Endpoint {
         // first QPN is drawn at random above that, so that a blind peer
         // cannot guess it (defence in depth, like the keys').
         let next_qpn = FIRST_QPN + rng.below(u64::from(QPN_START_SPREAD)) as u32;
+        let gsi_first_tid = rng.next_u64();
         Endpoint {
             framer: Framer::roce_v2(local),
             mrs: MemoryTable::with_rng(rng),
@@ -151,6 +156,7 @@ impl Endpoint {
             cc: None,
             np_params: DEFAULT_NP,
             gsi: None,
+            gsi_first_tid,
         }
     }
 
@@ -616,13 +622,19 @@ impl Endpoint {
         retries: u8,
     ) -> Result<u64, VerbsError> {
         self.touch();
-        let gsi = self.gsi.get_or_insert_with(Default::default);
+        let gsi = self.gsi_mut();
         let mad = mad.into();
         gsi.send(dest, mad, expect_response, retries).ok_or(VerbsError::InvalidAttribute {
             qpn: rdma_wire::mad::GSI_QPN,
             attr: "transaction ID (a send with it already awaits a response)",
             value: rdma_wire::mad::Mad::new_unchecked(&mad.0[..]).transaction_id(),
         })
+    }
+
+    /// The GSI, made at its first use.
+    pub(crate) fn gsi_mut(&mut self) -> &mut Gsi {
+        let first = self.gsi_first_tid;
+        self.gsi.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
     }
 
     /// The next MAD received on QP1, oldest first.
@@ -643,7 +655,7 @@ impl Endpoint {
     }
 
     pub fn set_gsi_src_port(&mut self, port: u16) {
-        self.gsi.get_or_insert_with(Default::default).set_src_port(port);
+        self.gsi_mut().set_src_port(port);
     }
 
     /// Gives the send to `dest` with `transaction_id` `extra` more time

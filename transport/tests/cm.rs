@@ -1,6 +1,8 @@
 //! The IB CM state machine on the simulated link: REQ/REP/RTU connects an
 //! RC pair that then carries a SEND, an unknown service gets REJ 8, a lost
-//! REP is recovered through the repeated REQ, and DREQ/DREP tears down.
+//! REP is recovered through the repeated REQ, and DREQ/DREP tears down;
+//! then every handshake path again over 150 seeds of a link that loses,
+//! duplicates and reorders packets.
 
 use core::net::{IpAddr, Ipv4Addr};
 use core::time::Duration;
@@ -38,10 +40,15 @@ fn node(sim: &mut Sim, i: usize, config: CmConfig) -> Node {
 }
 
 fn setup(b_config: CmConfig) -> (Sim, Node, Node) {
-    let mut sim = Sim::new(7, LinkConfig::default());
-    sim.add_endpoint(Endpoint::with_seed(A, 1));
-    sim.add_endpoint(Endpoint::with_seed(B, 2));
-    let a = node(&mut sim, 0, CmConfig { first_comm_id: 0x100, ..CmConfig::default() });
+    setup_on(7, LinkConfig::default(), CmConfig { first_comm_id: 0x100, ..CmConfig::default() }, b_config)
+}
+
+/// Two nodes on a link of `link` (seeded with `seed`); B listens.
+fn setup_on(seed: u64, link: LinkConfig, a_config: CmConfig, b_config: CmConfig) -> (Sim, Node, Node) {
+    let mut sim = Sim::new(seed, link);
+    sim.add_endpoint(Endpoint::with_seed(A, 1 + 2 * seed));
+    sim.add_endpoint(Endpoint::with_seed(B, 2 + 2 * seed));
+    let a = node(&mut sim, 0, a_config);
     let mut b = node(&mut sim, 1, b_config);
     b.cm.listen(SERVICE);
     (sim, a, b)
@@ -297,7 +304,13 @@ fn a_consumer_reject_carries_reason_28_and_private_data() {
     assert_eq!(&private_data[..7], b"go away");
     assert!(private_data[7..].iter().all(|&b| b == 0));
     assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
-    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0), "nothing left behind");
+    // B remembers the rejected REQ for a time-wait, to answer its repeats
+    // with the same REJ; then it forgets it without an event.
+    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 1));
+    let until = b.cm.poll_timeout().expect("the rejected REQ's time-wait");
+    b.cm.handle_timeout(until);
+    assert_eq!(b.cm.connections(), 0, "nothing left behind");
+    assert_eq!(b.cm.poll_event(), None, "no time-wait event for a request the consumer let go");
 }
 
 #[test]
@@ -534,4 +547,216 @@ fn the_rep_is_resent_at_the_pace_the_req_asked_for() {
         let gap = w[1] - w[0];
         assert!(gap >= 500 * MS && gap < 600 * MS, "REP copies {t:?}");
     }
+}
+
+// ---- Every handshake path again, on a link that loses, duplicates and
+// reorders packets (seeded, so a failing seed replays exactly).
+
+/// 15 % loss, 10 % duplication, 10 % reordering, both ways, on MADs and
+/// data alike.
+fn lossy() -> LinkConfig {
+    LinkConfig { loss: 0.15, duplicate: 0.10, reorder: 0.10, ..LinkConfig::default() }
+}
+
+/// rdma_cm's 15 retries: with 15 % loss a handshake step then fails with
+/// odds of about 1e-9, so every seed must connect.
+fn patient(first_comm_id: u32) -> CmConfig {
+    CmConfig { max_retries: 15, first_comm_id, ..CmConfig::default() }
+}
+
+thread_local! {
+    /// Packets the link lost, duplicated and reordered in this test's runs.
+    static FAULTS: RefCell<(u64, u64, u64)> = const { RefCell::new((0, 0, 0)) };
+}
+
+/// Checks that the seeds' runs did meet every kind of fault, at least
+/// `min` times each (about a third of what the rates give on average).
+fn assert_faults_happened(min: u64) {
+    let (lost, dup, reord) = FAULTS.with(|f| *f.borrow());
+    assert!(lost >= min && dup >= min && reord >= min, "lost {lost}, duplicated {dup}, reordered {reord}");
+}
+
+fn count(events: &[CmEvent], f: impl Fn(&CmEvent) -> bool) -> usize {
+    events.iter().filter(|e| f(e)).count()
+}
+
+/// Ends both time-waits (the simulator steps towards the engines' timers
+/// only, not the CMs'), and checks that nothing is left behind.
+fn end_time_waits(sim: &mut Sim, a: &mut Node, b: &mut Node, what: &str) {
+    FAULTS.with(|f| {
+        let mut f = f.borrow_mut();
+        f.0 += sim.stats.lost;
+        f.1 += sim.stats.duplicated;
+        f.2 += sim.stats.reordered;
+    });
+    for n in [&mut *a, &mut *b] {
+        while let Some(t) = n.cm.poll_timeout() {
+            n.cm.handle_timeout(t.max(sim.now));
+            while let Some(e) = n.cm.poll_event() {
+                n.events.push(e);
+            }
+        }
+    }
+    assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0), "{what}: connections left behind");
+}
+
+#[test]
+fn connect_send_and_disconnect_survive_seeded_loss_duplication_and_reordering() {
+    for seed in 0..150u64 {
+        let (mut sim, mut a, mut b) = setup_on(seed, lossy(), patient(0x100), patient(0x5000));
+        let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", params(0x10)).unwrap();
+        // B may come up only through the first data packet (RTU lost), so
+        // A's being up is the signal to post B's receive and send.
+        run(&mut sim, &mut a, &mut b, Duration::from_secs(60), |a, _| established(a));
+        assert!(established(&a), "seed {seed}: A never connected: {:?} {:?}", a.events, a.cm.stats());
+        let recv = RecvWr { wr_id: 7, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: b.lkey }] };
+        sim.ep(1).post_recv(b.qpn, recv).unwrap();
+        a.mem.write(0, format!("seed {seed:04}").as_bytes());
+        let send = SendWr {
+            wr_id: 9,
+            op: SendOp::Send,
+            sg_list: vec![Sge { addr: 0x1000, length: 9, lkey: a.lkey }],
+            signaled: true,
+            solicited: false,
+            inline_data: None,
+            ud: None,
+        };
+        sim.ep(0).post_send(a.qpn, send).unwrap();
+        let (mut wa, mut wb) = (Vec::new(), Vec::new());
+        sim.run_until(Duration::from_secs(60), |s| {
+            let now = s.now;
+            a.cm.process(now, s.ep(0));
+            b.cm.process(now, s.ep(1));
+            for (n, cm) in [(&mut a.events, &mut a.cm), (&mut b.events, &mut b.cm)] {
+                while let Some(e) = cm.poll_event() {
+                    n.push(e);
+                }
+            }
+            wa.extend(s.ep(0).poll_cq(a.cq, 8));
+            wb.extend(s.ep(1).poll_cq(b.cq, 8));
+            !wa.is_empty() && !wb.is_empty() && established(&b)
+        });
+        assert_eq!(wa.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(9, WcStatus::Success)], "seed {seed}");
+        assert_eq!(wb.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), [(7, 9)], "seed {seed}");
+        let mut got = [0u8; 9];
+        b.mem.read(0, &mut got);
+        assert_eq!(&got, format!("seed {seed:04}").as_bytes());
+        // Duplicated and repeated REQs, REPs and RTUs made one connection.
+        assert_eq!(count(&b.events, |e| matches!(e, CmEvent::ConnectRequest { .. })), 1, "seed {seed}: {:?}", b.events);
+        assert_eq!(count(&a.events, |e| matches!(e, CmEvent::Established { .. })), 1, "seed {seed}");
+        assert_eq!(count(&b.events, |e| matches!(e, CmEvent::Established { .. })), 1, "seed {seed}");
+        assert_eq!((a.cm.connections(), b.cm.connections()), (1, 1), "seed {seed}");
+
+        // Either side disconnects; both hear of it once.
+        let (closer, cid) = if seed % 2 == 0 {
+            (0, id)
+        } else {
+            let CmEvent::Established { id, .. } = b.events[b.events.len() - 1] else { panic!("{:?}", b.events) };
+            (1, id)
+        };
+        if closer == 0 {
+            a.cm.disconnect(sim.ep(0), cid).unwrap();
+        } else {
+            b.cm.disconnect(sim.ep(1), cid).unwrap();
+        }
+        let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
+        run(&mut sim, &mut a, &mut b, Duration::from_secs(60), |a, b| gone(a) && gone(b));
+        for (who, n) in [("A", &a), ("B", &b)] {
+            assert_eq!(
+                count(&n.events, |e| matches!(e, CmEvent::Disconnected { .. })),
+                1,
+                "seed {seed} {who}: {:?}",
+                n.events
+            );
+            assert!(
+                !n.events.iter().any(|e| matches!(e, CmEvent::TimedOut { .. } | CmEvent::Rejected { .. })),
+                "seed {seed} {who}"
+            );
+        }
+        assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
+        assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Err);
+        // Late duplicates still in flight are answered from the time-wait,
+        // never taken for a new connection.
+        run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |_, _| false);
+        assert_eq!(count(&b.events, |e| matches!(e, CmEvent::ConnectRequest { .. })), 1, "seed {seed}");
+        end_time_waits(&mut sim, &mut a, &mut b, &format!("seed {seed}"));
+        assert_eq!(count(&a.events, |e| matches!(e, CmEvent::TimewaitExit { .. })), 1, "seed {seed}: {:?}", a.events);
+    }
+    assert_faults_happened(40);
+}
+
+#[test]
+fn rejects_and_unknown_services_survive_seeded_loss_and_duplication() {
+    for seed in 0..150u64 {
+        let (mut sim, mut a, mut b) = setup_on(seed, lossy(), patient(0x100), patient(0x5000));
+        // Half the seeds reject in the consumer (REJ 28 with data), half
+        // ask for a service nobody listens on (REJ 8 from the CM itself).
+        let unknown = seed % 2 == 1;
+        let service = if unknown { SERVICE + 1 } else { SERVICE };
+        let id = a.cm.connect(sim.ep(0), a.qpn, B, service, b"ping", params(0x10)).unwrap();
+        let mut requests = 0;
+        sim.run_until(Duration::from_secs(60), |s| {
+            let now = s.now;
+            a.cm.process(now, s.ep(0));
+            b.cm.process(now, s.ep(1));
+            while let Some(e) = b.cm.poll_event() {
+                if let CmEvent::ConnectRequest { id, .. } = e {
+                    requests += 1;
+                    b.cm.reject(s.ep(1), id, RejReason::CONSUMER_DEFINED, b"no room").unwrap();
+                }
+            }
+            while let Some(e) = a.cm.poll_event() {
+                a.events.push(e);
+            }
+            false
+        });
+        let [CmEvent::Rejected { id: rid, reason, ref private_data }] = a.events[..] else {
+            panic!("seed {seed}: one REJ, whatever was duplicated: {:?}", a.events)
+        };
+        assert_eq!(rid, id, "seed {seed}");
+        if unknown {
+            assert_eq!((reason, requests), (RejReason::INVALID_SERVICE_ID, 0), "seed {seed}");
+        } else {
+            assert_eq!(
+                (reason, requests),
+                (RejReason::CONSUMER_DEFINED, 1),
+                "seed {seed}: repeats are no new requests"
+            );
+            assert_eq!(&private_data[..7], b"no room");
+        }
+        assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err, "seed {seed}");
+        end_time_waits(&mut sim, &mut a, &mut b, &format!("seed {seed}"));
+    }
+    assert_faults_happened(10);
+}
+
+#[test]
+fn sidr_survives_seeded_loss_and_duplication() {
+    for seed in 0..150u64 {
+        let (mut sim, mut a, mut b) = setup_on(seed, lossy(), patient(0x100), patient(0x5000));
+        let rid = a.cm.sidr_request(sim.ep(0), B, SERVICE, b"ud?").unwrap();
+        let mut requests = 0;
+        sim.run_until(Duration::from_secs(60), |s| {
+            let now = s.now;
+            a.cm.process(now, s.ep(0));
+            b.cm.process(now, s.ep(1));
+            while let Some(e) = b.cm.poll_event() {
+                if let CmEvent::SidrRequest { id, .. } = e {
+                    requests += 1;
+                    b.cm.sidr_reply(s.ep(1), id, 0, 0x77, 0x0123_4567, b"here").unwrap();
+                }
+            }
+            while let Some(e) = a.cm.poll_event() {
+                a.events.push(e);
+            }
+            false
+        });
+        assert_eq!(requests, 1, "seed {seed}: a repeated SIDR_REQ is answered from the stored reply");
+        let [CmEvent::SidrReply { id, status: 0, qpn: 0x77, qkey: 0x0123_4567, .. }] = a.events[..] else {
+            panic!("seed {seed}: one reply, whatever was duplicated: {:?}", a.events)
+        };
+        assert_eq!(id, rid, "seed {seed}");
+        end_time_waits(&mut sim, &mut a, &mut b, &format!("seed {seed}"));
+    }
+    assert_faults_happened(10);
 }

@@ -174,6 +174,8 @@ pub struct CmStats {
     /// Passive connections established by the peer's first data packet
     /// (its RTU lost or late).
     pub established_by_data: u64,
+    /// REJs sent again for a repeated REQ the consumer had rejected.
+    pub rej_resent: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +190,12 @@ enum State {
     DreqSent,
     /// Closed; kept until `until` to answer duplicates.
     TimeWait {
+        until: Instant,
+    },
+    /// Passive: the consumer rejected the REQ; kept until `until` to
+    /// answer its repeats with the same REJ, then forgotten silently (the
+    /// consumer already let the request go: no time-wait event).
+    Rejected {
         until: Instant,
     },
 }
@@ -206,8 +214,9 @@ struct Conn {
     params: ConnParams,
     /// Passive: the REQ, whose fields the QP takes.
     req: Option<ReqRepr>,
-    /// Passive: the REP, to send again on a repeated REQ.
-    rep: Option<[u8; MAD_LEN]>,
+    /// Passive: the REP or REJ that answered the REQ, to send again on a
+    /// repeated REQ.
+    reply: Option<[u8; MAD_LEN]>,
     /// The last DREP sent, to send again on a repeated DREQ.
     drep: Option<[u8; MAD_LEN]>,
     /// Active: the REP's private data, for the consumer.
@@ -246,6 +255,9 @@ pub struct Cm {
     next_id: u32,
     stats: CmStats,
     sidr: sidr::SidrTable,
+    /// The latest time `process` or `handle_timeout` was given: when the
+    /// consumer's calls between them happen.
+    now: Instant,
 }
 
 fn gid(a: IpAddr) -> core::net::Ipv6Addr {
@@ -319,6 +331,7 @@ impl Cm {
             next_id: config.first_comm_id.max(1),
             stats: CmStats::default(),
             sidr: sidr::SidrTable::default(),
+            now: Instant::ZERO,
         }
     }
 
@@ -349,20 +362,22 @@ impl Cm {
         self.conns
             .iter()
             .filter_map(|c| match c.state {
-                State::TimeWait { until } => Some(until),
+                State::TimeWait { until } | State::Rejected { until } => Some(until),
                 _ => None,
             })
             .min()
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
         let events = &mut self.events;
-        self.conns.retain(|c| {
-            let over = matches!(c.state, State::TimeWait { until } if until <= now);
-            if over {
+        self.conns.retain(|c| match c.state {
+            State::TimeWait { until } if until <= now => {
                 events.push_back(CmEvent::TimewaitExit { id: ConnId(c.local_id) });
+                false
             }
-            !over
+            State::Rejected { until } => until > now,
+            _ => true,
         });
     }
 
@@ -511,7 +526,7 @@ impl Cm {
             dreq_tid: 0,
             params,
             req: None,
-            rep: None,
+            reply: None,
             drep: None,
             rep_private_data: None,
             remote_ca_guid: 0,
@@ -602,7 +617,7 @@ impl Cm {
         let c = &mut self.conns[i];
         c.qpn = Some(qpn);
         c.state = State::RepSent;
-        c.rep = Some(rep);
+        c.reply = Some(rep);
         c.params = params;
         c.initiator_depth = initiator_depth;
         Ok(())
@@ -636,7 +651,10 @@ impl Cm {
             }),
         );
         self.send(ep, c.peer, rej, false);
-        self.conns.remove(i);
+        let until = self.now + self.config.timewait;
+        let c = &mut self.conns[i];
+        c.state = State::Rejected { until };
+        c.reply = Some(rej);
         Ok(())
     }
 

@@ -7,6 +7,7 @@ use super::*;
 impl Cm {
     /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
     pub fn process(&mut self, now: Instant, ep: &mut Endpoint) {
+        self.now = self.now.max(now);
         while let Some(t) = ep.poll_mad_timeout() {
             if self.sidr_timeout(t.dest, t.transaction_id) {
                 continue;
@@ -130,10 +131,16 @@ impl Cm {
         if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
             // A repeated REQ: our REP was lost (or is slow). Send it again;
             // in any other state the copy in flight or the RTU settles it.
-            match (c.state, c.rep, c.req) {
+            match (c.state, c.reply, c.req) {
                 (State::RepSent, Some(rep), Some(first)) => {
                     Self::send_rep(ep, from, rep, &first);
                     self.stats.rep_resent += 1;
+                }
+                // The consumer refused it: the same REJ again, never a
+                // second connect request for the consumer.
+                (State::Rejected { .. }, Some(rej), _) => {
+                    self.send(ep, from, rej, false);
+                    self.stats.rej_resent += 1;
                 }
                 // The consumer is slow to decide: tell the peer to wait
                 // (service timeout 24, about 68 s, as Linux sends).
@@ -198,7 +205,7 @@ impl Cm {
             dreq_tid: 0,
             params: ConnParams::default(),
             req: Some(req),
-            rep: None,
+            reply: None,
             drep: None,
             rep_private_data: None,
             remote_ca_guid: req.local_ca_guid,

@@ -257,7 +257,8 @@ impl Endpoint {
             self.stats.drop(Drop::MadNoGid, GSI_QPN);
             return;
         };
-        let gsi = self.gsi.get_or_insert_with(Default::default);
+        let first = self.gsi_first_tid;
+        let gsi = self.gsi.get_or_insert_with(|| Box::new(crate::gsi::Gsi::with_first_tid(first)));
         gsi.receive(src, deth.qkey(), deth.src_qp(), t.payload(), &mut self.stats);
     }
 

@@ -97,6 +97,12 @@ pub struct Gsi {
 }
 
 impl Gsi {
+    /// A GSI whose own transaction IDs follow `first` (a random start: see
+    /// the endpoint's `gsi_first_tid`).
+    pub fn with_first_tid(first: u64) -> Gsi {
+        Gsi { next_tid: first, ..Gsi::default() }
+    }
+
     /// Queues `mad` for `dest`. A transaction ID of 0 is replaced by one
     /// the agent assigns; any other is kept (a response carries its
     /// request's). With `expect_response`, the MAD is sent again each time
@@ -113,12 +119,19 @@ impl Gsi {
         let mut b = mad.0;
         let mut m = Mad::new_unchecked(&mut b[..]);
         let mut tid = m.transaction_id();
+        let dest = dest.to_canonical();
         if tid == 0 {
-            self.next_tid += 1;
-            tid = self.next_tid;
+            // The next free one: never 0, never one a send to `dest` still
+            // waits on (a response of ours may echo a peer's ID).
+            loop {
+                self.next_tid = self.next_tid.wrapping_add(1);
+                tid = self.next_tid;
+                if tid != 0 && !self.pending.iter().any(|p| p.dest == dest && p.tid == tid) {
+                    break;
+                }
+            }
             m.set_transaction_id(tid);
         }
-        let dest = dest.to_canonical();
         if expect_response.is_some()
             && self.pending.iter().any(|p| p.timeout.is_some() && p.dest == dest && p.tid == tid)
         {

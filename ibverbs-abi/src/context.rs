@@ -36,6 +36,11 @@ pub const IDLE_LOOK: Duration = Duration::from_micros(20);
 /// to come back from elsewhere (a TCP exchange) once it stopped polling.
 pub const ACTIVE_LOOK: Duration = Duration::from_micros(200);
 
+/// How long the idle-progress thread keeps looking without sleeping after
+/// it last took packets for an application that is away (a receiver that
+/// only waits): about a window of packets at the sender's pace.
+pub const AWAY_SPIN: Duration = Duration::from_micros(100);
+
 /// The idle-progress thread's timer slack: its sleeps of [`IDLE_LOOK`] end
 /// within a microsecond of it.
 const TIMER_SLACK_NS: libc::c_ulong = 1_000;
@@ -247,9 +252,10 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
 /// next poll wait in turn for this thread's round and a wake-up: perftest's
 /// ib_write_bw sender spent half its time in futex waits.) Once it has
 /// taken packets itself and the application still does not poll (a
-/// receiver that only waits, as ib_write_bw's server does), it keeps
-/// taking them without the grace period, until the application polls again
-/// or the packets stop.
+/// receiver that only waits, as ib_write_bw's server does), packets get no
+/// grace period until the application polls again, and it looks again at
+/// once for [`AWAY_SPIN`] after each round that took some: the sender's
+/// window (128 packets, as rxe's) moves only with our ACKs.
 fn spawn_idle_progress(
     verbs: rdma_core_rs::Context,
     shared: Arc<AsyncShared>,
@@ -264,16 +270,22 @@ fn spawn_idle_progress(
         let mut seen = activity.polls.load(Ordering::Relaxed);
         // The application polled since the last look.
         let mut active = false;
-        // Packets this thread took in its last round, the application not polling.
-        let mut took_over = false;
+        // This thread took packets and the application has not polled
+        // since: it is elsewhere, so packets get no grace period.
+        let mut away = false;
+        // When a round of this thread's last moved packets.
+        let mut moved_at: Option<std::time::Instant> = None;
         while !shared.stop.load(Ordering::Relaxed) {
             let blocked = activity.blocked.load(Ordering::SeqCst) > 0;
             if active && !blocked {
                 wait_readable(&[kick], ACTIVE_LOOK);
             } else {
-                let wait = if took_over { Duration::ZERO } else { IDLE_DRIVE };
-                let [r, q, _] = wait_readable(&[rx, ring, kick], wait);
-                if (r || q) && !took_over && !blocked {
+                // Traffic flowing without the application: look again at
+                // once for a while (a sender waiting for our ACKs resumes
+                // sooner than a wake-up from poll would let it), then sleep.
+                let spin = away && moved_at.is_some_and(|t| t.elapsed() < AWAY_SPIN);
+                let [r, q, _] = wait_readable(&[rx, ring, kick], if spin { Duration::ZERO } else { IDLE_DRIVE });
+                if (r || q) && !away && !blocked {
                     std::thread::sleep(IDLE_LOOK);
                 }
             }
@@ -283,11 +295,15 @@ fn spawn_idle_progress(
                 // The application polls: its polls take the packets (and
                 // wake its threads that block), and fire the timers.
                 seen = now;
-                took_over = false;
+                away = false;
                 continue;
             }
             match verbs.try_progress() {
-                Ok(moved) => took_over = moved,
+                Ok(true) => {
+                    away = true;
+                    moved_at = Some(std::time::Instant::now());
+                }
+                Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "idle-progress thread stops");
                     return;

@@ -156,7 +156,14 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         e.2 += 1;
         return Ok(e.1.clone());
     }
-    let cfg = DeviceConfig { progress: Progress::Manual, scope_id: dev.spec.scope_id, ..DeviceConfig::default() };
+    // ACKs ahead of the next request, as a NIC sends them: applications
+    // written for hardware count on that order (see DeviceConfig).
+    let cfg = DeviceConfig {
+        progress: Progress::Manual,
+        scope_id: dev.spec.scope_id,
+        ack_before_requests: true,
+        ..DeviceConfig::default()
+    };
     let verbs =
         rdma_core_rs::Device::with_config(&dev.spec.name, dev.spec.addr, cfg).and_then(|d| d.open()).map_err(|e| {
             tracing::warn!(device = %dev.spec.name, addr = %dev.spec.addr, error = %e, "cannot open the device");

@@ -321,6 +321,7 @@ impl Context {
         let cfg = device.config();
         let mut ep = Endpoint::new(device.addr());
         ep.set_ack_delay(cfg.ack_delay);
+        ep.set_ack_before_requests(cfg.ack_before_requests);
         ep.set_ecn_capable(cfg.ecn_capable);
         ep.set_congestion_control(cfg.congestion_control);
         let io = match &cfg.backend {

@@ -130,6 +130,11 @@ pub struct DeviceConfig {
     /// about a millisecond late), and destroying a QP sends its held ACKs
     /// first. Zero: every ACK at once, as rxe does.
     pub ack_delay: Duration,
+    /// With an ACK delay, a held ACK leaves ahead of its QP's next request
+    /// instead of right after it (`Endpoint::set_ack_before_requests`):
+    /// the order hardware gives, which some applications count on (the
+    /// drop-in libibverbs sets it). Off by default.
+    pub ack_before_requests: bool,
     /// One datagram per packet: no UDP GSO on send, no GRO on receive
     /// (for comparison, and what a fault-injecting device does anyway).
     pub plain_datagrams: bool,
@@ -177,6 +182,7 @@ impl Default for DeviceConfig {
             scope_id: 0,
             spin: DeviceConfig::DEFAULT_SPIN,
             ack_delay: DeviceConfig::DEFAULT_ACK_DELAY,
+            ack_before_requests: false,
             plain_datagrams: false,
             unconnected_sends: false,
             io_driver: IoDriver::Sockets,

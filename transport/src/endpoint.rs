@@ -77,6 +77,9 @@ pub struct Endpoint {
     burst: u32,
     /// How long a lone ACK may wait for other packets to leave with.
     ack_delay: Duration,
+    /// A held ACK leaves ahead of its QP's next request (see
+    /// [`Endpoint::set_ack_before_requests`]).
+    ack_before_requests: bool,
     /// `poll_transmit` has handed out a packet since it last returned `None`.
     sending: bool,
     /// The last `poll_transmit_fresh` found no new packet on any QP.
@@ -144,6 +147,7 @@ impl Endpoint {
             rr: 0,
             burst: 0,
             ack_delay: Duration::ZERO,
+            ack_before_requests: false,
             sending: false,
             fresh_done: false,
             tx_idle: false,

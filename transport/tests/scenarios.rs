@@ -450,6 +450,34 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     assert!(ep.poll_transmit(now, &mut buf).is_none(), "the round is over");
     assert!(!ep.holds_acks());
 
+    // Asked to (the drop-in libibverbs, as hardware orders them), the held
+    // ACK leaves ahead of the reply instead, still without its delay: the
+    // peer completes its send before it sees the reply.
+    let (mut sim, a, b) = pair(46);
+    sim.ep(b.ep).set_ack_delay(delay);
+    sim.ep(b.ep).set_ack_before_requests(true);
+    converse(&mut sim, &b, &a);
+    let from_b = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = from_b.clone();
+    let b_index = b.ep;
+    sim.set_filter(move |src, p| {
+        if src == b_index {
+            seen.borrow_mut().push(opcode_of(p));
+        }
+        Verdict::Deliver
+    });
+    recv(&mut sim, &a, 200, 0, 64);
+    recv(&mut sim, &b, 100, 0, 64);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    let arrived = sim.now;
+    assert!(from_b.borrow().is_empty(), "the ACK is held until there is something to send");
+    post(&mut sim, &b, 2, SendOp::Send, 100, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.recv_cq) > 0));
+    assert!(sim.now - arrived < delay / 2, "the ACK did not wait for its delay");
+    assert_eq!(from_b.borrow()[..2], [Opcode::RC_ACKNOWLEDGE, Opcode::RC_SEND_ONLY]);
+    assert_eq!(sim.ep(a.ep).cq_len(a.send_cq), 1, "A's send completed before its reply arrived");
+
     // Released: a driver about to destroy the QP sends the held ACK at once.
     let (mut sim, a, b) = holding_an_ack(44, delay);
     let arrived = sim.now;

@@ -70,6 +70,19 @@ impl Endpoint {
         self.ack_delay = delay;
     }
 
+    /// With an ACK delay, whether a held ACK leaves ahead of its QP's next
+    /// request (`true`) or right after it (`false`, the default: the
+    /// reply's latency does not include the ACK). Hardware ACKs at once,
+    /// so its peers see the ACK of their request before the next request
+    /// that answers it, and some applications count on that order:
+    /// perftest's latency tests with events take the first completion
+    /// event after a send for that send's. The drop-in libibverbs turns it
+    /// on.
+    pub fn set_ack_before_requests(&mut self, on: bool) {
+        self.touch();
+        self.ack_before_requests = on;
+    }
+
     /// Lets every held ACK leave in the next round of `poll_transmit`
     /// without waiting for its delay: for a driver about to destroy a QP,
     /// or to stop driving the endpoint for a while.
@@ -209,8 +222,14 @@ impl Endpoint {
         }
         // A READ response waiting for the pacer holds the responses behind it (they are in order).
         let held = paced.is_some_and(|(may, read_first)| read_first && !may);
-        let response =
-            if held { None } else { qp.responder_transmit(now, (self.ack_delay, flush), &self.mrs, &self.framer, buf) };
+        // Asked for, a held ACK leaves ahead of a request waiting to go.
+        let ack_first = flush
+            || (self.ack_before_requests && qp.resp.ack_held_since.is_some() && qp.req.sq.len() > qp.req.cursor_wqe);
+        let response = if held {
+            None
+        } else {
+            qp.responder_transmit(now, (self.ack_delay, ack_first), &self.mrs, &self.framer, buf)
+        };
         if let Some((len, dest, payload)) = response {
             if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
                 let bytes = len + payload.as_ref().map_or(0, |p| p.len);

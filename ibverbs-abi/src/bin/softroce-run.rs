@@ -53,7 +53,7 @@ enum RunError {
     Env { var: &'static str, source: SpecError },
     #[error("cannot find this program's own path: {0}")]
     SelfPath(std::io::Error),
-    #[error("the library {0} is missing: build it with `cargo build --release -p ibverbs-abi` (it sits next to softroce-run)")]
+    #[error("the library {0} is missing: build it with `cargo build --release` (it sits next to softroce-run)")]
     NoLibrary(PathBuf),
     #[error("cannot make the library directory {path}: {source}")]
     LibDir { path: PathBuf, source: std::io::Error },
@@ -117,17 +117,18 @@ fn library() -> Result<PathBuf, RunError> {
 /// if set, else `librdmacm_abi.so` beside the library, beside this program
 /// or in `deps/` there. None if there is none: the command then gets no
 /// librdmacm.so.1 from here (applications of libibverbs alone run).
-fn rdmacm_library(lib: &Path) -> Option<PathBuf> {
+fn rdmacm_library(lib: &Path) -> Result<Option<PathBuf>, RunError> {
     if let Some(p) = std::env::var_os(RDMACM_ENV).filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(Some(p)) } else { Err(RunError::NoLibrary(p)) };
     }
     let name = "librdmacm_abi.so";
     let exe = std::env::current_exe().ok();
     let exe_dir = exe.as_deref().and_then(Path::parent);
-    [lib.parent().map(|d| d.join(name)), exe_dir.map(|d| d.join(name)), exe_dir.map(|d| d.join("deps").join(name))]
+    Ok([lib.parent().map(|d| d.join(name)), exe_dir.map(|d| d.join(name)), exe_dir.map(|d| d.join("deps").join(name))]
         .into_iter()
         .flatten()
-        .find(|p| p.is_file())
+        .find(|p| p.is_file()))
 }
 
 /// The private directory whose sonames point at `lib` (and `rdmacm`): one
@@ -175,7 +176,7 @@ fn run(args: Args) -> Result<ExitCode, RunError> {
     };
     let lib = library()?;
     let lib = lib.canonicalize().unwrap_or(lib);
-    let rdmacm = rdmacm_library(&lib).map(|r| r.canonicalize().unwrap_or(r));
+    let rdmacm = rdmacm_library(&lib)?.map(|r| r.canonicalize().unwrap_or(r));
     let dir = lib_dir(&lib, rdmacm.as_deref())?;
     let mut path = OsString::from(&dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {

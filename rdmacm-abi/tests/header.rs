@@ -88,13 +88,13 @@ int main(void)
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
 	errno = 0; CHECK(rdma_bind_addr(id, (struct sockaddr *)&un) == -1 && errno == EAFNOSUPPORT);
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET, .sin_port = htons(7777) };
-	inet_pton(AF_INET, "127.0.13.99", &src.sin_addr); /* no device has it */
-	inet_pton(AF_INET, "127.0.13.1", &dst.sin_addr);
+	inet_pton(AF_INET, "127.0.173.99", &src.sin_addr); /* no device has it */
+	inet_pton(AF_INET, "127.0.173.1", &dst.sin_addr);
 	errno = 0; CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 1000) == -1 && errno == ENODEV);
 	errno = 0; CHECK(rdma_join_multicast(id, (struct sockaddr *)&dst, NULL) == -1 && errno == ENOSYS);
 
 	/* Address and route: events on the fd, the ID's fields filled. */
-	inet_pton(AF_INET, "127.0.13.2", &src.sin_addr);
+	inet_pton(AF_INET, "127.0.173.2", &src.sin_addr);
 	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 1000) == 0);
 	struct rdma_cm_event *ev = next_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
 	CHECK(ev && ev->id == id && ev->listen_id == NULL && ev->status == 0);
@@ -144,7 +144,7 @@ int main(void)
 	CHECK(devs && n == 1 && devs[0] == id->verbs && devs[1] == NULL);
 	rdma_free_devices(devs);
 	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_UDP }, *res = NULL;
-	CHECK(rdma_getaddrinfo("127.0.13.2", "7174", &hints, &res) == 0 && res);
+	CHECK(rdma_getaddrinfo("127.0.173.2", "7174", &hints, &res) == 0 && res);
 	CHECK(res->ai_src_addr && res->ai_src_addr->sa_family == AF_INET && res->ai_dst_addr == NULL);
 	CHECK(((struct sockaddr_in *)res->ai_src_addr)->sin_port == htons(7174));
 	CHECK(res->ai_port_space == RDMA_PS_UDP && res->ai_qp_type == IBV_QPT_UD && res->ai_next == NULL);
@@ -194,7 +194,7 @@ fn layouts_match_rdma_cma_h_and_the_calls_behave_from_c() {
     assert!(out.status.success(), "cc failed (a layout differs?):\n{}", common::show(&out));
     let run = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
-        .env("SOFTROCE_DEVICES", "rxe0=127.0.13.2")
+        .env("SOFTROCE_DEVICES", "rxe0=127.0.173.2")
         .output()
         .expect("run the C program");
     let text = String::from_utf8_lossy(&run.stdout);

@@ -1,8 +1,9 @@
 //! Debian's unmodified rdmacm-utils binaries (rping, ucmatose, udaddy) over
 //! this project's librdmacm.so.1 and libibverbs.so.1, two processes on two
 //! loopback addresses; and against this project's own examples, both ways.
-//! Each test uses addresses of its own (the tests run in parallel and a
-//! device owns UDP port 4791 of its address).
+//! Each test uses addresses of its own, 127.0.161.x to 127.0.172.x (the
+//! tests run in parallel, a device owns UDP port 4791 of its address, and
+//! the workspace's other suites use lower ones).
 
 mod common;
 
@@ -29,13 +30,13 @@ fn check_rping(s: &std::process::Output, c: &std::process::Output, pings: usize,
 fn rping_over_the_library_both_sides() {
     let Some(_) = need("rping", "rdmacm-utils") else { return };
     let l = launcher();
-    let srv = over_library(&l, "rxe0=127.0.1.1", &["rping", "-s", "-a", "127.0.1.1", "-V", "-C", "100", "-v"]);
+    let srv = over_library(&l, "rxe0=127.0.161.1", &["rping", "-s", "-a", "127.0.161.1", "-V", "-C", "100", "-v"]);
     let cli = over_library(
         &l,
-        "rxe1=127.0.1.2",
-        &["rping", "-c", "-a", "127.0.1.1", "-I", "127.0.1.2", "-V", "-C", "100", "-v"],
+        "rxe1=127.0.161.2",
+        &["rping", "-c", "-a", "127.0.161.1", "-I", "127.0.161.2", "-V", "-C", "100", "-v"],
     );
-    let (s, c) = pair(srv, cli, [127, 0, 1, 1], LIMIT);
+    let (s, c) = pair(srv, cli, [127, 0, 161, 1], LIMIT);
     check_rping(&s, &c, 100, true);
     assert_eq!(count(&s, "server ping data: rdma-ping-"), 100, "server\n{}", show(&s));
 }
@@ -43,12 +44,12 @@ fn rping_over_the_library_both_sides() {
 #[test]
 fn rping_client_without_a_source_address() {
     // No -I: the source is the kernel's route if a device has it, else the
-    // process's device (here the kernel would pick 127.0.0.1).
+    // process's device (here the kernel would pick 127.0.162.1 itself).
     let Some(_) = need("rping", "rdmacm-utils") else { return };
     let l = launcher();
-    let srv = over_library(&l, "rxe0=127.0.2.1", &["rping", "-s", "-a", "127.0.2.1", "-V", "-C", "10"]);
-    let cli = over_library(&l, "rxe1=127.0.2.2", &["rping", "-c", "-a", "127.0.2.1", "-V", "-C", "10", "-v"]);
-    let (s, c) = pair(srv, cli, [127, 0, 2, 1], LIMIT);
+    let srv = over_library(&l, "rxe0=127.0.162.1", &["rping", "-s", "-a", "127.0.162.1", "-V", "-C", "10"]);
+    let cli = over_library(&l, "rxe1=127.0.162.2", &["rping", "-c", "-a", "127.0.162.1", "-V", "-C", "10", "-v"]);
+    let (s, c) = pair(srv, cli, [127, 0, 162, 1], LIMIT);
     check_rping(&s, &c, 10, true);
 }
 
@@ -57,13 +58,13 @@ fn rping_library_client_against_the_example_server() {
     let Some(_) = need("rping", "rdmacm-utils") else { return };
     let l = launcher();
     let ex = example("rping");
-    let srv = direct(&ex, &["-s", "-a", "127.0.3.1", "-V", "-C", "50", "-v"]);
+    let srv = direct(&ex, &["-s", "-a", "127.0.163.1", "-V", "-C", "50", "-v"]);
     let cli = over_library(
         &l,
-        "rxe1=127.0.3.2",
-        &["rping", "-c", "-a", "127.0.3.1", "-I", "127.0.3.2", "-V", "-C", "50", "-v"],
+        "rxe1=127.0.163.2",
+        &["rping", "-c", "-a", "127.0.163.1", "-I", "127.0.163.2", "-V", "-C", "50", "-v"],
     );
-    let (s, c) = pair(srv, cli, [127, 0, 3, 1], LIMIT);
+    let (s, c) = pair(srv, cli, [127, 0, 163, 1], LIMIT);
     check_rping(&s, &c, 50, true);
     assert_eq!(count(&s, "server ping data: rdma-ping-"), 50, "example server\n{}", show(&s));
 }
@@ -73,9 +74,9 @@ fn rping_example_client_against_the_library_server() {
     let Some(_) = need("rping", "rdmacm-utils") else { return };
     let l = launcher();
     let ex = example("rping");
-    let srv = over_library(&l, "rxe0=127.0.4.1", &["rping", "-s", "-a", "127.0.4.1", "-V", "-C", "50", "-v"]);
-    let cli = direct(&ex, &["-c", "-a", "127.0.4.1", "-I", "127.0.4.2", "-V", "-C", "50", "-v"]);
-    let (s, c) = pair(srv, cli, [127, 0, 4, 1], LIMIT);
+    let srv = over_library(&l, "rxe0=127.0.164.1", &["rping", "-s", "-a", "127.0.164.1", "-V", "-C", "50", "-v"]);
+    let cli = direct(&ex, &["-c", "-a", "127.0.164.1", "-I", "127.0.164.2", "-V", "-C", "50", "-v"]);
+    let (s, c) = pair(srv, cli, [127, 0, 164, 1], LIMIT);
     check_rping(&s, &c, 50, true);
     assert_eq!(count(&s, "server ping data: rdma-ping-"), 50, "library server\n{}", show(&s));
 }
@@ -116,38 +117,38 @@ fn cmatose_pair(tool: &'static str, a: [u8; 4], lib_server: bool, lib_client: bo
 
 #[test]
 fn ucmatose_over_the_library_both_sides() {
-    cmatose_pair("ucmatose", [127, 0, 5, 1], true, true, &[]);
+    cmatose_pair("ucmatose", [127, 0, 165, 1], true, true, &[]);
 }
 
 #[test]
 fn ucmatose_with_channel_migration() {
     // -m: the client moves its IDs to a new event channel (rdma_migrate_id).
-    cmatose_pair("ucmatose", [127, 0, 6, 1], true, true, &["-m"]);
+    cmatose_pair("ucmatose", [127, 0, 166, 1], true, true, &["-m"]);
 }
 
 #[test]
 fn ucmatose_library_client_against_the_example_server() {
-    cmatose_pair("ucmatose", [127, 0, 7, 1], false, true, &[]);
+    cmatose_pair("ucmatose", [127, 0, 167, 1], false, true, &[]);
 }
 
 #[test]
 fn ucmatose_example_client_against_the_library_server() {
-    cmatose_pair("ucmatose", [127, 0, 8, 1], true, false, &[]);
+    cmatose_pair("ucmatose", [127, 0, 168, 1], true, false, &[]);
 }
 
 #[test]
 fn udaddy_over_the_library_both_sides() {
-    cmatose_pair("udaddy", [127, 0, 9, 1], true, true, &[]);
+    cmatose_pair("udaddy", [127, 0, 169, 1], true, true, &[]);
 }
 
 #[test]
 fn udaddy_library_client_against_the_example_server() {
-    cmatose_pair("udaddy", [127, 0, 10, 1], false, true, &[]);
+    cmatose_pair("udaddy", [127, 0, 170, 1], false, true, &[]);
 }
 
 #[test]
 fn udaddy_example_client_against_the_library_server() {
-    cmatose_pair("udaddy", [127, 0, 11, 1], true, false, &[]);
+    cmatose_pair("udaddy", [127, 0, 171, 1], true, false, &[]);
 }
 
 #[test]
@@ -160,24 +161,38 @@ fn a_port_nobody_listens_on_is_rejected() {
     // reports it its own way and exits by itself, no crash.
     let Some(_) = need("ucmatose", "rdmacm-utils") else { return };
     let l = launcher();
-    let mut srv = over_library(&l, "rxe0=127.0.12.1", &["ucmatose", "-b", "127.0.12.1", "-c", "1", "-C", "1"]);
-    let mut srv = srv.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("server");
+    let mut srv = over_library(&l, "rxe0=127.0.172.1", &["ucmatose", "-b", "127.0.172.1", "-c", "1", "-C", "1"]);
+    let srv = srv.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("server");
+    // Killed however the test ends.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _srv = KillOnDrop(srv);
     let start = std::time::Instant::now();
-    while !roce_bound([127, 0, 12, 1]) && start.elapsed() < LIMIT {
+    while !roce_bound([127, 0, 172, 1]) && start.elapsed() < LIMIT {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
     let tools: [(&str, Vec<&str>, &str, i32); 3] = [
-        ("ucmatose", vec!["-s", "127.0.12.1", "-b", "127.0.12.2", "-p", "9999"], "RDMA_CM_EVENT_REJECTED, error: 8", 8),
+        (
+            "ucmatose",
+            vec!["-s", "127.0.172.1", "-b", "127.0.172.2", "-p", "9999"],
+            "RDMA_CM_EVENT_REJECTED, error: 8",
+            8,
+        ),
         (
             "udaddy",
-            vec!["-s", "127.0.12.1", "-b", "127.0.12.2", "-p", "9999"],
+            vec!["-s", "127.0.172.1", "-b", "127.0.172.2", "-p", "9999"],
             "RDMA_CM_EVENT_UNREACHABLE, error: 1",
             1,
         ),
         (
             "rping",
-            vec!["-c", "-a", "127.0.12.1", "-I", "127.0.12.2", "-p", "9999", "-C", "1"],
+            vec!["-c", "-a", "127.0.172.1", "-I", "127.0.172.2", "-p", "9999", "-C", "1"],
             "RDMA_CM_EVENT_REJECTED, error 8",
             255,
         ),
@@ -192,7 +207,7 @@ fn a_port_nobody_listens_on_is_rejected() {
             args.truncate(4);
         }
         args.insert(0, tool);
-        let cli = over_library(&l, "rxe1=127.0.12.2", &args)
+        let cli = over_library(&l, "rxe1=127.0.172.2", &args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -204,6 +219,4 @@ fn a_port_nobody_listens_on_is_rejected() {
         assert!(all.contains(want), "{tool}: wanted {want:?}\n{}", show(&o));
         assert_eq!(o.status.code(), Some(code), "{tool}\n{}", show(&o));
     }
-    let _ = srv.kill();
-    let _ = srv.wait();
 }

@@ -34,6 +34,7 @@ use crate::ffi::{errno_of, guard, live, set_errno, Registry};
 use libc::{c_char, c_int, c_void};
 use rdma_core_rs::cm::{self, CmError, CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
 use rdma_core_rs::Gid;
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
@@ -63,15 +64,47 @@ struct Channel {
     ch: EventChannel,
 }
 
+/// A CM ID: the C struct first (an `UnsafeCell`, which has its layout), so
+/// the application's pointer is the box's. The C fields are written only
+/// by the calls on this ID, which librdmacm's rules keep to one thread at a
+/// time; the thread that takes events reads only fields that do not change
+/// after creation (`qp_type`, `context`, `ps`, a listener's `verbs`).
 #[repr(C)]
 struct Id {
-    c: rdma_cm_id,
+    c: UnsafeCell<rdma_cm_id>,
     cm: CmId,
     /// `rdma_bind_addr`'s address, used by `rdma_listen` or `rdma_resolve_addr`.
-    bound: Option<SocketAddr>,
+    bound: Mutex<Option<SocketAddr>>,
     /// A CONNECT_REQUEST's depths (already from our side), what
     /// `rdma_accept(id, NULL)` answers with.
-    req_depths: (u8, u8),
+    req_depths: Mutex<(u8, u8)>,
+}
+
+impl Id {
+    fn c(&self) -> *mut rdma_cm_id {
+        self.c.get()
+    }
+
+    fn bound(&self) -> Option<SocketAddr> {
+        *self.bound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Reads a field of an ID's C struct.
+macro_rules! get {
+    ($id:expr, $($f:ident).+) => {
+        // SAFETY: a live ID (see `Id`): a plain read of its C struct.
+        unsafe { (*$id.c()).$($f).+ }
+    };
+}
+
+/// Writes a field of an ID's C struct.
+macro_rules! set {
+    ($id:expr, $($f:ident).+, $v:expr) => {{
+        let v = $v;
+        // SAFETY: a live ID (see `Id`): calls on one ID are not concurrent.
+        unsafe { (*$id.c()).$($f).+ = v }
+    }};
 }
 
 #[repr(C)]
@@ -165,16 +198,9 @@ fn source_for(dst: IpAddr) -> Result<IpAddr, c_int> {
 
 /// # Safety
 /// `p` may be anything; dereferenced only if it is a live ID.
-unsafe fn id_of<'a>(p: *mut rdma_cm_id) -> Option<&'a mut Id> {
-    if !IDS.contains(p.cast::<Id>()) {
-        tracing::debug!(ptr = ?p, "not a live rdma_cm_id");
-        set_errno(libc::EINVAL);
-        return None;
-    }
-    // SAFETY: registered IDs are leaked boxes (made mutable by
-    // Box::into_raw), freed only after removal. As in librdmacm, the
-    // application does not use one ID from two threads at once.
-    Some(unsafe { &mut *p.cast::<Id>() })
+unsafe fn id_of<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
+    // SAFETY: registered IDs are leaked boxes, freed only after removal.
+    unsafe { live(&IDS, p.cast::<Id>(), "rdma_cm_id") }
 }
 
 /// # Safety
@@ -192,7 +218,12 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
     c.ps = ps;
     c.qp_type = qp_type;
     let key = cm.key();
-    let p = Box::into_raw(Box::new(Id { c, cm, bound: None, req_depths: (1, 1) }));
+    let p = Box::into_raw(Box::new(Id {
+        c: UnsafeCell::new(c),
+        cm,
+        bound: Mutex::new(None),
+        req_depths: Mutex::new((1, 1)),
+    }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
     p
@@ -204,19 +235,19 @@ fn lookup(cm: &CmId) -> Option<*mut Id> {
 }
 
 /// Fills the ID's address and route fields from the CM ID.
-fn fill_route(id: &mut Id) {
-    let local = id.cm.local_addr().or(id.bound);
+fn fill_route(id: &Id) {
+    let local = id.cm.local_addr().or(id.bound());
     let remote = id.cm.peer_addr();
     if let Some(l) = local {
-        id.c.route.addr.src = addr::to_c(l).0;
-        id.c.route.addr.ibaddr.sgid = ibv_gid { raw: Gid::from_ip(l.ip()).0 };
+        set!(id, route.addr.src, addr::to_c(l).0);
+        set!(id, route.addr.ibaddr.sgid, ibv_gid { raw: Gid::from_ip(l.ip()).0 });
     }
     if let Some(r) = remote {
-        id.c.route.addr.dst = addr::to_c(r).0;
-        id.c.route.addr.ibaddr.dgid = ibv_gid { raw: Gid::from_ip(r.ip()).0 };
+        set!(id, route.addr.dst, addr::to_c(r).0);
+        set!(id, route.addr.ibaddr.dgid, ibv_gid { raw: Gid::from_ip(r.ip()).0 });
     }
-    id.c.route.addr.ibaddr.pkey = 0xffffu16.to_be();
-    id.c.port_num = 1;
+    set!(id, route.addr.ibaddr.pkey, 0xffffu16.to_be());
+    set!(id, port_num, 1);
 }
 
 fn port_space(ps: c_int) -> Option<PortSpace> {
@@ -313,7 +344,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
         // SAFETY: the caller's sockaddr.
         let Some(mut sa) = (unsafe { addr::from_c(a) }) else { return fail(libc::EAFNOSUPPORT) };
-        if i.bound.is_some() {
+        if i.bound().is_some() {
             return fail(libc::EINVAL);
         }
         if sa.ip().is_unspecified() {
@@ -325,10 +356,10 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             sa.set_ip(d);
         }
         match open_device(sa.ip()) {
-            Ok((ctx, _)) => i.c.verbs = ctx,
+            Ok((ctx, _)) => set!(i, verbs, ctx),
             Err(e) => return fail(e),
         }
-        i.bound = Some(SocketAddr::new(sa.ip().to_canonical(), sa.port()));
+        *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = Some(SocketAddr::new(sa.ip().to_canonical(), sa.port()));
         fill_route(i);
         0
     })
@@ -348,7 +379,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         let (src, dst) = unsafe { (addr::from_c(src), addr::from_c(dst)) };
         let Some(dst) = dst else { return fail(libc::EINVAL) };
         let dst = SocketAddr::new(dst.ip().to_canonical(), dst.port());
-        let src = match src.filter(|s| !s.ip().is_unspecified()).or(i.bound).map(|s| s.ip().to_canonical()) {
+        let src = match src.filter(|s| !s.ip().is_unspecified()).or(i.bound()).map(|s| s.ip().to_canonical()) {
             Some(s) => s,
             None => match source_for(dst.ip()) {
                 Ok(s) => s,
@@ -356,7 +387,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             },
         };
         match open_device(src) {
-            Ok((ctx, _)) => i.c.verbs = ctx,
+            Ok((ctx, _)) => set!(i, verbs, ctx),
             Err(e) => return fail(e),
         }
         let t = Duration::from_millis(timeout_ms.max(0) as u64);
@@ -388,7 +419,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     guard("rdma_listen", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        let Some(b) = i.bound else { return fail(libc::EINVAL) };
+        let Some(b) = i.bound() else { return fail(libc::EINVAL) };
         if let Err(e) = i.cm.bind_addr(b).and_then(|_| i.cm.listen(backlog.max(0) as u32)) {
             return fail_cm("rdma_listen", &e);
         }
@@ -402,18 +433,19 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
     guard("rdma_create_qp", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if i.c.verbs.is_null() || attr.is_null() || !i.c.qp.is_null() {
+        let verbs = get!(i, verbs);
+        if verbs.is_null() || attr.is_null() || !get!(i, qp).is_null() {
             return fail(libc::EINVAL);
         }
         let pd = if pd.is_null() {
             let o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-            o.iter().find(|o| o.ctx == i.c.verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
+            o.iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
         } else {
             pd
         };
         // SAFETY: pd_of checks the registry.
         let Some(p) = (unsafe { crate::pd::pd_of(pd) }) else { return -1 };
-        if p.c.context != i.c.verbs {
+        if p.c.context != verbs {
             tracing::debug!("rdma_create_qp: the PD is of another device than the ID");
             return fail(libc::EINVAL);
         }
@@ -434,13 +466,12 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
             unsafe { crate::qp::ibv_destroy_qp(qp) };
             return fail(e);
         }
-        i.c.qp = qp;
-        i.c.pd = pd;
+        set!(i, qp, qp);
+        set!(i, pd, pd);
         // SAFETY: the caller's attributes.
-        unsafe {
-            i.c.send_cq = (*attr).send_cq;
-            i.c.recv_cq = (*attr).recv_cq;
-        }
+        let (scq, rcq) = unsafe { ((*attr).send_cq, (*attr).recv_cq) };
+        set!(i, send_cq, scq);
+        set!(i, recv_cq, rcq);
         0
     })
 }
@@ -485,13 +516,14 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard("rdma_destroy_qp", (), || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return };
-        if i.c.qp.is_null() {
+        let qp = get!(i, qp);
+        if qp.is_null() {
             return;
         }
         let _ = i.cm.set_qp_num(None);
         // SAFETY: the QP rdma_create_qp made (checked by the registry).
-        unsafe { crate::qp::ibv_destroy_qp(i.c.qp) };
-        i.c.qp = std::ptr::null_mut();
+        unsafe { crate::qp::ibv_destroy_qp(qp) };
+        set!(i, qp, std::ptr::null_mut());
     })
 }
 
@@ -524,7 +556,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     guard("rdma_connect", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if i.c.qp.is_null() && i.c.qp_type != IBV_QPT_UD {
+        if get!(i, qp).is_null() && get!(i, qp_type) != IBV_QPT_UD {
             // rdma_connect with conn_param->qp_num (a QP of the application's,
             // then CONNECT_RESPONSE and rdma_establish) is not supported.
             tracing::warn!("rdma_connect needs a QP made with rdma_create_qp");
@@ -549,11 +581,11 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     guard("rdma_accept", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if i.c.qp.is_null() {
+        if get!(i, qp).is_null() {
             // A UD accept may name the QP by number only (udaddy does both).
             // SAFETY: the caller's parameters, or NULL.
             let qpn = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
-            if i.c.qp_type != IBV_QPT_UD || qpn == 0 {
+            if get!(i, qp_type) != IBV_QPT_UD || qpn == 0 {
                 tracing::warn!("rdma_accept needs a QP made with rdma_create_qp");
                 return fail(libc::ENOSYS);
             }
@@ -561,7 +593,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
                 return fail_cm("rdma_accept", &e);
             }
         }
-        let (resp, init) = i.req_depths;
+        let (resp, init) = *i.req_depths.lock().unwrap_or_else(|e| e.into_inner());
         let dflt = ConnParam { responder_resources: resp, initiator_depth: init, ..ConnParam::default() };
         // SAFETY: the caller's parameters.
         let p = match unsafe { conn_param(param, dflt) } {
@@ -639,18 +671,19 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
         let lp = lookup(e.listen_id.as_ref()?)?;
         // SAFETY: a registered ID (BY_KEY holds live ones only).
         let l = unsafe { &*lp };
-        let np = new_id(channel, l.c.context, l.c.ps, l.c.qp_type, e.id.clone());
-        // SAFETY: just made.
-        let n = unsafe { &mut *np };
-        n.c.verbs = l.c.verbs;
-        n.req_depths = (e.param.responder_resources, e.param.initiator_depth);
+        let np = new_id(channel, get!(l, context), get!(l, ps), get!(l, qp_type), e.id.clone());
+        // SAFETY: just made, not yet known to the application.
+        let n = unsafe { &*np };
+        set!(n, verbs, get!(l, verbs));
+        *n.req_depths.lock().unwrap_or_else(|e| e.into_inner()) =
+            (e.param.responder_resources, e.param.initiator_depth);
         fill_route(n);
         (np, lp)
     } else {
         (lookup(&e.id)?, std::ptr::null_mut())
     };
     // SAFETY: a registered ID.
-    let id = unsafe { &mut *idp };
+    let id = unsafe { &*idp };
     let data = e.param.private_data.clone();
     // SAFETY: plain data, zero is valid.
     let mut c: rdma_cm_event = unsafe { std::mem::zeroed() };
@@ -664,7 +697,7 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
     } else {
         (ev.data.as_ptr().cast::<c_void>(), ev.data.len().min(255) as u8)
     };
-    if id.c.qp_type == IBV_QPT_UD {
+    if get!(id, qp_type) == IBV_QPT_UD {
         // SAFETY: plain data, zero is valid.
         let mut ah: ibv_ah_attr = unsafe { std::mem::zeroed() };
         if let Some(peer) = id.cm.peer_addr() {
@@ -693,7 +726,6 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             qp_num: e.param.qp_num,
         };
     }
-    fill_route(id);
     let p = Box::into_raw(ev);
     EVENTS.insert(p);
     Some(p)
@@ -720,13 +752,13 @@ fn port_of(st: &libc::sockaddr_storage) -> u16 {
 #[export_name = "softroce_rdma_get_src_port_impl"]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: id_of checks the registry.
-    guard("rdma_get_src_port", 0, || unsafe { id_of(id) }.map_or(0, |i| port_of(&i.c.route.addr.src)))
+    guard("rdma_get_src_port", 0, || unsafe { id_of(id) }.map_or(0, |i| port_of(&get!(i, route.addr.src))))
 }
 
 #[export_name = "softroce_rdma_get_dst_port_impl"]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: id_of checks the registry.
-    guard("rdma_get_dst_port", 0, || unsafe { id_of(id) }.map_or(0, |i| port_of(&i.c.route.addr.dst)))
+    guard("rdma_get_dst_port", 0, || unsafe { id_of(id) }.map_or(0, |i| port_of(&get!(i, route.addr.dst))))
 }
 
 #[export_name = "softroce_rdma_migrate_id_impl"]
@@ -740,7 +772,7 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
         // SAFETY: as above.
         let Some(ch) = (unsafe { channel_of(channel) }) else { return -1 };
         i.cm.migrate(&ch.ch);
-        i.c.channel = channel;
+        set!(i, channel, channel);
         0
     })
 }

@@ -161,7 +161,8 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     // SAFETY: a device of the list.
     let ctx = unsafe { crate::context::ibv_open_device(&dev.c as *const ibv_device as *mut ibv_device) };
     if ctx.is_null() {
-        return Err(libc::ENODEV);
+        // Its errno: EADDRINUSE when another process has the address.
+        return Err(std::io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::ENODEV));
     }
     // SAFETY: just opened.
     let c = unsafe { ctx_of(ctx) }.ok_or(libc::ENODEV)?;

@@ -831,7 +831,9 @@ pub unsafe extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
         c"RDMA_CM_EVENT_USER",
         c"RDMA_CM_EVENT_INTERNAL",
     ];
-    usize::try_from(event).ok().and_then(|i| NAMES.get(i)).map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+    guard("rdma_event_str", c"UNKNOWN EVENT".as_ptr(), || {
+        usize::try_from(event).ok().and_then(|i| NAMES.get(i)).map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+    })
 }
 
 #[export_name = "softroce_rdma_get_devices_impl"]
@@ -878,8 +880,10 @@ macro_rules! not_supported {
     ($($name:ident => $export:literal),* $(,)?) => {$(
         #[export_name = $export]
         pub extern "C" fn $name() -> c_int {
-            tracing::warn!(call = stringify!($name), "not supported by this librdmacm");
-            fail(libc::ENOSYS)
+            guard(stringify!($name), -1, || {
+                tracing::warn!(call = stringify!($name), "not supported by this librdmacm");
+                fail(libc::ENOSYS)
+            })
         }
     )*};
 }

@@ -1,6 +1,7 @@
 //! Links the cdylib as rdma-core's libibverbs: its soname, and its symbol
-//! versions (IBVERBS_1.0 ... IBVERBS_1.14, IBVERBS_PRIVATE_34, and the
-//! provider nodes perftest binds), as listed in libibverbs.map.
+//! versions (IBVERBS_1.0 ... IBVERBS_1.14, IBVERBS_PRIVATE_34, the
+//! provider nodes perftest binds, and SOFTROCE_PRIVATE_1 for librdmacm.so.1),
+//! as listed in libibverbs.map.
 //!
 //! rustc hands the linker its own version script, which exports every
 //! `#[no_mangle]` symbol unversioned; so each call is exported by Rust as
@@ -27,11 +28,14 @@ fn main() {
             node = None;
         } else if let (Some(n), Some(sym)) = (node, line.strip_suffix(';')) {
             if !sym.contains(':') && !sym.contains('*') && !sym.is_empty() {
+                // The private node's calls are Rust's `softroce_rdma_X_impl`.
+                let target =
+                    if n.starts_with("SOFTROCE_PRIVATE") { format!("{sym}_impl") } else { format!("softroce_{sym}") };
                 for l in [
                     format!(".globl softroce_v_{sym}"),
                     format!(".type softroce_v_{sym}, @function"),
                     format!("softroce_v_{sym}:"),
-                    format!("jmp softroce_{sym}@PLT"),
+                    format!("jmp {target}@PLT"),
                     format!(".size softroce_v_{sym}, . - softroce_v_{sym}"),
                     format!(".symver softroce_v_{sym}, {sym}@@{n}"),
                 ] {

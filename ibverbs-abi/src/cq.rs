@@ -250,7 +250,8 @@ fn to_c(w: &WorkCompletion) -> ibv_wc {
         opcode: w.opcode as c_int,
         vendor_err: 0,
         byte_len: w.byte_len,
-        imm_data: w.imm_data.or(w.invalidated_rkey).unwrap_or(0),
+        // __be32 (the wire's bytes); the invalidated rkey is host order.
+        imm_data: w.imm_data.map(u32::to_be).or(w.invalidated_rkey).unwrap_or(0),
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags,

@@ -29,6 +29,7 @@ mod pd;
 mod post;
 mod provider_stubs;
 mod qp;
+pub mod rdmacm;
 pub mod spec;
 mod srq;
 

@@ -37,11 +37,13 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, max_inline: u32) -> Result<SendW
     let (rdma, atomic, udw) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
     let op = match w.opcode {
         o::SEND => SendOp::Send,
-        o::SEND_WITH_IMM => SendOp::SendWithImm { imm: w.imm_data },
+        // imm_data is __be32: its bytes are the wire's; the engine's value is
+        // the number those bytes spell in network order.
+        o::SEND_WITH_IMM => SendOp::SendWithImm { imm: u32::from_be(w.imm_data) },
         o::SEND_WITH_INV => SendOp::SendWithInv { invalidate_rkey: w.imm_data },
         o::RDMA_WRITE => SendOp::RdmaWrite { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
         o::RDMA_WRITE_WITH_IMM => {
-            SendOp::RdmaWriteWithImm { remote_addr: rdma.remote_addr, rkey: rdma.rkey, imm: w.imm_data }
+            SendOp::RdmaWriteWithImm { remote_addr: rdma.remote_addr, rkey: rdma.rkey, imm: u32::from_be(w.imm_data) }
         }
         o::RDMA_READ => SendOp::RdmaRead { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
         o::ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {

@@ -79,3 +79,29 @@ fn the_command_gets_the_devices_and_the_library() {
     let o = run(&["--", "sh", "-c", "echo $SOFTROCE_DEVICES"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "rxe0=127.0.0.1");
 }
+
+#[test]
+fn librdmacm_is_linked_when_there_is_one() {
+    // Any file stands in for rdmacm-abi's cdylib here: only the link is checked.
+    let stand_in = common::library().canonicalize().expect("the library exists");
+    let o = Command::new(common::launcher())
+        .args(["--", "sh", "-c", "echo $LD_LIBRARY_PATH"])
+        .env("SOFTROCE_LIBRARY", common::library())
+        .env("SOFTROCE_RDMACM_LIBRARY", &stand_in)
+        .output()
+        .expect("run softroce-run");
+    assert!(o.status.success(), "{}", common::show(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let dir = text.trim().split(':').next().expect("a first entry").to_string();
+    let target = std::fs::read_link(std::path::Path::new(&dir).join("librdmacm.so.1")).expect("a librdmacm.so.1 link");
+    assert_eq!(target, stand_in);
+    // Named but missing: said so, exit 125.
+    let o = Command::new(common::launcher())
+        .args(["--", "true"])
+        .env("SOFTROCE_LIBRARY", common::library())
+        .env("SOFTROCE_RDMACM_LIBRARY", "/nonexistent/librdmacm_abi.so")
+        .output()
+        .expect("run softroce-run");
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/librdmacm_abi.so is missing"));
+}

@@ -3,7 +3,8 @@
 //!
 //! It finds the libibverbs cdylib next to its own executable, makes a
 //! private directory in which `libibverbs.so.1` (and the provider sonames
-//! perftest links, `libmlx5.so.1` and `libefa.so.1`) point to it, puts
+//! perftest links, `libmlx5.so.1` and `libefa.so.1`) point to it, and
+//! `librdmacm.so.1` to the rdmacm-abi cdylib beside it, puts
 //! that directory first in `LD_LIBRARY_PATH`, sets `SOFTROCE_DEVICES`, and
 //! execs the command, which keeps this pid.
 
@@ -15,12 +16,16 @@ use std::process::{Command, ExitCode};
 /// Names the library to use instead of the one beside this program.
 const LIBRARY_ENV: &str = "SOFTROCE_LIBRARY";
 
+/// Names the librdmacm.so.1 to use instead of the one beside the library.
+const RDMACM_ENV: &str = "SOFTROCE_RDMACM_LIBRARY";
+
 const USAGE: &str = "\
 usage: softroce-run [--device NAME=ADDR]... -- COMMAND [ARGS]...
 
-Runs COMMAND with this project's libibverbs.so.1 in place of rdma-core's,
-so that unmodified RDMA applications (ibv_rc_pingpong, perftest, your own)
-run over soft RoCE v2 devices on UDP port 4791, without a kernel module.
+Runs COMMAND with this project's libibverbs.so.1 and librdmacm.so.1 in
+place of rdma-core's, so that unmodified RDMA applications (ibv_rc_pingpong,
+perftest, rping, your own) run over soft RoCE v2 devices on UDP port 4791,
+without a kernel module.
 
   --device NAME=ADDR   a device NAME bound to the local IP address ADDR
                        (IPv4, or IPv6 with an optional %SCOPE); repeat for
@@ -31,7 +36,8 @@ run over soft RoCE v2 devices on UDP port 4791, without a kernel module.
 Environment: SOFTROCE_DEVICES (the device list, NAME=ADDR,NAME=ADDR...),
 SOFTROCE_LOG (a tracing filter such as debug: the library logs to stderr),
 SOFTROCE_LIBRARY (the library to use; default: libibverbs_abi.so beside
-this program).
+this program), SOFTROCE_RDMACM_LIBRARY (the librdmacm to use; default:
+librdmacm_abi.so beside the library or this program).
 
 Example, two devices and a ping-pong between them:
   softroce-run --device rxe0=127.0.0.1 -- ibv_rc_pingpong -d rxe0 -g 0 &
@@ -47,7 +53,7 @@ enum RunError {
     Env { var: &'static str, source: SpecError },
     #[error("cannot find this program's own path: {0}")]
     SelfPath(std::io::Error),
-    #[error("the library {0} is missing: build it with `cargo build --release -p ibverbs-abi` (it sits next to softroce-run)")]
+    #[error("the library {0} is missing: build it with `cargo build --release` (it sits next to softroce-run)")]
     NoLibrary(PathBuf),
     #[error("cannot make the library directory {path}: {source}")]
     LibDir { path: PathBuf, source: std::io::Error },
@@ -107,19 +113,39 @@ fn library() -> Result<PathBuf, RunError> {
     }
 }
 
-/// The private directory whose sonames point at `lib`: one per user and
-/// library path, made once and reused, so that nothing is left to clean
-/// up after the command (which replaces this process).
-fn lib_dir(lib: &Path) -> Result<PathBuf, RunError> {
+/// The librdmacm.so.1 (rdmacm-abi's cdylib): `SOFTROCE_RDMACM_LIBRARY`
+/// if set, else `librdmacm_abi.so` beside the library, beside this program
+/// or in `deps/` there. None if there is none: the command then gets no
+/// librdmacm.so.1 from here (applications of libibverbs alone run).
+fn rdmacm_library(lib: &Path) -> Result<Option<PathBuf>, RunError> {
+    if let Some(p) = std::env::var_os(RDMACM_ENV).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(Some(p)) } else { Err(RunError::NoLibrary(p)) };
+    }
+    let name = "librdmacm_abi.so";
+    let exe = std::env::current_exe().ok();
+    let exe_dir = exe.as_deref().and_then(Path::parent);
+    Ok([lib.parent().map(|d| d.join(name)), exe_dir.map(|d| d.join(name)), exe_dir.map(|d| d.join("deps").join(name))]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file()))
+}
+
+/// The private directory whose sonames point at `lib` (and `rdmacm`): one
+/// per user and library paths, made once and reused, so that nothing is
+/// left to clean up after the command (which replaces this process).
+fn lib_dir(lib: &Path, rdmacm: Option<&Path>) -> Result<PathBuf, RunError> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     lib.hash(&mut h);
+    rdmacm.hash(&mut h);
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let dir = std::env::temp_dir().join(format!("softroce-run-{uid}")).join(format!("{:016x}", h.finish()));
     let err = |source| RunError::LibDir { path: dir.clone(), source };
     std::fs::create_dir_all(&dir).map_err(err)?;
-    for name in ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"] {
+    let links = ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"].map(|n| (n, lib));
+    for (name, lib) in links.into_iter().chain(rdmacm.map(|r| ("librdmacm.so.1", r))) {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() == Some(lib) {
             continue;
@@ -150,7 +176,8 @@ fn run(args: Args) -> Result<ExitCode, RunError> {
     };
     let lib = library()?;
     let lib = lib.canonicalize().unwrap_or(lib);
-    let dir = lib_dir(&lib)?;
+    let rdmacm = rdmacm_library(&lib)?.map(|r| r.canonicalize().unwrap_or(r));
+    let dir = lib_dir(&lib, rdmacm.as_deref())?;
     let mut path = OsString::from(&dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");

@@ -29,8 +29,8 @@ impl CmId {
         }
         let (dev, local, remote, qp, ps, tos) = {
             let g = self.shared.lock();
-            match (g.phase, &g.dev, g.local, g.remote, &g.qp) {
-                (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => (d.clone(), l, r, q.clone(), g.ps, g.tos),
+            match (g.phase, &g.dev, g.local, g.remote, g.qpn()) {
+                (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => (d.clone(), l, r, q, g.ps, g.tos),
                 (Phase::RouteResolved, ..) => {
                     drop(g);
                     return Err(self.wrong("connect", "with a QP (create_qp)"));
@@ -61,7 +61,7 @@ impl CmId {
             ..ConnParams::default()
         };
         let sid = service_id(ps.ps(), remote.port());
-        let qpn = qp.qp_num();
+        let qpn = qp;
         let me = Arc::downgrade(&self.shared);
         let conn = dev.with_cm(|ep, core| {
             let c = core.cm.connect(ep, qpn, remote.ip(), sid, &pd, params);
@@ -127,8 +127,8 @@ impl CmId {
         }
         let (dev, conn, qp, tos, ps) = {
             let g = self.shared.lock();
-            match (g.phase, &g.dev, g.conn, &g.qp) {
-                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q.clone(), g.tos, g.ps),
+            match (g.phase, &g.dev, g.conn, g.qpn()) {
+                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q, g.tos, g.ps),
                 (Phase::ConnectRequest, ..) => {
                     drop(g);
                     return Err(self.wrong("accept", "with a QP (create_qp)"));
@@ -139,7 +139,7 @@ impl CmId {
                 }
             }
         };
-        let qpn = qp.qp_num();
+        let qpn = qp;
         if ps == PortSpace::Udp {
             if param.private_data.len() > SIDR_REP_PRIVATE_DATA_LEN {
                 return Err(CmError::PrivateDataTooLong {
@@ -243,7 +243,7 @@ impl CmId {
                 dev.with_cm(|ep, core| {
                     core.cm.forget(conn);
                     core.conns.remove(&conn.0);
-                    let qp = self.shared.lock().qp.as_ref().map(|q| q.qp_num());
+                    let qp = self.shared.lock().qpn();
                     if let Some(q) = qp {
                         let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
                     }

@@ -4,6 +4,7 @@ use super::device::CmDevice;
 use super::id::{CmId, PortSpace};
 use super::{CmError, Result};
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -103,6 +104,10 @@ impl CmEvent {
 
 pub(crate) struct ChannelShared {
     queue: Mutex<VecDeque<CmEvent>>,
+    /// An eventfd (semaphore mode) counting the queued events, for
+    /// channels made with [`EventChannel::with_fd`]: written and read
+    /// under the queue's lock, so its count is the queue's length.
+    fd: Option<OwnedFd>,
     ready: Condvar,
     /// The devices of this channel's IDs: what a waiter drives.
     devices: Mutex<Vec<Weak<CmDevice>>>,
@@ -111,12 +116,27 @@ pub(crate) struct ChannelShared {
 impl ChannelShared {
     pub(crate) fn push(&self, e: CmEvent) {
         tracing::debug!(event = %e.event, status = e.status, "CM event");
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(e);
+        if let Some(fd) = &self.fd {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from `one` to an eventfd we own.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+        drop(q);
         self.ready.notify_all();
     }
 
     fn pop(&self) -> Option<CmEvent> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let e = q.pop_front();
+        if let (Some(_), Some(fd)) = (&e, &self.fd) {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into `v`. The count is at least one (one
+            // per queued event, under this lock), so it does not block.
+            unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        }
+        e
     }
 
     fn is_empty(&self) -> bool {
@@ -162,13 +182,38 @@ const SLICE: Duration = Duration::from_millis(20);
 impl EventChannel {
     /// `rdma_create_event_channel`.
     pub fn new() -> EventChannel {
+        EventChannel::make(None)
+    }
+
+    /// `rdma_create_event_channel` with its `fd`: a file descriptor that
+    /// `poll`/`select`/`epoll` see readable while events wait (an eventfd
+    /// counting them). The CM's service thread queues events while the
+    /// application sleeps in `poll`, so the fd wakes it without any call
+    /// into this library.
+    pub fn with_fd() -> std::io::Result<EventChannel> {
+        // SAFETY: plain syscall; the fd is owned from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we own.
+        Ok(EventChannel::make(Some(unsafe { OwnedFd::from_raw_fd(fd) })))
+    }
+
+    fn make(fd: Option<OwnedFd>) -> EventChannel {
         EventChannel {
             shared: Arc::new(ChannelShared {
                 queue: Mutex::new(VecDeque::new()),
+                fd,
                 ready: Condvar::new(),
                 devices: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// The fd of a channel made with [`EventChannel::with_fd`].
+    pub fn fd(&self) -> Option<RawFd> {
+        self.shared.fd.as_ref().map(|f| f.as_raw_fd())
     }
 
     /// `rdma_create_id` on this channel.

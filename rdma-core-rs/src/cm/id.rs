@@ -137,7 +137,17 @@ pub(crate) struct IdInner {
     pub(crate) phase: Phase,
     pub(crate) conn: Option<ConnId>,
     pub(crate) qp: Option<Arc<QueuePair>>,
+    /// The number of a QP made elsewhere on this ID's device and handed to
+    /// the CM with [`CmId::set_qp_num`] (when `qp` is None).
+    pub(crate) ext_qpn: Option<u32>,
     pub(crate) tos: u8,
+}
+
+impl IdInner {
+    /// The QP the CM drives: made by [`CmId::create_qp`] or handed over.
+    pub(crate) fn qpn(&self) -> Option<u32> {
+        self.qp.as_ref().map(|q| q.qp_num()).or(self.ext_qpn)
+    }
 }
 
 pub(crate) struct IdShared {
@@ -156,6 +166,7 @@ impl IdShared {
                 phase: Phase::Idle,
                 conn: None,
                 qp: None,
+                ext_qpn: None,
                 tos: 0,
             }),
         })
@@ -237,6 +248,31 @@ impl CmId {
     /// `id->qp`: the QP made by [`CmId::create_qp`].
     pub fn qp(&self) -> Option<Arc<QueuePair>> {
         self.shared.lock().qp.clone()
+    }
+
+    /// A number naming this ID among the live ones (its clones share it),
+    /// for tables that map IDs to objects of their own (the C library's).
+    pub fn key(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
+    /// Hands the CM a QP made elsewhere on this ID's device (as
+    /// `rdma_create_qp` in the C library makes it through libibverbs): the
+    /// caller has moved it to INIT (and a UD QP to RTS); the CM takes an RC
+    /// QP through RTR and RTS and to ERR as for [`CmId::create_qp`]'s.
+    /// `None` forgets it (`rdma_destroy_qp`).
+    pub fn set_qp_num(&self, qpn: Option<u32>) -> Result<()> {
+        let mut g = self.shared.lock();
+        if qpn.is_some() && g.qpn().is_some() {
+            drop(g);
+            return Err(self.wrong("set_qp_num", "without a QP"));
+        }
+        if g.dev.is_none() {
+            drop(g);
+            return Err(self.wrong("set_qp_num", "bound to a device"));
+        }
+        g.ext_qpn = qpn;
+        Ok(())
     }
 
     /// `rdma_migrate_id`: the ID's events from now on arrive on `channel`
@@ -371,7 +407,7 @@ impl CmId {
         if !Arc::ptr_eq(&pd.context().inner, &dev.ctx.inner) {
             return Err(crate::Error::WrongDevice("the protection domain").into());
         }
-        if self.shared.lock().qp.is_some() {
+        if self.shared.lock().qpn().is_some() {
             return Err(self.wrong("create_qp", "without a QP"));
         }
         let qp = pd.create_qp(attr)?;

@@ -202,3 +202,69 @@ fn dropping_a_connected_id_disconnects_it_and_dropping_a_request_rejects_it() {
     };
     assert_eq!((ev.event, ev.status), (EventType::Rejected, 28));
 }
+
+/// Whether `fd` is readable now.
+fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+#[test]
+fn a_channel_fd_counts_events_and_a_qp_made_elsewhere_is_connected_and_flushed() {
+    // What the C library needs: a channel fd that poll sees readable while
+    // events wait, and a QP it made itself (through libibverbs) handed to
+    // the CM, which takes it to RTS and, on disconnect, to ERR, flushing the
+    // posted receive with a completion channel event.
+    use crate::{Access, QpAttr, QpState, RecvWr};
+    fast();
+    let sch = EventChannel::with_fd().unwrap();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(addr(7, 1), 9008)).unwrap();
+    listen.listen(8).unwrap();
+    let cch = EventChannel::with_fd().unwrap();
+    let cfd = cch.fd().unwrap();
+    assert!(EventChannel::new().fd().is_none());
+    let id = cch.create_id(PortSpace::Tcp);
+    assert!(id.set_qp_num(Some(1)).is_err(), "no device yet");
+    assert!(!readable(cfd, 0));
+    id.resolve_addr(Some(addr(7, 2)), SocketAddr::new(addr(7, 1), 9008), Duration::from_secs(2)).unwrap();
+    assert!(readable(cfd, 0), "ADDR_RESOLVED is queued");
+    expect(&cch, EventType::AddrResolved);
+    assert!(!readable(cfd, 0), "and taken");
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+
+    let ctx = id.context().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let chan = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(16, Some(&chan)).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+    let init = QpAttr { qp_state: Some(QpState::Init), pkey_index: Some(0), port_num: Some(1), ..QpAttr::default() };
+    qp.modify(&QpAttr { qp_access_flags: Some(Access::ALL), ..init }).unwrap();
+    id.set_qp_num(Some(qp.qp_num())).unwrap();
+    assert!(id.set_qp_num(Some(qp.qp_num())).is_err(), "one QP per ID");
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    qp.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![mr.sge(0, 64).unwrap()] }]).unwrap();
+    cq.req_notify(false).unwrap();
+    id.connect(&ConnParam::default()).unwrap();
+
+    assert!(readable(sch.fd().unwrap(), 10_000), "the server's fd wakes for the request");
+    let req = expect(&sch, EventType::ConnectRequest);
+    qp_on(&req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    assert!(readable(cfd, 10_000));
+    let est = expect(&cch, EventType::Established);
+    assert_eq!(est.param.qp_num, req.id.qp().unwrap().qp_num());
+    assert_eq!(qp.query().unwrap().0, QpState::Rts);
+    expect(&sch, EventType::Established);
+
+    id.disconnect().unwrap();
+    assert_eq!(qp.query().unwrap().0, QpState::Err);
+    assert!(chan.get_cq_event(Some(Duration::from_secs(5))).unwrap().is_some(), "the flush raised the CQ's event");
+    let mut wcs = Vec::new();
+    cq.poll(&mut wcs, 4).unwrap();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (7, crate::WcStatus::WrFlushErr));
+    id.set_qp_num(None).unwrap();
+}

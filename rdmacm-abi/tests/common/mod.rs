@@ -1,0 +1,159 @@
+//! What the rdmacm-abi tests share: the libraries of this build, the
+//! launcher and the examples (built on demand, as the root tests build
+//! theirs), skipping when a Debian binary is absent, and running a server
+//! and a client as two processes.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory of the test program: `cargo test` leaves this build's
+/// cdylibs there (`deps/`), libibverbs_abi.so as a dependency's and
+/// librdmacm_abi.so as this package's.
+pub fn deps() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test program's path");
+    exe.parent().expect("a directory").to_path_buf()
+}
+
+/// `target/<profile>`.
+fn profile_dir() -> PathBuf {
+    let d = deps();
+    if d.ends_with("deps") {
+        d.parent().expect("target/<profile>").to_path_buf()
+    } else {
+        d
+    }
+}
+
+pub fn libibverbs() -> PathBuf {
+    let p = deps().join("libibverbs_abi.so");
+    assert!(p.is_file(), "{} is missing", p.display());
+    p
+}
+
+pub fn librdmacm() -> PathBuf {
+    let p = deps().join("librdmacm_abi.so");
+    assert!(p.is_file(), "{} is missing", p.display());
+    p
+}
+
+fn cargo_build(args: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.arg("build").arg("--quiet").args(args).current_dir(root);
+    if profile_dir().ends_with("release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().expect("cargo runs").success(), "cargo build {args:?} failed");
+}
+
+/// softroce-run, built for this profile.
+pub fn launcher() -> PathBuf {
+    cargo_build(&["-p", "ibverbs-abi", "--bin", "softroce-run"]);
+    profile_dir().join("softroce-run")
+}
+
+/// One of the root package's examples (rping, ucmatose, udaddy), built.
+pub fn example(name: &str) -> PathBuf {
+    cargo_build(&["-p", "softroce", "--example", name]);
+    profile_dir().join("examples").join(name)
+}
+
+/// The full path of `name` on PATH, or None (and a printed reason) if it is
+/// not installed: the test then skips.
+pub fn need(name: &str, package: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    testkit::skip(format!("{name} is not installed (apt-get install {package})"));
+    None
+}
+
+/// `args` under softroce-run with one device, `--device dev`, and this
+/// build's libibverbs.so.1 and librdmacm.so.1.
+pub fn over_library(launcher: &Path, dev: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(launcher);
+    c.env("SOFTROCE_LIBRARY", libibverbs())
+        .env("SOFTROCE_RDMACM_LIBRARY", librdmacm())
+        .env_remove("SOFTROCE_LOG")
+        .args(["--device", dev, "--"])
+        .args(args);
+    c
+}
+
+/// An example (or any program) run directly.
+pub fn direct(program: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(program);
+    c.args(args);
+    c
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts")
+}
+
+/// Waits for a child up to `limit`, killing it after; returns its output
+/// and whether it finished in time.
+pub fn wait(mut child: Child, limit: Duration) -> (Output, bool) {
+    let start = Instant::now();
+    let mut in_time = true;
+    while child.try_wait().expect("wait on a child").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            in_time = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().expect("collect the output"), in_time)
+}
+
+/// Whether a UDP socket is bound to `ip`:4791 (from /proc/net/udp): the
+/// device of a server is open, so its CM ID is bound.
+pub fn roce_bound(ip: [u8; 4]) -> bool {
+    let want = format!("{:02X}{:02X}{:02X}{:02X}:12B7", ip[3], ip[2], ip[1], ip[0]);
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// Runs a server (first) and a client, the client once the server's device
+/// at `server_ip` is up (and a moment for its listen). Returns both outputs.
+pub fn pair(server: Command, client: Command, server_ip: [u8; 4], limit: Duration) -> (Output, Output) {
+    let srv = spawn(server);
+    let start = Instant::now();
+    while !roce_bound(server_ip) && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = spawn(client);
+    let (c, c_ok) = wait(cli, limit);
+    let (s, s_ok) = wait(srv, limit);
+    assert!(c_ok && s_ok, "timed out (client {c_ok}, server {s_ok})\n{}\n{}", show(&s), show(&c));
+    (s, c)
+}
+
+pub fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The lines of `o`'s stdout that start with `prefix`.
+pub fn count(o: &Output, prefix: &str) -> usize {
+    stdout(o).lines().filter(|l| l.starts_with(prefix)).count()
+}

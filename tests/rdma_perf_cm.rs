@@ -138,6 +138,7 @@ fn a_client_without_a_listener_is_refused_with_rej_8_and_bad_combinations_are_er
     for (args, needle) in [
         (vec!["write-bw", "-R", "--loopback"], "--loopback"),
         (vec!["write-bw", "-R", "--oob", "rdma-perf", "127.0.0.1"], "drop --oob rdma-perf"),
+        (vec!["write-bw", "-R", "-c", "UC", "127.0.0.1"], "UC is not supported in librdmacm"),
     ] {
         let out = rdma_perf().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");

@@ -68,6 +68,10 @@ struct Args {
     /// resolves IPv4 addresses only.
     #[arg(short = 'R', long = "rdma_cm", visible_alias = "rdma-cm")]
     rdma_cm: bool,
+    /// The test QPs' transport, as perftest's -c: RC (UC and UD run in the
+    /// ping-pong examples; with -R, UC is refused as perftest refuses it).
+    #[arg(short = 'c', long = "connection", default_value = "RC", value_parser = ["RC", "UC", "UD"])]
+    connection: String,
     /// Local address of the soft device (its RoCE v2 GID).
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
@@ -200,6 +204,15 @@ fn parse_io_driver(s: &str) -> Result<IoDriver, String> {
 }
 
 fn config(a: &Args) -> Result<Config, String> {
+    match (a.connection.as_str(), a.rdma_cm) {
+        ("RC", _) => {}
+        ("UC", true) => {
+            return Err("UC is not supported in librdmacm (-R connects RC and UD QPs), as perftest says".into())
+        }
+        (c, _) => {
+            return Err(format!("-c {c}: rdma-perf runs RC QPs (examples/uc_pingpong and ud_pingpong cover UC and UD)"))
+        }
+    }
     let role = match (&a.peer, a.loopback) {
         (_, true) => Role::Loopback { peer: a.loopback_peer },
         (Some(p), false) => {

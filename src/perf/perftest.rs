@@ -643,6 +643,31 @@ mod tests {
     }
 
     #[test]
+    fn the_binary_hand_shake_of_rdma_cm_has_perftests_layout() {
+        let d = Dest::decode(CAPTURED).unwrap();
+        let b = d.to_bytes();
+        assert_eq!(b.len(), 56, "sizeof(struct pingpong_dest) on x86-64");
+        assert_eq!(&b[4..8], &0x80u32.to_be_bytes(), "out_reads, big-endian");
+        assert_eq!(&b[8..12], &0x1fu32.to_be_bytes(), "qpn");
+        assert_eq!(&b[12..16], &0x0fecdfu32.to_be_bytes(), "psn");
+        assert_eq!(&b[16..20], &0x10f7u32.to_be_bytes(), "rkey");
+        assert_eq!(&b[20..24], &[0; 4], "padding before the 64-bit vaddr");
+        assert_eq!(&b[24..32], &0x55aa_63fb_3000u64.to_be_bytes(), "vaddr");
+        assert_eq!(&b[32..48], &d.gid.0, "the GID as it is");
+        assert_eq!(Dest::from_bytes(&b), Ok(d));
+        // perftest's padding and gid_index may hold anything: ignored
+        let mut junk = b;
+        junk[20..24].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        junk[52..56].copy_from_slice(&7u32.to_be_bytes());
+        assert_eq!(Dest::from_bytes(&junk), Ok(d));
+        let mut wide = b;
+        wide[8..12].copy_from_slice(&0x0100_0000u32.to_be_bytes());
+        assert!(Dest::from_bytes(&wide).is_err(), "a QPN over 24 bits");
+        assert!(Dest::from_bytes(&b[..40]).is_err(), "short");
+        assert_eq!(Dest::from_bytes(&[0; 56]), Ok(Dest::zero()));
+    }
+
+    #[test]
     fn bad_hand_shakes_are_errors() {
         assert!(Dest::decode(b"0000:0080:00001f").is_err());
         assert!(Dest::decode(&[0xffu8; KEY_MSG_LEN]).is_err());

@@ -28,7 +28,13 @@ fn rdma_perf() -> Command {
 /// A server started with `args`, once it listens (its "waiting for a
 /// client" line on stderr); the rest of its stderr is collected.
 fn server(args: &[String]) -> (Child, std::thread::JoinHandle<String>) {
-    let mut child = rdma_perf().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("rdma-perf");
+    let mut cmd = rdma_perf();
+    cmd.args(args);
+    server_from(cmd)
+}
+
+fn server_from(mut cmd: Command) -> (Child, std::thread::JoinHandle<String>) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("rdma-perf");
     let mut err = BufReader::new(child.stderr.take().expect("stderr"));
     let mut seen = String::new();
     loop {
@@ -94,6 +100,33 @@ fn write_bw_and_send_lat_over_the_rdma_cm() {
     assert_eq!(s["iterations"], 300, "{s}");
     assert!(c["rtt_us_p50"].as_f64().unwrap() > 0.0, "{c}");
     assert_eq!(c["size"], 2, "perftest's default");
+}
+
+/// IPv6 GIDs, in a namespace of its own with two addresses on its
+/// loopback (perftest 4.5's -R is IPv4-only, so the lab cannot check it).
+#[test]
+fn write_bw_over_the_rdma_cm_on_ipv6() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root (a network namespace with IPv6 addresses)");
+        return;
+    }
+    let ns = common::Namespaces::make(&["perfcm6-"]).expect("a namespace");
+    for a in ["fd77::1/128", "fd77::2/128"] {
+        common::ip(&["-n", &ns.0[0], "addr", "add", a, "dev", "lo", "nodad"]).expect("an IPv6 address");
+    }
+    let exe = env!("CARGO_BIN_EXE_rdma-perf");
+    let args = ["write-bw", "-R", "--json", "-s", "16384", "-n", "200"];
+    let mut srv = ns.cmd(0, exe);
+    srv.args(args).args(["--bind", "fd77::2"]);
+    let (srv, srv_err) = server_from(srv);
+    let cli = ns.cmd(0, exe).args(args).args(["--quiet", "--bind", "fd77::1", "fd77::2"]).output().unwrap();
+    let srv_out = common::wait_with_timeout(srv, Duration::from_secs(60));
+    let srv_err = srv_err.join().unwrap();
+    assert!(cli.status.success(), "client: {}", String::from_utf8_lossy(&cli.stderr));
+    assert!(srv_out.status.success(), "server: {srv_err}");
+    let (c, s) = (json(&cli.stdout), json(&srv_out.stdout));
+    assert_eq!((c["iterations"].as_u64(), s["iterations"].as_u64()), (Some(200), Some(200)), "{c} {s}");
+    assert!(c["gbps"].as_f64().unwrap() > 0.0, "{c}");
 }
 
 #[test]

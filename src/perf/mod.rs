@@ -125,7 +125,7 @@ pub enum Exchange {
     RdmaPerf,
     /// perftest's with `-R` (`--rdma_cm`): the exchange over a control
     /// connection of the RDMA CM on the port, the test QPs connected over
-    /// the RDMA CM ([`rdma_cm`]). Pairs with `ib_write_bw -R` and friends.
+    /// the RDMA CM. Pairs with `ib_write_bw -R` and friends.
     #[value(name = "rdma-cm")]
     RdmaCm,
 }

@@ -398,8 +398,9 @@ cmatose_cases() { # K IPV [loss]
 # rdma_cm_get_rdma_address): when it refuses an IPv6 address, or its
 # IPv4-only listener refuses our IPv6 REQ, the row says SKIP with the
 # reason instead of failing.
-PERFTEST_CM_CASES="ib_write_bw -R|write-bw -s 16384 -n 100|ib_write_bw -R -s 16384 -n 100
-ib_send_lat -R|send-lat -s 2 -n 100|ib_send_lat -R -s 2 -n 100"
+# (PERFTEST_CM_CASES in the environment replaces the list: name|ours|theirs lines.)
+PERFTEST_CM_CASES=${PERFTEST_CM_CASES:-"ib_write_bw -R|write-bw -s 16384 -n 100|ib_write_bw -R -s 16384 -n 100
+ib_send_lat -R|send-lat -s 2 -n 100|ib_send_lat -R -s 2 -n 100"}
 
 perftest_cm_cases() { # K IPV
     local name ours theirs dir

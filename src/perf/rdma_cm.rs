@@ -7,7 +7,8 @@
 //! 1. The client connects a **control** connection to the server's test
 //!    port (18515) in RDMA_PS_TCP: REQ with no RDMA READ resources, retry
 //!    and RNR retry 7. Each side posts its receive before connecting or
-//!    accepting; the server then destroys its listener.
+//!    accepting; the server then destroys its listener. (This client
+//!    tries again on REJ 8 as for the test QPs; perftest's gives up.)
 //! 2. Every message of the TCP exchange (version, system data, MTU, hand
 //!    shakes, reports) is one SEND of exactly its size; a hand shake is
 //!    perftest's `struct pingpong_dest` in binary, 56 bytes, big-endian

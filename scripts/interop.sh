@@ -389,6 +389,89 @@ cmatose_cases() { # K IPV [loss]
     done
 }
 
+# perftest over the RDMA CM (-R): the exchange as SENDs on a control RC
+# connection the CM sets up on port 18515, the test QPs connected by the CM
+# (REQ/REP/RTU, DREQ/DREP at the end). rdma-perf -R against ib_write_bw -R
+# and ib_send_lat -R, each side as server (the figure ends with the path
+# MTU the REQ set; the MTU column is nominal). perftest 4.5 (Debian's)
+# resolves -R addresses as IPv4 only (AF_INET in rdma_client_connect and
+# rdma_cm_get_rdma_address): when it refuses an IPv6 address, or its
+# IPv4-only listener refuses our IPv6 REQ, the row says SKIP with the
+# reason instead of failing.
+# (PERFTEST_CM_CASES in the environment replaces the list: name|ours|theirs lines.)
+PERFTEST_CM_CASES=${PERFTEST_CM_CASES:-"ib_write_bw -R|write-bw -s 16384 -n 100|ib_write_bw -R -s 16384 -n 100
+ib_send_lat -R|send-lat -s 2 -n 100|ib_send_lat -R -s 2 -n 100"}
+
+perftest_cm_cases() { # K IPV
+    local name ours theirs dir
+    while IFS='|' read -r name ours theirs; do
+        for dir in ours-client ours-server; do
+            perftest_cm_case "$name" "$dir" "$2" "$1" "$BIN/rdma-perf $ours -R --json --quiet" "$theirs -d rxe0 -F"
+        done
+    done <<<"$PERFTEST_CM_CASES"
+}
+
+# One -R case: NAME DIR IPV K 'our command' 'their command' (addresses added here).
+perftest_cm_case() {
+    local name=$1 dir=$2 ipv=$3 k=$4 ours=$5 theirs=$6
+    name="$name${LABEL:-}"
+    local shown="ours -> rxe" host=$HOST6 guest limit=140
+    [ "$dir" = ours-server ] && shown="rxe -> ours"
+    [ "$ipv" = 4 ] && host=$HOST4
+    # perftest 4.5 gives up on IPv6 at once or waits for nobody: no need to wait long
+    [ "$ipv" = 6 ] && limit=40
+    if [ "$ipv" = 4 ]; then guest=$(bash "$LAB" guest-ip4 "$k"); else guest=$(bash "$LAB" guest-ip6 "$k"); fi
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
+    fi
+    local log="$OUT/${name//[^A-Za-z0-9_.()-]/_}-$dir-ipv$ipv-vm$k" ours_rc theirs_rc
+    if [ "$dir" = ours-client ]; then
+        local id
+        id=$(bash "$LAB" start "$k" "timeout $limit $theirs")
+        if wait_cm_listen "$k" 18515; then
+            bash "$LAB" host timeout 150 $ours --bind "$host" "$guest" >"$log.ours.log" 2>&1
+            ours_rc=$?
+        else
+            ours_rc=125
+            echo "the guest's perftest never listened" >"$log.ours.log"
+        fi
+        bash "$LAB" wait "$k" "$id" 150 >"$log.theirs.log" 2>&1
+        theirs_rc=$?
+    else
+        bash "$LAB" host timeout $((limit + 10)) $ours --bind "$host" >"$log.ours.log" 2>&1 &
+        local pid=$!
+        if wait_udp_bound "$host"; then
+            bash "$LAB" run "$k" "timeout $limit $theirs $host" 150 >"$log.theirs.log" 2>&1
+            theirs_rc=$?
+        else
+            theirs_rc=125
+        fi
+        wait $pid
+        ours_rc=$?
+    fi
+    local figure
+    if [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ]; then
+        # the path MTU is the REQ's: 1024 from us, 4096 from rxe on the 9000-byte bridge
+        figure="$(figure_of json "$log.ours.log"), path MTU $(grep -o '"mtu":[0-9]*' "$log.ours.log" | head -1 | cut -d: -f2)"
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 PASS "$figure")")
+    elif [ "$ipv" = 6 ] && grep -Eq 'Problem in resolving basic address|REJ 28' "$log.theirs.log" "$log.ours.log"; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 SKIP \
+            "perftest 4.5 -R is IPv4-only: $(grep -Eho 'Problem in resolving basic address|REJ 28[^"]*' \
+                "$log.theirs.log" "$log.ours.log" | head -1)")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 FAIL "ours=$ours_rc rxe=$theirs_rc, see $log.*.log")")
+        echo "${ROWS[-1]}"
+        local side
+        for side in ours theirs; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+        return
+    fi
+    echo "${ROWS[-1]}"
+}
+
 # tshark decodes a capture of an rping exchange as CM MADs, none malformed.
 tshark_case() {
     local name="tshark(rping capture)" log="$OUT/tshark-rping"
@@ -435,6 +518,7 @@ if [ $QUICK = 1 ]; then
     perftest_cases 1 4 1024
     rping_cases 1 4
     cmatose_cases 1 4
+    perftest_cm_cases 1 4
 else
     for v in 4 6; do
         for m in 1024 4096; do
@@ -447,6 +531,8 @@ else
     rping_cases 1 6
     cmatose_cases 1 4
     cmatose_cases 1 6
+    perftest_cm_cases 1 4
+    perftest_cm_cases 1 6
     RPING_COUNT=10 tshark_case
     # RC through 5% loss and reordering (guest 2's netem)
     LABEL=" +loss"
@@ -455,6 +541,7 @@ else
         perftest_cases 2 $v 1024
         rping_cases 2 $v
         cmatose_cases 2 $v loss
+        perftest_cm_cases 2 $v
     done
     LABEL=""
     # Corrupted ICRCs: ours flips bits in 2% of what it sends (rxe drops

@@ -50,14 +50,28 @@ struct Args {
     /// Atomic operation of the atomic tests.
     #[arg(short = 'A', long = "atomic-type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
     atomic: AtomicType,
-    /// Out-of-band TCP port.
+    /// The port of the exchange: TCP, or with -R the RDMA CM's (RDMA_PS_TCP).
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
     /// Out-of-band exchange: perftest's (pairs with ib_write_bw and the
     /// other perftest tools) or rdma-perf's own (both sides rdma-perf; the
     /// server takes the client's options and --verify checks every byte).
+    /// rdma-cm is perftest's over the RDMA CM, as -R.
     #[arg(long = "oob", value_enum, default_value_t = Exchange::Perftest)]
     oob: Exchange,
+    /// Connect over the RDMA CM, as perftest's -R (--rdma_cm): the exchange
+    /// goes over a control RC connection the CM sets up on --port (a SEND
+    /// per message, no TCP), and the test QPs are connected by the CM
+    /// (REQ/REP/RTU on QP1) instead of by hand. Pairs with `ib_write_bw -R`
+    /// and the other perftest tools given -R; both sides need it. RC only
+    /// (perftest refuses UC with -R); IPv4 with perftest 4.5, whose -R
+    /// resolves IPv4 addresses only.
+    #[arg(short = 'R', long = "rdma_cm", visible_alias = "rdma-cm")]
+    rdma_cm: bool,
+    /// The test QPs' transport, as perftest's -c: RC (UC and UD run in the
+    /// ping-pong examples; with -R, UC is refused as perftest refuses it).
+    #[arg(short = 'c', long = "connection", default_value = "RC", value_parser = ["RC", "UC", "UD"])]
+    connection: String,
     /// Local address of the soft device (its RoCE v2 GID).
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
@@ -190,6 +204,15 @@ fn parse_io_driver(s: &str) -> Result<IoDriver, String> {
 }
 
 fn config(a: &Args) -> Result<Config, String> {
+    match (a.connection.as_str(), a.rdma_cm) {
+        ("RC", _) => {}
+        ("UC", true) => {
+            return Err("UC is not supported in librdmacm (-R connects RC and UD QPs), as perftest says".into())
+        }
+        (c, _) => {
+            return Err(format!("-c {c}: rdma-perf runs RC QPs (examples/uc_pingpong and ud_pingpong cover UC and UD)"))
+        }
+    }
     let role = match (&a.peer, a.loopback) {
         (_, true) => Role::Loopback { peer: a.loopback_peer },
         (Some(p), false) => {
@@ -244,7 +267,13 @@ fn config(a: &Args) -> Result<Config, String> {
         bind: a.bind,
         role,
         port: a.port,
-        exchange: a.oob,
+        exchange: match (a.rdma_cm, a.oob) {
+            (false, oob) => oob,
+            (true, Exchange::Perftest | Exchange::RdmaCm) => Exchange::RdmaCm,
+            (true, Exchange::RdmaPerf) => {
+                return Err("-R (--rdma_cm) speaks perftest's exchange over the RDMA CM: drop --oob rdma-perf".into())
+            }
+        },
         progress: !a.quiet,
         events: a.events,
         spin: Duration::from_micros(a.spin_us),

@@ -488,5 +488,6 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
         report.verified = Some(run.verify_error.is_none());
         report.verify_detail = run.verify_error;
     }
+    s.hang_up(link);
     Ok(report)
 }

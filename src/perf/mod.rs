@@ -8,6 +8,7 @@ pub mod budget;
 pub mod client;
 pub mod oob;
 pub mod perftest;
+pub mod rdma_cm;
 pub mod report;
 pub mod server;
 pub mod side;
@@ -122,6 +123,11 @@ pub enum Exchange {
     /// rdma-perf's own: both sides rdma-perf; the client's options rule
     /// and `--verify` checks every byte on both sides.
     RdmaPerf,
+    /// perftest's with `-R` (`--rdma_cm`): the exchange over a control
+    /// connection of the RDMA CM on the port, the test QPs connected over
+    /// the RDMA CM. Pairs with `ib_write_bw -R` and friends.
+    #[value(name = "rdma-cm")]
+    RdmaCm,
 }
 
 /// Where this process sits.
@@ -263,8 +269,19 @@ impl Config {
             ));
         }
         let tcp = !matches!(self.role, Role::Loopback { .. });
-        if tcp && self.exchange == Exchange::Perftest && self.duration.is_some() && !side::server_is_passive(self.test)
-        {
+        if self.exchange == Exchange::RdmaCm {
+            if !tcp {
+                return bad("-R (--rdma_cm) connects a client and a server process; --loopback runs without it".into());
+            }
+            if raw {
+                return bad(format!(
+                    "-R (--rdma_cm) runs on the RoCE v2 backend (the RDMA CM's MADs), not --backend {}",
+                    self.link.backend.link().name()
+                ));
+            }
+        }
+        let perftest = matches!(self.exchange, Exchange::Perftest | Exchange::RdmaCm);
+        if tcp && perftest && self.duration.is_some() && !side::server_is_passive(self.test) {
             return bad(format!(
                 "--duration with {} needs --oob rdma-perf (perftest's exchange ends these tests by count)",
                 self.test
@@ -279,12 +296,25 @@ impl Config {
 pub fn run(cfg: &Config) -> Result<Report, PerfError> {
     cfg.validate()?;
     match &cfg.role {
+        Role::Client(addr) if cfg.exchange == Exchange::RdmaCm => {
+            let ctx = side::open_context(cfg.bind, cfg, cfg.device())?;
+            let control = rdma_cm::Control::connect(&ctx, cfg, *addr).map_err(|e| match e {
+                PerfError::Failed(m) => PerfError::Failed(format!("cannot reach the server at {addr}: {m}")),
+                other => other,
+            })?;
+            client::run_perftest(cfg, &mut perftest::Link::over_cm(control, client::OOB_TIMEOUT))
+        }
+        Role::Server if cfg.exchange == Exchange::RdmaCm => {
+            let ctx = side::open_context(cfg.bind, cfg, cfg.device())?;
+            let control = rdma_cm::Control::accept(&ctx, cfg)?;
+            server::run_perftest(cfg, &mut perftest::Link::over_cm(control, client::OOB_TIMEOUT))
+        }
         Role::Client(addr) => {
             let stream = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(10)).map_err(|e| {
                 PerfError::Oob(std::io::Error::new(e.kind(), format!("cannot reach the server at {addr}: {e}")))
             })?;
             match cfg.exchange {
-                Exchange::Perftest => {
+                Exchange::Perftest | Exchange::RdmaCm => {
                     client::run_perftest(cfg, &mut perftest::Link::new(stream, true, client::OOB_TIMEOUT)?)
                 }
                 Exchange::RdmaPerf => client::run(cfg, &mut oob::TcpOob::new(stream)?),
@@ -308,7 +338,7 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
             let (stream, from) = listener.accept()?;
             tracing::info!(%from, "client connected");
             match cfg.exchange {
-                Exchange::Perftest => {
+                Exchange::Perftest | Exchange::RdmaCm => {
                     server::run_perftest(cfg, &mut perftest::Link::new(stream, false, client::OOB_TIMEOUT)?)
                 }
                 Exchange::RdmaPerf => server::run(cfg, cfg.bind, &mut oob::TcpOob::new(stream)?),

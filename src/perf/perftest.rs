@@ -24,6 +24,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::oob::SideInfo;
+use super::rdma_cm::{Control, TestConns};
 use super::side::{Layout, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
 
@@ -34,6 +35,8 @@ pub const MIN_PEER_VERSION: f64 = 5.70;
 pub const VERSION_LEN: usize = 16;
 /// A hand-shake message with a GID (`KEY_MSG_SIZE_GID`).
 pub const KEY_MSG_LEN: usize = 108;
+/// A hand shake over the RDMA CM (`-R`): `struct pingpong_dest` in binary.
+pub const DEST_LEN: usize = 56;
 /// What this side announces as its cycle buffer (the page size) and cache line.
 pub const CYCLE_BUFFER: u32 = 4096;
 pub const CACHE_LINE: u32 = 64;
@@ -68,6 +71,51 @@ impl Dest {
         let n = s.len().min(KEY_MSG_LEN - 1);
         m[..n].copy_from_slice(&s.as_bytes()[..n]);
         m
+    }
+
+    /// An entry of zeros (perftest's hand shakes around the RDMA CM connection).
+    pub fn zero() -> Dest {
+        Dest { lid: 0, out_reads: 0, qpn: 0, psn: 0, rkey: 0, vaddr: 0, gid: Gid([0; 16]), srqn: 0 }
+    }
+
+    /// perftest's `struct pingpong_dest` as `-R` sends it: the C layout on
+    /// x86-64 (five 32-bit fields, 4 bytes of padding, the 64-bit address,
+    /// the GID, the SRQ number, the GID index), every number big-endian.
+    pub fn to_bytes(&self) -> [u8; DEST_LEN] {
+        let mut m = [0u8; DEST_LEN];
+        let words = [u32::from(self.lid), self.out_reads, self.qpn, self.psn, self.rkey];
+        for (i, w) in words.iter().enumerate() {
+            m[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+        }
+        m[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        m[32..48].copy_from_slice(&self.gid.0);
+        m[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        m
+    }
+
+    /// Parses a binary hand shake ([`Dest::to_bytes`]); numbers wider than
+    /// the fields they go to are refused, as in the text form.
+    pub fn from_bytes(m: &[u8]) -> Result<Dest, String> {
+        if m.len() < DEST_LEN {
+            return Err(format!("a binary hand shake of {} bytes, not {DEST_LEN}", m.len()));
+        }
+        let word = |i: usize| u32::from_be_bytes(m[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+        let (lid, qpn, psn) = (word(0), word(2), word(3));
+        if lid > 0xffff || qpn > 0xff_ffff || psn > 0xff_ffff {
+            return Err(format!("a binary hand shake with LID {lid:#x}, QPN {qpn:#x}, PSN {psn:#x}"));
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&m[32..48]);
+        Ok(Dest {
+            lid: lid as u16,
+            out_reads: word(1),
+            qpn,
+            psn,
+            rkey: word(4),
+            vaddr: u64::from_be_bytes(m[24..32].try_into().expect("8 bytes")),
+            gid: Gid(gid),
+            srqn: word(12),
+        })
     }
 
     /// Parses a hand-shake message. Every field must fit what perftest
@@ -236,9 +284,16 @@ impl Script {
     }
 }
 
-/// The TCP connection to a perftest peer.
+/// What carries the exchange: perftest's TCP connection, or (`-R`) its
+/// control connection over the RDMA CM.
+enum Transport {
+    Tcp(TcpStream),
+    Cm(Box<Control>),
+}
+
+/// The connection to a perftest peer.
 pub struct Link {
-    stream: TcpStream,
+    transport: Transport,
     client: bool,
     /// Bytes read towards the message being waited for.
     partial: Vec<u8>,
@@ -253,21 +308,44 @@ impl Link {
     pub fn new(stream: TcpStream, client: bool, timeout: Duration) -> io::Result<Link> {
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
-        Ok(Link { stream, client, partial: Vec::new(), timeout })
+        Ok(Link { transport: Transport::Tcp(stream), client, partial: Vec::new(), timeout })
+    }
+
+    /// The exchange over a control connection of the RDMA CM (`-R`).
+    pub fn over_cm(control: Control, timeout: Duration) -> Link {
+        let client = control.is_client();
+        Link { transport: Transport::Cm(Box::new(control)), client, partial: Vec::new(), timeout }
+    }
+
+    /// The control connection, with `-R`.
+    pub fn control(&mut self) -> Option<&mut Control> {
+        match &mut self.transport {
+            Transport::Cm(c) => Some(c),
+            Transport::Tcp(_) => None,
+        }
     }
 
     fn write(&mut self, m: &[u8]) -> io::Result<()> {
-        self.stream.set_nonblocking(false)?;
-        let r = self.stream.write_all(m);
-        self.stream.set_nonblocking(true)?;
-        r
+        match &mut self.transport {
+            Transport::Tcp(stream) => {
+                stream.set_nonblocking(false)?;
+                let r = stream.write_all(m);
+                stream.set_nonblocking(true)?;
+                r
+            }
+            Transport::Cm(c) => c.send(m),
+        }
     }
 
     /// Reads towards `len` bytes without blocking; the message once complete.
     fn poll_read(&mut self, len: usize) -> io::Result<Option<Vec<u8>>> {
+        let stream = match &mut self.transport {
+            Transport::Tcp(s) => s,
+            Transport::Cm(c) => return c.poll_recv(len),
+        };
         while self.partial.len() < len {
             let mut chunk = vec![0u8; len - self.partial.len()];
-            match self.stream.read(&mut chunk) {
+            match stream.read(&mut chunk) {
                 Ok(0) => {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the perftest peer closed the connection"))
                 }
@@ -278,6 +356,28 @@ impl Link {
             }
         }
         Ok(Some(std::mem::take(&mut self.partial)))
+    }
+
+    /// A hand shake as this link carries it: text over TCP, binary over the CM.
+    fn encode(&self, d: &Dest) -> Vec<u8> {
+        match self.transport {
+            Transport::Tcp(_) => d.encode().to_vec(),
+            Transport::Cm(_) => d.to_bytes().to_vec(),
+        }
+    }
+
+    fn decode(&self, m: &[u8]) -> Result<Dest, String> {
+        match self.transport {
+            Transport::Tcp(_) => Dest::decode(m),
+            Transport::Cm(_) => Dest::from_bytes(m),
+        }
+    }
+
+    fn key_len(&self) -> usize {
+        match self.transport {
+            Transport::Tcp(_) => KEY_MSG_LEN,
+            Transport::Cm(_) => DEST_LEN,
+        }
     }
 
     /// Reads `len` bytes, calling `idle` while none are there (to keep the
@@ -343,8 +443,8 @@ impl Link {
     ) -> io::Result<Vec<Dest>> {
         let mut theirs = Vec::with_capacity(mine.len());
         for d in mine {
-            let m = self.exchange(&d.encode(), wait, idle)?;
-            theirs.push(Dest::decode(&m).map_err(proto_err)?);
+            let m = self.exchange(&self.encode(d), wait, idle)?;
+            theirs.push(self.decode(&m).map_err(proto_err)?);
         }
         Ok(theirs)
     }
@@ -352,11 +452,11 @@ impl Link {
     /// The server side of a hand shake, without blocking: true once the
     /// client's message was there and ours went back.
     pub fn poll_hand_shake(&mut self, mine: &Dest) -> io::Result<bool> {
-        match self.poll_read(KEY_MSG_LEN)? {
+        match self.poll_read(self.key_len())? {
             None => Ok(false),
             Some(m) => {
-                Dest::decode(&m).map_err(proto_err)?;
-                self.write(&mine.encode())?;
+                self.decode(&m).map_err(proto_err)?;
+                self.write(&self.encode(mine))?;
                 Ok(true)
             }
         }
@@ -379,10 +479,12 @@ impl Link {
         })
     }
 
-    /// The closing "done" (after the closing hand shake).
+    /// The closing "done" (after the closing hand shake; none over the CM).
     pub fn done(&mut self) -> io::Result<()> {
-        // The peer may already have closed; it never reads this.
-        let _ = self.write(b"done\0");
+        if let Transport::Tcp(_) = self.transport {
+            // The peer may already have closed; it never reads this.
+            let _ = self.write(b"done\0");
+        }
         Ok(())
     }
 }
@@ -453,6 +555,8 @@ pub struct Session {
     /// The agreed cycle buffer and cache line.
     pub cycle: usize,
     pub cache: usize,
+    /// With `-R`: the test QPs' connections over the RDMA CM.
+    pub conns: Option<TestConns>,
 }
 
 impl Session {
@@ -468,16 +572,37 @@ impl Session {
             e.what = format!("the peer's page of {cycle} bytes (cache line {cache}): {}", e.what);
             e
         })?;
-        let side = Side::open(cfg.bind, &cfg, device, layout)?;
+        let (side, conns) = if link.control().is_some() {
+            // -R: the QPs are made on CM IDs and connected over the CM now
+            let (side, conns) = super::rdma_cm::connect_tests(&cfg, link, layout)?;
+            (side, Some(conns))
+        } else {
+            (Side::open(cfg.bind, &cfg, device, layout)?, None)
+        };
+        // Over the CM the path MTU is the CM's (the REQ's), whatever was exchanged.
+        let cfg = match (&conns, side.qps.first()) {
+            (Some(_), Some(qp)) => Config { mtu: qp.query()?.1.mtu, ..cfg },
+            _ => cfg,
+        };
         let script = Script::of(cfg.test, cfg.qps);
         let mine = dests(&side)?;
-        let mut s = Session { peer: peer_of(&[], &cfg, cycle, cache), cfg, side, mine, script, cycle, cache };
+        let mut s = Session { peer: peer_of(&[], &cfg, cycle, cache), cfg, side, mine, script, cycle, cache, conns };
         let theirs = s.shake(link, &s.script.before.clone())?;
         s.peer = peer_of(&theirs[theirs.len() - s.cfg.qps..], &s.cfg, cycle, cache);
         // the targets the peer's cycle buffer makes this side track
         s.peer.check(s.cfg.qps, s.cfg.mem_budget)?;
-        s.side.connect(&s.peer, &s.cfg)?;
+        if s.conns.is_none() {
+            s.side.connect(&s.peer, &s.cfg)?;
+        }
         Ok(s)
+    }
+
+    /// With `-R`: the test connections and the control connection closed
+    /// as perftest closes them.
+    pub fn hang_up(&self, link: &mut Link) {
+        if let Some(c) = &self.conns {
+            c.hang_up(link);
+        }
     }
 
     /// The hand shakes of `order` (indices into this side's entries),
@@ -515,6 +640,31 @@ mod tests {
         assert_eq!(d.gid.to_ip(), "10.77.0.12".parse::<std::net::IpAddr>().unwrap());
         assert_eq!(d.srqn, 0);
         assert_eq!(&d.encode(), CAPTURED);
+    }
+
+    #[test]
+    fn the_binary_hand_shake_of_rdma_cm_has_perftests_layout() {
+        let d = Dest::decode(CAPTURED).unwrap();
+        let b = d.to_bytes();
+        assert_eq!(b.len(), 56, "sizeof(struct pingpong_dest) on x86-64");
+        assert_eq!(&b[4..8], &0x80u32.to_be_bytes(), "out_reads, big-endian");
+        assert_eq!(&b[8..12], &0x1fu32.to_be_bytes(), "qpn");
+        assert_eq!(&b[12..16], &0x0fecdfu32.to_be_bytes(), "psn");
+        assert_eq!(&b[16..20], &0x10f7u32.to_be_bytes(), "rkey");
+        assert_eq!(&b[20..24], &[0; 4], "padding before the 64-bit vaddr");
+        assert_eq!(&b[24..32], &0x55aa_63fb_3000u64.to_be_bytes(), "vaddr");
+        assert_eq!(&b[32..48], &d.gid.0, "the GID as it is");
+        assert_eq!(Dest::from_bytes(&b), Ok(d));
+        // perftest's padding and gid_index may hold anything: ignored
+        let mut junk = b;
+        junk[20..24].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        junk[52..56].copy_from_slice(&7u32.to_be_bytes());
+        assert_eq!(Dest::from_bytes(&junk), Ok(d));
+        let mut wide = b;
+        wide[8..12].copy_from_slice(&0x0100_0000u32.to_be_bytes());
+        assert!(Dest::from_bytes(&wide).is_err(), "a QPN over 24 bits");
+        assert!(Dest::from_bytes(&b[..40]).is_err(), "short");
+        assert_eq!(Dest::from_bytes(&[0; 56]), Ok(Dest::zero()));
     }
 
     #[test]

@@ -450,5 +450,6 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
         report.verified = Some(verdict.is_ok());
         report.verify_detail = verdict.err();
     }
+    s.hang_up(link);
     Ok(report)
 }

@@ -14,15 +14,21 @@ use super::{Config, PerfError, TestKind};
 use rdma_core_rs::*;
 use std::net::IpAddr;
 use std::result::Result;
+use std::sync::Arc;
 
 /// Memory a side registers at most for its slots (per QP it is less).
 const SLOT_MEMORY: usize = 64 << 20;
+
+/// Makes QP `q` of a side with its PD and attributes (on the RDMA CM: on
+/// the QP's CM ID).
+pub type MakeQp<'a> = dyn FnMut(&ProtectionDomain, &QpInitAttr<'_>, usize) -> Result<Arc<QueuePair>, PerfError> + 'a;
 
 pub struct Side {
     pub ctx: Context,
     pub pd: ProtectionDomain,
     pub cq: CompletionQueue,
-    pub qps: Vec<QueuePair>,
+    /// Shared: a QP connected over the RDMA CM (`-R`) is its CM ID's too.
+    pub qps: Vec<Arc<QueuePair>>,
     pub mr: MemoryRegion,
     pub slots: usize,
     pub slot_len: usize,
@@ -30,6 +36,8 @@ pub struct Side {
     pub buffers: usize,
     pub psns: Vec<u32>,
     pub latency: bool,
+    /// The capacities every QP of this side is made with.
+    pub qp_cap: QpCap,
 }
 
 /// RDMA READs and atomics a side takes in flight per QP (and asks for):
@@ -62,27 +70,40 @@ impl Side {
     pub fn open(addr: IpAddr, cfg: &Config, config: DeviceConfig, layout: Layout) -> Result<Side, PerfError> {
         // Before anything is made: the layout may come from a peer's numbers.
         super::budget::check_side(cfg, &layout)?;
-        // In --loopback the server is the second device on the in-process link.
-        let primary = !matches!(cfg.role, super::Role::Loopback { .. }) || addr == cfg.bind;
-        let fabric = format!("rdma-perf-{}-{}", std::process::id(), cfg.port);
-        let dev = cfg.link.device(&format!("rxe-perf-{addr}"), addr, &fabric, primary, config)?;
-        let ctx = dev.open()?;
+        let ctx = open_context(addr, cfg, config)?;
+        Side::on(ctx, cfg, layout, &mut |pd, attr, _| Ok(Arc::new(pd.create_qp(attr)?)))
+    }
+
+    /// The resources of `cfg` on an open device; `make_qp` makes QP `q`
+    /// (on the RDMA CM: on its CM ID) with the side's PD and attributes.
+    pub fn on(ctx: Context, cfg: &Config, layout: Layout, make_qp: &mut MakeQp<'_>) -> Result<Side, PerfError> {
+        super::budget::check_side(cfg, &layout)?;
+        let addr = ctx.device().addr();
         let pd = ctx.alloc_pd()?;
         let Layout { slots, slot_len, buffers } = layout;
         let depth = cfg.qps.saturating_mul(slots.saturating_add(cfg.tx_depth)).saturating_mul(2).max(64);
         let cq = ctx.create_cq(depth, None)?;
+        let wrs = u32::try_from(cfg.tx_depth.max(slots).saturating_add(8)).unwrap_or(u32::MAX);
+        let qp_cap = QpCap { max_send_wr: wrs, max_recv_wr: wrs, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let mut qps = Vec::with_capacity(cfg.qps);
         let mut psns = Vec::with_capacity(cfg.qps);
         for q in 0..cfg.qps {
             let mut attr = QpInitAttr::new(QpType::Rc, &cq);
-            let wrs = u32::try_from(cfg.tx_depth.max(slots).saturating_add(8)).unwrap_or(u32::MAX);
-            attr.cap =
-                QpCap { max_send_wr: wrs, max_recv_wr: wrs, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-            qps.push(pd.create_qp(&attr)?);
+            attr.cap = qp_cap;
+            qps.push(make_qp(&pd, &attr, q)?);
             psns.push(initial_psn(q as u64 + u64::from(addr.is_ipv4())));
         }
         let mr = pd.reg_mr(cfg.qps * buffers * slot_len, Access::ALL)?;
-        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, buffers, psns, latency: cfg.test.is_latency() })
+        Ok(Side { ctx, pd, cq, qps, mr, slots, slot_len, buffers, psns, latency: cfg.test.is_latency(), qp_cap })
+    }
+
+    /// Replaces QP `q` with one `make_qp` makes (a new CM ID's, when a
+    /// connection attempt over the RDMA CM is made again).
+    pub fn remake_qp(&mut self, q: usize, make_qp: &mut MakeQp<'_>) -> Result<(), PerfError> {
+        let mut attr = QpInitAttr::new(QpType::Rc, &self.cq);
+        attr.cap = self.qp_cap;
+        self.qps[q] = make_qp(&self.pd, &attr, q)?;
+        Ok(())
     }
 
     pub fn info(&self) -> Result<SideInfo, PerfError> {
@@ -140,6 +161,15 @@ impl Side {
     pub fn sge(&self, q: usize, s: usize, len: usize) -> Sge {
         Sge { addr: self.mr.addr() + self.offset(q, s) as u64, length: len as u32, lkey: self.mr.lkey() }
     }
+}
+
+/// Opens the device of this side on `addr` (the backend of `cfg`).
+pub fn open_context(addr: IpAddr, cfg: &Config, config: DeviceConfig) -> Result<Context, PerfError> {
+    // In --loopback the server is the second device on the in-process link.
+    let primary = !matches!(cfg.role, super::Role::Loopback { .. }) || addr == cfg.bind;
+    let fabric = format!("rdma-perf-{}-{}", std::process::id(), cfg.port);
+    let dev = cfg.link.device(&format!("rxe-perf-{addr}"), addr, &fabric, primary, config)?;
+    Ok(dev.open()?)
 }
 
 /// Where message `i` of QP `q` goes in the peer's memory.

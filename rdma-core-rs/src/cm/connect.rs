@@ -6,7 +6,7 @@ use super::id::{depth, CmId, ConnParam, Phase, PortSpace, ACK_TIMEOUT, PATH_MTU}
 use super::route;
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 use rdma_transport::cm::ConnParams;
-use rdma_transport::{QpAttr, QpState};
+use rdma_transport::{Mtu, QpAttr, QpState};
 use rdma_wire::cm::{
     sidr_status, RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
     SIDR_REQ_PRIVATE_DATA_LEN,
@@ -163,7 +163,12 @@ impl CmId {
             starting_psn: route::random_u32() & 0xff_ffff,
             responder_resources: depth(param.responder_resources),
             initiator_depth: depth(param.initiator_depth),
-            path_mtu: PATH_MTU,
+            // The passive side takes the REQ's path MTU (the CM takes the
+            // smaller of the two): the REP carries none, and the active side
+            // sends at the MTU it asked for (a kernel peer on a 9000-byte
+            // netdev asks for 4096). Capping it at PATH_MTU made this side
+            // NAK every full-size packet of a kernel ib_write_bw -R client.
+            path_mtu: Mtu::Mtu4096,
             local_ack_timeout: ACK_TIMEOUT,
             rnr_retry_count: param.rnr_retry_count.min(7),
             traffic_class: tos,

@@ -107,7 +107,7 @@ fn write_bw_and_send_lat_over_the_rdma_cm() {
 #[test]
 fn write_bw_over_the_rdma_cm_on_ipv6() {
     if !common::is_root() {
-        eprintln!("skipped: needs root (a network namespace with IPv6 addresses)");
+        testkit::skip("needs root (a network namespace with IPv6 addresses)");
         return;
     }
     let ns = common::Namespaces::make(&["perfcm6-"]).expect("a namespace");

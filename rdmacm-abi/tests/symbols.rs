@@ -4,36 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::process::Command;
-
-/// `(name, version)` of the versioned dynamic symbols readelf lists for
-/// `file`: the defined ones if `defined`, else the undefined ones.
-fn dyn_syms(file: &std::path::Path, defined: bool) -> Option<BTreeSet<(String, String)>> {
-    let out = Command::new("readelf").args(["--dyn-syms", "-W"]).arg(file).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut set = BTreeSet::new();
-    for l in text.lines() {
-        let cols: Vec<&str> = l.split_whitespace().collect();
-        if cols.len() < 8 {
-            continue;
-        }
-        let undefined = cols[6] == "UND";
-        if undefined == defined {
-            continue;
-        }
-        let sym = cols[7];
-        let (name, ver) = match sym.split_once("@@").or_else(|| sym.split_once('@')) {
-            Some((n, v)) => (n, v.split_whitespace().next().unwrap_or(v)),
-            None => continue,
-        };
-        set.insert((name.to_string(), ver.to_string()));
-    }
-    Some(set)
-}
+use testkit::dyn_syms;
 
 #[test]
 fn the_binaries_find_every_symbol_with_its_version() {

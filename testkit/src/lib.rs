@@ -28,6 +28,29 @@ pub fn skip(why: impl std::fmt::Display) {
     eprintln!("SKIP: {why}");
 }
 
+/// `(name, version)` of the versioned dynamic symbols `readelf --dyn-syms`
+/// lists for `file`: the ones it defines if `defined`, else the ones it
+/// imports. `None` if readelf (binutils) cannot read it.
+pub fn dyn_syms(file: &std::path::Path, defined: bool) -> Option<std::collections::BTreeSet<(String, String)>> {
+    let out = std::process::Command::new("readelf").args(["--dyn-syms", "-W"]).arg(file).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut set = std::collections::BTreeSet::new();
+    for l in text.lines() {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        if cols.len() < 8 || (cols[6] == "UND") == defined {
+            continue;
+        }
+        let sym = cols[7];
+        if let Some((name, ver)) = sym.split_once("@@").or_else(|| sym.split_once('@')) {
+            set.insert((name.to_string(), ver.split_whitespace().next().unwrap_or(ver).to_string()));
+        }
+    }
+    Some(set)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

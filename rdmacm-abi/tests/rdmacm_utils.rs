@@ -272,3 +272,48 @@ fn a_port_nobody_listens_on_is_rejected() {
         assert_eq!(o.status.code(), Some(code), "{tool}\n{}", show(&o));
     }
 }
+
+#[test]
+fn rdma_cores_cmtime_connects_and_disconnects_every_connection_over_the_libraries() {
+    // rdma-core's own cmtime (rdmacm-utils) both sides: it gives
+    // rdma_create_qp no PD and no CQs, which librdmacm then provides.
+    let Some(_) = need("cmtime", "rdmacm-utils") else { return };
+    let l = launcher();
+    let mut srv = over_library(&l, "rxe0=127.0.179.1", &["cmtime", "-b", "127.0.179.1", "-p", "7495"])
+        .spawn()
+        .expect("start the cmtime server");
+    let start = std::time::Instant::now();
+    while !roce_bound([127, 0, 179, 1]) && start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = over_library(
+        &l,
+        "rxe1=127.0.179.2",
+        &["cmtime", "-s", "127.0.179.1", "-b", "127.0.179.2", "-p", "7495", "-c", "20"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("start the cmtime client");
+    let (c, in_time) = wait(cli, LIMIT);
+    let _ = srv.kill();
+    let _ = srv.wait();
+    assert!(in_time && c.status.success(), "{}", show(&c));
+    let out = stdout(&c);
+    // Its table: one row per step, and a connect of more than nothing (a
+    // step that never completed shows a minimum of 1e9 us).
+    for step in
+        ["create id", "bind addr", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy"]
+    {
+        let row = out
+            .lines()
+            .find(|l| l.strip_prefix(step).is_some_and(|r| r.trim_start().starts_with(':')))
+            .unwrap_or_else(|| panic!("no {step} row:\n{out}"));
+        let nums: Vec<f64> =
+            row.split(':').nth(1).unwrap_or("").split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        assert_eq!(nums.len(), 4, "{row}");
+        assert!(nums[2] < 1e8, "{step}: a connection never finished the step: {row}");
+    }
+    assert!(!out.contains("failure"), "{out}");
+}

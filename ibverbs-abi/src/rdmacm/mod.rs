@@ -78,6 +78,9 @@ struct Id {
     /// A CONNECT_REQUEST's depths (already from our side), what
     /// `rdma_accept(id, NULL)` answers with.
     req_depths: Mutex<(u8, u8)>,
+    /// The completion channels and CQs `rdma_create_qp` made because the
+    /// application gave none (as librdmacm does), to destroy with the QP.
+    own_cqs: Mutex<Vec<(*mut ibv_comp_channel, *mut ibv_cq)>>,
 }
 
 impl Id {
@@ -224,6 +227,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         cm,
         bound: Mutex::new(None),
         req_depths: Mutex::new((1, 1)),
+        own_cqs: Mutex::new(Vec::new()),
     }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
@@ -450,10 +454,31 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
             tracing::debug!("rdma_create_qp: the PD is of another device than the ID");
             return fail(libc::EINVAL);
         }
+        // librdmacm makes the CQs the application leaves out (cmtime, the
+        // rdma_create_ep users): each with a completion channel, as deep as
+        // the queue it serves.
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &mut *attr };
+        for (cq, depth) in [(&mut a.send_cq, a.cap.max_send_wr), (&mut a.recv_cq, a.cap.max_recv_wr)] {
+            if cq.is_null() {
+                match own_cq(verbs, depth) {
+                    Ok(made) => {
+                        *cq = made.1;
+                        i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()).push(made);
+                    }
+                    Err(e) => {
+                        destroy_own_cqs(i);
+                        return fail(e);
+                    }
+                }
+            }
+        }
         // SAFETY: the caller's attributes, checked by ibv_create_qp.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
-            return -1;
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+            destroy_own_cqs(i);
+            return fail(e);
         }
         // SAFETY: the caller's attributes (read after ibv_create_qp checked them).
         let ud = unsafe { (*attr).qp_type } == IBV_QPT_UD;
@@ -465,6 +490,7 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         if let Err(e) = r {
             // SAFETY: the QP just made.
             unsafe { crate::qp::ibv_destroy_qp(qp) };
+            destroy_own_cqs(i);
             return fail(e);
         }
         set!(i, qp, qp);
@@ -473,6 +499,14 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         let (scq, rcq) = unsafe { ((*attr).send_cq, (*attr).recv_cq) };
         set!(i, send_cq, scq);
         set!(i, recv_cq, rcq);
+        for &(ch, cq) in i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if cq == scq {
+                set!(i, send_cq_channel, ch.cast());
+            }
+            if cq == rcq {
+                set!(i, recv_cq_channel, ch.cast());
+            }
+        }
         0
     })
 }
@@ -525,7 +559,49 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         // SAFETY: the QP rdma_create_qp made (checked by the registry).
         unsafe { crate::qp::ibv_destroy_qp(qp) };
         set!(i, qp, std::ptr::null_mut());
+        destroy_own_cqs(i);
     })
+}
+
+/// A completion channel and a CQ of at least `depth` entries on `verbs`.
+fn own_cq(verbs: *mut ibv_context, depth: u32) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOMEM);
+    // SAFETY: verbs is the ID's live context; the calls check it.
+    let ch = unsafe { crate::cq::ibv_create_comp_channel(verbs) };
+    if ch.is_null() {
+        return Err(errno());
+    }
+    let cqe = depth.clamp(1, i32::MAX as u32) as c_int;
+    // SAFETY: as above; `ch` was just made on the same context.
+    let cq = unsafe { crate::cq::ibv_create_cq(verbs, cqe, std::ptr::null_mut(), ch, 0) };
+    if cq.is_null() {
+        let e = errno();
+        // SAFETY: the channel just made, used by nothing.
+        unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
+        return Err(e);
+    }
+    Ok((ch, cq))
+}
+
+/// Destroys the CQs and channels `rdma_create_qp` made for `i`, and clears
+/// the ID's fields that named them.
+fn destroy_own_cqs(i: &Id) {
+    let made = std::mem::take(&mut *i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()));
+    for (ch, cq) in made {
+        if get!(i, send_cq) == cq {
+            set!(i, send_cq, std::ptr::null_mut());
+            set!(i, send_cq_channel, std::ptr::null_mut());
+        }
+        if get!(i, recv_cq) == cq {
+            set!(i, recv_cq, std::ptr::null_mut());
+            set!(i, recv_cq_channel, std::ptr::null_mut());
+        }
+        // SAFETY: made by own_cq; the QP that used them is gone (or was never made).
+        unsafe {
+            crate::cq::ibv_destroy_cq(cq);
+            crate::cq::ibv_destroy_comp_channel(ch);
+        }
+    }
 }
 
 /// The Rust parameters of a C `rdma_conn_param` (NULL: `default`).

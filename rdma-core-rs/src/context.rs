@@ -212,6 +212,15 @@ impl Inner {
         Ok(())
     }
 
+    /// Wakes every thread waiting on this device (the one in poll(2) and
+    /// those on the condition variable), so that each looks again at what
+    /// it waits for: an event that came from elsewhere (the RDMA CM's
+    /// queue) is seen at once, not at the end of the wait's slice.
+    pub(crate) fn wake_waiters(&self) {
+        self.kick();
+        self.progressed.notify_all();
+    }
+
     /// Wakes the waiter sleeping in poll(2) (or the progress thread).
     fn kick(&self) {
         let one = 1u64;

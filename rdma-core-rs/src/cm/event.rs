@@ -125,6 +125,12 @@ impl ChannelShared {
         }
         drop(q);
         self.ready.notify_all();
+        // A reader may be driving one of the channel's devices in
+        // `get_cm_event`: an event pushed by a call on another thread (as
+        // rdma_resolve_route's) would otherwise wait out the wait's slice.
+        for dev in self.devices() {
+            dev.ctx.inner.wake_waiters();
+        }
     }
 
     fn pop(&self) -> Option<CmEvent> {

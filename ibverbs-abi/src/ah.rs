@@ -3,7 +3,7 @@
 
 use crate::abi::*;
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
-use crate::pd::{pd_of, pd_use, Pd};
+use crate::pd::{pd_use, Pd};
 use libc::c_int;
 use rdma_core_rs::{AddressHandle, AhAttr, Gid};
 
@@ -141,8 +141,11 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     port: u8,
 ) -> *mut ibv_ah {
     guard("ibv_create_ah_from_wc", std::ptr::null_mut(), || {
-        // SAFETY: pd_of checks the registry.
-        let Some(p) = (unsafe { pd_of(pd) }) else { return std::ptr::null_mut() };
+        // A use of the PD for the whole call: a concurrent ibv_dealloc_pd
+        // then fails with EBUSY instead of freeing what this reads.
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
         // SAFETY: plain data, zero is valid.
         let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
         // SAFETY: forwarded; it checks its pointers.

@@ -296,6 +296,15 @@ fn spawn_idle_progress(
                     std::thread::sleep(IDLE_LOOK);
                 }
             }
+            // The engine's asynchronous events, whoever made the progress
+            // that raised them (a polling application's `ibv_poll_cq` leaves
+            // them in the engine for a thread blocked in `ibv_get_async_event`).
+            let deliver_all = || {
+                while let Some(ev) = verbs.try_async_event() {
+                    deliver(&shared, ev);
+                }
+            };
+            deliver_all();
             let now = activity.polls.load(Ordering::Relaxed);
             active = now != seen;
             if active {
@@ -309,15 +318,13 @@ fn spawn_idle_progress(
                 Ok(true) => {
                     away = true;
                     moved_at = Some(std::time::Instant::now());
+                    deliver_all();
                 }
-                Ok(false) => {}
+                Ok(false) => deliver_all(),
                 Err(e) => {
                     tracing::warn!(error = %e, "idle-progress thread stops");
                     return;
                 }
-            }
-            while let Some(ev) = verbs.try_async_event() {
-                deliver(&shared, ev);
             }
         }
     })

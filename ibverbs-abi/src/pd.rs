@@ -55,15 +55,6 @@ pub struct Mr {
 unsafe impl Send for Mr {}
 unsafe impl Sync for Mr {}
 
-/// A live PD, for the calls that take one.
-///
-/// # Safety
-/// `p` may be anything; it is dereferenced only if registered.
-pub unsafe fn pd_of(p: *mut ibv_pd) -> Option<&'static Pd> {
-    // SAFETY: registered PDs are leaked boxes freed only after removal.
-    unsafe { live(&PDS, p.cast::<Pd>(), "ibv_pd") }
-}
-
 #[export_name = "softroce_ibv_alloc_pd"]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     guard("ibv_alloc_pd", std::ptr::null_mut(), || {

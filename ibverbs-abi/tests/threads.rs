@@ -4,7 +4,8 @@
 //! `epoll_wait` on the completion channel's fd; every payload is checked.
 //! Then a receive CQ that nobody polls overflows and an SRQ falls below its
 //! armed limit, and both events reach `ibv_get_async_event` (after `poll`
-//! on the context's async fd) with the right objects.
+//! on the context's async fd) with the right objects, while another thread
+//! keeps polling a CQ of that device.
 
 mod common;
 
@@ -89,6 +90,18 @@ static void *send_poller(void *arg) {
         polled = got;
     }
     sends_done = got;
+    return NULL;
+}
+
+/* Spins on a CQ of the device whose async events main waits for: an
+   application that keeps polling must not hold those events back. */
+static struct ibv_cq *spin_cq;
+static volatile int stop_spin;
+static void *spinner(void *arg) {
+    (void)arg;
+    struct ibv_wc wc[16];
+    while (!stop_spin)
+        if (ibv_poll_cq(spin_cq, 16, wc) < 0) DIE("spinner poll");
     return NULL;
 }
 
@@ -208,6 +221,9 @@ int main(void) {
     }
     struct ibv_srq_attr sa = { .srq_limit = 4 };
     if (ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT)) DIE("arm the SRQ limit");
+    pthread_t spin;
+    spin_cq = rcq3;
+    pthread_create(&spin, NULL, spinner, NULL);
     for (int i = 0; i < 5; i++) {
         struct ibv_sge s = { (uintptr_t)sbuf[i], MSG, smr->lkey };
         struct ibv_send_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
@@ -226,6 +242,8 @@ int main(void) {
         if (e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && e.element.srq == srq) srq_limit = 1;
         ibv_ack_async_event(&e);
     }
+    stop_spin = 1;
+    pthread_join(spin, NULL);
     printf("async events: CQ error of the tiny CQ, SRQ limit of the SRQ\n");
     printf("done\n");
     return 0;

@@ -61,7 +61,8 @@ pub(crate) enum Fate {
 }
 
 /// The decisions, drawn in one fixed order (loss, corruption, reordering,
-/// duplication) so that a seed gives the same run on either backend.
+/// duplication), so that a seed gives the same decisions for the same
+/// packets on either backend.
 #[derive(Debug)]
 pub(crate) struct FaultDice {
     cfg: FaultConfig,

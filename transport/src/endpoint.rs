@@ -637,8 +637,7 @@ impl Endpoint {
 
     /// The GSI, made at its first use.
     pub(crate) fn gsi_mut(&mut self) -> &mut Gsi {
-        let first = self.gsi_first_tid;
-        self.gsi.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
+        gsi_in(&mut self.gsi, self.gsi_first_tid)
     }
 
     /// The next MAD received on QP1, oldest first.
@@ -669,4 +668,11 @@ impl Endpoint {
         self.touch();
         self.gsi.as_deref_mut().is_some_and(|g| g.delay(now, dest, transaction_id, extra))
     }
+}
+
+/// The GSI in `slot`, made at its first use with transaction IDs from
+/// `first` (a free function, so that a caller can borrow other fields of
+/// the endpoint beside it).
+pub(crate) fn gsi_in(slot: &mut Option<Box<Gsi>>, first: u64) -> &mut Gsi {
+    slot.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
 }

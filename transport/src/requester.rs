@@ -201,6 +201,22 @@ fn check_local(mrs: &MemoryTable, pd: Pd, wr: &SendWr) -> Result<(), AccessError
 }
 
 impl Qp {
+    /// Whether [`Qp::requester_transmit`] would send a request packet now
+    /// (a request waits, and neither the state, an RNR wait nor the RC
+    /// window holds it): a held ACK that must go first need not leave
+    /// otherwise.
+    pub(crate) fn request_ready(&self, now: Instant) -> bool {
+        let may_send = self.state == QpState::Rts || (self.state == QpState::Sqd && self.req.outstanding());
+        if !may_send || self.req.rnr_until.is_some_and(|t| now < t) {
+            return false;
+        }
+        let Some(wqe) = self.req.sq.get(self.req.cursor_wqe) else { return false };
+        let next = if wqe.started { wqe.first_psn.add(self.req.cursor_pkt) } else { self.req.next_psn };
+        !(self.init.qp_type == QpType::Rc
+            && next != self.req.comp_psn
+            && next.distance_from(self.req.comp_psn) >= MAX_UNACKED_PSNS)
+    }
+
     /// Writes the next request packet into `buf`, if there is one to send.
     pub(crate) fn requester_transmit(
         &mut self,

@@ -697,6 +697,10 @@ fn rejects_and_unknown_services_survive_seeded_loss_and_duplication() {
         let mut requests = 0;
         sim.run_until(Duration::from_secs(60), |s| {
             let now = s.now;
+            // The CMs' own timers too (the simulator steps only towards the
+            // engines'): a rejected REQ is forgotten when its time is up.
+            a.cm.handle_timeout(now);
+            b.cm.handle_timeout(now);
             a.cm.process(now, s.ep(0));
             b.cm.process(now, s.ep(1));
             while let Some(e) = b.cm.poll_event() {

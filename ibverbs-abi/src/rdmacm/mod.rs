@@ -448,8 +448,10 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         } else {
             pd
         };
-        // SAFETY: pd_of checks the registry.
-        let Some(p) = (unsafe { crate::pd::pd_of(pd) }) else { return -1 };
+        // A use of the PD for the whole call (see `Registry::acquire`).
+        let mut held = crate::ffi::Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(p) = (unsafe { crate::pd::pd_use(pd, &mut held) }) else { return -1 };
         if p.c.context != verbs {
             tracing::debug!("rdma_create_qp: the PD is of another device than the ID");
             return fail(libc::EINVAL);
@@ -459,17 +461,20 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         // the queue it serves.
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
-        for (cq, depth) in [(&mut a.send_cq, a.cap.max_send_wr), (&mut a.recv_cq, a.cap.max_recv_wr)] {
-            if cq.is_null() {
-                match own_cq(verbs, depth) {
-                    Ok(made) => {
-                        *cq = made.1;
-                        i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()).push(made);
-                    }
-                    Err(e) => {
-                        destroy_own_cqs(i);
-                        return fail(e);
-                    }
+        for send in [true, false] {
+            let (cq, depth) =
+                if send { (&mut a.send_cq, a.cap.max_send_wr) } else { (&mut a.recv_cq, a.cap.max_recv_wr) };
+            if !cq.is_null() {
+                continue;
+            }
+            match own_cq(verbs, depth) {
+                Ok(made) => {
+                    *cq = made.1;
+                    i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()).push(made);
+                }
+                Err(e) => {
+                    destroy_own_cqs(i, Some(a));
+                    return fail(e);
                 }
             }
         }
@@ -477,7 +482,8 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
             let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
-            destroy_own_cqs(i);
+            // SAFETY: the caller's attributes, as above.
+            destroy_own_cqs(i, Some(unsafe { &mut *attr }));
             return fail(e);
         }
         // SAFETY: the caller's attributes (read after ibv_create_qp checked them).
@@ -490,7 +496,8 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         if let Err(e) = r {
             // SAFETY: the QP just made.
             unsafe { crate::qp::ibv_destroy_qp(qp) };
-            destroy_own_cqs(i);
+            // SAFETY: the caller's attributes, as above.
+            destroy_own_cqs(i, Some(unsafe { &mut *attr }));
             return fail(e);
         }
         set!(i, qp, qp);
@@ -559,7 +566,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         // SAFETY: the QP rdma_create_qp made (checked by the registry).
         unsafe { crate::qp::ibv_destroy_qp(qp) };
         set!(i, qp, std::ptr::null_mut());
-        destroy_own_cqs(i);
+        destroy_own_cqs(i, None);
     })
 }
 
@@ -584,10 +591,27 @@ fn own_cq(verbs: *mut ibv_context, depth: u32) -> Result<(*mut ibv_comp_channel,
 }
 
 /// Destroys the CQs and channels `rdma_create_qp` made for `i`, and clears
-/// the ID's fields that named them.
-fn destroy_own_cqs(i: &Id) {
+/// the ID's fields (and, on a failed create, the caller's attributes) that
+/// named them. One still in use (the application made another QP on it) is
+/// kept, and said.
+fn destroy_own_cqs(i: &Id, attr: Option<&mut ibv_qp_init_attr>) {
     let made = std::mem::take(&mut *i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut kept = Vec::new();
+    let mut attr = attr;
     for (ch, cq) in made {
+        if let Some(a) = attr.as_deref_mut() {
+            for f in [&mut a.send_cq, &mut a.recv_cq] {
+                if *f == cq {
+                    *f = std::ptr::null_mut();
+                }
+            }
+        }
+        // SAFETY: made by own_cq; the QP that used it is gone (or was never made).
+        if unsafe { crate::cq::ibv_destroy_cq(cq) } != 0 {
+            tracing::warn!("rdma_destroy_qp: a CQ librdmacm made for the ID is still in use; it stays");
+            kept.push((ch, cq));
+            continue;
+        }
         if get!(i, send_cq) == cq {
             set!(i, send_cq, std::ptr::null_mut());
             set!(i, send_cq_channel, std::ptr::null_mut());
@@ -596,12 +620,10 @@ fn destroy_own_cqs(i: &Id) {
             set!(i, recv_cq, std::ptr::null_mut());
             set!(i, recv_cq_channel, std::ptr::null_mut());
         }
-        // SAFETY: made by own_cq; the QP that used them is gone (or was never made).
-        unsafe {
-            crate::cq::ibv_destroy_cq(cq);
-            crate::cq::ibv_destroy_comp_channel(ch);
-        }
+        // SAFETY: its only CQ is gone.
+        unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
     }
+    i.own_cqs.lock().unwrap_or_else(|e| e.into_inner()).extend(kept);
 }
 
 /// The Rust parameters of a C `rdma_conn_param` (NULL: `default`).

@@ -40,7 +40,9 @@ impl<L: Link> Link for FaultLink<L> {
         let mut f = frame.to_vec();
         let body = f.get_mut(ETH_HEADER..).unwrap_or_default();
         match self.dice.roll(body, self.held.is_none()) {
-            Fate::Lose => return Ok(()),
+            // Lost; a frame held back still leaves after it, as the UDP
+            // injector's does.
+            Fate::Lose => {}
             Fate::Hold => {
                 self.held = Some(f);
                 return Ok(());

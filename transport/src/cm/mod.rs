@@ -651,11 +651,22 @@ impl Cm {
             }),
         );
         self.send(ep, c.peer, rej, false);
-        let until = self.now + self.config.timewait;
+        let until = self.now + self.rejected_for(c.req.as_ref());
         let c = &mut self.conns[i];
         c.state = State::Rejected { until };
         c.reply = Some(rej);
         Ok(())
+    }
+
+    /// How long a rejected REQ is remembered: through every repeat the
+    /// peer may still send (its CM response timeout, its retries), so that
+    /// a lost REJ's repeat gets the REJ again, never a second request; at
+    /// least the time-wait.
+    fn rejected_for(&self, req: Option<&ReqRepr>) -> Duration {
+        let repeats = req.map_or(Duration::ZERO, |r| {
+            cm_convert_to_ms(r.local_cm_response_timeout) * (u32::from(r.max_cm_retries) + 1)
+        });
+        repeats.max(self.config.timewait)
     }
 
     /// Either side: moves the QP to ERR and sends a DREQ.

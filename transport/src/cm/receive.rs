@@ -138,9 +138,14 @@ impl Cm {
                 }
                 // The consumer refused it: the same REJ again, never a
                 // second connect request for the consumer.
-                (State::Rejected { .. }, Some(rej), _) => {
+                (State::Rejected { .. }, Some(rej), first) => {
                     self.send(ep, from, rej, false);
                     self.stats.rej_resent += 1;
+                    let until = self.now + self.rejected_for(first.as_ref());
+                    if let Some(c) = self.conns.iter_mut().find(|c| c.peer == from && c.remote_id == req.local_comm_id)
+                    {
+                        c.state = State::Rejected { until };
+                    }
                 }
                 // The consumer is slow to decide: tell the peer to wait
                 // (service timeout 24, about 68 s, as Linux sends).

@@ -257,8 +257,7 @@ impl Endpoint {
             self.stats.drop(Drop::MadNoGid, GSI_QPN);
             return;
         };
-        let first = self.gsi_first_tid;
-        let gsi = self.gsi.get_or_insert_with(|| Box::new(crate::gsi::Gsi::with_first_tid(first)));
+        let gsi = super::gsi_in(&mut self.gsi, self.gsi_first_tid);
         gsi.receive(src, deth.qkey(), deth.src_qp(), t.payload(), &mut self.stats);
     }
 

@@ -222,9 +222,13 @@ impl Endpoint {
         }
         // A READ response waiting for the pacer holds the responses behind it (they are in order).
         let held = paced.is_some_and(|(may, read_first)| read_first && !may);
-        // Asked for, a held ACK leaves ahead of a request waiting to go.
+        // Asked for, a held ACK leaves ahead of a request about to go (not
+        // one the window, an RNR wait or the pacer holds).
         let ack_first = flush
-            || (self.ack_before_requests && qp.resp.ack_held_since.is_some() && qp.req.sq.len() > qp.req.cursor_wqe);
+            || (self.ack_before_requests
+                && qp.resp.ack_held_since.is_some()
+                && paced.is_none_or(|(may, _)| may)
+                && qp.request_ready(now));
         let response = if held {
             None
         } else {

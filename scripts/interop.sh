@@ -558,14 +558,14 @@ lib_run() { # IPV: the launcher and its device, for the host side's command
     echo "$BIN/softroce-run --device rxe0=$a --"
 }
 
-lib_cases() { # K IPV MTU [quick]
+lib_cases() { # K IPV MTU [quick|all]
     local k=$1 v=$2 m=$3 g=${GIDX[$1,$2]} run n=$PINGPONG_ITERS dir name ours theirs
     run=$(lib_run "$v")
     for dir in ours-client ours-server; do
         LIB=1 run_case "lib:ibv_rc_pingpong" "$dir" "$v" "$m" "$k" \
             "$run ibv_rc_pingpong -d rxe0 -g 0 -n $n -m $m" "ibv_rc_pingpong -d rxe0 -g $g -n $n -m $m" pingpong
     done
-    local list="ib_write_bw|-s 16384 -n 100"
+    local list="ib_write_bw|-s 16384 -n 100" kind
     if [ "${4:-}" != quick ]; then
         for dir in ours-client ours-server; do
             # UD has no path MTU: its "MTU" is the message size
@@ -575,6 +575,21 @@ lib_cases() { # K IPV MTU [quick]
         list="$list
 ib_read_bw|-s 16384 -n 100
 ib_send_lat|-s 2 -n 100"
+    fi
+    # the rest of ibverbs-utils and perftest: IPv4 only (a few seconds each)
+    if [ "${4:-}" = all ]; then
+        for kind in uc srq; do
+            for dir in ours-client ours-server; do
+                LIB=1 run_case "lib:ibv_${kind}_pingpong" "$dir" "$v" "$m" "$k" \
+                    "$run ibv_${kind}_pingpong -d rxe0 -g 0 -n $n -m $m" \
+                    "ibv_${kind}_pingpong -d rxe0 -g $g -n $n -m $m" pingpong
+            done
+        done
+        list="$list
+ib_send_bw|-s 16384 -n 100
+ib_atomic_bw|-n 100
+ib_write_lat|-s 2 -n 100
+ib_read_lat|-s 2 -n 100"
     fi
     while IFS='|' read -r name theirs; do
         for dir in ours-client ours-server; do
@@ -591,6 +606,8 @@ lib_cm_cases() { # K IPV
         LIB=1 cm_case "lib:rping" "$dir" "$v" "$k" "$run rping -v -V -C $RPING_COUNT" "rping -v -V -C $RPING_COUNT"
         LIB=1 CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7471 CM_CHECK=complete \
             cm_case "lib:ucmatose" "$dir" "$v" "$k" "$run ucmatose -c 4 -C 50" "ucmatose -c 4 -C 50"
+        LIB=1 CM_SERVER_FLAGS="-b @SRV@" CM_CLIENT_FLAGS="-b @SRC@ -s @SRV@" CM_PORT=7174 CM_CHECK=complete \
+            cm_case "lib:udaddy" "$dir" "$v" "$k" "$run udaddy -c 4 -C 50" "udaddy -c 4 -C 50"
         # perftest 4.5's -R is IPv4 only (see perftest_cm_cases). With
         # perftest's client on our side, the REQ for the test QP usually
         # reaches the emulated guest before its server listens again (a
@@ -631,7 +648,7 @@ else
     perftest_cm_cases 1 6
     RPING_COUNT=10 tshark_case
     # Debian's binaries over our libraries against the same binaries on rxe
-    lib_cases 1 4 1024
+    lib_cases 1 4 1024 all
     lib_cases 1 6 1024
     lib_cases 1 4 4096 quick
     lib_cm_cases 1 4

@@ -380,6 +380,37 @@ fn holding_an_ack(seed: u64, delay: Duration) -> (Sim, Side, Side) {
     (sim, a, b)
 }
 
+/// The opcodes a side sends, in the order they leave.
+type Sent = std::rc::Rc<std::cell::RefCell<Vec<Opcode>>>;
+
+/// A conversing pair where `b`, with an ACK delay (and ACKs ahead of
+/// requests if `ack_first`), has taken a SEND from `a` while holding its
+/// ACK, and then posts a reply; returns what `b` sent and when the SEND
+/// arrived.
+fn replying(seed: u64, delay: Duration, ack_first: bool) -> (Sim, Side, Side, Sent, Instant) {
+    let (mut sim, a, b) = pair(seed);
+    sim.ep(b.ep).set_ack_delay(delay);
+    sim.ep(b.ep).set_ack_before_requests(ack_first);
+    converse(&mut sim, &b, &a);
+    let from_b: Sent = Default::default();
+    let seen = from_b.clone();
+    let b_index = b.ep;
+    sim.set_filter(move |src, p| {
+        if src == b_index {
+            seen.borrow_mut().push(opcode_of(p));
+        }
+        Verdict::Deliver
+    });
+    recv(&mut sim, &a, 200, 0, 64);
+    recv(&mut sim, &b, 100, 0, 64);
+    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
+    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
+    let arrived = sim.now;
+    assert!(from_b.borrow().is_empty(), "the ACK is held until there is something to send");
+    post(&mut sim, &b, 2, SendOp::Send, 100, 8);
+    (sim, a, b, from_b, arrived)
+}
+
 #[test]
 fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes() {
     let delay = Duration::from_micros(20);
@@ -412,25 +443,7 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     }
 
     // A reply: the ACK leaves right after it, in the same round, long before the delay.
-    let (mut sim, a, b) = pair(42);
-    sim.ep(b.ep).set_ack_delay(delay);
-    converse(&mut sim, &b, &a);
-    let from_b = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let seen = from_b.clone();
-    let b_index = b.ep;
-    sim.set_filter(move |src, p| {
-        if src == b_index {
-            seen.borrow_mut().push(opcode_of(p));
-        }
-        Verdict::Deliver
-    });
-    recv(&mut sim, &a, 200, 0, 64);
-    recv(&mut sim, &b, 100, 0, 64);
-    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
-    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
-    let arrived = sim.now;
-    assert!(from_b.borrow().is_empty(), "the ACK waited for company");
-    post(&mut sim, &b, 2, SendOp::Send, 100, 8);
+    let (mut sim, a, _, from_b, arrived) = replying(42, delay, false);
     assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.send_cq) > 0));
     assert!(sim.now - arrived < delay / 2, "the ACK left with the reply, not after the delay");
     assert_eq!(from_b.borrow()[..2], [Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE]);
@@ -453,26 +466,7 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     // Asked to (the drop-in libibverbs, as hardware orders them), the held
     // ACK leaves ahead of the reply instead, still without its delay: the
     // peer completes its send before it sees the reply.
-    let (mut sim, a, b) = pair(46);
-    sim.ep(b.ep).set_ack_delay(delay);
-    sim.ep(b.ep).set_ack_before_requests(true);
-    converse(&mut sim, &b, &a);
-    let from_b = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let seen = from_b.clone();
-    let b_index = b.ep;
-    sim.set_filter(move |src, p| {
-        if src == b_index {
-            seen.borrow_mut().push(opcode_of(p));
-        }
-        Verdict::Deliver
-    });
-    recv(&mut sim, &a, 200, 0, 64);
-    recv(&mut sim, &b, 100, 0, 64);
-    post(&mut sim, &a, 1, SendOp::Send, 0, 8);
-    assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) > 0));
-    let arrived = sim.now;
-    assert!(from_b.borrow().is_empty(), "the ACK is held until there is something to send");
-    post(&mut sim, &b, 2, SendOp::Send, 100, 8);
+    let (mut sim, a, _, from_b, arrived) = replying(46, delay, true);
     assert!(sim.run_until(LIMIT, |s| s.ep(a.ep).cq_len(a.recv_cq) > 0));
     assert!(sim.now - arrived < delay / 2, "the ACK did not wait for its delay");
     assert_eq!(from_b.borrow()[..2], [Opcode::RC_ACKNOWLEDGE, Opcode::RC_SEND_ONLY]);

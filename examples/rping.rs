@@ -14,6 +14,9 @@
 //! `-P` (persistent server) serves each connection on a thread of its own,
 //! its ID migrated to an event channel of its own, as rping does.
 //!
+//! `--backend roce1|ib --netdev IFACE` runs it over raw frames (root;
+//! the addresses are the interface's, or the peers' GIDs).
+//!
 //! Differences: `-q` (the application's own QP) is refused. The server
 //! needs an address (`-a`): this stack has no wildcard device.
 
@@ -23,6 +26,8 @@ use rdma_core_rs::{
     Access, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QpType, QueuePair, RecvWr, SendOp, SendWr, WcOpcode,
     WcStatus, WorkCompletion,
 };
+use softroce::backend::LinkArgs;
+use softroce::cm_tools::CmBackend;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -67,6 +72,8 @@ struct Args {
     /// Use a self-created, self-modified QP (not supported here).
     #[arg(short = 'q')]
     self_create_qp: bool,
+    #[command(flatten)]
+    link: LinkArgs,
 }
 
 /// rping's `RPING_MIN_BUFSIZE`: `sizeof(stringify(INT_MAX)) + sizeof("rdma-ping-%d: ")`.
@@ -482,12 +489,12 @@ fn wait_for(cb: &mut Cb, want: St, what: &str) -> Res<()> {
     Ok(())
 }
 
-fn run_client(a: &Args) -> Res<()> {
+fn run_client(a: &Args, be: &CmBackend) -> Res<()> {
     let ch = EventChannel::new();
     let id = ch.create_id(PortSpace::Tcp);
     let mut cb = Cb::new(a, ch);
-    let dst = resolve(a.addr.as_deref().ok_or("-a is required for the client")?, a.port)?;
-    let src = a.source.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?;
+    let dst = be.peer(resolve(a.addr.as_deref().ok_or("-a is required for the client")?, a.port)?)?;
+    let src = be.source(a.source.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?)?;
     id.resolve_addr(src, dst, Duration::from_millis(2000)).map_err(|e| format!("rdma_resolve_addr: {e}"))?;
     wait_for(&mut cb, St::RouteResolved, "waiting for addr/route resolution")?;
     debug_log!(cb, "rdma_resolve_addr - rdma_resolve_route successful\n");
@@ -528,10 +535,11 @@ fn serve_one(a: &Args, cb: &mut Cb, child: &CmId, req: &CmEvent) -> Res<()> {
     r
 }
 
-fn run_server(a: &Args) -> Res<()> {
+fn run_server(a: &Args, be: &CmBackend) -> Res<()> {
     let ch = EventChannel::new();
     let listen = ch.create_id(PortSpace::Tcp);
-    let bind = resolve(a.addr.as_deref().ok_or("-a is required: bind the server to a device address")?, a.port)?;
+    let bind =
+        be.bind(resolve(a.addr.as_deref().ok_or("-a is required: bind the server to a device address")?, a.port)?)?;
     listen.bind_addr(bind).map_err(|e| format!("rdma_bind_addr: {e}"))?;
     listen.listen(3).map_err(|e| format!("rdma_listen: {e}"))?;
     loop {
@@ -588,7 +596,9 @@ fn main() -> ExitCode {
         eprintln!("rping: -q (a self-created QP) is not supported by this stack");
         return ExitCode::from(255);
     }
-    let r = if a.server { run_server(&a) } else { run_client(&a) };
+    let r =
+        CmBackend::open(&a.link, "rping")
+            .and_then(|be| if a.server { run_server(&a, &be) } else { run_client(&a, &be) });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -15,6 +15,8 @@
 use clap::Parser;
 use rdma_core_rs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
 use rdma_core_rs::{Access, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QpType, RecvWr, SendOp, SendWr};
+use softroce::backend::LinkArgs;
+use softroce::cm_tools::CmBackend;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -53,6 +55,8 @@ struct Args {
     /// Migrate the IDs to a new event channel after the data transfers.
     #[arg(short = 'm')]
     migrate: bool,
+    #[command(flatten)]
+    link: LinkArgs,
 }
 
 struct Node {
@@ -147,11 +151,12 @@ fn disconnect_events(ch: &EventChannel, mut left: usize) -> Res<()> {
     Ok(())
 }
 
-fn run_server(a: &Args) -> Res<()> {
+fn run_server(a: &Args, be: &CmBackend) -> Res<()> {
     println!("cmatose: starting server");
     let mut ch = EventChannel::new();
     let listen = ch.create_id(PortSpace::Tcp);
-    let bind = resolve(a.bind_addr.as_deref().ok_or("cmatose: the server needs -b (a device address)")?, a.port)?;
+    let bind =
+        be.bind(resolve(a.bind_addr.as_deref().ok_or("cmatose: the server needs -b (a device address)")?, a.port)?)?;
     listen.bind_addr(bind).map_err(|e| format!("cmatose: bind address failed: {e}"))?;
     listen.listen(0).map_err(|e| format!("cmatose: failure trying to listen: {e}"))?;
     let mut nodes: Vec<Node> = Vec::new();
@@ -222,10 +227,10 @@ fn run_server(a: &Args) -> Res<()> {
     Ok(())
 }
 
-fn run_client(a: &Args, server: &str) -> Res<()> {
+fn run_client(a: &Args, be: &CmBackend, server: &str) -> Res<()> {
     println!("cmatose: starting client");
-    let dst = resolve(server, a.port)?;
-    let src = a.bind_addr.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?;
+    let dst = be.peer(resolve(server, a.port)?)?;
+    let src = be.source(a.bind_addr.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?)?;
     let mut ch = EventChannel::new();
     println!("cmatose: connecting");
     let ids: Vec<CmId> = (0..a.connections).map(|_| ch.create_id(PortSpace::Tcp)).collect();
@@ -320,10 +325,10 @@ fn main() -> ExitCode {
         eprintln!("cmatose: -f gid (AF_IB addresses) is not supported by this stack");
         return ExitCode::from(1);
     }
-    let r = match &a.server_addr {
-        Some(s) => run_client(&a, s),
-        None => run_server(&a),
-    };
+    let r = CmBackend::open(&a.link, "cmatose").and_then(|be| match &a.server_addr {
+        Some(s) => run_client(&a, &be, s),
+        None => run_server(&a, &be),
+    });
     println!("test complete");
     let status = match &r {
         Ok(()) => 0,

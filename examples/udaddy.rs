@@ -17,6 +17,8 @@ use rdma_core_rs::{
     Access, AddressHandle, AhAttr, CompletionQueue, Gid, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr, QpType,
     RecvWr, SendOp, SendWr, UdDest, WorkCompletion,
 };
+use softroce::backend::LinkArgs;
+use softroce::cm_tools::CmBackend;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -55,6 +57,8 @@ struct Args {
     /// The port (udaddy's own is 7174, fixed).
     #[arg(long = "port", default_value_t = 7174)]
     port: u16,
+    #[command(flatten)]
+    link: LinkArgs,
 }
 
 fn parse_num(s: &str) -> Result<u32, String> {
@@ -177,11 +181,12 @@ fn event_error(ev: &CmEvent) -> String {
     format!("udaddy: event: {}, error: {}", ev.event, ev.status)
 }
 
-fn run_server(a: &Args) -> Res<()> {
+fn run_server(a: &Args, be: &CmBackend) -> Res<()> {
     println!("udaddy: starting server");
     let ch = EventChannel::new();
     let listen = ch.create_id(PortSpace::Udp);
-    let bind = resolve(a.bind_addr.as_deref().ok_or("udaddy: the server needs -b (a device address)")?, a.port)?;
+    let bind =
+        be.bind(resolve(a.bind_addr.as_deref().ok_or("udaddy: the server needs -b (a device address)")?, a.port)?)?;
     listen.bind_addr(bind).map_err(|e| format!("udaddy: bind address failed: {e}"))?;
     listen.listen(0).map_err(|e| format!("udaddy: failure trying to listen: {e}"))?;
     let mut nodes = Vec::new();
@@ -221,10 +226,10 @@ fn run_server(a: &Args) -> Res<()> {
     Ok(())
 }
 
-fn run_client(a: &Args, server: &str) -> Res<()> {
+fn run_client(a: &Args, be: &CmBackend, server: &str) -> Res<()> {
     println!("udaddy: starting client");
-    let dst = resolve(server, a.port)?;
-    let src = a.bind_addr.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?;
+    let dst = be.peer(resolve(server, a.port)?)?;
+    let src = be.source(a.bind_addr.as_deref().map(|s| resolve(s, 0).map(|x| x.ip())).transpose()?)?;
     let ch = EventChannel::new();
     println!("udaddy: connecting");
     let ids: Vec<CmId> = (0..a.connections).map(|_| ch.create_id(PortSpace::Udp)).collect();
@@ -304,10 +309,10 @@ fn main() -> ExitCode {
         println!("udaddy: message_size {} is larger than active mtu {MAX_MESSAGE}", a.size);
         return ExitCode::from(1);
     }
-    let r = match &a.server_addr {
-        Some(s) => run_client(&a, s),
-        None => run_server(&a),
-    };
+    let r = CmBackend::open(&a.link, "udaddy").and_then(|be| match &a.server_addr {
+        Some(s) => run_client(&a, &be, s),
+        None => run_server(&a, &be),
+    });
     println!("test complete");
     let status = match &r {
         Ok(()) => 0,

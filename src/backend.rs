@@ -12,10 +12,15 @@
 //! bits of the MAC (1 for 127.0.0.1, 2 for 127.0.0.2, ...; never 0).
 
 use clap::{Args, ValueEnum};
+pub use rdma_core_rs::link::default_lid;
 use rdma_core_rs::link::Mac;
 use rdma_core_rs::{Device, DeviceConfig, LinkKind};
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long address resolution on --netdev waits for an ARP answer.
+const ARP_WAIT: Duration = Duration::from_secs(2);
 
 /// `--backend`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -68,11 +73,6 @@ pub fn mac_of_addr(addr: IpAddr) -> Mac {
     [0x02, 0x00, o[0], o[1], o[2], o[3]]
 }
 
-/// The default LID of a port with MAC `mac`.
-pub fn default_lid(mac: Mac) -> u16 {
-    u16::from_be_bytes([mac[4] & 0x3f, mac[5]]).max(1)
-}
-
 impl LinkArgs {
     /// Checks the combination of flags.
     pub fn validate(&self) -> Result<(), String> {
@@ -90,6 +90,49 @@ impl LinkArgs {
             }
         }
         Ok(())
+    }
+
+    /// The address the RDMA CM knows the peer at `addr` by. On udp the
+    /// address itself. On roce1 and ib the peer's EUI-64 GID: `addr` if it
+    /// is one, else the GID of the MAC behind `addr` (on --netdev by the
+    /// kernel's neighbour table, IPv4 only; in-process by the rule the
+    /// in-process devices follow, [`mac_of_addr`]).
+    pub fn cm_peer(&self, addr: IpAddr) -> Result<IpAddr, String> {
+        use rdma_core_rs::link::{gid_of_mac, mac_of_gid, neigh::neighbour_mac};
+        if self.backend == BackendKind::Udp || mac_of_gid(addr).is_some() {
+            return Ok(addr);
+        }
+        let mac = match (&self.netdev, addr) {
+            (None, _) => mac_of_addr(addr),
+            (Some(n), IpAddr::V4(v4)) => neighbour_mac(n, v4, ARP_WAIT).map_err(|e| e.to_string())?,
+            (Some(n), IpAddr::V6(_)) => {
+                return Err(format!(
+                    "{addr}: on --netdev {n}, name an IPv6 peer by its link-local EUI-64 address (its GID, fe80::…)"
+                ))
+            }
+        };
+        Ok(gid_of_mac(mac))
+    }
+
+    /// The address the RDMA CM knows this end by, on a device whose
+    /// address is `device` (a raw device's is its GID), for the address
+    /// `addr` the tool was given. On udp `addr`. On roce1 and ib the
+    /// device's GID, once `addr` is found to name it: the GID itself, or
+    /// one of --netdev's addresses (in-process: the address the device's
+    /// MAC was made from).
+    pub fn cm_local(&self, device: IpAddr, addr: IpAddr) -> Result<IpAddr, String> {
+        if self.backend == BackendKind::Udp || addr == device {
+            return Ok(addr);
+        }
+        let names_it = match &self.netdev {
+            Some(n) => rdma_core_rs::link::raw::interface_addrs(n).map_err(|e| e.to_string())?.contains(&addr),
+            None => rdma_core_rs::link::gid_of_mac(mac_of_addr(addr)) == device,
+        };
+        if !names_it {
+            let on = self.netdev.as_deref().map_or("the in-process link".to_string(), |n| format!("--netdev {n}"));
+            return Err(format!("{addr} is not an address of {on} (its device's GID is {device})"));
+        }
+        Ok(device)
     }
 
     /// Makes the device `name` for a side bound to `addr`, with `config`

@@ -10,7 +10,7 @@
 mod common;
 
 use clap::Parser;
-use common::{ip, is_root, Namespaces};
+use common::{is_root, Veth};
 use softroce::pingpong::{run, run_loopback, Args, Kind};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -253,35 +253,6 @@ fn golden_captures_of_each_backend() {
 // ------------------------------------------------------------------
 // Between two network namespaces over a veth pair.
 
-/// Two namespaces joined by a veth pair (10.213.x.1/24 and .2), removed
-/// with the namespaces.
-struct Veth {
-    ns: Namespaces,
-    dev: [String; 2],
-    addr: [String; 2],
-}
-
-impl Veth {
-    fn new() -> Result<Veth, String> {
-        let id = std::process::id() % 100_000;
-        let ns = Namespaces::make(&["srra", "srrb"])?;
-        let dev = [format!("srv{id}a"), format!("srv{id}b")];
-        let sub = id % 250;
-        let addr = [format!("10.213.{sub}.1"), format!("10.213.{sub}.2")];
-        ip(&["link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1]])?;
-        for i in 0..2 {
-            ip(&["link", "set", &dev[i], "netns", &ns.0[i]])?;
-            ip(&["-n", &ns.0[i], "addr", "add", &format!("{}/24", addr[i]), "dev", &dev[i]])?;
-            ip(&["-n", &ns.0[i], "link", "set", &dev[i], "up"])?;
-        }
-        Ok(Veth { ns, dev, addr })
-    }
-
-    fn cmd(&self, i: usize, prog: &str) -> Command {
-        self.ns.cmd(i, prog)
-    }
-}
-
 fn wait_ok(mut child: Child, what: &str) -> String {
     let start = std::time::Instant::now();
     loop {
@@ -319,7 +290,7 @@ fn roce1_and_ib_between_two_network_namespaces_over_veth() {
         testkit::skip("the veth test needs root (network namespaces, AF_PACKET); it did not run");
         return;
     }
-    let v = match Veth::new() {
+    let v = match Veth::new("p") {
         Ok(v) => v,
         Err(e) => {
             testkit::skip(format!("cannot make network namespaces here: {e}"));
@@ -411,5 +382,116 @@ fn roce1_and_ib_between_two_network_namespaces_over_veth() {
             client.join().unwrap().unwrap_or_else(|e| panic!("{kind:?} ping-pong client over {backend}: {e}"));
             server.join().unwrap().unwrap_or_else(|e| panic!("{kind:?} ping-pong server over {backend}: {e}"));
         }
+    }
+}
+
+/// Runs a server (`server` in namespace 1) and then its client (`client`
+/// in namespace 0); returns both stdouts after checking both succeeded.
+fn client_server(v: &Veth, what: &str, server: (&Path, Vec<String>), client: (&Path, Vec<String>)) -> (String, String) {
+    let spawn = |i: usize, (bin, args): (&Path, Vec<String>)| {
+        let mut c = v.cmd(i, bin.to_str().unwrap());
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let srv = spawn(1, server);
+    // The server listens before a REQ comes (a REQ to a closed port is rejected).
+    std::thread::sleep(Duration::from_millis(500));
+    let cli = wait_ok(spawn(0, client), &format!("{what} client"));
+    (cli, wait_ok(srv, &format!("{what} server")))
+}
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// The RDMA CM over raw frames: the CM tools (rping, ucmatose, udaddy) and
+/// `rdma-perf -R` with `--backend roce1|ib --netdev` between two
+/// namespaces. The peers are named by their IPv4 addresses (found by ARP);
+/// the CM's MADs go on QP1 in RoCE v1 or IB frames, which tshark decodes;
+/// on IB the REQ's primary path carries the LRH's LIDs.
+#[test]
+fn the_rdma_cm_tools_between_two_network_namespaces_over_roce1_and_ib() {
+    if !is_root() {
+        testkit::skip("the veth test needs root (network namespaces, AF_PACKET); it did not run");
+        return;
+    }
+    let v = match Veth::new("c") {
+        Ok(v) => v,
+        Err(e) => {
+            testkit::skip(format!("cannot make network namespaces here: {e}"));
+            return;
+        }
+    };
+    let (rping, ucmatose, udaddy) = (common::example("rping"), common::example("ucmatose"), common::example("udaddy"));
+    let perf = Path::new(perf_bin());
+    for backend in BACKENDS {
+        let on = |i: usize| strings(&["--backend", backend, "--netdev", &v.dev[i]]);
+        let pcap = scratch(&format!("rping-{backend}.pcap"));
+        let p = port().to_string();
+        let server = [strings(&["-s", "-a", &v.addr[1], "-p", &p, "-v"]), on(1)].concat();
+        let client = [strings(&["-c", "-a", &v.addr[1], "-p", &p, "-v", "-V", "-C", "20"]), on(0)].concat();
+        let client = [client, strings(&["--pcap", pcap.to_str().unwrap()])].concat();
+        let (c, s) = client_server(&v, &format!("rping over {backend}"), (&rping, server), (&rping, client));
+        assert_eq!(c.lines().count(), 20, "{c}");
+        assert!(c.lines().all(|l| l.starts_with("ping data: rdma-ping-")), "{c}");
+        assert_eq!(s.lines().count(), 20, "the server's copy of each ping: {s}");
+
+        assert!(dump_check(&pcap).contains("0 ICRC failures"), "rdma-dump --check over {backend}");
+        if have_tshark() {
+            check_cm_capture(backend, &pcap);
+        }
+
+        for (tool, bin) in [("ucmatose", &ucmatose), ("udaddy", &udaddy)] {
+            let server = [strings(&["-b", &v.addr[1], "-c", "2", "-C", "10"]), on(1)].concat();
+            let client = [strings(&["-s", &v.addr[1], "-c", "2", "-C", "10"]), on(0)].concat();
+            let (c, s) = client_server(&v, &format!("{tool} over {backend}"), (bin, server), (bin, client));
+            assert!(c.contains("return status 0") && s.contains("return status 0"), "{tool} over {backend}:\n{c}\n{s}");
+        }
+
+        for (test, n) in [("write-bw", "300"), ("send-lat", "200")] {
+            let p = port().to_string();
+            let args = |i: usize| [strings(&[test, "-R", "-p", &p, "-n", n, "--json", "--quiet"]), on(i)].concat();
+            let client = [args(0), vec![v.addr[1].clone()]].concat();
+            let (c, s) =
+                client_server(&v, &format!("rdma-perf {test} -R over {backend}"), (perf, args(1)), (perf, client));
+            let (c, s): (serde_json::Value, serde_json::Value) =
+                (serde_json::from_str(&c).unwrap(), serde_json::from_str(&s).unwrap());
+            assert_eq!(
+                (c["iterations"].as_u64(), s["iterations"].as_u64()),
+                (Some(n.parse().unwrap()), Some(n.parse().unwrap())),
+                "{c} {s}"
+            );
+            assert_eq!(c["counters"]["retransmits"], 0, "{c}");
+        }
+    }
+}
+
+/// The CM handshake and teardown in a capture of `backend`, as tshark
+/// reads them: REQ, REP, RTU, DREQ, DREP in RoCE v1 or IB frames; on IB
+/// the REQ's primary path names the LRH's LIDs, on RoCE the permissive LID.
+fn check_cm_capture(backend: &str, pcap: &Path) {
+    let ethertype = if backend == "ib" { "" } else { "0x8915" };
+    let rows = tshark_fields(pcap, &["eth.type", "infiniband.mad.attributeid"]);
+    let attrs: Vec<&str> = rows.iter().filter(|r| !r[1].is_empty()).map(|r| r[1].as_str()).collect();
+    assert_eq!(attrs, ["0x0010", "0x0013", "0x0014", "0x0015", "0x0016"], "REQ REP RTU DREQ DREP: {rows:?}");
+    if !ethertype.is_empty() {
+        assert!(rows.iter().all(|r| r[0] == ethertype), "RoCE v1 frames only: {rows:?}");
+    }
+    let req = tshark_fields(
+        pcap,
+        &[
+            "infiniband.lrh.slid",
+            "infiniband.lrh.dlid",
+            "infiniband.cm.req.prim_locallid",
+            "infiniband.cm.req.prim_remotelid",
+        ],
+    );
+    let req: Vec<_> = req.into_iter().filter(|r| !r[2].is_empty()).collect();
+    assert_eq!(req.len(), 1, "one REQ: {req:?}");
+    if backend == "ib" {
+        assert_eq!((&req[0][0], &req[0][1]), (&req[0][2], &req[0][3]), "the REQ's path names the LRH's LIDs");
+        assert_ne!(req[0][0], "0");
+    } else {
+        assert_eq!((req[0][2].as_str(), req[0][3].as_str()), ("65535", "65535"), "RoCE: permissive LIDs");
     }
 }

@@ -85,13 +85,24 @@ impl ProtectionDomain {
         Ok(SharedReceiveQueue { ctx: self.ctx.clone(), id })
     }
 
-    /// `ibv_create_ah`.
+    /// `ibv_create_ah`. On native IB the DLID is the one the port's path
+    /// table has for the GID (resolved by the RDMA CM, or learned from the
+    /// peer's MADs), as a path record would give it.
     pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
         self.ctx.device().gid(attr.sgid_index)?;
         if attr.dgid.is_zero() {
             return Err(Error::InvalidArgument("address handle: the destination GID is zero".into()));
         }
-        Ok(AddressHandle { av: attr.to_av() })
+        let mut av = attr.to_av();
+        if self.ctx.link_kind() == rdma_transport::LinkKind::Ib {
+            av.dlid = self.ctx.inner.lock().ep.path_lid(av.dest).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "address handle: no LID is known for GID {} on native IB (give one with create_ah_av)",
+                    attr.dgid
+                ))
+            })?;
+        }
+        Ok(AddressHandle { av })
     }
 
     /// An address handle from a whole address vector: for native IB, a

@@ -269,16 +269,8 @@ impl Config {
             ));
         }
         let tcp = !matches!(self.role, Role::Loopback { .. });
-        if self.exchange == Exchange::RdmaCm {
-            if !tcp {
-                return bad("-R (--rdma_cm) connects a client and a server process; --loopback runs without it".into());
-            }
-            if raw {
-                return bad(format!(
-                    "-R (--rdma_cm) runs on the RoCE v2 backend (the RDMA CM's MADs), not --backend {}",
-                    self.link.backend.link().name()
-                ));
-            }
+        if self.exchange == Exchange::RdmaCm && !tcp {
+            return bad("-R (--rdma_cm) connects a client and a server process; --loopback runs without it".into());
         }
         let perftest = matches!(self.exchange, Exchange::Perftest | Exchange::RdmaCm);
         if tcp && perftest && self.duration.is_some() && !side::server_is_passive(self.test) {

@@ -154,6 +154,16 @@ fn resolve(events: &mut Events, bind: IpAddr, to: SocketAddr, tos: u8) -> Result
     Ok(id)
 }
 
+/// The address the RDMA CM knows this side by: `--bind` on udp; on a raw
+/// link (`--backend roce1|ib`) the device's GID.
+fn local(ctx: &Context, cfg: &Config) -> IpAddr {
+    if cfg.link.backend == crate::backend::BackendKind::Udp {
+        cfg.bind
+    } else {
+        ctx.device().addr()
+    }
+}
+
 /// How a connect ended when it did not: refused with REJ `status`, or otherwise.
 enum Refused {
     Rej(i32),
@@ -291,12 +301,13 @@ impl Control {
     /// The client's side: the control connection to `server`, from `cfg.bind`.
     pub fn connect(ctx: &Context, cfg: &Config, server: SocketAddr) -> Result<Control, PerfError> {
         rdma_core_rs::cm::attach_context(ctx).map_err(cm_err("attach_context"))?;
+        let server = SocketAddr::new(cfg.link.cm_peer(server.ip()).map_err(PerfError::Failed)?, server.port());
         let mut events = Events::new();
         let p = Parts::new(ctx)?;
         let param = ConnParam { responder_resources: 0, initiator_depth: 0, ..ConnParam::default() };
         let mut qp = None;
         let id = dial(&mut events, server, &param, "the control connection", &mut |ev| {
-            let id = resolve(ev, cfg.bind, server, cfg.tos)?;
+            let id = resolve(ev, local(ctx, cfg), server, cfg.tos)?;
             qp = Some(p.qp(&id)?);
             Ok(id)
         })?;
@@ -312,10 +323,11 @@ impl Control {
         let mut events = Events::new();
         let p = Parts::new(ctx)?;
         let listener = events.create_id();
-        listener.bind_addr(SocketAddr::new(cfg.bind, cfg.port)).map_err(cm_err("bind_addr"))?;
+        let at = local(ctx, cfg);
+        listener.bind_addr(SocketAddr::new(at, cfg.port)).map_err(cm_err("bind_addr"))?;
         listener.listen(1).map_err(cm_err("listen"))?;
         if cfg.progress {
-            eprintln!("rdma-perf: waiting for a client on RDMA CM port {} (device {})", cfg.port, cfg.bind);
+            eprintln!("rdma-perf: waiting for a client on RDMA CM port {} (device {at})", cfg.port);
         }
         let req = events.next(Duration::from_secs(10 * 365 * 24 * 3600), "CONNECT_REQUEST", |e| {
             e.event == EventType::ConnectRequest
@@ -430,7 +442,7 @@ pub fn connect_tests(cfg: &Config, link: &mut Link, layout: Layout) -> Result<(S
         // IDs resolved first: a QP is made on its ID's device
         let mut ids = Vec::with_capacity(cfg.qps);
         for _ in 0..cfg.qps {
-            ids.push(resolve(&mut c.events, cfg.bind, server, cfg.tos)?);
+            ids.push(resolve(&mut c.events, local(&c.ctx, cfg), server, cfg.tos)?);
         }
         let mut side =
             Side::on(ctx, cfg, layout, &mut |pd, attr, q| ids[q].create_qp(pd, attr).map_err(cm_err("create_qp")))?;
@@ -448,7 +460,7 @@ pub fn connect_tests(cfg: &Config, link: &mut Link, layout: Layout) -> Result<(S
                         tracing::debug!(attempt, q, "a test QP's connection: REJ 8, trying again");
                         std::thread::sleep(CONNECT_RETRY_DELAY);
                         attempt += 1;
-                        let id = resolve(&mut c.events, cfg.bind, server, cfg.tos)?;
+                        let id = resolve(&mut c.events, local(&c.ctx, cfg), server, cfg.tos)?;
                         side.remake_qp(q, &mut |pd, attr, _| id.create_qp(pd, attr).map_err(cm_err("create_qp")))?;
                         id.connect(&param).map_err(cm_err("connect"))?;
                         *slot = id;
@@ -468,7 +480,7 @@ pub fn connect_tests(cfg: &Config, link: &mut Link, layout: Layout) -> Result<(S
         // Listening before this side's part of the hand shake: the client's
         // REQs that follow it find the port open.
         let listener = c.events.create_id();
-        let at = SocketAddr::new(cfg.bind, cfg.port);
+        let at = SocketAddr::new(local(&c.ctx, cfg), cfg.port);
         listener.bind_addr(at).map_err(cm_err("bind_addr"))?;
         listener.listen(cfg.qps as u32).map_err(cm_err("listen"))?;
         link.hand_shakes(&[zero], OOB_TIMEOUT, &mut quiet)?;

@@ -54,6 +54,37 @@ impl Drop for Namespaces {
     }
 }
 
+/// Two namespaces joined by a veth pair (10.213.x.1/24 and .2), removed
+/// with the namespaces.
+pub struct Veth {
+    pub ns: Namespaces,
+    pub dev: [String; 2],
+    pub addr: [String; 2],
+}
+
+impl Veth {
+    /// The pair `tag` (one letter: each test of a binary its own).
+    pub fn new(tag: &str) -> Result<Veth, String> {
+        let id = std::process::id() % 100_000;
+        let ns = Namespaces::make(&[&format!("srr{tag}a"), &format!("srr{tag}b")])?;
+        let dev = [format!("sr{tag}{id}a"), format!("sr{tag}{id}b")];
+        let sub = id % 250;
+        let addr = [format!("10.213.{sub}.1"), format!("10.213.{sub}.2")];
+        ip(&["link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1]])?;
+        for i in 0..2 {
+            ip(&["link", "set", &dev[i], "netns", &ns.0[i]])?;
+            ip(&["-n", &ns.0[i], "addr", "add", &format!("{}/24", addr[i]), "dev", &dev[i]])?;
+            ip(&["-n", &ns.0[i], "link", "set", &dev[i], "up"])?;
+        }
+        Ok(Veth { ns, dev, addr })
+    }
+
+    /// A command run inside namespace `i`.
+    pub fn cmd(&self, i: usize, prog: &str) -> Command {
+        self.ns.cmd(i, prog)
+    }
+}
+
 /// The example `name`, built by cargo in this test's own profile (`cargo
 /// test` builds no examples for `--test NAME`).
 pub fn example(name: &str) -> std::path::PathBuf {

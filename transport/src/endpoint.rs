@@ -27,7 +27,8 @@ use crate::error::VerbsError;
 use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
-use crate::qp::{CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
+use crate::paths::PathTable;
+use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
 use crate::requester::SendWqe;
 use crate::rng::Rng;
 use crate::stats::QpStats;
@@ -109,6 +110,8 @@ pub struct Endpoint {
     /// kernel's MAD agents put an agent number in the high half, so that
     /// ours do not meet the IDs a peer chose (which our responses echo).
     gsi_first_tid: u64,
+    /// Native IB: the LIDs of GIDs (see [`crate::paths`]).
+    paths: PathTable,
 }
 
 /// The notification point's settings while congestion control is off:
@@ -161,6 +164,7 @@ impl Endpoint {
             np_params: DEFAULT_NP,
             gsi: None,
             gsi_first_tid,
+            paths: PathTable::default(),
         }
     }
 
@@ -281,6 +285,26 @@ impl Endpoint {
     /// The port's LID (native IB; 0 on RoCE).
     pub fn lid(&self) -> u16 {
         self.framer.lid
+    }
+
+    /// Native IB: records that the port of GID `gid` has LID `lid`, for
+    /// the MADs and the connected QPs the GSI and the CM address by GID.
+    /// (What a path record query answers on a managed fabric.)
+    pub fn set_path(&mut self, gid: IpAddr, lid: u16) {
+        self.paths.set(gid, lid);
+    }
+
+    /// Native IB: the LID GID `gid` is known at (set, or learned from a
+    /// MAD it sent).
+    pub fn path_lid(&self, gid: IpAddr) -> Option<u16> {
+        self.paths.lid(gid)
+    }
+
+    /// The address vector of a peer known by its GID: on native IB with
+    /// the LID from the path table (0 if unknown: such packets are
+    /// dropped by every port).
+    pub fn route(&self, gid: IpAddr) -> AddressVector {
+        self.paths.route(self.framer.link, gid)
     }
 
     /// The UDP source port a QP sends from (rxe's hash of the QPN by default).

@@ -34,6 +34,7 @@ pub mod framing;
 pub mod fuzzing;
 pub mod gsi;
 pub mod memory;
+pub mod paths;
 mod pool;
 pub mod qp;
 pub mod requester;

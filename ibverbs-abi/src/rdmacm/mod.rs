@@ -128,6 +128,7 @@ fn cm_errno(e: &CmError) -> c_int {
         CmError::Verbs(v) => errno_of(v),
         CmError::NoDevice(..) => libc::ENODEV,
         CmError::AddrInUse { .. } => libc::EADDRINUSE,
+        CmError::NoRoute(..) => libc::EHOSTUNREACH,
         CmError::Unsupported(_) => libc::ENOSYS,
         CmError::Timeout(_) => libc::EAGAIN,
         CmError::WrongState { .. }

@@ -344,8 +344,22 @@ impl CmId {
     }
 
     /// `rdma_resolve_route`: on RoCE the path follows from the addresses
-    /// (GIDs, hop limit 64, P_Key 0xFFFF, MTU 1024); ROUTE_RESOLVED follows.
+    /// (GIDs, hop limit 64, P_Key 0xFFFF, MTU 1024); on native IB the
+    /// peer's LID is the one its GID is known at, else the LID plan's
+    /// ([`crate::link::default_lid`] of the MAC in its EUI-64 GID).
+    /// ROUTE_RESOLVED follows.
     pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+        let (dev, remote) = {
+            let g = self.shared.lock();
+            match (g.phase, &g.dev, g.remote) {
+                (Phase::AddrResolved, Some(d), Some(r)) => (d.clone(), r.ip()),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("resolve_route", "with a resolved address"));
+                }
+            }
+        };
+        dev.with_cm(|ep, _| route::resolve_lid(ep, remote))??;
         {
             let mut g = self.shared.lock();
             if g.phase != Phase::AddrResolved {

@@ -69,6 +69,9 @@ pub enum CmError {
     PrivateDataTooLong { len: usize, max: usize, what: &'static str },
     #[error("{0} is not a local address this stack can use: {1}")]
     NoDevice(std::net::IpAddr, String),
+    /// No route to the peer (`rdma_resolve_route`).
+    #[error("no route to {0}: {1}")]
+    NoRoute(std::net::IpAddr, String),
     #[error("the source {src} and destination {dst} are of different address families")]
     FamilyMismatch { src: std::net::IpAddr, dst: std::net::IpAddr },
     #[error("port {port} of {addr} is already bound by another CM ID")]

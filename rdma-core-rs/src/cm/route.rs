@@ -2,7 +2,9 @@
 //! would pick, ephemeral ports, and the random numbers the CM needs
 //! (from the engine's generator, seeded by the operating system).
 
+use super::{CmError, Result};
 use rdma_transport::rng::Rng;
+use rdma_transport::{Endpoint, LinkKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Mutex, OnceLock};
 
@@ -13,6 +15,19 @@ pub(crate) fn source_for(dst: IpAddr) -> std::io::Result<IpAddr> {
     let s = UdpSocket::bind(SocketAddr::new(any, 0))?;
     s.connect(SocketAddr::new(dst, 4791))?;
     Ok(s.local_addr()?.ip())
+}
+
+/// Native IB: makes sure the engine knows the LID of the peer `gid`
+/// (a learned or given one stays; else the LID plan's). RoCE needs none.
+pub(crate) fn resolve_lid(ep: &mut Endpoint, gid: IpAddr) -> Result<()> {
+    if ep.link() != LinkKind::Ib || ep.path_lid(gid).is_some() {
+        return Ok(());
+    }
+    let mac = crate::link::mac_of_gid(gid).ok_or_else(|| {
+        CmError::NoRoute(gid, "on native IB the peer must be named by its EUI-64 GID (fe80::…), whose MAC gives its LID; this stack has no subnet administrator to ask for a path".into())
+    })?;
+    ep.set_path(gid, crate::link::default_lid(mac));
+    Ok(())
 }
 
 /// The CM's generator, seeded once from the operating system's randomness

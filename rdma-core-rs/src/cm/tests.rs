@@ -268,3 +268,97 @@ fn a_channel_fd_counts_events_and_a_qp_made_elsewhere_is_connected_and_flushed()
     assert_eq!((wcs[0].wr_id, wcs[0].status), (7, crate::WcStatus::WrFlushErr));
     id.set_qp_num(None).unwrap();
 }
+
+/// Connects over an in-process frame link of `link` and sends a message.
+/// On native IB the client's LID is off the LID plan: the server can only
+/// answer if it learned the LID from the REQ (the client finds the
+/// server's by the plan).
+fn connect_over(link: rdma_transport::LinkKind, n: u8, port: u16) {
+    use crate::{Access, DeviceConfig, RecvWr, SendOp, SendWr};
+    fast();
+    let fabric = format!("cm-raw-{n}-{}", std::process::id());
+    let mk = |host: u8, lid: u16| {
+        let mac = [2, 0, 10, n, 0, host];
+        let config = DeviceConfig { link, lid, ..DeviceConfig::default() };
+        let d = crate::Device::in_process(&format!("raw{n}-{host}"), &fabric, mac, config).unwrap();
+        let ctx = d.open().unwrap();
+        attach_context(&ctx).unwrap();
+        (d.addr(), ctx)
+    };
+    let (sa, sctx) = mk(1, crate::link::default_lid([2, 0, 10, n, 0, 1]));
+    let (ca, cctx) = mk(2, 0x77);
+    assert!(sa.is_ipv6() && crate::link::mac_of_gid(sa).is_some(), "raw devices are named by their EUI-64 GID");
+    let sch = EventChannel::new();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(sa, port)).unwrap();
+    listen.listen(8).unwrap();
+    let cch = EventChannel::new();
+    let id = cch.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(ca), SocketAddr::new(sa, port), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    qp_on(&id);
+    id.connect(&ConnParam { private_data: b"raw".to_vec(), ..ConnParam::default() }).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    assert_eq!(&req.param.private_data[..3], b"raw");
+    assert_eq!(req.id.peer_addr().map(|a| a.ip()), Some(ca));
+    let pd = sctx.alloc_pd().unwrap();
+    let cq = sctx.create_cq(16, None).unwrap();
+    req.id.create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    req.id.qp().unwrap().post_recv(&[RecvWr { wr_id: 1, sg_list: vec![mr.sge(0, 64).unwrap()] }]).unwrap();
+    req.id.accept(&ConnParam::default()).unwrap();
+    expect(&cch, EventType::Established);
+    expect(&sch, EventType::Established);
+    let send = SendWr { inline_data: Some(b"over raw frames".to_vec()), ..SendWr::new(2, SendOp::Send, vec![]) };
+    id.qp().unwrap().post_send(&[send]).unwrap();
+    let mut wcs = Vec::new();
+    let t = std::time::Instant::now();
+    while wcs.is_empty() && t.elapsed() < Duration::from_secs(5) {
+        cq.poll(&mut wcs, 4).unwrap();
+    }
+    assert_eq!(wcs.len(), 1, "{link:?}: the SEND arrived");
+    assert_eq!(wcs[0].status, crate::WcStatus::Success);
+    let mut got = [0u8; 15];
+    mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"over raw frames");
+    if link == rdma_transport::LinkKind::Ib {
+        let learned = sctx.inner.lock().ep.path_lid(ca);
+        assert_eq!(learned, Some(0x77), "the server learned the client's LID from its REQ");
+        let (_, qp) = req.id.qp().unwrap().query().unwrap();
+        assert_eq!(qp.av.map(|av| av.dlid), Some(0x77), "and its QP sends there");
+        assert_eq!(cctx.inner.lock().ep.path_lid(sa), Some(1), "the client took the server's LID from the plan");
+    }
+    let (s, c) = (sctx.stats(), cctx.stats());
+    assert_eq!((c.mads_sent, s.mads_sent), (2, 1), "REQ and RTU, REP: none repeated");
+    assert_eq!((s.mads_received, c.mads_received), (2, 1));
+}
+
+#[test]
+fn connects_over_roce_v1_frames() {
+    connect_over(rdma_transport::LinkKind::RoceV1, 1, 9101);
+}
+
+#[test]
+fn connects_over_native_ib_frames() {
+    connect_over(rdma_transport::LinkKind::Ib, 2, 9102);
+}
+
+#[test]
+fn native_ib_needs_an_eui64_gid_to_find_a_peers_lid() {
+    use crate::DeviceConfig;
+    fast();
+    let mac = [2, 0, 10, 3, 0, 1];
+    let config = DeviceConfig { link: rdma_transport::LinkKind::Ib, lid: 1, ..DeviceConfig::default() };
+    let d = crate::Device::in_process("raw3-1", &format!("cm-raw-3-{}", std::process::id()), mac, config).unwrap();
+    let ctx = d.open().unwrap();
+    attach_context(&ctx).unwrap();
+    let ch = EventChannel::new();
+    let id = ch.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(d.addr()), "[fe80::1]:9103".parse().unwrap(), Duration::from_secs(2)).unwrap();
+    expect(&ch, EventType::AddrResolved);
+    let e = id.resolve_route(Duration::from_secs(2)).unwrap_err();
+    assert!(matches!(e, CmError::NoRoute(..)), "{e}");
+    assert!(e.to_string().contains("EUI-64"), "{e}");
+}

@@ -28,6 +28,7 @@ pub mod capture;
 pub mod faults;
 pub(crate) mod frames;
 pub mod inproc;
+pub mod neigh;
 pub mod raw;
 
 use rdma_transport::LinkKind;
@@ -146,6 +147,14 @@ pub fn mac_of_gid(gid: IpAddr) -> Option<Mac> {
         return None;
     }
     Some([g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]])
+}
+
+/// The LID plan of ports nobody assigned a LID to (no `--lid`, no subnet
+/// manager): the low 14 bits of the MAC (never 0). Route resolution on
+/// native IB takes a peer's LID from its GID by this plan when nothing
+/// better is known, as a fabric without a subnet administrator must.
+pub fn default_lid(mac: Mac) -> u16 {
+    u16::from_be_bytes([mac[4] & 0x3f, mac[5]]).max(1)
 }
 
 /// The EtherType of the frames that carry packets of `kind`.

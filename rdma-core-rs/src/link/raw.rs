@@ -57,6 +57,11 @@ pub fn interface_mac(name: &str) -> io::Result<Mac> {
     })
 }
 
+/// The IP addresses of the interface `name`.
+pub fn interface_addrs(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
+    Ok(interface(name)?.ips.iter().map(|n| n.ip()).collect())
+}
+
 /// The interface's MTU (bytes of a frame after its Ethernet header).
 fn interface_mtu(name: &str) -> usize {
     std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))

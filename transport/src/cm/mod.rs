@@ -471,6 +471,7 @@ impl Cm {
         Self::to_init(ep, qpn, params.access)?;
         let local_id = self.alloc_id();
         let exp = timeout_exp(self.config.response_timeout);
+        let ib = ep.link() == crate::framing::LinkKind::Ib;
         let req = ReqRepr {
             local_comm_id: local_id,
             vendor_id: 0,
@@ -496,8 +497,10 @@ impl Cm {
             srq: false,
             extended_transport_type: 0,
             primary_path: PathRepr {
-                local_lid: 0xffff,
-                remote_lid: 0xffff,
+                // RoCE: the permissive LID, as rdma_cm writes; native IB:
+                // the LIDs of the route.
+                local_lid: if ib { ep.lid() } else { 0xffff },
+                remote_lid: if ib { ep.route(dest).dlid } else { 0xffff },
                 local_gid: gid(ep.local_addr()),
                 remote_gid: gid(dest),
                 traffic_class: params.traffic_class,
@@ -566,7 +569,7 @@ impl Cm {
             av: Some(AddressVector {
                 hop_limit: req.primary_path.hop_limit,
                 traffic_class: req.primary_path.traffic_class,
-                ..AddressVector::new(peer)
+                ..ep.route(peer)
             }),
             max_dest_rd_atomic: Some(responder_resources),
             min_rnr_timer: Some(params.min_rnr_timer),

@@ -257,11 +257,7 @@ impl Cm {
             dest_qp_num: Some(rep.local_qpn),
             // rdma_cm: we receive from the PSN we advertised.
             rq_psn: Some(p.starting_psn),
-            av: Some(AddressVector {
-                hop_limit: p.hop_limit,
-                traffic_class: p.traffic_class,
-                ..AddressVector::new(from)
-            }),
+            av: Some(AddressVector { hop_limit: p.hop_limit, traffic_class: p.traffic_class, ..ep.route(from) }),
             max_dest_rd_atomic: Some(rep.initiator_depth),
             min_rnr_timer: Some(p.min_rnr_timer),
             ..QpAttr::default()

@@ -253,10 +253,15 @@ impl Endpoint {
             self.stats.drop(Drop::Malformed, GSI_QPN);
             return;
         };
-        let Some(src) = src.gid() else {
+        let Some(gid) = src.gid() else {
             self.stats.drop(Drop::MadNoGid, GSI_QPN);
             return;
         };
+        if let Peer::Lid(slid, _) = src {
+            // The answer goes back to the LID the MAD came from.
+            self.paths.set(gid, slid);
+        }
+        let src = gid;
         let gsi = super::gsi_in(&mut self.gsi, self.gsi_first_tid);
         gsi.receive(src, deth.qkey(), deth.src_qp(), t.payload(), &mut self.stats);
     }

@@ -172,7 +172,7 @@ impl Endpoint {
         // must not wait behind a burst of bulk data (their timeouts are
         // what a slow MAD costs). Without a GSI this is one `Option` test.
         if let Some(g) = self.gsi.as_deref_mut() {
-            if let Some((len, dest)) = g.poll_transmit(now, &self.framer, buf, &mut self.stats) {
+            if let Some((len, dest)) = g.poll_transmit(now, &self.framer, &self.paths, buf, &mut self.stats) {
                 let src_port = g.src_port();
                 return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
             }

@@ -5,6 +5,7 @@
 
 use super::frame::{frame_mad, GSI_SRC_PORT};
 use crate::framing::Framer;
+use crate::paths::PathTable;
 use crate::stats::{Drop, Stats};
 use crate::time::Instant;
 use core::net::IpAddr;
@@ -183,18 +184,21 @@ impl Gsi {
         self.pending.iter().any(|p| p.queued)
     }
 
-    /// Writes the next queued MAD into `buf`; returns its length and destination.
+    /// Writes the next queued MAD into `buf`, routed by `paths` (native
+    /// IB's LIDs); returns its length and destination.
     pub fn poll_transmit(
         &mut self,
         now: Instant,
         framer: &Framer,
+        paths: &PathTable,
         buf: &mut [u8],
         stats: &mut Stats,
     ) -> Option<(usize, IpAddr)> {
         let i = self.pending.iter().position(|p| p.queued)?;
         let src_port = self.src_port();
         let p = &mut self.pending[i];
-        let len = frame_mad(framer, buf, p.dest, src_port, self.psn, &p.mad);
+        let av = paths.route(framer.link, p.dest);
+        let len = frame_mad(framer, buf, &av, src_port, self.psn, &p.mad);
         self.psn = (self.psn + 1) & 0xff_ffff;
         let dest = p.dest;
         p.queued = false;

@@ -11,7 +11,7 @@
 //! almost only data, so this costs little.
 
 use crate::clock::{Event, EventQueue, HostTimers};
-use crate::host::{connect, Flow};
+use crate::host::{connect_with, Flow};
 use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
@@ -116,7 +116,8 @@ impl Fabric {
     /// Connects a flow from host `src` to host `dst` (host indices) of
     /// `size` bytes (None: forever) that starts at `start`.
     pub fn add_flow(&mut self, src: usize, dst: usize, size: Option<u64>, start: Instant) -> usize {
-        let (s, d) = connect(&mut self.topo.hosts, src, dst);
+        let (to_dst, to_src) = (self.topo.av_to(dst), self.topo.av_to(src));
+        let (s, d) = connect_with(&mut self.topo.hosts, src, dst, to_dst, to_src);
         let flow = Flow {
             src,
             dst,

@@ -2,8 +2,10 @@
 //! flows (RC QPs doing RDMA WRITEs) it sends or receives.
 
 use rdma_transport::cc::DcqcnParams;
-use rdma_transport::sim::{bring_up, PairConfig};
-use rdma_transport::{Access, CqId, Endpoint, Instant, Mtu, QpInitAttr, QpType, RegionMemory, SendOp, SendWr, Sge};
+use rdma_transport::sim::{bring_up_av, PairConfig};
+use rdma_transport::{
+    Access, AddressVector, CqId, Endpoint, Instant, Mtu, QpInitAttr, QpType, RegionMemory, SendOp, SendWr, Sge,
+};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -93,14 +95,27 @@ pub struct Flow {
 /// Work requests a flow keeps posted, enough to keep a 40G link busy.
 pub const WINDOW: u32 = 4;
 
-/// Connects a flow's two QPs with the steps `transport::sim::bring_up` takes.
+/// Connects a flow's two QPs over RoCE (the peers by IP address).
 pub fn connect(hosts: &mut [Host], src: usize, dst: usize) -> (u32, u32) {
+    let (sa, da) = (IpAddr::V4(hosts[src].addr), IpAddr::V4(hosts[dst].addr));
+    connect_with(hosts, src, dst, AddressVector::new(da), AddressVector::new(sa))
+}
+
+/// Connects a flow's two QPs with the steps `transport::sim::bring_up`
+/// takes, `src` towards `to_dst` and `dst` towards `to_src` (GIDs on RoCE,
+/// LIDs on native IB).
+pub fn connect_with(
+    hosts: &mut [Host],
+    src: usize,
+    dst: usize,
+    to_dst: AddressVector,
+    to_src: AddressVector,
+) -> (u32, u32) {
     let cfg = PairConfig { timeout: hosts[src].ack_timeout.max(hosts[dst].ack_timeout), ..pair_config() };
     let s = hosts[src].create_qp();
     let d = hosts[dst].create_qp();
-    let (sa, da) = (IpAddr::V4(hosts[src].addr), IpAddr::V4(hosts[dst].addr));
-    bring_up(&mut hosts[src].ep, s, da, d, cfg.b_psn, cfg.a_psn, &cfg);
-    bring_up(&mut hosts[dst].ep, d, sa, s, cfg.a_psn, cfg.b_psn, &cfg);
+    bring_up_av(&mut hosts[src].ep, s, to_dst, d, cfg.b_psn, cfg.a_psn, &cfg);
+    bring_up_av(&mut hosts[dst].ep, d, to_src, s, cfg.a_psn, cfg.b_psn, &cfg);
     (s, d)
 }
 

@@ -9,9 +9,9 @@ use crate::link::Link;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
 use rdma_transport::cc::DcqcnParams;
-use rdma_transport::Instant;
+use rdma_transport::{AddressVector, Instant, LinkKind};
 use std::collections::{HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// What a node is: an index into [`Topology::hosts`] or [`Topology::switches`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +254,7 @@ impl Topology {
             sw.lft.clear();
             sw.port0 = PortMgmt { state: 4, ..PortMgmt::fresh() };
         }
+        self.sync_host_links();
     }
 
     /// A ring of `n` IB switches with one host each (switch ports: 0 to
@@ -319,6 +320,23 @@ impl Topology {
         self.sync_mgmt_lids();
     }
 
+    /// Where a QP of another host reaches host `h`: its IP address on
+    /// RoCE, its LID (on the data SL) on IB.
+    pub fn av_to(&self, h: usize) -> AddressVector {
+        match &self.ib {
+            Some(cfg) => AddressVector::lid(self.lids[self.host_nodes[h]], cfg.data_sl),
+            None => AddressVector::new(IpAddr::V4(self.hosts[h].addr)),
+        }
+    }
+
+    /// Puts each host's engine on native IB framing with its port's LID
+    /// (after the LIDs change).
+    pub(crate) fn sync_host_links(&mut self) {
+        for (h, &n) in self.host_nodes.iter().enumerate() {
+            self.hosts[h].ep.set_link(LinkKind::Ib, self.lids[n]);
+        }
+    }
+
     /// Writes [`Self::lids`] into the ports' PortInfo state (as if an SM
     /// had set them): host ports and switch port 0.
     fn sync_mgmt_lids(&mut self) {
@@ -337,6 +355,7 @@ impl Topology {
                 }
             }
         }
+        self.sync_host_links();
     }
 
     fn add_host(&mut self, s: &Settings) -> usize {

@@ -44,15 +44,19 @@ fn tshark_decodes_the_fabrics_smps_and_flow_control_packets() {
     let frames = fab.ib_capture.take().unwrap();
     let dir = std::env::temp_dir().join(format!("ib-tshark-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let write = |name: &str, kind: u8| {
-        let sel: Vec<Captured> = frames.iter().filter(|f| f.erf_type == kind).cloned().collect();
+    let write = |name: &str, pick: &dyn Fn(&Captured) -> bool| {
+        let sel: Vec<Captured> = frames.iter().filter(|f| pick(f)).cloned().collect();
         let p = dir.join(name);
         write_pcap(&mut std::fs::File::create(&p).unwrap(), &sel).unwrap();
         (p, sel)
     };
-    let (smp_pcap, smps) = write("smp.pcap", ERF_INFINIBAND);
-    let (fc_pcap, fcs) = write("fc.pcap", ERF_INFINIBAND_LINK);
+    let vl15 = |f: &Captured| f.bytes[0] >> 4 == 15;
+    let (smp_pcap, smps) = write("smp.pcap", &|f| f.erf_type == ERF_INFINIBAND && vl15(f));
+    let (data_pcap, data) = write("data.pcap", &|f| f.erf_type == ERF_INFINIBAND && !vl15(f));
+    let (fc_pcap, fcs) = write("fc.pcap", &|f| f.erf_type == ERF_INFINIBAND_LINK);
     assert!(smps.len() > 20 && fcs.len() > 20, "{} SMP frames, {} FC frames", smps.len(), fcs.len());
+    // 256 KiB of WRITEs at MTU 1024 on the way out, ACKs back.
+    assert!(data.len() > 256, "{} data frames", data.len());
 
     // SMPs: every frame decoded as a directed-route SMP on VL15 to QP0, LRH
     // PktLen 72 (290 bytes with the VCRC), no malformed packet; the CRCs good.
@@ -87,6 +91,53 @@ fn tshark_decodes_the_fabrics_smps_and_flow_control_packets() {
     for a in ["0x0010", "0x0011", "0x0012", "0x0015", "0x0016", "0x0017", "0x0018", "0x0019"] {
         assert!(attrs.contains(a), "attribute {a} missing: {attrs:?}");
     }
+
+    // Data: native IB packets (LRH, BTH, RETH or AETH, ICRC, VCRC) with
+    // the LIDs the SM gave, WRITEs on the data SL and ACKs on the control
+    // SL (as the fabric's default puts them), and the fields in the bytes.
+    let rows = tshark(
+        &data_pcap,
+        &[
+            "infiniband.lrh.sl",
+            "infiniband.lrh.lnh",
+            "infiniband.lrh.slid",
+            "infiniband.lrh.dlid",
+            "infiniband.bth.opcode",
+            "infiniband.bth.destqp",
+            "infiniband.reth.dmalen",
+            "infiniband.aeth.msn",
+            "_ws.malformed",
+        ],
+    );
+    assert_eq!(rows.len(), data.len());
+    let cfg = IbConfig::default();
+    let (mut writes, mut acks) = (0, 0);
+    for (row, f) in rows.iter().zip(&data) {
+        assert!(row[8].is_empty(), "malformed: {row:?}");
+        let p = IbPacket::new_checked(&f.bytes[..]).unwrap();
+        assert!(p.vcrc_ok() && p.icrc_ok(), "{row:?}");
+        let lrh = p.lrh();
+        assert_eq!((parse_num(&row[2]), parse_num(&row[3])), (u64::from(lrh.slid()), u64::from(lrh.dlid())));
+        assert_eq!(parse_num(&row[1]), 2, "IBA local: no GRH between two ports of one subnet: {row:?}");
+        assert!(lrh.slid() != 0 && lrh.dlid() != 0 && lrh.dlid() < 0xc000, "{row:?}");
+        let op = parse_num(&row[4]);
+        assert_eq!(op, u64::from(f.bytes[8]), "{row:?}");
+        match op {
+            // RDMA WRITE First/Middle/Last/Only: a RETH on First and Only.
+            6..=10 => {
+                writes += 1;
+                assert_eq!(parse_num(&row[0]), u64::from(cfg.data_sl), "{row:?}");
+                assert_eq!(!row[6].is_empty(), op == 6 || op == 10, "{row:?}");
+            }
+            0x11 => {
+                acks += 1;
+                assert_eq!(parse_num(&row[0]), u64::from(cfg.control_sl), "{row:?}");
+                assert!(!row[7].is_empty(), "an AETH: {row:?}");
+            }
+            _ => panic!("unexpected opcode {op:#x}: {row:?}"),
+        }
+    }
+    assert!(writes >= 256 && acks > 0, "{writes} WRITE packets, {acks} ACKs");
 
     // Flow-control packets: Op, FCTBS, VL, FCCL, LPCRC as we sent them.
     let rows = tshark(

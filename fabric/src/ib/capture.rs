@@ -1,7 +1,5 @@
-//! A capture of the native IB frames a fabric puts on its links (VL15
-//! packets and flow-control packets; data frames carry the engine's RoCE
-//! packet behind the LRH, see [`super::frame`], and are not captured),
-//! written as a pcap of ERF records by the engine's
+//! A capture of the frames a fabric puts on its IB links (data and VL15
+//! packets, flow-control packets), written as a pcap of ERF records by the engine's
 //! [`rdma_transport::capture::CaptureWriter`]: type 21 for IB packets,
 //! type 25 for link packets, as Mellanox's ibdump writes them and tshark
 //! reads them (reference §5).

@@ -9,7 +9,6 @@ use crate::fabric::Fabric;
 use crate::ib::capture::{Captured, ERF_INFINIBAND, ERF_INFINIBAND_LINK};
 use crate::ib::credit::{self, blocks, fc_packet, receive_fc, FC_LEN};
 use crate::ib::{frame, Queued, SL2VL_DROP, VL15};
-use crate::switch::{ecn_capable, ipv4_dst, ipv4_src};
 use crate::topology::Node;
 use rdma_transport::Instant;
 
@@ -69,7 +68,13 @@ impl Fabric {
                 }
                 Some(q)
             }
-            None => ib.next_data().map(|(_, q)| q),
+            None => {
+                let q = ib.next_data().map(|(_, q)| q);
+                if let (Some(c), Some(q)) = (self.ib_capture.as_mut(), q.as_ref()) {
+                    c.push(Captured { at: self.now, erf_type: ERF_INFINIBAND, bytes: q.frame.clone() });
+                }
+                q
+            }
         };
         let Some(q) = next else { return };
         if let Some((in_port, in_vl)) = q.from {
@@ -127,8 +132,8 @@ impl Fabric {
         self.ib_wake(node, port);
     }
 
-    /// A host port: pull packets from the engine (wrapped as IB frames)
-    /// while none is ready to go, then send.
+    /// A host port: pull packets from the engine (native IB frames) while
+    /// none is ready to go, then send.
     pub(crate) fn ib_host_send(&mut self, h: usize) {
         let node = self.topo.host_nodes[h];
         loop {
@@ -141,27 +146,27 @@ impl Fabric {
             if held >= HOST_AHEAD {
                 break;
             }
-            let Some(inner) = self.pull(h) else { break };
-            self.ib_host_enqueue(h, node, &inner);
+            let Some(f) = self.pull(h) else { break };
+            self.ib_host_enqueue(node, f);
         }
         self.ib_send(node, 0);
     }
 
-    fn ib_host_enqueue(&mut self, h: usize, node: usize, inner: &[u8]) {
+    /// Queues a packet of a host's engine on its port: on the data or the
+    /// control SL by what it carries, on that SL's VL.
+    fn ib_host_enqueue(&mut self, node: usize, mut f: Vec<u8>) {
         let cfg = self.topo.ib.as_ref().expect("an IB fabric");
-        let sl = if ecn_capable(inner) { cfg.data_sl } else { cfg.control_sl };
-        let dlid = ipv4_dst(inner).and_then(|a| self.topo.lid_of.get(&a).copied());
-        let slid = self.topo.lids[node];
+        let sl = if frame::is_data(&f) { cfg.data_sl } else { cfg.control_sl };
+        let dlid = frame::lrh(&f).map_or(0, |l| l.dlid);
         let ib = self.topo.ports[node][0].ib.as_mut().expect("an IB port");
         let vl = ib.sl2vl[usize::from(sl & 0xf)];
-        let (Some(dlid), true) = (dlid, usize::from(vl) < ib.out.len()) else {
-            // No path, or SL2VL 15 (drop) for this SL.
+        if dlid == 0 || usize::from(vl) >= ib.out.len() {
+            // No path (LID 0), or SL2VL 15 (drop) for this SL.
             ib.counters.drops += 1;
             return;
-        };
-        let f = frame::wrap(inner, sl, vl, slid, dlid);
+        }
+        frame::set_sl_vl(&mut f, sl, vl);
         let wire_len = frame::wire_len(&f);
-        let _ = h;
         ib.out[usize::from(vl)].push_back(Queued { frame: f, from: None, blocks: blocks(wire_len), wire_len });
     }
 
@@ -196,15 +201,12 @@ impl Fabric {
                     self.ib_send(node, port);
                     return;
                 }
-                let inner = frame::inner(&f);
-                if ecn_capable(inner) {
-                    if let Some(src) = ipv4_src(inner) {
-                        // What the IB link carried: the IB packet's size.
-                        *self.topo.hosts[h].rx_data_bytes.entry(src).or_default() += frame::ib_len(inner) as u64;
+                if frame::is_data(&f) {
+                    if let Some(src) = self.host_addr_of_lid(lrh.slid) {
+                        *self.topo.hosts[h].rx_data_bytes.entry(src).or_default() += wire_len as u64;
                     }
                 }
-                let inner = inner.to_vec();
-                self.topo.hosts[h].ep.handle_packet(self.now, &inner);
+                self.topo.hosts[h].ep.handle_packet(self.now, &f);
                 self.service(h);
             }
             Node::Switch(sw) => {
@@ -228,6 +230,15 @@ impl Fabric {
                 oib.out[usize::from(vl)].push_back(q);
                 self.ib_send(node, out);
             }
+        }
+    }
+
+    /// The IP address of the host whose port has LID `lid`.
+    fn host_addr_of_lid(&self, lid: u16) -> Option<std::net::Ipv4Addr> {
+        let node = self.topo.lids.iter().position(|&l| l == lid && l != 0)?;
+        match self.topo.nodes[node] {
+            Node::Host(h) => Some(self.topo.hosts[h].addr),
+            Node::Switch(_) => None,
         }
     }
 

@@ -10,13 +10,9 @@
 //! | [`frame`] | how an engine packet travels as an IB frame: its LRH and wire size |
 //! | [`engine`] | the event-loop side: sending, receiving, forwarding, FC packets |
 //!
-//! What is and is not native IB here: every packet on an IB link starts
-//! with a real LRH (VL, SL, DLID, SLID, PktLen of the IB packet) that the
-//! switches route by; the bytes after it are still the engine's RoCE v2
-//! packet (the engine frames native IB now, `LinkKind::Ib`, for the raw
-//! and in-process links; moving the fabric's hosts onto it is next), and
-//! every size that matters (serialisation, credits) is the IB packet's:
-//! LRH + BTH.. + ICRC + VCRC, without the IPv4/UDP headers.
+//! Every packet on an IB link is a native IB packet: the hosts' engines
+//! frame it (`LinkKind::Ib`, LID routes) with their ports' LIDs, and the
+//! fabric reads its LRH to route and rewrites its VL per hop ([`frame`]).
 
 pub mod capture;
 pub mod credit;

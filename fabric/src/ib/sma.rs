@@ -451,6 +451,8 @@ impl Fabric {
                 self.topo.lids[node] = m.lid;
                 let addr = self.topo.hosts[h].addr;
                 self.topo.lid_of.insert(addr, m.lid);
+                // The host's packets carry the LID the SM gave its port.
+                self.topo.hosts[h].ep.set_link(rdma_transport::LinkKind::Ib, m.lid);
             }
             // An Active port may have data waiting.
             self.ib_wake(node, fp);

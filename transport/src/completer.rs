@@ -20,6 +20,7 @@ use crate::qp::{Qp, QpState};
 use crate::requester::SendWqe;
 use crate::stats::{Drop, Stats};
 use crate::time::{local_ack_timeout, Instant};
+use crate::timers::Timer;
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rdma_wire::{NakCode, Operation, Psn, Syndrome, TransportPacket};
 
@@ -69,8 +70,9 @@ impl Qp {
         }
         self.req.cursor_wqe = 0;
         self.req.cursor_pkt = 0;
-        self.req.rto_deadline = None;
-        self.req.rnr_until = None;
+        self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::RnrWait);
+        self.timers.stop(Timer::HeldAck);
         // A SEND in progress holds a receive WQE (its own or the SRQ's):
         // it is flushed with the rest, not lost.
         let taken = self.resp.abandon_message();
@@ -97,8 +99,8 @@ impl Qp {
     /// Progress was made: the retry budgets refill and the timer restarts.
     fn progressed(&mut self, now: Instant) {
         self.refill_retries();
-        self.req.rto_deadline =
-            if self.req.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
+        let rto = if self.req.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
+        self.timers.set_opt(Timer::Retransmit, rto);
     }
 
     /// Keeps the cursor from pointing at PSNs already acknowledged.
@@ -220,8 +222,8 @@ impl Qp {
                     if self.req.rnr_left != 7 {
                         self.req.rnr_left -= 1;
                     }
-                    self.req.rnr_until = Some(now + timer.duration());
-                    self.req.rto_deadline = None;
+                    self.timers.set(Timer::RnrWait, now + timer.duration());
+                    self.timers.stop(Timer::Retransmit);
                     self.go_back(psn, stats);
                 }
                 Syndrome::Nak(code) => {
@@ -323,7 +325,7 @@ impl Qp {
 
     /// The local ACK timer fired.
     pub(crate) fn handle_ack_timeout(&mut self, cqs: &mut CqTable, stats: &mut Stats) {
-        self.req.rto_deadline = None;
+        self.timers.stop(Timer::Retransmit);
         if !self.req.outstanding() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return;
         }

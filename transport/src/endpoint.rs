@@ -33,6 +33,7 @@ use crate::requester::SendWqe;
 use crate::rng::Rng;
 use crate::stats::QpStats;
 use crate::time::Instant;
+use crate::timers::Timer;
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
@@ -600,30 +601,32 @@ impl Endpoint {
         if let Some(cached) = self.deadline.get() {
             return cached;
         }
-        let d = self.ack_delay;
         let t = self
             .qps
             .values()
-            .flat_map(|q| {
-                [q.req.rto_deadline, q.req.rnr_until, q.resp.ack_due(d), q.cc.as_deref().and_then(QpCc::next_timer)]
-            })
-            .flatten()
+            .filter_map(Qp::next_deadline)
             .chain(self.gsi.as_deref().and_then(Gsi::next_deadline))
             .min();
         self.deadline.set(Some(t));
         t
     }
 
-    /// Fires every timer that is due.
+    /// Fires every timer that is due: a QP's ACK timer retransmits (or
+    /// fails it), an RNR wait ends, congestion control's timers run, MADs
+    /// are sent again; a held ACK that is due leaves in the next round of
+    /// [`Endpoint::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Instant) {
         self.touch();
         for (&qpn, qp) in self.qps.iter_mut() {
-            if qp.req.rto_deadline.is_some_and(|t| t <= now) {
+            if qp.timers.is_due(Timer::Retransmit, now) {
                 let was_error = qp.state == QpState::Err;
                 qp.handle_ack_timeout(&mut self.cqs, &mut self.stats);
                 if !was_error && qp.state == QpState::Err {
                     self.events.push_back(AsyncEvent::QpFatal(qpn));
                 }
+            }
+            if qp.timers.is_due(Timer::RnrWait, now) {
+                qp.timers.stop(Timer::RnrWait);
             }
             if let Some(cc) = qp.cc.as_deref_mut() {
                 cc.on_timer(now, &mut qp.stats, &mut self.stats);

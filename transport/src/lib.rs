@@ -45,6 +45,7 @@ pub mod sim;
 mod srq;
 mod stats;
 pub mod time;
+pub mod timers;
 pub mod wr;
 
 pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};

@@ -7,6 +7,8 @@ use crate::memory::{Access, Pd};
 use crate::requester::Requester;
 use crate::responder::Responder;
 pub use crate::stats::QpStats;
+use crate::time::Instant;
+use crate::timers::{Timer, Timers};
 use crate::wr::RecvWr;
 use core::net::IpAddr;
 use rdma_wire::Psn;
@@ -231,6 +233,8 @@ pub struct Qp {
     pub rq: VecDeque<RecvWr>,
     pub req: Requester,
     pub resp: Responder,
+    /// The requester's, completer's and responder's timers.
+    pub(crate) timers: Timers,
     /// Data packets leave ECN-capable (see [`AddressVector::for_data`]).
     pub ecn_capable: bool,
     pub stats: QpStats,
@@ -240,6 +244,15 @@ pub struct Qp {
 }
 
 impl Qp {
+    /// The QP's next deadline: its own timers' and congestion control's.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let cc = self.cc.as_deref().and_then(crate::cc::wired::QpCc::next_timer);
+        match (self.timers.next(), cc) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {
         // UD has no path MTU: its messages go up to the port's MTU, which
         // for a soft device is the largest there is (as rxe takes the port's
@@ -257,6 +270,7 @@ impl Qp {
             rq: VecDeque::new(),
             req: Requester::new(Psn::new(0)),
             resp: Responder::new(Psn::new(0)),
+            timers: Timers::default(),
             ecn_capable: true,
             stats: QpStats::default(),
             cc: None,
@@ -388,13 +402,17 @@ impl Qp {
         }
         if let Some(v) = attr.rq_psn {
             self.resp = Responder::new(Psn::new(v));
+            self.timers.stop(Timer::HeldAck);
         }
         if let Some(v) = attr.sq_psn {
             self.req = Requester::new(Psn::new(v));
+            self.timers.stop(Timer::Retransmit);
+            self.timers.stop(Timer::RnrWait);
         }
         if to == Reset {
             self.req = Requester::new(Psn::new(0));
             self.resp = Responder::new(Psn::new(0));
+            self.timers = Timers::default();
             self.rq.clear();
         }
         if to == Rts && from == Rtr {

@@ -10,6 +10,7 @@ use crate::framing::{gather, Framer, PayloadRef};
 use crate::memory::{Access, AccessError, MemoryTable, Pd};
 use crate::qp::{Qp, QpParams, QpState, QpType};
 use crate::time::{local_ack_timeout, Instant};
+use crate::timers::Timer;
 use crate::wr::{SendOp, SendWr, WcStatus};
 use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, Psn, RethRepr, TransportRepr};
 use std::collections::VecDeque;
@@ -59,10 +60,6 @@ pub struct Requester {
     /// The oldest PSN not yet acknowledged.
     pub(crate) comp_psn: Psn,
     pub(crate) since_ack_req: u32,
-    /// When the local ACK timer fires, if armed.
-    pub(crate) rto_deadline: Option<Instant>,
-    /// Transmission waits until then after an RNR NAK.
-    pub(crate) rnr_until: Option<Instant>,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
     /// The PSN a response gap already sent the requester back to: later
@@ -84,9 +81,7 @@ impl Requester {
             next_psn: sq_psn,
             comp_psn: sq_psn,
             since_ack_req: 0,
-            rto_deadline: None,
             last_sent: None,
-            rnr_until: None,
             retry_left: 7,
             rnr_left: 7,
             recovering_at: None,
@@ -207,7 +202,7 @@ impl Qp {
     /// otherwise.
     pub(crate) fn request_ready(&self, now: Instant) -> bool {
         let may_send = self.state == QpState::Rts || (self.state == QpState::Sqd && self.req.outstanding());
-        if !may_send || self.req.rnr_until.is_some_and(|t| now < t) {
+        if !may_send || self.timers.is_running(Timer::RnrWait, now) {
             return false;
         }
         let Some(wqe) = self.req.sq.get(self.req.cursor_wqe) else { return false };
@@ -229,10 +224,10 @@ impl Qp {
         if !may_send {
             return ReqOutcome::Idle;
         }
-        if self.req.rnr_until.is_some_and(|t| now < t) {
+        if self.timers.is_running(Timer::RnrWait, now) {
             return ReqOutcome::Idle;
         }
-        self.req.rnr_until = None;
+        self.timers.stop(Timer::RnrWait);
         let mtu = self.params.mtu.bytes();
         let t = self.init.qp_type;
         let idx = self.req.cursor_wqe;
@@ -383,8 +378,8 @@ impl Qp {
         } else {
             self.req.cursor_pkt += 1;
         }
-        if t == QpType::Rc && self.req.rto_deadline.is_none() {
-            self.req.rto_deadline = local_ack_timeout(self.params.timeout).map(|d| now + d);
+        if t == QpType::Rc && !self.timers.is_armed(Timer::Retransmit) {
+            self.timers.set_opt(Timer::Retransmit, local_ack_timeout(self.params.timeout).map(|d| now + d));
         }
         self.req.last_sent = Some(now);
         ReqOutcome::Sent { len, dest: av.dest, payload }

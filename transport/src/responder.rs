@@ -25,6 +25,7 @@ use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
 use crate::srq::SrqTable;
 use crate::stats::{Drop, Stats};
+use crate::timers::Timer;
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,
@@ -93,9 +94,6 @@ pub struct Responder {
     pub(crate) fatal: bool,
     /// UC: drop packets until the next FIRST or ONLY.
     uc_resync: bool,
-    /// Since when a lone positive ACK has waited for company (see
-    /// [`crate::Endpoint::set_ack_delay`]).
-    pub(crate) ack_held_since: Option<crate::Instant>,
 }
 
 impl Responder {
@@ -109,13 +107,7 @@ impl Responder {
             resources: Resources::default(),
             fatal: false,
             uc_resync: false,
-            ack_held_since: None,
         }
-    }
-
-    /// When a held ACK must leave, if one is held.
-    pub(crate) fn ack_due(&self, delay: core::time::Duration) -> Option<crate::Instant> {
-        self.ack_held_since.map(|t| t + delay)
     }
 
     /// Drops the message in progress and every queued answer (the QP is
@@ -124,7 +116,6 @@ impl Responder {
     pub(crate) fn abandon_message(&mut self) -> Option<RecvWr> {
         self.out.clear();
         self.resources.clear();
-        self.ack_held_since = None;
         match self.cur.take() {
             Some(InMessage::Send { recv, .. }) => Some(recv),
             _ => None,
@@ -645,10 +636,10 @@ impl Qp {
         // Whether to hold is decided when the ACK is first held back.
         if lone_ack && !hold.is_zero() && !flush {
             let conversing = self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING);
-            if self.resp.ack_held_since.is_none() && conversing {
-                self.resp.ack_held_since = Some(now);
+            if !self.timers.is_armed(Timer::HeldAck) && conversing {
+                self.timers.set(Timer::HeldAck, now + hold);
             }
-            if self.resp.ack_held_since.is_some_and(|since| now < since + hold) {
+            if self.timers.is_running(Timer::HeldAck, now) {
                 return None;
             }
         }
@@ -755,7 +746,7 @@ impl Qp {
         if done {
             self.resp.out.pop_front();
             if self.resp.out.is_empty() {
-                self.resp.ack_held_since = None;
+                self.timers.stop(Timer::HeldAck);
             }
         }
     }

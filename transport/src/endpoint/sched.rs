@@ -14,6 +14,7 @@ use crate::qp::{AddressVector, QpParams};
 use crate::requester::ReqOutcome;
 use crate::responder::Response;
 use crate::time::Instant;
+use crate::timers::Timer;
 use core::net::IpAddr;
 use core::time::Duration;
 
@@ -67,6 +68,14 @@ impl Endpoint {
     /// atomic ACKs never wait.
     pub fn set_ack_delay(&mut self, delay: Duration) {
         self.touch();
+        // An ACK already held is due `delay` after it was first held.
+        let old = u64::try_from(self.ack_delay.as_nanos()).unwrap_or(u64::MAX);
+        for qp in self.qps.values_mut() {
+            if let Some(due) = qp.timers.get(Timer::HeldAck) {
+                let since = Instant::from_nanos(due.as_nanos().saturating_sub(old));
+                qp.timers.set(Timer::HeldAck, since + delay);
+            }
+        }
         self.ack_delay = delay;
     }
 
@@ -96,7 +105,7 @@ impl Endpoint {
     /// then make sure that `poll_timeout` is honoured, or call
     /// [`Endpoint::release_acks`]. Walks every QP.
     pub fn holds_acks(&self) -> bool {
-        self.qps.values().any(|q| q.resp.ack_held_since.is_some())
+        self.qps.values().any(|q| q.timers.is_armed(Timer::HeldAck))
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
@@ -226,7 +235,7 @@ impl Endpoint {
         // one the window, an RNR wait or the pacer holds).
         let ack_first = flush
             || (self.ack_before_requests
-                && qp.resp.ack_held_since.is_some()
+                && qp.timers.is_armed(Timer::HeldAck)
                 && paced.is_none_or(|(may, _)| may)
                 && qp.request_ready(now));
         let response = if held {

@@ -230,9 +230,11 @@ impl Inner {
     /// with io_uring, in the ring), judged in the QP states of now: run
     /// before a transition that lets a QP receive, so that a packet that
     /// arrived before it is dropped as the old state demands (counted as
-    /// `QpNotReady`) instead of executed after it. Returns the datagrams.
+    /// `QpNotReady`) instead of executed after it. Completions the other
+    /// QPs get from these packets are announced. Returns the datagrams.
     pub(crate) fn drain_receive(&self, st: &mut State) -> Result<usize> {
         let now = self.now();
+        let before = st.ep.completions_delivered();
         let mut total = 0;
         for _ in 0..MAX_DRAIN_CALLS {
             let n = st.io.receive(&mut st.ep, now)?;
@@ -244,6 +246,7 @@ impl Inner {
         if total > 0 {
             tracing::debug!(datagrams = total, "receive queue drained before a QP state change");
         }
+        self.announce_completions(st, before);
         Ok(total)
     }
 

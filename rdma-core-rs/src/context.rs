@@ -21,7 +21,7 @@ use crate::link::raw::RawLink;
 use crate::link::Link;
 use crate::pd::ProtectionDomain;
 use crate::udp::{UdpIo, BATCH};
-use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats};
+use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats, WorkCompletion};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -53,12 +53,27 @@ pub(crate) struct ChannelState {
     pub(crate) notify: Option<RawFd>,
 }
 
+/// A CQ armed with `req_notify`: the channel its event goes to, and how
+/// many completions the CQ had received when it was armed. Only a
+/// completion received after that raises the event (libibverbs: the
+/// *next* completion), whatever the CQ still holds from before and
+/// whatever other CQs receive.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arming {
+    cq: CqId,
+    channel: usize,
+    received: u64,
+}
+
 pub(crate) struct State {
     pub(crate) ep: Endpoint,
     pub(crate) io: Io,
     pub(crate) channels: Vec<ChannelState>,
-    /// CQs armed with `req_notify`, and the channel each reports to.
-    pub(crate) armed: Vec<(CqId, usize)>,
+    /// CQs armed with `req_notify`, in the order they were armed.
+    armed: Vec<Arming>,
+    /// Completions polled from each CQ so far (indexed by `CqId`): with
+    /// those still queued, what the CQ has received (see [`Arming`]).
+    taken: Vec<u64>,
     /// A waiter sleeping in poll(2) on the socket.
     leader: bool,
     /// Waiters sleeping on the condition variable.
@@ -129,6 +144,36 @@ fn drain_eventfd(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
+/// Completions `cq` has received so far: those polled and those queued.
+fn received(ep: &Endpoint, taken: &[u64], cq: CqId) -> u64 {
+    taken.get(cq.0).copied().unwrap_or(0) + ep.cq_len(cq) as u64
+}
+
+impl State {
+    /// Takes up to `max` completions of `cq`, oldest first, into `out`,
+    /// counting them (every poll goes through here, or an armed CQ would
+    /// count a polled completion as a new one gone). Returns how many.
+    pub(crate) fn take_completions(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let n = self.ep.poll_cq_into(cq, max, out);
+        if n > 0 {
+            if self.taken.len() <= cq.0 {
+                self.taken.resize(cq.0 + 1, 0);
+            }
+            self.taken[cq.0] += n as u64;
+        }
+        n
+    }
+
+    /// Arms `cq` for one event on `channel`, raised by the next completion
+    /// it receives (`ibv_req_notify_cq`). Arming an armed CQ changes nothing.
+    pub(crate) fn arm(&mut self, cq: CqId, channel: usize) {
+        if !self.armed.iter().any(|a| a.cq == cq) {
+            let received = received(&self.ep, &self.taken, cq);
+            self.armed.push(Arming { cq, channel, received });
+        }
+    }
+}
+
 impl Inner {
     pub(crate) fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
@@ -185,9 +230,11 @@ impl Inner {
     /// with io_uring, in the ring), judged in the QP states of now: run
     /// before a transition that lets a QP receive, so that a packet that
     /// arrived before it is dropped as the old state demands (counted as
-    /// `QpNotReady`) instead of executed after it. Returns the datagrams.
+    /// `QpNotReady`) instead of executed after it. Completions the other
+    /// QPs get from these packets are announced. Returns the datagrams.
     pub(crate) fn drain_receive(&self, st: &mut State) -> Result<usize> {
         let now = self.now();
+        let before = st.ep.completions_delivered();
         let mut total = 0;
         for _ in 0..MAX_DRAIN_CALLS {
             let n = st.io.receive(&mut st.ep, now)?;
@@ -199,6 +246,7 @@ impl Inner {
         if total > 0 {
             tracing::debug!(datagrams = total, "receive queue drained before a QP state change");
         }
+        self.announce_completions(st, before);
         Ok(total)
     }
 
@@ -248,19 +296,23 @@ impl Inner {
         }
     }
 
+    /// Raises the event of every armed CQ that received a completion since
+    /// it was armed, and disarms it (an arming is good for one event).
     fn fire_channels(&self, st: &mut State) {
-        let State { ep, armed, channels, .. } = st;
-        armed.retain(|&(cq, ch)| {
-            if ep.cq_len(cq) == 0 {
+        let State { ep, armed, channels, taken, .. } = st;
+        armed.retain(|a| {
+            let now = received(ep, taken, a.cq);
+            if now == a.received {
                 return true;
             }
-            channels[ch].events.push_back(cq);
-            if let Some(fd) = channels[ch].notify {
+            tracing::debug!(cq = a.cq.0, channel = a.channel, new = now - a.received, "CQ event");
+            channels[a.channel].events.push_back(a.cq);
+            if let Some(fd) = channels[a.channel].notify {
                 let one = 1u64;
                 // SAFETY: writes 8 bytes to the eventfd the channel's owner gave.
                 unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
             }
-            false // an arming is good for one event, as in ibv_req_notify_cq
+            false
         });
     }
 
@@ -348,7 +400,15 @@ impl Context {
         let wait_fds = io.wait_fds();
         let inner = Arc::new(Inner {
             device: device.clone(),
-            state: Mutex::new(State { ep, io, channels: Vec::new(), armed: Vec::new(), leader: false, followers: 0 }),
+            state: Mutex::new(State {
+                ep,
+                io,
+                channels: Vec::new(),
+                armed: Vec::new(),
+                taken: Vec::new(),
+                leader: false,
+                followers: 0,
+            }),
             wait_fds,
             kick: eventfd()?,
             epoch: std::time::Instant::now(),

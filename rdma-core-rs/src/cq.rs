@@ -50,7 +50,7 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         let mut st = self.ctx.inner.lock();
         self.ctx.inner.progress_locked(&mut st)?;
-        Ok(st.ep.poll_cq_into(self.id, max, out))
+        Ok(st.take_completions(self.id, max, out))
     }
 
     /// Blocks until at least one completion is there or `timeout` passes
@@ -59,15 +59,18 @@ impl CompletionQueue {
     /// the device's `spin` setting).
     pub fn wait(&self, out: &mut Vec<WorkCompletion>, max: usize, timeout: Option<Duration>) -> Result<usize> {
         let got = self.ctx.inner.wait_until(timeout, |st| {
-            let n = st.ep.poll_cq_into(self.id, max, out);
+            let n = st.take_completions(self.id, max, out);
             (n > 0).then_some(n)
         })?;
         Ok(got.unwrap_or(0))
     }
 
     /// `ibv_req_notify_cq`: the next completion added to this CQ raises one
-    /// event on its channel. `solicited_only` is accepted and treated as
-    /// "any completion", which may wake a waiter more often, never less.
+    /// event on its channel; completions it holds already raise none, nor
+    /// do other CQs' (libibverbs' rule, which perftest's `-e` loops count
+    /// on: one event per completion). `solicited_only` is accepted and
+    /// treated as "any completion", which may wake a waiter more often,
+    /// never less.
     pub fn req_notify(&self, _solicited_only: bool) -> Result<()> {
         let Some(ch) = self.channel else {
             return Err(crate::Error::InvalidArgument(format!(
@@ -75,10 +78,7 @@ impl CompletionQueue {
                 self.id.0
             )));
         };
-        let mut st = self.ctx.inner.lock();
-        if !st.armed.iter().any(|&(cq, _)| cq == self.id) {
-            st.armed.push((self.id, ch));
-        }
+        self.ctx.inner.lock().arm(self.id, ch);
         Ok(())
     }
 
@@ -112,7 +112,7 @@ impl CompletionQueue {
             let sleep = {
                 let mut st = inner.lock();
                 inner.progress_locked(&mut st)?;
-                let n = st.ep.poll_cq_into(self.id, max, out);
+                let n = st.take_completions(self.id, max, out);
                 if n > 0 {
                     return Ok(n);
                 }

@@ -80,8 +80,21 @@ pub(crate) struct State {
     followers: usize,
 }
 
+/// What handles the MADs a round of progress takes in (the device's RDMA
+/// CM). It runs under the device lock in whichever thread made the round:
+/// an application that polls without pause holds that lock nearly all the
+/// time, and a mutex is not fair, so the CM's own service thread alone
+/// could wait for it for seconds while the peer's REQs and DREQs go
+/// unanswered (seen: perftest `-R` servers polling while their peers'
+/// connects timed out).
+pub(crate) trait MadService: Send + Sync {
+    fn process(&self, st: &mut State);
+}
+
 pub(crate) struct Inner {
     pub(crate) device: Device,
+    /// The device's MAD consumer, once the RDMA CM uses the device.
+    pub(crate) mad_service: std::sync::OnceLock<Weak<dyn MadService>>,
     state: Mutex<State>,
     /// What a blocking wait sleeps on (see `UdpIo::wait_fds`).
     wait_fds: [RawFd; 2],
@@ -198,6 +211,11 @@ impl Inner {
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now);
+        }
+        if st.ep.mads_waiting() {
+            if let Some(service) = self.mad_service.get().and_then(Weak::upgrade) {
+                service.process(st);
+            }
         }
         moved += st.io.transmit(&mut st.ep, now)?;
         self.wake_flusher(st);
@@ -415,6 +433,7 @@ impl Context {
             progressed: Condvar::new(),
             thread: AtomicBool::new(false),
             flusher: std::sync::OnceLock::new(),
+            mad_service: std::sync::OnceLock::new(),
             flusher_parked: AtomicBool::new(false),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),

@@ -672,6 +672,12 @@ impl Endpoint {
         self.gsi.as_deref_mut()?.poll_mad()
     }
 
+    /// Whether a MAD or a MAD timeout waits for [`Endpoint::poll_mad`] or
+    /// [`Endpoint::poll_mad_timeout`].
+    pub fn mads_waiting(&self) -> bool {
+        self.gsi.as_deref().is_some_and(Gsi::has_reports)
+    }
+
     /// The next send that got no response after all its retries.
     pub fn poll_mad_timeout(&mut self) -> Option<MadTimeout> {
         self.gsi.as_deref_mut()?.poll_timeout_report()

@@ -9,7 +9,7 @@
 use super::id::IdShared;
 use super::route;
 use super::{CmError, Result};
-use crate::context::{Context, State};
+use crate::context::{Context, MadService, State};
 use crate::device::{devices, Device};
 use rdma_transport::cm::{Cm, CmConfig, ConnId};
 use rdma_transport::Endpoint;
@@ -165,6 +165,10 @@ impl CmDevice {
             core: Mutex::new(Core { cm: Cm::new(config), conns: HashMap::new(), listeners: HashMap::new() }),
             graveyard: Mutex::new(Vec::new()),
         });
+        let service: std::sync::Weak<dyn MadService> = Arc::downgrade(&d) as _;
+        if d.ctx.inner.mad_service.set(service).is_err() {
+            tracing::warn!(%addr, "the device already has a MAD service");
+        }
         spawn_service(&d, o.service_period);
         tracing::info!(%addr, ca_guid = format_args!("{:#018x}", config.ca_guid), "RDMA CM on device");
         d
@@ -195,7 +199,8 @@ impl CmDevice {
     }
 
     /// Handles every MAD the engine received and every CM timer due, and
-    /// sends the answers. Called with the engine state held.
+    /// sends the answers. Called with the engine state held (also from
+    /// every round of progress that took MADs in, see [`MadService`]).
     pub(crate) fn process(&self, st: &mut State) {
         let now = self.ctx.inner.now();
         let before = st.ep.completions_delivered();
@@ -240,6 +245,12 @@ impl CmDevice {
     /// (or rejects the request, or forgets the attempt).
     pub(crate) fn bury(&self, conn: ConnId, connected: bool, requested: bool, ud: bool) {
         self.graveyard.lock().unwrap_or_else(|e| e.into_inner()).push(Buried { conn, connected, requested, ud });
+    }
+}
+
+impl MadService for CmDevice {
+    fn process(&self, st: &mut State) {
+        CmDevice::process(self, st);
     }
 }
 

@@ -359,7 +359,12 @@ impl CmId {
                 }
             }
         };
-        dev.with_cm(|ep, _| route::resolve_lid(ep, remote))??;
+        // Native IB only, and only the engine: RoCE needs nothing, and a
+        // round of the CM here (with_cm) took locks in an order the
+        // library's callers do not expect (perftest -R hung one run in two).
+        if dev.ctx.link_kind() == rdma_transport::LinkKind::Ib {
+            route::resolve_lid(&mut dev.ctx.inner.lock().ep, remote)?;
+        }
         {
             let mut g = self.shared.lock();
             if g.phase != Phase::AddrResolved {

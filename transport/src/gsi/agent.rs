@@ -295,4 +295,9 @@ impl Gsi {
     pub fn poll_timeout_report(&mut self) -> Option<MadTimeout> {
         self.timeouts.pop_front()
     }
+
+    /// Whether a received MAD or a timeout report waits for the consumer.
+    pub fn has_reports(&self) -> bool {
+        !self.received.is_empty() || !self.timeouts.is_empty()
+    }
 }

@@ -284,19 +284,19 @@ fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static)
     })
 }
 
-#[test]
-fn roce1_and_ib_between_two_network_namespaces_over_veth() {
+/// The veth pair `tag` between two namespaces, or None (said, or failed
+/// under SOFTROCE_REQUIRE_TOOLS) without root or namespaces.
+fn veth_or_skip(tag: &str) -> Option<Veth> {
     if !is_root() {
         testkit::skip("the veth test needs root (network namespaces, AF_PACKET); it did not run");
-        return;
+        return None;
     }
-    let v = match Veth::new("p") {
-        Ok(v) => v,
-        Err(e) => {
-            testkit::skip(format!("cannot make network namespaces here: {e}"));
-            return;
-        }
-    };
+    Veth::new(tag).map_err(|e| testkit::skip(format!("cannot make network namespaces here: {e}"))).ok()
+}
+
+#[test]
+fn roce1_and_ib_between_two_network_namespaces_over_veth() {
+    let Some(v) = veth_or_skip("p") else { return };
     // A path MTU whose frames the interface (MTU 1500) cannot carry is refused.
     let dev = v.dev[0].clone();
     let refused = in_netns(&v.ns.0[0], move || {
@@ -411,17 +411,7 @@ fn strings(a: &[&str]) -> Vec<String> {
 /// on IB the REQ's primary path carries the LRH's LIDs.
 #[test]
 fn the_rdma_cm_tools_between_two_network_namespaces_over_roce1_and_ib() {
-    if !is_root() {
-        testkit::skip("the veth test needs root (network namespaces, AF_PACKET); it did not run");
-        return;
-    }
-    let v = match Veth::new("c") {
-        Ok(v) => v,
-        Err(e) => {
-            testkit::skip(format!("cannot make network namespaces here: {e}"));
-            return;
-        }
-    };
+    let Some(v) = veth_or_skip("c") else { return };
     let (rping, ucmatose, udaddy) = (common::example("rping"), common::example("ucmatose"), common::example("udaddy"));
     let perf = Path::new(perf_bin());
     for backend in BACKENDS {

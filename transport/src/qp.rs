@@ -247,10 +247,7 @@ impl Qp {
     /// The QP's next deadline: its own timers' and congestion control's.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let cc = self.cc.as_deref().and_then(crate::cc::wired::QpCc::next_timer);
-        match (self.timers.next(), cc) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.timers.next().into_iter().chain(cc).min()
     }
 
     pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {

@@ -18,7 +18,10 @@
 //! the addresses are the interface's, or the peers' GIDs).
 //!
 //! Differences: `-q` (the application's own QP) is refused. The server
-//! needs an address (`-a`): this stack has no wildcard device.
+//! needs an address (`-a`): this stack has no wildcard device. A server
+//! given `-C` ends after that many pings: it waits 3 s for the client's
+//! disconnect and then disconnects itself (rdma-core's server ignores
+//! `-C` and waits for a DREQ that may never come: see `close_served`).
 
 use clap::Parser;
 use rdma_core_rs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
@@ -28,10 +31,11 @@ use rdma_core_rs::{
 };
 use softroce::backend::LinkArgs;
 use softroce::cm_tools::CmBackend;
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug, Clone)]
 #[command(name = "rping", about = "RDMA ping over the RDMA CM (rdma-core's rping)")]
@@ -82,6 +86,10 @@ const MAX_BUFSIZE: usize = 65535;
 /// `struct rping_rdma_info`: be64 buf, be32 rkey, be32 size.
 const INFO_LEN: usize = 16;
 const SQ_DEPTH: u32 = 16;
+/// How long a server that served its `-C` pings waits for their last
+/// "go ahead" to be acknowledged, and then for the client's DREQ.
+const LAST_ACK_LIMIT: Duration = Duration::from_secs(30);
+const DREQ_GRACE: Duration = Duration::from_secs(3);
 
 /// rping's `enum test_state`, with its numbers (they appear in its messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,6 +123,8 @@ struct Cb {
     /// Pending `sem_post`s: rping's two threads post a semaphore on every
     /// state change; here one thread counts them.
     posts: u32,
+    /// Work requests on the send queue not yet completed.
+    sends_outstanding: Cell<u32>,
     ch: EventChannel,
     cq: Option<CompletionQueue>,
     qp: Option<Arc<QueuePair>>,
@@ -142,6 +152,7 @@ impl Cb {
             size: a.size,
             state: St::Idle,
             posts: 0,
+            sends_outstanding: Cell::new(0),
             ch,
             cq: None,
             qp: None,
@@ -207,6 +218,9 @@ impl Cb {
 
     /// rping's `rping_cq_event_handler` for one completion.
     fn on_wc(&mut self, wc: WorkCompletion) -> Res<()> {
+        if wc.opcode != WcOpcode::Recv {
+            self.sends_outstanding.set(self.sends_outstanding.get().saturating_sub(1));
+        }
         if wc.status != WcStatus::Success {
             if wc.status == WcStatus::WrFlushErr {
                 debug_log!(self, "cq flushed\n");
@@ -273,11 +287,19 @@ impl Cb {
     /// `sem_wait(&cb->sem)`: handles completions and CM events until one
     /// of them posts.
     fn sem_wait(&mut self) -> Res<()> {
+        self.sem_wait_until(None).map(|_| ())
+    }
+
+    /// `sem_wait` with a deadline: false when it passed without a post.
+    fn sem_wait_until(&mut self, deadline: Option<Instant>) -> Res<bool> {
         let mut wcs = Vec::new();
         loop {
             if self.posts > 0 {
                 self.posts -= 1;
-                return Ok(());
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
             }
             if let Some(cq) = &self.cq {
                 cq.wait(&mut wcs, 16, Some(Duration::from_millis(10))).map_err(err)?;
@@ -343,7 +365,9 @@ impl Cb {
             inline_data: None,
             ud: None,
         };
-        qp.post_send(&[wr]).map_err(|e| format!("post send error {e}"))
+        qp.post_send(&[wr]).map_err(|e| format!("post send error {e}"))?;
+        self.sends_outstanding.set(self.sends_outstanding.get() + 1);
+        Ok(())
     }
 
     /// rping's `rping_format_send` and the SEND of `send_buf`.
@@ -360,9 +384,14 @@ impl Cb {
         self.post_send(SendOp::Send, send, INFO_LEN as u32)
     }
 
-    /// rping's `rping_test_server`.
+    /// rping's `rping_test_server`; with `-C`, it ends after that many
+    /// pings (see [`Cb::close_served`]).
     fn test_server(&mut self) -> Res<()> {
+        let mut served: u64 = 0;
         loop {
+            if self.count > 0 && served == self.count {
+                return self.close_served();
+            }
             self.sem_wait()?;
             if self.state != St::RdmaReadAdv {
                 eprintln!("wait for RDMA_READ_ADV state {}", self.state as u32);
@@ -405,11 +434,55 @@ impl Cb {
             debug_log!(self, "server rdma write complete \n");
             self.send_info(None)?;
             debug_log!(self, "server posted go ahead\n");
+            served += 1;
         }
         if self.state == St::Disconnected {
             Ok(())
         } else {
             Err("rping server failed: -1".into())
+        }
+    }
+
+    /// The end of a server that has served its `-C` pings (rdma-core's
+    /// server ignores `-C` and waits for the client's disconnect, however
+    /// long). Once the last "go ahead" is acknowledged, the client has all
+    /// it needs and disconnects; if its DREQ does not come within
+    /// [`DREQ_GRACE`], this side disconnects itself. A DREQ can be lost
+    /// for good: a client that destroys its ID right after
+    /// `rdma_disconnect` (rping does) also cancels the DREQ's retries.
+    fn close_served(&mut self) -> Res<()> {
+        let acked_by = Instant::now() + LAST_ACK_LIMIT;
+        let mut grace: Option<Instant> = None;
+        loop {
+            match self.state {
+                St::Disconnected => return Ok(()),
+                St::Error => return Err("rping server failed: -1".into()),
+                St::RdmaReadAdv => {
+                    eprintln!(
+                        "server: the client asks for ping {} of -C {}; disconnecting",
+                        self.count + 1,
+                        self.count
+                    );
+                    return Ok(());
+                }
+                _ => {}
+            }
+            let now = Instant::now();
+            match grace {
+                None if self.sends_outstanding.get() == 0 => grace = Some(now + DREQ_GRACE),
+                None if now >= acked_by => {
+                    return Err(format!("the last go ahead was not acknowledged within {LAST_ACK_LIMIT:?}"));
+                }
+                Some(end) if now >= end => {
+                    eprintln!(
+                        "server: no DISCONNECT from the client {DREQ_GRACE:?} after its last ping was answered; \
+                         disconnecting"
+                    );
+                    return Ok(());
+                }
+                _ => {}
+            }
+            self.sem_wait_until(Some(now + Duration::from_millis(10)))?;
         }
     }
 
@@ -531,6 +604,11 @@ fn serve_one(a: &Args, cb: &mut Cb, child: &CmId, req: &CmEvent) -> Res<()> {
     let r = cb.test_server();
     if let Err(e) = child.disconnect() {
         eprintln!("rdma_disconnect: {e}");
+    }
+    // A server that disconnects first waits briefly for the DREP, as the
+    // client does, so that its DREQ is not lost with the process.
+    if cb.state != St::Disconnected {
+        let _ = cb.ch.get_cm_event(Some(Duration::from_secs(2)));
     }
     r
 }

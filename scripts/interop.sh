@@ -358,6 +358,11 @@ cm_case() {
         pings=$(grep -c '^ping data: rdma-ping-' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
         [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = "$RPING_COUNT" ] && ok=1
         figure="$pings pings validated"
+        # The kernel's rping client destroys its ID right after
+        # rdma_disconnect, which cancels the DREQ's retries: through loss
+        # that DREQ can be lost for good, and our server (given -C) then
+        # disconnects itself after 3 s. Say so when it happened.
+        grep -q 'no DISCONNECT from the client' "$log.ours.log" && figure="$figure (DREQ lost: our server disconnected)"
     elif [ "$CM_CHECK" = complete ]; then
         pings=$(grep -c '^data transfers complete' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
         [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = 2 ] && ok=1

@@ -72,6 +72,40 @@ fn rping_with_a_larger_buffer() {
 }
 
 #[test]
+fn a_server_given_a_count_ends_after_that_many_pings_and_disconnects_itself() {
+    // The client asks for 5 pings, the server serves 3: at the 4th
+    // advertisement the server disconnects (DREQ), so both sides end,
+    // without waiting for a DREQ from the client.
+    let bin = rping();
+    let (server_ip, client_ip) = addrs(6);
+    let server = Command::new(&bin)
+        .args(["-s", "-a", &server_ip, "-p", "7177", "-v", "-C", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = Command::new(&bin)
+        .args(["-c", "-I", &client_ip, "-a", &server_ip, "-p", "7177", "-v", "-V", "-C", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sout = common::wait_with_timeout(server, Duration::from_secs(30));
+    let cout = common::wait_with_timeout(client, Duration::from_secs(30));
+    let (sstdout, sstderr) = (String::from_utf8_lossy(&sout.stdout), String::from_utf8_lossy(&sout.stderr));
+    let (cstdout, cstderr) = (String::from_utf8_lossy(&cout.stdout), String::from_utf8_lossy(&cout.stderr));
+    assert!(sout.status.success(), "server: {:?}\n{sstdout}\n{sstderr}", sout.status);
+    assert_eq!(sstdout.lines().count(), 3, "the server served 3 pings: {sstdout}");
+    assert!(sstderr.contains("the client asks for ping 4 of -C 3; disconnecting"), "server stderr: {sstderr}");
+    assert_eq!(cstdout.lines().count(), 3, "the client validated 3 pings: {cstdout}");
+    // The client sees the server's DREQ as DISCONNECTED in place of the
+    // 4th "go ahead", and ends as rping does then (exit 0).
+    assert!(cstderr.contains("client DISCONNECT EVENT..."), "client stderr: {cstderr}");
+    assert!(cout.status.success(), "client: {:?}\n{cstdout}\n{cstderr}", cout.status);
+}
+
+#[test]
 fn rping_client_without_a_server_is_rejected_with_invalid_service_id() {
     // The server's address has a device (so MADs are answered) but nobody
     // listens on the port: REJ reason 8, at once, no timeout.

@@ -172,13 +172,14 @@ impl SendQueue {
         self.comp_psn = psn;
     }
 
-    /// Keeps the cursor from pointing at PSNs already acknowledged.
+    /// Moves a cursor that points before `psn` (acknowledged: after a
+    /// go-back-N, the ACKs of the first copies came) up to it, so that
+    /// nothing acknowledged is sent again: to `psn` inside its WQE, or to
+    /// the first WQE not started when every sent PSN is acknowledged.
     pub(crate) fn cursor_not_before(&mut self, psn: Psn) {
-        let cursor = match self.wqes.get(self.cursor_wqe) {
-            Some(w) if w.started => w.first_psn.add(self.cursor_pkt),
-            _ => return,
-        };
-        if cursor.distance_from(self.comp_psn) < psn.distance_from(self.comp_psn) && !self.rewind_to(psn) {
+        let Some((.., cursor)) = self.at_cursor() else { return };
+        let behind = psn.distance_from(cursor);
+        if behind != 0 && behind < Psn::HALF && !self.rewind_to(psn) {
             self.cursor_wqe = self.wqes.iter().position(|w| !w.started).unwrap_or(self.wqes.len());
             self.cursor_pkt = 0;
         }
@@ -267,6 +268,19 @@ mod tests {
         q.acknowledge_before(Psn::new(14));
         assert_eq!(q.retire_front().map(|w| w.wr.wr_id), Some(1));
         assert_eq!(q.at_cursor().map(|c| (c.0, c.2, c.3)), Some((0, 0, Psn::new(14))));
+        // The first packet of the last WQE is acknowledged too: the cursor
+        // moves up to the second, not sending the first again.
+        q.acknowledge_before(Psn::new(15));
+        q.cursor_not_before(Psn::new(15));
+        assert_eq!(q.at_cursor().map(|c| (c.0, c.2, c.3)), Some((0, 1, Psn::new(15))));
+        // A cursor already past the PSN stays where it is.
+        q.cursor_not_before(Psn::new(14));
+        assert_eq!(q.at_cursor().map(|c| c.3), Some(Psn::new(15)));
+        // Everything acknowledged: the cursor goes past the started WQEs.
+        q.acknowledge_before(Psn::new(16));
+        q.cursor_not_before(Psn::new(16));
+        assert_eq!(q.before_cursor(), 1);
+        assert!(q.at_cursor().is_none());
         assert_eq!(q.drain().map(|w| w.wr.wr_id).collect::<Vec<_>>(), vec![2]);
         assert!(q.at_cursor().is_none());
     }

@@ -17,7 +17,7 @@ use crate::cq::CqTable;
 use crate::framing::scatter;
 use crate::memory::MemoryTable;
 use crate::qp::{Qp, QpState};
-use crate::requester::SendWqe;
+use crate::send_queue::SendWqe;
 use crate::stats::{Drop, Stats};
 use crate::time::{local_ack_timeout, Instant};
 use crate::timers::Timer;
@@ -35,7 +35,7 @@ impl Qp {
 
     /// Completes the WQE at the front of the send queue successfully.
     pub(crate) fn complete_front(&mut self, cqs: &mut CqTable) {
-        let Some(w) = self.req.sq.pop_front() else { return };
+        let Some(w) = self.req.sq.retire_front() else { return };
         if w.wr.signaled || self.init.sq_sig_all {
             cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
         }
@@ -43,20 +43,13 @@ impl Qp {
         if let Some(d) = w.wr.inline_data {
             cqs.pool.recycle_inline(d);
         }
-        if self.req.cursor_wqe == 0 {
-            // The cursor was inside the completed WQE: all of it is
-            // acknowledged, so continue at the start of the next one.
-            self.req.cursor_pkt = 0;
-        } else {
-            self.req.cursor_wqe -= 1;
-        }
     }
 
     /// Fails the front WQE with `status`, flushes every other send and
     /// receive request and moves the QP to the error state.
     pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) {
         tracing::debug!(qpn = self.num, ?status, "QP moves to the error state");
-        if let Some(w) = self.req.sq.pop_front() {
+        if let Some(w) = self.req.sq.retire_front() {
             cqs.push(self.init.send_cq, self.completion_for(&w, status));
         }
         self.state = QpState::Err;
@@ -65,11 +58,10 @@ impl Qp {
 
     /// Completes every queued request with WR_FLUSH_ERR (the QP is in ERR).
     pub(crate) fn flush(&mut self, cqs: &mut CqTable) {
-        while let Some(w) = self.req.sq.pop_front() {
+        let flushed: Vec<SendWqe> = self.req.sq.drain().collect();
+        for w in flushed {
             cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::WrFlushErr));
         }
-        self.req.cursor_wqe = 0;
-        self.req.cursor_pkt = 0;
         self.timers.stop(Timer::Retransmit);
         self.timers.stop(Timer::RnrWait);
         self.timers.stop(Timer::HeldAck);
@@ -83,17 +75,10 @@ impl Qp {
         }
     }
 
-    /// Whether `psn` has been sent and is not yet acknowledged.
-    fn is_outstanding(&self, psn: Psn) -> bool {
-        psn.distance_from(self.req.comp_psn) < self.req.next_psn.distance_from(self.req.comp_psn)
-    }
-
     /// Forward progress refills the retry budgets: they count failed
     /// attempts in a row, not over the QP's life.
     fn refill_retries(&mut self) {
-        self.req.recovering_at = None;
-        self.req.retry_left = self.params.retry_cnt;
-        self.req.rnr_left = self.params.rnr_retry;
+        self.req.retries.refill(&self.params);
     }
 
     /// Progress was made: the retry budgets refill and the timer restarts.
@@ -101,18 +86,6 @@ impl Qp {
         self.refill_retries();
         let rto = if self.req.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
         self.timers.set_opt(Timer::Retransmit, rto);
-    }
-
-    /// Keeps the cursor from pointing at PSNs already acknowledged.
-    fn cursor_not_before(&mut self, psn: Psn) {
-        let cursor = match self.req.sq.get(self.req.cursor_wqe) {
-            Some(w) if w.started => w.first_psn.add(self.req.cursor_pkt),
-            _ => return,
-        };
-        if cursor.distance_from(self.req.comp_psn) < psn.distance_from(self.req.comp_psn) && !self.req.rewind_to(psn) {
-            self.req.cursor_wqe = self.req.sq.iter().position(|w| !w.started).unwrap_or(self.req.sq.len());
-            self.req.cursor_pkt = 0;
-        }
     }
 
     /// Acknowledges every packet up to and including `psn`. Returns false
@@ -126,24 +99,26 @@ impl Qp {
             if w.wr.op.writes_local() {
                 // Covered by an ACK but its response never came: go back to it.
                 tracing::debug!(qpn = self.num, psn = w.first_psn.value(), "implied NAK");
-                let from = self.req.comp_psn;
+                let from = self.req.sq.comp_psn();
                 self.recover_gap(from, cqs, stats);
                 return false;
             }
             if w.last_psn().distance_from(w.first_psn) <= psn.distance_from(w.first_psn) {
-                self.req.comp_psn = w.last_psn().next();
+                let next = w.last_psn().next();
+                self.req.sq.acknowledge_before(next);
                 self.complete_front(cqs);
             } else {
-                self.req.comp_psn = psn.next();
+                self.req.sq.acknowledge_before(psn.next());
                 break;
             }
         }
-        self.cursor_not_before(self.req.comp_psn);
+        let comp = self.req.sq.comp_psn();
+        self.req.sq.cursor_not_before(comp);
         true
     }
 
     fn go_back(&mut self, psn: Psn, stats: &mut Stats) {
-        if self.req.rewind_to(psn) {
+        if self.req.sq.rewind_to(psn) {
             stats.retransmits += 1;
             self.req.retransmits += 1;
         }
@@ -152,23 +127,21 @@ impl Qp {
     /// Goes back to `psn` after a gap in the responses, unless it already
     /// did for this PSN and nothing has arrived since.
     fn recover_gap(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
-        if self.req.recovering_at == Some(psn) {
+        if !self.req.retries.start_recovery(psn) {
             tracing::trace!(qpn = self.num, psn = psn.value(), "already recovering from this PSN");
             stats.drop(Drop::DuplicateResponse, self.num);
             return;
         }
         stats.implied_naks += 1;
-        self.req.recovering_at = Some(psn);
         self.retry_or_fail(psn, cqs, stats);
     }
 
     /// Spends one transport retry, or fails the QP when none is left.
     fn retry_or_fail(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
-        if self.req.retry_left == 0 {
-            self.fail(WcStatus::RetryExcErr, cqs);
-        } else {
-            self.req.retry_left -= 1;
+        if self.req.retries.spend_transport() {
             self.go_back(psn, stats);
+        } else {
+            self.fail(WcStatus::RetryExcErr, cqs);
         }
     }
 
@@ -188,12 +161,12 @@ impl Qp {
         let bth = p.bth();
         let psn = bth.psn();
         let op = p.info().operation;
-        if !self.is_outstanding(psn) {
+        if !self.req.sq.is_outstanding(psn) {
             tracing::trace!(
                 qpn = self.num,
                 psn = psn.value(),
-                comp = self.req.comp_psn.value(),
-                next = self.req.next_psn.value(),
+                comp = self.req.sq.comp_psn().value(),
+                next = self.req.sq.next_psn().value(),
                 "ghost"
             );
             stats.drop(Drop::GhostResponse, self.num);
@@ -209,18 +182,15 @@ impl Qp {
                 }
                 Syndrome::RnrNak(timer) => {
                     stats.rnr_naks_received += 1;
-                    if psn != self.req.comp_psn {
+                    if psn != self.req.sq.comp_psn() {
                         if !self.ack_through(psn.sub(1), cqs, stats) {
                             return;
                         }
                         self.refill_retries();
                     }
-                    if self.req.rnr_left == 0 {
+                    if !self.req.retries.spend_rnr() {
                         self.fail(WcStatus::RnrRetryExcErr, cqs);
                         return;
-                    }
-                    if self.req.rnr_left != 7 {
-                        self.req.rnr_left -= 1;
                     }
                     self.timers.set(Timer::RnrWait, now + timer.duration());
                     self.timers.stop(Timer::Retransmit);
@@ -228,7 +198,7 @@ impl Qp {
                 }
                 Syndrome::Nak(code) => {
                     stats.naks_received += 1;
-                    if psn != self.req.comp_psn {
+                    if psn != self.req.sq.comp_psn() {
                         if !self.ack_through(psn.sub(1), cqs, stats) {
                             return;
                         }
@@ -251,12 +221,13 @@ impl Qp {
         }
 
         // A READ response or an atomic ACK: find the request it answers.
-        let Some(i) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+        let Some(i) = self.req.sq.position_of(psn) else {
             stats.drop(Drop::GhostResponse, self.num);
             return;
         };
         let wants_read = op == Operation::RdmaReadResponse;
-        let is_match = match self.req.sq[i].wr.op {
+        let Some(answered) = self.req.sq.get(i) else { return };
+        let is_match = match answered.wr.op {
             SendOp::RdmaRead { .. } => wants_read,
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => op == Operation::AtomicAcknowledge,
             _ => false,
@@ -268,28 +239,30 @@ impl Qp {
         // Earlier SENDs and WRITEs are implicitly acknowledged; an earlier
         // READ or atomic still open means its response was lost.
         if self.req.sq.iter().take(i).any(|w| w.wr.op.writes_local()) {
-            let from = self.req.comp_psn;
+            let from = self.req.sq.comp_psn();
             self.recover_gap(from, cqs, stats);
             return;
         }
         for _ in 0..i {
             self.complete_front(cqs);
         }
-        let first = self.req.sq[0].first_psn;
-        if first.distance_from(self.req.comp_psn) < Psn::HALF {
-            self.req.comp_psn = first;
+        let Some(first) = self.req.sq.front().map(|w| w.first_psn) else { return };
+        let comp = self.req.sq.comp_psn();
+        if first.distance_from(comp) < Psn::HALF {
+            self.req.sq.acknowledge_before(first);
         }
-        if psn != self.req.comp_psn {
-            if psn.distance_from(self.req.comp_psn) < Psn::HALF {
+        let comp = self.req.sq.comp_psn();
+        if psn != comp {
+            if psn.distance_from(comp) < Psn::HALF {
                 // Responses before this one were lost.
-                let from = self.req.comp_psn;
+                let from = comp;
                 self.recover_gap(from, cqs, stats);
             } else {
                 stats.drop(Drop::DuplicateResponse, self.num);
             }
             return;
         }
-        let w = &self.req.sq[0];
+        let Some(w) = self.req.sq.front() else { return };
         let k = psn.distance_from(w.first_psn);
         let mtu = u64::from(self.params.mtu.bytes());
         let done = match w.wr.op {
@@ -315,11 +288,12 @@ impl Qp {
                 true
             }
         };
-        self.req.comp_psn = psn.next();
+        self.req.sq.acknowledge_before(psn.next());
         if done {
             self.complete_front(cqs);
         }
-        self.cursor_not_before(self.req.comp_psn);
+        let comp = self.req.sq.comp_psn();
+        self.req.sq.cursor_not_before(comp);
         self.progressed(now);
     }
 
@@ -332,11 +306,11 @@ impl Qp {
         stats.timeouts += 1;
         tracing::debug!(
             qpn = self.num,
-            psn = self.req.comp_psn.value(),
-            retries_left = self.req.retry_left,
+            psn = self.req.sq.comp_psn().value(),
+            retries_left = self.req.retries.transport_left(),
             "local ACK timeout"
         );
-        let from = self.req.comp_psn;
+        let from = self.req.sq.comp_psn();
         self.retry_or_fail(from, cqs, stats);
     }
 }

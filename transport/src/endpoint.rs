@@ -29,7 +29,6 @@ use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::paths::PathTable;
 use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
-use crate::requester::SendWqe;
 use crate::rng::Rng;
 use crate::stats::QpStats;
 use crate::time::Instant;
@@ -526,7 +525,7 @@ impl Endpoint {
         if t == QpType::Ud && wr.ud.is_none() {
             return Err(VerbsError::MissingUdDest(qpn));
         }
-        qp.req.sq.push_back(SendWqe { wr, first_psn: rdma_wire::Psn::new(0), npkts: 0, started: false, sent: false });
+        qp.req.sq.push(wr);
         if qp.state == QpState::Err {
             qp.flush(&mut self.cqs);
             self.settle_cq_errors();

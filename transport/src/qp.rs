@@ -413,7 +413,7 @@ impl Qp {
             self.rq.clear();
         }
         if to == Rts && from == Rtr {
-            self.req.reset_retries(&self.params);
+            self.req.retries.refill(&self.params);
         }
         self.state = to;
         Ok(())

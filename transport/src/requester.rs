@@ -8,12 +8,13 @@
 
 use crate::framing::{gather, Framer, PayloadRef};
 use crate::memory::{Access, AccessError, MemoryTable, Pd};
-use crate::qp::{Qp, QpParams, QpState, QpType};
+use crate::qp::{Qp, QpState, QpType};
+use crate::retry::RetryBudget;
+use crate::send_queue::SendQueue;
 use crate::time::{local_ack_timeout, Instant};
 use crate::timers::Timer;
 use crate::wr::{SendOp, SendWr, WcStatus};
 use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, Psn, RethRepr, TransportRepr};
-use std::collections::VecDeque;
 
 /// The requester asks for an ACK at least this often (and on the last
 /// packet of every message), so that the sender's window keeps moving.
@@ -26,45 +27,16 @@ pub const ACK_REQ_EVERY: u32 = 16;
 /// whole queue again, drops more, and the sender runs out of retries.
 pub const MAX_UNACKED_PSNS: u32 = 128;
 
-/// A send work request on its way.
-#[derive(Debug, Clone)]
-pub struct SendWqe {
-    pub wr: SendWr,
-    /// The first PSN, once the WQE has started.
-    pub first_psn: Psn,
-    /// How many PSNs it takes (packets, or READ response packets).
-    pub npkts: u32,
-    pub started: bool,
-    /// For UC and UD: every packet has been sent, so it can complete.
-    pub sent: bool,
-}
+pub use crate::send_queue::SendWqe;
 
-impl SendWqe {
-    pub fn contains(&self, psn: Psn) -> bool {
-        self.started && psn.in_window(self.first_psn, self.npkts)
-    }
-    pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts - 1)
-    }
-}
-
-/// Requester (and completer) state of a QP's send queue.
+/// The requester's state: the send queue it shares with the completer,
+/// the retry budgets the completer spends, and what it needs itself.
 #[derive(Debug)]
 pub struct Requester {
-    pub sq: VecDeque<SendWqe>,
-    /// Next WQE (index into `sq`) and packet within it to transmit.
-    pub(crate) cursor_wqe: usize,
-    pub(crate) cursor_pkt: u32,
-    /// The PSN the next new WQE starts at.
-    pub(crate) next_psn: Psn,
-    /// The oldest PSN not yet acknowledged.
-    pub(crate) comp_psn: Psn,
-    pub(crate) since_ack_req: u32,
-    pub(crate) retry_left: u8,
-    pub(crate) rnr_left: u8,
-    /// The PSN a response gap already sent the requester back to: later
-    /// responses past the same gap must not send it back again.
-    pub(crate) recovering_at: Option<Psn>,
+    pub(crate) sq: SendQueue,
+    pub(crate) retries: RetryBudget,
+    /// Packets since the last one that asked for an ACK.
+    since_ack_req: u32,
     /// Counted at the endpoint; kept here to tell the driver.
     pub retransmits: u64,
     /// When this QP last sent a request packet: a responder holds a lone
@@ -75,46 +47,24 @@ pub struct Requester {
 impl Requester {
     pub fn new(sq_psn: Psn) -> Requester {
         Requester {
-            sq: VecDeque::new(),
-            cursor_wqe: 0,
-            cursor_pkt: 0,
-            next_psn: sq_psn,
-            comp_psn: sq_psn,
+            sq: SendQueue::new(sq_psn),
+            retries: RetryBudget::default(),
             since_ack_req: 0,
-            last_sent: None,
-            retry_left: 7,
-            rnr_left: 7,
-            recovering_at: None,
             retransmits: 0,
+            last_sent: None,
         }
-    }
-
-    pub(crate) fn reset_retries(&mut self, p: &QpParams) {
-        self.retry_left = p.retry_cnt;
-        self.rnr_left = p.rnr_retry;
     }
 
     /// Whether any transmitted packet awaits an acknowledgement.
     pub fn outstanding(&self) -> bool {
-        self.comp_psn != self.next_psn
+        self.sq.outstanding()
     }
 
-    /// Moves the cursor back to `psn` (go-back-N). Returns false if no
-    /// started WQE holds that PSN.
-    pub(crate) fn rewind_to(&mut self, psn: Psn) -> bool {
-        match self.sq.iter().position(|w| w.contains(psn)) {
-            Some(i) => {
-                self.cursor_wqe = i;
-                self.cursor_pkt = psn.distance_from(self.sq[i].first_psn);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// READ and atomic WQEs started and not yet completed, before the cursor.
-    fn rd_atomic_in_flight(&self) -> usize {
-        self.sq.iter().take(self.cursor_wqe).filter(|w| w.started && w.wr.op.writes_local()).count()
+    /// Whether an RC packet at `next` would be too far past the oldest
+    /// unacknowledged PSN.
+    fn window_full(&self, t: QpType, next: Psn) -> bool {
+        let comp = self.sq.comp_psn();
+        t == QpType::Rc && next != comp && next.distance_from(comp) >= MAX_UNACKED_PSNS
     }
 }
 
@@ -205,11 +155,8 @@ impl Qp {
         if !may_send || self.timers.is_running(Timer::RnrWait, now) {
             return false;
         }
-        let Some(wqe) = self.req.sq.get(self.req.cursor_wqe) else { return false };
-        let next = if wqe.started { wqe.first_psn.add(self.req.cursor_pkt) } else { self.req.next_psn };
-        !(self.init.qp_type == QpType::Rc
-            && next != self.req.comp_psn
-            && next.distance_from(self.req.comp_psn) >= MAX_UNACKED_PSNS)
+        let Some((.., next)) = self.req.sq.at_cursor() else { return false };
+        !self.req.window_full(self.init.qp_type, next)
     }
 
     /// Writes the next request packet into `buf`, if there is one to send.
@@ -230,17 +177,15 @@ impl Qp {
         self.timers.stop(Timer::RnrWait);
         let mtu = self.params.mtu.bytes();
         let t = self.init.qp_type;
-        let idx = self.req.cursor_wqe;
-        let Some(wqe) = self.req.sq.get(idx) else { return ReqOutcome::Idle };
-        let next = if wqe.started { wqe.first_psn.add(self.req.cursor_pkt) } else { self.req.next_psn };
-        if t == QpType::Rc && next != self.req.comp_psn && next.distance_from(self.req.comp_psn) >= MAX_UNACKED_PSNS {
+        let Some((_, wqe, _, next)) = self.req.sq.at_cursor() else { return ReqOutcome::Idle };
+        if self.req.window_full(t, next) {
             return ReqOutcome::Idle; // the window is full: wait for ACKs
         }
         if !wqe.started {
             if self.state == QpState::Sqd {
                 return ReqOutcome::Idle; // drained: no new requests start
             }
-            if wqe.wr.op.writes_local() && self.req.rd_atomic_in_flight() >= usize::from(self.params.max_rd_atomic) {
+            if wqe.wr.op.writes_local() && self.req.sq.rd_atomic_in_flight() >= usize::from(self.params.max_rd_atomic) {
                 return ReqOutcome::Idle; // wait for a READ or atomic to complete
             }
             if let Err(e) = check_local(mrs, self.init.pd, &wqe.wr) {
@@ -251,17 +196,10 @@ impl Qp {
                 SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
                 _ => packets_for(wqe.wr.length(), mtu),
             };
-            let first = self.req.next_psn;
-            let w = &mut self.req.sq[idx];
-            w.first_psn = first;
-            w.npkts = npkts;
-            w.started = true;
-            self.req.next_psn = first.add(npkts);
+            self.req.sq.start_at_cursor(npkts);
         }
-        let wqe = &self.req.sq[idx];
-        let k = self.req.cursor_pkt;
+        let Some((_, wqe, k, psn)) = self.req.sq.at_cursor() else { return ReqOutcome::Idle };
         let n = wqe.npkts;
-        let psn = wqe.first_psn.add(k);
         let len = wqe.wr.length();
         let opcode = data_opcode(t, &wqe.wr.op, k, n);
         let info = opcode.info().expect("requester opcodes are in the table");
@@ -368,16 +306,8 @@ impl Qp {
         };
 
         // Advance the cursor: a READ request covers all its remaining PSNs.
-        let is_read = matches!(self.req.sq[idx].wr.op, SendOp::RdmaRead { .. });
-        if is_read || k + 1 >= n {
-            if t != QpType::Rc {
-                self.req.sq[idx].sent = true;
-            }
-            self.req.cursor_wqe += 1;
-            self.req.cursor_pkt = 0;
-        } else {
-            self.req.cursor_pkt += 1;
-        }
+        let is_read = matches!(wr.op, SendOp::RdmaRead { .. });
+        self.req.sq.advance_cursor(is_read || k + 1 >= n, t != QpType::Rc);
         if t == QpType::Rc && !self.timers.is_armed(Timer::Retransmit) {
             self.timers.set_opt(Timer::Retransmit, local_ack_timeout(self.params.timeout).map(|d| now + d));
         }

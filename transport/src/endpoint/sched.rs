@@ -267,7 +267,7 @@ impl Endpoint {
             ReqOutcome::Idle => None,
             ReqOutcome::LocalError(status) => {
                 // Complete what was before the failing request first.
-                for _ in 0..qp.req.cursor_wqe {
+                for _ in 0..qp.req.sq.before_cursor() {
                     qp.complete_front(&mut self.cqs);
                 }
                 qp.fail(status, &mut self.cqs);

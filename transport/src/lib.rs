@@ -12,6 +12,8 @@
 //! | `events` | asynchronous events ([`AsyncEvent`]) |
 //! | [`qp`] | the QP state machine and attributes (`ibv_modify_qp` rules) |
 //! | [`requester`] | work requests to packets: PSNs, segmentation, AckReq, the go-back-N cursor |
+//! | `send_queue` | the send queue the requester and the completer share: WQEs, the cursor, the PSN window |
+//! | `retry` | the retry budgets (`retry_cnt`, `rnr_retry`) the completer spends and progress refills |
 //! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |
 //! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
 //! | [`memory`] | protection domains, memory regions and access checks |

@@ -113,6 +113,14 @@ impl Io {
         }
     }
 
+    /// Received packets bring their TTL / hop limit from now on (a frame
+    /// link has it in every frame already).
+    pub(crate) fn want_hop_limits(&mut self) {
+        if let Io::Udp(u) = self {
+            u.want_hop_limits()
+        }
+    }
+
     pub(crate) fn release_port(&mut self, port: u16) {
         if let Io::Udp(u) = self {
             u.release_port(port)

@@ -74,6 +74,10 @@ impl ProtectionDomain {
             }
         };
         st.ep.set_qp_src_port(qpn, port)?;
+        if attr.qp_type == QpType::Ud {
+            // A UD receive's GRH area shows the hop limit a packet came with.
+            st.io.want_hop_limits();
+        }
         tracing::debug!(qpn, port, qp_type = ?attr.qp_type, "QP created");
         Ok(QueuePair { ctx: self.ctx.clone(), qpn, qp_type: attr.qp_type, src_port: port })
     }

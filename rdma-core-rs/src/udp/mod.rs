@@ -24,6 +24,8 @@
 //!   TTL 0, which Linux refuses, leaves as 1) and `IP_RECVTTL` /
 //!   `IPV6_RECVHOPLIMIT` on receive, so that the rebuilt header, which a UD
 //!   receive copies into its GRH area, shows the TTL the packet came with.
+//!   The receive side asks for it once the device has a UD QP, or a
+//!   capture (`UdpIo::want_hop_limits`): before, the header says 64.
 //!
 //! Receiving, one socket bound to the device address and port 4791 takes
 //! every packet; the IP and UDP headers are rebuilt in front of each packet
@@ -171,6 +173,9 @@ pub struct UdpIo {
     /// control messages), which cost a busy round trip 0.2-0.3 us.
     sock_tos: u8,
     rx: Socket,
+    /// Whether received datagrams bring their TTL / hop limit
+    /// ([`UdpIo::want_hop_limits`]).
+    hop_limits: bool,
     tx: HashMap<u16, TxSocket>,
     tx_bufs: Vec<Box<[u8]>>,
     tx_meta: Vec<Transmit>,
@@ -418,15 +423,6 @@ impl UdpIo {
         if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
             tracing::warn!(error = %e, "cannot receive the TOS of datagrams: ECN marks will not be seen");
         }
-        // And its TTL / hop limit, for the rebuilt header (a UD receive's GRH).
-        let (level, name) = if local.is_ipv4() {
-            (libc::IPPROTO_IP, libc::IP_RECVTTL)
-        } else {
-            (libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT)
-        };
-        if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
-            tracing::warn!(error = %e, "cannot receive the TTL of datagrams: received headers will say 64");
-        }
         let faults = Some(cfg.faults).filter(|f| f.is_active()).map(Faults::new);
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
@@ -449,7 +445,7 @@ impl UdpIo {
             }
         }
         tracing::debug!(%local, gso = offloads.gso, gro = offloads.gro, connect, driver = driver_kind(&driver).name(), "UDP backend bound");
-        Ok(UdpIo {
+        let mut io = UdpIo {
             local,
             scope_id,
             // Data packets of a QP with traffic class 0, the common case.
@@ -457,6 +453,7 @@ impl UdpIo {
             driver,
             batch: Some(Box::new(send::Batch::new())),
             rx,
+            hop_limits: false,
             tx: HashMap::new(),
             tx_bufs: (0..TX_BATCH).map(|_| vec![0u8; MAX_PACKET].into_boxed_slice()).collect(),
             tx_meta: Vec::with_capacity(TX_BATCH),
@@ -471,7 +468,12 @@ impl UdpIo {
             sink,
             tx_left: false,
             stats: IoStats::default(),
-        })
+        };
+        if io.capture.is_some() {
+            // A capture shows received packets as they came.
+            io.want_hop_limits();
+        }
+        Ok(io)
     }
 
     /// The receive socket: readable when a datagram arrives (with either
@@ -587,6 +589,26 @@ impl UdpIo {
             if t.users == 0 {
                 self.tx.remove(&port);
             }
+        }
+    }
+
+    /// From now on, received datagrams bring their TTL / hop limit into
+    /// the rebuilt IP header. Only a UD receive shows it (in its GRH
+    /// area), so the device asks for it when its first UD QP is created:
+    /// the control message costs every received datagram about 0.1 us
+    /// of a busy round trip. Until then the header says 64.
+    pub(crate) fn want_hop_limits(&mut self) {
+        if self.hop_limits {
+            return;
+        }
+        self.hop_limits = true;
+        let (level, name) = if self.local.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_RECVTTL)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT)
+        };
+        if let Err(e) = setsockopt_int(self.rx.as_raw_fd(), level, name, 1) {
+            tracing::warn!(error = %e, "cannot receive the TTL of datagrams: received headers will say 64");
         }
     }
 

@@ -70,7 +70,7 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::Context;
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{devices, Backend, Device, DeviceConfig, Gid, Progress};
+pub use device::{devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use io_stats::IoStats;

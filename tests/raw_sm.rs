@@ -4,8 +4,8 @@
 //! interface (`rdma-sm --agent --netdev`); before the SM has swept, a
 //! device on the port refuses to open; `rdma-sm --once --backend ib
 //! --netdev` then gives both ports LIDs (not the LID plan's) and makes
-//! them ACTIVE; `rc_pingpong` and rdma-perf's four bandwidth tests with
-//! `--verify` run unchanged (no `--lid`) with those LIDs, which the LRHs
+//! them ACTIVE; `rc_pingpong` and every rdma-perf test (bandwidth and
+//! latency) with `--verify` run unchanged (no `--lid`) with those LIDs, which the LRHs
 //! of a capture carry; the agents remove their records when they stop.
 
 mod common;
@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BW_TESTS: [&str; 4] = ["write-bw", "read-bw", "send-bw", "atomic-bw"];
+/// Every test rdma-perf has.
+const PERF_TESTS: [&str; 8] =
+    ["write-bw", "read-bw", "send-bw", "atomic-bw", "write-lat", "read-lat", "send-lat", "atomic-lat"];
 /// The interfaces' MACs: the LID plan would give them 0x0a01 and 0x0a02.
 const MACS: [Mac; 2] = [[0x02, 0, 0, 0, 0x0a, 0x01], [0x02, 0, 0, 0, 0x0a, 0x02]];
 
@@ -183,15 +185,26 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     let sm = rdma_sm_bin();
     let sm = sm.to_str().unwrap();
     let log = |i: usize| std::fs::File::create(run.join(format!("agent{i}.log"))).unwrap();
-    let agents = Agents(
-        (0..2)
-            .map(|i| {
-                let mut c = v.cmd(i, sm);
-                c.args(["--agent", "--netdev", &v.dev[i]]).env("RUST_LOG", "rdma_fabric=debug");
-                c.stdout(Stdio::null()).stderr(log(i)).spawn().unwrap()
-            })
-            .collect(),
-    );
+    let sweep = || v.cmd(0, sm).args(["--once", "--backend", "ib", "--netdev", &v.dev[0], "--json"]).output().unwrap();
+    let agent = |i: usize| {
+        let mut c = v.cmd(i, sm);
+        c.args(["--agent", "--netdev", &v.dev[i]]).env("RUST_LOG", "rdma_fabric=debug");
+        c.stdout(Stdio::null()).stderr(log(i)).spawn().unwrap()
+    };
+    // The SM needs the agent of its own port, and one at the other end.
+    let out = sweep();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no port agent for") && err.contains("--agent"), "{err}");
+    let mut agents = Agents(vec![agent(0)]);
+    let start = Instant::now();
+    while record(MACS[0]).is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "agent 0 published nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = sweep();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no SMA at the other end"), "{err}");
+    agents.0.push(agent(1));
     let init = wait_records("agents up", |r| r.as_ref().is_some_and(|r| r.state == PortState::Init));
     assert!(init.iter().all(|r| r.as_ref().unwrap().lid == 0), "no LID before the SM: {init:?}");
 
@@ -207,7 +220,7 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     assert!(e.to_string().contains(&v.dev[0]) && e.to_string().contains("rdma-sm"), "{e}");
 
     // The sweep, from namespace 0.
-    let out = v.cmd(0, sm).args(["--once", "--backend", "ib", "--netdev", &v.dev[0], "--json"]).output().unwrap();
+    let out = sweep();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rdma-sm --once: {}\n{err}", out.status);
     assert!(err.contains("SUBNET UP"), "{err}");
@@ -255,8 +268,8 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     }
     assert_sm_lids("rc_pingpong", &pcap, lids);
 
-    // rdma-perf's bandwidth tests with --verify, unchanged.
-    for (k, test) in BW_TESTS.into_iter().enumerate() {
+    // Every rdma-perf test with --verify, unchanged.
+    for (k, test) in PERF_TESTS.into_iter().enumerate() {
         let p = (18600 + k).to_string();
         let pcap = run.join(format!("{test}.pcap"));
         let on = |i: usize| {

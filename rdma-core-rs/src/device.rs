@@ -230,6 +230,16 @@ impl Device {
     }
 
     pub fn with_config(name: &str, addr: IpAddr, config: DeviceConfig) -> Result<Device> {
+        Device::make(name, addr, config, None)
+    }
+
+    /// Checks and lists a device (a port record only for a managed IB port).
+    fn make(
+        name: &str,
+        addr: IpAddr,
+        config: DeviceConfig,
+        port: Option<crate::link::ib_port::IbPortRecord>,
+    ) -> Result<Device> {
         if addr.is_unspecified() || addr.is_multicast() {
             return Err(Error::InvalidArgument(format!(
                 "device {name}: {addr} cannot be a device address (it must be one local unicast address)"
@@ -237,7 +247,7 @@ impl Device {
         }
         config.faults.validate().map_err(Error::InvalidArgument)?;
         check_backend(name, addr, &config)?;
-        let d = Device { name: name.to_string(), addr, config, port: None };
+        let d = Device { name: name.to_string(), addr, config, port };
         let mut list = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|o| o.name != d.name);
         list.push(d.clone());
@@ -268,15 +278,7 @@ impl Device {
             };
             tracing::debug!(netdev, lid = config.lid, managed = port.is_some(), "IB port LID");
         }
-        let mut d = Device::with_config(name, crate::link::gid_of_mac(mac), config)?;
-        if port.is_some() {
-            d.port = port;
-            let mut list = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(o) = list.iter_mut().find(|o| o.name == d.name) {
-                o.port = d.port.clone();
-            }
-        }
-        Ok(d)
+        Device::make(name, crate::link::gid_of_mac(mac), config, port)
     }
 
     /// The port as its agent published it (native IB on a managed port).

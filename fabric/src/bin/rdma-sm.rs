@@ -116,9 +116,15 @@ fn report(v: &SubnetView, json: bool) {
     }
 }
 
-fn run<T: SmpTransport>(t: T, cfg: SmConfig, json: bool) -> Result<(), SmError> {
+/// Sweeps and configures over `t`. `lone` says what a subnet of the SM's
+/// node alone means: None is fine, Some(why) an error (on the raw
+/// backend a link whose other end runs no agent looks like that).
+fn run<T: SmpTransport>(t: T, cfg: SmConfig, json: bool, lone: Option<&str>) -> Result<(), SmError> {
     let mut sm = Sm::new(t, cfg);
     let v = sm.run_once()?;
+    if let (1, Some(why)) = (v.found.len(), lone) {
+        return Err(SmError::Transport(why.to_string()));
+    }
     report(&v, json);
     eprintln!("rdma-sm: SUBNET UP ({} SMPs)", sm.smps);
     Ok(())
@@ -144,16 +150,19 @@ fn main() -> ExitCode {
         (true, None, None, None) => {
             let base = std::env::var("IBSIM_SOCKNAME").unwrap_or_else(|_| "sim".into());
             let host = std::env::var("SIM_HOST").ok();
-            IbsimClient::connect(&base, host.as_deref()).and_then(|c| run(c, cfg, cli.json))
+            IbsimClient::connect(&base, host.as_deref()).and_then(|c| run(c, cfg, cli.json, None))
         }
         (false, Some(spec), None, None) => match rdma_fabric::sm::fabric_transport::emulated(spec) {
-            Ok(t) => run(t, cfg, cli.json),
+            Ok(t) => run(t, cfg, cli.json, None),
             Err(e) => Err(e),
         },
         (false, None, Some(BackendArg::Ib), Some(netdev)) => RawSmpTransport::open(netdev).and_then(|mut t| {
             t.timeout = Duration::from_millis(cli.timeout_ms.max(1));
             t.tries = cli.tries.max(1);
-            run(t, cfg, cli.json)
+            let lone = format!(
+                "only the SM's own port answered on {netdev}: no SMA at the other end (run `rdma-sm --agent --netdev IFACE` there)"
+            );
+            run(t, cfg, cli.json, Some(&lone))
         }),
         _ => {
             eprintln!("rdma-sm: give exactly one of --ibsim, --emulated TOPOLOGY and --backend ib --netdev IFACE");

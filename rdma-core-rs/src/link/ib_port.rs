@@ -70,7 +70,7 @@ pub struct IbPortRecord {
 pub enum IbPortError {
     #[error(
         "the IB port on {netdev} (GUID {guid}) is {state:?}, not ACTIVE: a port agent manages it but no subnet \
-         manager has configured it; run `rdma-sm --once --backend ib --netdev IFACE` on the subnet"
+         manager has configured it; run `rdma-sm --once --backend ib --netdev IFACE` at one end of the link"
     )]
     NotActive { netdev: String, guid: String, state: PortState },
     #[error("the IB port record {path}: {why}")]

@@ -130,32 +130,75 @@ fn client_server(v: &Veth, what: &str, bin: &str, server: &[String], client: &[S
     (c, server_out)
 }
 
-/// (SLID, DLID) of every frame of an IB capture, as tshark reads them.
-fn lrh_lids(pcap: &Path) -> Option<Vec<(u16, u16)>> {
+/// tshark's rows of `fields` for every frame of `pcap`; None (said, or a
+/// failure under SOFTROCE_REQUIRE_TOOLS) without tshark.
+fn tshark_rows(pcap: &Path, fields: &[&str]) -> Option<Vec<Vec<String>>> {
     let ok = Command::new("tshark").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
     if !ok.is_ok_and(|s| s.success()) {
-        testkit::skip("tshark is not installed (apt-get install -y tshark); the LRH check did not run");
+        testkit::skip("tshark is not installed (apt-get install -y tshark); the capture checks did not run");
         return None;
     }
     let f = pcap.to_str().unwrap();
-    let out = Command::new("tshark")
-        .args(["-r", f, "-T", "fields", "-E", "separator=|", "-e", "infiniband.lrh.slid", "-e", "infiniband.lrh.dlid"])
-        .output()
-        .unwrap();
+    let mut args = vec!["-r", f, "-T", "fields", "-E", "separator=|"];
+    for x in fields {
+        args.extend(["-e", x]);
+    }
+    let out = Command::new("tshark").args(&args).output().unwrap();
     assert!(out.status.success(), "tshark -r {f}: {}", String::from_utf8_lossy(&out.stderr));
-    let rows = String::from_utf8(out.stdout).unwrap();
-    let lids = rows
-        .lines()
-        .map(|l| {
-            let (s, d) = l.split_once('|').unwrap_or_else(|| panic!("{f}: a frame without an LRH: {l:?}"));
-            (s.parse().unwrap_or_else(|_| panic!("{l:?}")), d.parse().unwrap_or_else(|_| panic!("{l:?}")))
-        })
-        .collect();
-    Some(lids)
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(text.lines().map(|l| l.split('|').map(str::to_string).collect()).collect())
+}
+
+/// (SLID, DLID) of every frame of an IB capture, as tshark reads them.
+fn lrh_lids(pcap: &Path) -> Option<Vec<(u16, u16)>> {
+    let rows = tshark_rows(pcap, &["infiniband.lrh.slid", "infiniband.lrh.dlid"])?;
+    let lid = |r: &[String], i: usize| r[i].parse().unwrap_or_else(|_| panic!("{pcap:?}: no LRH LIDs: {r:?}"));
+    Some(rows.iter().map(|r| (lid(r, 0), lid(r, 1))).collect())
+}
+
+/// `rdma-dump --check` recomputes every ICRC and VCRC of `pcap` (tshark
+/// shows them without checking).
+fn crcs_check(pcap: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdma-dump")).args(["--check", "-q"]).arg(pcap).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rdma-dump --check {}: {text}", pcap.display());
+    assert!(text.contains(" 0 malformed, 0 ICRC failures, 0 VCRC failures"), "{text}");
+}
+
+/// The SM's capture: every frame a directed-route SMP of one hop on VL15
+/// to QP0 (LRH PktLen 72, permissive DLID), nothing malformed, and every
+/// request (Get, Set) answered by a GetResp with its TID.
+fn check_smp_capture(pcap: &Path) {
+    let fields = [
+        "infiniband.lrh.vl",
+        "infiniband.lrh.dlid",
+        "infiniband.lrh.pktlen",
+        "infiniband.bth.destqp",
+        "infiniband.mad.mgmtclass",
+        "infiniband.smpdirected.hopcount",
+        "infiniband.mad.method",
+        "infiniband.mad.attributeid",
+        "infiniband.mad.transactionid",
+        "_ws.malformed",
+    ];
+    let Some(rows) = tshark_rows(pcap, &fields) else { return };
+    assert!(rows.len() >= 20, "{} SMP frames", rows.len());
+    for r in &rows {
+        assert_eq!(&r[..6], &["0x0f", "65535", "72", "0x000000", "0x81", "0x01"], "{r:?}");
+        assert!(r[9].is_empty(), "malformed: {r:?}");
+    }
+    let requests: Vec<&Vec<String>> = rows.iter().filter(|r| r[6] == "0x01" || r[6] == "0x02").collect();
+    let answered = |tid: &str| rows.iter().any(|r| r[6] == "0x81" && r[8] == tid);
+    assert!(requests.iter().all(|r| answered(&r[8])), "a request without its answer: {rows:?}");
+    let attrs: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[7].as_str()).collect();
+    for a in ["0x0010", "0x0011", "0x0015", "0x0016", "0x0017", "0x0018"] {
+        assert!(attrs.contains(a), "attribute {a} never went on the wire: {attrs:?}");
+    }
 }
 
 /// Every frame goes between the two SM-assigned LIDs, both ways.
 fn assert_sm_lids(what: &str, pcap: &Path, lids: [u16; 2]) {
+    crcs_check(pcap);
     let Some(rows) = lrh_lids(pcap) else { return };
     assert!(rows.len() > 10, "{what}: {} frames", rows.len());
     let fwd = (lids[0], lids[1]);
@@ -219,12 +262,20 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     assert!(matches!(inner, Some(IbPortError::NotActive { state: PortState::Init, .. })), "{e}");
     assert!(e.to_string().contains(&v.dev[0]) && e.to_string().contains("rdma-sm"), "{e}");
 
-    // The sweep, from namespace 0.
-    let out = sweep();
+    // The sweep, from namespace 0, its SMPs captured.
+    let smp_pcap = run.join("sm.pcap");
+    let out = v
+        .cmd(0, sm)
+        .args(["--once", "--backend", "ib", "--netdev", &v.dev[0], "--json", "--pcap"])
+        .arg(&smp_pcap)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rdma-sm --once: {}\n{err}", out.status);
     assert!(err.contains("SUBNET UP"), "{err}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    check_smp_capture(&smp_pcap);
+    crcs_check(&smp_pcap);
     let r = MACS.map(|m| record(m).expect("a record after the sweep"));
     let lids = [r[0].lid, r[1].lid];
     for (i, rec) in r.iter().enumerate() {

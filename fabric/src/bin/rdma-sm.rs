@@ -59,6 +59,10 @@ struct Cli {
     /// --backend ib: sends of one SMP before giving up.
     #[arg(long, default_value_t = 3)]
     tries: u32,
+    /// --backend ib: record the SMPs on the wire and their answers (pcap
+    /// of ERF type-21 records, which tshark decodes).
+    #[arg(long, value_name = "FILE", requires = "backend")]
+    pcap: Option<std::path::PathBuf>,
     /// Sweep and configure once, exit 0 when every port is ACTIVE.
     #[arg(long)]
     once: bool,
@@ -156,7 +160,7 @@ fn main() -> ExitCode {
             Ok(t) => run(t, cfg, cli.json, None),
             Err(e) => Err(e),
         },
-        (false, None, Some(BackendArg::Ib), Some(netdev)) => RawSmpTransport::open(netdev).and_then(|mut t| {
+        (false, None, Some(BackendArg::Ib), Some(netdev)) => RawSmpTransport::open(netdev, cli.pcap.as_deref()).and_then(|mut t| {
             t.timeout = Duration::from_millis(cli.timeout_ms.max(1));
             t.tries = cli.tries.max(1);
             let lone = format!(

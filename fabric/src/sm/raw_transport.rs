@@ -8,6 +8,7 @@
 
 use super::{SmError, SmpTransport};
 use crate::ib::sma::{parse_smp_frame, smp_frame};
+use rdma_core_rs::link::capture::CaptureLink;
 use rdma_core_rs::link::raw::RawLink;
 use rdma_core_rs::link::{ib_port, Link, Mac, BROADCAST, ETH_HEADER};
 use rdma_transport::LinkKind;
@@ -16,7 +17,7 @@ use rdma_wire::mad::method;
 use rdma_wire::smp::{Smp, SmpRepr, PERMISSIVE_LID, SMP_LEN};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tracing::{debug, trace};
 
@@ -65,7 +66,8 @@ pub(crate) fn wait_readable(fd: i32, until: Instant) -> bool {
 
 /// SMPs over a raw interface, and to the local port through its agent.
 pub struct RawSmpTransport {
-    link: RawLink,
+    /// The interface, in a capture when asked for one.
+    link: Box<dyn Link>,
     netdev: String,
     /// Bound to a path of its own, connected to the agent's socket.
     agent: UnixDatagram,
@@ -85,11 +87,17 @@ impl std::fmt::Debug for RawSmpTransport {
 
 impl RawSmpTransport {
     /// Opens `netdev` (AF_PACKET: root) and the socket of its port agent,
-    /// which must run (`rdma-sm --agent --netdev IFACE`).
-    pub fn open(netdev: &str) -> Result<RawSmpTransport, SmError> {
+    /// which must run (`rdma-sm --agent --netdev IFACE`). With `pcap`,
+    /// the SMPs it sends and the answers go to that file (ERF type-21
+    /// records in a pcap, as the devices' `--pcap` on IB writes).
+    pub fn open(netdev: &str, pcap: Option<&Path>) -> Result<RawSmpTransport, SmError> {
         let t = |e: String| SmError::Transport(e);
-        let link = RawLink::open(netdev, LinkKind::Ib).map_err(|e| t(format!("{netdev}: {e}")))?;
-        let guid = ib_port::port_guid(link.mac());
+        let raw = RawLink::open(netdev, LinkKind::Ib).map_err(|e| t(format!("{netdev}: {e}")))?;
+        let guid = ib_port::port_guid(raw.mac());
+        let link: Box<dyn Link> = match pcap {
+            Some(p) => Box::new(CaptureLink::new(raw, p).map_err(|e| t(e.to_string()))?),
+            None => Box::new(raw),
+        };
         let agent_path = ib_port::agent_socket_path(guid);
         let own_socket = ib_port::run_dir().join(format!("sm-{}-{guid:016x}.sock", std::process::id()));
         let _ = std::fs::remove_file(&own_socket);
@@ -148,6 +156,7 @@ impl RawSmpTransport {
                 let Some((r, src, ..)) = smp_of_eth_frame(&self.buf[..meta.len]) else { continue };
                 if r.tid == req.tid && r.method & method::RESP != 0 {
                     trace!(tid = r.tid, ?src, "SMP answer");
+                    let _ = self.link.flush(); // a capture's records
                     return Ok(Some(r));
                 }
             }

@@ -4,17 +4,20 @@
 //! SMP is one a CA answers. The port agent on a network interface
 //! ([`super::port_agent`]) runs one; its state is what the port publishes.
 //!
-//! The rules follow the emulated fabric's SMA ([`crate::ib::sma`]) for a
-//! host port: directed route per IBA 14.2.2 (a CA answers at the end of
-//! the path and forwards nothing), PortInfo Set of LID, SM LID, LMC,
-//! OperationalVLs and one PortState step at a time (Down retrains to
-//! Init). A CA cannot see its peer's state, so the fabric's "peer within
-//! one step" check is not made.
+//! It keeps the same management state as a port of the emulated fabric
+//! ([`PortMgmt`]) and applies the same rules ([`crate::ib::sma`]'s
+//! PortInfo, addressing and PortState step): directed route per IBA
+//! 14.2.2 (a CA answers at the end of the path and forwards nothing),
+//! PortInfo Set of LID, SM LID, LMC, OperationalVLs and one PortState step
+//! at a time (Down retrains to Init). A lone HCA cannot see its peer's
+//! state, so the fabric's "peer within one step" check is not made.
 
+use crate::ib::sma::{emulated_port_info, port_state_step, set_addressing};
+use crate::ib::PortMgmt;
 use rdma_wire::mad::method;
 use rdma_wire::smp::{
-    attr, node_type, phys_state, port_state, status, NodeInfoRepr, PKeyBlock, PortInfo, PortInfoRepr, Sl2Vl, SmpRepr,
-    VlArbBlock, VlArbEntry,
+    attr, node_type, phys_state, status, NodeInfoRepr, PKeyBlock, PortInfo, PortInfoRepr, Sl2Vl, SmpRepr, VlArbBlock,
+    VlArbEntry,
 };
 
 /// The one port's number.
@@ -27,15 +30,10 @@ pub struct CaSma {
     pub port_guid: u64,
     /// NodeDescription (at most 64 bytes are sent).
     pub description: String,
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub lmc: u8,
-    pub state: u8,
-    pub op_vls: u8,
+    /// LID, SM LID, LMC, PortState, OperationalVLs, P_Keys.
+    pub mgmt: PortMgmt,
     /// MTU code (1 = 256 ... 5 = 4096) the link carries.
     pub mtu_cap: u8,
-    pub neighbor_mtu: u8,
-    pub pkeys: [u16; 32],
     pub sl2vl: [u8; 16],
     /// VLArbitrationTable blocks 1..4 (low 0-31, low 32-63, high 0-31, high 32-63).
     pub vlarb: [[VlArbEntry; 32]; 4],
@@ -50,20 +48,12 @@ pub fn mtu_code_for(eth_mtu: usize) -> u8 {
 impl CaSma {
     /// A port just linked up: INIT, no LID, the default P_Key.
     pub fn new(guid: u64, description: String, mtu_cap: u8) -> CaSma {
-        let mut pkeys = [0u16; 32];
-        pkeys[0] = 0xffff;
         CaSma {
             node_guid: guid,
             port_guid: guid,
             description,
-            lid: 0,
-            sm_lid: 0,
-            lmc: 0,
-            state: port_state::INIT,
-            op_vls: 1,
+            mgmt: PortMgmt::fresh(),
             mtu_cap,
-            neighbor_mtu: mtu_cap,
-            pkeys,
             sl2vl: [0; 16],
             vlarb: [[VlArbEntry::default(); 32]; 4],
         }
@@ -150,9 +140,9 @@ impl CaSma {
                     return Err(status::INVALID_VALUE);
                 }
                 if set {
-                    self.pkeys = PKeyBlock::parse(&req.data).map_err(|_| status::INVALID_VALUE)?.0;
+                    self.mgmt.pkeys = PKeyBlock::parse(&req.data).map_err(|_| status::INVALID_VALUE)?.0;
                 }
-                PKeyBlock(self.pkeys).emit(&mut d).map_err(|_| status::INVALID_VALUE)?;
+                PKeyBlock(self.mgmt.pkeys).emit(&mut d).map_err(|_| status::INVALID_VALUE)?;
             }
             attr::SL_TO_VL_TABLE => {
                 if m != 0 {
@@ -178,53 +168,23 @@ impl CaSma {
         Ok(d)
     }
 
-    /// PortInfo as a Get reads it.
+    /// PortInfo as a Get reads it: one data VL (the raw backend maps
+    /// every SL to VL0), the MTU the interface carries.
     pub fn port_info(&self) -> PortInfoRepr {
-        PortInfoRepr {
-            lid: self.lid,
-            master_sm_lid: self.sm_lid,
-            local_port_num: PORT,
-            link_width_enabled: 3,
-            link_width_supported: 3,
-            link_width_active: 2,
-            link_speed_supported: 1,
-            port_state: self.state,
-            phys_state: phys_state::LINK_UP,
-            link_down_default: phys_state::POLLING,
-            lmc: self.lmc,
-            link_speed_active: 1,
-            link_speed_enabled: 1,
-            neighbor_mtu: self.neighbor_mtu,
-            vl_cap: 1, // VL0 only: the raw backend has one data VL
-            vl_arb_high_cap: 8,
-            vl_arb_low_cap: 8,
-            mtu_cap: self.mtu_cap,
-            hoq_life: 0x10,
-            operational_vls: self.op_vls,
-            ..PortInfoRepr::default()
-        }
+        let m = &self.mgmt;
+        emulated_port_info(m, (m.lid, m.sm_lid), (m.state, phys_state::LINK_UP), PORT, 1, self.mtu_cap)
     }
 
     fn set_port_info(&mut self, pi: &PortInfoRepr) -> Result<(), u16> {
         if pi.operational_vls > 1 || pi.neighbor_mtu > self.mtu_cap {
             return Err(status::INVALID_VALUE);
         }
-        let state = match pi.port_state {
-            port_state::NO_CHANGE => self.state,
-            port_state::DOWN => port_state::INIT, // the link retrains
-            s @ (port_state::ARMED | port_state::ACTIVE) if s == self.state + 1 => s,
-            _ => return Err(status::INVALID_VALUE),
-        };
-        self.lid = pi.lid;
-        self.sm_lid = pi.master_sm_lid;
-        self.lmc = pi.lmc & 7;
+        let state = port_state_step(self.mgmt.state, pi.port_state, None)?;
+        set_addressing(&mut self.mgmt, pi);
         if pi.operational_vls != 0 {
-            self.op_vls = pi.operational_vls;
+            self.mgmt.op_vls = pi.operational_vls;
         }
-        if pi.neighbor_mtu != 0 {
-            self.neighbor_mtu = pi.neighbor_mtu;
-        }
-        self.state = state;
+        self.mgmt.state = state;
         Ok(())
     }
 }
@@ -232,7 +192,7 @@ impl CaSma {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_wire::smp::DirectedRoute;
+    use rdma_wire::smp::{port_state, DirectedRoute};
 
     fn set_state(sma: &mut CaSma, state: u8) -> u16 {
         let mut pi = sma.port_info();
@@ -261,12 +221,12 @@ mod tests {
         assert!(sma.handle(&r).is_none());
         // INIT -> ACTIVE directly is refused; ARMED then ACTIVE is not.
         assert_eq!(set_state(&mut sma, port_state::ACTIVE), status::INVALID_VALUE);
-        assert_eq!(sma.state, port_state::INIT);
+        assert_eq!(sma.mgmt.state, port_state::INIT);
         assert_eq!(set_state(&mut sma, port_state::ARMED), 0);
         assert_eq!(set_state(&mut sma, port_state::ACTIVE), 0);
-        assert_eq!(sma.state, port_state::ACTIVE);
+        assert_eq!(sma.mgmt.state, port_state::ACTIVE);
         assert_eq!(set_state(&mut sma, port_state::DOWN), 0);
-        assert_eq!(sma.state, port_state::INIT, "Down retrains the link");
+        assert_eq!(sma.mgmt.state, port_state::INIT, "Down retrains the link");
         let unknown = SmpRepr::request(method::GET, 3, attr::SWITCH_INFO, 0, None);
         assert_eq!(sma.handle(&unknown).unwrap().status, status::UNSUPPORTED_ATTRIBUTE);
     }

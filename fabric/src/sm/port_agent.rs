@@ -83,12 +83,12 @@ impl PortAgent {
         IbPortRecord {
             netdev: self.netdev.clone(),
             port_guid: ib_port::guid_text(self.guid),
-            lid: self.sma.lid,
-            sm_lid: self.sma.sm_lid,
-            lmc: self.sma.lmc,
-            state: PortState::from_code(self.sma.state).unwrap_or(PortState::Down),
-            mtu: 128 << self.sma.neighbor_mtu,
-            pkeys: self.sma.pkeys.iter().copied().filter(|&k| k != 0).collect(),
+            lid: self.sma.mgmt.lid,
+            sm_lid: self.sma.mgmt.sm_lid,
+            lmc: self.sma.mgmt.lmc,
+            state: PortState::from_code(self.sma.mgmt.state).unwrap_or(PortState::Down),
+            mtu: 128 << self.sma.mtu_cap,
+            pkeys: self.sma.mgmt.pkeys.iter().copied().filter(|&k| k != 0).collect(),
             pid: std::process::id(),
         }
     }
@@ -141,12 +141,12 @@ impl PortAgent {
         while let Some(meta) = self.link.recv(&mut self.buf).map_err(self.err("receive"))? {
             let Some((req, src, slid, dlid)) = smp_of_eth_frame(&self.buf[..meta.len]) else { continue };
             // A LID-routed SMP is for this port only at its LID (or the permissive LID).
-            if req.dr.is_none() && dlid != PERMISSIVE_LID && dlid != self.sma.lid {
+            if req.dr.is_none() && dlid != PERMISSIVE_LID && dlid != self.sma.mgmt.lid {
                 continue;
             }
             let Some(resp) = self.sma.handle(&req) else { continue };
             let (rslid, rdlid) =
-                if resp.dr.is_some() { (PERMISSIVE_LID, PERMISSIVE_LID) } else { (self.sma.lid, slid) };
+                if resp.dr.is_some() { (PERMISSIVE_LID, PERMISSIVE_LID) } else { (self.sma.mgmt.lid, slid) };
             let f = eth_frame(src, self.link.mac(), &smp_frame(&resp, rslid, rdlid));
             debug!(attr = req.attr_id, method = req.method, tid = req.tid, status = resp.status, "SMP answered");
             if let Err(e) = self.link.send(&f) {

@@ -102,8 +102,10 @@ pub struct DeviceConfig {
     /// Their framing: RoCE v2 for [`Backend::Udp`]; RoCE v1 or native IB
     /// for the frame backends.
     pub link: rdma_transport::LinkKind,
-    /// The port's LID on native IB (`--lid`), until a subnet manager
-    /// assigns one; 1 to 0xBFFF (unicast).
+    /// The port's LID on native IB (`--lid`): 1 to 0xBFFF (unicast). 0
+    /// on a network interface: the LID the subnet manager assigned, from
+    /// the port agent's record, else the LID plan (see
+    /// [`Device::on_netdev`]).
     pub lid: u16,
     /// Records every packet the device sends and receives: Ethernet pcap
     /// for RoCE v2 (UDP: sends then leave from unconnected sockets and

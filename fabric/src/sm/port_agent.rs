@@ -47,6 +47,7 @@ impl PortAgent {
     pub fn open(netdev: &str) -> Result<PortAgent, AgentError> {
         let io = |what: String| move |source| AgentError::Io { netdev: netdev.to_string(), what, source };
         let link = RawLink::open(netdev, LinkKind::Ib).map_err(io("open".into()))?;
+        link.only_vl15().map_err(io("filter".into()))?;
         let guid = ib_port::port_guid(link.mac());
         let eth_mtu = link.caps().max_frame - ETH_HEADER;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();

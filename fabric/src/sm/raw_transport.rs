@@ -93,6 +93,7 @@ impl RawSmpTransport {
     pub fn open(netdev: &str, pcap: Option<&Path>) -> Result<RawSmpTransport, SmError> {
         let t = |e: String| SmError::Transport(e);
         let raw = RawLink::open(netdev, LinkKind::Ib).map_err(|e| t(format!("{netdev}: {e}")))?;
+        raw.only_vl15().map_err(|e| t(e.to_string()))?; // not every data frame on the interface
         let guid = ib_port::port_guid(raw.mac());
         let link: Box<dyn Link> = match pcap {
             Some(p) => Box::new(CaptureLink::new(raw, p).map_err(|e| t(e.to_string()))?),

@@ -141,8 +141,10 @@ impl PortAgent {
     fn serve_wire(&mut self) -> Result<(), AgentError> {
         while let Some(meta) = self.link.recv(&mut self.buf).map_err(self.err("receive"))? {
             let Some((req, src, slid, dlid)) = smp_of_eth_frame(&self.buf[..meta.len]) else { continue };
-            // A LID-routed SMP is for this port only at its LID (or the permissive LID).
-            if req.dr.is_none() && dlid != PERMISSIVE_LID && dlid != self.sma.mgmt.lid {
+            // A LID-routed SMP is for this port only at its LID, once it
+            // has one, or at the permissive LID.
+            let own = self.sma.mgmt.lid;
+            if req.dr.is_none() && dlid != PERMISSIVE_LID && (own == 0 || dlid != own) {
                 continue;
             }
             let Some(resp) = self.sma.handle(&req) else { continue };

@@ -8,8 +8,11 @@
 //!   two sides share the process (`--loopback`, the tests). The device's
 //!   MAC is then made from its `--bind` address, and its GID from the MAC.
 //!
-//! `--lid` sets an IB port's LID; by default it comes from the low 14
-//! bits of the MAC (1 for 127.0.0.1, 2 for 127.0.0.2, ...; never 0).
+//! `--lid` sets an IB port's LID. By default, on `--netdev`, it is the
+//! LID `rdma-sm` assigned the port (published by the port's agent,
+//! `rdma-sm --agent`; the device refuses to open a port the SM has not
+//! made ACTIVE); without an agent, and in-process, it comes from the low
+//! 14 bits of the MAC (1 for 127.0.0.1, 2 for 127.0.0.2, ...; never 0).
 
 use clap::{Args, ValueEnum};
 pub use rdma_core_rs::link::default_lid;
@@ -54,7 +57,8 @@ pub struct LinkArgs {
     /// The network interface of the raw backends (needs root).
     #[arg(long)]
     pub netdev: Option<String>,
-    /// The port's LID (--backend ib) [default: from the MAC].
+    /// The port's LID (--backend ib) [default: the SM's, from the port
+    /// agent's record on --netdev; else from the MAC].
     #[arg(long)]
     pub lid: Option<u16>,
     /// Record every frame the device sends and receives (udp and roce1:
@@ -156,8 +160,9 @@ impl LinkArgs {
         let config = DeviceConfig { link, pcap, ..config };
         match &self.netdev {
             Some(netdev) => {
-                let mac = rdma_core_rs::link::raw::interface_mac(netdev)?;
-                let lid = self.lid.unwrap_or(default_lid(mac));
+                // No --lid: the LID a subnet manager gave the port (its
+                // agent's record), else the LID plan (see Device::on_netdev).
+                let lid = self.lid.unwrap_or(0);
                 Device::on_netdev(name, netdev, DeviceConfig { lid, ..config })
             }
             None => {

@@ -540,6 +540,12 @@ impl Context {
         self.inner.device.lid()
     }
 
+    /// `ibv_query_port`: LID, SM LID, state and active MTU (see
+    /// [`crate::Device::query_port`]).
+    pub fn query_port(&self) -> crate::PortAttr {
+        self.inner.device.query_port()
+    }
+
     /// The UDP offloads the device uses (GSO, GRO).
     pub fn offloads(&self) -> crate::udp::Offloads {
         self.inner.lock().io.offloads()

@@ -102,8 +102,10 @@ pub struct DeviceConfig {
     /// Their framing: RoCE v2 for [`Backend::Udp`]; RoCE v1 or native IB
     /// for the frame backends.
     pub link: rdma_transport::LinkKind,
-    /// The port's LID on native IB (`--lid`), until a subnet manager
-    /// assigns one; 1 to 0xBFFF (unicast).
+    /// The port's LID on native IB (`--lid`): 1 to 0xBFFF (unicast). 0
+    /// on a network interface: the LID the subnet manager assigned, from
+    /// the port agent's record, else the LID plan (see
+    /// [`Device::on_netdev`]).
     pub lid: u16,
     /// Records every packet the device sends and receives: Ethernet pcap
     /// for RoCE v2 (UDP: sends then leave from unconnected sockets and
@@ -198,6 +200,21 @@ pub struct Device {
     name: String,
     addr: IpAddr,
     config: DeviceConfig,
+    /// Native IB on a managed port: what its agent published.
+    port: Option<crate::link::ib_port::IbPortRecord>,
+}
+
+/// What `ibv_query_port` reports of a device's port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// The port's LID (native IB; 0 on RoCE).
+    pub lid: u16,
+    /// The subnet manager's LID (0: none).
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub state: crate::link::ib_port::PortState,
+    /// The MTU the subnet manager's configuration leaves active, if known.
+    pub active_mtu: Option<rdma_transport::qp::Mtu>,
 }
 
 static DEVICES: Mutex<Vec<Device>> = Mutex::new(Vec::new());
@@ -215,6 +232,16 @@ impl Device {
     }
 
     pub fn with_config(name: &str, addr: IpAddr, config: DeviceConfig) -> Result<Device> {
+        Device::make(name, addr, config, None)
+    }
+
+    /// Checks and lists a device (a port record only for a managed IB port).
+    fn make(
+        name: &str,
+        addr: IpAddr,
+        config: DeviceConfig,
+        port: Option<crate::link::ib_port::IbPortRecord>,
+    ) -> Result<Device> {
         if addr.is_unspecified() || addr.is_multicast() {
             return Err(Error::InvalidArgument(format!(
                 "device {name}: {addr} cannot be a device address (it must be one local unicast address)"
@@ -222,7 +249,7 @@ impl Device {
         }
         config.faults.validate().map_err(Error::InvalidArgument)?;
         check_backend(name, addr, &config)?;
-        let d = Device { name: name.to_string(), addr, config };
+        let d = Device { name: name.to_string(), addr, config, port };
         let mut list = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|o| o.name != d.name);
         list.push(d.clone());
@@ -232,10 +259,55 @@ impl Device {
     /// A device that sends `config.link` frames (RoCE v1 or native IB) on
     /// the network interface `netdev`; its GID is the EUI-64 GID of the
     /// interface's MAC. Opening it needs `CAP_NET_RAW`.
+    ///
+    /// Native IB with `config.lid` 0 takes the LID a subnet manager gave
+    /// the port, from the record its port agent publishes
+    /// ([`crate::link::ib_port`]; an error naming the interface if the
+    /// port is not ACTIVE yet), or without an agent the LID plan's
+    /// ([`crate::link::default_lid`]). A LID given (`--lid`) wins, and
+    /// the record is not read.
     pub fn on_netdev(name: &str, netdev: &str, config: DeviceConfig) -> Result<Device> {
+        use crate::link::ib_port::{self, IbPortRecord};
         let mac = crate::link::raw::interface_mac(netdev)?;
-        let config = DeviceConfig { backend: Backend::Netdev(netdev.to_string()), ..config };
-        Device::with_config(name, crate::link::gid_of_mac(mac), config)
+        let mut config = DeviceConfig { backend: Backend::Netdev(netdev.to_string()), ..config };
+        let mut port = None;
+        if config.link == rdma_transport::LinkKind::Ib && config.lid == 0 {
+            let guid = ib_port::port_guid(mac);
+            port = IbPortRecord::read(guid).map_err(std::io::Error::from)?;
+            config.lid = match &port {
+                Some(r) => r.usable_lid().map_err(std::io::Error::from)?,
+                None => crate::link::default_lid(mac),
+            };
+            tracing::debug!(netdev, lid = config.lid, managed = port.is_some(), "IB port LID");
+        }
+        Device::make(name, crate::link::gid_of_mac(mac), config, port)
+    }
+
+    /// The port as its agent published it (native IB on a managed port).
+    pub fn ib_port(&self) -> Option<&crate::link::ib_port::IbPortRecord> {
+        self.port.as_ref()
+    }
+
+    /// `ibv_query_port`: the port's LID, SM LID, state and active MTU.
+    /// A port no agent manages reports itself ACTIVE with no SM, and the
+    /// MTU its link can carry is known only when it opens (None here).
+    pub fn query_port(&self) -> PortAttr {
+        match &self.port {
+            Some(r) => PortAttr {
+                lid: r.lid,
+                sm_lid: r.sm_lid,
+                lmc: r.lmc,
+                state: r.state,
+                active_mtu: rdma_transport::qp::Mtu::from_bytes(r.mtu),
+            },
+            None => PortAttr {
+                lid: self.lid(),
+                sm_lid: 0,
+                lmc: 0,
+                state: crate::link::ib_port::PortState::Active,
+                active_mtu: None,
+            },
+        }
     }
 
     /// A device that sends `config.link` frames on the in-process fabric

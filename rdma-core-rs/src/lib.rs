@@ -10,7 +10,7 @@
 //! | `rdma link add rxe0 type rxe netdev eth0` | [`Device::new`]`("rxe0", addr)` |
 //! | `ibv_get_device_list`, `ibv_open_device` | [`devices`], [`Device::open`] → [`Context`] |
 //! | `ibv_query_gid` | [`Context::query_gid`] (index 0: the RoCE v2 GID of the address; RoCE v1 / IB: the EUI-64 GID of the MAC) |
-//! | `ibv_query_port` (LID) | [`Context::lid`] (native IB; set by [`DeviceConfig::lid`]) |
+//! | `ibv_query_port` | [`Context::query_port`] (LID, SM LID, state, MTU), [`Context::lid`] (native IB; [`DeviceConfig::lid`] or the subnet manager's) |
 //! | `ibv_alloc_pd` | [`Context::alloc_pd`] → [`ProtectionDomain`] |
 //! | `ibv_reg_mr` | [`ProtectionDomain::reg_mr`], [`ProtectionDomain::reg_mr_raw`] (unsafe) → [`MemoryRegion`] |
 //! | `ibv_create_cq`, `ibv_poll_cq` | [`Context::create_cq`] → [`CompletionQueue::poll`], [`CompletionQueue::wait`], [`CompletionQueue::wait_async`] |
@@ -70,7 +70,7 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::Context;
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{devices, Backend, Device, DeviceConfig, Gid, Progress};
+pub use device::{devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use io_stats::IoStats;

@@ -3,8 +3,12 @@
 use clap::{Parser, ValueEnum};
 use rdma_fabric::ib::routing::Routing;
 use rdma_fabric::sm::ibsim::IbsimClient;
+use rdma_fabric::sm::port_agent::PortAgent;
+use rdma_fabric::sm::raw_transport::RawSmpTransport;
 use rdma_fabric::sm::{Sm, SmConfig, SmError, SmpTransport, SubnetView};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoutingArg {
@@ -12,8 +16,22 @@ enum RoutingArg {
     Updn,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    /// Native InfiniBand frames (EtherType 0x88B5) on --netdev.
+    Ib,
+}
+
 #[derive(Parser)]
-#[command(name = "rdma-sm", about = "A minimal InfiniBand subnet manager: discover, assign LIDs, route, configure")]
+#[command(
+    name = "rdma-sm",
+    about = "A minimal InfiniBand subnet manager: discover, assign LIDs, route, configure",
+    after_help = "The raw native-IB backend between two hosts or namespaces (root):\n  \
+        rdma-sm --agent --netdev IFACE &             # on each end: the port's SMA, publishes its state\n  \
+        rdma-sm --once --backend ib --netdev IFACE   # on one end: sweep, LIDs, ports ACTIVE\n\
+        then any tool with --backend ib --netdev IFACE uses the LID the SM assigned.\n\
+        Port records go to $SOFTROCE_RUN_DIR (default /run/softroce)."
+)]
 struct Cli {
     /// Manage a fabric simulated by OFED's ibsim, over its client protocol
     /// (IBSIM_SOCKNAME, SIM_HOST as ibsim's own clients).
@@ -22,6 +40,29 @@ struct Cli {
     /// Manage the emulated fabric of rdma-fabric: ring:N, incast:N or leaf-spine:LxSxH.
     #[arg(long, value_name = "TOPOLOGY")]
     emulated: Option<String>,
+    /// Manage the raw backend's ports: SMPs as VL15 frames on --netdev
+    /// (root); every port needs its agent (--agent), the SM's own too.
+    #[arg(long, value_enum, requires = "netdev")]
+    backend: Option<BackendArg>,
+    /// The network interface of --backend ib or --agent.
+    #[arg(long, value_name = "IFACE")]
+    netdev: Option<String>,
+    /// Run the port agent of --netdev instead of an SM: the SMA of the
+    /// emulated HCA port (answers SMPs, keeps LID, SM LID and port state)
+    /// that publishes the port's state for the devices on that interface,
+    /// until SIGINT or SIGTERM.
+    #[arg(long, requires = "netdev", conflicts_with_all = ["once", "ibsim", "emulated", "backend"])]
+    agent: bool,
+    /// --backend ib: how long to wait for each SMP's answer.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    timeout_ms: u64,
+    /// --backend ib: sends of one SMP before giving up.
+    #[arg(long, default_value_t = 3)]
+    tries: u32,
+    /// --backend ib: record the SMPs on the wire and their answers (pcap
+    /// of ERF type-21 records, which tshark decodes).
+    #[arg(long, value_name = "FILE", requires = "backend")]
+    pcap: Option<std::path::PathBuf>,
     /// Sweep and configure once, exit 0 when every port is ACTIVE.
     #[arg(long)]
     once: bool,
@@ -79,9 +120,15 @@ fn report(v: &SubnetView, json: bool) {
     }
 }
 
-fn run<T: SmpTransport>(t: T, cfg: SmConfig, json: bool) -> Result<(), SmError> {
+/// Sweeps and configures over `t`. `lone` says what a subnet of the SM's
+/// node alone means: None is fine, Some(why) an error (on the raw
+/// backend a link whose other end runs no agent looks like that).
+fn run<T: SmpTransport>(t: T, cfg: SmConfig, json: bool, lone: Option<&str>) -> Result<(), SmError> {
     let mut sm = Sm::new(t, cfg);
     let v = sm.run_once()?;
+    if let (1, Some(why)) = (v.found.len(), lone) {
+        return Err(SmError::Transport(why.to_string()));
+    }
     report(&v, json);
     eprintln!("rdma-sm: SUBNET UP ({} SMPs)", sm.smps);
     Ok(())
@@ -94,26 +141,69 @@ fn main() -> ExitCode {
         RoutingArg::Minhop => Routing::MinHop,
         RoutingArg::Updn => Routing::UpDown { roots: cli.roots.clone() },
     };
+    if cli.agent {
+        let netdev = cli.netdev.as_deref().unwrap_or_default();
+        return agent(netdev);
+    }
     if !cli.once {
         eprintln!("rdma-sm: only --once is implemented (sweep, configure, exit); pass --once");
         return ExitCode::from(2);
     }
     let cfg = SmConfig { routing, ..SmConfig::default() };
-    let r = match (cli.ibsim, &cli.emulated) {
-        (true, None) => {
+    let r = match (cli.ibsim, &cli.emulated, cli.backend, &cli.netdev) {
+        (true, None, None, None) => {
             let base = std::env::var("IBSIM_SOCKNAME").unwrap_or_else(|_| "sim".into());
             let host = std::env::var("SIM_HOST").ok();
-            IbsimClient::connect(&base, host.as_deref()).and_then(|c| run(c, cfg, cli.json))
+            IbsimClient::connect(&base, host.as_deref()).and_then(|c| run(c, cfg, cli.json, None))
         }
-        (false, Some(spec)) => match rdma_fabric::sm::fabric_transport::emulated(spec) {
-            Ok(t) => run(t, cfg, cli.json),
+        (false, Some(spec), None, None) => match rdma_fabric::sm::fabric_transport::emulated(spec) {
+            Ok(t) => run(t, cfg, cli.json, None),
             Err(e) => Err(e),
         },
+        (false, None, Some(BackendArg::Ib), Some(netdev)) => RawSmpTransport::open(netdev, cli.pcap.as_deref()).and_then(|mut t| {
+            t.timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            t.tries = cli.tries.max(1);
+            let lone = format!(
+                "only the SM's own port answered on {netdev}: no SMA at the other end (run `rdma-sm --agent --netdev IFACE` there)"
+            );
+            run(t, cfg, cli.json, Some(&lone))
+        }),
         _ => {
-            eprintln!("rdma-sm: give exactly one of --ibsim and --emulated TOPOLOGY");
+            eprintln!("rdma-sm: give exactly one of --ibsim, --emulated TOPOLOGY and --backend ib --netdev IFACE");
             return ExitCode::from(2);
         }
     };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdma-sm: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// `--agent`: serves the port of `netdev` until SIGINT or SIGTERM, then
+/// removes its record (the agent's Drop).
+fn agent(netdev: &str) -> ExitCode {
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
+    let r = PortAgent::open(netdev).and_then(|mut a| {
+        eprintln!(
+            "rdma-sm: port agent on {netdev}, port GUID {}, record {}",
+            rdma_core_rs::link::ib_port::guid_text(a.guid()),
+            rdma_core_rs::link::ib_port::record_path(a.guid()).display()
+        );
+        a.run(&STOP)
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -59,13 +59,80 @@ pub fn parse_smp_frame(frame: &[u8]) -> Option<(SmpRepr, u16, u16)> {
 }
 
 /// PortInfo's VLCap / OperationalVLs code for `n` data VLs.
-fn vl_code(n: u8) -> u8 {
+pub(crate) fn vl_code(n: u8) -> u8 {
     match n {
         0 | 1 => 1,
         2 => 2,
         3 | 4 => 3,
         5..=8 => 4,
         _ => 5,
+    }
+}
+
+// The rules every emulated SMA follows, the fabric's (below) and a raw
+// port's agent (`crate::sm::ca_sma`).
+
+/// PortInfo of an emulated port: its management state `m` (with `lid` and
+/// `sm_lid`, which a switch's external ports take from port 0) in the
+/// state `state`/`phys`, on a link of `vls` data VLs and MTU code `mtu`
+/// (a 4X link at SDR, as ibsim's ports report).
+pub(crate) fn emulated_port_info(
+    m: &PortMgmt,
+    (lid, sm_lid): (u16, u16),
+    (state, phys): (u8, u8),
+    local_port_num: u8,
+    vls: u8,
+    mtu: u8,
+) -> PortInfoRepr {
+    PortInfoRepr {
+        lid,
+        master_sm_lid: sm_lid,
+        local_port_num,
+        link_width_enabled: 3,
+        link_width_supported: 3,
+        link_width_active: 2,
+        link_speed_supported: 1,
+        port_state: state,
+        phys_state: phys,
+        link_down_default: phys_state::POLLING,
+        lmc: m.lmc,
+        link_speed_active: 1,
+        link_speed_enabled: 1,
+        neighbor_mtu: mtu,
+        vl_cap: vl_code(vls),
+        vl_arb_high_cap: 8,
+        vl_arb_low_cap: 8,
+        mtu_cap: mtu,
+        hoq_life: 0x10,
+        operational_vls: m.op_vls,
+        ..PortInfoRepr::default()
+    }
+}
+
+/// What a PortInfo Set writes of a port's addressing: LID, SM LID, LMC
+/// (not on a switch's external ports, which have none of their own).
+pub(crate) fn set_addressing(m: &mut PortMgmt, pi: &PortInfoRepr) {
+    m.lid = pi.lid;
+    m.sm_lid = pi.master_sm_lid;
+    m.lmc = pi.lmc & 7;
+}
+
+/// The PortState a Set of `req` leaves a port in that is in `cur`, with
+/// its peer in `peer` (None: not known to the SMA, as on a lone HCA,
+/// whose link layer alone would see it). ibsim's rules: NoChange keeps,
+/// Down retrains the link to Init, Armed and Active only one step from
+/// the current state and from the peer's; anything else is an invalid
+/// value.
+pub(crate) fn port_state_step(cur: u8, req: u8, peer: Option<u8>) -> Result<u8, u16> {
+    match req {
+        port_state::NO_CHANGE => Ok(cur),
+        port_state::DOWN => Ok(port_state::INIT),
+        s @ (port_state::ARMED | port_state::ACTIVE)
+            if cur.abs_diff(s) == 1 && peer.is_none_or(|p| p.abs_diff(s) <= 1) =>
+        {
+            Ok(s)
+        }
+        _ => Err(status::INVALID_VALUE),
     }
 }
 
@@ -381,29 +448,8 @@ impl Fabric {
         } else {
             (m.lid, m.sm_lid)
         };
-        PortInfoRepr {
-            lid,
-            master_sm_lid: sm_lid,
-            local_port_num: in_ib,
-            link_width_enabled: 3,
-            link_width_supported: 3,
-            link_width_active: 2,
-            link_speed_supported: 1,
-            port_state: state,
-            phys_state: phys,
-            link_down_default: phys_state::POLLING,
-            lmc: m.lmc,
-            link_speed_active: 1,
-            link_speed_enabled: 1,
-            neighbor_mtu: 4,
-            vl_cap: vl_code(vls),
-            vl_arb_high_cap: 8,
-            vl_arb_low_cap: 8,
-            mtu_cap: 4,
-            hoq_life: 0x10,
-            operational_vls: m.op_vls,
-            ..PortInfoRepr::default()
-        }
+        // MTU 2048 (code 4) on every emulated link.
+        emulated_port_info(&m, (lid, sm_lid), (state, phys), in_ib, vls, 4)
     }
 
     /// PortInfo Set: LID, SM LID, LMC, OperationalVLs, and a PortState
@@ -418,28 +464,21 @@ impl Fabric {
         let Some(mut m) = mgmt else { return Err(status::INVALID_VALUE) };
         let switch = self.is_switch(node);
         if !switch || p == 0 {
-            m.lid = pi.lid;
-            m.sm_lid = pi.master_sm_lid;
-            m.lmc = pi.lmc & 7;
+            set_addressing(&mut m, pi);
         }
         if pi.operational_vls != 0 {
             m.op_vls = pi.operational_vls;
         }
         let peer_state = peer.and_then(|(n, q)| self.topo.ports[n][q].ib.as_ref().map(|i| i.mgmt.state));
-        match (pi.port_state, peer_state) {
-            (port_state::NO_CHANGE, _) => {}
-            (port_state::DOWN, Some(_)) => {
-                m.state = port_state::INIT;
-                if let Some((n, q)) = peer {
-                    self.topo.ports[n][q].ib.as_mut().expect("an IB port").mgmt.state = port_state::INIT;
-                }
+        // Without a cable only NoChange goes; Down retrains both ends.
+        if peer_state.is_none() && pi.port_state != port_state::NO_CHANGE {
+            return Err(status::INVALID_VALUE);
+        }
+        m.state = port_state_step(m.state, pi.port_state, peer_state)?;
+        if pi.port_state == port_state::DOWN {
+            if let Some((n, q)) = peer {
+                self.topo.ports[n][q].ib.as_mut().expect("an IB port").mgmt.state = port_state::INIT;
             }
-            (s @ (port_state::ARMED | port_state::ACTIVE), Some(ps))
-                if m.state.abs_diff(s) == 1 && ps.abs_diff(s) <= 1 =>
-            {
-                m.state = s
-            }
-            _ => return Err(status::INVALID_VALUE),
         }
         // Write back, and publish LIDs where the data path reads them.
         if p == 0 {

@@ -3,8 +3,11 @@
 //! computes LFTs ([`crate::ib::routing`]), programs P_Keys, PortInfo,
 //! SwitchInfo, LFTs, SL2VL and VL arbitration, and moves every port
 //! INIT -> ARMED -> ACTIVE in separate passes. It speaks SMPs only through
-//! an [`SmpTransport`]: ibsim's socket protocol ([`ibsim`]) or the
-//! emulated fabric's VL15 ([`fabric_transport`]). [`ibsim_server`] is the
+//! an [`SmpTransport`]: ibsim's socket protocol ([`ibsim`]), the
+//! emulated fabric's VL15 ([`fabric_transport`]), or VL15 frames of the
+//! raw native-IB backend on a network interface ([`raw_transport`]),
+//! whose ports are run by port agents ([`port_agent`], with the SMA of a
+//! CA port in [`ca_sma`]). [`ibsim_server`] is the
 //! other way round: ibsim's server protocol in front of the emulated fabric,
 //! for opensm and infiniband-diags.
 //!
@@ -12,9 +15,12 @@
 //! the fabric's own LFTs and drives the emulated fabric in-process; it
 //! needs nothing the crate does not already depend on.
 
+pub mod ca_sma;
 pub mod fabric_transport;
 pub mod ibsim;
 pub mod ibsim_server;
+pub mod port_agent;
+pub mod raw_transport;
 
 use crate::ib::routing::{self, Routing, RoutingError, Subnet};
 use rdma_wire::mad::method;

@@ -89,6 +89,12 @@ impl FrameIo {
             }
             self.stats.datagrams_received += 1;
             let packet = &frame[ETH_HEADER..];
+            // VL15 carries SMPs for the port's SMA (a port agent, or nobody),
+            // never for the engine, which has no QP0.
+            if self.kind == LinkKind::Ib && packet.first().is_some_and(|b| b >> 4 == 15) {
+                tracing::trace!(len = packet.len(), "VL15 frame left to the port agent");
+                continue;
+            }
             // Learn only from packets addressed to this port's LID whose
             // CRCs hold: a frame for another port, or a corrupted one, must
             // not move where our packets go.

@@ -27,6 +27,7 @@
 pub mod capture;
 pub mod faults;
 pub(crate) mod frames;
+pub mod ib_port;
 pub mod inproc;
 pub mod neigh;
 pub mod raw;

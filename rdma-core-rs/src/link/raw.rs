@@ -130,6 +130,46 @@ impl RawLink {
     }
 }
 
+impl RawLink {
+    /// Lets the kernel pass this socket only native IB frames on VL15
+    /// (SMPs), by a classic BPF filter: for a port agent, whose socket
+    /// would otherwise wake (and take a copy) for every data frame the
+    /// devices on the same interface exchange.
+    pub fn only_vl15(&self) -> io::Result<()> {
+        const LD_H_ABS: u16 = 0x28;
+        const LD_B_ABS: u16 = 0x30;
+        const AND_K: u16 = 0x54;
+        const JEQ_K: u16 = 0x15;
+        const RET_K: u16 = 0x06;
+        let ins = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        let prog = [
+            ins(LD_H_ABS, 0, 0, 12), // the EtherType
+            ins(JEQ_K, 0, 4, u32::from(rdma_wire::ethernet::ETHERTYPE_IB)),
+            ins(LD_B_ABS, 0, 0, ETH_HEADER as u32), // the LRH's VL nibble
+            ins(AND_K, 0, 0, 0xf0),
+            ins(JEQ_K, 0, 1, 0xf0),
+            ins(RET_K, 0, 0, 0x4_0000), // the whole frame
+            ins(RET_K, 0, 0, 0),        // nothing
+        ];
+        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr().cast_mut() };
+        // SAFETY: the program outlives the call, which copies it.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&fprog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{}: a VL15 filter: {e}", self.netdev)));
+        }
+        Ok(())
+    }
+}
+
 impl Link for RawLink {
     fn caps(&self) -> LinkCaps {
         LinkCaps { kind: self.kind, max_frame: self.max_frame, segmentation_offload: false, by_reference: false }

@@ -6,7 +6,8 @@
 //! --netdev` then gives both ports LIDs (not the LID plan's) and makes
 //! them ACTIVE; `rc_pingpong` and every rdma-perf test (bandwidth and
 //! latency) with `--verify` run unchanged (no `--lid`) with those LIDs, which the LRHs
-//! of a capture carry; the agents remove their records when they stop.
+//! of a capture carry, and so does rping through the RDMA CM; the agents
+//! remove their records when they stop.
 
 mod common;
 
@@ -117,7 +118,8 @@ fn client_server(v: &Veth, what: &str, bin: &str, server: &[String], client: &[S
             break;
         }
         let err = String::from_utf8_lossy(&out.stderr).to_string();
-        if !(err.contains("cannot reach the server") || err.contains("Couldn't connect")) {
+        let not_yet = ["cannot reach the server", "Couldn't connect", "RDMA_CM_EVENT_REJECTED, error 8"];
+        if !not_yet.iter().any(|m| err.contains(m)) {
             let mut srv = srv;
             let _ = srv.kill();
             let _ = srv.wait();
@@ -336,6 +338,21 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
         assert_eq!(c["counters"]["icrc_drops"], 0, "{test}: {c}");
         assert_sm_lids(test, &pcap, lids);
     }
+
+    // The RDMA CM on managed ports: with no subnet administrator, the
+    // active side takes the peer's LID from the peer's port record, so
+    // rping's MADs and data go between the SM's LIDs.
+    let rping = common::example("rping");
+    let p = "18700".to_string();
+    let on = |i: usize| ["--backend", "ib", "--netdev", &v.dev[i]].map(String::from).to_vec();
+    let pcap = run.join("rping.pcap");
+    let server = [["-s", "-a", &v.addr[1], "-p", &p, "-v", "-C", "10"].map(String::from).to_vec(), on(1)].concat();
+    let client = ["-c", "-a", &v.addr[1], "-p", &p, "-v", "-V", "-C", "10", "--pcap", pcap.to_str().unwrap()];
+    let client = [client.map(String::from).to_vec(), on(0)].concat();
+    let (c, s) = client_server(&v, "rping", rping.to_str().unwrap(), &server, &client);
+    assert_eq!(c.lines().filter(|l| l.starts_with("ping data: rdma-ping-")).count(), 10, "{c}");
+    assert_eq!(s.lines().filter(|l| l.starts_with("server ping data: rdma-ping-")).count(), 10, "{s}");
+    assert_sm_lids("rping", &pcap, lids);
 
     // The agents stop: their records go, and devices fall back to the LID plan.
     drop(agents);

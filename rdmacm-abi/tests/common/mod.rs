@@ -127,39 +127,55 @@ pub fn roce_bound(ip: [u8; 4]) -> bool {
 /// Runs a server (first) and a client, the client once the server's device
 /// at `server_ip` is up (and a moment for its listen). Returns both outputs.
 pub fn pair(server: Command, client: Command, server_ip: [u8; 4], limit: Duration) -> (Output, Output) {
-    let mut client = Some(client);
-    pair_retrying(server, move || client.take().expect("one client"), server_ip, limit, |_| false)
+    let (mut server, mut client) = (Some(server), Some(client));
+    pair_retrying(
+        move || server.take().expect("one server"),
+        move || client.take().expect("one client"),
+        server_ip,
+        limit,
+        |_| false,
+    )
 }
 
-/// [`pair`], but a client whose output `too_early` says it came before the
-/// server listened (a REJ 8: the device was open, the listen not yet made,
-/// as under load) is started again, up to five times.
+/// How many times [`pair_retrying`] starts a pair at most.
+pub const PAIR_ATTEMPTS: usize = 8;
+
+/// [`pair`], but when the client failed in a way `too_early` says means it
+/// came before the server listened, both are started again (a new server
+/// too: the old one may be past its first listen, waiting for a
+/// connection of its protocol's later steps that no new client would
+/// make), up to [`PAIR_ATTEMPTS`] times. Each such attempt is printed.
 pub fn pair_retrying(
-    server: Command,
+    mut server: impl FnMut() -> Command,
     mut client: impl FnMut() -> Command,
     server_ip: [u8; 4],
     limit: Duration,
     too_early: impl Fn(&Output) -> bool,
 ) -> (Output, Output) {
-    let srv = spawn(server);
-    let start = Instant::now();
-    while !roce_bound(server_ip) && start.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
     let mut attempt = 0;
-    let (c, c_ok) = loop {
+    loop {
         attempt += 1;
+        let mut srv = spawn(server());
+        let start = Instant::now();
+        while !roce_bound(server_ip) && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
         let (c, c_ok) = wait(spawn(client()), limit);
-        if attempt < 5 && c_ok && !c.status.success() && too_early(&c) {
-            std::thread::sleep(Duration::from_millis(500));
+        if attempt < PAIR_ATTEMPTS && c_ok && !c.status.success() && too_early(&c) {
+            let _ = srv.kill();
+            let _ = srv.wait();
+            eprintln!(
+                "attempt {attempt} at {}: the client came before the server listened; a new pair\n{}",
+                std::net::Ipv4Addr::from(server_ip),
+                String::from_utf8_lossy(&c.stderr)
+            );
             continue;
         }
-        break (c, c_ok);
-    };
-    let (s, s_ok) = wait(srv, limit);
-    assert!(c_ok && s_ok, "timed out (client {c_ok}, server {s_ok})\n{}\n{}", show(&s), show(&c));
-    (s, c)
+        let (s, s_ok) = wait(srv, limit);
+        assert!(c_ok && s_ok, "timed out (client {c_ok}, server {s_ok})\n{}\n{}", show(&s), show(&c));
+        return (s, c);
+    }
 }
 
 pub fn show(o: &Output) -> String {

@@ -3,11 +3,12 @@
 //! theirs), skipping when a Debian binary is absent, and running a server
 //! and a client as two processes.
 
-#![allow(dead_code)] // each test file uses its own part
+#![allow(dead_code, unused_imports)] // each test file uses its own part
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+pub use testkit::{need, show, wait};
 
 /// The directory of the test program: `cargo test` leaves this build's
 /// cdylibs there (`deps/`), libibverbs_abi.so as a dependency's and
@@ -28,15 +29,11 @@ fn profile_dir() -> PathBuf {
 }
 
 pub fn libibverbs() -> PathBuf {
-    let p = deps().join("libibverbs_abi.so");
-    assert!(p.is_file(), "{} is missing", p.display());
-    p
+    testkit::beside_test("libibverbs_abi.so")
 }
 
 pub fn librdmacm() -> PathBuf {
-    let p = deps().join("librdmacm_abi.so");
-    assert!(p.is_file(), "{} is missing", p.display());
-    p
+    testkit::beside_test("librdmacm_abi.so")
 }
 
 fn cargo_build(args: &[&str]) {
@@ -61,20 +58,6 @@ pub fn example(name: &str) -> PathBuf {
     profile_dir().join("examples").join(name)
 }
 
-/// The full path of `name` on PATH, or None (and a printed reason) if it is
-/// not installed: the test then skips.
-pub fn need(name: &str, package: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    testkit::skip(format!("{name} is not installed (apt-get install {package})"));
-    None
-}
-
 /// `args` under softroce-run with one device, `--device dev`, and this
 /// build's libibverbs.so.1 and librdmacm.so.1.
 pub fn over_library(launcher: &Path, dev: &str, args: &[&str]) -> Command {
@@ -96,22 +79,6 @@ pub fn direct(program: &Path, args: &[&str]) -> Command {
 
 fn spawn(mut c: Command) -> Child {
     c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts")
-}
-
-/// Waits for a child up to `limit`, killing it after; returns its output
-/// and whether it finished in time.
-pub fn wait(mut child: Child, limit: Duration) -> (Output, bool) {
-    let start = Instant::now();
-    let mut in_time = true;
-    while child.try_wait().expect("wait on a child").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            in_time = false;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child.wait_with_output().expect("collect the output"), in_time)
 }
 
 /// Whether a UDP socket is bound to `ip`:4791 (from /proc/net/udp): the
@@ -179,15 +146,6 @@ pub fn pair_retrying(
         assert!(c_ok && s_ok, "timed out (client {c_ok}, server {s_ok})\n{}\n{}", show(&s), show(&c));
         return (s, c);
     }
-}
-
-pub fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 pub fn stdout(o: &Output) -> String {

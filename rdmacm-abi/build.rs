@@ -5,8 +5,8 @@
 //! (ibverbs-abi's `rdmacm` module), because the objects they hand out
 //! (`id->verbs`, `id->qp`, ...) must be the same objects the application's
 //! libibverbs calls take: one copy of the stack per process. So each call
-//! here is a one-instruction trampoline, `rdma_X@@RDMACM_1.x: jmp
-//! softroce_rdma_X@PLT`, bound at run time to libibverbs.so.1's
+//! here is a one-instruction trampoline made by `abi-symver`, `rdma_X@@RDMACM_1.x:
+//! jmp softroce_rdma_X@PLT`, bound at run time to libibverbs.so.1's
 //! `softroce_rdma_X@SOFTROCE_PRIVATE_1`; arguments pass untouched.
 //!
 //! To record that binding (DT_NEEDED libibverbs.so.1, and the version of
@@ -24,39 +24,20 @@ fn main() {
     println!("cargo:rerun-if-changed=librdmacm.map");
     println!("cargo:rerun-if-changed=build.rs");
     let map = std::fs::read_to_string(&map_path).expect("librdmacm.map is part of the crate");
-    let mut asm = String::from("core::arch::global_asm!(\n    \".text\",\n");
-    let mut stub = String::from(".text\n");
-    let mut private = String::from("SOFTROCE_PRIVATE_1 {\n  global:\n");
-    let mut node: Option<&str> = None;
-    for line in map.lines().map(str::trim) {
-        if let Some(name) = line.strip_suffix(" {") {
-            node = Some(name);
-        } else if line.starts_with('}') {
-            node = None;
-        } else if let (Some(n), Some(sym)) = (node, line.strip_suffix(';')) {
-            if sym.contains(':') || sym.contains('*') || sym.is_empty() {
-                continue;
-            }
-            for l in [
-                format!(".globl softroce_t_{sym}"),
-                format!(".type softroce_t_{sym}, @function"),
-                format!("softroce_t_{sym}:"),
-                format!("jmp softroce_{sym}@PLT"),
-                format!(".size softroce_t_{sym}, . - softroce_t_{sym}"),
-                format!(".symver softroce_t_{sym}, {sym}@@{n}"),
-            ] {
-                writeln!(asm, "    \"{l}\",").expect("write to a String");
-            }
-            writeln!(stub, ".globl softroce_{sym}\n.type softroce_{sym}, @function\nsoftroce_{sym}:\n  ud2")
-                .expect("write to a String");
-            writeln!(private, "    softroce_{sym};").expect("write to a String");
-        }
-    }
-    asm.push_str(");\n");
-    private.push_str("  local: *;\n};\n");
+    let exports = abi_symver::exports(&map);
+    let asm = abi_symver::trampolines(&exports, "softroce_t_", |e| format!("softroce_{}", e.name));
     std::fs::write(format!("{out}/trampolines.rs"), asm).expect("OUT_DIR is writable");
 
     // The stub libibverbs.so.1, for the link only (never loaded).
+    let mut stub = String::from(".text\n");
+    let mut private = String::from("SOFTROCE_PRIVATE_1 {\n  global:\n");
+    for e in &exports {
+        let sym = &e.name;
+        writeln!(stub, ".globl softroce_{sym}\n.type softroce_{sym}, @function\nsoftroce_{sym}:\n  ud2")
+            .expect("write to a String");
+        writeln!(private, "    softroce_{sym};").expect("write to a String");
+    }
+    private.push_str("  local: *;\n};\n");
     let stub_dir = format!("{out}/stub");
     std::fs::create_dir_all(&stub_dir).expect("OUT_DIR is writable");
     std::fs::write(format!("{stub_dir}/stub.s"), stub).expect("OUT_DIR is writable");

@@ -180,6 +180,9 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
         stop: AtomicBool::new(false),
     });
     let kick = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    // Drained after a wait that may have failed (EINTR): it must not block.
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe { libc::fcntl(kick.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     let activity = Arc::new(Activity { polls: AtomicU64::new(0), blocked: AtomicUsize::new(0), kick });
     let idle = spawn_idle_progress(verbs.clone(), shared.clone(), activity.clone()).map_err(|e| {
         tracing::warn!(error = %e, "cannot start the idle-progress thread");
@@ -333,25 +336,17 @@ fn spawn_idle_progress(
     })
 }
 
-/// Which of `fds` are readable (a negative fd is skipped) after waiting up
-/// to `wait`. The last is the kick eventfd: drained if readable.
+/// Which of `fds` may be read (a negative fd is skipped) after waiting up
+/// to `wait` ([`rdma_core_rs::poll_readable`]). The last is the kick
+/// eventfd (non-blocking): drained if readable.
 fn wait_readable<const N: usize>(fds: &[RawFd; N], wait: Duration) -> [bool; N] {
-    let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-    let ts = libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
-    // SAFETY: `p` is an array of N pollfds; ppoll with a timeout and no signal mask.
-    let n = unsafe { libc::ppoll(p.as_mut_ptr(), N as libc::nfds_t, &ts, std::ptr::null()) };
-    let out = p.map(|q| n > 0 && q.revents & libc::POLLIN != 0);
+    let out = rdma_core_rs::poll_readable(fds, wait);
     if N > 0 && out[N - 1] {
-        drain(fds[N - 1]);
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v`; the kick fd is non-blocking (EAGAIN is fine).
+        unsafe { libc::read(fds[N - 1], (&mut v as *mut u64).cast(), 8) };
     }
     out
-}
-
-/// Empties an eventfd (non-blocking read of its count).
-fn drain(fd: RawFd) {
-    let mut v = 0u64;
-    // SAFETY: reads 8 bytes into `v`; the fd is non-blocking here only if a poll said it is readable.
-    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 /// Queues an engine event for `ibv_get_async_event`, with the pointer of

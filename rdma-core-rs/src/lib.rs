@@ -68,7 +68,7 @@ mod qp;
 pub mod udp;
 
 pub use connect::{ConnectOptions, PeerInfo};
-pub use context::Context;
+pub use context::{poll_readable, Context};
 pub use cq::{CompChannel, CompletionQueue};
 pub use device::{devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
 pub use error::{Error, Result};

@@ -51,6 +51,52 @@ pub fn dyn_syms(file: &std::path::Path, defined: bool) -> Option<std::collection
     Some(set)
 }
 
+/// The full path of `name` on PATH, or `None` after a [`skip`] that names
+/// the Debian package to install: the test then returns.
+pub fn need(name: &str, package: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(p) = std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()) {
+        return Some(p);
+    }
+    skip(format!("{name} is not installed (apt-get install {package})"));
+    None
+}
+
+/// `file` in the test program's directory (`target/<profile>/deps`, where
+/// `cargo test` leaves the cdylibs of the build), asserted to exist.
+pub fn beside_test(file: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test program's path");
+    let p = exe.parent().expect("a directory").join(file);
+    assert!(p.is_file(), "{} is missing", p.display());
+    p
+}
+
+/// Waits for a child up to `limit`, killing it after; returns its output
+/// and whether it finished in time.
+pub fn wait(mut child: std::process::Child, limit: std::time::Duration) -> (std::process::Output, bool) {
+    let start = std::time::Instant::now();
+    let mut in_time = true;
+    while child.try_wait().expect("wait on a child").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            in_time = false;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (child.wait_with_output().expect("collect the output"), in_time)
+}
+
+/// A finished program's status, stdout and stderr, for a failure message.
+pub fn show(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +108,8 @@ mod tests {
         std::env::remove_var(REQUIRE_TOOLS);
         assert!(!tools_required());
         skip("nothing is missing; this only prints");
+        // here, where the variable is unset: a missing program is a skip
+        assert!(need("no-such-program-softroce", "nothing").is_none());
         std::env::set_var(REQUIRE_TOOLS, "0");
         assert!(!tools_required());
         std::env::set_var(REQUIRE_TOOLS, "1");
@@ -70,5 +118,26 @@ mod tests {
         let msg = failed.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains("tshark is not installed") && msg.contains(REQUIRE_TOOLS), "{msg}");
         std::env::remove_var(REQUIRE_TOOLS);
+    }
+
+    #[test]
+    fn need_finds_a_program_on_path() {
+        let sh = need("sh", "dash").expect("sh is on PATH");
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+    }
+
+    #[test]
+    fn wait_returns_the_output_or_kills_after_the_limit() {
+        use std::process::{Command, Stdio};
+        use std::time::Duration;
+        let spawn = |c: &mut Command| c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("it starts");
+        let (o, in_time) =
+            wait(spawn(Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"])), Duration::from_secs(10));
+        assert!(in_time);
+        assert_eq!(o.status.code(), Some(3));
+        let shown = show(&o);
+        assert!(shown.contains("--- stdout\nout\n--- stderr\nerr\n"), "{shown}");
+        let (o, in_time) = wait(spawn(Command::new("sleep").arg("30")), Duration::from_millis(200));
+        assert!(!in_time && !o.status.success());
     }
 }

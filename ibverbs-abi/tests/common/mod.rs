@@ -2,39 +2,23 @@
 //! are, skipping when a Debian binary is absent, and running a server and
 //! a client over the library.
 
-#![allow(dead_code)] // each test file uses its own part
+#![allow(dead_code, unused_imports)] // each test file uses its own part
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// The launcher cargo built for these tests.
-pub fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_softroce-run"))
-}
+pub use testkit::{need, show, wait};
 
 /// The cdylib of this build: `cargo test` leaves it in `deps/`, beside
 /// the test programs (the copy beside the launcher is from the last
 /// `cargo build`, if any). The launcher is pointed at it too.
 pub fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test program's path");
-    let lib = exe.parent().expect("a directory").join("libibverbs_abi.so");
-    assert!(lib.is_file(), "{} is missing", lib.display());
-    lib
+    testkit::beside_test("libibverbs_abi.so")
 }
 
-/// The full path of `name` on PATH, or None (and a printed reason) if it is
-/// not installed: the test then skips.
-pub fn need(name: &str, package: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    testkit::skip(format!("{name} is not installed (apt-get install {package})"));
-    None
+/// The launcher cargo built for these tests.
+pub fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_softroce-run"))
 }
 
 /// Whether something listens on TCP `port` (from /proc/net/tcp{,6}).
@@ -61,22 +45,6 @@ pub fn spawn(devices: &str, args: &[&str]) -> Child {
         .expect("the launcher starts")
 }
 
-/// Waits for a child up to `limit`, killing it after; returns its output
-/// and whether it finished in time.
-pub fn wait(mut child: Child, limit: Duration) -> (Output, bool) {
-    let start = Instant::now();
-    let mut in_time = true;
-    while child.try_wait().expect("wait on a child").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            in_time = false;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child.wait_with_output().expect("collect the output"), in_time)
-}
-
 /// Runs a server (first) and a client, as two processes over the library,
 /// the client once the server listens on `port`. Returns both outputs.
 pub fn pair(server: (&str, &[&str]), client: (&str, &[&str]), port: u16, limit: Duration) -> (Output, Output) {
@@ -90,15 +58,6 @@ pub fn pair(server: (&str, &[&str]), client: (&str, &[&str]), port: u16, limit: 
     let (s, s_ok) = wait(srv, limit);
     assert!(c_ok && s_ok, "timed out (client {c_ok}, server {s_ok})\n{}\n{}", show(&s), show(&c));
     (s, c)
-}
-
-pub fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A directory holding `libibverbs.so.1` and `libibverbs.so` links to the

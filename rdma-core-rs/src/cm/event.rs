@@ -1,7 +1,7 @@
 //! Event channels and events (`rdma_event_channel`, `rdma_cm_event`).
 
 use super::device::CmDevice;
-use super::id::{CmId, PortSpace};
+use super::id::{CmId, IdShared, PortSpace};
 use super::{CmError, Result};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -143,6 +143,32 @@ impl ChannelShared {
             unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
         }
         e
+    }
+
+    /// Removes and returns the queued events of `id`, in order: those
+    /// about it, and the connection requests made to it as a listener.
+    pub(crate) fn take_events_of(&self, id: &Arc<IdShared>) -> Vec<CmEvent> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = |e: &CmEvent| match (&e.event, &e.listen_id) {
+            (EventType::ConnectRequest, Some(l)) => Arc::ptr_eq(&l.shared, id),
+            _ => Arc::ptr_eq(&e.id.shared, id),
+        };
+        let (taken, kept): (VecDeque<CmEvent>, VecDeque<CmEvent>) = q.drain(..).partition(ours);
+        *q = kept;
+        if let Some(fd) = &self.fd {
+            for _ in 0..taken.len() {
+                let mut v = 0u64;
+                // SAFETY: reads 8 bytes into `v`; the count is at least the
+                // queue's length (one per queued event, under this lock).
+                unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            }
+        }
+        taken.into()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn is_empty(&self) -> bool {

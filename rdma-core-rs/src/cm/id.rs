@@ -275,17 +275,31 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_migrate_id`: the ID's events from now on arrive on `channel`
-    /// (events already queued on the old one stay there). A server hands a
-    /// connection to a thread of its own this way.
+    /// `rdma_migrate_id`: the ID's events from now on arrive on `channel`,
+    /// and those already queued for it on the old one move there too, in
+    /// order (the kernel's `ucma_migrate_id` moves them: an application
+    /// that migrates and then destroys the old channel, as ucmatose -m
+    /// does, must not lose a DISCONNECTED that came before the move). A
+    /// server hands a connection to a thread of its own this way.
     pub fn migrate(&self, channel: &EventChannel) {
-        let dev = {
-            let mut g = self.shared.lock();
-            g.channel = channel.shared.clone();
-            g.dev.clone()
+        let dev = self.shared.lock().dev.clone();
+        let swap = || {
+            let old = std::mem::replace(&mut self.shared.lock().channel, channel.shared.clone());
+            if !Arc::ptr_eq(&old, &channel.shared) {
+                for e in old.take_events_of(&self.shared) {
+                    channel.shared.push(e);
+                }
+            }
         };
-        if let Some(d) = dev {
-            channel.shared.add_device(&d);
+        match &dev {
+            Some(d) => {
+                channel.shared.add_device(d);
+                // Under the device's CM lock: no event of this ID is
+                // being queued on the old channel meanwhile. (An error is
+                // from sending afterwards; the move itself was made.)
+                let _ = d.with_cm(|_, _| swap());
+            }
+            None => swap(),
         }
     }
 

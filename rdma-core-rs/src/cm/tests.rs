@@ -362,3 +362,53 @@ fn native_ib_needs_an_eui64_gid_to_find_a_peers_lid() {
     assert!(matches!(e, CmError::NoRoute(..)), "{e}");
     assert!(e.to_string().contains("EUI-64"), "{e}");
 }
+
+#[test]
+fn migrating_an_id_moves_its_queued_events_to_the_new_channel() {
+    // ucmatose -m: the peer's DREQ came before the client moved its ID to
+    // a new channel and destroyed the old one. The DISCONNECTED queued on
+    // the old channel must move with the ID (as the kernel's
+    // ucma_migrate_id moves it), or the client waits for it forever.
+    fast();
+    let sch = EventChannel::new();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(addr(8, 1), 9010)).unwrap();
+    listen.listen(8).unwrap();
+    let old = EventChannel::with_fd().unwrap();
+    let other = old.create_id(PortSpace::Tcp); // an ID that stays behind
+    let id = old.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(addr(8, 2)), SocketAddr::new(addr(8, 1), 9010), Duration::from_secs(2)).unwrap();
+    expect(&old, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&old, EventType::RouteResolved);
+    qp_on(&id);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    qp_on(&req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    expect(&old, EventType::Established);
+    expect(&sch, EventType::Established);
+    // Queued on the old channel, not taken: one of the other ID's, then
+    // the peer's disconnect (the server's DREQ, answered by the CM).
+    other.resolve_addr(Some(addr(8, 2)), SocketAddr::new(addr(8, 1), 9010), Duration::from_secs(2)).unwrap();
+    req.id.disconnect().unwrap();
+    expect(&sch, EventType::Disconnected);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while old.shared.len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(old.shared.len(), 2, "ADDR_RESOLVED of the other ID and DISCONNECTED of this one");
+
+    let new = EventChannel::with_fd().unwrap();
+    id.migrate(&new);
+    let ev = new.get_cm_event(Some(Duration::from_secs(1))).expect("the DISCONNECTED moved");
+    assert_eq!((ev.event, ev.id == id), (EventType::Disconnected, true), "{ev:?}");
+    assert!(!readable(new.fd().unwrap(), 0), "the new channel's fd counted one event");
+    // The other ID's event stayed, and the old fd counts only it.
+    assert!(readable(old.fd().unwrap(), 0));
+    let ev = old.get_cm_event(Some(Duration::from_secs(1))).expect("the other ID's event");
+    assert_eq!((ev.event, ev.id == other), (EventType::AddrResolved, true));
+    assert!(!readable(old.fd().unwrap(), 0), "and nothing else");
+    // Events after the move arrive on the new channel.
+    expect(&new, EventType::TimewaitExit);
+}

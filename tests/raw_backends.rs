@@ -263,8 +263,14 @@ fn wait_ok(mut child: Child, what: &str) -> String {
             return text;
         }
         if start.elapsed() > Duration::from_secs(120) {
+            // What it said before it stopped moving tells where it waits.
             let _ = child.kill();
-            panic!("{what}: still running after 120 s");
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what}: still running after 120 s\n--- stdout\n{}\n--- stderr\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

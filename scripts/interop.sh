@@ -352,7 +352,25 @@ cm_case() {
         wait $pid
         ours_rc=$?
     fi
-    local pings figure
+    local pings figure raced=""
+    if [ "$name" != "${name#lib:rping}" ] || [ "$name" != "${name#rping}" ]; then
+        # rdmacm-utils 44's rping races at exit: main destroys the event
+        # channel without joining its CM thread, whose next
+        # rdma_get_cm_event fails and exit(-1)s (with any librdmacm; later
+        # rdma-core joins the thread first). A finished run (DISCONNECT
+        # EVENT printed) ending that way is rping's exit, not a failure.
+        local side
+        for side in ours theirs; do
+            # Our side runs Debian's rping only in the lib: rows.
+            [ "$side" = ours ] && [ -z "${LIB:-}" ] && continue
+            local rc_var=${side}_rc
+            if [ "${!rc_var}" = 255 ] && grep -q 'DISCONNECT EVENT' "$log.$side.log" &&
+                tail -n 1 "$log.$side.log" | grep -q '^rdma_get_cm_event: '; then
+                printf -v "$rc_var" 0
+                raced=" (rping's race at exit on the $side side)"
+            fi
+        done
+    fi
     if [ "$CM_CHECK" = pings ]; then
         # The client printed every ping it validated.
         pings=$(grep -c '^ping data: rdma-ping-' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
@@ -363,6 +381,7 @@ cm_case() {
         # that DREQ can be lost for good, and our server (given -C) then
         # disconnects itself after 3 s. Say so when it happened.
         grep -q 'no DISCONNECT from the client' "$log.ours.log" && figure="$figure (DREQ lost: our server disconnected)"
+        figure="$figure$raced"
     elif [ "$CM_CHECK" = complete ]; then
         pings=$(grep -c '^data transfers complete' "$log.ours.log" "$log.theirs.log" | awk -F: '{s += $2} END {print s}')
         [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && [ "$pings" = 2 ] && ok=1

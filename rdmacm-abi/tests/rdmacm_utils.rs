@@ -13,11 +13,33 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// Whether an rping ended well. rdmacm-utils 44's rping has a race at
+/// exit: `main` destroys the event channel without joining its CM thread,
+/// which may be about to call `rdma_get_cm_event` on it again; that call
+/// fails (with any librdmacm: rdma-core's reads the freed channel's fd) and
+/// the thread calls `exit(-1)`. Later rdma-core wakes and joins the thread
+/// first. A run that had finished (its DISCONNECT EVENT printed) and ends
+/// with exit status 255 right after `perror("rdma_get_cm_event")` hit it:
+/// that is rping's exit, not a failure of the run (seen once in CI).
+fn rping_ended_well(o: &std::process::Output, who: &str) -> bool {
+    if o.status.success() {
+        return true;
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let raced = o.status.code() == Some(255)
+        && err.contains("DISCONNECT EVENT...")
+        && err.trim_end().lines().last().is_some_and(|l| l.starts_with("rdma_get_cm_event: "));
+    if raced {
+        eprintln!("{who}: rping's race at exit (its CM thread outlived the event channel); the run itself finished");
+    }
+    raced
+}
+
 /// rping -V: every ping's data is checked by the client (memcmp of what it
 /// sent with what the server wrote back), and -v prints one line per ping.
 fn check_rping(s: &std::process::Output, c: &std::process::Output, pings: usize, client_prints: bool) {
-    assert!(s.status.success(), "server\n{}", show(s));
-    assert!(c.status.success(), "client\n{}", show(c));
+    assert!(rping_ended_well(s, "server"), "server\n{}", show(s));
+    assert!(rping_ended_well(c, "client"), "client\n{}", show(c));
     for o in [s, c] {
         assert!(!stdout(o).contains("data mismatch"), "{}", show(o));
     }

@@ -5,7 +5,7 @@ use super::device::CmDevice;
 use super::id::{depth, CmId, ConnParam, Phase, PortSpace, ACK_TIMEOUT, PATH_MTU};
 use super::route;
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
-use rdma_transport::cm::ConnParams;
+use rdma_transport::cm::{ConnId, ConnParams};
 use rdma_transport::{Mtu, QpAttr, QpState};
 use rdma_wire::cm::{
     sidr_status, RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
@@ -67,15 +67,11 @@ impl CmId {
             let c = core.cm.connect(ep, qpn, remote.ip(), sid, &pd, params);
             if let Ok(c) = c {
                 core.conns.insert(c.0, me);
+                self.sent(c, Phase::Connecting);
             }
             c
         })?;
-        let conn = conn.map_err(|e| CmError::Cm { call: "connect", detail: format!("{e:?}") })?;
-        let mut g = self.shared.lock();
-        g.conn = Some(conn);
-        if g.phase == Phase::RouteResolved {
-            g.phase = Phase::Connecting;
-        }
+        conn.map_err(|e| CmError::Cm { call: "connect", detail: format!("{e:?}") })?;
         tracing::debug!(%local, %remote, qpn, "REQ sent");
         Ok(())
     }
@@ -103,13 +99,11 @@ impl CmId {
             let r = core.cm.sidr_request(ep, remote.ip(), sid, &pd);
             if let Ok(c) = r {
                 core.conns.insert(c.0, me);
+                self.sent(c, Phase::Connecting);
             }
             r
         })?;
-        let conn = r.map_err(|e| CmError::Cm { call: "connect (SIDR)", detail: format!("{e:?}") })?;
-        let mut g = self.shared.lock();
-        g.conn = Some(conn);
-        g.phase = Phase::Connecting;
+        r.map_err(|e| CmError::Cm { call: "connect (SIDR)", detail: format!("{e:?}") })?;
         tracing::debug!(%local, %remote, "SIDR_REQ sent");
         Ok(())
     }
@@ -150,13 +144,16 @@ impl CmId {
             }
             let r = dev.with_cm(|ep, core| {
                 core.conns.remove(&conn.0);
-                core.cm.sidr_reply(ep, conn, sidr_status::SUCCESS, qpn, RDMA_UDP_QKEY, &param.private_data)
+                let r = core.cm.sidr_reply(ep, conn, sidr_status::SUCCESS, qpn, RDMA_UDP_QKEY, &param.private_data);
+                if r.is_ok() {
+                    // Nothing follows for UD: the peer has what it needs.
+                    let mut g = self.shared.lock();
+                    g.phase = Phase::Connected;
+                    g.conn = None;
+                }
+                r
             })?;
             r.map_err(|e| CmError::Cm { call: "accept (SIDR)", detail: format!("{e:?}") })?;
-            let mut g = self.shared.lock();
-            // Nothing follows for UD: the peer has what it needs.
-            g.phase = Phase::Connected;
-            g.conn = None;
             return Ok(());
         }
         let params = ConnParams {
@@ -174,10 +171,30 @@ impl CmId {
             traffic_class: tos,
             ..ConnParams::default()
         };
-        let r = dev.with_cm(|ep, core| core.cm.accept(ep, conn, qpn, &param.private_data, params))?;
+        let r = dev.with_cm(|ep, core| {
+            let r = core.cm.accept(ep, conn, qpn, &param.private_data, params);
+            if r.is_ok() {
+                self.sent(conn, Phase::Connecting);
+            }
+            r
+        })?;
         r.map_err(|e| CmError::Cm { call: "accept", detail: format!("{e:?}") })?;
-        self.shared.lock().phase = Phase::Connecting;
+        after_rep_sent(self);
         Ok(())
+    }
+
+    /// Records the connection a REQ, REP or SIDR_REQ just queued belongs
+    /// to, and the phase it puts the ID in. Called inside `with_cm`, before
+    /// the message leaves: once the device lock is released, any thread may
+    /// handle the answer and move the ID on (ESTABLISHED: connected), and a
+    /// write after that would take it back. (It did: accept's "connecting"
+    /// over the RTU's "connected" made rdma_disconnect abandon an
+    /// established connection without a DREQ, and ucmatose's two sides
+    /// waited for DISCONNECTED forever.)
+    fn sent(&self, conn: ConnId, phase: Phase) {
+        let mut g = self.shared.lock();
+        g.conn = Some(conn);
+        g.phase = phase;
     }
 
     /// `rdma_reject`: refuses a CONNECT_REQUEST with REJ reason 28
@@ -262,3 +279,20 @@ impl CmId {
         }
     }
 }
+
+/// Test seam: runs in `accept` once its REP has left and the device lock
+/// is released, where another thread (the CM's service thread, the
+/// drop-in library's progress thread) may already handle the peer's RTU.
+#[cfg(test)]
+pub(super) static AFTER_REP_SENT: std::sync::Mutex<Option<fn(&CmId)>> = std::sync::Mutex::new(None);
+
+#[cfg(test)]
+fn after_rep_sent(id: &CmId) {
+    let hook = *AFTER_REP_SENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = hook {
+        f(id);
+    }
+}
+
+#[cfg(not(test))]
+fn after_rep_sent(_: &CmId) {}

@@ -412,3 +412,40 @@ fn migrating_an_id_moves_its_queued_events_to_the_new_channel() {
     // Events after the move arrive on the new channel.
     expect(&new, EventType::TimewaitExit);
 }
+
+#[test]
+fn an_rtu_handled_before_accept_returns_leaves_the_id_connected_and_its_disconnect_sends_the_dreq() {
+    // ucmatose hung about 1 run in 50: the server's RTU was handled by
+    // another thread between accept's REP leaving and accept returning;
+    // accept then wrote "connecting" over the ESTABLISHED's "connected",
+    // so the server's rdma_disconnect abandoned the connection without a
+    // DREQ, and both sides waited for DISCONNECTED forever. Here the seam
+    // holds accept until the service threads have handled the RTU.
+    const PORT: u16 = 9011;
+    fn wait_for_the_rtu(id: &CmId) {
+        if id.local_addr().map(|a| a.port()) != Some(PORT) {
+            return; // another test's accept
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while id.shared.lock().phase != super::id::Phase::Connected && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let (sch, _listen, cch, id) = pair(9, PORT);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    qp_on(&req.id);
+    *super::connect::AFTER_REP_SENT.lock().unwrap() = Some(wait_for_the_rtu);
+    req.id.accept(&ConnParam::default()).unwrap();
+    // The race happened: ESTABLISHED was queued before accept returned.
+    let est = sch.get_cm_event(Some(Duration::ZERO)).expect("the RTU was handled while accept ran");
+    assert_eq!((est.event, est.id == req.id), (EventType::Established, true), "{est:?}");
+    expect(&cch, EventType::Established);
+    assert!(format!("{:?}", req.id).contains("\"connected\""), "{:?}", req.id);
+    // The server disconnects, as ucmatose's does: the DREQ reaches the client.
+    req.id.disconnect().unwrap();
+    expect(&cch, EventType::Disconnected);
+    expect(&sch, EventType::Disconnected);
+    expect(&cch, EventType::TimewaitExit);
+    expect(&sch, EventType::TimewaitExit);
+}

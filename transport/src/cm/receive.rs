@@ -73,6 +73,7 @@ impl Cm {
 
     fn on_message(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, m: CmMadRepr) {
         let tid = m.transaction_id;
+        tracing::debug!(peer = %from, tid, attr = m.message.attribute_id(), "CM message received");
         match m.message {
             CmMessage::Req(req) => self.on_req(ep, from, tid, req),
             CmMessage::Rep(rep) => self.on_rep(ep, from, tid, rep),

@@ -138,6 +138,7 @@ impl Gsi {
         {
             return None;
         }
+        tracing::debug!(%dest, tid, attr = m.attribute_id(), "MAD queued");
         self.pending.push(Pending {
             dest,
             tid,
@@ -232,6 +233,7 @@ impl Gsi {
                 p.retries_left -= 1;
                 p.queued = true;
                 stats.mad_retries += 1;
+                tracing::debug!(dest = %p.dest, tid = p.tid, left = p.retries_left, "MAD sent again");
                 return true;
             }
             tracing::debug!(dest = %p.dest, tid = p.tid, "MAD timed out");

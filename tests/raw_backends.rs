@@ -10,10 +10,10 @@
 mod common;
 
 use clap::Parser;
-use common::{is_root, Veth};
+use common::{is_root, wait_ok, Veth};
 use softroce::pingpong::{run, run_loopback, Args, Kind};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
@@ -252,29 +252,6 @@ fn golden_captures_of_each_backend() {
 
 // ------------------------------------------------------------------
 // Between two network namespaces over a veth pair.
-
-fn wait_ok(mut child: Child, what: &str) -> String {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(s.success(), "{what}: {s}\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
-            return text;
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            // What it said before it stopped moving tells where it waits.
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what}: still running after 120 s\n--- stdout\n{}\n--- stderr\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Runs `f` on a thread of its own inside the network namespace `ns`
 /// (setns applies to the calling thread only).

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{ip, is_root, Veth};
+use common::{ip, is_root, wait_ok, Veth};
 use rdma_core_rs::link::ib_port::{self, IbPortError, IbPortRecord, PortState};
 use rdma_core_rs::link::{default_lid, Mac};
 use std::path::{Path, PathBuf};
@@ -85,23 +85,6 @@ fn wait_records(what: &str, pred: impl Fn(&Option<IbPortRecord>) -> bool) -> [Op
             return r;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "{what}: the records are {r:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_ok(mut child: Child, what: &str) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(s.success(), "{what}: {s}\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
-            return text;
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("{what}: still running after 120 s");
-        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }

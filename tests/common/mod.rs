@@ -104,14 +104,20 @@ pub fn example(name: &str) -> std::path::PathBuf {
 
 /// Waits for `child` to exit, up to `limit`; kills it and panics with its
 /// output after that.
-pub fn wait_with_timeout(mut child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
+pub fn wait_with_timeout(child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
+    wait_named(child, limit, "a child process")
+}
+
+/// [`wait_with_timeout`], naming the process (`what`) if it hangs: its
+/// output so far says where it waited.
+pub fn wait_named(mut child: std::process::Child, limit: std::time::Duration, what: &str) -> std::process::Output {
     let start = std::time::Instant::now();
     while child.try_wait().expect("wait works").is_none() {
         if start.elapsed() > limit {
             let _ = child.kill();
             let out = child.wait_with_output().expect("output");
             panic!(
-                "still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
+                "{what}: still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
@@ -119,4 +125,13 @@ pub fn wait_with_timeout(mut child: std::process::Child, limit: std::time::Durat
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     child.wait_with_output().expect("output")
+}
+
+/// Waits up to 120 s for `child` (named `what`) and asserts it succeeded;
+/// returns its stdout.
+pub fn wait_ok(child: std::process::Child, what: &str) -> String {
+    let out = wait_named(child, std::time::Duration::from_secs(120), what);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{what}: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    text
 }

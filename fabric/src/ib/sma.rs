@@ -59,6 +59,24 @@ pub fn parse_smp_frame(frame: &[u8]) -> Option<(SmpRepr, u16, u16)> {
 }
 
 /// PortInfo's VLCap / OperationalVLs code for `n` data VLs.
+/// The GetResp to `req` (status 0, `req`'s attribute and data), and
+/// whether `req` is a Set; None for an SMP that is neither Get nor Set,
+/// whose answer is then complete: status "unsupported method".
+pub(crate) fn response_to(req: &SmpRepr) -> (SmpRepr, Option<bool>) {
+    let mut r = *req;
+    r.method = method::GET_RESP;
+    r.status = 0;
+    let set = match req.method {
+        method::GET => Some(false),
+        method::SET => Some(true),
+        _ => None,
+    };
+    if set.is_none() {
+        r.status = status::UNSUPPORTED_METHOD;
+    }
+    (r, set)
+}
+
 pub(crate) fn vl_code(n: u8) -> u8 {
     match n {
         0 | 1 => 1,
@@ -247,17 +265,8 @@ impl Fabric {
 
     /// The SMA: answers a Get or Set that arrived on fabric port `port`.
     pub fn sma(&mut self, node: usize, port: usize, req: &SmpRepr) -> SmpRepr {
-        let mut r = *req;
-        r.method = method::GET_RESP;
-        r.status = 0;
-        let set = match req.method {
-            method::GET => false,
-            method::SET => true,
-            _ => {
-                r.status = status::UNSUPPORTED_METHOD;
-                return r;
-            }
-        };
+        let (mut r, set) = response_to(req);
+        let Some(set) = set else { return r };
         match self.sma_attr(node, port, req, set) {
             Ok(data) => r.data = data,
             Err(s) => r.status = s,

@@ -12,7 +12,7 @@
 //! at a time (Down retrains to Init). A lone HCA cannot see its peer's
 //! state, so the fabric's "peer within one step" check is not made.
 
-use crate::ib::sma::{emulated_port_info, port_state_step, set_addressing};
+use crate::ib::sma::{self, emulated_port_info, port_state_step, set_addressing};
 use crate::ib::PortMgmt;
 use rdma_wire::mad::method;
 use rdma_wire::smp::{
@@ -82,18 +82,9 @@ impl CaSma {
                 return None; // a CA forwards nothing
             }
         }
-        let mut r = *req;
+        let (mut r, set) = sma::response_to(req);
         r.dr = dr;
-        r.method = method::GET_RESP;
-        r.status = 0;
-        let set = match req.method {
-            method::GET => false,
-            method::SET => true,
-            _ => {
-                r.status = status::UNSUPPORTED_METHOD;
-                return Some(r);
-            }
-        };
+        let Some(set) = set else { return Some(r) };
         match self.attribute(req, set) {
             Ok(d) => r.data = d,
             Err(s) => r.status = s,

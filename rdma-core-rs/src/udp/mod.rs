@@ -14,10 +14,15 @@
 //! - destination port 4791;
 //! - the TOS (IPv6: traffic class) byte the engine wrote: the QP's traffic
 //!   class, DSCP and ECN, with ECT(0) on data packets by default
-//!   (`DeviceConfig::ecn_capable`). Each send carries it as an `IP_TOS` /
-//!   `IPV6_TCLASS` control message (none for 0, every socket's default), so
-//!   a GSO message only groups packets of one TOS. The ICRC masks the byte,
-//!   so a wrong one would go unnoticed: the `wire_capture` test checks it.
+//!   (`DeviceConfig::ecn_capable`). A source port has one send socket per
+//!   TOS it sends with ([`TxPort`], up to [`TOS_PER_PORT`]), each set to
+//!   that TOS, so that neither data packets (ECT) nor ACKs (not ECT) need
+//!   an `IP_TOS` / `IPV6_TCLASS` control message: one makes Linux's UDP
+//!   send skip the connected socket's cached route (`udp_sendmsg` clears
+//!   `connected` for IP-level control messages), which cost a busy round
+//!   trip 0.2-0.3 us. A TOS past those takes the control message. A GSO
+//!   message only groups packets of one TOS. The ICRC masks the byte, so a
+//!   wrong one would go unnoticed: the `wire_capture` test checks it.
 //! - the IPv4 TTL / IPv6 hop limit the engine wrote (the address vector's)
 //!   travels the same way, both ways: an `IP_TTL` / `IPV6_HOPLIMIT` control
 //!   message on send (none for 64, which every send socket is set to; IPv4
@@ -152,11 +157,32 @@ enum Driver {
     Uring(Box<uring::Uring>),
 }
 
-/// A send socket, how many QPs use it, and its connection.
+/// Send sockets per source port, one per TOS (see the module's comment):
+/// data packets' and ACKs' of two traffic classes fit.
+pub(super) const TOS_PER_PORT: usize = 4;
+
+/// A send socket: the TOS it is set to, and its connection.
 struct TxSocket {
     socket: Socket,
-    users: usize,
+    tos: u8,
     conn: connected::Connection,
+}
+
+/// One UDP source port: how many QPs use it, and its send sockets, the
+/// first set to the device's data TOS (opened when the port is reserved)
+/// and the others opened as other TOS values come, all bound to the port
+/// with SO_REUSEPORT. Packets of one QP keep their order across them:
+/// a round's messages go in order, socket after socket.
+struct TxPort {
+    users: usize,
+    sockets: Vec<TxSocket>,
+}
+
+/// A send socket: its port, and its place in [`TxPort::sockets`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct SocketId {
+    pub(super) port: u16,
+    pub(super) lane: usize,
 }
 
 /// The sockets and buffers of one device.
@@ -166,17 +192,17 @@ pub struct UdpIo {
     driver: Driver,
     local: IpAddr,
     scope_id: u32,
-    /// The TOS / traffic class every send socket is given, so that the
-    /// packets that carry it (data packets, ECN-capable by default) need no
-    /// control message: one makes Linux's UDP send path skip the connected
-    /// socket's cached route (`udp_sendmsg` clears `connected` for IP-level
-    /// control messages), which cost a busy round trip 0.2-0.3 us.
+    /// The TOS / traffic class of each port's first send socket: that of
+    /// data packets of a QP with traffic class 0 (ECT(0) by default).
     sock_tos: u8,
     rx: Socket,
     /// Whether received datagrams bring their TTL / hop limit
     /// ([`UdpIo::want_hop_limits`]).
     hop_limits: bool,
-    tx: HashMap<u16, TxSocket>,
+    tx: HashMap<u16, TxPort>,
+    /// Whether ports may open sockets for other TOS values (cleared when
+    /// the kernel refuses one).
+    more_sockets: bool,
     tx_bufs: Vec<Box<[u8]>>,
     tx_meta: Vec<Transmit>,
     /// The regions a round's packets send their payloads from, and where
@@ -455,6 +481,7 @@ impl UdpIo {
             rx,
             hop_limits: false,
             tx: HashMap::new(),
+            more_sockets: true,
             tx_bufs: (0..TX_BATCH).map(|_| vec![0u8; MAX_PACKET].into_boxed_slice()).collect(),
             tx_meta: Vec::with_capacity(TX_BATCH),
             tx_regions: Vec::new(),
@@ -569,9 +596,10 @@ impl UdpIo {
                 t.users += 1;
                 return Ok(port);
             }
-            match self.open_tx(port) {
+            match self.open_tx(port, self.sock_tos) {
                 Ok(socket) => {
-                    self.tx.insert(port, TxSocket { socket, users: 1, conn: connected::Connection::default() });
+                    let first = TxSocket { socket, tos: self.sock_tos, conn: connected::Connection::default() };
+                    self.tx.insert(port, TxPort { users: 1, sockets: vec![first] });
                     return Ok(port);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = Some(e),
@@ -612,7 +640,40 @@ impl UdpIo {
         }
     }
 
-    fn open_tx(&self, port: u16) -> io::Result<Socket> {
+    /// The send socket of `port` for packets with `tos`: the one set to
+    /// it, opened now if the port has room for another, else the first
+    /// (the packet then carries its TOS in a control message). `None` for
+    /// a port not reserved.
+    pub(super) fn socket_for(&mut self, port: u16, tos: u8) -> Option<SocketId> {
+        let p = self.tx.get(&port)?;
+        if let Some(lane) = p.sockets.iter().position(|t| t.tos == tos) {
+            return Some(SocketId { port, lane });
+        }
+        if p.sockets.len() >= TOS_PER_PORT || !self.more_sockets {
+            return Some(SocketId { port, lane: 0 });
+        }
+        match self.open_tx(port, tos) {
+            Ok(socket) => {
+                let p = self.tx.get_mut(&port)?;
+                p.sockets.push(TxSocket { socket, tos, conn: connected::Connection::default() });
+                tracing::debug!(port, tos, "send socket opened for a TOS of its own");
+                Some(SocketId { port, lane: p.sockets.len() - 1 })
+            }
+            Err(e) => {
+                // Correct all the same, with a control message per packet.
+                tracing::info!(port, tos, error = %e, "cannot open a send socket per TOS: other TOS values take a control message");
+                self.more_sockets = false;
+                Some(SocketId { port, lane: 0 })
+            }
+        }
+    }
+
+    fn tx_socket_mut(&mut self, id: SocketId) -> Option<&mut TxSocket> {
+        self.tx.get_mut(&id.port)?.sockets.get_mut(id.lane)
+    }
+
+    /// A send socket bound to `port`, set to `tos`.
+    fn open_tx(&self, port: u16, tos: u8) -> io::Result<Socket> {
         let s = Socket::new(domain(self.local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&s, self.local)?;
         // A TTL of our own, not the system's: packets with it need no
@@ -629,7 +690,10 @@ impl UdpIo {
         } else {
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
         };
-        setsockopt_int(s.as_raw_fd(), level, name, i32::from(self.sock_tos))?;
+        setsockopt_int(s.as_raw_fd(), level, name, i32::from(tos))?;
+        // A port's sockets share it (each before its bind); a port another
+        // user or program holds without the option stays refused.
+        s.set_reuse_port(true)?;
         grow_send_buffer(&s);
         refuse_datagrams(&s)?;
         s.bind(&sock_addr(self.local, port, self.scope_id))?;

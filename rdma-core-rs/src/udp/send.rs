@@ -23,8 +23,8 @@
 
 use super::connected::{self, CHECK_EVERY, MAX_MISMATCHES};
 use super::{
-    ip_header_len, set_control_message, set_ip_marks, sock_addr, Control, Driver, IoStats, IpMarks, UdpIo, TX_BATCH,
-    TX_BATCHES_PER_CALL,
+    ip_header_len, set_control_message, set_ip_marks, sock_addr, Control, Driver, IoStats, IpMarks, SocketId, TxSocket,
+    UdpIo, TX_BATCH, TX_BATCHES_PER_CALL,
 };
 use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit};
 use rdma_wire::{IdentShift, ROCE_V2_PORT};
@@ -123,8 +123,8 @@ impl UdpIo {
         }
         if let Some(f) = &mut self.faults {
             if let Some((bytes, to, port)) = f.take_held() {
-                if let Some(t) = self.tx.get(&port) {
-                    send_one(&t.socket, &bytes, to, (self.scope_id, self.sock_tos), &mut self.stats);
+                if let Some(t) = self.tx.get(&port).map(|p| &p.sockets[0]) {
+                    send_one(t, &bytes, to, self.scope_id, &mut self.stats);
                 }
             }
         }
@@ -164,9 +164,10 @@ impl UdpIo {
             let t = &self.tx_meta[i];
             let marks = IpMarks::of(&self.tx_bufs[i]);
             let body = &mut self.tx_bufs[i][hl + 8..t.len];
+            // Through the port's first socket, each packet with its TOS.
             for (bytes, to) in f.apply(body, (t.dest, marks), t.src_port, &mut self.stats) {
-                if let Some(s) = self.tx.get(&t.src_port) {
-                    send_one(&s.socket, &bytes, to, (self.scope_id, self.sock_tos), &mut self.stats);
+                if let Some(s) = self.tx.get(&t.src_port).map(|p| &p.sockets[0]) {
+                    send_one(s, &bytes, to, self.scope_id, &mut self.stats);
                 }
             }
         }
@@ -235,23 +236,34 @@ impl UdpIo {
             while end < k && self.tx_meta[order[end]].src_port == port {
                 end += 1;
             }
-            self.prepare(port, self.tx_meta[order[start]].dest);
             let from = batch.len;
-            match self.tx.get(&port).map(|t| t.socket.as_raw_fd()) {
-                Some(fd) => self.plan(order, start, end, fd, port, &mut batch),
-                None => {
-                    self.stats.send_errors += (end - start) as u64;
-                    tracing::warn!(port, "no socket for UDP source port: packets not sent");
+            if self.tx.contains_key(&port) {
+                self.plan(order, start, end, port, &mut batch);
+            } else {
+                self.stats.send_errors += (end - start) as u64;
+                tracing::warn!(port, "no socket for UDP source port: packets not sent");
+            }
+            // Each message's socket: the one set to its TOS.
+            for j in from..batch.len {
+                let tos = IpMarks::of(&self.tx_bufs[order[batch.messages[j].first]]).tos;
+                batch.socks[j] = self.socket_for(port, tos).expect("the port is reserved");
+            }
+            // Each socket made ready once, before the round takes any of its
+            // numbers: a probe sends, and takes one itself.
+            for j in from..batch.len {
+                if !batch.socks[from..j].contains(&batch.socks[j]) {
+                    self.prepare(batch.socks[j], self.tx_meta[order[batch.messages[j].first]].dest);
                 }
             }
-            // Each send call's destination (none to the socket's peer) and
+            // Each message's destination (none to the socket's peer) and
             // Identification (a connected IPv4 socket's next numbers, in
             // the order of the calls).
-            if let Some(t) = self.tx.get_mut(&port) {
-                for j in from..batch.len {
-                    batch.named[j] = t.conn.peer != Some(self.tx_meta[order[batch.messages[j].first]].dest);
-                    batch.idents[j] = t.conn.take_ident();
-                }
+            for j in from..batch.len {
+                let dest = self.tx_meta[order[batch.messages[j].first]].dest;
+                let t = self.tx_socket_mut(batch.socks[j]).expect("socket_for names a socket");
+                batch.named[j] = t.conn.peer != Some(dest);
+                batch.idents[j] = t.conn.take_ident();
+                (batch.fds[j], batch.tos[j]) = (t.socket.as_raw_fd(), t.tos);
             }
             start = end;
         }
@@ -265,7 +277,7 @@ impl UdpIo {
         };
         for (j, e, attempted) in failed.iter() {
             self.message_failed(
-                batch.ports[j],
+                batch.socks[j],
                 order,
                 batch.messages[j],
                 batch.idents[j],
@@ -278,8 +290,8 @@ impl UdpIo {
     }
 
     /// Splits the packets `order[start..end]` (one source port) into
-    /// messages, appended to `batch`.
-    fn plan(&self, order: &[usize], start: usize, end: usize, fd: RawFd, port: u16, batch: &mut Batch) {
+    /// messages, appended to `batch` (their sockets still to choose).
+    fn plan(&self, order: &[usize], start: usize, end: usize, port: u16, batch: &mut Batch) {
         let hl = ip_header_len(self.local);
         let body = |i: usize| self.tx_meta[i].wire_len() - hl - 8;
         // The UDP length field bounds a message's payload.
@@ -307,8 +319,7 @@ impl UdpIo {
             }
             let j = batch.len;
             batch.messages[j] = Message { first: p, count, segment };
-            batch.fds[j] = fd;
-            batch.ports[j] = port;
+            batch.socks[j] = SocketId { port, lane: 0 };
             batch.len += 1;
             p += count;
         }
@@ -337,7 +348,7 @@ impl UdpIo {
     #[allow(clippy::too_many_arguments)]
     fn message_failed(
         &mut self,
-        port: u16,
+        sock: SocketId,
         order: &[usize],
         m: Message,
         base: Option<u16>,
@@ -347,7 +358,7 @@ impl UdpIo {
     ) {
         if base.is_some() {
             // The call may or may not have taken its number: learn it again.
-            if let Some(t) = self.tx.get_mut(&port) {
+            if let Some(t) = self.tx_socket_mut(sock) {
                 t.conn.next_ident = None;
             }
         }
@@ -364,25 +375,24 @@ impl UdpIo {
         let hl = ip_header_len(self.local);
         for &i in &order[m.first..m.first + m.count] {
             // Each its own call, with its own number.
-            self.prepare(port, self.tx_meta[i].dest);
-            let Some(t) = self.tx.get_mut(&port) else { return };
+            self.prepare(sock, self.tx_meta[i].dest);
+            let Some(t) = self.tx_socket_mut(sock) else { return };
             let ident = t.conn.take_ident();
             if let Some(id) = ident {
                 self.correct_one(i, id);
             }
-            let Some(t) = self.tx.get_mut(&port) else { return };
+            let scope_id = self.scope_id;
+            let Some(t) = self.tx.get_mut(&sock.port).and_then(|p| p.sockets.get_mut(sock.lane)) else { return };
             let meta = &self.tx_meta[i];
             let buf = &self.tx_bufs[i];
             let to = (meta.dest, IpMarks::of(buf));
             let ok = match &meta.payload {
-                None => {
-                    send_one(&t.socket, &buf[hl + 8..meta.len], to, (self.scope_id, self.sock_tos), &mut self.stats)
-                }
+                None => send_one(t, &buf[hl + 8..meta.len], to, scope_id, &mut self.stats),
                 Some(p) => {
                     // SAFETY: as in send_batch_locked, whose regions are still locked.
                     let payload = unsafe { std::slice::from_raw_parts(payloads[i], p.len) };
                     let whole = [&buf[hl + 8..p.at], payload, &buf[p.at..meta.len]].concat();
-                    send_one(&t.socket, &whole, to, (self.scope_id, self.sock_tos), &mut self.stats)
+                    send_one(t, &whole, to, scope_id, &mut self.stats)
                 }
             };
             if !ok && ident.is_some() {
@@ -402,29 +412,31 @@ impl UdpIo {
         }
     }
 
-    /// Makes the socket of `port` ready to send to `dest`: connected to its
-    /// first peer if the device connects, and for IPv4 its next
+    /// Makes the send socket `sock` ready to send to `dest`: connected to
+    /// its first peer if the device connects, and for IPv4 its next
     /// Identification known (probed, or checked every [`CHECK_EVERY`] sends).
-    fn prepare(&mut self, port: u16, dest: IpAddr) {
+    fn prepare(&mut self, sock: SocketId, dest: IpAddr) {
         if !self.connect {
             return;
         }
-        let scope_id = self.scope_id;
-        let Some(t) = self.tx.get_mut(&port) else { return };
+        let (scope_id, ipv4) = (self.scope_id, self.local.is_ipv4());
+        let Some(t) = self.tx_socket_mut(sock) else { return };
         if t.conn.peer.is_none() {
             if let Err(e) = t.socket.connect(&sock_addr(dest, ROCE_V2_PORT, scope_id)) {
                 return self.unconnect_all(&format!("cannot connect a send socket to {dest}: {e}"));
             }
             t.conn = connected::Connection { peer: Some(dest), next_ident: None, sends: 0 };
         }
-        if self.local.is_ipv4() && (t.conn.next_ident.is_none() || t.conn.sends >= CHECK_EVERY) {
-            self.probe(port);
+        if ipv4 && (t.conn.next_ident.is_none() || t.conn.sends >= CHECK_EVERY) {
+            self.probe(sock);
         }
     }
 
-    /// Learns (or checks) the next Identification of the IPv4 socket of `port`.
-    fn probe(&mut self, port: u16) {
-        let (Some((sink, sink_addr)), Some(t)) = (&self.sink, self.tx.get_mut(&port)) else { return };
+    /// Learns (or checks) the next Identification of the IPv4 send socket `sock`.
+    fn probe(&mut self, sock: SocketId) {
+        let t = self.tx.get_mut(&sock.port).and_then(|p| p.sockets.get_mut(sock.lane));
+        let (Some((sink, sink_addr)), Some(t)) = (&self.sink, t) else { return };
+        let port = sock.port;
         let predicted = t.conn.next_ident;
         match connected::probe(&t.socket, sink, sink_addr) {
             Ok(ident) => {
@@ -463,7 +475,7 @@ impl UdpIo {
     fn unconnect_all(&mut self, why: &str) {
         tracing::info!(why, "sending from unconnected sockets");
         self.connect = false;
-        for t in self.tx.values_mut() {
+        for t in self.tx.values_mut().flat_map(|p| p.sockets.iter_mut()) {
             if t.conn.peer.is_some() {
                 if let Err(e) = connected::disconnect(&t.socket) {
                     tracing::warn!(error = %e, "cannot disconnect a send socket");
@@ -491,7 +503,9 @@ pub(super) struct Batch {
     pub(super) len: usize,
     pub(super) messages: [Message; TX_BATCH],
     pub(super) fds: [RawFd; TX_BATCH],
-    pub(super) ports: [u16; TX_BATCH],
+    /// Message `j`'s send socket, and the TOS it is set to.
+    pub(super) socks: [SocketId; TX_BATCH],
+    tos: [u8; TX_BATCH],
     pub(super) msgs: [libc::mmsghdr; TX_BATCH],
     /// Up to three per packet: headers, payload, trailer.
     iovs: [libc::iovec; 3 * TX_BATCH],
@@ -519,7 +533,8 @@ impl Batch {
             len: 0,
             messages: [Message::default(); TX_BATCH],
             fds: [-1; TX_BATCH],
-            ports: [0; TX_BATCH],
+            socks: [SocketId::default(); TX_BATCH],
+            tos: [0; TX_BATCH],
             // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
             msgs: unsafe { std::mem::zeroed() },
             iovs: unsafe { std::mem::zeroed() },
@@ -582,7 +597,7 @@ impl Batch {
             }
             // The TOS and TTL the engine wrote: the kernel writes its own IP header.
             let first = order[m.first];
-            set_ip_marks(h, &mut self.control[j], io.tx_meta[first].dest, IpMarks::of(&io.tx_bufs[first]), io.sock_tos);
+            set_ip_marks(h, &mut self.control[j], io.tx_meta[first].dest, IpMarks::of(&io.tx_bufs[first]), self.tos[j]);
         }
     }
 
@@ -668,15 +683,16 @@ pub(super) fn set_segment_size(h: &mut libc::msghdr, room: &mut Control, size: u
     set_control_message(h, room, libc::SOL_UDP, libc::UDP_SEGMENT, size);
 }
 
-/// Sends one datagram to `to` (destination, TOS and TTL); false if the
-/// kernel refused it (counted and traced).
+/// Sends one datagram from `socket` to `to` (destination, TOS and TTL);
+/// false if the kernel refused it (counted and traced).
 pub(super) fn send_one(
-    socket: &Socket,
+    socket: &TxSocket,
     bytes: &[u8],
     to: (IpAddr, IpMarks),
-    (scope_id, sock_tos): (u32, u8),
+    scope_id: u32,
     stats: &mut IoStats,
 ) -> bool {
+    let (socket, sock_tos) = (&socket.socket, socket.tos);
     let (dest, marks) = to;
     stats.send_syscalls += 1;
     let addr = sock_addr(dest, ROCE_V2_PORT, scope_id);
@@ -749,7 +765,7 @@ mod tests {
         }
         let order: Vec<usize> = (0..marks.len()).collect();
         let mut batch = Batch::new();
-        io.plan(&order, 0, order.len(), io.tx[&port].socket.as_raw_fd(), port, &mut batch);
+        io.plan(&order, 0, order.len(), port, &mut batch);
         let runs: Vec<(usize, usize)> = batch.messages[..batch.len].iter().map(|m| (m.first, m.count)).collect();
         assert_eq!(runs, [(0, 2), (2, 1), (3, 1), (4, 2), (6, 1)]);
     }
@@ -773,13 +789,13 @@ mod tests {
             // TOS but not their TTL.
             let marks = IpMarks { tos: 0x6a, hop_limit: 9 };
             let mut stats = IoStats::default();
-            assert!(send_one(&io.tx[&port].socket, b"hello", (local, marks), (0, io.sock_tos), &mut stats));
+            assert!(send_one(&io.tx[&port].sockets[0], b"hello", (local, marks), 0, &mut stats));
             let got = receive_control(&io.rx);
             assert_eq!((got.tos, got.hop_limit), (0x6a, None), "{local}: the TTL is not asked for yet");
             io.want_hop_limits();
             for (tos, ttl) in [(0x6b_u8, 9_u8), (0x6a, 64), (0, 255), (0x02, 1), (0x68, 0)] {
                 let marks = IpMarks { tos, hop_limit: ttl };
-                assert!(send_one(&io.tx[&port].socket, b"hello", (local, marks), (0, io.sock_tos), &mut stats));
+                assert!(send_one(&io.tx[&port].sockets[0], b"hello", (local, marks), 0, &mut stats));
                 let got = receive_control(&io.rx);
                 let want = if local.is_ipv4() { ttl.max(1) } else { ttl };
                 assert_eq!((got.tos, got.hop_limit), (tos, Some(want)), "{local} {marks:?}");
@@ -787,8 +803,107 @@ mod tests {
         }
     }
 
+    /// A port sends each TOS from a socket set to it, so that no packet
+    /// carries a control message (which costs a connected socket its
+    /// cached route), up to [`super::super::TOS_PER_PORT`] values; a TOS
+    /// past those leaves from the first socket with a control message. The
+    /// receive side sees every TOS as sent, and in the order sent: the
+    /// packets of one QP keep their order across the sockets.
+    #[test]
+    fn each_tos_leaves_from_a_socket_of_its_own_without_a_control_message_and_in_order() {
+        for (local, hl) in [("127.31.10.1", 20), ("::1", 40)] {
+            let local: IpAddr = local.parse().unwrap();
+            let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+            // As above: the plain `recvmsg` below reads the receive socket.
+            io.driver = Driver::Sockets(super::super::recv::RxRing::new(rdma_transport::MAX_PACKET));
+            let port = io.reserve_port(0xc323).unwrap();
+            // Data (ECT(0)), ACK, data, and a second traffic class's data
+            // and ACK: four sockets; 0x22 is one TOS too many.
+            let sent = [0x02_u8, 0x00, 0x02, 0x62, 0x60, 0x22, 0x00];
+            io.tx_meta.clear();
+            for (i, &tos) in sent.iter().enumerate() {
+                let b = &mut io.tx_bufs[i];
+                b[..hl + 8].fill(0);
+                if local.is_ipv4() {
+                    b[..9].copy_from_slice(&[0x45, tos, 0, 0, 0, 0, 0x40, 0, 64]);
+                } else {
+                    b[..8].copy_from_slice(&[0x60 | tos >> 4, tos << 4, 0, 0, 0, 0, 17, 64]);
+                }
+                // A 5-byte "packet": its number, then where the ICRC goes
+                // (a connected IPv4 socket's Identification changes it).
+                b[hl + 8..hl + 13].copy_from_slice(&[i as u8; 5]);
+                io.tx_meta.push(Transmit {
+                    len: hl + 13,
+                    dest: local,
+                    src_port: port,
+                    released_ack: false,
+                    payload: None,
+                });
+            }
+            io.send_batch(sent.len());
+            assert_eq!(io.stats.send_errors, 0);
+            let tos_of_sockets: Vec<u8> = io.tx[&port].sockets.iter().map(|t| t.tos).collect();
+            assert_eq!(tos_of_sockets, [0x02, 0x00, 0x62, 0x60], "{local}");
+            let batch = io.batch.as_ref().unwrap();
+            assert_eq!(batch.len, sent.len(), "{local}: one message per packet, the TOS changing every time");
+            for (j, &tos) in sent.iter().enumerate() {
+                let with_control = batch.msgs[j].msg_hdr.msg_controllen > 0;
+                assert_eq!(with_control, tos == 0x22, "{local}: message {j}, TOS {tos:#x}");
+            }
+            for (i, &tos) in sent.iter().enumerate() {
+                let (body, got) = receive(&io.rx);
+                assert_eq!((body[0], got.tos), (i as u8, tos), "{local}: datagram {i}");
+            }
+        }
+    }
+
+    /// A round whose messages share a socket takes that socket's numbers
+    /// in order, and a check falls between rounds, never inside one: a
+    /// probe sent after some of the round's messages had their numbers
+    /// would take one of them, and every prediction after it would be
+    /// wrong (that is how per-message checks once turned connected sends
+    /// off within seconds of a bandwidth test).
+    #[test]
+    fn checks_across_many_rounds_of_several_messages_per_socket_find_every_prediction_right() {
+        let (local, dest): (IpAddr, IpAddr) = ("127.31.11.1".parse().unwrap(), "127.31.11.2".parse().unwrap());
+        let _peer = std::net::UdpSocket::bind((dest, ROCE_V2_PORT)).unwrap();
+        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        io.driver = Driver::Sockets(super::super::recv::RxRing::new(rdma_transport::MAX_PACKET));
+        let port = io.reserve_port(0xc324).unwrap();
+        // Per round: three data packets (ECT(0)) and an ACK, none of them
+        // one GSO run: four messages, three on the first socket (an odd
+        // count, so that a check comes due inside a round).
+        let round = [(0x02_u8, 300_usize), (0x00, 100), (0x02, 200), (0x02, 250)];
+        let rounds = 3 * CHECK_EVERY as usize / 2 + 7;
+        for _ in 0..rounds {
+            io.tx_meta.clear();
+            for (i, &(tos, len)) in round.iter().enumerate() {
+                io.tx_bufs[i][..9].copy_from_slice(&[0x45, tos, 0, 0, 0, 0, 0x40, 0, 64]);
+                io.tx_meta.push(Transmit { len, dest, src_port: port, released_ack: false, payload: None });
+            }
+            io.send_batch(round.len());
+        }
+        if io.stats.ident_probes == 0 {
+            eprintln!("SKIPPED: this kernel gives no transmit timestamps with data");
+            return;
+        }
+        let s = &io.stats;
+        assert_eq!((s.send_errors, s.ident_mismatches), (0, 0));
+        assert!(io.connect, "still connected");
+        assert_eq!(s.connected_sends, (rounds * round.len()) as u64, "every packet left connected");
+        // The first socket took 3 numbers a round: checked at least 3 times
+        // after its first probe; the ACK socket at least once after its.
+        assert!(s.ident_probes >= 6, "{} probes", s.ident_probes);
+    }
+
     /// The control messages of the next datagram on `rx` (waiting up to a second).
     fn receive_control(rx: &Socket) -> super::super::recv::Control {
+        receive(rx).1
+    }
+
+    /// The next datagram on `rx`, 5 bytes, and its control messages
+    /// (waiting up to a second).
+    fn receive(rx: &Socket) -> ([u8; 5], super::super::recv::Control) {
         let mut data = [0u8; 64];
         let mut control = [0u64; super::super::recv::CMSG_ROOM / 8];
         for _ in 0..1000 {
@@ -804,7 +919,7 @@ mod tests {
             if n >= 0 {
                 assert_eq!(n, 5);
                 assert_eq!(h.msg_flags & libc::MSG_CTRUNC, 0, "control messages cut short");
-                return super::super::recv::read_control(&h);
+                return (data[..5].try_into().unwrap(), super::super::recv::read_control(&h));
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -823,31 +938,37 @@ mod tests {
         let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
         let port = io.reserve_port(0xc123).unwrap();
         let (sink, sink_addr) = open_sink(local).unwrap();
-        let truth = |io: &UdpIo| connected::probe(&io.tx[&port].socket, &sink, &sink_addr).map(|id| id.wrapping_add(1));
-        io.prepare(port, dest);
-        if io.tx[&port].conn.next_ident.is_none() {
+        let first = SocketId { port, lane: 0 };
+        fn conn(io: &mut UdpIo) -> &mut connected::Connection {
+            &mut io.tx.get_mut(&0xc123).unwrap().sockets[0].conn
+        }
+        let truth = |io: &UdpIo| {
+            connected::probe(&io.tx[&port].sockets[0].socket, &sink, &sink_addr).map(|id| id.wrapping_add(1))
+        };
+        io.prepare(first, dest);
+        if conn(&mut io).next_ident.is_none() {
             eprintln!("SKIPPED: this kernel gives no transmit timestamps with data");
             return;
         }
         assert_eq!(io.stats.ident_probes, 1);
         for round in 1..=MAX_MISMATCHES {
             // An outside probe takes the predicted number: the prediction is now one short.
-            let predicted = io.tx[&port].conn.next_ident.unwrap();
+            let predicted = conn(&mut io).next_ident.unwrap();
             let next = truth(&io).unwrap();
             assert_eq!(next, predicted.wrapping_add(1), "the outside probe took the predicted number");
-            io.tx.get_mut(&port).unwrap().conn.sends = CHECK_EVERY;
-            io.prepare(port, dest);
+            conn(&mut io).sends = CHECK_EVERY;
+            io.prepare(first, dest);
             assert_eq!(io.stats.ident_mismatches, round);
             if round < MAX_MISMATCHES {
-                let learned = io.tx[&port].conn.next_ident.expect("learned again");
+                let learned = conn(&mut io).next_ident.expect("learned again");
                 assert_eq!(learned, next.wrapping_add(1), "the check's own probe took `next`");
                 assert_eq!(truth(&io).unwrap(), learned.wrapping_add(1), "what the kernel writes agrees");
                 // Make the outside probe above the only unseen send again.
-                io.tx.get_mut(&port).unwrap().conn.next_ident = Some(learned.wrapping_add(1));
+                conn(&mut io).next_ident = Some(learned.wrapping_add(1));
             }
         }
         assert!(!io.connect, "too many wrong predictions: the device stops connecting");
-        assert!(io.tx[&port].conn.peer.is_none() && io.tx[&port].conn.next_ident.is_none());
+        assert!(conn(&mut io).peer.is_none() && conn(&mut io).next_ident.is_none());
         assert_eq!(truth(&io).unwrap(), 1, "unconnected again: Identification 0");
     }
 }

@@ -6,8 +6,9 @@
 //! --netdev` then gives both ports LIDs (not the LID plan's) and makes
 //! them ACTIVE; `rc_pingpong` and every rdma-perf test (bandwidth and
 //! latency) with `--verify` run unchanged (no `--lid`) with those LIDs, which the LRHs
-//! of a capture carry, and so does rping through the RDMA CM; the agents
-//! remove their records when they stop.
+//! of a capture carry, and so does rping through the RDMA CM; partitions
+//! the SM is given keep the ports apart or together; the agents remove
+//! their records when they stop.
 
 mod common;
 
@@ -336,6 +337,77 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     assert_eq!(c.lines().filter(|l| l.starts_with("ping data: rdma-ping-")).count(), 10, "{c}");
     assert_eq!(s.lines().filter(|l| l.starts_with("server ping data: rdma-ping-")).count(), 10, "{s}");
     assert_sm_lids("rping", &pcap, lids);
+
+    // Partitions (`rdma-sm --partition GUID=PKEY`): in different ones,
+    // a QP's packets (P_Key index 0) are dropped at the other end and the
+    // sender runs out of retries; in one partition the ports talk again.
+    let partition = |keys: [&str; 2]| {
+        let mut c = v.cmd(0, sm);
+        c.args(["--once", "--backend", "ib", "--netdev", &v.dev[0], "--json"]);
+        for (i, k) in keys.iter().enumerate() {
+            c.args(["--partition", &format!("{}={k}", ib_port::guid_text(ib_port::port_guid(MACS[i])))]);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "rdma-sm --partition {keys:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let want = |k: &str| serde_json::json!([k, "0xffff"]);
+        for l in report["lids"].as_array().unwrap() {
+            assert!(keys.iter().any(|k| l["pkeys"] == want(k)), "{keys:?}: {report}");
+        }
+        wait_records("the P_Keys", |r| {
+            r.as_ref().is_some_and(|r| keys.iter().any(|k| format!("{:#06x}", r.pkeys[0]) == *k))
+        })
+    };
+    let r = partition(["0x8001", "0x8002"]);
+    assert_eq!(
+        (r[0].as_ref().unwrap().pkeys.clone(), r[1].as_ref().unwrap().pkeys.clone()),
+        (vec![0x8001, 0xffff], vec![0x8002, 0xffff])
+    );
+    let dev0 = v.dev[0].clone();
+    let table = in_netns(&v.ns.0[0], move || {
+        let cfg = rdma_core_rs::DeviceConfig { link: rdma_core_rs::LinkKind::Ib, ..Default::default() };
+        let ctx = rdma_core_rs::Device::on_netdev("parted", &dev0, cfg).unwrap().open().unwrap();
+        (0..3).map(|i| ctx.query_pkey(i)).collect::<Vec<_>>()
+    });
+    assert_eq!(table, [Some(0x8001), Some(0xffff), None], "ibv_query_pkey shows the SM's table");
+    let p = "18800".to_string();
+    let on = |i: usize| {
+        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", &p, "--bind"];
+        [a.map(String::from).to_vec(), vec![v.addr[i].clone(), "-n".into(), "20".into()]].concat()
+    };
+    let mut srv = v.cmd(1, perf_bin()).args(on(1)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let client = [on(0), vec![v.addr[1].clone()]].concat();
+    let mut refused = None;
+    for _ in 0..100 {
+        let out = v.cmd(0, perf_bin()).args(&client).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        if !err.contains("cannot reach the server") {
+            refused = Some((out.status, err));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let (status, err) = refused.expect("the client reached the server");
+    assert!(
+        !status.success() && err.contains("transport retry counter exceeded"),
+        "different partitions: {status}\n{err}"
+    );
+    partition(["0x8001", "0x0001"]);
+    let p = "18801".to_string();
+    let on = |i: usize| {
+        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", &p, "--bind"];
+        [
+            a.map(String::from).to_vec(),
+            vec![v.addr[i].clone(), "-n".into(), "20".into(), "--json".into(), "--quiet".into()],
+        ]
+        .concat()
+    };
+    let client = [on(0), vec!["--verify".into(), v.addr[1].clone()]].concat();
+    let (c, _) = client_server(&v, "send-lat, one partition", perf_bin(), &on(1), &client);
+    let c: serde_json::Value = serde_json::from_str(&c).unwrap();
+    assert_eq!(c["verified"], true, "a full and a limited member of one partition: {c}");
 
     // The agents stop: their records go, and devices fall back to the LID plan.
     drop(agents);

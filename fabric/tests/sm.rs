@@ -132,6 +132,11 @@ fn flow_with_pkeys(pkeys: (u16, u16)) -> (bool, u64) {
         assert_eq!(fab.sma(n, 0, &req).status, 0);
     }
     let _ = v;
+    flow_hca1_to_hca4(fab)
+}
+
+/// A 64 KiB flow Hca1 -> Hca4: whether it finished, and Hca4's port's P_Key drops.
+fn flow_hca1_to_hca4(fab: &mut rdma_fabric::fabric::Fabric) -> (bool, u64) {
     let host = |fab: &rdma_fabric::fabric::Fabric, name: &str| {
         let n = fab.topo.ident.iter().position(|i| i.name == name).unwrap();
         let Node::Host(h) = fab.topo.nodes[n] else { panic!("an HCA") };
@@ -143,6 +148,36 @@ fn flow_with_pkeys(pkeys: (u16, u16)) -> (bool, u64) {
     fab.run(now + Duration::from_millis(2), true, &mut |_| {});
     let drops = fab.topo.ports[bn][0].ib.as_ref().unwrap().counters.pkey_violations;
     (fab.flows[0].finish.is_some(), drops)
+}
+
+/// The SM with `partitions(guid of Hca1, guid of Hca4)` as its
+/// `port_pkeys` (`rdma-sm --partition`), then a flow Hca1 -> Hca4.
+fn flow_with_partitions(
+    partitions: impl Fn(u64, u64) -> Vec<(u64, Vec<u16>)>,
+) -> Result<(bool, u64), rdma_fabric::sm::SmError> {
+    let guid = |name: &str| {
+        let t = from_netfile(TWO_SWITCHES, Some("Hca1"), &IbConfig::default()).unwrap();
+        let v = Sm::new(t, SmConfig::default()).run_once().unwrap();
+        v.found.iter().find(|f| f.description.contains(name)).map(|f| f.info.port_guid).unwrap()
+    };
+    let t = from_netfile(TWO_SWITCHES, Some("Hca1"), &IbConfig::default()).unwrap();
+    let cfg = SmConfig { port_pkeys: partitions(guid("Hca1"), guid("Hca4")), ..SmConfig::default() };
+    let mut sm = Sm::new(t, cfg);
+    sm.run_once()?;
+    Ok(flow_hca1_to_hca4(&mut sm.transport.fab))
+}
+
+#[test]
+fn partitions_given_to_the_sm_keep_ports_of_different_ones_apart() {
+    let (done, drops) = flow_with_partitions(|a, b| vec![(a, vec![0x8001]), (b, vec![0x8002])]).unwrap();
+    assert!(!done && drops > 0, "different partitions: {drops} drops");
+    let one = flow_with_partitions(|a, b| vec![(a, vec![0x8001]), (b, vec![0x0001, 0x8005])]).unwrap();
+    assert_eq!(one, (true, 0), "a full and a limited member of 0x0001 talk");
+    let (done, drops) = flow_with_partitions(|a, b| vec![(a, vec![0x0003]), (b, vec![0x0003])]).unwrap();
+    assert!(!done && drops > 0, "two limited members: {drops} drops");
+    let e = flow_with_partitions(|_, _| vec![(0xdead, vec![0x8001])]).unwrap_err();
+    assert!(matches!(e, rdma_fabric::sm::SmError::NoSuchPort(0xdead, _)), "{e}");
+    assert!(e.to_string().contains("0x000000000000dead"), "{e}");
 }
 
 #[test]

@@ -410,6 +410,18 @@ impl Context {
             }
             backend => {
                 ep.set_link(cfg.link, device.lid());
+                if let Some(r) = device.ib_port().filter(|r| !r.pkeys.is_empty()) {
+                    // The partitions the subnet manager put the port in: a
+                    // QP's pkey_index picks one, and packets of others are
+                    // dropped, as the HCA's P_Key table does.
+                    ep.set_pkey_table(&r.pkeys).map_err(|e| {
+                        crate::Error::InvalidArgument(format!(
+                            "device {}: the P_Key table its port agent published ({:04x?}) is unusable: {e}",
+                            device.name(),
+                            r.pkeys
+                        ))
+                    })?;
+                }
                 Io::Frames(FrameIo::new(open_link(device, backend)?)?)
             }
         };
@@ -542,6 +554,14 @@ impl Context {
     /// [`crate::Device::query_port`]).
     pub fn query_port(&self) -> crate::PortAttr {
         self.inner.device.query_port()
+    }
+
+    /// `ibv_query_pkey`: the P_Key at `index` of the port's table (None
+    /// past its end). A port a subnet manager configured has the keys it
+    /// set (native IB on a managed port); any other, the default
+    /// partition's 0xFFFF alone.
+    pub fn query_pkey(&self, index: u16) -> Option<u16> {
+        self.inner.lock().ep.query_pkey(index)
     }
 
     /// The UDP offloads the device uses (GSO, GRO).

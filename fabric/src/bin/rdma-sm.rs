@@ -37,8 +37,9 @@ struct Cli {
     /// (IBSIM_SOCKNAME, SIM_HOST as ibsim's own clients).
     #[arg(long)]
     ibsim: bool,
-    /// Manage the emulated fabric of rdma-fabric: ring:N, incast:N or leaf-spine:LxSxH.
-    #[arg(long, value_name = "TOPOLOGY")]
+    /// Manage an emulated fabric (in this process) built from an ibsim
+    /// topology file (ibsim's net format; SIM_HOST names the SM's HCA).
+    #[arg(long, value_name = "NETFILE")]
     emulated: Option<String>,
     /// Manage the raw backend's ports: SMPs as VL15 frames on --netdev
     /// (root); every port needs its agent (--agent), the SM's own too.
@@ -71,9 +72,41 @@ struct Cli {
     /// Up*/Down* root switch GUID (repeatable), e.g. 0x200000.
     #[arg(long = "root", value_parser = parse_guid)]
     roots: Vec<u64>,
-    /// Print the LIDs and LFTs as JSON.
+    /// Print the LIDs, P_Keys and LFTs as JSON.
     #[arg(long)]
     json: bool,
+    /// The default partition's P_Key, which every end port gets (bit 15
+    /// set: full member).
+    #[arg(long, default_value = "0xffff", value_parser = parse_pkey, value_name = "PKEY")]
+    pkey: u16,
+    /// Put the end port GUID in partitions (repeatable), e.g.
+    /// 0x0000000000000a01=0x8001. Bit 15 of a P_Key is full membership:
+    /// two limited members of a partition may not talk. The port's P_Key
+    /// table lists these keys first (QPs take index 0, the first) and the
+    /// default partition's after them, for management MADs.
+    #[arg(long = "partition", value_parser = parse_partition, value_name = "GUID=PKEY[,PKEY...]")]
+    partitions: Vec<(u64, Vec<u16>)>,
+}
+
+/// A P_Key: hexadecimal (0x optional), neither 0x0000 nor 0x8000 (invalid keys).
+fn parse_pkey(s: &str) -> Result<u16, String> {
+    let t = s.trim_start_matches("0x").trim_start_matches("0X");
+    let k = u16::from_str_radix(t, 16).map_err(|_| format!("{s:?} is not a hexadecimal 16-bit P_Key"))?;
+    if k & 0x7fff == 0 {
+        return Err(format!("{s}: 0x0000 and 0x8000 are the invalid P_Key"));
+    }
+    Ok(k)
+}
+
+/// GUID=PKEY[,PKEY...]: at most 31 keys (one P_KeyTable block, the
+/// default partition's key after them).
+fn parse_partition(s: &str) -> Result<(u64, Vec<u16>), String> {
+    let (guid, keys) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected GUID=PKEY[,PKEY...]"))?;
+    let keys = keys.split(',').map(parse_pkey).collect::<Result<Vec<u16>, String>>()?;
+    if keys.len() > 31 {
+        return Err(format!("{s}: {} P_Keys, at most 31 per port", keys.len()));
+    }
+    Ok((parse_guid(guid)?, keys))
 }
 
 fn parse_guid(s: &str) -> Result<u64, String> {
@@ -81,7 +114,14 @@ fn parse_guid(s: &str) -> Result<u64, String> {
     u64::from_str_radix(t, 16).map_err(|_| format!("{s:?} is not a hexadecimal GUID"))
 }
 
-fn report(v: &SubnetView, json: bool) {
+fn report(v: &SubnetView, cfg: &SmConfig, json: bool) {
+    // The P_Keys each end port was given, first block, as configured.
+    let pkeys = |n: usize| -> Vec<String> {
+        if v.found[n].info.node_type == rdma_wire::smp::node_type::SWITCH {
+            return Vec::new();
+        }
+        cfg.pkey_table(v.found[n].info.port_guid).iter().map(|k| format!("{k:#06x}")).collect()
+    };
     if json {
         let lids: Vec<serde_json::Value> = v
             .subnet
@@ -91,7 +131,7 @@ fn report(v: &SubnetView, json: bool) {
                 let pg = v.subnet.nodes[n].port_guids.get(usize::from(p)).copied().unwrap_or(0);
                 serde_json::json!({
                     "node": v.found[n].description, "guid": format!("{:#018x}", v.found[n].info.node_guid),
-                    "port": p, "port_guid": format!("{pg:#018x}"), "lid": lid,
+                    "port": p, "port_guid": format!("{pg:#018x}"), "lid": lid, "pkeys": pkeys(n),
                 })
             })
             .collect();
@@ -116,7 +156,10 @@ fn report(v: &SubnetView, json: bool) {
     }
     println!("SM LID {}; {} nodes", v.sm_lid(), v.found.len());
     for (&(n, p), &lid) in &v.subnet.lids {
-        println!("  LID {lid:<4} {:#018x} port {p} {}", v.found[n].info.node_guid, v.found[n].description);
+        let keys = pkeys(n);
+        let keys = if keys.is_empty() { String::new() } else { format!(" P_Keys {}", keys.join(",")) };
+        let pg = v.subnet.nodes[n].port_guids.get(usize::from(p)).copied().unwrap_or(0);
+        println!("  LID {lid:<4} port GUID {pg:#018x} port {p} {}{keys}", v.found[n].description);
     }
 }
 
@@ -124,12 +167,12 @@ fn report(v: &SubnetView, json: bool) {
 /// node alone means: None is fine, Some(why) an error (on the raw
 /// backend a link whose other end runs no agent looks like that).
 fn run<T: SmpTransport>(t: T, cfg: SmConfig, json: bool, lone: Option<&str>) -> Result<(), SmError> {
-    let mut sm = Sm::new(t, cfg);
+    let mut sm = Sm::new(t, cfg.clone());
     let v = sm.run_once()?;
     if let (1, Some(why)) = (v.found.len(), lone) {
         return Err(SmError::Transport(why.to_string()));
     }
-    report(&v, json);
+    report(&v, &cfg, json);
     eprintln!("rdma-sm: SUBNET UP ({} SMPs)", sm.smps);
     Ok(())
 }
@@ -149,7 +192,7 @@ fn main() -> ExitCode {
         eprintln!("rdma-sm: only --once is implemented (sweep, configure, exit); pass --once");
         return ExitCode::from(2);
     }
-    let cfg = SmConfig { routing, ..SmConfig::default() };
+    let cfg = SmConfig { routing, pkey: cli.pkey, port_pkeys: cli.partitions.clone(), ..SmConfig::default() };
     let r = match (cli.ibsim, &cli.emulated, cli.backend, &cli.netdev) {
         (true, None, None, None) => {
             let base = std::env::var("IBSIM_SOCKNAME").unwrap_or_else(|_| "sim".into());

@@ -44,6 +44,8 @@ pub enum SmError {
     Routing(#[from] RoutingError),
     #[error("after configuration {0} port(s) are not ACTIVE: {1}")]
     NotActive(usize, String),
+    #[error("partition given for port GUID {0:#018x}, but the sweep found no end port with that GUID (found: {1})")]
+    NoSuchPort(u64, String),
 }
 
 /// Sends one SMP and returns the answer with the same TID.
@@ -57,10 +59,28 @@ pub struct SmConfig {
     pub routing: Routing,
     /// P_Key every end port gets (full member of the default partition).
     pub pkey: u16,
+    /// Partitions of single end ports, by port GUID: the port's P_Key
+    /// table starts with these keys (index 0, the one QPs take by
+    /// default, first), and [`SmConfig::pkey`] follows, so that
+    /// management traffic (the CM's MADs) still reaches every port.
+    pub port_pkeys: Vec<(u64, Vec<u16>)>,
     /// SL -> VL on every port.
     pub sl2vl: [u8; 16],
     /// Low-priority VLArb entries on every port (high: none).
     pub vlarb_low: Vec<VlArbEntry>,
+}
+
+impl SmConfig {
+    /// The P_Keys the end port `guid` gets, in table order: its own
+    /// partitions, then the default one (unless it is among them).
+    pub fn pkey_table(&self, guid: u64) -> Vec<u16> {
+        let own = self.port_pkeys.iter().find(|(p, _)| *p == guid);
+        let mut keys: Vec<u16> = own.map(|(_, k)| k.clone()).unwrap_or_default();
+        if !keys.iter().any(|&k| k & 0x7fff == self.pkey & 0x7fff) {
+            keys.push(self.pkey);
+        }
+        keys
+    }
 }
 
 impl Default for SmConfig {
@@ -74,6 +94,7 @@ impl Default for SmConfig {
         SmConfig {
             routing: Routing::MinHop,
             pkey: 0xffff,
+            port_pkeys: Vec::new(),
             sl2vl,
             vlarb_low: (0..8).map(|vl| VlArbEntry { vl, weight: 4 }).collect(),
         }
@@ -269,6 +290,20 @@ impl<T: SmpTransport> Sm<T> {
         Ok(v)
     }
 
+    /// The first P_KeyTable block of the end port `guid` (None: a
+    /// switch, which gets the default partition's key alone).
+    fn pkey_block(&self, guid: Option<u64>) -> PKeyBlock {
+        let keys = match guid {
+            Some(g) => self.config.pkey_table(g),
+            None => vec![self.config.pkey],
+        };
+        let mut pk = PKeyBlock([0; 32]);
+        for (slot, k) in pk.0.iter_mut().zip(keys) {
+            *slot = k;
+        }
+        pk
+    }
+
     /// Assigns LIDs and computes LFTs.
     pub fn plan(&mut self, v: &mut SubnetView) -> Result<(), SmError> {
         v.subnet.assign_lids(v.sm_port)?;
@@ -278,6 +313,13 @@ impl<T: SmpTransport> Sm<T> {
 
     /// Programs every node, then brings every live port to ACTIVE.
     pub fn configure(&mut self, v: &mut SubnetView) -> Result<(), SmError> {
+        // A mistyped GUID would leave a port in the default partition unsaid.
+        let ends: Vec<u64> =
+            v.found.iter().filter(|f| f.info.node_type != node_type::SWITCH).map(|f| f.info.port_guid).collect();
+        if let Some((g, _)) = self.config.port_pkeys.iter().find(|(g, _)| !ends.contains(g)) {
+            let found: Vec<String> = ends.iter().map(|g| format!("{g:#018x}")).collect();
+            return Err(SmError::NoSuchPort(*g, found.join(", ")));
+        }
         let sm_lid = v.sm_lid();
         let max_lid = v.subnet.max_lid();
         for n in 0..v.found.len() {
@@ -285,8 +327,7 @@ impl<T: SmpTransport> Sm<T> {
             let switch = f.info.node_type == node_type::SWITCH;
             let live = self.live_ports(v, n);
             // P_Keys: end ports and switch external ports.
-            let mut pk = PKeyBlock([0; 32]);
-            pk.0[0] = self.config.pkey;
+            let pk = self.pkey_block(if switch { None } else { Some(f.info.port_guid) });
             let mut d = [0u8; 64];
             pk.emit(&mut d).expect("64 bytes");
             for &p in &live {

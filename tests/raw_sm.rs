@@ -7,7 +7,8 @@
 //! them ACTIVE; `rc_pingpong` and every rdma-perf test (bandwidth and
 //! latency) with `--verify` run unchanged (no `--lid`) with those LIDs, which the LRHs
 //! of a capture carry, and so does rping through the RDMA CM; partitions
-//! the SM is given keep the ports apart or together; the agents remove
+//! the SM is given keep the ports apart or together; a resident SM
+//! brings a port whose agent restarted back at its LID; the agents remove
 //! their records when they stop.
 
 mod common;
@@ -408,6 +409,40 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     let (c, _) = client_server(&v, "send-lat, one partition", perf_bin(), &on(1), &client);
     let c: serde_json::Value = serde_json::from_str(&c).unwrap();
     assert_eq!(c["verified"], true, "a full and a limited member of one partition: {c}");
+
+    // A resident SM (no --once) configures the subnet (the default
+    // partition only, again) and, when a port's agent restarts (the port
+    // back in Init without a LID), brings it back to ACTIVE at its LID.
+    let resident_log = run.join("resident.log");
+    let mut resident = v
+        .cmd(0, sm)
+        .args(["--backend", "ib", "--netdev", &v.dev[0], "--interval-ms", "200"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&resident_log).unwrap())
+        .spawn()
+        .unwrap();
+    let default_only =
+        |r: &Option<IbPortRecord>| r.as_ref().is_some_and(|r| r.state == PortState::Active && r.pkeys == [0xffff]);
+    wait_records("the resident SM's first sweep", default_only);
+    let mut restarted = agents.0.remove(1);
+    // SAFETY: signals a child we started.
+    unsafe { libc::kill(restarted.id() as libc::pid_t, libc::SIGTERM) };
+    restarted.wait().unwrap();
+    let start = Instant::now();
+    while record(MACS[1]).is_some() {
+        assert!(start.elapsed() < Duration::from_secs(10), "agent 1's record stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    agents.0.push(agent(1));
+    let back = wait_records("the restarted port, configured again", default_only);
+    assert_eq!([back[0].as_ref().unwrap().lid, back[1].as_ref().unwrap().lid], lids, "the ports keep their LIDs");
+    // SAFETY: signals a child we started.
+    unsafe { libc::kill(resident.id() as libc::pid_t, libc::SIGTERM) };
+    let status = resident.wait().unwrap();
+    let text = std::fs::read_to_string(&resident_log).unwrap();
+    assert!(status.success(), "the resident SM: {status}\n{text}");
+    assert_eq!(text.matches("SUBNET UP").count(), 2, "configured at start and after the restart only:\n{text}");
+    assert!(text.contains("rdma-sm: stopped"), "{text}");
 
     // The agents stop: their records go, and devices fall back to the LID plan.
     drop(agents);

@@ -180,6 +180,37 @@ fn partitions_given_to_the_sm_keep_ports_of_different_ones_apart() {
     assert!(e.to_string().contains("0x000000000000dead"), "{e}");
 }
 
+/// A resident SM's sweeps: the first configures, the next find nothing
+/// to do; a port knocked back to Init (its HCA reset) is configured again
+/// at the LID it had, and the other ports' LIDs do not move.
+#[test]
+fn a_resident_sm_sweeps_quietly_and_brings_a_reset_port_back_at_its_lid() {
+    use rdma_wire::smp::{attr, port_state, DirectedRoute, PortInfo, PortInfoRepr, SmpRepr};
+    let t = from_netfile(TWO_SWITCHES, Some("Hca1"), &IbConfig::default()).unwrap();
+    let mut sm = Sm::new(t, SmConfig::default());
+    let first = sm.sweep().unwrap().expect("the first sweep configures");
+    let smps = sm.smps;
+    assert!(sm.sweep().unwrap().is_none(), "nothing changed: nothing to do");
+    assert!(sm.smps - smps < smps, "a quiet sweep reads, it does not configure: {} SMPs", sm.smps - smps);
+    // Hca4's port, set Down through its own SMA: it retrains to Init, LID kept by the HCA or not.
+    let fab = &mut sm.transport.fab;
+    let n = fab.topo.ident.iter().position(|i| i.name == "Hca4").unwrap();
+    let dr = || Some(DirectedRoute::outbound(&[]).unwrap());
+    let got = fab.sma(n, 0, &SmpRepr::request(0x01, 7, attr::PORT_INFO, 1, dr()));
+    let mut pi = PortInfoRepr::parse(&PortInfo::new_checked(&got.data[..]).unwrap());
+    pi.port_state = port_state::DOWN;
+    pi.lid = 0;
+    let mut req = SmpRepr::request(0x02, 8, attr::PORT_INFO, 1, dr());
+    pi.emit(&mut req.data).unwrap();
+    assert_eq!(fab.sma(n, 0, &req).status, 0);
+    let got = fab.sma(n, 0, &SmpRepr::request(0x01, 9, attr::PORT_INFO, 1, dr()));
+    let now = PortInfoRepr::parse(&PortInfo::new_checked(&got.data[..]).unwrap());
+    assert_ne!(now.port_state, port_state::ACTIVE, "{now:?}");
+    let again = sm.sweep().unwrap().expect("a port not ACTIVE: configured again");
+    assert_eq!(again.subnet.lids, first.subnet.lids, "every port at the LID it had");
+    assert!(sm.sweep().unwrap().is_none());
+}
+
 #[test]
 fn two_limited_members_cannot_talk() {
     assert_eq!(flow_with_pkeys((0xffff, 0xffff)), (true, 0));

@@ -28,7 +28,8 @@ enum BackendArg {
     about = "A minimal InfiniBand subnet manager: discover, assign LIDs, route, configure",
     after_help = "The raw native-IB backend between two hosts or namespaces (root):\n  \
         rdma-sm --agent --netdev IFACE &             # on each end: the port's SMA, publishes its state\n  \
-        rdma-sm --once --backend ib --netdev IFACE   # on one end: sweep, LIDs, ports ACTIVE\n\
+        rdma-sm --once --backend ib --netdev IFACE   # on one end: sweep, LIDs, ports ACTIVE\n  \
+        rdma-sm --backend ib --netdev IFACE          # or a resident SM: sweeps every 10 s, reconfigures changes\n\
         then any tool with --backend ib --netdev IFACE uses the LID the SM assigned.\n\
         Port records go to $SOFTROCE_RUN_DIR (default /run/softroce)."
 )]
@@ -65,8 +66,15 @@ struct Cli {
     #[arg(long, value_name = "FILE", requires = "backend")]
     pcap: Option<std::path::PathBuf>,
     /// Sweep and configure once, exit 0 when every port is ACTIVE.
+    /// Without it (--backend ib only) the SM stays: it sweeps every
+    /// --interval-ms and configures the subnet again whenever it changed
+    /// (a port came, went, or left ACTIVE, as when its agent restarts),
+    /// ports keeping their LIDs, until SIGINT or SIGTERM.
     #[arg(long)]
     once: bool,
+    /// A resident SM's time between sweeps (opensm's sweep interval is 10 s).
+    #[arg(long, default_value_t = 10_000, value_name = "MS", conflicts_with = "once")]
+    interval_ms: u64,
     #[arg(long, value_enum, default_value = "minhop")]
     routing: RoutingArg,
     /// Up*/Down* root switch GUID (repeatable), e.g. 0x200000.
@@ -188,8 +196,10 @@ fn main() -> ExitCode {
         let netdev = cli.netdev.as_deref().unwrap_or_default();
         return agent(netdev);
     }
-    if !cli.once {
-        eprintln!("rdma-sm: only --once is implemented (sweep, configure, exit); pass --once");
+    if !cli.once && cli.backend.is_none() {
+        eprintln!(
+            "rdma-sm: --ibsim and --emulated need --once (sweep, configure, exit); a resident SM runs on --backend ib"
+        );
         return ExitCode::from(2);
     }
     let cfg = SmConfig { routing, pkey: cli.pkey, port_pkeys: cli.partitions.clone(), ..SmConfig::default() };
@@ -209,7 +219,11 @@ fn main() -> ExitCode {
             let lone = format!(
                 "only the SM's own port answered on {netdev}: no SMA at the other end (run `rdma-sm --agent --netdev IFACE` there)"
             );
-            run(t, cfg, cli.json, Some(&lone))
+            if cli.once {
+                run(t, cfg, cli.json, Some(&lone))
+            } else {
+                resident(t, cfg, cli.json, Duration::from_millis(cli.interval_ms.max(1)), &lone)
+            }
         }),
         _ => {
             eprintln!("rdma-sm: give exactly one of --ibsim, --emulated TOPOLOGY and --backend ib --netdev IFACE");
@@ -231,14 +245,53 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// `--agent`: serves the port of `netdev` until SIGINT or SIGTERM, then
-/// removes its record (the agent's Drop).
-fn agent(netdev: &str) -> ExitCode {
+/// SIGINT and SIGTERM set [`STOP`].
+fn stop_on_signals() {
     let handler: extern "C" fn(libc::c_int) = on_signal;
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic.
         unsafe { libc::signal(sig, handler as libc::sighandler_t) };
     }
+}
+
+/// The resident SM: sweeps every `interval` until SIGINT or SIGTERM,
+/// configuring the subnet whenever it changed (`Sm::sweep`). A failed
+/// sweep (an agent not up yet, a lost answer) is said once and tried
+/// again at the next.
+fn resident<T: SmpTransport>(t: T, cfg: SmConfig, json: bool, interval: Duration, lone: &str) -> Result<(), SmError> {
+    stop_on_signals();
+    let mut sm = Sm::new(t, cfg.clone());
+    let mut said = String::new();
+    let ms = interval.as_millis();
+    while !STOP.load(Ordering::Relaxed) {
+        let before = sm.smps;
+        let now = match sm.sweep() {
+            Ok(Some(v)) if v.found.len() == 1 => format!("{lone}; sweeping again every {ms} ms"),
+            Ok(Some(v)) => {
+                report(&v, &cfg, json);
+                eprintln!("rdma-sm: SUBNET UP ({} SMPs)", sm.smps - before);
+                String::new()
+            }
+            Ok(None) => said.clone(),
+            Err(e) => format!("sweep failed: {e}; again in {ms} ms"),
+        };
+        if !now.is_empty() && now != said {
+            eprintln!("rdma-sm: {now}");
+        }
+        said = now;
+        let until = std::time::Instant::now() + interval;
+        while !STOP.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20).min(interval));
+        }
+    }
+    eprintln!("rdma-sm: stopped");
+    Ok(())
+}
+
+/// `--agent`: serves the port of `netdev` until SIGINT or SIGTERM, then
+/// removes its record (the agent's Drop).
+fn agent(netdev: &str) -> ExitCode {
+    stop_on_signals();
     let r = PortAgent::open(netdev).and_then(|mut a| {
         eprintln!(
             "rdma-sm: port agent on {netdev}, port GUID {}, record {}",

@@ -67,7 +67,8 @@ impl Subnet {
         v
     }
 
-    fn port_guid(&self, (n, p): (usize, u8)) -> u64 {
+    /// The GUID of end port (node, port): a switch's is its node GUID.
+    pub fn port_guid(&self, (n, p): (usize, u8)) -> u64 {
         self.nodes[n].port_guids.get(usize::from(p)).copied().unwrap_or(self.nodes[n].guid)
     }
 
@@ -75,12 +76,50 @@ impl Subnet {
     /// port GUID in network byte order compared as a little-endian u64
     /// (the byte-reversed GUID on x86), LIDs from 1 (LMC 0).
     pub fn assign_lids(&mut self, sm_port: (usize, u8)) -> Result<(), RoutingError> {
+        self.assign_lids_keeping(sm_port, &std::collections::HashMap::new())
+    }
+
+    /// [`Subnet::assign_lids`] for a subnet that had LIDs: a port whose
+    /// GUID `kept` names keeps its LID (as opensm's guid2lid table does
+    /// across sweeps, so that a port coming back does not move the
+    /// others), and the rest take the lowest LIDs no port, present or
+    /// gone, holds, in that order.
+    pub fn assign_lids_keeping(
+        &mut self,
+        sm_port: (usize, u8),
+        kept: &std::collections::HashMap<u64, u16>,
+    ) -> Result<(), RoutingError> {
         let mut ports = self.end_ports();
         ports.sort_by_key(|&p| (p != sm_port, self.port_guid(p).swap_bytes()));
         if ports.len() > usize::from(MAX_UNICAST_LID) {
             return Err(RoutingError::OutOfLids);
         }
-        self.lids = ports.into_iter().zip(1u16..).collect();
+        self.lids.clear();
+        let mut taken = std::collections::HashSet::new();
+        for &p in &ports {
+            if let Some(&lid) = kept.get(&self.port_guid(p)) {
+                if (1..=MAX_UNICAST_LID).contains(&lid) && taken.insert(lid) {
+                    self.lids.insert(p, lid);
+                }
+            }
+        }
+        // The LIDs of ports gone stay theirs, for when they come back.
+        let mut used: std::collections::HashSet<u16> = kept.values().copied().collect();
+        used.extend(taken);
+        let mut next = 1u16;
+        for p in ports {
+            if self.lids.contains_key(&p) {
+                continue;
+            }
+            while used.contains(&next) {
+                next += 1;
+            }
+            if next > MAX_UNICAST_LID {
+                return Err(RoutingError::OutOfLids);
+            }
+            used.insert(next);
+            self.lids.insert(p, next);
+        }
         Ok(())
     }
 
@@ -314,6 +353,23 @@ pub(crate) mod tests {
         let by_lid: Vec<u64> = (1..=6).map(|l| s.port_guid(s.owner(l).unwrap())).collect();
         // Reversed keys: 0x100001 -> 0x0100100000000000, 0x200000 -> 0x0000200000000000.
         assert_eq!(by_lid, [0x100001, 0x200000, 0x200001, 0x200002, 0x100003, 0x100005]);
+    }
+
+    /// Kept LIDs stay where they were, even where opensm's order would
+    /// put them elsewhere; a kept LID two ports claim goes to the first in
+    /// that order; the others fill the lowest LIDs free, a gone port's
+    /// (0x4242's 5) not among them.
+    #[test]
+    fn kept_lids_stay_and_the_other_ports_take_the_lowest_free_ones() {
+        let mut s = ring(3);
+        // Fresh order (above): 0x100001, 0x200000, 0x200001, 0x200002, 0x100003, 0x100005.
+        let kept: std::collections::HashMap<u64, u16> =
+            [(0x100005, 2), (0x200001, 9), (0x200002, 9), (0x4242, 5)].into_iter().collect();
+        s.assign_lids_keeping((3, 1), &kept).unwrap();
+        let lid_of = |g: u64| s.lids.iter().find(|(&p, _)| s.port_guid(p) == g).map(|(_, &l)| l).unwrap();
+        let got: Vec<(u64, u16)> =
+            [0x100001, 0x200000, 0x200001, 0x200002, 0x100003, 0x100005].map(|g| (g, lid_of(g))).to_vec();
+        assert_eq!(got, [(0x100001, 1), (0x200000, 3), (0x200001, 9), (0x200002, 4), (0x100003, 6), (0x100005, 2)]);
     }
 
     #[test]

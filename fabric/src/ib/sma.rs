@@ -276,7 +276,10 @@ impl Fabric {
 
     fn sma_attr(&mut self, node: usize, port: usize, req: &SmpRepr, set: bool) -> Result<[u8; 64], u16> {
         let switch = self.is_switch(node);
-        let in_ib = self.topo.ident[node].ib_port[port];
+        // A port the node does not have (a caller's slip): refused, not a panic.
+        let Some(&in_ib) = self.topo.ident.get(node).and_then(|i| i.ib_port.get(port)) else {
+            return Err(status::INVALID_VALUE);
+        };
         let m = req.attr_mod;
         let mut d = [0u8; 64];
         match req.attr_id {

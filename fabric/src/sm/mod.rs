@@ -141,6 +141,10 @@ pub struct Sm<T: SmpTransport> {
     tid: u64,
     /// SMPs sent.
     pub smps: u64,
+    /// The LIDs given so far, by port GUID: kept across sweeps.
+    lids: std::collections::HashMap<u64, u16>,
+    /// The end ports (GUIDs) of the subnet last configured.
+    configured: Vec<u64>,
 }
 
 fn attr_name(id: u16) -> &'static str {
@@ -159,7 +163,7 @@ fn attr_name(id: u16) -> &'static str {
 
 impl<T: SmpTransport> Sm<T> {
     pub fn new(transport: T, config: SmConfig) -> Sm<T> {
-        Sm { transport, config, tid: 0x5100_0000, smps: 0 }
+        Sm { transport, config, tid: 0x5100_0000, smps: 0, lids: Default::default(), configured: Vec::new() }
     }
 
     /// One DR Get or Set; returns the answer's 64 data bytes.
@@ -306,7 +310,7 @@ impl<T: SmpTransport> Sm<T> {
 
     /// Assigns LIDs and computes LFTs.
     pub fn plan(&mut self, v: &mut SubnetView) -> Result<(), SmError> {
-        v.subnet.assign_lids(v.sm_port)?;
+        v.subnet.assign_lids_keeping(v.sm_port, &self.lids)?;
         v.lfts = v.subnet.route(&self.config.routing)?;
         Ok(())
     }
@@ -461,7 +465,44 @@ impl<T: SmpTransport> Sm<T> {
 
     /// Sweep, plan, configure, verify: what `--once` does.
     pub fn run_once(&mut self) -> Result<SubnetView, SmError> {
-        let mut v = self.discover()?;
+        let v = self.discover()?;
+        self.bring_up(v)
+    }
+
+    /// One sweep of a resident SM: discovers the subnet and, unless it is
+    /// as last configured (the same end ports, every live port ACTIVE,
+    /// each end port at its LID), configures it again, every port that
+    /// had a LID keeping it. `Ok(None)`: nothing to do.
+    pub fn sweep(&mut self) -> Result<Option<SubnetView>, SmError> {
+        let v = self.discover()?;
+        if self.settled(&v) {
+            return Ok(None);
+        }
+        self.bring_up(v).map(Some)
+    }
+
+    /// Whether `v` (just discovered) is the subnet as last configured.
+    fn settled(&self, v: &SubnetView) -> bool {
+        let ends = v.subnet.end_ports();
+        let mut guids: Vec<u64> = ends.iter().map(|&p| v.subnet.port_guid(p)).collect();
+        guids.sort_unstable();
+        if self.configured.is_empty() || guids != self.configured {
+            return false;
+        }
+        let live_active = v.found.iter().flat_map(|f| f.ports.iter().flatten()).all(|pi| {
+            pi.port_state == port_state::ACTIVE
+                || pi.port_state == port_state::DOWN
+                || pi.port_state == port_state::NO_CHANGE
+        });
+        let at_their_lids = ends.iter().all(|&(n, p)| {
+            let lid = v.found[n].ports.get(usize::from(p)).copied().flatten().map(|pi| pi.lid);
+            lid.is_some() && lid == self.lids.get(&v.subnet.port_guid((n, p))).copied()
+        });
+        live_active && at_their_lids
+    }
+
+    /// Plan, configure and verify a discovered subnet; remembers its LIDs.
+    fn bring_up(&mut self, mut v: SubnetView) -> Result<SubnetView, SmError> {
         self.plan(&mut v)?;
         self.configure(&mut v)?;
         let bad = self.verify(&v)?;
@@ -473,6 +514,11 @@ impl<T: SmpTransport> Sm<T> {
                 .join(", ");
             return Err(SmError::NotActive(bad.len(), list));
         }
+        for (&p, &lid) in &v.subnet.lids {
+            self.lids.insert(v.subnet.port_guid(p), lid);
+        }
+        self.configured = v.subnet.end_ports().into_iter().map(|p| v.subnet.port_guid(p)).collect();
+        self.configured.sort_unstable();
         info!(smps = self.smps, "SUBNET UP");
         Ok(v)
     }

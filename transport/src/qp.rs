@@ -2,10 +2,13 @@
 //! rules of `ibv_modify_qp`, and the state the requester, completer and
 //! responder share.
 
+use crate::cq::CqTable;
 use crate::error::VerbsError;
+use crate::framing::{Framer, PayloadRef};
+use crate::memory::MemoryTable;
 use crate::memory::{Access, Pd};
 use crate::requester::Requester;
-use crate::responder::Responder;
+use crate::responder::{AckHold, RespCtx, RespQp, Responder};
 pub use crate::stats::QpStats;
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
@@ -36,6 +39,13 @@ pub enum QpState {
     /// Send queue error (UC/UD): the send queue stopped, receives go on.
     Sqe,
     Err,
+}
+
+impl QpState {
+    /// Whether a QP in this state accepts packets on its receive side.
+    pub(crate) fn receives(self) -> bool {
+        matches!(self, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+    }
 }
 
 /// `ibv_mtu`: the path MTU, the largest payload of one packet.
@@ -231,8 +241,8 @@ pub struct Qp {
     /// Per-QP UDP source port (0xC000..=0xFFFF), for ECMP entropy as rxe does.
     pub src_port: u16,
     pub rq: VecDeque<RecvWr>,
-    pub req: Requester,
-    pub resp: Responder,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
     /// The requester's, completer's and responder's timers.
     pub(crate) timers: Timers,
     /// Data packets leave ECN-capable (see [`AddressVector::for_data`]).
@@ -419,8 +429,66 @@ impl Qp {
         Ok(())
     }
 
+    /// The responder and the part of the QP it may touch, borrowed apart.
+    fn responder_parts(&mut self) -> (&mut Responder, RespQp<'_>) {
+        let view = RespQp {
+            num: self.num,
+            qp_type: self.init.qp_type,
+            pd: self.init.pd,
+            srq: self.init.srq,
+            recv_cq: self.init.recv_cq,
+            state: self.state,
+            params: &self.params,
+            src_port: self.src_port,
+            ecn_capable: self.ecn_capable,
+            rq: &mut self.rq,
+            timers: &mut self.timers,
+        };
+        (&mut self.resp, view)
+    }
+
+    /// Handles a request packet addressed to this QP. A NAK that ends the
+    /// connection moves the QP to the error state here, where the send
+    /// queue is flushed too.
+    pub(crate) fn handle_request(&mut self, p: &rdma_wire::TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        let (resp, mut view) = self.responder_parts();
+        if let Some(nak) = resp.handle_request(&mut view, p, ctx) {
+            self.state = QpState::Err;
+            self.flush(ctx.cqs);
+            self.resp.queue_fatal_nak(nak);
+        }
+    }
+
+    /// Writes the next response packet into `buf`, if one is waiting (see
+    /// [`Responder::transmit`]). Whether the requester sent lately, which
+    /// decides whether a lone ACK may wait for company, is read here.
+    pub(crate) fn responder_transmit(
+        &mut self,
+        now: Instant,
+        (hold, flush): (core::time::Duration, bool),
+        mrs: &MemoryTable,
+        framer: &Framer,
+        buf: &mut [u8],
+    ) -> Option<(usize, IpAddr, Option<PayloadRef>)> {
+        let conversing = self.req.sent_lately(now);
+        let (resp, mut view) = self.responder_parts();
+        resp.transmit(&mut view, now, AckHold { hold, flush, conversing }, mrs, framer, buf)
+    }
+
+    /// A READ response ended with a NAK that ends the connection (its
+    /// region went): once that NAK is out, the QP moves to the error state
+    /// and flushes. Returns whether it did.
+    pub(crate) fn fail_after_fatal_response(&mut self, cqs: &mut CqTable) -> bool {
+        if self.resp.take_fatal() && self.state != QpState::Err {
+            self.state = QpState::Err;
+            self.flush(cqs);
+            return true;
+        }
+        false
+    }
+
     /// Whether the receive side accepts packets.
     pub fn can_receive(&self) -> bool {
-        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+        self.state.receives()
     }
 }

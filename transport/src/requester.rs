@@ -27,6 +27,10 @@ pub const ACK_REQ_EVERY: u32 = 16;
 /// whole queue again, drops more, and the sender runs out of retries.
 pub const MAX_UNACKED_PSNS: u32 = 128;
 
+/// How recently a QP must have sent a request for its responder to hold a
+/// lone ACK for company ([`crate::Endpoint::set_ack_delay`]).
+const CONVERSING: core::time::Duration = core::time::Duration::from_millis(1);
+
 pub use crate::send_queue::SendWqe;
 
 /// The requester's state: the send queue it shares with the completer,
@@ -39,9 +43,8 @@ pub struct Requester {
     since_ack_req: u32,
     /// Counted at the endpoint; kept here to tell the driver.
     pub retransmits: u64,
-    /// When this QP last sent a request packet: a responder holds a lone
-    /// ACK only for a QP that is sending too (see `Qp::responder_transmit`).
-    pub(crate) last_sent: Option<Instant>,
+    /// When this QP last sent a request packet (see [`Requester::sent_lately`]).
+    last_sent: Option<Instant>,
 }
 
 impl Requester {
@@ -53,6 +56,13 @@ impl Requester {
             retransmits: 0,
             last_sent: None,
         }
+    }
+
+    /// Whether this QP sent a request within [`CONVERSING`]: its
+    /// responder holds a lone ACK for company only then
+    /// (`Qp::responder_transmit`).
+    pub(crate) fn sent_lately(&self, now: Instant) -> bool {
+        self.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING)
     }
 
     /// Whether any transmitted packet awaits an acknowledgement.

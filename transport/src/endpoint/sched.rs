@@ -9,10 +9,8 @@
 use super::Endpoint;
 use crate::events::AsyncEvent;
 use crate::framing::PayloadRef;
-use crate::qp::QpState;
 use crate::qp::{AddressVector, QpParams};
 use crate::requester::ReqOutcome;
-use crate::responder::Response;
 use crate::time::Instant;
 use crate::timers::Timer;
 use core::net::IpAddr;
@@ -225,8 +223,7 @@ impl Endpoint {
                 }
             }
             if cc.rate.is_some() {
-                let read_first = matches!(qp.resp.out.front(), Some(Response::Read { .. }));
-                paced = Some((cc.data_may_leave(now), read_first));
+                paced = Some((cc.data_may_leave(now), qp.resp.read_first()));
             }
         }
         // A READ response waiting for the pacer holds the responses behind it (they are in order).
@@ -249,10 +246,8 @@ impl Endpoint {
                 cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
             }
             self.stats.packets_sent += 1;
-            if std::mem::take(&mut qp.resp.fatal) && qp.state != QpState::Err {
+            if qp.fail_after_fatal_response(&mut self.cqs) {
                 // The NAK that ends a READ whose region went is out.
-                qp.state = QpState::Err;
-                qp.flush(&mut self.cqs);
                 self.events.push_back(AsyncEvent::QpFatal(qpn));
             }
             // Past the first pass of a round only held lone ACKs are left

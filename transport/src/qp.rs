@@ -430,6 +430,7 @@ impl Qp {
     }
 
     /// The responder and the part of the QP it may touch, borrowed apart.
+    #[inline]
     fn responder_parts(&mut self) -> (&mut Responder, RespQp<'_>) {
         let view = RespQp {
             num: self.num,
@@ -470,7 +471,12 @@ impl Qp {
         framer: &Framer,
         buf: &mut [u8],
     ) -> Option<(usize, IpAddr, Option<PayloadRef>)> {
-        let conversing = self.req.sent_lately(now);
+        // Nothing to answer (most calls): no view, no clock reading.
+        if self.resp.is_idle() {
+            return None;
+        }
+        // Read only when it can matter: a lone ACK that may be held.
+        let conversing = !hold.is_zero() && !flush && self.req.sent_lately(now);
         let (resp, mut view) = self.responder_parts();
         resp.transmit(&mut view, now, AckHold { hold, flush, conversing }, mrs, framer, buf)
     }

@@ -275,6 +275,11 @@ impl Responder {
         self.nak(f.psn, f.code);
     }
 
+    /// Whether no response waits to go out.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.out.is_empty()
+    }
+
     /// Whether a READ response is next to go (the pacer gates it as data).
     pub(crate) fn read_first(&self) -> bool {
         matches!(self.out.front(), Some(Response::Read { .. }))
@@ -287,6 +292,7 @@ impl Responder {
     }
 
     /// Handles a request packet addressed to this QP.
+    #[inline] // into `Qp::handle_request`: one call per packet, as before the view
     pub(crate) fn handle_request(
         &mut self,
         qp: &mut RespQp<'_>,
@@ -305,6 +311,7 @@ impl Responder {
         None
     }
 
+    #[inline] // the common case, into `handle_request`
     fn receive_rc(
         &mut self,
         qp: &mut RespQp<'_>,

@@ -2,6 +2,7 @@
 //! rules of `ibv_modify_qp`, and the state the requester, completer and
 //! responder share.
 
+use crate::completer::{Completer, Failed};
 use crate::cq::CqTable;
 use crate::error::VerbsError;
 use crate::framing::{Framer, PayloadRef};
@@ -12,7 +13,7 @@ use crate::responder::{AckHold, RespCtx, RespQp, Responder};
 pub use crate::stats::QpStats;
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
-use crate::wr::RecvWr;
+use crate::wr::{RecvWr, WcStatus};
 use core::net::IpAddr;
 use rdma_wire::Psn;
 use std::collections::VecDeque;
@@ -454,8 +455,7 @@ impl Qp {
     pub(crate) fn handle_request(&mut self, p: &rdma_wire::TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         let (resp, mut view) = self.responder_parts();
         if let Some(nak) = resp.handle_request(&mut view, p, ctx) {
-            self.state = QpState::Err;
-            self.flush(ctx.cqs);
+            self.enter_error(ctx.cqs);
             self.resp.queue_fatal_nak(nak);
         }
     }
@@ -486,11 +486,79 @@ impl Qp {
     /// and flushes. Returns whether it did.
     pub(crate) fn fail_after_fatal_response(&mut self, cqs: &mut CqTable) -> bool {
         if self.resp.take_fatal() && self.state != QpState::Err {
-            self.state = QpState::Err;
-            self.flush(cqs);
+            self.enter_error(cqs);
             return true;
         }
         false
+    }
+
+    /// The completer and the part of the QP it may touch, borrowed apart.
+    #[inline]
+    fn completer(&mut self) -> Completer<'_> {
+        Completer {
+            num: self.num,
+            pd: self.init.pd,
+            send_cq: self.init.send_cq,
+            sq_sig_all: self.init.sq_sig_all,
+            state: self.state,
+            params: &self.params,
+            sq: &mut self.req.sq,
+            retries: &mut self.req.retries,
+            retransmits: &mut self.req.retransmits,
+            timers: &mut self.timers,
+        }
+    }
+
+    /// Handles an ACK, NAK, READ response or atomic ACK for this QP.
+    pub(crate) fn handle_response(
+        &mut self,
+        now: Instant,
+        p: &rdma_wire::TransportPacket<&[u8]>,
+        mrs: &MemoryTable,
+        cqs: &mut CqTable,
+        stats: &mut crate::stats::Stats,
+    ) {
+        if let Err(f) = self.completer().handle_response(now, p, mrs, cqs, stats) {
+            self.failed(f, cqs);
+        }
+    }
+
+    /// The local ACK timer fired.
+    pub(crate) fn handle_ack_timeout(&mut self, cqs: &mut CqTable, stats: &mut crate::stats::Stats) {
+        if let Err(f) = self.completer().handle_ack_timeout(cqs, stats) {
+            self.failed(f, cqs);
+        }
+    }
+
+    /// Completes the WQE at the front of the send queue successfully.
+    pub(crate) fn complete_front(&mut self, cqs: &mut CqTable) {
+        self.completer().complete_front(cqs);
+    }
+
+    /// Fails the front WQE with `status`, flushes every other send and
+    /// receive request and moves the QP to the error state.
+    pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) {
+        let f = self.completer().fail(status, cqs);
+        self.failed(f, cqs);
+    }
+
+    /// The completer failed a request: the QP moves to the error state.
+    fn failed(&mut self, _: Failed, cqs: &mut CqTable) {
+        self.enter_error(cqs);
+    }
+
+    /// Moves the QP to the error state and flushes it.
+    fn enter_error(&mut self, cqs: &mut CqTable) {
+        self.state = QpState::Err;
+        self.flush(cqs);
+    }
+
+    /// Completes every queued request with WR_FLUSH_ERR (the QP is in
+    /// ERR): the send queue's, then the receive side's.
+    pub(crate) fn flush(&mut self, cqs: &mut CqTable) {
+        self.completer().flush(cqs);
+        let (resp, mut view) = self.responder_parts();
+        resp.flush(&mut view, cqs);
     }
 
     /// Whether the receive side accepts packets.

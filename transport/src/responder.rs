@@ -109,7 +109,7 @@ impl Responder {
     /// Drops the message in progress and every queued answer (the QP is
     /// going to the error state); returns the receive WQE a SEND in
     /// progress had taken, so that it can be flushed.
-    pub(crate) fn abandon_message(&mut self) -> Option<RecvWr> {
+    fn abandon_message(&mut self) -> Option<RecvWr> {
         self.out.clear();
         self.resources.clear();
         match self.cur.take() {
@@ -273,6 +273,20 @@ impl Responder {
     /// and flushed.
     pub(crate) fn queue_fatal_nak(&mut self, f: FatalNak) {
         self.nak(f.psn, f.code);
+    }
+
+    /// Completes the receive requests with WR_FLUSH_ERR (the QP is in
+    /// ERR) and drops every queued answer.
+    pub(crate) fn flush(&mut self, qp: &mut RespQp<'_>, cqs: &mut CqTable) {
+        qp.timers.stop(Timer::HeldAck);
+        // A SEND in progress holds a receive WQE (its own or the SRQ's):
+        // it is flushed with the rest, not lost.
+        let taken = self.abandon_message();
+        let own = if qp.srq.is_none() { qp.rq.drain(..).collect() } else { Vec::new() };
+        for r in taken.into_iter().chain(own) {
+            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.num);
+            cqs.push(qp.recv_cq, wc);
+        }
     }
 
     /// Whether no response waits to go out.

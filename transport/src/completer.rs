@@ -77,6 +77,22 @@ impl Completer<'_> {
         }
     }
 
+    /// UC and UD requests complete once sent: completes those at the front.
+    pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
+        while self.sq.front().is_some_and(|w| w.sent) {
+            self.complete_front(cqs);
+        }
+    }
+
+    /// The request at the requester's cursor failed locally: the requests
+    /// before it complete first, then it fails with `status`.
+    pub(crate) fn fail_at_cursor(&mut self, status: WcStatus, cqs: &mut CqTable) -> Failed {
+        for _ in 0..self.sq.before_cursor() {
+            self.complete_front(cqs);
+        }
+        self.fail(status, cqs)
+    }
+
     /// Fails the front WQE with `status`; the QP is to move to the error
     /// state.
     pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) -> Failed {

@@ -8,7 +8,7 @@ use crate::error::VerbsError;
 use crate::framing::{Framer, PayloadRef};
 use crate::memory::MemoryTable;
 use crate::memory::{Access, Pd};
-use crate::requester::Requester;
+use crate::requester::{ReqOutcome, ReqQp, Requester};
 use crate::responder::{AckHold, RespCtx, RespQp, Responder};
 pub use crate::stats::QpStats;
 use crate::time::Instant;
@@ -492,6 +492,56 @@ impl Qp {
         false
     }
 
+    /// The requester and the part of the QP it may touch, borrowed apart.
+    #[inline]
+    fn requester_parts(&mut self) -> (&mut Requester, ReqQp<'_>) {
+        let view = ReqQp {
+            num: self.num,
+            qp_type: self.init.qp_type,
+            pd: self.init.pd,
+            state: self.state,
+            params: &self.params,
+            src_port: self.src_port,
+            ecn_capable: self.ecn_capable,
+            timers: &mut self.timers,
+        };
+        (&mut self.req, view)
+    }
+
+    /// Whether [`Qp::requester_transmit`] would send a request packet now
+    /// (see [`Requester::ready`]).
+    pub(crate) fn request_ready(&self, now: Instant) -> bool {
+        self.req.ready(self.state, self.init.qp_type, self.timers.is_running(Timer::RnrWait, now))
+    }
+
+    /// Writes the next request packet into `buf`, if there is one to send.
+    pub(crate) fn requester_transmit(
+        &mut self,
+        now: Instant,
+        mrs: &MemoryTable,
+        framer: &Framer,
+        buf: &mut [u8],
+    ) -> ReqOutcome {
+        let (req, mut view) = self.requester_parts();
+        req.transmit(&mut view, now, mrs, framer, buf)
+    }
+
+    /// UC and UD requests complete once sent: completes those at the front.
+    pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
+        // RC requests complete on their ACKs: no view for every RC packet.
+        if self.init.qp_type != QpType::Rc {
+            self.completer().complete_sent(cqs);
+        }
+    }
+
+    /// The request at the requester's cursor failed locally (`status`):
+    /// the requests before it complete, it fails, and the QP moves to the
+    /// error state.
+    pub(crate) fn fail_at_cursor(&mut self, status: WcStatus, cqs: &mut CqTable) {
+        let f = self.completer().fail_at_cursor(status, cqs);
+        self.failed(f, cqs);
+    }
+
     /// The completer and the part of the QP it may touch, borrowed apart.
     #[inline]
     fn completer(&mut self) -> Completer<'_> {
@@ -528,18 +578,6 @@ impl Qp {
         if let Err(f) = self.completer().handle_ack_timeout(cqs, stats) {
             self.failed(f, cqs);
         }
-    }
-
-    /// Completes the WQE at the front of the send queue successfully.
-    pub(crate) fn complete_front(&mut self, cqs: &mut CqTable) {
-        self.completer().complete_front(cqs);
-    }
-
-    /// Fails the front WQE with `status`, flushes every other send and
-    /// receive request and moves the QP to the error state.
-    pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) {
-        let f = self.completer().fail(status, cqs);
-        self.failed(f, cqs);
     }
 
     /// The completer failed a request: the QP moves to the error state.

@@ -261,19 +261,14 @@ impl Endpoint {
         match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
             ReqOutcome::Idle => None,
             ReqOutcome::LocalError(status) => {
-                // Complete what was before the failing request first.
-                for _ in 0..qp.req.sq.before_cursor() {
-                    qp.complete_front(&mut self.cqs);
-                }
-                qp.fail(status, &mut self.cqs);
+                // What was before the failing request completes first.
+                qp.fail_at_cursor(status, &mut self.cqs);
                 self.events.push_back(AsyncEvent::QpFatal(qpn));
                 None
             }
             ReqOutcome::Sent { len, dest, payload } => {
                 // UC and UD requests complete once sent.
-                while qp.req.sq.front().is_some_and(|w| w.sent) {
-                    qp.complete_front(&mut self.cqs);
-                }
+                qp.complete_sent(&mut self.cqs);
                 if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
                     let bytes = len + payload.as_ref().map_or(0, |p| p.len);
                     cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);

@@ -1,6 +1,11 @@
 //! The queue pair: its type, the IBTA state machine with the attribute
 //! rules of `ibv_modify_qp`, and the state the requester, completer and
-//! responder share.
+//! responder share. Each of the three works on a narrow view of the QP,
+//! borrowed field by field here (`requester_parts`, `completer`,
+//! `responder_parts`), so that its signature says what it can touch; what
+//! one needs of another comes in as a value (the responder's `conversing`)
+//! and what only the QP may do (move to ERR, flush both sides) goes out
+//! as an outcome (`FatalNak`, `Failed`).
 
 use crate::completer::{Completer, Failed};
 use crate::cq::CqTable;

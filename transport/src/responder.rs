@@ -78,7 +78,7 @@ impl Response {
 #[derive(Debug)]
 pub struct Responder {
     pub(crate) epsn: Psn,
-    pub(crate) msn: u32,
+    msn: u32,
     cur: Option<InMessage>,
     /// A PSN sequence error NAK went out; no other until the expected PSN arrives.
     nak_sent: bool,

@@ -15,16 +15,48 @@
 
 use crate::cq::CqTable;
 use crate::framing::scatter;
-use crate::memory::MemoryTable;
-use crate::qp::{Qp, QpState};
-use crate::send_queue::SendWqe;
+use crate::memory::{MemoryTable, Pd};
+use crate::qp::{CqId, QpParams, QpState};
+use crate::retry::RetryBudget;
+use crate::send_queue::{SendQueue, SendWqe};
 use crate::stats::{Drop, Stats};
 use crate::time::{local_ack_timeout, Instant};
-use crate::timers::Timer;
+use crate::timers::{Timer, Timers};
 use crate::wr::{SendOp, WcStatus, WorkCompletion};
 use rdma_wire::{NakCode, Operation, Psn, Syndrome, TransportPacket};
 
-impl Qp {
+/// The completer: the part of a QP it works on, borrowed field by field
+/// (`Qp::completer`): the send queue and its PSN window, the retry
+/// budgets, the local ACK and RNR timers, and what it reads of the QP's
+/// identity and attributes. Not the receive side nor the responder: when a
+/// request fails, it says so ([`Failed`]) and the QP moves to the error
+/// state and flushes both sides.
+pub(crate) struct Completer<'a> {
+    pub(crate) num: u32,
+    /// READ responses and atomic ACKs scatter into buffers of this PD.
+    pub(crate) pd: Pd,
+    pub(crate) send_cq: CqId,
+    pub(crate) sq_sig_all: bool,
+    /// Only read: moving the QP to the error state is the QP's job.
+    pub(crate) state: QpState,
+    pub(crate) params: &'a QpParams,
+    pub(crate) sq: &'a mut SendQueue,
+    pub(crate) retries: &'a mut RetryBudget,
+    /// The requester's count of go-back-Ns (for the driver).
+    pub(crate) retransmits: &'a mut u64,
+    /// The completer arms and stops only [`Timer::Retransmit`] and
+    /// [`Timer::RnrWait`].
+    pub(crate) timers: &'a mut Timers,
+}
+
+/// The completer failed the request at the front of the send queue (its
+/// completion is out): the QP must now move to the error state and flush
+/// (`Qp::enter_error`). Nothing else happens after a failure.
+#[must_use]
+#[derive(Debug)]
+pub(crate) struct Failed;
+
+impl Completer<'_> {
     fn completion_for(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
         let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.num);
         if status == WcStatus::Success {
@@ -35,9 +67,9 @@ impl Qp {
 
     /// Completes the WQE at the front of the send queue successfully.
     pub(crate) fn complete_front(&mut self, cqs: &mut CqTable) {
-        let Some(w) = self.req.sq.retire_front() else { return };
-        if w.wr.signaled || self.init.sq_sig_all {
-            cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::Success));
+        let Some(w) = self.sq.retire_front() else { return };
+        if w.wr.signaled || self.sq_sig_all {
+            cqs.push(self.send_cq, self.completion_for(&w, WcStatus::Success));
         }
         cqs.pool.recycle(w.wr.sg_list);
         if let Some(d) = w.wr.inline_data {
@@ -45,103 +77,111 @@ impl Qp {
         }
     }
 
-    /// Fails the front WQE with `status`, flushes every other send and
-    /// receive request and moves the QP to the error state.
-    pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) {
-        tracing::debug!(qpn = self.num, ?status, "QP moves to the error state");
-        if let Some(w) = self.req.sq.retire_front() {
-            cqs.push(self.init.send_cq, self.completion_for(&w, status));
+    /// UC and UD requests complete once sent: completes those at the front.
+    pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
+        while self.sq.front().is_some_and(|w| w.sent) {
+            self.complete_front(cqs);
         }
-        self.state = QpState::Err;
-        self.flush(cqs);
     }
 
-    /// Completes every queued request with WR_FLUSH_ERR (the QP is in ERR).
+    /// The request at the requester's cursor failed locally: the requests
+    /// before it complete first, then it fails with `status`.
+    pub(crate) fn fail_at_cursor(&mut self, status: WcStatus, cqs: &mut CqTable) -> Failed {
+        for _ in 0..self.sq.before_cursor() {
+            self.complete_front(cqs);
+        }
+        self.fail(status, cqs)
+    }
+
+    /// Fails the front WQE with `status`; the QP is to move to the error
+    /// state.
+    pub(crate) fn fail(&mut self, status: WcStatus, cqs: &mut CqTable) -> Failed {
+        tracing::debug!(qpn = self.num, ?status, "QP moves to the error state");
+        if let Some(w) = self.sq.retire_front() {
+            cqs.push(self.send_cq, self.completion_for(&w, status));
+        }
+        Failed
+    }
+
+    /// Completes every queued send request with WR_FLUSH_ERR (the QP is
+    /// in ERR) and stops the send side's timers.
     pub(crate) fn flush(&mut self, cqs: &mut CqTable) {
-        let flushed: Vec<SendWqe> = self.req.sq.drain().collect();
+        let flushed: Vec<SendWqe> = self.sq.drain().collect();
         for w in flushed {
-            cqs.push(self.init.send_cq, self.completion_for(&w, WcStatus::WrFlushErr));
+            cqs.push(self.send_cq, self.completion_for(&w, WcStatus::WrFlushErr));
         }
         self.timers.stop(Timer::Retransmit);
         self.timers.stop(Timer::RnrWait);
-        self.timers.stop(Timer::HeldAck);
-        // A SEND in progress holds a receive WQE (its own or the SRQ's):
-        // it is flushed with the rest, not lost.
-        let taken = self.resp.abandon_message();
-        let own = if self.init.srq.is_none() { self.rq.drain(..).collect() } else { Vec::new() };
-        for r in taken.into_iter().chain(own) {
-            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, crate::wr::WcOpcode::Recv, self.num);
-            cqs.push(self.init.recv_cq, wc);
-        }
     }
 
     /// Forward progress refills the retry budgets: they count failed
     /// attempts in a row, not over the QP's life.
     fn refill_retries(&mut self) {
-        self.req.retries.refill(&self.params);
+        self.retries.refill(self.params);
     }
 
     /// Progress was made: the retry budgets refill and the timer restarts.
     fn progressed(&mut self, now: Instant) {
         self.refill_retries();
-        let rto = if self.req.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
+        let rto = if self.sq.outstanding() { local_ack_timeout(self.params.timeout).map(|d| now + d) } else { None };
         self.timers.set_opt(Timer::Retransmit, rto);
     }
 
     /// Acknowledges every packet up to and including `psn`. Returns false
     /// if it stopped at a READ or atomic whose response is missing (an
     /// implied NAK, already acted on).
-    fn ack_through(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) -> bool {
-        while let Some(w) = self.req.sq.front() {
+    fn ack_through(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) -> Result<bool, Failed> {
+        while let Some(w) = self.sq.front() {
             if !w.started || psn.distance_from(w.first_psn) >= Psn::HALF {
                 break; // the WQE starts after psn
             }
             if w.wr.op.writes_local() {
                 // Covered by an ACK but its response never came: go back to it.
                 tracing::debug!(qpn = self.num, psn = w.first_psn.value(), "implied NAK");
-                let from = self.req.sq.comp_psn();
-                self.recover_gap(from, cqs, stats);
-                return false;
+                let from = self.sq.comp_psn();
+                self.recover_gap(from, cqs, stats)?;
+                return Ok(false);
             }
             if w.last_psn().distance_from(w.first_psn) <= psn.distance_from(w.first_psn) {
                 let next = w.last_psn().next();
-                self.req.sq.acknowledge_before(next);
+                self.sq.acknowledge_before(next);
                 self.complete_front(cqs);
             } else {
-                self.req.sq.acknowledge_before(psn.next());
+                self.sq.acknowledge_before(psn.next());
                 break;
             }
         }
-        let comp = self.req.sq.comp_psn();
-        self.req.sq.cursor_not_before(comp);
-        true
+        let comp = self.sq.comp_psn();
+        self.sq.cursor_not_before(comp);
+        Ok(true)
     }
 
     fn go_back(&mut self, psn: Psn, stats: &mut Stats) {
-        if self.req.sq.rewind_to(psn) {
+        if self.sq.rewind_to(psn) {
             stats.retransmits += 1;
-            self.req.retransmits += 1;
+            *self.retransmits += 1;
         }
     }
 
     /// Goes back to `psn` after a gap in the responses, unless it already
     /// did for this PSN and nothing has arrived since.
-    fn recover_gap(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
-        if !self.req.retries.start_recovery(psn) {
+    fn recover_gap(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) -> Result<(), Failed> {
+        if !self.retries.start_recovery(psn) {
             tracing::trace!(qpn = self.num, psn = psn.value(), "already recovering from this PSN");
             stats.drop(Drop::DuplicateResponse, self.num);
-            return;
+            return Ok(());
         }
         stats.implied_naks += 1;
-        self.retry_or_fail(psn, cqs, stats);
+        self.retry_or_fail(psn, cqs, stats)
     }
 
     /// Spends one transport retry, or fails the QP when none is left.
-    fn retry_or_fail(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) {
-        if self.req.retries.spend_transport() {
+    fn retry_or_fail(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) -> Result<(), Failed> {
+        if self.retries.spend_transport() {
             self.go_back(psn, stats);
+            Ok(())
         } else {
-            self.fail(WcStatus::RetryExcErr, cqs);
+            Err(self.fail(WcStatus::RetryExcErr, cqs))
         }
     }
 
@@ -153,44 +193,43 @@ impl Qp {
         mrs: &MemoryTable,
         cqs: &mut CqTable,
         stats: &mut Stats,
-    ) {
+    ) -> Result<(), Failed> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             stats.drop(Drop::QpNotReady, self.num);
-            return;
+            return Ok(());
         }
         let bth = p.bth();
         let psn = bth.psn();
         let op = p.info().operation;
-        if !self.req.sq.is_outstanding(psn) {
+        if !self.sq.is_outstanding(psn) {
             tracing::trace!(
                 qpn = self.num,
                 psn = psn.value(),
-                comp = self.req.sq.comp_psn().value(),
-                next = self.req.sq.next_psn().value(),
+                comp = self.sq.comp_psn().value(),
+                next = self.sq.next_psn().value(),
                 "ghost"
             );
             stats.drop(Drop::GhostResponse, self.num);
-            return;
+            return Ok(());
         }
         if op == Operation::Acknowledge {
-            let Some(aeth) = p.aeth() else { return };
+            let Some(aeth) = p.aeth() else { return Ok(()) };
             match aeth.syndrome() {
                 Syndrome::Ack(_) => {
-                    if self.ack_through(psn, cqs, stats) {
+                    if self.ack_through(psn, cqs, stats)? {
                         self.progressed(now);
                     }
                 }
                 Syndrome::RnrNak(timer) => {
                     stats.rnr_naks_received += 1;
-                    if psn != self.req.sq.comp_psn() {
-                        if !self.ack_through(psn.sub(1), cqs, stats) {
-                            return;
+                    if psn != self.sq.comp_psn() {
+                        if !self.ack_through(psn.sub(1), cqs, stats)? {
+                            return Ok(());
                         }
                         self.refill_retries();
                     }
-                    if !self.req.retries.spend_rnr() {
-                        self.fail(WcStatus::RnrRetryExcErr, cqs);
-                        return;
+                    if !self.retries.spend_rnr() {
+                        return Err(self.fail(WcStatus::RnrRetryExcErr, cqs));
                     }
                     self.timers.set(Timer::RnrWait, now + timer.duration());
                     self.timers.stop(Timer::Retransmit);
@@ -198,35 +237,34 @@ impl Qp {
                 }
                 Syndrome::Nak(code) => {
                     stats.naks_received += 1;
-                    if psn != self.req.sq.comp_psn() {
-                        if !self.ack_through(psn.sub(1), cqs, stats) {
-                            return;
+                    if psn != self.sq.comp_psn() {
+                        if !self.ack_through(psn.sub(1), cqs, stats)? {
+                            return Ok(());
                         }
                         self.refill_retries();
                     }
                     let status = match code {
                         NakCode::PsnSequenceError => {
-                            self.retry_or_fail(psn, cqs, stats);
-                            return;
+                            return self.retry_or_fail(psn, cqs, stats);
                         }
                         NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                         NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                         _ => WcStatus::RemInvReqErr,
                     };
-                    self.fail(status, cqs);
+                    return Err(self.fail(status, cqs));
                 }
                 Syndrome::Reserved(_) => stats.drop(Drop::BadResponse, self.num),
             }
-            return;
+            return Ok(());
         }
 
         // A READ response or an atomic ACK: find the request it answers.
-        let Some(i) = self.req.sq.position_of(psn) else {
+        let Some(i) = self.sq.position_of(psn) else {
             stats.drop(Drop::GhostResponse, self.num);
-            return;
+            return Ok(());
         };
         let wants_read = op == Operation::RdmaReadResponse;
-        let Some(answered) = self.req.sq.get(i) else { return };
+        let Some(answered) = self.sq.get(i) else { return Ok(()) };
         let is_match = match answered.wr.op {
             SendOp::RdmaRead { .. } => wants_read,
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => op == Operation::AtomicAcknowledge,
@@ -234,35 +272,34 @@ impl Qp {
         };
         if !is_match {
             stats.drop(Drop::BadResponse, self.num);
-            return;
+            return Ok(());
         }
         // Earlier SENDs and WRITEs are implicitly acknowledged; an earlier
         // READ or atomic still open means its response was lost.
-        if self.req.sq.iter().take(i).any(|w| w.wr.op.writes_local()) {
-            let from = self.req.sq.comp_psn();
-            self.recover_gap(from, cqs, stats);
-            return;
+        if self.sq.iter().take(i).any(|w| w.wr.op.writes_local()) {
+            let from = self.sq.comp_psn();
+            return self.recover_gap(from, cqs, stats);
         }
         for _ in 0..i {
             self.complete_front(cqs);
         }
-        let Some(first) = self.req.sq.front().map(|w| w.first_psn) else { return };
-        let comp = self.req.sq.comp_psn();
+        let Some(first) = self.sq.front().map(|w| w.first_psn) else { return Ok(()) };
+        let comp = self.sq.comp_psn();
         if first.distance_from(comp) < Psn::HALF {
-            self.req.sq.acknowledge_before(first);
+            self.sq.acknowledge_before(first);
         }
-        let comp = self.req.sq.comp_psn();
+        let comp = self.sq.comp_psn();
         if psn != comp {
             if psn.distance_from(comp) < Psn::HALF {
                 // Responses before this one were lost.
                 let from = comp;
-                self.recover_gap(from, cqs, stats);
+                self.recover_gap(from, cqs, stats)?;
             } else {
                 stats.drop(Drop::DuplicateResponse, self.num);
             }
-            return;
+            return Ok(());
         }
-        let Some(w) = self.req.sq.front() else { return };
+        let Some(w) = self.sq.front() else { return Ok(()) };
         let k = psn.distance_from(w.first_psn);
         let mtu = u64::from(self.params.mtu.bytes());
         let done = match w.wr.op {
@@ -270,47 +307,45 @@ impl Qp {
                 let expected = (w.wr.length() - (u64::from(k) * mtu).min(w.wr.length())).min(mtu);
                 if p.payload().len() as u64 != expected {
                     stats.drop(Drop::BadResponse, self.num);
-                    self.fail(WcStatus::BadRespErr, cqs);
-                    return;
+                    return Err(self.fail(WcStatus::BadRespErr, cqs));
                 }
-                if scatter(mrs, self.init.pd, &w.wr.sg_list, u64::from(k) * mtu, p.payload()).is_err() {
-                    self.fail(WcStatus::LocProtErr, cqs);
-                    return;
+                if scatter(mrs, self.pd, &w.wr.sg_list, u64::from(k) * mtu, p.payload()).is_err() {
+                    return Err(self.fail(WcStatus::LocProtErr, cqs));
                 }
                 k + 1 == w.npkts
             }
             _ => {
                 let orig = p.atomic_ack_eth().map_or(0, |a| a.orig());
-                if scatter(mrs, self.init.pd, &w.wr.sg_list, 0, &orig.to_ne_bytes()).is_err() {
-                    self.fail(WcStatus::LocProtErr, cqs);
-                    return;
+                if scatter(mrs, self.pd, &w.wr.sg_list, 0, &orig.to_ne_bytes()).is_err() {
+                    return Err(self.fail(WcStatus::LocProtErr, cqs));
                 }
                 true
             }
         };
-        self.req.sq.acknowledge_before(psn.next());
+        self.sq.acknowledge_before(psn.next());
         if done {
             self.complete_front(cqs);
         }
-        let comp = self.req.sq.comp_psn();
-        self.req.sq.cursor_not_before(comp);
+        let comp = self.sq.comp_psn();
+        self.sq.cursor_not_before(comp);
         self.progressed(now);
+        Ok(())
     }
 
     /// The local ACK timer fired.
-    pub(crate) fn handle_ack_timeout(&mut self, cqs: &mut CqTable, stats: &mut Stats) {
+    pub(crate) fn handle_ack_timeout(&mut self, cqs: &mut CqTable, stats: &mut Stats) -> Result<(), Failed> {
         self.timers.stop(Timer::Retransmit);
-        if !self.req.outstanding() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
-            return;
+        if !self.sq.outstanding() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return Ok(());
         }
         stats.timeouts += 1;
         tracing::debug!(
             qpn = self.num,
-            psn = self.req.sq.comp_psn().value(),
-            retries_left = self.req.retries.transport_left(),
+            psn = self.sq.comp_psn().value(),
+            retries_left = self.retries.transport_left(),
             "local ACK timeout"
         );
-        let from = self.req.sq.comp_psn();
-        self.retry_or_fail(from, cqs, stats);
+        let from = self.sq.comp_psn();
+        self.retry_or_fail(from, cqs, stats)
     }
 }

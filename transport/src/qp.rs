@@ -1,15 +1,24 @@
 //! The queue pair: its type, the IBTA state machine with the attribute
 //! rules of `ibv_modify_qp`, and the state the requester, completer and
-//! responder share.
+//! responder share. Each of the three works on a narrow view of the QP,
+//! borrowed field by field here (`requester_parts`, `completer`,
+//! `responder_parts`), so that its signature says what it can touch; what
+//! one needs of another comes in as a value (the responder's `conversing`)
+//! and what only the QP may do (move to ERR, flush both sides) goes out
+//! as an outcome (`FatalNak`, `Failed`).
 
+use crate::completer::{Completer, Failed};
+use crate::cq::CqTable;
 use crate::error::VerbsError;
+use crate::framing::{Framer, PayloadRef};
+use crate::memory::MemoryTable;
 use crate::memory::{Access, Pd};
-use crate::requester::Requester;
-use crate::responder::Responder;
+use crate::requester::{ReqOutcome, ReqQp, Requester};
+use crate::responder::{AckHold, RespCtx, RespQp, Responder};
 pub use crate::stats::QpStats;
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
-use crate::wr::RecvWr;
+use crate::wr::{RecvWr, WcStatus};
 use core::net::IpAddr;
 use rdma_wire::Psn;
 use std::collections::VecDeque;
@@ -36,6 +45,13 @@ pub enum QpState {
     /// Send queue error (UC/UD): the send queue stopped, receives go on.
     Sqe,
     Err,
+}
+
+impl QpState {
+    /// Whether a QP in this state accepts packets on its receive side.
+    pub(crate) fn receives(self) -> bool {
+        matches!(self, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+    }
 }
 
 /// `ibv_mtu`: the path MTU, the largest payload of one packet.
@@ -231,8 +247,8 @@ pub struct Qp {
     /// Per-QP UDP source port (0xC000..=0xFFFF), for ECMP entropy as rxe does.
     pub src_port: u16,
     pub rq: VecDeque<RecvWr>,
-    pub req: Requester,
-    pub resp: Responder,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
     /// The requester's, completer's and responder's timers.
     pub(crate) timers: Timers,
     /// Data packets leave ECN-capable (see [`AddressVector::for_data`]).
@@ -419,8 +435,177 @@ impl Qp {
         Ok(())
     }
 
+    /// The responder and the part of the QP it may touch, borrowed apart.
+    #[inline]
+    fn responder_parts(&mut self) -> (&mut Responder, RespQp<'_>) {
+        let view = RespQp {
+            num: self.num,
+            qp_type: self.init.qp_type,
+            pd: self.init.pd,
+            srq: self.init.srq,
+            recv_cq: self.init.recv_cq,
+            state: self.state,
+            params: &self.params,
+            src_port: self.src_port,
+            ecn_capable: self.ecn_capable,
+            rq: &mut self.rq,
+            timers: &mut self.timers,
+        };
+        (&mut self.resp, view)
+    }
+
+    /// Handles a request packet addressed to this QP. A NAK that ends the
+    /// connection moves the QP to the error state here, where the send
+    /// queue is flushed too.
+    pub(crate) fn handle_request(&mut self, p: &rdma_wire::TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+        let (resp, mut view) = self.responder_parts();
+        if let Some(nak) = resp.handle_request(&mut view, p, ctx) {
+            self.enter_error(ctx.cqs);
+            self.resp.queue_fatal_nak(nak);
+        }
+    }
+
+    /// Writes the next response packet into `buf`, if one is waiting (see
+    /// [`Responder::transmit`]). Whether the requester sent lately, which
+    /// decides whether a lone ACK may wait for company, is read here.
+    pub(crate) fn responder_transmit(
+        &mut self,
+        now: Instant,
+        (hold, flush): (core::time::Duration, bool),
+        mrs: &MemoryTable,
+        framer: &Framer,
+        buf: &mut [u8],
+    ) -> Option<(usize, IpAddr, Option<PayloadRef>)> {
+        // Nothing to answer (most calls): no view, no clock reading.
+        if self.resp.is_idle() {
+            return None;
+        }
+        // Read only when it can matter: a lone ACK that may be held.
+        let conversing = !hold.is_zero() && !flush && self.req.sent_lately(now);
+        let (resp, mut view) = self.responder_parts();
+        resp.transmit(&mut view, now, AckHold { hold, flush, conversing }, mrs, framer, buf)
+    }
+
+    /// A READ response ended with a NAK that ends the connection (its
+    /// region went): once that NAK is out, the QP moves to the error state
+    /// and flushes. Returns whether it did.
+    pub(crate) fn fail_after_fatal_response(&mut self, cqs: &mut CqTable) -> bool {
+        if self.resp.take_fatal() && self.state != QpState::Err {
+            self.enter_error(cqs);
+            return true;
+        }
+        false
+    }
+
+    /// The requester and the part of the QP it may touch, borrowed apart.
+    #[inline]
+    fn requester_parts(&mut self) -> (&mut Requester, ReqQp<'_>) {
+        let view = ReqQp {
+            num: self.num,
+            qp_type: self.init.qp_type,
+            pd: self.init.pd,
+            state: self.state,
+            params: &self.params,
+            src_port: self.src_port,
+            ecn_capable: self.ecn_capable,
+            timers: &mut self.timers,
+        };
+        (&mut self.req, view)
+    }
+
+    /// Whether [`Qp::requester_transmit`] would send a request packet now
+    /// (see [`Requester::ready`]).
+    pub(crate) fn request_ready(&self, now: Instant) -> bool {
+        self.req.ready(self.state, self.init.qp_type, self.timers.is_running(Timer::RnrWait, now))
+    }
+
+    /// Writes the next request packet into `buf`, if there is one to send.
+    pub(crate) fn requester_transmit(
+        &mut self,
+        now: Instant,
+        mrs: &MemoryTable,
+        framer: &Framer,
+        buf: &mut [u8],
+    ) -> ReqOutcome {
+        let (req, mut view) = self.requester_parts();
+        req.transmit(&mut view, now, mrs, framer, buf)
+    }
+
+    /// UC and UD requests complete once sent: completes those at the front.
+    pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
+        // RC requests complete on their ACKs: no view for every RC packet.
+        if self.init.qp_type != QpType::Rc {
+            self.completer().complete_sent(cqs);
+        }
+    }
+
+    /// The request at the requester's cursor failed locally (`status`):
+    /// the requests before it complete, it fails, and the QP moves to the
+    /// error state.
+    pub(crate) fn fail_at_cursor(&mut self, status: WcStatus, cqs: &mut CqTable) {
+        let f = self.completer().fail_at_cursor(status, cqs);
+        self.failed(f, cqs);
+    }
+
+    /// The completer and the part of the QP it may touch, borrowed apart.
+    #[inline]
+    fn completer(&mut self) -> Completer<'_> {
+        Completer {
+            num: self.num,
+            pd: self.init.pd,
+            send_cq: self.init.send_cq,
+            sq_sig_all: self.init.sq_sig_all,
+            state: self.state,
+            params: &self.params,
+            sq: &mut self.req.sq,
+            retries: &mut self.req.retries,
+            retransmits: &mut self.req.retransmits,
+            timers: &mut self.timers,
+        }
+    }
+
+    /// Handles an ACK, NAK, READ response or atomic ACK for this QP.
+    pub(crate) fn handle_response(
+        &mut self,
+        now: Instant,
+        p: &rdma_wire::TransportPacket<&[u8]>,
+        mrs: &MemoryTable,
+        cqs: &mut CqTable,
+        stats: &mut crate::stats::Stats,
+    ) {
+        if let Err(f) = self.completer().handle_response(now, p, mrs, cqs, stats) {
+            self.failed(f, cqs);
+        }
+    }
+
+    /// The local ACK timer fired.
+    pub(crate) fn handle_ack_timeout(&mut self, cqs: &mut CqTable, stats: &mut crate::stats::Stats) {
+        if let Err(f) = self.completer().handle_ack_timeout(cqs, stats) {
+            self.failed(f, cqs);
+        }
+    }
+
+    /// The completer failed a request: the QP moves to the error state.
+    fn failed(&mut self, _: Failed, cqs: &mut CqTable) {
+        self.enter_error(cqs);
+    }
+
+    /// Moves the QP to the error state and flushes it.
+    fn enter_error(&mut self, cqs: &mut CqTable) {
+        self.state = QpState::Err;
+        self.flush(cqs);
+    }
+
+    /// Completes every queued request with WR_FLUSH_ERR (the QP is in
+    /// ERR): the send queue's, then the receive side's.
+    pub(crate) fn flush(&mut self, cqs: &mut CqTable) {
+        self.completer().flush(cqs);
+        let (resp, mut view) = self.responder_parts();
+        resp.flush(&mut view, cqs);
+    }
+
     /// Whether the receive side accepts packets.
     pub fn can_receive(&self) -> bool {
-        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+        self.state.receives()
     }
 }

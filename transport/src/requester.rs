@@ -8,11 +8,11 @@
 
 use crate::framing::{gather, Framer, PayloadRef};
 use crate::memory::{Access, AccessError, MemoryTable, Pd};
-use crate::qp::{Qp, QpState, QpType};
+use crate::qp::{QpParams, QpState, QpType};
 use crate::retry::RetryBudget;
 use crate::send_queue::SendQueue;
 use crate::time::{local_ack_timeout, Instant};
-use crate::timers::Timer;
+use crate::timers::{Timer, Timers};
 use crate::wr::{SendOp, SendWr, WcStatus};
 use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, Psn, RethRepr, TransportRepr};
 
@@ -27,6 +27,10 @@ pub const ACK_REQ_EVERY: u32 = 16;
 /// whole queue again, drops more, and the sender runs out of retries.
 pub const MAX_UNACKED_PSNS: u32 = 128;
 
+/// How recently a QP must have sent a request for its responder to hold a
+/// lone ACK for company ([`crate::Endpoint::set_ack_delay`]).
+const CONVERSING: core::time::Duration = core::time::Duration::from_millis(1);
+
 pub use crate::send_queue::SendWqe;
 
 /// The requester's state: the send queue it shares with the completer,
@@ -39,9 +43,8 @@ pub struct Requester {
     since_ack_req: u32,
     /// Counted at the endpoint; kept here to tell the driver.
     pub retransmits: u64,
-    /// When this QP last sent a request packet: a responder holds a lone
-    /// ACK only for a QP that is sending too (see `Qp::responder_transmit`).
-    pub(crate) last_sent: Option<Instant>,
+    /// When this QP last sent a request packet (see [`Requester::sent_lately`]).
+    last_sent: Option<Instant>,
 }
 
 impl Requester {
@@ -53,6 +56,13 @@ impl Requester {
             retransmits: 0,
             last_sent: None,
         }
+    }
+
+    /// Whether this QP sent a request within [`CONVERSING`]: its
+    /// responder holds a lone ACK for company only then
+    /// (`Qp::responder_transmit`).
+    pub(crate) fn sent_lately(&self, now: Instant) -> bool {
+        self.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING)
     }
 
     /// Whether any transmitted packet awaits an acknowledgement.
@@ -120,7 +130,24 @@ fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
     }
 }
 
-/// What [`Qp::requester_transmit`] did.
+/// What the requester may see and change of its QP, borrowed field by
+/// field from it (`Qp::requester_parts`): its identity, attributes and
+/// state (read only) and the timers it arms. The send queue, its cursor
+/// and the retry budgets are the [`Requester`]'s own.
+pub(crate) struct ReqQp<'a> {
+    pub(crate) num: u32,
+    pub(crate) qp_type: QpType,
+    /// Local buffers are checked against this PD.
+    pub(crate) pd: Pd,
+    pub(crate) state: QpState,
+    pub(crate) params: &'a QpParams,
+    pub(crate) src_port: u16,
+    pub(crate) ecn_capable: bool,
+    /// The requester arms [`Timer::Retransmit`] and ends [`Timer::RnrWait`].
+    pub(crate) timers: &'a mut Timers,
+}
+
+/// What [`Requester::transmit`] did.
 #[derive(Debug)]
 pub(crate) enum ReqOutcome {
     /// Nothing to send now.
@@ -145,73 +172,75 @@ fn check_local(mrs: &MemoryTable, pd: Pd, wr: &SendWr) -> Result<(), AccessError
     Ok(())
 }
 
-impl Qp {
-    /// Whether [`Qp::requester_transmit`] would send a request packet now
-    /// (a request waits, and neither the state, an RNR wait nor the RC
-    /// window holds it): a held ACK that must go first need not leave
-    /// otherwise.
-    pub(crate) fn request_ready(&self, now: Instant) -> bool {
-        let may_send = self.state == QpState::Rts || (self.state == QpState::Sqd && self.req.outstanding());
-        if !may_send || self.timers.is_running(Timer::RnrWait, now) {
+impl Requester {
+    /// Whether [`Requester::transmit`] would send a request packet now (a
+    /// request waits, and neither the QP's state, an RNR wait (`rnr_wait`)
+    /// nor the RC window holds it): a held ACK that must go first need not
+    /// leave otherwise.
+    pub(crate) fn ready(&self, state: QpState, qp_type: QpType, rnr_wait: bool) -> bool {
+        let may_send = state == QpState::Rts || (state == QpState::Sqd && self.outstanding());
+        if !may_send || rnr_wait {
             return false;
         }
-        let Some((.., next)) = self.req.sq.at_cursor() else { return false };
-        !self.req.window_full(self.init.qp_type, next)
+        let Some((.., next)) = self.sq.at_cursor() else { return false };
+        !self.window_full(qp_type, next)
     }
 
     /// Writes the next request packet into `buf`, if there is one to send.
-    pub(crate) fn requester_transmit(
+    #[inline] // into `Qp::requester_transmit`: one call per packet
+    pub(crate) fn transmit(
         &mut self,
+        qp: &mut ReqQp<'_>,
         now: Instant,
         mrs: &MemoryTable,
         framer: &Framer,
         buf: &mut [u8],
     ) -> ReqOutcome {
-        let may_send = self.state == QpState::Rts || (self.state == QpState::Sqd && self.req.outstanding());
+        let may_send = qp.state == QpState::Rts || (qp.state == QpState::Sqd && self.outstanding());
         if !may_send {
             return ReqOutcome::Idle;
         }
-        if self.timers.is_running(Timer::RnrWait, now) {
+        if qp.timers.is_running(Timer::RnrWait, now) {
             return ReqOutcome::Idle;
         }
-        self.timers.stop(Timer::RnrWait);
-        let mtu = self.params.mtu.bytes();
-        let t = self.init.qp_type;
-        let Some((_, wqe, _, next)) = self.req.sq.at_cursor() else { return ReqOutcome::Idle };
-        if self.req.window_full(t, next) {
+        qp.timers.stop(Timer::RnrWait);
+        let mtu = qp.params.mtu.bytes();
+        let t = qp.qp_type;
+        let Some((_, wqe, _, next)) = self.sq.at_cursor() else { return ReqOutcome::Idle };
+        if self.window_full(t, next) {
             return ReqOutcome::Idle; // the window is full: wait for ACKs
         }
         if !wqe.started {
-            if self.state == QpState::Sqd {
+            if qp.state == QpState::Sqd {
                 return ReqOutcome::Idle; // drained: no new requests start
             }
-            if wqe.wr.op.writes_local() && self.req.sq.rd_atomic_in_flight() >= usize::from(self.params.max_rd_atomic) {
+            if wqe.wr.op.writes_local() && self.sq.rd_atomic_in_flight() >= usize::from(qp.params.max_rd_atomic) {
                 return ReqOutcome::Idle; // wait for a READ or atomic to complete
             }
-            if let Err(e) = check_local(mrs, self.init.pd, &wqe.wr) {
-                tracing::debug!(qpn = self.num, wr_id = wqe.wr.wr_id, error = %e, "local protection error");
+            if let Err(e) = check_local(mrs, qp.pd, &wqe.wr) {
+                tracing::debug!(qpn = qp.num, wr_id = wqe.wr.wr_id, error = %e, "local protection error");
                 return ReqOutcome::LocalError(WcStatus::LocProtErr);
             }
             let npkts = match wqe.wr.op {
                 SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
                 _ => packets_for(wqe.wr.length(), mtu),
             };
-            self.req.sq.start_at_cursor(npkts);
+            self.sq.start_at_cursor(npkts);
         }
-        let Some((_, wqe, k, psn)) = self.req.sq.at_cursor() else { return ReqOutcome::Idle };
+        let Some((_, wqe, k, psn)) = self.sq.at_cursor() else { return ReqOutcome::Idle };
         let n = wqe.npkts;
         let len = wqe.wr.length();
         let opcode = data_opcode(t, &wqe.wr.op, k, n);
         let info = opcode.info().expect("requester opcodes are in the table");
         let last = info.position.ends() || !info.has_payload;
-        self.req.since_ack_req += 1;
-        let ack_req = t == QpType::Rc && (last || self.req.since_ack_req >= ACK_REQ_EVERY);
+        self.since_ack_req += 1;
+        let ack_req = t == QpType::Rc && (last || self.since_ack_req >= ACK_REQ_EVERY);
         if ack_req {
-            self.req.since_ack_req = 0;
+            self.since_ack_req = 0;
         }
         let dest_qp = match (&wqe.wr.ud, t) {
             (Some(ud), QpType::Ud) => ud.remote_qpn,
-            _ => self.params.dest_qp,
+            _ => qp.params.dest_qp,
         };
         let mut tr = TransportRepr::new(BthRepr {
             opcode,
@@ -220,7 +249,7 @@ impl Qp {
                 && matches!(info.operation, rdma_wire::Operation::Send | rdma_wire::Operation::RdmaWrite),
             mig_req: false,
             pad_count: 0,
-            pkey: self.params.pkey,
+            pkey: qp.params.pkey,
             fecn: false,
             becn: false,
             dest_qp,
@@ -260,12 +289,12 @@ impl Qp {
                 }
                 if let (QpType::Ud, Some(ud)) = (t, &wqe.wr.ud) {
                     // A Q_Key with the high bit set means "use the QP's own" (ibv_post_send(3)).
-                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.params.qkey } else { ud.remote_qkey };
-                    tr.deth = Some(DethRepr { qkey, src_qp: self.num });
+                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.params.qkey } else { ud.remote_qkey };
+                    tr.deth = Some(DethRepr { qkey, src_qp: qp.num });
                 }
             }
         }
-        let av = match (&wqe.wr.ud, self.params.av) {
+        let av = match (&wqe.wr.ud, qp.params.av) {
             (Some(ud), _) if t == QpType::Ud => crate::qp::AddressVector {
                 dest: ud.dest,
                 hop_limit: ud.hop_limit,
@@ -276,42 +305,42 @@ impl Qp {
             (_, Some(av)) => av,
             _ => return ReqOutcome::LocalError(WcStatus::LocQpOpErr),
         }
-        .for_data(self.ecn_capable);
+        .for_data(qp.ecn_capable);
         let wr = &wqe.wr;
         let by_ref = match &wr.inline_data {
             Some(_) => Ok(None),
-            None => framer.payload_ref(mrs, self.init.pd, &wr.sg_list, offset, payload_len),
+            None => framer.payload_ref(mrs, qp.pd, &wr.sg_list, offset, payload_len),
         };
         let written = by_ref.and_then(|r| match r {
             Some(src) => {
-                let (n, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, src);
+                let (n, p) = framer.frame_by_ref(buf, &av, qp.src_port, &tr, src);
                 Ok((n, Some(p)))
             }
             None => framer
-                .frame(buf, &av, self.src_port, &tr, payload_len, |dst| match &wr.inline_data {
+                .frame(buf, &av, qp.src_port, &tr, payload_len, |dst| match &wr.inline_data {
                     Some(d) => {
                         dst.copy_from_slice(&d[offset as usize..offset as usize + dst.len()]);
                         Ok(())
                     }
-                    None => gather(mrs, self.init.pd, &wr.sg_list, offset, dst),
+                    None => gather(mrs, qp.pd, &wr.sg_list, offset, dst),
                 })
                 .map(|n| (n, None)),
         });
         let (len, payload) = match written {
             Ok(n) => n,
             Err(e) => {
-                tracing::debug!(qpn = self.num, error = %e, "local protection error while gathering");
+                tracing::debug!(qpn = qp.num, error = %e, "local protection error while gathering");
                 return ReqOutcome::LocalError(WcStatus::LocProtErr);
             }
         };
 
         // Advance the cursor: a READ request covers all its remaining PSNs.
         let is_read = matches!(wr.op, SendOp::RdmaRead { .. });
-        self.req.sq.advance_cursor(is_read || k + 1 >= n, t != QpType::Rc);
-        if t == QpType::Rc && !self.timers.is_armed(Timer::Retransmit) {
-            self.timers.set_opt(Timer::Retransmit, local_ack_timeout(self.params.timeout).map(|d| now + d));
+        self.sq.advance_cursor(is_read || k + 1 >= n, t != QpType::Rc);
+        if t == QpType::Rc && !qp.timers.is_armed(Timer::Retransmit) {
+            qp.timers.set_opt(Timer::Retransmit, local_ack_timeout(qp.params.timeout).map(|d| now + d));
         }
-        self.req.last_sent = Some(now);
+        self.last_sent = Some(now);
         ReqOutcome::Sent { len, dest: av.dest, payload }
     }
 }

@@ -20,12 +20,12 @@
 use crate::cq::CqTable;
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd, RegionMemory};
-use crate::qp::{Qp, QpType};
+use crate::qp::{CqId, QpParams, QpState, QpType, SrqId};
 use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
 use crate::srq::SrqTable;
 use crate::stats::{Drop, Stats};
-use crate::timers::Timer;
+use crate::timers::{Timer, Timers};
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,
@@ -36,10 +36,6 @@ use std::collections::VecDeque;
 /// The longest message IBTA allows (a RETH's DMA length above it is an
 /// invalid request).
 const MAX_MESSAGE: u64 = 1 << 31;
-
-/// How recently a QP must have sent a request for its responder to hold a
-/// lone ACK for company ([`crate::Endpoint::set_ack_delay`]).
-const CONVERSING: core::time::Duration = core::time::Duration::from_millis(1);
 
 /// A message being received over several packets.
 #[derive(Debug, Clone)]
@@ -82,7 +78,7 @@ impl Response {
 #[derive(Debug)]
 pub struct Responder {
     pub(crate) epsn: Psn,
-    pub(crate) msn: u32,
+    msn: u32,
     cur: Option<InMessage>,
     /// A PSN sequence error NAK went out; no other until the expected PSN arrives.
     nak_sent: bool,
@@ -91,7 +87,7 @@ pub struct Responder {
     resources: Resources,
     /// A READ response found its region gone or no longer readable and
     /// answered with a NAK: the QP moves to the error state once it is sent.
-    pub(crate) fatal: bool,
+    fatal: bool,
     /// UC: drop packets until the next FIRST or ONLY.
     uc_resync: bool,
 }
@@ -113,7 +109,7 @@ impl Responder {
     /// Drops the message in progress and every queued answer (the QP is
     /// going to the error state); returns the receive WQE a SEND in
     /// progress had taken, so that it can be flushed.
-    pub(crate) fn abandon_message(&mut self) -> Option<RecvWr> {
+    fn abandon_message(&mut self) -> Option<RecvWr> {
         self.out.clear();
         self.resources.clear();
         match self.cur.take() {
@@ -187,7 +183,31 @@ enum Fail {
     Drop(Drop),
 }
 
-impl Qp {
+/// What the responder may see and change of its QP, borrowed field by
+/// field from it (`Qp::responder_parts`): its identity, attributes and
+/// state, the receive queue, and the held-ACK timer. Not the send queue,
+/// the requester or congestion control: what the responder needs of those
+/// comes in as values (`conversing`) or goes out as outcomes
+/// ([`FatalNak`], [`Responder::take_fatal`]).
+pub(crate) struct RespQp<'a> {
+    pub(crate) num: u32,
+    pub(crate) qp_type: QpType,
+    /// The QP's PD: RDMA targets are checked against it, and so are its
+    /// own receive buffers (an SRQ's are checked against the SRQ's).
+    pub(crate) pd: Pd,
+    pub(crate) srq: Option<SrqId>,
+    pub(crate) recv_cq: CqId,
+    /// Only read: moving the QP to the error state is the QP's job.
+    pub(crate) state: QpState,
+    pub(crate) params: &'a QpParams,
+    pub(crate) src_port: u16,
+    pub(crate) ecn_capable: bool,
+    pub(crate) rq: &'a mut VecDeque<RecvWr>,
+    /// The responder arms and stops only [`Timer::HeldAck`].
+    pub(crate) timers: &'a mut Timers,
+}
+
+impl RespQp<'_> {
     fn recv_completion(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
         WorkCompletion { byte_len, ..WorkCompletion::new(wr_id, status, opcode, self.num) }
     }
@@ -195,131 +215,226 @@ impl Qp {
     /// Takes a receive WQE from the QP's receive queue or its SRQ, with
     /// the PD its buffers are checked against (the SRQ's, for an SRQ).
     fn take_recv(&mut self, ctx: &mut RespCtx<'_>) -> Option<(RecvWr, Pd)> {
-        match self.init.srq {
+        match self.srq {
             Some(srq) => ctx.srqs.take(srq),
-            None => self.rq.pop_front().map(|r| (r, self.init.pd)),
+            None => self.rq.pop_front().map(|r| (r, self.pd)),
         }
+    }
+
+    /// The responder resources this QP advertises (`max_dest_rd_atomic`).
+    fn rd_atomic_capacity(&self) -> usize {
+        usize::from(self.params.max_dest_rd_atomic.max(1))
+    }
+
+    /// Checks an RDMA target: the QP must allow the access, and the key,
+    /// PD, bounds and region access must allow it.
+    fn check_rkey<'m>(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        needed: Access,
+        ctx: &RespCtx<'m>,
+    ) -> Result<(&'m crate::memory::MemoryRegion, usize), ()> {
+        if !self.params.access.contains(needed) {
+            tracing::debug!(qpn = self.num, ?needed, "QP access flags forbid this operation");
+            return Err(());
+        }
+        ctx.mrs.check(rkey, self.pd, va, len, needed).map_err(|e| {
+            tracing::debug!(qpn = self.num, error = %e, "rkey check failed");
+        })
+    }
+}
+
+/// An RC request answered with a NAK that ends the connection (invalid
+/// request, remote access or operational error). The QP moves to the
+/// error state and flushes; the NAK is queued after that
+/// ([`Responder::queue_fatal_nak`]), as the flush drops every response
+/// queued before it.
+#[must_use]
+pub(crate) struct FatalNak {
+    psn: Psn,
+    code: NakCode,
+}
+
+/// How a lone positive ACK may be held back ([`Responder::transmit`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AckHold {
+    /// The endpoint's ACK delay (zero: never hold).
+    pub(crate) hold: core::time::Duration,
+    /// Send a held ACK now.
+    pub(crate) flush: bool,
+    /// The QP's requester sent lately: only then is company expected soon.
+    pub(crate) conversing: bool,
+}
+
+impl Responder {
+    /// Queues the NAK of a [`FatalNak`], once the QP is in the error state
+    /// and flushed.
+    pub(crate) fn queue_fatal_nak(&mut self, f: FatalNak) {
+        self.nak(f.psn, f.code);
+    }
+
+    /// Completes the receive requests with WR_FLUSH_ERR (the QP is in
+    /// ERR) and drops every queued answer.
+    pub(crate) fn flush(&mut self, qp: &mut RespQp<'_>, cqs: &mut CqTable) {
+        qp.timers.stop(Timer::HeldAck);
+        // A SEND in progress holds a receive WQE (its own or the SRQ's):
+        // it is flushed with the rest, not lost.
+        let taken = self.abandon_message();
+        let own = if qp.srq.is_none() { qp.rq.drain(..).collect() } else { Vec::new() };
+        for r in taken.into_iter().chain(own) {
+            let wc = WorkCompletion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.num);
+            cqs.push(qp.recv_cq, wc);
+        }
+    }
+
+    /// Whether no response waits to go out.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// Whether a READ response is next to go (the pacer gates it as data).
+    pub(crate) fn read_first(&self) -> bool {
+        matches!(self.out.front(), Some(Response::Read { .. }))
+    }
+
+    /// Whether a READ response ended with a NAK that ends the connection
+    /// (see `check_read_source`); clears it.
+    pub(crate) fn take_fatal(&mut self) -> bool {
+        std::mem::take(&mut self.fatal)
     }
 
     /// Handles a request packet addressed to this QP.
-    pub(crate) fn handle_request(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
-        if !self.can_receive() {
-            ctx.stats.drop(Drop::QpNotReady, self.num);
-            return;
+    #[inline] // into `Qp::handle_request`: one call per packet, as before the view
+    pub(crate) fn handle_request(
+        &mut self,
+        qp: &mut RespQp<'_>,
+        p: &TransportPacket<&[u8]>,
+        ctx: &mut RespCtx<'_>,
+    ) -> Option<FatalNak> {
+        if !qp.state.receives() {
+            ctx.stats.drop(Drop::QpNotReady, qp.num);
+            return None;
         }
-        match self.init.qp_type {
-            QpType::Ud => self.receive_ud(p, ctx),
-            QpType::Uc => self.receive_uc(p, ctx),
-            QpType::Rc => self.receive_rc(p, ctx),
+        match qp.qp_type {
+            QpType::Ud => self.receive_ud(qp, p, ctx),
+            QpType::Uc => self.receive_uc(qp, p, ctx),
+            QpType::Rc => return self.receive_rc(qp, p, ctx),
         }
+        None
     }
 
-    fn receive_rc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+    #[inline] // the common case, into `handle_request`
+    fn receive_rc(
+        &mut self,
+        qp: &mut RespQp<'_>,
+        p: &TransportPacket<&[u8]>,
+        ctx: &mut RespCtx<'_>,
+    ) -> Option<FatalNak> {
         let bth = p.bth();
         let psn = bth.psn();
-        tracing::trace!(qpn = self.num, psn = psn.value(), epsn = self.resp.epsn.value(), opcode = %bth.opcode(), "request");
+        tracing::trace!(qpn = qp.num, psn = psn.value(), epsn = self.epsn.value(), opcode = %bth.opcode(), "request");
         // 1. check_psn
-        let d = psn.diff(self.resp.epsn);
+        let d = psn.diff(self.epsn);
         if d > 0 {
             tracing::trace!(
-                qpn = self.num,
+                qpn = qp.num,
                 psn = psn.value(),
-                epsn = self.resp.epsn.value(),
+                epsn = self.epsn.value(),
                 "request ahead of the expected PSN"
             );
-            ctx.stats.drop(Drop::PsnOutOfSequence, self.num);
-            if !self.resp.nak_sent {
-                self.resp.nak_sent = true;
+            ctx.stats.drop(Drop::PsnOutOfSequence, qp.num);
+            if !self.nak_sent {
+                self.nak_sent = true;
                 ctx.stats.naks_sent += 1;
-                let epsn = self.resp.epsn;
-                self.resp.nak(epsn, NakCode::PsnSequenceError);
+                let epsn = self.epsn;
+                self.nak(epsn, NakCode::PsnSequenceError);
             }
-            return;
+            return None;
         }
         if d < 0 {
-            self.duplicate_rc(p, ctx);
-            return;
+            self.duplicate_rc(qp, p, ctx);
+            return None;
         }
-        self.resp.nak_sent = false;
-        match self.execute(p, ctx) {
+        self.nak_sent = false;
+        match self.execute(qp, p, ctx) {
             Ok(()) => {}
             Err(Fail::Rnr) => {
                 ctx.stats.rnr_naks_sent += 1;
-                ctx.stats.drop(Drop::NoReceiveWqe, self.num);
-                let timer = RnrTimer::new(self.params.min_rnr_timer);
-                self.resp.ack(psn, Syndrome::RnrNak(timer));
+                ctx.stats.drop(Drop::NoReceiveWqe, qp.num);
+                let timer = RnrTimer::new(qp.params.min_rnr_timer);
+                self.ack(psn, Syndrome::RnrNak(timer));
             }
             Err(Fail::Nak(code, why)) => {
                 ctx.stats.naks_sent += 1;
-                ctx.stats.drop(why, self.num);
+                ctx.stats.drop(why, qp.num);
                 // An invalid request, a remote access error or an
                 // operational error ends the connection on the responder
                 // too, as in rxe: a peer cannot go on probing keys and
                 // bounds for free.
-                tracing::debug!(qpn = self.num, ?code, "NAK: the responder QP moves to the error state");
-                self.state = crate::qp::QpState::Err;
-                self.flush(ctx.cqs);
-                self.resp.nak(psn, code);
+                tracing::debug!(qpn = qp.num, ?code, "NAK: the responder QP moves to the error state");
+                return Some(FatalNak { psn, code });
             }
-            Err(Fail::Drop(why)) => ctx.stats.drop(why, self.num),
+            Err(Fail::Drop(why)) => ctx.stats.drop(why, qp.num),
         }
+        None
     }
 
     /// A request with a PSN already seen: re-ACK a SEND or WRITE; answer
     /// a READ or atomic again only if it matches a remembered responder
     /// resource (a READ from memory, an atomic with its saved result, never
     /// run twice); drop any other.
-    fn duplicate_rc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+    fn duplicate_rc(&mut self, qp: &mut RespQp<'_>, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         ctx.stats.duplicates += 1;
         let psn = p.bth().psn();
-        let mtu = u64::from(self.params.mtu.bytes());
-        let msn = self.resp.msn;
+        let mtu = u64::from(qp.params.mtu.bytes());
+        let msn = self.msn;
         match p.info().operation {
             Operation::RdmaReadRequest => {
                 let Some(reth) = p.reth() else { return };
                 let r = RethRepr::parse(&reth);
                 let len = u64::from(r.dma_len);
-                let Some(res) =
-                    self.resp.resources.find(psn).filter(|res| read_matches(res, psn, r.rkey, r.va, len, mtu))
+                let Some(res) = self.resources.find(psn).filter(|res| read_matches(res, psn, r.rkey, r.va, len, mtu))
                 else {
-                    ctx.stats.drop(Drop::DuplicateUnknown, self.num);
+                    ctx.stats.drop(Drop::DuplicateUnknown, qp.num);
                     return;
                 };
                 // The region may have gone or changed since the READ ran.
-                if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
-                    ctx.stats.drop(Drop::RkeyViolation, self.num);
+                if len > 0 && qp.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
+                    ctx.stats.drop(Drop::RkeyViolation, qp.num);
                     return;
                 }
                 let first = true;
                 let answer =
                     Response::Read { psn, rkey: r.rkey, va: r.va, remaining: len, first, msn, origin: res.first };
-                self.resp.replay(answer);
+                self.replay(answer);
             }
-            Operation::CompareSwap | Operation::FetchAdd => match self.resp.resources.find(psn) {
+            Operation::CompareSwap | Operation::FetchAdd => match self.resources.find(psn) {
                 Some(Resource { first, what: Executed::Atomic { orig }, .. }) if first == psn => {
-                    self.resp.replay(Response::Atomic { psn, orig, msn, origin: first });
+                    self.replay(Response::Atomic { psn, orig, msn, origin: first });
                 }
-                _ => ctx.stats.drop(Drop::DuplicateUnknown, self.num),
+                _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
             },
             _ => {
-                let last = self.resp.epsn.sub(1);
-                self.resp.ack(last, Syndrome::ACK_UNLIMITED);
+                let last = self.epsn.sub(1);
+                self.ack(last, Syndrome::ACK_UNLIMITED);
             }
         }
     }
 
     /// Steps 2 to 6 for an in-sequence RC or UC request.
-    fn execute(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) -> Result<(), Fail> {
+    fn execute(&mut self, qp: &mut RespQp<'_>, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) -> Result<(), Fail> {
         let info = p.info();
         let bth = p.bth();
         let psn = bth.psn();
-        let mtu = u64::from(self.params.mtu.bytes());
+        let mtu = u64::from(qp.params.mtu.bytes());
         let payload = p.payload();
-        let rc = self.init.qp_type == QpType::Rc;
+        let rc = qp.qp_type == QpType::Rc;
 
         // 2. check_op_sequence
         let continuing = !info.position.starts();
-        let ok = match (&self.resp.cur, info.operation) {
+        let ok = match (&self.cur, info.operation) {
             (Some(InMessage::Send { .. }), Operation::Send) => continuing,
             (Some(InMessage::Write { .. }), Operation::RdmaWrite) => continuing,
             (None, _) => !continuing,
@@ -338,27 +453,27 @@ impl Qp {
         match info.operation {
             Operation::Send => {
                 // 3. check_resources
-                let (recv, pd, offset) = match self.resp.cur.take() {
+                let (recv, pd, offset) = match self.cur.take() {
                     Some(InMessage::Send { recv, pd, offset }) => (recv, pd, offset),
-                    _ => match self.take_recv(ctx) {
+                    _ => match qp.take_recv(ctx) {
                         Some((r, pd)) => (r, pd, 0),
                         None => return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) }),
                     },
                 };
                 let end = offset + payload.len() as u64;
                 if end > sge_len(&recv.sg_list) {
-                    let wc = self.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
-                    ctx.cqs.push(self.init.recv_cq, wc);
+                    let wc = qp.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
+                    ctx.cqs.push(qp.recv_cq, wc);
                     return Err(Fail::Nak(NakCode::InvalidRequest, Drop::ReceiveTooSmall));
                 }
                 // 6. execute
                 if scatter(ctx.mrs, pd, &recv.sg_list, offset, payload).is_err() {
-                    let wc = self.recv_completion(recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
-                    ctx.cqs.push(self.init.recv_cq, wc);
+                    let wc = qp.recv_completion(recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
+                    ctx.cqs.push(qp.recv_cq, wc);
                     return Err(Fail::Nak(NakCode::RemoteOperationalError, Drop::ReceiveBufferFault));
                 }
                 if info.position.ends() {
-                    let mut wc = self.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::Recv, end as u32);
+                    let mut wc = qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::Recv, end as u32);
                     if let Some(imm) = p.imm_dt() {
                         wc.imm_data = Some(imm);
                         wc.wc_flags |= wc_flags::WITH_IMM;
@@ -367,15 +482,15 @@ impl Qp {
                         wc.invalidated_rkey = Some(rkey);
                         wc.wc_flags |= wc_flags::WITH_INV;
                     }
-                    ctx.cqs.push(self.init.recv_cq, wc);
+                    ctx.cqs.push(qp.recv_cq, wc);
                     ctx.cqs.pool.recycle(recv.sg_list);
-                    self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+                    self.msn = (self.msn + 1) & 0xff_ffff;
                 } else {
-                    self.resp.cur = Some(InMessage::Send { recv, pd, offset: end });
+                    self.cur = Some(InMessage::Send { recv, pd, offset: end });
                 }
             }
             Operation::RdmaWrite => {
-                let (rkey, va, remaining, total) = match self.resp.cur.take() {
+                let (rkey, va, remaining, total) = match self.cur.take() {
                     Some(InMessage::Write { rkey, va, remaining, total }) => (rkey, va, remaining, total),
                     _ => {
                         let r = RethRepr::parse(&p.reth().expect("WRITE FIRST/ONLY carry a RETH"));
@@ -384,7 +499,7 @@ impl Qp {
                             return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
                         }
                         // 5. check_rkey (a zero-length WRITE checks nothing, IBTA 9.4.4)
-                        if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_WRITE, ctx).is_err() {
+                        if len > 0 && qp.check_rkey(r.rkey, r.va, len, Access::REMOTE_WRITE, ctx).is_err() {
                             return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
                         }
                         (r.rkey, r.va, len, len)
@@ -396,14 +511,14 @@ impl Qp {
                 }
                 // A WRITE with immediate consumes a receive WQE at its last packet.
                 let recv = if info.has_immediate() {
-                    match self.take_recv(ctx) {
+                    match qp.take_recv(ctx) {
                         Some((r, _)) => Some(r),
                         None => {
                             // The retry resends this packet: the last one of a
                             // longer WRITE continues the message, while an
                             // ONLY packet starts it again with its RETH.
                             if !info.position.starts() {
-                                self.resp.cur = Some(InMessage::Write { rkey, va, remaining, total });
+                                self.cur = Some(InMessage::Write { rkey, va, remaining, total });
                             }
                             return Err(if rc { Fail::Rnr } else { Fail::Drop(Drop::NoReceiveWqe) });
                         }
@@ -420,20 +535,16 @@ impl Qp {
                 }
                 if info.position.ends() {
                     if let Some(recv) = recv {
-                        let mut wc = self.recv_completion(
-                            recv.wr_id,
-                            WcStatus::Success,
-                            WcOpcode::RecvRdmaWithImm,
-                            total as u32,
-                        );
+                        let mut wc =
+                            qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32);
                         wc.imm_data = p.imm_dt();
                         wc.wc_flags |= wc_flags::WITH_IMM;
-                        ctx.cqs.push(self.init.recv_cq, wc);
+                        ctx.cqs.push(qp.recv_cq, wc);
                         ctx.cqs.pool.recycle(recv.sg_list);
                     }
-                    self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+                    self.msn = (self.msn + 1) & 0xff_ffff;
                 } else {
-                    self.resp.cur = Some(InMessage::Write { rkey, va: va + n, remaining: remaining - n, total });
+                    self.cur = Some(InMessage::Write { rkey, va: va + n, remaining: remaining - n, total });
                 }
             }
             Operation::RdmaReadRequest if rc => {
@@ -442,16 +553,16 @@ impl Qp {
                 if len > MAX_MESSAGE {
                     return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
                 }
-                self.check_rd_atomic_limit()?;
-                if len > 0 && self.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
+                self.check_rd_atomic_limit(qp)?;
+                if len > 0 && qp.check_rkey(r.rkey, r.va, len, Access::REMOTE_READ, ctx).is_err() {
                     return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
                 }
-                self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
-                let msn = self.resp.msn;
+                self.msn = (self.msn + 1) & 0xff_ffff;
+                let msn = self.msn;
                 let npsn = packets_for(len, mtu as u32);
                 let read = Executed::Read { rkey: r.rkey, va: r.va, len };
-                self.resp.resources.remember(Resource { first: psn, npsn, what: read }, self.rd_atomic_capacity());
-                self.resp.out.push_back(Response::Read {
+                self.resources.remember(Resource { first: psn, npsn, what: read }, qp.rd_atomic_capacity());
+                self.out.push_back(Response::Read {
                     psn,
                     rkey: r.rkey,
                     va: r.va,
@@ -460,16 +571,16 @@ impl Qp {
                     msn,
                     origin: psn,
                 });
-                self.resp.epsn = psn.add(npsn);
+                self.epsn = psn.add(npsn);
                 return Ok(());
             }
             Operation::CompareSwap | Operation::FetchAdd if rc => {
                 let a = p.atomic_eth().expect("atomics carry an AtomicETH");
-                self.check_rd_atomic_limit()?;
+                self.check_rd_atomic_limit(qp)?;
                 if a.va() % 8 != 0 {
                     return Err(Fail::Nak(NakCode::InvalidRequest, Drop::MisalignedAtomic));
                 }
-                let Ok((region, at)) = self.check_rkey(a.rkey(), a.va(), 8, Access::REMOTE_ATOMIC, ctx) else {
+                let Ok((region, at)) = qp.check_rkey(a.rkey(), a.va(), 8, Access::REMOTE_ATOMIC, ctx) else {
                     return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
                 };
                 let (swap_add, compare) = (a.swap_add(), a.compare());
@@ -486,25 +597,20 @@ impl Qp {
                     }
                 });
                 let atomic = Resource { first: psn, npsn: 1, what: Executed::Atomic { orig } };
-                self.resp.resources.remember(atomic, self.rd_atomic_capacity());
-                self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
-                let msn = self.resp.msn;
-                self.resp.out.push_back(Response::Atomic { psn, orig, msn, origin: psn });
-                self.resp.epsn = psn.next();
+                self.resources.remember(atomic, qp.rd_atomic_capacity());
+                self.msn = (self.msn + 1) & 0xff_ffff;
+                let msn = self.msn;
+                self.out.push_back(Response::Atomic { psn, orig, msn, origin: psn });
+                self.epsn = psn.next();
                 return Ok(());
             }
             _ => return Err(Fail::Nak(NakCode::InvalidRequest, Drop::UnsupportedOpcode)),
         }
-        self.resp.epsn = psn.next();
+        self.epsn = psn.next();
         if rc && bth.ack_req() {
-            self.resp.ack(psn, Syndrome::ACK_UNLIMITED);
+            self.ack(psn, Syndrome::ACK_UNLIMITED);
         }
         Ok(())
-    }
-
-    /// The responder resources this QP advertises (`max_dest_rd_atomic`).
-    fn rd_atomic_capacity(&self) -> usize {
-        usize::from(self.params.max_dest_rd_atomic.max(1))
     }
 
     /// A new READ or atomic needs a free responder resource. A requester
@@ -514,86 +620,63 @@ impl Qp {
     /// violation, answered with NAK Invalid Request as IBTA allows (rxe
     /// instead serves it and leaves the limit to the requester). This
     /// bounds the answers one QP can have queued.
-    fn check_rd_atomic_limit(&self) -> Result<(), Fail> {
-        if self.resp.answers_queued() >= self.rd_atomic_capacity() {
-            tracing::debug!(
-                qpn = self.num,
-                limit = self.rd_atomic_capacity(),
-                "READ or atomic past max_dest_rd_atomic"
-            );
+    fn check_rd_atomic_limit(&self, qp: &RespQp<'_>) -> Result<(), Fail> {
+        if self.answers_queued() >= qp.rd_atomic_capacity() {
+            tracing::debug!(qpn = qp.num, limit = qp.rd_atomic_capacity(), "READ or atomic past max_dest_rd_atomic");
             return Err(Fail::Nak(NakCode::InvalidRequest, Drop::TooManyReads));
         }
         Ok(())
     }
 
-    /// Checks an RDMA target: the QP must allow the access, and the key,
-    /// PD, bounds and region access must allow it.
-    fn check_rkey<'m>(
-        &self,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        needed: Access,
-        ctx: &RespCtx<'m>,
-    ) -> Result<(&'m crate::memory::MemoryRegion, usize), ()> {
-        if !self.params.access.contains(needed) {
-            tracing::debug!(qpn = self.num, ?needed, "QP access flags forbid this operation");
-            return Err(());
-        }
-        ctx.mrs.check(rkey, self.init.pd, va, len, needed).map_err(|e| {
-            tracing::debug!(qpn = self.num, error = %e, "rkey check failed");
-        })
-    }
-
     /// UC: no ACKs, no NAKs, no retries. A gap drops the rest of the message
     /// in progress; its receive WQE stays for the next message.
-    fn receive_uc(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+    fn receive_uc(&mut self, qp: &mut RespQp<'_>, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         let psn = p.bth().psn();
-        if psn != self.resp.epsn {
-            ctx.stats.drop(Drop::PsnOutOfSequence, self.num);
-            if let Some(InMessage::Send { recv, .. }) = self.resp.cur.take() {
-                match self.init.srq {
+        if psn != self.epsn {
+            ctx.stats.drop(Drop::PsnOutOfSequence, qp.num);
+            if let Some(InMessage::Send { recv, .. }) = self.cur.take() {
+                match qp.srq {
                     Some(srq) => ctx.srqs.give_back(srq, recv),
-                    None => self.rq.push_front(recv),
+                    None => qp.rq.push_front(recv),
                 }
             }
-            self.resp.uc_resync = true;
+            self.uc_resync = true;
         }
-        self.resp.epsn = psn.next();
-        if self.resp.uc_resync {
+        self.epsn = psn.next();
+        if self.uc_resync {
             if !p.info().position.starts() {
-                ctx.stats.drop(Drop::UcMessageDropped, self.num);
+                ctx.stats.drop(Drop::UcMessageDropped, qp.num);
                 return;
             }
-            self.resp.uc_resync = false;
+            self.uc_resync = false;
         }
-        if let Err(Fail::Nak(_, why) | Fail::Drop(why)) = self.execute(p, ctx) {
-            ctx.stats.drop(why, self.num);
-            self.resp.cur = None;
-            self.resp.uc_resync = true;
+        if let Err(Fail::Nak(_, why) | Fail::Drop(why)) = self.execute(qp, p, ctx) {
+            ctx.stats.drop(why, qp.num);
+            self.cur = None;
+            self.uc_resync = true;
         }
-        self.resp.epsn = psn.next();
+        self.epsn = psn.next();
     }
 
     /// UD: one packet per message, checked against the QP's Q_Key. The
     /// first 40 bytes of the receive buffer get the GRH (for IPv4, the
     /// IPv4 header in its last 20 bytes), as libibverbs applications expect.
-    fn receive_ud(&mut self, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
+    fn receive_ud(&mut self, qp: &mut RespQp<'_>, p: &TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         let Some(deth) = p.deth() else { return };
-        if deth.qkey() != self.params.qkey {
-            ctx.stats.drop(Drop::QkeyMismatch, self.num);
+        if deth.qkey() != qp.params.qkey {
+            ctx.stats.drop(Drop::QkeyMismatch, qp.num);
             return;
         }
-        let Some((recv, pd)) = self.take_recv(ctx) else {
-            ctx.stats.drop(Drop::NoReceiveWqe, self.num);
+        let Some((recv, pd)) = qp.take_recv(ctx) else {
+            ctx.stats.drop(Drop::NoReceiveWqe, qp.num);
             return;
         };
         let payload = p.payload();
         let total = 40 + payload.len() as u64;
         if total > sge_len(&recv.sg_list) {
-            let wc = self.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
-            ctx.cqs.push(self.init.recv_cq, wc);
-            ctx.stats.drop(Drop::ReceiveTooSmall, self.num);
+            let wc = qp.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
+            ctx.cqs.push(qp.recv_cq, wc);
+            ctx.stats.drop(Drop::ReceiveTooSmall, qp.num);
             return;
         }
         let mut grh = [0u8; 40];
@@ -602,14 +685,14 @@ impl Qp {
         let ok = scatter(ctx.mrs, pd, &recv.sg_list, 0, &grh).is_ok()
             && scatter(ctx.mrs, pd, &recv.sg_list, 40, payload).is_ok();
         let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
-        let mut wc = self.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
+        let mut wc = qp.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
         wc.src_qp = deth.src_qp();
         wc.wc_flags |= wc_flags::GRH;
         if let Some(imm) = p.imm_dt() {
             wc.imm_data = Some(imm);
             wc.wc_flags |= wc_flags::WITH_IMM;
         }
-        ctx.cqs.push(self.init.recv_cq, wc);
+        ctx.cqs.push(qp.recv_cq, wc);
         ctx.cqs.pool.recycle(recv.sg_list);
     }
 
@@ -619,37 +702,35 @@ impl Qp {
     /// held), so that it leaves with the next packet this endpoint sends
     /// anyway (`flush`) or covers more requests: a ping-pong's ACK then
     /// follows the reply instead of going ahead of it.
-    pub(crate) fn responder_transmit(
+    pub(crate) fn transmit(
         &mut self,
+        qp: &mut RespQp<'_>,
         now: crate::Instant,
-        (hold, flush): (core::time::Duration, bool),
+        AckHold { hold, flush, conversing }: AckHold,
         mrs: &MemoryTable,
         framer: &Framer,
         buf: &mut [u8],
     ) -> Option<(usize, core::net::IpAddr, Option<PayloadRef>)> {
-        let av = self.params.av?;
-        let lone_ack = self.resp.out.len() == 1
-            && matches!(self.resp.out.front(), Some(Response::Ack { syndrome, .. }) if syndrome.is_ack());
+        let av = qp.params.av?;
+        let lone_ack = self.out.len() == 1
+            && matches!(self.out.front(), Some(Response::Ack { syndrome, .. }) if syndrome.is_ack());
         // Only a QP that is itself sending can expect company soon; the
         // passive target of a one-way stream ACKs at once, so that a
         // requester waiting for each completion never waits for `hold`.
         // Whether to hold is decided when the ACK is first held back.
         if lone_ack && !hold.is_zero() && !flush {
-            let conversing = self.req.last_sent.is_some_and(|t| now.saturating_since(t) < CONVERSING);
-            if !self.timers.is_armed(Timer::HeldAck) && conversing {
-                self.timers.set(Timer::HeldAck, now + hold);
+            if !qp.timers.is_armed(Timer::HeldAck) && conversing {
+                qp.timers.set(Timer::HeldAck, now + hold);
             }
-            if self.timers.is_running(Timer::HeldAck, now) {
+            if qp.timers.is_running(Timer::HeldAck, now) {
                 return None;
             }
         }
-        let mtu = u64::from(self.params.mtu.bytes());
-        let checked = self.check_read_source(mrs, mtu);
-        let resp = self.resp.out.front_mut()?;
-        let mut bth = BthRepr {
-            pkey: self.params.pkey,
-            ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, self.params.dest_qp, Psn::new(0))
-        };
+        let mtu = u64::from(qp.params.mtu.bytes());
+        let checked = self.check_read_source(qp, mrs, mtu);
+        let resp = self.out.front_mut()?;
+        let mut bth =
+            BthRepr { pkey: qp.params.pkey, ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.params.dest_qp, Psn::new(0)) };
         let ack = |syndrome, msn| Some(AethRepr { syndrome, msn });
         let (tr, payload_src, done) = match resp {
             Response::Ack { psn, syndrome, msn } => {
@@ -692,23 +773,23 @@ impl Qp {
         // them (the region still allows it). They travel by reference when
         // the framer takes them so.
         // READ responses are data (ECN-capable); ACKs keep the traffic class.
-        let av = if payload_src.is_some() { av.for_data(self.ecn_capable) } else { av };
+        let av = if payload_src.is_some() { av.for_data(qp.ecn_capable) } else { av };
         let n = payload_src.map_or(0, |s| s.2);
         let src = payload_src.filter(|s| s.2 > 0).and(checked);
         if let Some((memory, at)) = src.filter(|_| framer.takes_by_ref(n)) {
-            let (len, p) = framer.frame_by_ref(buf, &av, self.src_port, &tr, (memory.clone(), at, n));
-            self.responded(done);
+            let (len, p) = framer.frame_by_ref(buf, &av, qp.src_port, &tr, (memory.clone(), at, n));
+            self.responded(qp, done);
             return Some((len, av.dest, Some(p)));
         }
         let len = framer
-            .frame(buf, &av, self.src_port, &tr, n, |dst| {
+            .frame(buf, &av, qp.src_port, &tr, n, |dst| {
                 if let Some((memory, at)) = src {
                     memory.read(at, dst);
                 }
                 Ok::<(), ()>(())
             })
             .ok()?;
-        self.responded(done);
+        self.responded(qp, done);
         Some((len, av.dest, None))
     }
 
@@ -720,10 +801,15 @@ impl Qp {
     /// it had reached, and the QP goes to the error state once it is sent.
     /// Returns where the packet's bytes are (region and offset), once
     /// checked, so that they are looked up once per packet.
-    fn check_read_source<'m>(&mut self, mrs: &'m MemoryTable, mtu: u64) -> Option<(&'m RegionMemory, usize)> {
-        let pd = self.init.pd;
-        let allowed = self.params.access.contains(Access::REMOTE_READ);
-        let Some(Response::Read { psn, rkey, va, remaining, msn, .. }) = self.resp.out.front() else { return None };
+    fn check_read_source<'m>(
+        &mut self,
+        qp: &RespQp<'_>,
+        mrs: &'m MemoryTable,
+        mtu: u64,
+    ) -> Option<(&'m RegionMemory, usize)> {
+        let pd = qp.pd;
+        let allowed = qp.params.access.contains(Access::REMOTE_READ);
+        let Some(Response::Read { psn, rkey, va, remaining, msn, .. }) = self.out.front() else { return None };
         let n = (*remaining).min(mtu);
         if n == 0 {
             return None;
@@ -733,20 +819,20 @@ impl Qp {
                 return Some((&r.memory, at));
             }
         }
-        tracing::debug!(qpn = self.num, rkey, "READ response: the region is gone or no longer readable");
+        tracing::debug!(qpn = qp.num, rkey, "READ response: the region is gone or no longer readable");
         let (psn, msn) = (*psn, *msn);
-        self.resp.out.clear();
-        self.resp.out.push_back(Response::Ack { psn, syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
-        self.resp.fatal = true;
+        self.out.clear();
+        self.out.push_back(Response::Ack { psn, syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
+        self.fatal = true;
         None
     }
 
     /// The front response has sent a packet: `done` if it was its last.
-    fn responded(&mut self, done: bool) {
+    fn responded(&mut self, qp: &mut RespQp<'_>, done: bool) {
         if done {
-            self.resp.out.pop_front();
-            if self.resp.out.is_empty() {
-                self.timers.stop(Timer::HeldAck);
+            self.out.pop_front();
+            if self.out.is_empty() {
+                qp.timers.stop(Timer::HeldAck);
             }
         }
     }

@@ -230,6 +230,30 @@ fn a_remote_access_error_moves_the_responder_to_error() {
     assert_eq!(read(&b, 0, 4), [0; 4]);
 }
 
+/// A NAK that ends the connection goes out alone, after the flush: the
+/// ACK still queued for the request before it goes with the rest (the
+/// NAK's PSN acknowledges that request anyway), a send not yet started
+/// never leaves, and both queues are flushed.
+#[test]
+fn a_fatal_nak_follows_the_flush_and_replaces_the_queued_ack() {
+    let (mut sim, _a, b) = pair(PairConfig::default());
+    sim.ep(b.ep).post_recv(b.qpn, RecvWr { wr_id: 5, sg_list: sge(&b, 0, 64) }).unwrap();
+    sim.ep(b.ep).post_send(b.qpn, SendWr::new(6, SendOp::Send, sge(&b, 64, 8))).unwrap();
+    let ep = sim.ep(b.ep);
+    ep.handle_packet(Instant::ZERO, &write_only(&b, EPSN, 128, b"good"));
+    let mut bad = TransportRepr::new(BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, b.qpn, Psn::new(EPSN + 1)));
+    bad.reth = Some(RethRepr { va: b.va, rkey: b.rkey ^ 0x55, dma_len: 4 });
+    ep.handle_packet(Instant::ZERO, &craft(&bad, b"evil"));
+    let (n, _, pkts) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 1, "the NAK alone: no ACK before it, no SEND after it");
+    assert_eq!(psn_of(&pkts[0]), EPSN + 1);
+    assert_eq!(syndrome_of(&pkts[0]), Some(Syndrome::Nak(NakCode::RemoteAccessError)));
+    assert_eq!(read(&b, 128, 4), b"good");
+    assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Err);
+    assert_eq!(statuses(&ep.poll_cq(b.send_cq, usize::MAX)), [(6, WcStatus::WrFlushErr)]);
+    assert_eq!(statuses(&ep.poll_cq(b.recv_cq, usize::MAX)), [(5, WcStatus::WrFlushErr)]);
+}
+
 /// A RETH may not ask for more than 2^31 bytes (IBTA's largest message).
 #[test]
 fn a_dma_length_over_2_pow_31_is_an_invalid_request() {

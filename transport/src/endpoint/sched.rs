@@ -9,10 +9,8 @@
 use super::Endpoint;
 use crate::events::AsyncEvent;
 use crate::framing::PayloadRef;
-use crate::qp::QpState;
 use crate::qp::{AddressVector, QpParams};
 use crate::requester::ReqOutcome;
-use crate::responder::Response;
 use crate::time::Instant;
 use crate::timers::Timer;
 use core::net::IpAddr;
@@ -225,8 +223,7 @@ impl Endpoint {
                 }
             }
             if cc.rate.is_some() {
-                let read_first = matches!(qp.resp.out.front(), Some(Response::Read { .. }));
-                paced = Some((cc.data_may_leave(now), read_first));
+                paced = Some((cc.data_may_leave(now), qp.resp.read_first()));
             }
         }
         // A READ response waiting for the pacer holds the responses behind it (they are in order).
@@ -249,10 +246,8 @@ impl Endpoint {
                 cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
             }
             self.stats.packets_sent += 1;
-            if std::mem::take(&mut qp.resp.fatal) && qp.state != QpState::Err {
+            if qp.fail_after_fatal_response(&mut self.cqs) {
                 // The NAK that ends a READ whose region went is out.
-                qp.state = QpState::Err;
-                qp.flush(&mut self.cqs);
                 self.events.push_back(AsyncEvent::QpFatal(qpn));
             }
             // Past the first pass of a round only held lone ACKs are left
@@ -266,19 +261,14 @@ impl Endpoint {
         match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
             ReqOutcome::Idle => None,
             ReqOutcome::LocalError(status) => {
-                // Complete what was before the failing request first.
-                for _ in 0..qp.req.sq.before_cursor() {
-                    qp.complete_front(&mut self.cqs);
-                }
-                qp.fail(status, &mut self.cqs);
+                // What was before the failing request completes first.
+                qp.fail_at_cursor(status, &mut self.cqs);
                 self.events.push_back(AsyncEvent::QpFatal(qpn));
                 None
             }
             ReqOutcome::Sent { len, dest, payload } => {
                 // UC and UD requests complete once sent.
-                while qp.req.sq.front().is_some_and(|w| w.sent) {
-                    qp.complete_front(&mut self.cqs);
-                }
+                qp.complete_sent(&mut self.cqs);
                 if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
                     let bytes = len + payload.as_ref().map_or(0, |p| p.len);
                     cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);

@@ -53,6 +53,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: BUDGET,
         tos: 0,
+        pkey_index: 0,
         ecn_capable: true,
         dcqcn: None,
         link: crate::backend::LinkArgs::default(),

@@ -395,6 +395,22 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
         !status.success() && err.contains("transport retry counter exceeded"),
         "different partitions: {status}\n{err}"
     );
+    // Both ports are still members of the default partition, at index 1:
+    // QPs that pick it (perftest's --pkey_index) talk; an index past the
+    // table is refused, naming it.
+    let p = "18802".to_string();
+    let on = |i: usize| {
+        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", &p, "--bind"];
+        let b = ["-n", "20", "--pkey_index", "1", "--json", "--quiet"];
+        [a.map(String::from).to_vec(), vec![v.addr[i].clone()], b.map(String::from).to_vec()].concat()
+    };
+    let client = [on(0), vec!["--verify".into(), v.addr[1].clone()]].concat();
+    let (c, _) = client_server(&v, "send-lat, the default partition", perf_bin(), &on(1), &client);
+    let c: serde_json::Value = serde_json::from_str(&c).unwrap();
+    assert_eq!(c["verified"], true, "--pkey_index 1, the default partition: {c}");
+    let out = v.cmd(0, perf_bin()).args(["send-lat", "--loopback", "--pkey_index", "5"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("pkey_index"), "{err}");
     partition(["0x8001", "0x0001"]);
     let p = "18801".to_string();
     let on = |i: usize| {

@@ -43,6 +43,7 @@ fn config(test: TestKind) -> Config {
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: perf::budget::DEFAULT_MEM_BUDGET,
         tos: 0,
+        pkey_index: 0,
         ecn_capable: true,
         dcqcn: None,
         link: softroce::backend::LinkArgs::default(),

@@ -43,6 +43,10 @@ pub struct ConnectOptions {
     /// Native IB: send a GRH (the peer's GID) with every packet, as for a
     /// route through an IB router; off, packets carry only the LRH.
     pub ib_global: bool,
+    /// The entry of the port's P_Key table (its partition) the QP sends
+    /// and accepts: 0, the first, unless a subnet manager put the port in
+    /// several partitions (`rdma-sm --partition`).
+    pub pkey_index: u16,
 }
 
 impl Default for ConnectOptions {
@@ -62,6 +66,7 @@ impl Default for ConnectOptions {
             dlid: 0,
             sl: 0,
             ib_global: false,
+            pkey_index: 0,
         }
     }
 }
@@ -72,7 +77,7 @@ impl QueuePair {
         let ud = self.qp_type() == QpType::Ud;
         self.modify(&QpAttr {
             qp_state: Some(QpState::Init),
-            pkey_index: Some(0),
+            pkey_index: Some(opts.pkey_index),
             port_num: Some(1),
             qp_access_flags: (!ud).then_some(opts.access),
             qkey: ud.then_some(opts.qkey),

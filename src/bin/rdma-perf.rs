@@ -142,6 +142,11 @@ struct Args {
     /// are 00 leave ECN-capable (ECT(0)) unless --no-ecn is given.
     #[arg(short = 'T', long = "tos", default_value_t = 0)]
     tos: u8,
+    /// The entry of the port's P_Key table this side's QPs use, as
+    /// perftest's --pkey_index: their partition, on native IB ports a
+    /// subnet manager put in several (`rdma-sm --partition`).
+    #[arg(long = "pkey_index", alias = "pkey-index", default_value_t = 0, value_name = "INDEX")]
+    pkey_index: u16,
     /// Data packets leave not ECN-capable (ECN bits as --tos gives them).
     #[arg(long = "no-ecn")]
     no_ecn: bool,
@@ -283,6 +288,7 @@ fn config(a: &Args) -> Result<Config, String> {
         ack_delay: Duration::from_micros(a.ack_delay_us),
         mem_budget: a.mem_budget,
         tos: a.tos,
+        pkey_index: a.pkey_index,
         ecn_capable: !a.no_ecn,
         dcqcn: a.dcqcn.params(a.line_rate),
         link: a.link.clone(),

@@ -181,6 +181,8 @@ pub struct Config {
     pub mem_budget: u64,
     /// The traffic class of this side's QPs (`-T/--tos`).
     pub tos: u8,
+    /// The P_Key table entry (partition) of this side's QPs (`--pkey_index`).
+    pub pkey_index: u16,
     /// Data packets leave ECN-capable (`DeviceConfig::ecn_capable`; `--no-ecn`).
     pub ecn_capable: bool,
     /// DCQCN on this side's device (`DeviceConfig::congestion_control`; `--dcqcn`).

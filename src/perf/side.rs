@@ -143,6 +143,7 @@ impl Side {
             mtu: cfg.mtu,
             max_rd_atomic,
             traffic_class: cfg.tos,
+            pkey_index: cfg.pkey_index,
             dlid: peer.lid,
             ..ConnectOptions::default()
         };

@@ -19,6 +19,7 @@
 //! | [`scenario_file`] | `run --file F.toml`: a scenario described in a file (keys are the flags) |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
 //! | [`compare`] | `rdma-fabric compare`: one workload on IB and three RoCE fabrics |
+//! | `fuzzing` | the fuzz targets' bodies (the port agent's wire input) |
 //! | [`sm`] | `rdma-sm`: discovery, LIDs, routing, configuration over ibsim or the emulated fabric |
 //! | [`report`] | the JSON report, its statistics and the plotted series |
 //! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
@@ -26,6 +27,8 @@
 pub mod clock;
 pub mod compare;
 pub mod fabric;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod ib;
 pub mod link;

@@ -12,7 +12,7 @@ use super::raw_transport::{eth_frame, smp_of_eth_frame};
 use crate::ib::sma::smp_frame;
 use rdma_core_rs::link::ib_port::{self, IbPortRecord, PortState};
 use rdma_core_rs::link::raw::RawLink;
-use rdma_core_rs::link::{Link, ETH_HEADER};
+use rdma_core_rs::link::{Link, Mac, ETH_HEADER};
 use rdma_transport::LinkKind;
 use rdma_wire::smp::{Smp, SmpRepr, PERMISSIVE_LID, SMP_LEN};
 use std::os::fd::AsRawFd;
@@ -139,19 +139,9 @@ impl PortAgent {
 
     /// VL15 frames from the interface.
     fn serve_wire(&mut self) -> Result<(), AgentError> {
+        let mac = self.link.mac();
         while let Some(meta) = self.link.recv(&mut self.buf).map_err(self.err("receive"))? {
-            let Some((req, src, slid, dlid)) = smp_of_eth_frame(&self.buf[..meta.len]) else { continue };
-            // A LID-routed SMP is for this port only at its LID, once it
-            // has one, or at the permissive LID.
-            let own = self.sma.mgmt.lid;
-            if req.dr.is_none() && dlid != PERMISSIVE_LID && (own == 0 || dlid != own) {
-                continue;
-            }
-            let Some(resp) = self.sma.handle(&req) else { continue };
-            let (rslid, rdlid) =
-                if resp.dr.is_some() { (PERMISSIVE_LID, PERMISSIVE_LID) } else { (self.sma.mgmt.lid, slid) };
-            let f = eth_frame(src, self.link.mac(), &smp_frame(&resp, rslid, rdlid));
-            debug!(attr = req.attr_id, method = req.method, tid = req.tid, status = resp.status, "SMP answered");
+            let Some(f) = answer(&mut self.sma, mac, &self.buf[..meta.len]) else { continue };
             if let Err(e) = self.link.send(&f) {
                 warn!(error = %e, "an SMP answer was not sent (the SM retries)");
             }
@@ -183,6 +173,26 @@ impl PortAgent {
             self.answered.1 += 1;
         }
     }
+}
+
+/// What the port does with one frame from the interface (`own_mac` is
+/// its MAC): the answer frame, to the requester's MAC, when the frame is
+/// a good VL15 SMP for this port that a CA answers; None for anything
+/// else. The SMA's state takes what a Set writes. No I/O, so that the
+/// fuzz body ([`crate::fuzzing::port_agent`]) runs exactly what the agent
+/// runs on every frame it reads as root.
+pub fn answer(sma: &mut CaSma, own_mac: Mac, frame: &[u8]) -> Option<Vec<u8>> {
+    let (req, src, slid, dlid) = smp_of_eth_frame(frame)?;
+    // A LID-routed SMP is for this port only at its LID, once it has
+    // one, or at the permissive LID.
+    let own = sma.mgmt.lid;
+    if req.dr.is_none() && dlid != PERMISSIVE_LID && (own == 0 || dlid != own) {
+        return None;
+    }
+    let resp = sma.handle(&req)?;
+    let (rslid, rdlid) = if resp.dr.is_some() { (PERMISSIVE_LID, PERMISSIVE_LID) } else { (sma.mgmt.lid, slid) };
+    debug!(attr = req.attr_id, method = req.method, tid = req.tid, status = resp.status, "SMP answered");
+    Some(eth_frame(src, own_mac, &smp_frame(&resp, rslid, rdlid)))
 }
 
 impl Drop for PortAgent {

@@ -106,7 +106,8 @@ fn check_exchange(before: &CaSma, after: &CaSma, frame: &[u8], reply: Option<&[u
     // What the wire crate says of the frame, apart from the agent's parser.
     assert_eq!(u16::from_be_bytes([frame[12], frame[13]]), ETHERTYPE_IB, "an SMP frame of another EtherType");
     assert_eq!(frame[ETH_HEADER] >> 4, 15, "an SMP frame off VL15");
-    let request = req.method & method::RESP == 0;
+    // A TrapRepress answers a trap: nothing answers it (IBA 13.4.6.4).
+    let request = req.method & method::RESP == 0 && req.method != method::TRAP_REPRESS;
     let here = addressed_here(&req, dlid, before.mgmt.lid);
     let Some(reply) = reply else {
         assert!(!(request && here), "a request for this port went unanswered (method {:#x})", req.method);

@@ -212,6 +212,9 @@ impl Fabric {
                 return self.send_smp(node, fp, &smp, PERMISSIVE_LID, PERMISSIVE_LID);
             }
             smp.dr = Some(dr);
+            if smp.method == method::TRAP_REPRESS {
+                return; // it acknowledges a trap: nothing answers it
+            }
             let mut resp = self.sma(node, port, &smp);
             if let Some(d) = resp.dr.as_mut() {
                 d.returning = true;
@@ -248,6 +251,9 @@ impl Fabric {
             if smp.method & method::RESP != 0 {
                 self.sm_inbox.push((node, smp));
                 return;
+            }
+            if smp.method == method::TRAP_REPRESS {
+                return; // it acknowledges a trap: nothing answers it
             }
             let resp = self.sma(node, port, &smp);
             let out = match self.topo.nodes[node] {

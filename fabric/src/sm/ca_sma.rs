@@ -61,9 +61,10 @@ impl CaSma {
 
     /// The answer to `req`, an SMP addressed to this port (a LID-routed one
     /// whose DLID the caller checked), or None when a CA does not answer it
-    /// (a response, a DR SMP not at the end of its path or on its way back).
+    /// (a response, a TrapRepress, which only acknowledges a trap, a DR
+    /// SMP not at the end of its path or on its way back).
     pub fn handle(&mut self, req: &SmpRepr) -> Option<SmpRepr> {
-        if req.method & method::RESP != 0 {
+        if req.method & method::RESP != 0 || req.method == method::TRAP_REPRESS {
             return None;
         }
         let mut dr = req.dr;

@@ -44,20 +44,37 @@ impl Ibsim {
     fn start(tag: &str, net: &Path) -> Ibsim {
         let sock = format!("rsmtest{}{tag}", std::process::id());
         let dir = std::env::temp_dir().join(&sock);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new("ibsim")
-            .args(["-s", net.to_str().unwrap()])
-            .env("IBSIM_SOCKNAME", &sock)
-            .current_dir(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("ibsim starts");
-        let stdin = child.stdin.take();
-        std::thread::sleep(Duration::from_millis(700));
-        Ibsim { child, stdin, sock, dir }
+        for attempt in 1.. {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut child = Command::new("ibsim")
+                .args(["-s", net.to_str().unwrap()])
+                .env("IBSIM_SOCKNAME", &sock)
+                .current_dir(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("ibsim.err")).unwrap())
+                .spawn()
+                .expect("ibsim starts");
+            let stdin = child.stdin.take();
+            std::thread::sleep(Duration::from_millis(700));
+            let mut sim = Ibsim { child, stdin, sock: sock.clone(), dir: dir.clone() };
+            match sim.exited() {
+                None => return sim,
+                // Seen once in CI: ibsim gone before any client, and
+                // opensm then waited for it forever.
+                Some(why) if attempt < 3 => eprintln!("ibsim {tag} exited at start ({why}); starting it again"),
+                Some(why) => panic!("ibsim {tag} exited at start three times; the last: {why}"),
+            }
+        }
+        unreachable!()
+    }
+
+    /// None while ibsim runs; else how it ended and what it said.
+    fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().expect("wait on ibsim")?;
+        let err = std::fs::read_to_string(self.dir.join("ibsim.err")).unwrap_or_default();
+        Some(format!("{status}: {}", err.trim()))
     }
 
     /// Runs a tool as an ibsim client attached at `host`.
@@ -231,6 +248,7 @@ fn rdma_sm_configures_ibsim_and_the_diags_agree() {
 /// from opensm-lfts.dump, per-switch per-LID hops from opensm.fdbs).
 fn opensm(tag: &str, net: &Path, host: &str, extra: &[&str]) -> (HashMap<u64, u16>, Lfts, String) {
     let sim = Ibsim::start(tag, net);
+    let sim = &sim;
     let (cache, dump) = (sim.dir.join("cache"), sim.dir.join("dump"));
     std::fs::create_dir_all(&cache).unwrap();
     std::fs::create_dir_all(&dump).unwrap();
@@ -246,7 +264,11 @@ fn opensm(tag: &str, net: &Path, host: &str, extra: &[&str]) -> (HashMap<u64, u1
         .current_dir(&sim.dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    assert!(c.status().unwrap().success(), "opensm -o failed");
+    // opensm waits for its port for ever: a hang is a failure that says so.
+    let (out, in_time) = testkit::wait(c.spawn().unwrap(), Duration::from_secs(120));
+    let log = || std::fs::read_to_string(sim.dir.join("osm.log")).unwrap_or_default();
+    assert!(in_time, "opensm -o ({tag}) still running after 120 s; osm.log:\n{}", log());
+    assert!(out.status.success(), "opensm -o failed: {}; osm.log:\n{}", out.status, log());
     let g2l = std::fs::read_to_string(cache.join("guid2lid")).unwrap();
     let lids = g2l
         .lines()

@@ -58,22 +58,12 @@ pub fn port_agent(data: &[u8]) {
         rest = &rest[2 + n..];
         frames += 1;
         if flags & agent_flags::FIX_CRCS != 0 && f.len() > ETH_HEADER {
-            fix_crcs(&mut f[ETH_HEADER..]);
+            IbPacket::reseal(&mut f[ETH_HEADER..]);
         }
         let before = sma.clone();
         let reply = answer(&mut sma, AGENT_MAC, &f);
         check_exchange(&before, &sma, &f, reply.as_deref());
     }
-}
-
-/// Rewrites the ICRC and VCRC of an IB packet that parses, in place.
-fn fix_crcs(p: &mut [u8]) {
-    let Ok(q) = IbPacket::new_checked(&*p) else { return };
-    let end = q.as_bytes().len() - 2; // through the ICRC
-    let icrc = q.computed_icrc();
-    p[end - 4..end].copy_from_slice(&icrc.to_le_bytes());
-    let v = rdma_wire::vcrc::vcrc(&p[..end]);
-    p[end..end + 2].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Whether a request that reached the port with LRH DLID `dlid` is for it,

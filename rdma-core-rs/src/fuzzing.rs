@@ -313,12 +313,7 @@ fn fix_crcs(kind: rdma_transport::LinkKind, p: &mut [u8]) {
                 return;
             }
             p[2..4].copy_from_slice(&1u16.to_be_bytes());
-            let Ok(q) = IbPacket::new_checked(&*p) else { return };
-            let end = q.as_bytes().len() - 2; // through the ICRC
-            let icrc = q.computed_icrc();
-            p[end - 4..end].copy_from_slice(&icrc.to_le_bytes());
-            let v = rdma_wire::vcrc::vcrc(&p[..end]);
-            p[end..end + 2].copy_from_slice(&v.to_le_bytes());
+            IbPacket::reseal(p);
         }
         _ => {
             if RoceV1Packet::new_checked(&*p).is_err() {

@@ -394,6 +394,20 @@ impl<T: AsRef<[u8]>> IbPacket<T> {
     }
 }
 
+impl IbPacket<&mut [u8]> {
+    /// Rewrites the ICRC and VCRC of the IB packet at the start of `buf`
+    /// over its current bytes, if it parses (what a test or fuzz body does
+    /// after changing a header); false if it does not.
+    pub fn reseal(buf: &mut [u8]) -> bool {
+        let Ok(p) = IbPacket::new_checked(&*buf) else { return false };
+        let (end, icrc) = (p.icrc_end, p.computed_icrc());
+        buf[end - ICRC_LEN..end].copy_from_slice(&crate::Icrc::wire_bytes(icrc));
+        let v = vcrc::vcrc(&buf[..end]);
+        buf[end..end + 2].copy_from_slice(&vcrc::wire_bytes(v));
+        true
+    }
+}
+
 /// An owned native IB header stack. The LRH's LNH is derived from whether a
 /// GRH is present, and the GRH's next header is set to 0x1B, on emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -371,11 +371,13 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
         (0..3).map(|i| ctx.query_pkey(i)).collect::<Vec<_>>()
     });
     assert_eq!(table, [Some(0x8001), Some(0xffff), None], "ibv_query_pkey shows the SM's table");
-    let p = "18800".to_string();
-    let on = |i: usize| {
-        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", &p, "--bind"];
-        [a.map(String::from).to_vec(), vec![v.addr[i].clone(), "-n".into(), "20".into()]].concat()
+    // send-lat, 20 round trips, on port `p`, side `i`, with `extra`.
+    let send_lat = |p: &str, i: usize, extra: &[&str]| {
+        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", p, "--bind"];
+        let b = [vec![v.addr[i].as_str(), "-n", "20"], extra.to_vec()].concat();
+        [&a[..], &b[..]].concat().into_iter().map(String::from).collect::<Vec<String>>()
     };
+    let on = |i: usize| send_lat("18800", i, &[]);
     let mut srv = v.cmd(1, perf_bin()).args(on(1)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let client = [on(0), vec![v.addr[1].clone()]].concat();
     let mut refused = None;
@@ -398,12 +400,7 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     // Both ports are still members of the default partition, at index 1:
     // QPs that pick it (perftest's --pkey_index) talk; an index past the
     // table is refused, naming it.
-    let p = "18802".to_string();
-    let on = |i: usize| {
-        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", &p, "--bind"];
-        let b = ["-n", "20", "--pkey_index", "1", "--json", "--quiet"];
-        [a.map(String::from).to_vec(), vec![v.addr[i].clone()], b.map(String::from).to_vec()].concat()
-    };
+    let on = |i: usize| send_lat("18802", i, &["--pkey_index", "1", "--json", "--quiet"]);
     let client = [on(0), vec!["--verify".into(), v.addr[1].clone()]].concat();
     let (c, _) = client_server(&v, "send-lat, the default partition", perf_bin(), &on(1), &client);
     let c: serde_json::Value = serde_json::from_str(&c).unwrap();
@@ -412,15 +409,7 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("pkey_index"), "{err}");
     partition(["0x8001", "0x0001"]);
-    let p = "18801".to_string();
-    let on = |i: usize| {
-        let a = ["send-lat", "--backend", "ib", "--netdev", &v.dev[i], "--oob", "rdma-perf", "-p", &p, "--bind"];
-        [
-            a.map(String::from).to_vec(),
-            vec![v.addr[i].clone(), "-n".into(), "20".into(), "--json".into(), "--quiet".into()],
-        ]
-        .concat()
-    };
+    let on = |i: usize| send_lat("18801", i, &["--json", "--quiet"]);
     let client = [on(0), vec!["--verify".into(), v.addr[1].clone()]].concat();
     let (c, _) = client_server(&v, "send-lat, one partition", perf_bin(), &on(1), &client);
     let c: serde_json::Value = serde_json::from_str(&c).unwrap();

@@ -666,7 +666,8 @@ pub struct ibv_cq {
     pub channel: *mut ibv_comp_channel,
     pub cq_context: *mut c_void,
     pub handle: u32,
-    pub cqe: c_int,
+    /// Written again by ibv_resize_cq (the application reads it).
+    pub cqe: std::sync::atomic::AtomicI32,
     pub mutex: pthread_mutex_t,
     pub cond: pthread_cond_t,
     /// Counted by ibv_ack_cq_events, from any thread.

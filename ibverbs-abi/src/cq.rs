@@ -7,6 +7,7 @@
 
 use crate::abi::*;
 use crate::context::{ctx_of, with_objects, Engine};
+use crate::device::MAX_CQE;
 use crate::ffi::{errno_of, event_fd, guard, live, set_errno, wait_fd, Held, Registry, Shared, Users};
 use libc::{c_int, c_uint, c_void};
 use rdma_core_rs::{CompChannel, CompletionQueue, WorkCompletion};
@@ -116,6 +117,15 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     })
 }
 
+/// The size a CQ asked for `cqe` (1 ..= MAX_CQE) is made with. Providers
+/// give at least what was asked, rounded up (rxe and mlx5 to a power of
+/// two), and applications count on the slack: perftest asks for one entry
+/// for a one-deep send queue it polls only after events. The size made is
+/// what `cq->cqe` says, as libibverbs does.
+fn rounded_depth(cqe: c_int) -> usize {
+    ((cqe as usize).max(MIN_CQE) + 1).next_power_of_two() - 1
+}
+
 #[export_name = "softroce_ibv_create_cq"]
 pub unsafe extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
@@ -127,7 +137,8 @@ pub unsafe extern "C" fn ibv_create_cq(
     guard("ibv_create_cq", std::ptr::null_mut(), || {
         // SAFETY: ctx_of checks the registry.
         let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
-        if cqe <= 0 || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
+        if cqe <= 0 || cqe as u32 > MAX_CQE || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
+            tracing::debug!(cqe, comp_vector, max_cqe = MAX_CQE, "ibv_create_cq: cqe or comp_vector out of range");
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
@@ -150,11 +161,7 @@ pub unsafe extern "C" fn ibv_create_cq(
                 None => return std::ptr::null_mut(),
             }
         };
-        // Providers give at least what was asked, rounded up (rxe and mlx5
-        // to a power of two), and applications count on the slack: perftest
-        // asks for one entry for a one-deep send queue it polls only after
-        // events. The size made is what `cq->cqe` says, as libibverbs does.
-        let depth = ((cqe as usize).max(MIN_CQE) + 1).next_power_of_two() - 1;
+        let depth = rounded_depth(cqe);
         let verbs = match ctx.engine.verbs.create_cq(depth, ch.map(|c| &c.inner.verbs)) {
             Ok(v) => v,
             Err(e) => {
@@ -168,7 +175,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             channel,
             cq_context,
             handle: id as u32,
-            cqe: depth as c_int,
+            cqe: (depth as c_int).into(),
             mutex: mutex_init(),
             cond: cond_init(),
             comp_events_completed: 0.into(),
@@ -332,11 +339,18 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     guard("ibv_resize_cq", libc::EIO, || {
         // SAFETY: `live` checks the registry.
         let Some(c) = (unsafe { live(&CQS, cq.cast::<Cq>(), "ibv_cq") }) else { return libc::EINVAL };
-        // The engine's CQs do not change size; one at least as large is fine.
-        if cqe > 0 && cqe <= c.c.cqe {
-            0
-        } else {
-            libc::EOPNOTSUPP
+        // As rxe: a size out of range, or below the completions waiting in
+        // the CQ, is EINVAL and changes nothing.
+        if cqe <= 0 || cqe as u32 > MAX_CQE {
+            return libc::EINVAL;
         }
+        let depth = rounded_depth(cqe);
+        if let Err(e) = c.verbs.resize(depth, cqe as usize) {
+            tracing::debug!(error = %e, cqe, "ibv_resize_cq refused");
+            return errno_of(&e);
+        }
+        // What the application reads as the size, as libibverbs' providers write it.
+        c.c.cqe.store(depth as c_int, Ordering::Release);
+        0
     })
 }

@@ -129,6 +129,14 @@ pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
     })
 }
 
+/// The device's limits that the create calls enforce (EINVAL above them,
+/// as rxe's `rxe_qp_chk_cap`/`rxe_cq_chk_attr`), reported by `ibv_query_device`.
+pub const MAX_QP_WR: u32 = 1 << 14;
+pub const MAX_SGE: u32 = 32;
+pub const MAX_CQE: u32 = (1 << 16) - 1;
+/// Bytes of inline data a send may carry (rxe's `RXE_MAX_INLINE_DATA`).
+pub const MAX_INLINE_DATA: u32 = 400;
+
 /// What the device reports: limits of the engine (generous where the
 /// engine has none), one port, RC atomics.
 fn device_attr(ctx: &Ctx) -> ibv_device_attr {
@@ -142,13 +150,13 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.vendor_id = 0xffffff; // as rxe
     a.vendor_part_id = 0;
     a.max_qp = 1 << 16;
-    a.max_qp_wr = 1 << 14;
+    a.max_qp_wr = MAX_QP_WR as c_int;
     // RESIZE_MAX_WR, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN
     a.device_cap_flags = 1 | (1 << 10) | (1 << 11) | (1 << 12);
-    a.max_sge = 32;
-    a.max_sge_rd = 32;
+    a.max_sge = MAX_SGE as c_int;
+    a.max_sge_rd = MAX_SGE as c_int;
     a.max_cq = 1 << 14;
-    a.max_cqe = (1 << 16) - 1;
+    a.max_cqe = MAX_CQE as c_int;
     a.max_mr = 1 << 18;
     a.max_pd = 1 << 16;
     a.max_qp_rd_atom = 128;

@@ -3,6 +3,7 @@
 use crate::abi::*;
 use crate::context::with_objects;
 use crate::cq::{Cq, CQS};
+use crate::device::{MAX_INLINE_DATA, MAX_QP_WR, MAX_SGE};
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Pd};
 use crate::srq::{Srq, SRQS};
@@ -75,6 +76,24 @@ fn mtu_of(m: c_int) -> Option<Mtu> {
     })
 }
 
+/// The first of a QP's asked capabilities that exceeds the device's limit
+/// (EINVAL for `ibv_create_qp`, as rxe's `rxe_qp_chk_cap`): its name, what
+/// was asked and the limit.
+fn check_cap(c: &ibv_qp_cap) -> Result<(), (&'static str, u32, u32)> {
+    for (name, asked, max) in [
+        ("max_send_wr", c.max_send_wr, MAX_QP_WR),
+        ("max_recv_wr", c.max_recv_wr, MAX_QP_WR),
+        ("max_send_sge", c.max_send_sge, MAX_SGE),
+        ("max_recv_sge", c.max_recv_sge, MAX_SGE),
+        ("max_inline_data", c.max_inline_data, MAX_INLINE_DATA),
+    ] {
+        if asked > max {
+            return Err((name, asked, max));
+        }
+    }
+    Ok(())
+}
+
 #[export_name = "softroce_ibv_create_qp"]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard("ibv_create_qp", std::ptr::null_mut(), || {
@@ -125,6 +144,11 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
         let (scq, rcq, srq): (&'static Cq, &'static Cq, Option<&'static Srq>) =
             unsafe { (&*(scq as *const Cq), &*(rcq as *const Cq), srq.map(|s| &*(s as *const Srq))) };
         let c = init.cap;
+        if let Err(what) = check_cap(&c) {
+            tracing::warn!(?what, "ibv_create_qp: capability above the device's limit");
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
         let cap = QpCap {
             // At least asked for, rounded up as providers do (mlx5 to a power
             // of two, with a floor): perftest's latency tests ask for one
@@ -329,7 +353,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         if attr.is_null() || init.is_null() {
             return libc::EINVAL;
         }
-        let (state, p) = match q.verbs.query() {
+        let ((state, p), (sq_psn, rq_psn)) = match q.verbs.query().and_then(|x| Ok((x, q.verbs.psns()?))) {
             Ok(x) => x,
             Err(e) => return errno_of(&e),
         };
@@ -339,6 +363,8 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.cur_qp_state = a.qp_state;
         a.path_mtu = p.mtu as c_int;
         a.qkey = p.qkey;
+        a.sq_psn = sq_psn;
+        a.rq_psn = rq_psn;
         a.dest_qp_num = p.dest_qp;
         a.qp_access_flags = p.access.0;
         a.cap = q.cap;

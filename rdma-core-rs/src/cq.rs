@@ -10,7 +10,6 @@ use std::time::Duration;
 pub struct CompletionQueue {
     pub(crate) ctx: Context,
     pub(crate) id: CqId,
-    depth: usize,
     channel: Option<usize>,
 }
 
@@ -24,7 +23,7 @@ impl Context {
             }
         }
         let id = self.inner.lock().ep.create_cq(depth);
-        Ok(CompletionQueue { ctx: self.clone(), id, depth, channel: channel.map(|c| c.index) })
+        Ok(CompletionQueue { ctx: self.clone(), id, channel: channel.map(|c| c.index) })
     }
 
     /// `ibv_create_comp_channel`.
@@ -41,8 +40,17 @@ impl CompletionQueue {
         self.id.0
     }
 
+    /// How many completions it holds (what it was made or last resized with).
     pub fn depth(&self) -> usize {
-        self.depth
+        self.ctx.inner.lock().ep.cq_depth(self.id)
+    }
+
+    /// `ibv_resize_cq`: room for `depth` completions from now on. Refused
+    /// (an error, the CQ unchanged) when more than `at_least` completions
+    /// wait in it: pass the size the application asked for, before any
+    /// rounding up, as rxe compares that one with the count.
+    pub fn resize(&self, depth: usize, at_least: usize) -> Result<()> {
+        Ok(self.ctx.inner.lock().ep.resize_cq(self.id, depth, at_least)?)
     }
 
     /// `ibv_poll_cq`: makes progress, then appends up to `max` completions

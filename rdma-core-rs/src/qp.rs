@@ -173,6 +173,12 @@ impl QueuePair {
         Ok(self.ctx.inner.lock().ep.query_qp(self.qpn)?)
     }
 
+    /// The PSNs `ibv_query_qp` reports: `(sq_psn, rq_psn)`, the next this
+    /// QP sends and the next it expects, as rxe reports them.
+    pub fn psns(&self) -> Result<(u32, u32)> {
+        Ok(self.ctx.inner.lock().ep.qp_psns(self.qpn)?)
+    }
+
     /// This QP's counters: CE-marked packets received
     /// ([`crate::Context::stats`] counts them for the whole device).
     pub fn stats(&self) -> Result<rdma_transport::qp::QpStats> {

@@ -2,6 +2,7 @@
 //! when it overflows, and the overflows the endpoint has yet to raise as
 //! events.
 
+use crate::error::VerbsError;
 use crate::pool::WrPool;
 use crate::qp::CqId;
 use crate::wr::WorkCompletion;
@@ -50,6 +51,22 @@ impl CqTable {
         self.cqs.push((depth.max(1), VecDeque::new()));
         self.in_error.push(false);
         CqId(self.cqs.len() - 1)
+    }
+
+    /// Gives `cq` room for `depth` completions, unless more than
+    /// `at_least` wait in it ([`crate::Endpoint::resize_cq`]).
+    pub(crate) fn resize(&mut self, cq: CqId, depth: usize, at_least: usize) -> Result<(), VerbsError> {
+        let (d, q) = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchCq(cq.0))?;
+        if q.len() > at_least {
+            return Err(VerbsError::CqTooSmall { cq: cq.0, waiting: q.len(), asked: at_least });
+        }
+        *d = depth.max(1);
+        Ok(())
+    }
+
+    /// How many completions `cq` holds (0: no such CQ).
+    pub(crate) fn depth(&self, cq: CqId) -> usize {
+        self.cqs.get(cq.0).map_or(0, |(d, _)| *d)
     }
 
     /// Whether `cq` was created.

@@ -373,6 +373,19 @@ impl Endpoint {
         self.cqs.create(depth)
     }
 
+    /// How many completions `cq` holds (0: no such CQ).
+    pub fn cq_depth(&self, cq: CqId) -> usize {
+        self.cqs.depth(cq)
+    }
+
+    /// `ibv_resize_cq`: `cq` holds up to `depth` completions from now on.
+    /// Refused (the CQ unchanged) when more than `at_least` completions wait
+    /// in it, as rxe refuses a size below the count: the caller passes the
+    /// size the application asked for, before any rounding up.
+    pub fn resize_cq(&mut self, cq: CqId, depth: usize, at_least: usize) -> Result<(), VerbsError> {
+        self.cqs.resize(cq, depth, at_least)
+    }
+
     /// Takes up to `max` completions, oldest first.
     pub fn poll_cq(&mut self, cq: CqId, max: usize) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
@@ -466,6 +479,13 @@ impl Endpoint {
     pub fn query_qp(&self, qpn: u32) -> Result<(QpState, QpParams), VerbsError> {
         let qp = self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         Ok((qp.state, qp.params))
+    }
+
+    /// The PSNs `ibv_query_qp` reports, as rxe does: the next this QP's
+    /// requester sends (`sq_psn`) and the next its responder expects (`rq_psn`).
+    pub fn qp_psns(&self, qpn: u32) -> Result<(u32, u32), VerbsError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok((qp.req.sq.next_psn().value(), qp.resp.epsn.value()))
     }
 
     /// The counters of one QP.

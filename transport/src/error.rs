@@ -10,6 +10,8 @@ pub enum VerbsError {
     NoSuchQp(u32),
     #[error("no completion queue {0}")]
     NoSuchCq(usize),
+    #[error("completion queue {cq}: {waiting} completions wait, more than the {asked} asked for")]
+    CqTooSmall { cq: usize, waiting: usize, asked: usize },
     #[error("no shared receive queue {0}")]
     NoSuchSrq(usize),
     #[error("QP {qpn:#x}: cannot move from {from:?} to {to:?}")]

@@ -116,6 +116,7 @@ pub struct ibv_context {
 /// when `abi_compat` holds this.
 pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 
+pub type CreateQpExFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
 pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
 pub type QueryDeviceExFn =
     unsafe extern "C" fn(*mut ibv_context, *const ibv_query_device_ex_input, *mut ibv_device_attr_ex, usize) -> c_int;
@@ -157,7 +158,7 @@ pub struct verbs_context {
     pub ibv_create_flow: Slot,
     pub abi_placeholder1: Slot,
     pub open_qp: Slot,
-    pub create_qp_ex: Slot,
+    pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: Slot,
     pub create_srq_ex: Slot,
     pub open_xrcd: Slot,
@@ -692,4 +693,116 @@ pub fn mutex_init() -> pthread_mutex_t {
 pub fn cond_init() -> pthread_cond_t {
     // SAFETY: as for `mutex_init`.
     unsafe { std::mem::zeroed() }
+}
+
+/// `struct ibv_rx_hash_conf` (RSS; only its size matters here).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: `ibv_qp_init_attr` and then the extended
+/// fields, as `ibv_create_qp_ex` takes them.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `enum ibv_qp_init_attr_mask`.
+pub mod qp_init_attr_mask {
+    pub const PD: u32 = 1 << 0;
+    pub const XRCD: u32 = 1 << 1;
+    pub const CREATE_FLAGS: u32 = 1 << 2;
+    pub const MAX_TSO_HEADER: u32 = 1 << 3;
+    pub const IND_TABLE: u32 = 1 << 4;
+    pub const RX_HASH: u32 = 1 << 5;
+    pub const SEND_OPS_FLAGS: u32 = 1 << 6;
+}
+
+/// `enum ibv_qp_create_send_ops_flags`: the `ibv_wr_*` calls a QP made by
+/// `ibv_create_qp_ex` may use (FLUSH is rdma-core 45's).
+pub mod send_ops {
+    pub const RDMA_WRITE: u64 = 1 << 0;
+    pub const RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+    pub const SEND: u64 = 1 << 2;
+    pub const SEND_WITH_IMM: u64 = 1 << 3;
+    pub const RDMA_READ: u64 = 1 << 4;
+    pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+    pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    pub const LOCAL_INV: u64 = 1 << 7;
+    pub const BIND_MW: u64 = 1 << 8;
+    pub const SEND_WITH_INV: u64 = 1 << 9;
+    pub const TSO: u64 = 1 << 10;
+    pub const FLUSH: u64 = 1 << 11;
+    pub const ATOMIC_WRITE: u64 = 1 << 12;
+}
+
+/// `struct ibv_data_buf`, one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+pub type WrQp = *mut ibv_qp_ex;
+
+/// The fields of `struct ibv_qp_ex` after its `qp_base` (an `ibv_qp`): the
+/// application writes `wr_id` and `wr_flags` before each `ibv_wr_*` call
+/// (hence the cells), and calls the posting functions through the
+/// pointers. `wr_flush` is rdma-core 45's addition at the end: rdma-core
+/// 44's header does not have it, a newer one finds it filled.
+#[repr(C)]
+pub struct ibv_qp_ex_ops {
+    pub comp_mask: u64,
+    pub wr_id: std::cell::UnsafeCell<u64>,
+    pub wr_flags: std::cell::UnsafeCell<c_uint>,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(WrQp, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(WrQp, u32, u64, u64)>,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(WrQp, *mut c_void, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(WrQp, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(WrQp, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(WrQp, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(WrQp, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(WrQp)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(WrQp, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(WrQp, u32)>,
+    pub wr_send_tso: Option<unsafe extern "C" fn(WrQp, *mut c_void, u16, u16)>,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(WrQp, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(WrQp, u32)>,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(WrQp, *mut c_void, usize)>,
+    pub wr_set_inline_data_list: Option<unsafe extern "C" fn(WrQp, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(WrQp, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(WrQp, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(WrQp)>,
+    pub wr_complete: Option<unsafe extern "C" fn(WrQp) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(WrQp)>,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(WrQp, u32, u64, *const c_void)>,
+    pub wr_flush: Option<unsafe extern "C" fn(WrQp, u32, u64, usize, u8, u8)>,
+}
+
+/// `struct ibv_qp_ex`: what `ibv_qp_to_qp_ex` returns, the same address as
+/// the QP's `ibv_qp`.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub ex: ibv_qp_ex_ops,
 }

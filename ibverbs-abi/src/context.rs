@@ -123,6 +123,10 @@ pub struct Ctx {
     pub v: verbs_context,
     pub dev: &'static Dev,
     pub engine: Arc<Engine>,
+    /// `context->cmd_fd`: a real descriptor (an eventfd that nothing
+    /// signals), as applications dup it or hand it to `ibv_import_device`
+    /// (which answers EOPNOTSUPP: contexts are not shared here).
+    _cmd: OwnedFd,
 }
 
 const CONTEXT_OFFSET: usize = std::mem::offset_of!(Ctx, v) + std::mem::offset_of!(verbs_context, context);
@@ -226,22 +230,24 @@ fn release(name: &str) {
 }
 
 fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
+    let cmd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
     let engine = engine(dev)?;
     // SAFETY: all-NULL pointers and zero sizes are valid for verbs_context.
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.query_port = Some(crate::device::query_port);
     v.query_device_ex = Some(crate::device::query_device_ex);
+    v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
     v.sz = std::mem::size_of::<verbs_context>();
     v.context = ibv_context {
         device: &dev.c as *const ibv_device as *mut ibv_device,
         ops: ops(),
-        cmd_fd: -1,
+        cmd_fd: cmd.as_raw_fd(),
         async_fd: engine.shared.fd.as_raw_fd(),
         num_comp_vectors: 1,
         mutex: mutex_init(),
         abi_compat: VERBS_ABI_IS_EXTENDED,
     };
-    let ctx = Box::leak(Box::new(Ctx { v, dev, engine }));
+    let ctx = Box::leak(Box::new(Ctx { v, dev, engine, _cmd: cmd }));
     let p = &mut ctx.v.context as *mut ibv_context;
     CONTEXTS.insert(p);
     tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");

@@ -6,11 +6,13 @@
 //! - [`abi`]: the C layouts of `<infiniband/verbs.h>`.
 //! - [`spec`]: the device list of `SOFTROCE_DEVICES`.
 //! - `device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `misc`: the
-//!   exported calls, by object; `post`: the posting fast paths. Every C object is a Rust box whose first field is the C
-//!   struct, so the application's pointer is the box's.
+//!   exported calls, by object; `post`: the posting fast paths; `qp_ex`:
+//!   `ibv_create_qp_ex` and the `ibv_wr_*` posting API. Every C object is a
+//!   Rust box whose first field is the C struct, so the application's
+//!   pointer is the box's.
 //! - `ffi`: panics stop at the boundary, errno, and the registries that
 //!   tell live objects from NULL or destroyed ones.
-//! - `provider_stubs`: the `mlx5dv_*`/`efadv_*` calls perftest links.
+//! - `provider_stubs`: the answers of every `mlx5dv_*`/`efadv_*` call.
 //!
 //! Every exported function is `unsafe extern "C"`: its safety contract is
 //! libibverbs' (pointers the application got from this library, buffers of
@@ -29,6 +31,7 @@ mod pd;
 mod post;
 mod provider_stubs;
 mod qp;
+mod qp_ex;
 pub mod rdmacm;
 pub mod spec;
 mod srq;

@@ -147,6 +147,37 @@ fn finish<C>(
     }
 }
 
+/// Posts `wrs` to the engine. If the send queue is full, the ACK that frees
+/// a slot may be waiting in the socket, behind the reply that made the
+/// application post again (a NIC would have handled it): take it, and try
+/// the rest once.
+fn post_with_retry(q: &Qp, wrs: &[SendWr]) -> Result<(), rdma_core_rs::Error> {
+    let mut posted = q.verbs.post_send(wrs);
+    if let Err(rdma_core_rs::Error::Post { index, source: VerbsError::QueueFull { .. }, .. }) = posted {
+        if q.pd.engine.verbs.progress().is_ok() {
+            posted = q.verbs.post_send(&wrs[index..]).map_err(|e| match e {
+                rdma_core_rs::Error::Post { index: i, wr_id, source } => {
+                    rdma_core_rs::Error::Post { index: index + i, wr_id, source }
+                }
+                other => other,
+            });
+        }
+    }
+    posted
+}
+
+/// Posts requests made by the `ibv_wr_*` API (`qp_ex.rs`): the index of
+/// the first one refused and its errno.
+pub(crate) fn post_engine(q: &Qp, wrs: &[SendWr]) -> Result<(), (usize, c_int)> {
+    post_with_retry(q, wrs).map_err(|e| match e {
+        rdma_core_rs::Error::Post { index, ref source, .. } => {
+            tracing::debug!(error = %source, "ibv_wr_complete: post refused");
+            (index, errno_of(&e))
+        }
+        other => (0, errno_of(&other)),
+    })
+}
+
 /// `ops.post_send`, what the inline `ibv_post_send` calls.
 pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
     guard("ibv_post_send", libc::EIO, || {
@@ -162,20 +193,7 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
         // SAFETY: the application's list, per the verbs contract.
         let max_inline = q.max_inline_data();
         let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud, max_inline)) };
-        let mut posted = if wrs.is_empty() { Ok(()) } else { q.verbs.post_send(&wrs) };
-        if let Err(rdma_core_rs::Error::Post { index, source: VerbsError::QueueFull { .. }, .. }) = posted {
-            // The ACK that frees the slot may be waiting in the socket,
-            // behind the reply that made the application post again (a
-            // NIC would have handled it): take it, and try the rest once.
-            if q.pd.engine.verbs.progress().is_ok() {
-                posted = q.verbs.post_send(&wrs[index..]).map_err(|e| match e {
-                    rdma_core_rs::Error::Post { index: i, wr_id, source } => {
-                        rdma_core_rs::Error::Post { index: index + i, wr_id, source }
-                    }
-                    other => other,
-                });
-            }
-        }
+        let posted = if wrs.is_empty() { Ok(()) } else { post_with_retry(q, &wrs) };
         finish(posted, &ptrs, badwr, bad)
     })
 }

@@ -7,7 +7,7 @@ use crate::device::{MAX_INLINE_DATA, MAX_QP_WR, MAX_SGE};
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Pd};
 use crate::srq::{Srq, SRQS};
-use libc::{c_int, c_void};
+use libc::c_int;
 use rdma_core_rs::{Access, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
 use std::sync::atomic::Ordering;
 
@@ -16,9 +16,18 @@ pub static QPS: Registry = Registry::new();
 /// The fewest send queue entries a QP gets, whatever is asked.
 const MIN_SEND_WR: u32 = 16;
 
+/// A QP. `c` then `ex` lay out as `struct ibv_qp_ex` (checked below), so
+/// the application's `ibv_qp *` is also its `ibv_qp_ex *`
+/// (`ibv_qp_to_qp_ex`), which has posting functions when the QP was made
+/// by `ibv_create_qp_ex` with send_ops_flags (`qp_ex.rs`).
 #[repr(C)]
 pub struct Qp {
     pub c: ibv_qp,
+    pub(crate) ex: ibv_qp_ex_ops,
+    /// The requests `ibv_wr_start` .. `ibv_wr_complete` collect.
+    pub(crate) batch: std::sync::Mutex<crate::qp_ex::Batch>,
+    /// The `ibv_wr_*` operations it was made for (0: it has no `ibv_qp_ex`).
+    pub(crate) send_ops: u64,
     pub(crate) verbs: QueuePair,
     pub(crate) pd: &'static Pd,
     send_cq: &'static Cq,
@@ -28,10 +37,17 @@ pub struct Qp {
     pub(crate) sq_sig_all: c_int,
 }
 
+const _: () = assert!(std::mem::offset_of!(Qp, ex) == std::mem::offset_of!(ibv_qp_ex, ex));
+
 impl Qp {
     /// The most bytes one inline send may carry, as created.
     pub(crate) fn max_inline_data(&self) -> u32 {
         self.cap.max_inline_data
+    }
+
+    /// The most SGEs one send request may carry, as created.
+    pub(crate) fn max_send_sge(&self) -> u32 {
+        self.cap.max_send_sge
     }
 }
 
@@ -97,127 +113,150 @@ fn check_cap(c: &ibv_qp_cap) -> Result<(), (&'static str, u32, u32)> {
 #[export_name = "softroce_ibv_create_qp"]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard("ibv_create_qp", std::ptr::null_mut(), || {
-        // The uses of the PD, CQs and SRQ are taken with their lookups, so
-        // none of them can be destroyed from here on (EBUSY); given back if
-        // this call fails.
-        let mut held = Held::new();
-        // SAFETY: pd_use checks the registry.
-        let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
         if init.is_null() {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
         // SAFETY: the caller's attributes.
-        let init = unsafe { &mut *init };
-        let qp_type = match init.qp_type {
-            IBV_QPT_RC => QpType::Rc,
-            IBV_QPT_UC => QpType::Uc,
-            IBV_QPT_UD => QpType::Ud,
-            t => {
-                tracing::warn!(qp_type = t, "QP type not supported (RC, UC and UD are)");
-                set_errno(libc::EOPNOTSUPP);
-                return std::ptr::null_mut();
-            }
-        };
-        // SAFETY: acquire checks the registries.
-        let Some(scq) = (unsafe { CQS.acquire(init.send_cq.cast::<Cq>(), "send CQ") }) else {
-            return std::ptr::null_mut();
-        };
-        held.push(&scq.users);
-        // SAFETY: as above.
-        let Some(rcq) = (unsafe { CQS.acquire(init.recv_cq.cast::<Cq>(), "recv CQ") }) else {
-            return std::ptr::null_mut();
-        };
-        held.push(&rcq.users);
-        let srq = if init.srq.is_null() {
-            None
-        } else {
-            // SAFETY: as above.
-            let Some(s) = (unsafe { SRQS.acquire(init.srq.cast::<Srq>(), "ibv_srq") }) else {
-                return std::ptr::null_mut();
-            };
-            held.push(&s.users);
-            Some(s)
-        };
-        // SAFETY: registered objects are leaked boxes: 'static until destroyed,
-        // and destroying them while this QP uses them is refused (EBUSY).
-        let (scq, rcq, srq): (&'static Cq, &'static Cq, Option<&'static Srq>) =
-            unsafe { (&*(scq as *const Cq), &*(rcq as *const Cq), srq.map(|s| &*(s as *const Srq))) };
-        let c = init.cap;
-        if let Err(what) = check_cap(&c) {
-            tracing::warn!(?what, "ibv_create_qp: capability above the device's limit");
-            set_errno(libc::EINVAL);
+        unsafe { create(pd, &mut *init, 0, None) }
+    })
+}
+
+/// `ibv_create_qp`, and `ibv_create_qp_ex` once its extended attributes are
+/// checked: a QP on `pd` as `init` asks (its `cap` rewritten with what was
+/// made), with `ibv_wr_*` posting functions for `send_ops` (0: none); the
+/// PD must be of `context` when one is given (`ibv_create_qp_ex`).
+///
+/// # Safety
+/// `init`'s pointers are the application's, checked against the registries.
+pub(crate) unsafe fn create(
+    pd: *mut ibv_pd,
+    init: &mut ibv_qp_init_attr,
+    send_ops: u64,
+    context: Option<*mut ibv_context>,
+) -> *mut ibv_qp {
+    // The uses of the PD, CQs and SRQ are taken with their lookups, so
+    // none of them can be destroyed from here on (EBUSY); given back if
+    // this call fails.
+    let mut held = Held::new();
+    // SAFETY: pd_use checks the registry.
+    let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
+    if context.is_some_and(|c| c != p.c.context) {
+        tracing::warn!("ibv_create_qp_ex: the PD is of another context");
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    let qp_type = match init.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        t => {
+            tracing::warn!(qp_type = t, "QP type not supported (RC, UC and UD are)");
+            set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
-        let cap = QpCap {
-            // At least asked for, rounded up as providers do (mlx5 to a power
-            // of two, with a floor): perftest's latency tests ask for one
-            // and, with -e, may post the next request before the last one
-            // is acknowledged. The QP reports what it got, as libibverbs does.
-            max_send_wr: c.max_send_wr.max(MIN_SEND_WR).next_power_of_two(),
-            max_recv_wr: c.max_recv_wr.max(1),
-            max_send_sge: c.max_send_sge.max(1),
-            max_recv_sge: c.max_recv_sge.max(1),
-            max_inline_data: c.max_inline_data.max(QpCap::default().max_inline_data),
+    };
+    // SAFETY: acquire checks the registries.
+    let Some(scq) = (unsafe { CQS.acquire(init.send_cq.cast::<Cq>(), "send CQ") }) else {
+        return std::ptr::null_mut();
+    };
+    held.push(&scq.users);
+    // SAFETY: as above.
+    let Some(rcq) = (unsafe { CQS.acquire(init.recv_cq.cast::<Cq>(), "recv CQ") }) else {
+        return std::ptr::null_mut();
+    };
+    held.push(&rcq.users);
+    let srq = if init.srq.is_null() {
+        None
+    } else {
+        // SAFETY: as above.
+        let Some(s) = (unsafe { SRQS.acquire(init.srq.cast::<Srq>(), "ibv_srq") }) else {
+            return std::ptr::null_mut();
         };
-        let attr = QpInitAttr {
-            qp_type,
-            send_cq: &scq.verbs,
-            recv_cq: &rcq.verbs,
-            srq: srq.map(|s| &s.verbs),
-            cap,
-            sq_sig_all: init.sq_sig_all != 0,
-        };
-        let verbs = match p.verbs.create_qp(&attr) {
-            Ok(q) => q,
-            Err(e) => {
-                tracing::warn!(error = %e, "ibv_create_qp refused");
-                set_errno(errno_of(&e));
-                return std::ptr::null_mut();
-            }
-        };
-        let out_cap = ibv_qp_cap {
-            max_send_wr: cap.max_send_wr,
-            max_recv_wr: cap.max_recv_wr,
-            max_send_sge: cap.max_send_sge,
-            max_recv_sge: cap.max_recv_sge,
-            max_inline_data: cap.max_inline_data,
-        };
-        init.cap = out_cap;
-        let qpn = verbs.qp_num();
-        let cq = ibv_qp {
-            context: p.c.context,
-            qp_context: init.qp_context,
-            pd,
-            send_cq: init.send_cq,
-            recv_cq: init.recv_cq,
-            srq: init.srq,
-            handle: qpn,
-            qp_num: qpn,
-            state: 0.into(),
-            qp_type: init.qp_type,
-            mutex: mutex_init(),
-            cond: cond_init(),
-            events_completed: 0,
-        };
-        held.keep();
-        let qp = Box::into_raw(Box::new(Qp {
-            c: cq,
-            verbs,
-            pd: p,
-            send_cq: scq,
-            recv_cq: rcq,
-            srq,
-            cap: out_cap,
-            sq_sig_all: init.sq_sig_all,
-        }));
-        with_objects(&p.engine, |o| {
-            o.qps.insert(qpn, qp as usize);
-        });
-        QPS.insert(qp);
-        tracing::debug!(qpn, ?qp_type, "QP created");
-        qp.cast()
-    })
+        held.push(&s.users);
+        Some(s)
+    };
+    // SAFETY: registered objects are leaked boxes: 'static until destroyed,
+    // and destroying them while this QP uses them is refused (EBUSY).
+    let (scq, rcq, srq): (&'static Cq, &'static Cq, Option<&'static Srq>) =
+        unsafe { (&*(scq as *const Cq), &*(rcq as *const Cq), srq.map(|s| &*(s as *const Srq))) };
+    let c = init.cap;
+    if let Err(what) = check_cap(&c) {
+        tracing::warn!(?what, "ibv_create_qp: capability above the device's limit");
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    let cap = QpCap {
+        // At least asked for, rounded up as providers do (mlx5 to a power
+        // of two, with a floor): perftest's latency tests ask for one
+        // and, with -e, may post the next request before the last one
+        // is acknowledged. The QP reports what it got, as libibverbs does.
+        max_send_wr: c.max_send_wr.max(MIN_SEND_WR).next_power_of_two(),
+        max_recv_wr: c.max_recv_wr.max(1),
+        max_send_sge: c.max_send_sge.max(1),
+        max_recv_sge: c.max_recv_sge.max(1),
+        max_inline_data: c.max_inline_data.max(QpCap::default().max_inline_data),
+    };
+    let attr = QpInitAttr {
+        qp_type,
+        send_cq: &scq.verbs,
+        recv_cq: &rcq.verbs,
+        srq: srq.map(|s| &s.verbs),
+        cap,
+        sq_sig_all: init.sq_sig_all != 0,
+    };
+    let verbs = match p.verbs.create_qp(&attr) {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::warn!(error = %e, "ibv_create_qp refused");
+            set_errno(errno_of(&e));
+            return std::ptr::null_mut();
+        }
+    };
+    let out_cap = ibv_qp_cap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    init.cap = out_cap;
+    let qpn = verbs.qp_num();
+    let cq = ibv_qp {
+        context: p.c.context,
+        qp_context: init.qp_context,
+        pd,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        srq: init.srq,
+        handle: qpn,
+        qp_num: qpn,
+        state: 0.into(),
+        qp_type: init.qp_type,
+        mutex: mutex_init(),
+        cond: cond_init(),
+        events_completed: 0,
+    };
+    held.keep();
+    let qp = Box::into_raw(Box::new(Qp {
+        c: cq,
+        ex: crate::qp_ex::ops(send_ops),
+        batch: Default::default(),
+        send_ops,
+        verbs,
+        pd: p,
+        send_cq: scq,
+        recv_cq: rcq,
+        srq,
+        cap: out_cap,
+        sq_sig_all: init.sq_sig_all,
+    }));
+    with_objects(&p.engine, |o| {
+        o.qps.insert(qpn, qp as usize);
+    });
+    QPS.insert(qp);
+    tracing::debug!(qpn, ?qp_type, send_ops, "QP created");
+    qp.cast()
 }
 
 #[export_name = "softroce_ibv_destroy_qp"]
@@ -401,9 +440,16 @@ pub unsafe extern "C" fn ibv_query_qp(
 }
 
 #[export_name = "softroce_ibv_qp_to_qp_ex"]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    // Only QPs made by ibv_create_qp_ex with send_ops_flags have one, and
-    // that call is not supported: the new posting API is not available.
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard("ibv_qp_to_qp_ex", std::ptr::null_mut(), || {
+        // SAFETY: `live` checks the registry.
+        let Some(q) = (unsafe { live(&QPS, qp.cast::<Qp>(), "ibv_qp") }) else { return std::ptr::null_mut() };
+        // As libibverbs: only a QP made by ibv_create_qp_ex with
+        // send_ops_flags has the posting functions.
+        if q.send_ops == 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        qp.cast()
+    })
 }

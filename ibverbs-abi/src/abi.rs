@@ -149,8 +149,8 @@ pub struct verbs_context {
     pub destroy_wq: Slot,
     pub modify_wq: Slot,
     pub create_wq: Slot,
-    pub query_rt_values: Slot,
-    pub create_cq_ex: Slot,
+    pub query_rt_values: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
+    pub create_cq_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: Slot,
@@ -806,3 +806,100 @@ pub struct ibv_qp_ex {
     pub qp_base: ibv_qp,
     pub ex: ibv_qp_ex_ops,
 }
+
+/// `struct ibv_cq_init_attr_ex`, what `ibv_create_cq_ex` takes.
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `enum ibv_cq_init_attr_mask`.
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+/// `enum ibv_create_cq_attr_flags`.
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
+/// `enum ibv_create_cq_wc_flags`.
+pub mod wc_ex {
+    pub const BYTE_LEN: u64 = 1 << 0;
+    pub const IMM: u64 = 1 << 1;
+    pub const QP_NUM: u64 = 1 << 2;
+    pub const SRC_QP: u64 = 1 << 3;
+    pub const SLID: u64 = 1 << 4;
+    pub const SL: u64 = 1 << 5;
+    pub const DLID_PATH_BITS: u64 = 1 << 6;
+    pub const COMPLETION_TIMESTAMP: u64 = 1 << 7;
+    pub const CVLAN: u64 = 1 << 8;
+    pub const FLOW_TAG: u64 = 1 << 9;
+    pub const TM_INFO: u64 = 1 << 10;
+    pub const COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+    /// IBV_WC_STANDARD_FLAGS: what rxe offers.
+    pub const STANDARD: u64 = BYTE_LEN | IMM | QP_NUM | SRC_QP | SLID | SL | DLID_PATH_BITS;
+}
+
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_wc_tm_info`.
+#[repr(C)]
+pub struct ibv_wc_tm_info {
+    pub tag: u64,
+    pub priv_: u32,
+}
+
+pub type CqEx = *mut ibv_cq_ex;
+
+/// The fields of `struct ibv_cq_ex` after those it shares with `ibv_cq`:
+/// the current completion's status and wr_id (fields the application
+/// reads) and the polling functions.
+#[repr(C)]
+pub struct ibv_cq_ex_ops {
+    pub comp_mask: u32,
+    pub status: std::cell::UnsafeCell<c_int>,
+    pub wr_id: std::cell::UnsafeCell<u64>,
+    pub start_poll: Option<unsafe extern "C" fn(CqEx, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(CqEx) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(CqEx)>,
+    pub read_opcode: Option<unsafe extern "C" fn(CqEx) -> c_int>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(CqEx) -> c_uint>,
+    pub read_slid: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(CqEx) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(CqEx) -> u8>,
+    pub read_completion_ts: Option<unsafe extern "C" fn(CqEx) -> u64>,
+    pub read_cvlan: Option<unsafe extern "C" fn(CqEx) -> u16>,
+    pub read_flow_tag: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_tm_info: Option<unsafe extern "C" fn(CqEx, *mut ibv_wc_tm_info)>,
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(CqEx) -> u64>,
+}
+
+/// `struct ibv_cq_ex`: an `ibv_cq` (the same address: `ibv_cq_ex_to_cq`)
+/// followed by the extended fields.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub cq_base: ibv_cq,
+    pub ex: ibv_cq_ex_ops,
+}
+
+/// `struct ibv_values_ex`, what `ibv_query_rt_values_ex` fills.
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
+pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;

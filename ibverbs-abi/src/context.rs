@@ -237,6 +237,8 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
     v.query_port = Some(crate::device::query_port);
     v.query_device_ex = Some(crate::device::query_device_ex);
     v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
+    v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
+    v.query_rt_values = Some(crate::cq_ex::query_rt_values);
     v.sz = std::mem::size_of::<verbs_context>();
     v.context = ibv_context {
         device: &dev.c as *const ibv_device as *mut ibv_device,

@@ -22,17 +22,33 @@ pub static CQS: Registry = Registry::new();
 const MIN_CQE: usize = 63;
 pub static CHANNELS: Registry = Registry::new();
 
+/// A CQ. `c` then `ex` lay out as `struct ibv_cq_ex` (checked below), so
+/// that a CQ made by `ibv_create_cq_ex` is also an `ibv_cq` and the other
+/// way round; only those have the polling functions (`cq_ex.rs`).
 #[repr(C)]
 pub struct Cq {
     pub c: ibv_cq,
+    pub(crate) ex: ibv_cq_ex_ops,
     pub verbs: CompletionQueue,
     /// Completions taken from the engine, reused across polls.
     scratch: Mutex<Vec<WorkCompletion>>,
+    /// For `ibv_create_cq_ex`'s CQs (None for the others): what the
+    /// extended polling took from the engine and has yet to hand out.
+    pub(crate) ex_state: Option<crate::cq_ex::ExState>,
     /// QPs using this CQ (destroying it before them is EBUSY).
     pub users: Users,
     /// The channel it reports to; its use is held until this CQ goes.
     chan: Option<&'static Chan>,
     engine: Arc<Engine>,
+}
+
+const _: () = assert!(std::mem::offset_of!(Cq, ex) == std::mem::offset_of!(ibv_cq_ex, ex));
+
+impl Cq {
+    /// Tells the idle-progress thread the application is polling.
+    pub(crate) fn engine_called(&self) {
+        self.engine.called();
+    }
 }
 
 impl Shared for Cq {
@@ -135,71 +151,94 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard("ibv_create_cq", std::ptr::null_mut(), || {
-        // SAFETY: ctx_of checks the registry.
-        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
-        if cqe <= 0 || cqe as u32 > MAX_CQE || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
-            tracing::debug!(cqe, comp_vector, max_cqe = MAX_CQE, "ibv_create_cq: cqe or comp_vector out of range");
-            set_errno(libc::EINVAL);
+        // SAFETY: create checks every pointer against its registry.
+        unsafe { create(context, cqe, cq_context, channel, comp_vector, None) }
+    })
+}
+
+/// `ibv_create_cq`, and `ibv_create_cq_ex` once its extended attributes
+/// are checked (`ex`: the polling functions and state of an extended CQ).
+///
+/// # Safety
+/// The pointers are the application's, checked against the registries.
+pub(crate) unsafe fn create(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    ex: Option<(ibv_cq_ex_ops, crate::cq_ex::ExState)>,
+) -> *mut ibv_cq {
+    // SAFETY: ctx_of checks the registry.
+    let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+    if cqe <= 0 || cqe as u32 > MAX_CQE || comp_vector < 0 || comp_vector >= ctx.v.context.num_comp_vectors {
+        tracing::debug!(cqe, comp_vector, max_cqe = MAX_CQE, "ibv_create_cq: cqe or comp_vector out of range");
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    // The channel's use is taken with its lookup, so it cannot be
+    // destroyed from here on (EBUSY); given back if this call fails.
+    let mut held = Held::new();
+    let ch: Option<&'static Chan> = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: acquire checks the registry.
+        match unsafe { CHANNELS.acquire(channel.cast::<Chan>(), "ibv_comp_channel") } {
+            Some(ch) => {
+                held.push(&ch.users);
+                if ch.c.context != context {
+                    set_errno(libc::EINVAL);
+                    return std::ptr::null_mut();
+                }
+                Some(ch)
+            }
+            None => return std::ptr::null_mut(),
+        }
+    };
+    let depth = rounded_depth(cqe);
+    let verbs = match ctx.engine.verbs.create_cq(depth, ch.map(|c| &c.inner.verbs)) {
+        Ok(v) => v,
+        Err(e) => {
+            set_errno(errno_of(&e));
             return std::ptr::null_mut();
         }
-        // The channel's use is taken with its lookup, so it cannot be
-        // destroyed from here on (EBUSY); given back if this call fails.
-        let mut held = Held::new();
-        let ch: Option<&'static Chan> = if channel.is_null() {
-            None
-        } else {
-            // SAFETY: acquire checks the registry.
-            match unsafe { CHANNELS.acquire(channel.cast::<Chan>(), "ibv_comp_channel") } {
-                Some(ch) => {
-                    held.push(&ch.users);
-                    if ch.c.context != context {
-                        set_errno(libc::EINVAL);
-                        return std::ptr::null_mut();
-                    }
-                    Some(ch)
-                }
-                None => return std::ptr::null_mut(),
-            }
-        };
-        let depth = rounded_depth(cqe);
-        let verbs = match ctx.engine.verbs.create_cq(depth, ch.map(|c| &c.inner.verbs)) {
-            Ok(v) => v,
-            Err(e) => {
-                set_errno(errno_of(&e));
-                return std::ptr::null_mut();
-            }
-        };
-        let id = verbs.id();
-        let c = ibv_cq {
-            context,
-            channel,
-            cq_context,
-            handle: id as u32,
-            cqe: (depth as c_int).into(),
-            mutex: mutex_init(),
-            cond: cond_init(),
-            comp_events_completed: 0.into(),
-            async_events_completed: 0,
-        };
-        held.keep();
-        let cq = Box::into_raw(Box::new(Cq {
-            c,
-            verbs,
-            scratch: Mutex::new(Vec::with_capacity(64)),
-            users: Users::default(),
-            chan: ch,
-            engine: ctx.engine.clone(),
-        }));
-        if let Some(ch) = ch {
-            ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
-        }
-        with_objects(&ctx.engine, |o| {
-            o.cqs.insert(id, cq as usize);
-        });
-        CQS.insert(cq);
-        tracing::debug!(cq = id, cqe, depth, channel = !channel.is_null(), "CQ created");
-        cq.cast()
-    })
+    };
+    let id = verbs.id();
+    let c = ibv_cq {
+        context,
+        channel,
+        cq_context,
+        handle: id as u32,
+        cqe: (depth as c_int).into(),
+        mutex: mutex_init(),
+        cond: cond_init(),
+        comp_events_completed: 0.into(),
+        async_events_completed: 0,
+    };
+    held.keep();
+    let (ex, ex_state) = match ex {
+        Some((ops, state)) => (ops, Some(state)),
+        None => (crate::cq_ex::no_ops(), None),
+    };
+    let cq = Box::into_raw(Box::new(Cq {
+        c,
+        ex,
+        ex_state,
+        verbs,
+        scratch: Mutex::new(Vec::with_capacity(64)),
+        users: Users::default(),
+        chan: ch,
+        engine: ctx.engine.clone(),
+    }));
+    if let Some(ch) = ch {
+        ch.inner.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cq as usize);
+    }
+    with_objects(&ctx.engine, |o| {
+        o.cqs.insert(id, cq as usize);
+    });
+    CQS.insert(cq);
+    tracing::debug!(cq = id, cqe, depth, channel = !channel.is_null(), "CQ created");
+    cq.cast()
 }
 
 #[export_name = "softroce_ibv_destroy_cq"]
@@ -238,9 +277,16 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
         c.engine.called();
         let mut scratch = c.scratch.lock().unwrap_or_else(|e| e.into_inner());
         scratch.clear();
-        if let Err(e) = c.verbs.poll(&mut scratch, n as usize) {
-            tracing::warn!(error = %e, "poll_cq failed");
-            return -errno_of(&e);
+        // An extended CQ's completions already taken by ibv_start_poll come first.
+        if let Some(st) = &c.ex_state {
+            st.take_pending(&mut scratch, n as usize);
+        }
+        let more = n as usize - scratch.len();
+        if more > 0 {
+            if let Err(e) = c.verbs.poll(&mut scratch, more) {
+                tracing::warn!(error = %e, "poll_cq failed");
+                return -errno_of(&e);
+            }
         }
         for (i, w) in scratch.iter().enumerate() {
             // SAFETY: the caller's array holds `n` entries; i < n.
@@ -250,7 +296,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
     })
 }
 
-fn to_c(w: &WorkCompletion) -> ibv_wc {
+pub(crate) fn to_c(w: &WorkCompletion) -> ibv_wc {
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_int,

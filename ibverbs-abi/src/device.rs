@@ -204,6 +204,10 @@ pub unsafe extern "C" fn query_device_ex(
         let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         x.orig_attr = device_attr(ctx);
         x.phys_port_cnt_ex = 1;
+        // Completion timestamps count CLOCK_MONOTONIC nanoseconds (cq_ex.rs):
+        // a 1 GHz clock that does not wrap.
+        x.completion_timestamp_mask = u64::MAX;
+        x.hca_core_clock = 1_000_000; // kHz
         let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's buffer holds `size` bytes; we write at most that.
         unsafe {

@@ -7,7 +7,8 @@
 //! - [`spec`]: the device list of `SOFTROCE_DEVICES`.
 //! - `device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `misc`: the
 //!   exported calls, by object; `post`: the posting fast paths; `qp_ex`:
-//!   `ibv_create_qp_ex` and the `ibv_wr_*` posting API. Every C object is a
+//!   `ibv_create_qp_ex` and the `ibv_wr_*` posting API; `cq_ex`:
+//!   `ibv_create_cq_ex`, its polling API and timestamps. Every C object is a
 //!   Rust box whose first field is the C struct, so the application's
 //!   pointer is the box's.
 //! - `ffi`: panics stop at the boundary, errno, and the registries that
@@ -24,6 +25,7 @@ pub mod abi;
 mod ah;
 mod context;
 mod cq;
+mod cq_ex;
 mod device;
 mod ffi;
 mod misc;

@@ -44,11 +44,23 @@ pub unsafe fn pd_use(p: *mut ibv_pd, held: &mut Held<'static>) -> Option<&'stati
 unsafe impl Send for Pd {}
 unsafe impl Sync for Pd {}
 
+/// A memory region. `ibv_rereg_mr` changes it in place (the application
+/// keeps its `ibv_mr *` and reads the new keys from it), hence the cell
+/// and the lock.
 #[repr(C)]
 pub struct Mr {
-    pub c: ibv_mr,
+    pub c: std::cell::UnsafeCell<ibv_mr>,
+    state: std::sync::Mutex<MrState>,
+}
+
+struct MrState {
+    /// The engine's registration: dropping it deregisters.
     verbs: MemoryRegion,
     pd: &'static Pd,
+    /// As registered: the address, length and access flags (the C ones).
+    addr: *mut c_void,
+    length: usize,
+    access: c_uint,
 }
 
 // SAFETY: as for Pd.
@@ -120,41 +132,39 @@ fn access_of(flags: c_uint) -> Result<Access, c_int> {
     Ok(Access(flags & 0xf))
 }
 
+/// Registers `addr..addr+length` at `iova` in `p`, as `ibv_reg_mr` checks it:
+/// the access flags, then that the range is mapped (EFAULT).
+fn register(p: &Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> Result<MemoryRegion, c_int> {
+    let flags = access_of(access)?;
+    if addr.is_null() || !mapped(addr as usize, length) {
+        tracing::debug!(addr = addr as u64, length, "ibv_reg_mr of memory that is not mapped");
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the application registers its own mapped memory and, as with
+    // any RDMA device, keeps it valid until ibv_dereg_mr; the engine checks
+    // every access against the region's bounds.
+    unsafe { p.verbs.reg_mr_raw_at(addr.cast(), length, iova, flags) }.map_err(|e| errno_of(&e))
+}
+
+fn c_mr(p: &Pd, pd: *mut ibv_pd, addr: *mut c_void, length: usize, verbs: &MemoryRegion) -> ibv_mr {
+    ibv_mr { context: p.c.context, pd, addr, length, handle: verbs.lkey(), lkey: verbs.lkey(), rkey: verbs.rkey() }
+}
+
 fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
     let mut held = Held::new();
     // SAFETY: pd_use checks the registry.
     let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
-    if iova != addr as u64 {
-        tracing::warn!(iova, addr = addr as u64, "an iova other than the address is not supported");
-        set_errno(libc::EOPNOTSUPP);
-        return std::ptr::null_mut();
-    }
-    let access = match access_of(access) {
-        Ok(a) => a,
+    let verbs = match register(p, addr, length, iova, access) {
+        Ok(v) => v,
         Err(e) => {
             set_errno(e);
             return std::ptr::null_mut();
         }
     };
-    if addr.is_null() || !mapped(addr as usize, length) {
-        tracing::debug!(addr = addr as u64, length, "ibv_reg_mr of memory that is not mapped");
-        set_errno(libc::EFAULT);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: the application registers its own mapped memory and, as with
-    // any RDMA device, keeps it valid until ibv_dereg_mr; the engine checks
-    // every access against the region's bounds.
-    let verbs = match unsafe { p.verbs.reg_mr_raw(addr.cast(), length, access) } {
-        Ok(v) => v,
-        Err(e) => {
-            set_errno(errno_of(&e));
-            return std::ptr::null_mut();
-        }
-    };
-    let c =
-        ibv_mr { context: p.c.context, pd, addr, length, handle: verbs.lkey(), lkey: verbs.lkey(), rkey: verbs.rkey() };
+    let c = c_mr(p, pd, addr, length, &verbs);
     held.keep();
-    let mr = Box::into_raw(Box::new(Mr { c, verbs, pd: p }));
+    let state = MrState { verbs, pd: p, addr, length, access };
+    let mr = Box::into_raw(Box::new(Mr { c: c.into(), state: state.into() }));
     MRS.insert(mr);
     mr.cast()
 }
@@ -196,21 +206,95 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let m = unsafe { Box::from_raw(p) };
-        m.pd.users.put();
+        m.state.into_inner().unwrap_or_else(|e| e.into_inner()).pd.users.put();
         0
     })
 }
 
+/// `enum ibv_rereg_mr_flags`.
+const REREG_CHANGE_TRANSLATION: c_int = 1 << 0;
+const REREG_CHANGE_PD: c_int = 1 << 1;
+const REREG_CHANGE_ACCESS: c_int = 1 << 2;
+/// `enum ibv_rereg_mr_err_code`: the request was refused before anything
+/// changed; the command failed (EFAULT: a new range that is not mapped).
+const REREG_ERR_INPUT: c_int = -1;
+const REREG_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr`: a new translation (address and length; the iova is the
+/// address), PD and/or access for the region, as `flags` says, keeping its
+/// keys as rxe does (and mlx5's translation change too); a refusal leaves
+/// the region as it was.
 #[export_name = "softroce_ibv_rereg_mr"]
 pub unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
 ) -> c_int {
-    // IBV_REREG_MR_ERR_INPUT: the old region stays valid.
-    set_errno(libc::EOPNOTSUPP);
-    -1
+    guard("ibv_rereg_mr", REREG_ERR_INPUT, || {
+        let all = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+        let input = |e: c_int| {
+            set_errno(e);
+            REREG_ERR_INPUT
+        };
+        // SAFETY: `live` checks the registry.
+        let Some(m) = (unsafe { live(&MRS, mr.cast::<Mr>(), "ibv_mr") }) else { return input(libc::EINVAL) };
+        if flags == 0 || flags & !all != 0 {
+            return input(libc::EINVAL);
+        }
+        let mut st = m.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = Held::new();
+        let new_pd = if flags & REREG_CHANGE_PD != 0 {
+            // SAFETY: pd_use checks the registry.
+            let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return input(libc::EINVAL) };
+            if p.c.context != st.pd.c.context {
+                return input(libc::EINVAL);
+            }
+            Some(p)
+        } else {
+            None
+        };
+        let new_access = if flags & REREG_CHANGE_ACCESS != 0 {
+            match access_of(access as c_uint) {
+                Ok(a) => Some(a),
+                Err(e) => return input(e),
+            }
+        } else {
+            None
+        };
+        let translation = if flags & REREG_CHANGE_TRANSLATION != 0 {
+            if addr.is_null() || !mapped(addr as usize, length) {
+                set_errno(libc::EFAULT);
+                return REREG_ERR_CMD;
+            }
+            Some((addr.cast::<u8>(), length, addr as u64))
+        } else {
+            None
+        };
+        // SAFETY: as ibv_reg_mr's: the application's own mapped memory, kept
+        // valid until the region is deregistered or reregistered again.
+        if let Err(e) = unsafe { st.verbs.rereg_raw(new_pd.map(|p| &p.verbs), translation, new_access) } {
+            tracing::debug!(error = %e, flags, "ibv_rereg_mr refused; the region stays as it was");
+            return input(errno_of(&e));
+        }
+        // SAFETY: the application does not use the MR while it reregisters
+        // it (libibverbs' contract).
+        let c = unsafe { &mut *m.c.get() };
+        if let Some(p) = new_pd {
+            held.keep();
+            st.pd.users.put();
+            st.pd = p;
+            c.pd = pd;
+        }
+        if translation.is_some() {
+            (st.addr, st.length) = (addr, length);
+            (c.addr, c.length) = (addr, length);
+        }
+        if new_access.is_some() {
+            st.access = access as c_uint;
+        }
+        0
+    })
 }

@@ -55,25 +55,51 @@ impl ProtectionDomain {
             return Err(Error::InvalidArgument(format!("reg_mr_raw: null pointer (length {len})")));
         }
         // SAFETY: forwarded to our caller.
-        self.register(unsafe { RegionMemory::from_raw(ptr, len) }, access)
+        unsafe { self.reg_mr_raw_at(ptr, len, ptr as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova2`: as [`ProtectionDomain::reg_mr_raw`], the region
+    /// addressed at `iova` instead of the pointer: work requests and peers
+    /// name `iova..iova+len`, and the engine reaches `ptr..ptr+len`.
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::reg_mr_raw`].
+    pub unsafe fn reg_mr_raw_at(&self, ptr: *mut u8, len: usize, iova: u64, access: Access) -> Result<MemoryRegion> {
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument(format!("reg_mr_raw: null pointer (length {len})")));
+        }
+        if iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument(format!("iova {iova:#x} + length {len} overflows")));
+        }
+        // SAFETY: forwarded to our caller.
+        self.register_at(unsafe { RegionMemory::from_raw(ptr, len) }, iova, access)
     }
 
     fn register(&self, memory: RegionMemory, access: Access) -> Result<MemoryRegion> {
-        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE)
-            || access.contains(Access::REMOTE_ATOMIC) && !access.contains(Access::LOCAL_WRITE)
-        {
-            // ibv_reg_mr(3): remote write or atomic access requires local write.
-            return Err(Error::InvalidArgument(format!(
-                "access flags {:#x}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-                access.0
-            )));
-        }
         let addr = memory.base_addr();
+        self.register_at(memory, addr, access)
+    }
+
+    fn register_at(&self, memory: RegionMemory, addr: u64, access: Access) -> Result<MemoryRegion> {
+        check_access(access)?;
         let len = memory.len();
         let (lkey, rkey) = self.ctx.inner.lock().ep.reg_mr(self.pd, addr, memory.clone(), access);
         tracing::debug!(lkey, rkey, addr, len, "memory region registered");
         Ok(MemoryRegion { ctx: self.ctx.clone(), memory, addr, len, lkey, rkey, access })
     }
+}
+
+/// ibv_reg_mr(3): remote write or atomic access requires local write.
+fn check_access(access: Access) -> Result<()> {
+    if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE)
+        || access.contains(Access::REMOTE_ATOMIC) && !access.contains(Access::LOCAL_WRITE)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "access flags {:#x}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+            access.0
+        )));
+    }
+    Ok(())
 }
 
 /// A registered memory region. Its bytes are shared with the engine, which
@@ -99,7 +125,9 @@ impl MemoryRegion {
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
-    /// The address of the first byte (what work requests and peers name).
+    /// The address of the first byte as work requests and peers name it
+    /// (the iova: the pointer unless registered with
+    /// [`ProtectionDomain::reg_mr_raw_at`]).
     pub fn addr(&self) -> u64 {
         self.addr
     }
@@ -162,6 +190,58 @@ impl MemoryRegion {
     /// post, poll or wait on the same device while holding it.
     pub fn lock(&self) -> RegionGuard<'_> {
         self.memory.lock()
+    }
+}
+
+impl MemoryRegion {
+    /// `ibv_rereg_mr`: moves the region to `pd`, to the caller's memory
+    /// `ptr..ptr+len` addressed at `iova` (`translation`), and/or to new
+    /// `access` rights, keeping its keys (as rxe keeps them). Nothing
+    /// changes if any of them is refused.
+    ///
+    /// # Safety
+    /// For a new translation, as [`ProtectionDomain::reg_mr_raw`].
+    pub unsafe fn rereg_raw(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        translation: Option<(*mut u8, usize, u64)>,
+        access: Option<Access>,
+    ) -> Result<()> {
+        if let Some(pd) = pd {
+            if !std::sync::Arc::ptr_eq(&pd.ctx.inner, &self.ctx.inner) {
+                return Err(Error::WrongDevice("the protection domain"));
+            }
+        }
+        if let Some(a) = access {
+            check_access(a)?;
+        }
+        let memory = match translation {
+            Some((ptr, len, iova)) => {
+                if ptr.is_null() {
+                    return Err(Error::InvalidArgument(format!("rereg_raw: null pointer (length {len})")));
+                }
+                if iova.checked_add(len as u64).is_none() {
+                    return Err(Error::InvalidArgument(format!("iova {iova:#x} + length {len} overflows")));
+                }
+                // SAFETY: forwarded to our caller.
+                Some((iova, unsafe { RegionMemory::from_raw(ptr, len) }))
+            }
+            None => None,
+        };
+        let found = self.ctx.inner.lock().ep.rereg_mr(self.lkey, pd.map(|p| p.pd), memory.clone(), access);
+        if !found {
+            return Err(Error::InvalidArgument(format!("memory region {:#x} is not registered", self.lkey)));
+        }
+        if let Some((iova, m)) = memory {
+            self.addr = iova;
+            self.len = m.len();
+            self.memory = m;
+        }
+        if let Some(a) = access {
+            self.access = a;
+        }
+        tracing::debug!(lkey = self.lkey, addr = self.addr, len = self.len, "memory region reregistered");
+        Ok(())
     }
 }
 

@@ -82,6 +82,14 @@ impl CqTable {
         n
     }
 
+    /// Removes the completions of QP `qpn` waiting in `cq`; returns how many.
+    pub(crate) fn remove_qp(&mut self, cq: CqId, qpn: u32) -> usize {
+        let Some((_, q)) = self.cqs.get_mut(cq.0) else { return 0 };
+        let before = q.len();
+        q.retain(|wc| wc.qp_num != qpn);
+        before - q.len()
+    }
+
     /// Completions waiting in `cq`.
     pub(crate) fn queued(&self, cq: CqId) -> usize {
         self.cqs.get(cq.0).map_or(0, |(_, q)| q.len())

@@ -360,6 +360,17 @@ impl Endpoint {
         self.mrs.register(pd, va, memory, access)
     }
 
+    /// `ibv_rereg_mr`: see [`crate::memory::MemoryTable::reregister`].
+    pub fn rereg_mr(
+        &mut self,
+        key: u32,
+        pd: Option<Pd>,
+        translation: Option<(u64, RegionMemory)>,
+        access: Option<Access>,
+    ) -> bool {
+        self.mrs.reregister(key, pd, translation, access)
+    }
+
     pub fn dereg_mr(&mut self, key: u32) -> bool {
         self.mrs.deregister(key)
     }
@@ -464,12 +475,24 @@ impl Endpoint {
             })?),
             None => None,
         };
+        let was = qp.state;
         qp.modify(attr)?;
         if let Some(pkey) = pkey {
             qp.params.pkey = pkey;
         }
         if qp.state == QpState::Err {
             qp.flush(&mut self.cqs);
+        }
+        if qp.state == QpState::Reset && was != QpState::Reset {
+            // As mlx5 and mlx4 clean a CQ of a QP moved to RESET: its
+            // completions still queued (flushes of the error that made the
+            // application reset it) would otherwise greet the QP's next
+            // life with requests it no longer has.
+            let (scq, rcq) = (qp.init.send_cq, qp.init.recv_cq);
+            let removed = self.cqs.remove_qp(scq, qpn) + if rcq != scq { self.cqs.remove_qp(rcq, qpn) } else { 0 };
+            if removed > 0 {
+                tracing::debug!(qpn, removed, "QP reset: its queued completions removed from its CQs");
+            }
         }
         self.settle_cq_errors();
         Ok(())

@@ -265,6 +265,32 @@ impl MemoryTable {
         (key, key)
     }
 
+    /// `ibv_rereg_mr`: gives the region of `key` a new PD, translation
+    /// (address and bytes) and/or access, keeping its keys, as rxe keeps
+    /// them; returns whether the region existed. An access in flight
+    /// finished under the old values (every access looks the region up).
+    pub fn reregister(
+        &mut self,
+        key: u32,
+        pd: Option<Pd>,
+        translation: Option<(u64, RegionMemory)>,
+        access: Option<Access>,
+    ) -> bool {
+        let Some((_, Some(r))) = self.slot_mut(key) else { return false };
+        if let Some(pd) = pd {
+            r.pd = pd;
+        }
+        if let Some((va, memory)) = translation {
+            r.va = va;
+            r.len = memory.len() as u64;
+            r.memory = memory;
+        }
+        if let Some(access) = access {
+            r.access = access;
+        }
+        true
+    }
+
     /// Removes a region; returns whether it existed.
     pub fn deregister(&mut self, key: u32) -> bool {
         match self.slot_mut(key) {
@@ -345,6 +371,24 @@ mod tests {
             AccessError::BadKey(rkey ^ 0x100)
         );
         assert!(t.check(rkey, Pd(1), u64::MAX, 2, Access::NONE).is_err(), "address overflow is out of bounds");
+    }
+
+    #[test]
+    fn a_reregistered_region_keeps_its_keys_and_answers_with_its_new_values() {
+        let mut t = MemoryTable::default();
+        let (_, rkey) = t.register(Pd(1), 0x1000, RegionMemory::zeroed(64), Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        assert!(t.reregister(rkey, Some(Pd(2)), Some((0x8000, RegionMemory::zeroed(16))), Some(Access::LOCAL_WRITE)));
+        assert_eq!(t.check(rkey, Pd(1), 0x8000, 8, Access::NONE).unwrap_err(), AccessError::PdMismatch { key: rkey });
+        assert_eq!(
+            t.check(rkey, Pd(2), 0x1000, 8, Access::NONE).unwrap_err(),
+            AccessError::OutOfBounds { key: rkey, addr: 0x1000, len: 8 }
+        );
+        assert_eq!(
+            t.check(rkey, Pd(2), 0x8000, 8, Access::REMOTE_WRITE).unwrap_err(),
+            AccessError::NotPermitted { key: rkey, needed: Access::REMOTE_WRITE }
+        );
+        assert!(t.check(rkey, Pd(2), 0x8000, 16, Access::LOCAL_WRITE).is_ok());
+        assert!(!t.reregister(rkey ^ 0x100, None, None, None), "a key that names no region");
     }
 
     #[test]

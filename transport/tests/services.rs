@@ -380,3 +380,19 @@ fn receive_buffer_too_small_is_a_length_error_on_both_sides() {
     assert_eq!(statuses(&sim.ep(b.ep).poll_cq(b.recv_cq, 10)), [(1, WcStatus::LocLenErr)]);
     assert_eq!(statuses(&sim.ep(a.ep).poll_cq(a.send_cq, 10)), [(1, WcStatus::RemInvReqErr)]);
 }
+
+#[test]
+fn a_qp_moved_to_reset_leaves_no_completions_in_its_cqs() {
+    let mut sim = Sim::new(41, LinkConfig::default());
+    let (_a, b) = connect(&mut sim, PairConfig::default());
+    for i in 0..3 {
+        sim.ep(b.ep).post_recv(b.qpn, RecvWr { wr_id: 10 + i, sg_list: sge(&b, 0, 64) }).unwrap();
+    }
+    // b errs: its three receives are flushed into its receive CQ; one is polled.
+    sim.ep(b.ep).modify_qp(b.qpn, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() }).unwrap();
+    assert_eq!(statuses(&sim.ep(b.ep).poll_cq(b.recv_cq, 1)), [(10, WcStatus::WrFlushErr)]);
+    // Reset takes the other two away (as mlx5 cleans the CQ): the QP's next
+    // life does not meet completions of requests it no longer has.
+    sim.ep(b.ep).modify_qp(b.qpn, &QpAttr { qp_state: Some(QpState::Reset), ..QpAttr::default() }).unwrap();
+    assert_eq!(statuses(&sim.ep(b.ep).poll_cq(b.recv_cq, 10)), []);
+}

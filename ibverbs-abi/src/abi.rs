@@ -139,9 +139,10 @@ pub struct verbs_context {
     pub destroy_flow_action: Slot,
     pub create_flow_action_esp: Slot,
     pub modify_qp_rate_limit: Slot,
-    pub alloc_parent_domain: Slot,
-    pub dealloc_td: Slot,
-    pub alloc_td: Slot,
+    pub alloc_parent_domain:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd>,
+    pub dealloc_td: Option<unsafe extern "C" fn(*mut ibv_td) -> c_int>,
+    pub alloc_td: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td>,
     pub modify_cq: Slot,
     pub post_srq_ops: Slot,
     pub destroy_rwq_ind_table: Slot,
@@ -903,3 +904,29 @@ pub struct ibv_values_ex {
     pub raw_clock: libc::timespec,
 }
 pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
+
+/// `struct ibv_td_init_attr` and `struct ibv_td` (thread domains).
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void>,
+    pub free: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64)>,
+    pub pd_context: *mut c_void,
+}
+
+/// `enum ibv_parent_domain_init_attr_mask`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1 << 0;
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;

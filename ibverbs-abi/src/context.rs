@@ -239,6 +239,9 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
     v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
     v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     v.query_rt_values = Some(crate::cq_ex::query_rt_values);
+    v.alloc_td = Some(crate::pd::alloc_td);
+    v.dealloc_td = Some(crate::pd::dealloc_td);
+    v.alloc_parent_domain = Some(crate::pd::alloc_parent_domain);
     v.sz = std::mem::size_of::<verbs_context>();
     v.context = ibv_context {
         device: &dev.c as *const ibv_device as *mut ibv_device,

@@ -259,6 +259,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         with_objects(&c.engine, |o| {
             o.cqs.remove(&id);
         });
+        if let Some(pd) = c.ex_state.as_ref().and_then(|s| s.parent_domain) {
+            pd.users.put();
+        }
         0
     })
 }

@@ -53,6 +53,9 @@ pub struct ExState {
     current: UnsafeCell<Stamped<ibv_wc>>,
     /// Completions taken per refill, reused.
     scratch: Mutex<Vec<WorkCompletion>>,
+    /// The parent domain it was made in (`IBV_CQ_INIT_ATTR_MASK_PD`), whose
+    /// use it holds until destroyed, as mlx5 counts it.
+    pub(crate) parent_domain: Option<&'static crate::pd::Pd>,
 }
 
 // SAFETY: `current` is written and read only by the thread that holds the
@@ -60,13 +63,14 @@ pub struct ExState {
 unsafe impl Sync for ExState {}
 
 impl ExState {
-    fn new() -> ExState {
+    fn new(parent_domain: Option<&'static crate::pd::Pd>) -> ExState {
         // SAFETY: plain data, zero is valid.
         let zero: Stamped<ibv_wc> = unsafe { std::mem::zeroed() };
         ExState {
             pending: Mutex::new(VecDeque::new()),
             current: UnsafeCell::new(zero),
             scratch: Mutex::new(Vec::with_capacity(REFILL)),
+            parent_domain,
         }
     }
 
@@ -112,9 +116,7 @@ pub unsafe extern "C" fn create_cq_ex(context: *mut ibv_context, attr: *mut ibv_
         if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
             return refuse(libc::EINVAL, "an unknown comp_mask bit");
         }
-        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-            return refuse(libc::EOPNOTSUPP, "parent domains are not supported");
-        }
+
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
             // Single-threaded use needs nothing; ignoring overruns (a CQ
             // that never errors) is not what this engine does.
@@ -129,7 +131,21 @@ pub unsafe extern "C" fn create_cq_ex(context: *mut ibv_context, attr: *mut ibv_
         if unsafe { ctx_of(context) }.is_none() {
             return std::ptr::null_mut();
         }
-        let state = ExState::new();
+        // A CQ in a parent domain: it must be one, of this context.
+        let mut held = crate::ffi::Held::new();
+        let parent_domain = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            // SAFETY: pd_use checks the registry.
+            let Some(p) = (unsafe { crate::pd::pd_use(a.parent_domain, &mut held) }) else {
+                return std::ptr::null_mut();
+            };
+            if !p.is_parent_domain() || p.c.context != context {
+                return refuse(libc::EINVAL, "parent_domain is not a parent domain of this context");
+            }
+            Some(p)
+        } else {
+            None
+        };
+        let state = ExState::new(parent_domain);
         // SAFETY: create checks every pointer against its registry.
         let cq = unsafe {
             crate::cq::create(
@@ -141,6 +157,9 @@ pub unsafe extern "C" fn create_cq_ex(context: *mut ibv_context, attr: *mut ibv_
                 Some((ops(a.wc_flags), state)),
             )
         };
+        if !cq.is_null() {
+            held.keep();
+        }
         cq.cast()
     })
 }

@@ -11,6 +11,8 @@ use rdma_core_rs::{Access, MemoryRegion, ProtectionDomain};
 pub static PDS: Registry = Registry::new();
 pub static MRS: Registry = Registry::new();
 
+/// A PD, or a parent domain: the same object, which QPs, CQs, SRQs, MRs
+/// and AHs take alike (a parent domain is its PD's domain for the engine).
 #[repr(C)]
 pub struct Pd {
     pub c: ibv_pd,
@@ -19,7 +21,36 @@ pub struct Pd {
     pub users: Users,
     /// The device's engine (shared with other opens; outlives a close).
     pub engine: std::sync::Arc<Engine>,
+    /// For a parent domain: the PD and thread domain it holds a use of.
+    parent: Option<(&'static Pd, Option<&'static Td>)>,
 }
+
+impl Pd {
+    /// Whether it is a parent domain (`ibv_alloc_parent_domain`).
+    pub(crate) fn is_parent_domain(&self) -> bool {
+        self.parent.is_some()
+    }
+}
+
+pub static TDS: Registry = Registry::new();
+
+/// A thread domain. The engine has no per-thread doorbells to give it, so
+/// it is a handle a parent domain names (and holds a use of).
+#[repr(C)]
+pub struct Td {
+    pub c: ibv_td,
+    users: Users,
+}
+
+impl Shared for Td {
+    fn users(&self) -> &Users {
+        &self.users
+    }
+}
+
+// SAFETY: as for Pd.
+unsafe impl Send for Td {}
+unsafe impl Sync for Td {}
 
 impl Shared for Pd {
     fn users(&self) -> &Users {
@@ -79,6 +110,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
                     verbs,
                     users: Users::default(),
                     engine: ctx.engine.clone(),
+                    parent: None,
                 }));
                 PDS.insert(pd);
                 pd.cast()
@@ -99,8 +131,110 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             return e;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
-        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+        let p = unsafe { Box::from_raw(pd.cast::<Pd>()) };
+        if let Some((parent, td)) = p.parent {
+            parent.users.put();
+            if let Some(td) = td {
+                td.users.put();
+            }
+        }
         0
+    })
+}
+
+/// `verbs_context.alloc_td`, what the inline `ibv_alloc_td` calls.
+pub unsafe extern "C" fn alloc_td(context: *mut ibv_context, attr: *mut ibv_td_init_attr) -> *mut ibv_td {
+    guard("ibv_alloc_td", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        if unsafe { ctx_of(context) }.is_none() {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's attributes, read if not NULL.
+        if attr.is_null() || unsafe { (*attr).comp_mask } != 0 {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        let td = Box::into_raw(Box::new(Td { c: ibv_td { context }, users: Users::default() }));
+        TDS.insert(td);
+        td.cast()
+    })
+}
+
+/// `verbs_context.dealloc_td`: EBUSY while a parent domain names it.
+pub unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
+    guard("ibv_dealloc_td", libc::EIO, || {
+        // SAFETY: retire checks the registry.
+        if let Err(e) = unsafe { TDS.retire(td.cast::<Td>(), "ibv_td") } {
+            return e;
+        }
+        // SAFETY: removed from the registry; made by Box::into_raw.
+        drop(unsafe { Box::from_raw(td.cast::<Td>()) });
+        0
+    })
+}
+
+/// `verbs_context.alloc_parent_domain`, what the inline
+/// `ibv_alloc_parent_domain` calls: a domain that objects are made in as in
+/// its PD, holding a use of the PD (and of the thread domain, if any) until
+/// `ibv_dealloc_pd` frees it. The custom allocators are accepted and never
+/// called: a provider calls them for the queue and CQ buffers it keeps in
+/// the application's memory, and this library keeps none there (rdma-core
+/// leaves that to the provider).
+pub unsafe extern "C" fn alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    guard("ibv_alloc_parent_domain", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+        if attr.is_null() {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+        if a.comp_mask & !known != 0
+            || (a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS != 0 && (a.alloc.is_none() || a.free.is_none()))
+        {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(parent) = (unsafe { pd_use(a.pd, &mut held) }) else { return std::ptr::null_mut() };
+        if parent.c.context != context || parent.is_parent_domain() {
+            // rdma-core: the PD of a parent domain is a PD of this context.
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        let td = if a.td.is_null() {
+            None
+        } else {
+            // SAFETY: acquire checks the registry.
+            let Some(td) = (unsafe { TDS.acquire(a.td.cast::<Td>(), "ibv_td") }) else { return std::ptr::null_mut() };
+            held.push(&td.users);
+            if td.c.context != context {
+                set_errno(libc::EINVAL);
+                return std::ptr::null_mut();
+            }
+            Some(td)
+        };
+        held.keep();
+        let pd = Box::into_raw(Box::new(Pd {
+            c: ibv_pd { context, handle: parent.c.handle },
+            verbs: parent.verbs.clone(),
+            users: Users::default(),
+            engine: ctx.engine.clone(),
+            parent: Some((parent, td)),
+        }));
+        PDS.insert(pd);
+        tracing::debug!(
+            td = td.is_some(),
+            allocators = a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS != 0,
+            "parent domain allocated"
+        );
+        pd.cast()
     })
 }
 

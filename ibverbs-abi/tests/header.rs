@@ -63,6 +63,9 @@ fn layout() -> (Offsets, Sizes) {
     s!(verbs_context);
     f!(verbs_context, query_port);
     f!(verbs_context, advise_mr);
+    f!(verbs_context, alloc_parent_domain);
+    f!(verbs_context, dealloc_td);
+    f!(verbs_context, alloc_td);
     f!(verbs_context, modify_cq);
     f!(verbs_context, query_rt_values);
     f!(verbs_context, create_cq_ex);
@@ -272,6 +275,14 @@ fn layout() -> (Offsets, Sizes) {
     f!(ibv_cq_ex, ex.read_completion_ts => "read_completion_ts");
     f!(ibv_cq_ex, ex.read_tm_info => "read_tm_info");
     f!(ibv_cq_ex, ex.read_completion_wallclock_ns => "read_completion_wallclock_ns");
+    s!(ibv_td_init_attr);
+    s!(ibv_td);
+    s!(ibv_parent_domain_init_attr);
+    f!(ibv_parent_domain_init_attr, td);
+    f!(ibv_parent_domain_init_attr, comp_mask);
+    f!(ibv_parent_domain_init_attr, alloc);
+    f!(ibv_parent_domain_init_attr, free);
+    f!(ibv_parent_domain_init_attr, pd_context);
     s!(ibv_qp);
     f!(ibv_qp, qp_context);
     f!(ibv_qp, send_cq);

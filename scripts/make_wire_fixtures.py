@@ -34,6 +34,8 @@ def atomic_eth(va, rkey, swap, cmp): return struct.pack("!QIQQ", va, rkey, swap,
 def atomic_ack(orig): return struct.pack("!Q", orig)
 def deth(qkey, srcqp): return struct.pack("!IBBH", qkey, 0, srcqp >> 16, srcqp & 0xFFFF)
 def word(v): return struct.pack("!I", v)
+# FETH (IBTA 1.5 A19): placement type in bits 3..0, selectivity level in 5..4.
+def feth(plt, sel): return struct.pack("!I", (sel << 4) | plt)
 
 def transport(hdrs, payload):
     pad = (4 - len(payload) % 4) % 4
@@ -128,9 +130,19 @@ cases = [
     ("XRC_RDMA_WRITE_ONLY", 0xAA, word(0x000043) + reth(0x4000, 0x79, 7), PAY,
      {"xrc_srq": 0x43, "reth_va": 0x4000, "reth_rkey": 0x79, "reth_len": 7}),
     ("XRC_ACKNOWLEDGE", 0xB1, aeth(0x1F, 1), b"", {"aeth_syndrome": 0x1F, "aeth_msn": 1}),
+    # IBTA 1.5 annex A19, as Linux rxe lays them out (rxe_opcode.c): FLUSH is
+    # BTH + FETH + RETH, ATOMIC WRITE is BTH + RETH + 8 bytes; both are
+    # answered by a READ RESPONSE ONLY without payload.
+    ("RC_FLUSH", 0x1C, feth(3, 1) + reth(0x7F0000002000, 0x4321, 4096), b"",
+     {"feth_placement": 3, "feth_selectivity": 1, "reth_va": 0x7F0000002000, "reth_rkey": 0x4321, "reth_len": 4096}),
+    ("RC_ATOMIC_WRITE", 0x1D, reth(0x7F0000002008, 0x4321, 8), bytes(range(0xA0, 0xA8)),
+     {"reth_va": 0x7F0000002008, "reth_rkey": 0x4321, "reth_len": 8}),
+    ("RC_RDMA_READ_RESPONSE_ONLY (empty, answering FLUSH/ATOMIC WRITE)", 0x10, aeth(0x1F, 10), b"",
+     {"aeth_syndrome": 0x1F, "aeth_msn": 10}),
 ]
 for name, op, ext, payload, fields in cases:
-    t = transport(bth(op, 0x000ABC, 0xFFFFFE, ackreq=int(op < 0x11)) + ext, payload)
+    ackreq = int(op < 0x11 or op in (0x1C, 0x1D))
+    t = transport(bth(op, 0x000ABC, 0xFFFFFE, ackreq=ackreq) + ext, payload)
     pkt, icrc = roce_v2_ipv4(t)
     f = dict(fields, opcode=op, dqpn=0xABC, psn=0xFFFFFE, payload_len=len(payload))
     add(name, "roce_v2", pkt, icrc, f, payload=payload)

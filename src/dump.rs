@@ -145,6 +145,10 @@ impl PacketLine {
         if let Some(x) = h.xrc_srq {
             let _ = write!(s, " xrcsrq=0x{x:06x}");
         }
+        if let Some(f) = &h.feth {
+            let _ =
+                write!(s, " feth[placement={} sel={}]", placement_name(f.placement), selectivity_name(f.selectivity));
+        }
         if let Some(r) = &h.reth {
             let _ = write!(s, " reth[va=0x{:x} rkey=0x{:08x} len={}]", r.va, r.rkey, r.dma_len);
         }
@@ -223,6 +227,17 @@ impl PacketLine {
         }
         if let Some(x) = h.xrc_srq {
             o.insert("xrc_srq".into(), json!(x));
+        }
+        if let Some(f) = &h.feth {
+            o.insert(
+                "feth".into(),
+                json!({
+                    "placement": f.placement,
+                    "placement_name": placement_name(f.placement),
+                    "selectivity": f.selectivity,
+                    "selectivity_name": selectivity_name(f.selectivity),
+                }),
+            );
         }
         if let Some(r) = &h.reth {
             o.insert("reth".into(), json!({"va": r.va, "rkey": r.rkey, "dma_len": r.dma_len}));
@@ -411,6 +426,33 @@ fn attribute_name(class: u8, a: u16) -> String {
 }
 
 /// `enum ib_cm_rej_reason` names, the number for the rest.
+/// A FLUSH's placement type as its bits' names (IBTA 1.5 A19.4.1.1:
+/// "global", "persistent", joined by '|'; other bits as hex).
+pub fn placement_name(p: u8) -> String {
+    let mut names = Vec::new();
+    if p & rdma_wire::feth::PLACEMENT_GLOBAL != 0 {
+        names.push("global".to_string());
+    }
+    if p & rdma_wire::feth::PLACEMENT_PERSISTENT != 0 {
+        names.push("persistent".to_string());
+    }
+    let rest = p & !(rdma_wire::feth::PLACEMENT_GLOBAL | rdma_wire::feth::PLACEMENT_PERSISTENT);
+    if rest != 0 || names.is_empty() {
+        names.push(format!("0x{rest:x}"));
+    }
+    names.join("|")
+}
+
+/// A FLUSH's selectivity level (IBTA 1.5 A19.4.1.2): "range", "mr", or
+/// "reserved(n)".
+pub fn selectivity_name(sel: u8) -> String {
+    match sel {
+        rdma_wire::feth::SELECTIVITY_RANGE => "range".into(),
+        rdma_wire::feth::SELECTIVITY_MR => "mr".into(),
+        n => format!("reserved({n})"),
+    }
+}
+
 pub fn rej_reason_name(r: RejReason) -> String {
     const NAMES: [&str; 36] = [
         "",
@@ -677,5 +719,65 @@ impl Summary {
             self.vcrc_failures,
             if ops.is_empty() { "no opcodes".to_string() } else { ops.join(" ") }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+    use rdma_wire::*;
+
+    fn frame(tr: TransportRepr, payload: &[u8]) -> Vec<u8> {
+        let ip = IpRepr::V4(Ipv4Repr {
+            dscp: 0,
+            ecn: 0,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            protocol: 17,
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+        });
+        let repr =
+            RoceV2Repr { ip, udp: UdpRepr { src_port: 0xc000, dst_port: ROCE_V2_PORT, checksum: 0 }, transport: tr };
+        let mut buf = vec![0u8; repr.buffer_len(payload.len()).unwrap()];
+        repr.emit(&mut buf, payload).unwrap();
+        buf
+    }
+
+    fn line(bytes: &[u8]) -> PacketLine {
+        let d = crate::decode::decode(crate::capture::linktype::RAW, bytes);
+        PacketLine::from_decoded(1, &d).expect("RDMA").expect("well formed")
+    }
+
+    #[test]
+    fn flush_and_atomic_write_are_decoded() {
+        let mut flush = TransportRepr::new(BthRepr::new(Opcode::RC_FLUSH, 0x12, Psn::new(7)));
+        flush.feth = Some(FethRepr { placement: 3, selectivity: 1 });
+        flush.reth = Some(RethRepr { va: 0x1000, rkey: 0xabcd, dma_len: 64 });
+        let l = line(&frame(flush, &[]));
+        let text = l.to_text();
+        assert!(text.contains("RC_FLUSH qp=0x000012 psn=7"), "{text}");
+        assert!(
+            text.contains("feth[placement=global|persistent sel=mr] reth[va=0x1000 rkey=0x0000abcd len=64]"),
+            "{text}"
+        );
+        let j = l.to_json();
+        assert_eq!((j["opcode"].as_u64(), j["opcode_name"].as_str()), (Some(0x1c), Some("RC_FLUSH")));
+        assert_eq!(j["feth"]["placement"], 3);
+        assert_eq!(j["feth"]["selectivity_name"], "mr");
+
+        let mut aw = TransportRepr::new(BthRepr::new(Opcode::RC_ATOMIC_WRITE, 0x12, Psn::new(8)));
+        aw.reth = Some(RethRepr { va: 0x1008, rkey: 0xabcd, dma_len: 8 });
+        let l = line(&frame(aw, &[1, 2, 3, 4, 5, 6, 7, 8]));
+        let text = l.to_text();
+        assert!(text.contains("RC_ATOMIC_WRITE") && text.contains("len=8 icrc=ok"), "{text}");
+        assert!(!text.contains("feth"), "{text}");
+        assert_eq!(l.to_json()["reth"]["dma_len"], 8);
+        assert_eq!(
+            (placement_name(0), placement_name(5), selectivity_name(2)),
+            ("0x0".into(), "global|0x4".into(), "reserved(2)".into())
+        );
     }
 }

@@ -164,6 +164,8 @@ fn check_fields(name: &str, t: &TransportPacket<&[u8]>, p: &Value) {
             "imm_dt" => repr.imm_dt.map(u64::from),
             "ieth" => repr.ieth.map(u64::from),
             "xrc_srq" => repr.xrc_srq.map(u64::from),
+            "feth_placement" => repr.feth.map(|f| f.placement.into()),
+            "feth_selectivity" => repr.feth.map(|f| f.selectivity.into()),
             "reth_va" => repr.reth.map(|r| r.va),
             "reth_rkey" => repr.reth.map(|r| r.rkey.into()),
             "reth_len" => repr.reth.map(|r| r.dma_len.into()),

@@ -461,6 +461,14 @@ impl Context {
         &self.inner.device
     }
 
+    /// The extended capability bits of `ibv_query_device_ex`'s
+    /// `device_cap_flags_ex` beyond the 32-bit `device_cap_flags`
+    /// ([`crate::device_cap_ex`]): FLUSH (global and persistent placement)
+    /// and ATOMIC WRITE, on every backend (the engine implements them).
+    pub fn device_cap_flags_ex(&self) -> u64 {
+        crate::device_cap_ex::ALL
+    }
+
     /// `ibv_query_gid`.
     pub fn query_gid(&self, index: u32) -> Result<Gid> {
         self.inner.device.gid(index)

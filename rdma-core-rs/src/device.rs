@@ -378,6 +378,25 @@ fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> 
     Ok(())
 }
 
+/// Bits of `device_cap_flags_ex` (`ibv_query_device_ex`) with the values
+/// of rdma-core's `kernel-headers/rdma/ib_user_verbs.h`
+/// (`IB_UVERBS_DEVICE_*`), for the capabilities this stack has beyond the
+/// 32-bit `device_cap_flags`. Kernel Soft-RoCE (rxe_param.h) advertises
+/// the same three on 64-bit hosts.
+pub mod device_cap_ex {
+    /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: FLUSH with placement type global.
+    pub const FLUSH_GLOBAL: u64 = 1 << 38;
+    /// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT`: FLUSH with placement type
+    /// persistent. Ordinary memory has no persistence domain of its own
+    /// here: a persistent FLUSH makes earlier writes visible, as a global
+    /// one does (docs/flush-atomic-write.md).
+    pub const FLUSH_PERSISTENT: u64 = 1 << 39;
+    /// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: `IBV_WR_ATOMIC_WRITE`.
+    pub const ATOMIC_WRITE: u64 = 1 << 40;
+    /// Every bit above, as [`crate::Context::device_cap_flags_ex`] reports them.
+    pub const ALL: u64 = FLUSH_GLOBAL | FLUSH_PERSISTENT | ATOMIC_WRITE;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,7 +70,7 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::{poll_readable, Context};
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
+pub use device::{device_cap_ex, devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use io_stats::IoStats;
@@ -78,6 +78,8 @@ pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
 pub use rdma_transport::qp::{QpParams, QpStats};
+/// The operands of [`SendOp::Flush`] (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_RANGE`, ...).
+pub use rdma_transport::wr::flush;
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;
 pub use rdma_transport::LinkKind;

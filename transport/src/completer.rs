@@ -6,7 +6,8 @@
 //!   atomic it covers whose response has not arrived was lost: that is an
 //!   implied NAK, and the requester goes back to it;
 //! - a response (READ or atomic) implicitly acknowledges every earlier
-//!   SEND and WRITE;
+//!   SEND and WRITE; a FLUSH and an ATOMIC WRITE are answered by a READ
+//!   response without payload (IBTA 1.5 annex A19, as rxe answers them);
 //! - an ACK or response for a PSN not outstanding is a ghost: ignored;
 //! - PSN sequence error NAK and the local ACK timeout go back N and spend
 //!   one of `retry_cnt`; an RNR NAK waits the NAK's timer and spends one of
@@ -60,7 +61,12 @@ impl Completer<'_> {
     fn completion_for(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
         let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.num);
         if status == WcStatus::Success {
-            wc.byte_len = w.wr.length() as u32;
+            // As rxe's wqe->dma.length: a FLUSH's range, an ATOMIC WRITE's 8 bytes.
+            wc.byte_len = match w.wr.op {
+                SendOp::Flush { len, .. } => len as u32,
+                SendOp::AtomicWrite { .. } => 8,
+                _ => w.wr.length() as u32,
+            };
         }
         wc
     }
@@ -135,7 +141,7 @@ impl Completer<'_> {
             if !w.started || psn.distance_from(w.first_psn) >= Psn::HALF {
                 break; // the WQE starts after psn
             }
-            if w.wr.op.writes_local() {
+            if w.wr.op.expects_response() {
                 // Covered by an ACK but its response never came: go back to it.
                 tracing::debug!(qpn = self.num, psn = w.first_psn.value(), "implied NAK");
                 let from = self.sq.comp_psn();
@@ -268,6 +274,9 @@ impl Completer<'_> {
         let is_match = match answered.wr.op {
             SendOp::RdmaRead { .. } => wants_read,
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => op == Operation::AtomicAcknowledge,
+            // Answered by an RDMA READ RESPONSE ONLY (rxe_resp.c:
+            // send_read_response_ack); a payload in it is checked below.
+            SendOp::Flush { .. } | SendOp::AtomicWrite { .. } => wants_read,
             _ => false,
         };
         if !is_match {
@@ -276,7 +285,7 @@ impl Completer<'_> {
         }
         // Earlier SENDs and WRITEs are implicitly acknowledged; an earlier
         // READ or atomic still open means its response was lost.
-        if self.sq.iter().take(i).any(|w| w.wr.op.writes_local()) {
+        if self.sq.iter().take(i).any(|w| w.wr.op.expects_response()) {
             let from = self.sq.comp_psn();
             return self.recover_gap(from, cqs, stats);
         }
@@ -313,6 +322,14 @@ impl Completer<'_> {
                     return Err(self.fail(WcStatus::LocProtErr, cqs));
                 }
                 k + 1 == w.npkts
+            }
+            SendOp::Flush { .. } | SendOp::AtomicWrite { .. } => {
+                // One READ RESPONSE ONLY with no payload completes it.
+                if !p.payload().is_empty() || p.info().position != rdma_wire::Position::Only {
+                    stats.drop(Drop::BadResponse, self.num);
+                    return Err(self.fail(WcStatus::BadRespErr, cqs));
+                }
+                true
             }
             _ => {
                 let orig = p.atomic_ack_eth().map_or(0, |a| a.orig());

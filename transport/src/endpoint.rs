@@ -545,10 +545,12 @@ impl Endpoint {
             SendOp::RdmaRead { .. } => "RDMA_READ",
             SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
             SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            SendOp::Flush { .. } => "FLUSH",
+            SendOp::AtomicWrite { .. } => "ATOMIC_WRITE",
         };
         let supported = match t {
             QpType::Rc => true,
-            QpType::Uc => !wr.op.writes_local() && !matches!(wr.op, SendOp::SendWithInv { .. }),
+            QpType::Uc => !wr.op.expects_response() && !matches!(wr.op, SendOp::SendWithInv { .. }),
             QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
         };
         if !supported {
@@ -564,6 +566,36 @@ impl Endpoint {
         }
         if wr.op.is_atomic() && len != 8 {
             return Err(VerbsError::InvalidAttribute { qpn, attr: "atomic sg_list length (must be 8)", value: len });
+        }
+        if let SendOp::Flush { .. } | SendOp::AtomicWrite { .. } = wr.op {
+            // Their operands are all in the request: no local buffers.
+            if len != 0 || !wr.sg_list.is_empty() {
+                return Err(VerbsError::InvalidAttribute {
+                    qpn,
+                    attr: "sg_list of a FLUSH/ATOMIC_WRITE (must be empty)",
+                    value: len,
+                });
+            }
+        }
+        if let SendOp::Flush { len, placement, selectivity, .. } = wr.op {
+            if len > max {
+                return Err(VerbsError::MessageTooLong { qpn, len, max });
+            }
+            let known = crate::wr::flush::GLOBAL | crate::wr::flush::PERSISTENT;
+            if placement == 0 || placement & !known != 0 {
+                return Err(VerbsError::InvalidAttribute {
+                    qpn,
+                    attr: "FLUSH placement type",
+                    value: placement.into(),
+                });
+            }
+            if selectivity > crate::wr::flush::SELECTIVITY_MR {
+                return Err(VerbsError::InvalidAttribute {
+                    qpn,
+                    attr: "FLUSH selectivity level",
+                    value: selectivity.into(),
+                });
+            }
         }
         if t == QpType::Ud && wr.ud.is_none() {
             return Err(VerbsError::MissingUdDest(qpn));

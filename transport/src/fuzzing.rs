@@ -19,8 +19,8 @@ use crate::wr::{RecvWr, SendOp, SendWr, Sge};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
 use rdma_wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, HeaderSet, IpRepr, Ipv4Repr, Ipv6Repr, Opcode,
-    OpcodeInfo, Operation, Psn, RethRepr, RoceV2Packet, RoceV2Repr, Syndrome, Transport, TransportPacket,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, FethRepr, HeaderSet, IpRepr, Ipv4Repr, Ipv6Repr,
+    Opcode, OpcodeInfo, Operation, Psn, RethRepr, RoceV2Packet, RoceV2Repr, Syndrome, Transport, TransportPacket,
     TransportRepr, UdpRepr, ROCE_V2_PORT,
 };
 use std::collections::VecDeque;
@@ -594,12 +594,16 @@ impl Harness {
                 r.va + off % rlen
             }
         };
-        let dma_len = len as u32;
         let atomic_va = if b[5] & 0x80 != 0 { va } else { va & !7 };
+        // An ATOMIC WRITE mostly as a requester sends it: 8 bytes, aligned.
+        let aw = info.operation == Operation::AtomicWrite && b[9] & 3 != 0;
+        let (va, dma_len) = if aw { (atomic_va, 8) } else { (va, len as u32) };
 
         let mtu = MTU.bytes() as usize;
         let plen = if !info.has_payload {
             0
+        } else if aw {
+            8
         } else {
             match b[10] {
                 0..=0xdf => usize::from(b[10]) * 2,
@@ -627,6 +631,9 @@ impl Harness {
         }
         if hs.contains(HeaderSet::XRCETH) {
             t.xrc_srq = Some(u32::from(b[11]));
+        }
+        if hs.contains(HeaderSet::FETH) {
+            t.feth = Some(FethRepr { placement: b[11] & 0xf, selectivity: (b[11] >> 4) & 3 });
         }
         if hs.contains(HeaderSet::RETH) {
             t.reth = Some(RethRepr { va, rkey, dma_len });
@@ -670,6 +677,12 @@ impl Harness {
             Operation::CompareSwap | Operation::FetchAdd => {
                 for r in &mut self.regions {
                     r.allow(rkey, pd, atomic_va, 8, Access::REMOTE_ATOMIC);
+                }
+            }
+            // An ATOMIC WRITE writes its 8 bytes at the RETH's address.
+            Operation::AtomicWrite => {
+                for r in &mut self.regions {
+                    r.allow(rkey, pd, va, 8, Access::REMOTE_WRITE);
                 }
             }
             _ => {}

@@ -17,6 +17,10 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(2);
     pub const REMOTE_READ: Access = Access(4);
     pub const REMOTE_ATOMIC: Access = Access(8);
+    /// `IBV_ACCESS_FLUSH_GLOBAL`: a peer may FLUSH with placement type global.
+    pub const FLUSH_GLOBAL: Access = Access(1 << 8);
+    /// `IBV_ACCESS_FLUSH_PERSISTENT`: a peer may FLUSH with placement type persistent.
+    pub const FLUSH_PERSISTENT: Access = Access(1 << 9);
     pub const NONE: Access = Access(0);
     /// Everything, as the examples register their buffers.
     pub const ALL: Access = Access(1 | 2 | 4 | 8);
@@ -174,6 +178,36 @@ impl RegionMemory {
     /// Copies `data` to `offset`. The caller has bounds-checked.
     pub fn write(&self, offset: usize, data: &[u8]) {
         self.lock()[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    /// Writes the 8 bytes of `value` at `offset` as one store, after every
+    /// earlier write to this region (release ordering, as rxe's
+    /// `smp_store_release`); no reader through [`Self::lock`] or another
+    /// thread's aligned 64-bit load sees half of it. The caller has
+    /// bounds-checked; a misaligned host address falls back to a copy
+    /// under the lock, which is still whole to every engine-side reader.
+    pub fn atomic_write(&self, offset: usize, value: [u8; 8]) {
+        let mut g = self.lock();
+        let dst = &mut g[offset..offset + 8];
+        let ptr = dst.as_mut_ptr();
+        if ptr as usize % 8 == 0 {
+            // SAFETY: `ptr` is valid for 8 bytes (the slice above), 8-byte
+            // aligned (checked), and the guard gives this thread the only
+            // engine-side access to the bytes while it lives.
+            let cell = unsafe { core::sync::atomic::AtomicU64::from_ptr(ptr.cast::<u64>()) };
+            cell.store(u64::from_ne_bytes(value), core::sync::atomic::Ordering::Release);
+        } else {
+            dst.copy_from_slice(&value);
+        }
+    }
+
+    /// Makes every earlier write to these bytes visible to other threads
+    /// before returning (what a FLUSH asks of ordinary memory: see
+    /// docs/flush-atomic-write.md). Takes the lock, so that no engine
+    /// write is half done, then a sequentially consistent fence.
+    pub fn flush(&self) {
+        drop(self.lock());
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     }
 
     /// A copy of every byte.
@@ -389,6 +423,19 @@ mod tests {
         );
         assert!(t.check(rkey, Pd(2), 0x8000, 16, Access::LOCAL_WRITE).is_ok());
         assert!(!t.reregister(rkey ^ 0x100, None, None, None), "a key that names no region");
+    }
+
+    #[test]
+    fn atomic_write_stores_the_bytes_as_given_aligned_or_not() {
+        let m = RegionMemory::zeroed(32);
+        m.atomic_write(8, [1, 2, 3, 4, 5, 6, 7, 8]);
+        m.atomic_write(19, [9; 8]); // host-misaligned: the locked copy
+        let mut want = vec![0u8; 32];
+        want[8..16].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        want[19..27].fill(9);
+        assert_eq!(m.to_vec(), want);
+        m.flush();
+        assert_eq!(m.to_vec(), want, "a flush changes no byte");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::send_queue::SendQueue;
 use crate::time::{local_ack_timeout, Instant};
 use crate::timers::{Timer, Timers};
 use crate::wr::{SendOp, SendWr, WcStatus};
-use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, Psn, RethRepr, TransportRepr};
+use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, Psn, RethRepr, TransportRepr};
 
 /// The requester asks for an ACK at least this often (and on the last
 /// packet of every message), so that the sender's window keeps moving.
@@ -122,6 +122,8 @@ fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
         SendOp::RdmaRead { .. } => 0x0c,
         SendOp::CompareSwap { .. } => 0x13,
         SendOp::FetchAdd { .. } => 0x14,
+        SendOp::Flush { .. } => 0x1c,
+        SendOp::AtomicWrite { .. } => 0x1d,
     };
     match t {
         QpType::Rc => Opcode(code),
@@ -214,7 +216,7 @@ impl Requester {
             if qp.state == QpState::Sqd {
                 return ReqOutcome::Idle; // drained: no new requests start
             }
-            if wqe.wr.op.writes_local() && self.sq.rd_atomic_in_flight() >= usize::from(qp.params.max_rd_atomic) {
+            if wqe.wr.op.uses_rd_atomic() && self.sq.rd_atomic_in_flight() >= usize::from(qp.params.max_rd_atomic) {
                 return ReqOutcome::Idle; // wait for a READ or atomic to complete
             }
             if let Err(e) = check_local(mrs, qp.pd, &wqe.wr) {
@@ -222,7 +224,10 @@ impl Requester {
                 return ReqOutcome::LocalError(WcStatus::LocProtErr);
             }
             let npkts = match wqe.wr.op {
-                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+                SendOp::CompareSwap { .. }
+                | SendOp::FetchAdd { .. }
+                | SendOp::Flush { .. }
+                | SendOp::AtomicWrite { .. } => 1,
                 _ => packets_for(wqe.wr.length(), mtu),
             };
             self.sq.start_at_cursor(npkts);
@@ -258,6 +263,8 @@ impl Requester {
         });
         let offset = u64::from(k) * u64::from(mtu);
         let mut payload_len = 0usize;
+        // The 8 bytes an ATOMIC WRITE carries (from the request, not from memory).
+        let mut atomic_value = None;
         match wqe.wr.op {
             SendOp::RdmaRead { remote_addr, rkey } => {
                 tr.reth = Some(RethRepr { va: remote_addr + offset, rkey, dma_len: (len - offset.min(len)) as u32 });
@@ -267,6 +274,16 @@ impl Requester {
             }
             SendOp::FetchAdd { remote_addr, rkey, add } => {
                 tr.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
+            }
+            SendOp::Flush { remote_addr, rkey, len, placement, selectivity } => {
+                // post_send checked len <= 2^31.
+                tr.feth = Some(FethRepr { placement, selectivity });
+                tr.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len as u32 });
+            }
+            SendOp::AtomicWrite { remote_addr, rkey, value } => {
+                tr.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: 8 });
+                payload_len = 8;
+                atomic_value = Some(value);
             }
             op => {
                 payload_len = (len - offset).min(u64::from(mtu)) as usize;
@@ -307,9 +324,9 @@ impl Requester {
         }
         .for_data(qp.ecn_capable);
         let wr = &wqe.wr;
-        let by_ref = match &wr.inline_data {
-            Some(_) => Ok(None),
-            None => framer.payload_ref(mrs, qp.pd, &wr.sg_list, offset, payload_len),
+        let by_ref = match (&wr.inline_data, atomic_value) {
+            (Some(_), _) | (_, Some(_)) => Ok(None),
+            (None, None) => framer.payload_ref(mrs, qp.pd, &wr.sg_list, offset, payload_len),
         };
         let written = by_ref.and_then(|r| match r {
             Some(src) => {
@@ -317,12 +334,16 @@ impl Requester {
                 Ok((n, Some(p)))
             }
             None => framer
-                .frame(buf, &av, qp.src_port, &tr, payload_len, |dst| match &wr.inline_data {
-                    Some(d) => {
+                .frame(buf, &av, qp.src_port, &tr, payload_len, |dst| match (&wr.inline_data, atomic_value) {
+                    (_, Some(v)) => {
+                        dst.copy_from_slice(&v);
+                        Ok(())
+                    }
+                    (Some(d), None) => {
                         dst.copy_from_slice(&d[offset as usize..offset as usize + dst.len()]);
                         Ok(())
                     }
-                    None => gather(mrs, qp.pd, &wr.sg_list, offset, dst),
+                    (None, None) => gather(mrs, qp.pd, &wr.sg_list, offset, dst),
                 })
                 .map(|n| (n, None)),
         });

@@ -20,6 +20,11 @@ pub(crate) enum Executed {
     Read { rkey: u32, va: u64, len: u64 },
     /// An atomic that found `orig` (what its replay must answer again).
     Atomic { orig: u64 },
+    /// A FLUSH (IBTA 1.5): a replay is answered again without flushing
+    /// (rxe_resp.c, oA19-14/15).
+    Flush,
+    /// An ATOMIC WRITE: a replay is answered again, never written twice.
+    AtomicWrite,
 }
 
 /// One executed READ or atomic and the PSNs its response takes.

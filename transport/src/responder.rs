@@ -59,9 +59,37 @@ enum InMessage {
 /// that resource takes the place of the answer still queued for it.
 #[derive(Debug, Clone)]
 pub(crate) enum Response {
-    Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
-    Read { psn: Psn, rkey: u32, va: u64, remaining: u64, first: bool, msn: u32, origin: Psn },
-    Atomic { psn: Psn, orig: u64, msn: u32, origin: Psn },
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    Read {
+        psn: Psn,
+        rkey: u32,
+        va: u64,
+        remaining: u64,
+        first: bool,
+        msn: u32,
+        origin: Psn,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+        origin: Psn,
+    },
+    /// The answer to a FLUSH or an ATOMIC WRITE: an RDMA READ RESPONSE
+    /// ONLY without payload (rxe_resp.c: `send_read_response_ack`).
+    /// `rd_atomic`: whether it holds one of the `max_dest_rd_atomic`
+    /// resources (an ATOMIC WRITE does, a FLUSH does not: rxe's requester
+    /// does not count FLUSHes against its limit).
+    Empty {
+        psn: Psn,
+        msn: u32,
+        origin: Psn,
+        rd_atomic: bool,
+    },
 }
 
 impl Response {
@@ -69,7 +97,18 @@ impl Response {
     fn origin(&self) -> Option<Psn> {
         match self {
             Response::Ack { .. } => None,
-            Response::Read { origin, .. } | Response::Atomic { origin, .. } => Some(*origin),
+            Response::Read { origin, .. } | Response::Atomic { origin, .. } | Response::Empty { origin, .. } => {
+                Some(*origin)
+            }
+        }
+    }
+
+    /// Whether this answer counts against `max_dest_rd_atomic`.
+    fn holds_rd_atomic(&self) -> bool {
+        match self {
+            Response::Ack { .. } => false,
+            Response::Read { .. } | Response::Atomic { .. } => true,
+            Response::Empty { rd_atomic, .. } => *rd_atomic,
         }
     }
 }
@@ -120,7 +159,7 @@ impl Responder {
 
     /// READ responses and atomic ACKs queued: the responder resources in use.
     fn answers_queued(&self) -> usize {
-        self.out.iter().filter(|r| r.origin().is_some()).count()
+        self.out.iter().filter(|r| r.holds_rd_atomic()).count()
     }
 
     /// Queues a replay of a remembered resource. A resource is answered at
@@ -416,6 +455,17 @@ impl Responder {
                 }
                 _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
             },
+            // Answered again from the remembered resource, never executed
+            // twice (rxe_resp.c: duplicate_request, oA19-14/15).
+            Operation::Flush | Operation::AtomicWrite => match self.resources.find(psn) {
+                Some(Resource { first, what: what @ (Executed::Flush | Executed::AtomicWrite), .. })
+                    if first == psn && (what == Executed::Flush) == (p.info().operation == Operation::Flush) =>
+                {
+                    let rd_atomic = what == Executed::AtomicWrite;
+                    self.replay(Response::Empty { psn, msn, origin: first, rd_atomic });
+                }
+                _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
+            },
             _ => {
                 let last = self.epsn.sub(1);
                 self.ack(last, Syndrome::ACK_UNLIMITED);
@@ -604,12 +654,141 @@ impl Responder {
                 self.epsn = psn.next();
                 return Ok(());
             }
+            Operation::Flush if rc => return self.execute_flush(qp, p, ctx),
+            Operation::AtomicWrite if rc => return self.execute_atomic_write(qp, p, ctx),
             _ => return Err(Fail::Nak(NakCode::InvalidRequest, Drop::UnsupportedOpcode)),
         }
         self.epsn = psn.next();
         if rc && bth.ack_req() {
             self.ack(psn, Syndrome::ACK_UNLIMITED);
         }
+        Ok(())
+    }
+
+    /// A FLUSH (IBTA 1.5 annex A19), checked as rxe checks it
+    /// (rxe_resp.c: check_qp_attr_access, check_rkey, process_flush):
+    /// - the QP must allow each placement type asked for
+    ///   (`IBV_ACCESS_FLUSH_GLOBAL` / `_PERSISTENT` in its access flags),
+    ///   else NAK Invalid Request;
+    /// - a reserved selectivity level (2, 3) is an invalid request (rxe
+    ///   range-checks it and then flushes the whole region);
+    /// - the rkey's region, in the QP's PD, must allow the same placement
+    ///   types, and hold the range (for the range level; the region level
+    ///   names the whole region and its RETH range is not checked), else
+    ///   NAK Remote Access Error.
+    ///
+    /// Then every earlier write to the region is made visible
+    /// ([`RegionMemory::flush`]) and the FLUSH is answered with an RDMA
+    /// READ RESPONSE ONLY without payload. It is remembered as a responder
+    /// resource (a duplicate is answered again) but does not count
+    /// against `max_dest_rd_atomic`, as rxe's requester does not count it.
+    fn execute_flush(
+        &mut self,
+        qp: &mut RespQp<'_>,
+        p: &TransportPacket<&[u8]>,
+        ctx: &mut RespCtx<'_>,
+    ) -> Result<(), Fail> {
+        let psn = p.bth().psn();
+        let (Some(feth), Some(reth)) = (p.feth(), p.reth()) else {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::Malformed));
+        };
+        let (placement, selectivity) = (feth.placement(), feth.selectivity());
+        let r = RethRepr::parse(&reth);
+        let mut needed = Access::NONE;
+        if placement & rdma_wire::feth::PLACEMENT_GLOBAL != 0 {
+            needed = needed | Access::FLUSH_GLOBAL;
+        }
+        if placement & rdma_wire::feth::PLACEMENT_PERSISTENT != 0 {
+            needed = needed | Access::FLUSH_PERSISTENT;
+        }
+        if !qp.params.access.contains(needed) {
+            tracing::debug!(qpn = qp.num, placement, "FLUSH: the QP's access flags forbid this placement type");
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::UnsupportedOpcode));
+        }
+        if selectivity > rdma_wire::feth::SELECTIVITY_MR {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::Malformed));
+        }
+        let len = u64::from(r.dma_len);
+        if len > MAX_MESSAGE {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+        }
+        let checked = match ctx.mrs.get(r.rkey) {
+            Some(region) if selectivity == rdma_wire::feth::SELECTIVITY_MR => {
+                ctx.mrs.check(r.rkey, qp.pd, region.va, region.len, needed)
+            }
+            _ => ctx.mrs.check(r.rkey, qp.pd, r.va, len, needed),
+        };
+        let region = match checked {
+            Ok((region, _)) => region,
+            Err(e) => {
+                tracing::debug!(qpn = qp.num, error = %e, "FLUSH: rkey check failed");
+                return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
+            }
+        };
+        region.memory.flush();
+        let flushed = Resource { first: psn, npsn: 1, what: Executed::Flush };
+        self.resources.remember(flushed, qp.rd_atomic_capacity());
+        self.msn = (self.msn + 1) & 0xff_ffff;
+        let msn = self.msn;
+        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: false });
+        self.epsn = psn.next();
+        Ok(())
+    }
+
+    /// An ATOMIC WRITE (IBTA 1.5 annex A19), checked in rxe's order
+    /// (rxe_resp.c, rxe_mr.c: rxe_mr_do_atomic_write):
+    /// - the QP must allow remote writes, else NAK Invalid Request;
+    /// - it takes a responder resource (`max_dest_rd_atomic`), else NAK
+    ///   Invalid Request;
+    /// - the rkey's region, in the QP's PD, must allow remote writes and
+    ///   hold the RETH's range, else NAK Remote Access Error;
+    /// - the RETH's length and the payload must both be 8 bytes, and the
+    ///   address 8-byte aligned, else NAK Invalid Request.
+    ///
+    /// Then the 8 payload bytes are stored as one ([`RegionMemory::atomic_write`])
+    /// and the request is answered with an RDMA READ RESPONSE ONLY without
+    /// payload. Nothing is written when any check fails.
+    fn execute_atomic_write(
+        &mut self,
+        qp: &mut RespQp<'_>,
+        p: &TransportPacket<&[u8]>,
+        ctx: &mut RespCtx<'_>,
+    ) -> Result<(), Fail> {
+        let psn = p.bth().psn();
+        let Some(reth) = p.reth() else { return Err(Fail::Nak(NakCode::InvalidRequest, Drop::Malformed)) };
+        let r = RethRepr::parse(&reth);
+        if !qp.params.access.contains(Access::REMOTE_WRITE) {
+            tracing::debug!(qpn = qp.num, "ATOMIC WRITE: the QP's access flags forbid remote writes");
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::UnsupportedOpcode));
+        }
+        self.check_rd_atomic_limit(qp)?;
+        let len = u64::from(r.dma_len);
+        if len > MAX_MESSAGE {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+        }
+        let (region, at) = match ctx.mrs.check(r.rkey, qp.pd, r.va, len, Access::REMOTE_WRITE) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!(qpn = qp.num, error = %e, "ATOMIC WRITE: rkey check failed");
+                return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
+            }
+        };
+        let Ok(value) = <[u8; 8]>::try_from(p.payload()) else {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+        };
+        if len != 8 {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
+        }
+        if r.va % 8 != 0 {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::MisalignedAtomic));
+        }
+        region.memory.atomic_write(at, value);
+        let written = Resource { first: psn, npsn: 1, what: Executed::AtomicWrite };
+        self.resources.remember(written, qp.rd_atomic_capacity());
+        self.msn = (self.msn + 1) & 0xff_ffff;
+        let msn = self.msn;
+        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: true });
+        self.epsn = psn.next();
         Ok(())
     }
 
@@ -745,6 +924,13 @@ impl Responder {
                 let mut t = TransportRepr::new(bth);
                 t.aeth = ack(Syndrome::ACK_UNLIMITED, *msn);
                 t.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
+                (t, None, true)
+            }
+            Response::Empty { psn, msn, .. } => {
+                bth.psn = *psn;
+                bth.opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+                let mut t = TransportRepr::new(bth);
+                t.aeth = ack(Syndrome::ACK_UNLIMITED, *msn);
                 (t, None, true)
             }
             Response::Read { psn, rkey, va, remaining, first, msn, .. } => {

@@ -146,7 +146,7 @@ impl SendQueue {
 
     /// READ and atomic WQEs started and not yet completed, before the cursor.
     pub(crate) fn rd_atomic_in_flight(&self) -> usize {
-        self.wqes.iter().take(self.cursor_wqe).filter(|w| w.started && w.wr.op.writes_local()).count()
+        self.wqes.iter().take(self.cursor_wqe).filter(|w| w.started && w.wr.op.uses_rd_atomic()).count()
     }
 
     /// The index of the started WQE that holds `psn`.

@@ -37,13 +37,70 @@ impl UdDest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOp {
     Send,
-    SendWithImm { imm: u32 },
-    SendWithInv { invalidate_rkey: u32 },
-    RdmaWrite { remote_addr: u64, rkey: u32 },
-    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm: u32 },
-    RdmaRead { remote_addr: u64, rkey: u32 },
-    CompareSwap { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
-    FetchAdd { remote_addr: u64, rkey: u32, add: u64 },
+    SendWithImm {
+        imm: u32,
+    },
+    SendWithInv {
+        invalidate_rkey: u32,
+    },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    CompareSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+    /// `IBV_WR_FLUSH` (`ibv_wr_flush`, IBTA 1.5 annex A19): the responder
+    /// makes what was written to `len` bytes at `remote_addr` (or, with
+    /// [`flush::SELECTIVITY_MR`], to the whole region of `rkey`) globally
+    /// visible or persistent, as `placement` says ([`flush::GLOBAL`],
+    /// [`flush::PERSISTENT`]). RC only; no local buffers (`sg_list` empty).
+    Flush {
+        remote_addr: u64,
+        rkey: u32,
+        len: u64,
+        placement: u8,
+        selectivity: u8,
+    },
+    /// `IBV_WR_ATOMIC_WRITE` (`ibv_wr_atomic_write`, IBTA 1.5 annex A19):
+    /// the 8 bytes of `value`, copied at post time as libibverbs copies
+    /// `atomic_wr`, land at the 8-byte aligned `remote_addr` as one write,
+    /// byte for byte (no byte-order conversion). RC only; no local buffers.
+    AtomicWrite {
+        remote_addr: u64,
+        rkey: u32,
+        value: [u8; 8],
+    },
+}
+
+/// The operands of [`SendOp::Flush`], with libibverbs' values
+/// (`enum ibv_placement_type`, `enum ibv_selectivity_level`).
+pub mod flush {
+    /// `IBV_FLUSH_GLOBAL`: placement type "global visibility".
+    pub const GLOBAL: u8 = rdma_wire::feth::PLACEMENT_GLOBAL;
+    /// `IBV_FLUSH_PERSISTENT`: placement type "persistence".
+    pub const PERSISTENT: u8 = rdma_wire::feth::PLACEMENT_PERSISTENT;
+    /// `IBV_FLUSH_RANGE`: flush the range the request names.
+    pub const SELECTIVITY_RANGE: u8 = rdma_wire::feth::SELECTIVITY_RANGE;
+    /// `IBV_FLUSH_MR`: flush the whole memory region of the rkey.
+    pub const SELECTIVITY_MR: u8 = rdma_wire::feth::SELECTIVITY_MR;
 }
 
 impl SendOp {
@@ -55,7 +112,24 @@ impl SendOp {
             SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
             SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::Flush { .. } => WcOpcode::Flush,
+            SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
         }
+    }
+
+    /// Whether the request is answered by a response (READ response or
+    /// atomic ACK) rather than an ACK: a READ, an atomic, a FLUSH or an
+    /// ATOMIC WRITE (the last two by a READ response without payload).
+    pub fn expects_response(&self) -> bool {
+        self.writes_local() || matches!(self, SendOp::Flush { .. } | SendOp::AtomicWrite { .. })
+    }
+
+    /// Whether the request takes one of the `max_rd_atomic` outstanding
+    /// READ/atomic slots: READs, atomics and ATOMIC WRITE, as rxe's
+    /// requester counts them (rxe_req.c: `RXE_READ_OR_ATOMIC_MASK |
+    /// RXE_ATOMIC_WRITE_MASK`); a FLUSH does not.
+    pub fn uses_rd_atomic(&self) -> bool {
+        self.writes_local() || matches!(self, SendOp::AtomicWrite { .. })
     }
 
     /// Whether the local buffers are written (READ and atomics) rather than read.
@@ -156,6 +230,10 @@ pub enum WcOpcode {
     RdmaRead = 2,
     CompSwap = 3,
     FetchAdd = 4,
+    /// `IBV_WC_FLUSH`.
+    Flush = 8,
+    /// `IBV_WC_ATOMIC_WRITE`.
+    AtomicWrite = 9,
     Recv = 128,
     RecvRdmaWithImm = 129,
 }

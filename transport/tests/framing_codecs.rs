@@ -24,6 +24,8 @@ fn transport() -> impl Strategy<Value = (TransportRepr, Vec<u8>)> {
             let has = |x| h.contains(x);
             t.deth = has(HeaderSet::DETH).then_some(DethRepr { qkey: d[2], src_qp: d[3] & 0xff_ffff });
             t.xrc_srq = has(HeaderSet::XRCETH).then_some(d[2] & 0xff_ffff);
+            t.feth = has(HeaderSet::FETH)
+                .then_some(FethRepr { placement: (d[1] & 0xf) as u8, selectivity: ((d[1] >> 4) & 3) as u8 });
             t.reth = has(HeaderSet::RETH).then_some(RethRepr { va: w[0], rkey: d[3], dma_len: d[2] });
             t.atomic_eth = has(HeaderSet::ATOMIC_ETH).then_some(AtomicEthRepr {
                 va: w[0],

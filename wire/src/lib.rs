@@ -52,6 +52,7 @@ pub mod cma;
 pub mod cnp;
 pub mod deth;
 pub mod ethernet;
+pub mod feth;
 pub mod flow_control;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -84,6 +85,7 @@ pub use cnp::CnpRepr;
 pub use deth::{Deth, DethRepr};
 pub use error::{Error, Result};
 pub use ethernet::EthernetRepr;
+pub use feth::{Feth, FethRepr};
 pub use flow_control::{FlowControl, FlowControlOp, FlowControlRepr};
 pub use icrc::Icrc;
 pub use ident::{IdentRecovery, IdentShift};

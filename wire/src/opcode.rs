@@ -46,6 +46,10 @@ pub enum Operation {
     AtomicAcknowledge,
     CompareSwap,
     FetchAdd,
+    /// FLUSH (IBTA 1.5, annex A19): make a range visible or persistent.
+    Flush,
+    /// ATOMIC WRITE (IBTA 1.5, annex A19): 8 bytes written as one.
+    AtomicWrite,
     /// RoCE v2 congestion notification packet.
     Cnp,
 }
@@ -98,12 +102,16 @@ impl HeaderSet {
     pub const IETH: HeaderSet = HeaderSet(1 << 8);
     /// The 16 reserved bytes of a RoCE v2 CNP.
     pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 9);
+    /// FLUSH ETH (4 bytes): placement type and selectivity level. It comes
+    /// before the RETH (rxe_opcode.c: FETH at the end of the BTH, RETH after it).
+    pub const FETH: HeaderSet = HeaderSet(1 << 10);
 
     /// Every extension header in wire order with its length and name.
-    pub const ORDER: [(HeaderSet, usize, &'static str); 10] = [
+    pub const ORDER: [(HeaderSet, usize, &'static str); 11] = [
         (HeaderSet::RDETH, 4, "RDETH"),
         (HeaderSet::DETH, 8, "DETH"),
         (HeaderSet::XRCETH, 4, "XRCETH"),
+        (HeaderSet::FETH, 4, "FETH"),
         (HeaderSet::RETH, 16, "RETH"),
         (HeaderSet::ATOMIC_ETH, 28, "AtomicETH"),
         (HeaderSet::AETH, 4, "AETH"),
@@ -243,6 +251,8 @@ opcodes! {
     RC_FETCH_ADD = 0x14;
     RC_SEND_LAST_WITH_INVALIDATE = 0x16;
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17;
+    RC_FLUSH = 0x1c;
+    RC_ATOMIC_WRITE = 0x1d;
     UC_SEND_FIRST = 0x20;
     UC_SEND_MIDDLE = 0x21;
     UC_SEND_LAST = 0x22;
@@ -305,6 +315,12 @@ const fn rc_operation(low: u8) -> Option<(&'static str, Operation, Position, Hea
         0x14 => ("FETCH_ADD", FetchAdd, Only, HeaderSet::ATOMIC_ETH, false, true),
         0x16 => ("SEND_LAST_WITH_INVALIDATE", Send, Last, HeaderSet::IETH, true, true),
         0x17 => ("SEND_ONLY_WITH_INVALIDATE", Send, Only, HeaderSet::IETH, true, true),
+        // IBTA 1.5 annex A19 (include/rdma/ib_pack.h, rxe_opcode.c): FLUSH
+        // carries FETH and RETH and no payload; ATOMIC WRITE a RETH and 8
+        // bytes of payload. Both are answered by an RDMA READ RESPONSE ONLY
+        // without payload.
+        0x1c => ("FLUSH", Flush, Only, HeaderSet::FETH.union(RETH), false, true),
+        0x1d => ("ATOMIC_WRITE", AtomicWrite, Only, RETH, true, true),
         _ => return None,
     })
 }
@@ -345,6 +361,8 @@ const fn build(code: u8) -> Option<OpcodeInfo> {
             matches!(operation, Operation::Send | Operation::RdmaWrite) && !headers.contains(HeaderSet::IETH)
         }
         Transport::Ud => low == 0x04 || low == 0x05,
+        // Linux defines FLUSH and ATOMIC WRITE for RC only (ib_pack.h).
+        Transport::Xrc => !matches!(operation, Operation::Flush | Operation::AtomicWrite),
         _ => true,
     };
     if !allowed {
@@ -379,6 +397,7 @@ static NAMES: [&str; 256] = {
         0x0f => "RC_RDMA_READ_RESPONSE_LAST", 0x10 => "RC_RDMA_READ_RESPONSE_ONLY",
         0x11 => "RC_ACKNOWLEDGE", 0x12 => "RC_ATOMIC_ACKNOWLEDGE", 0x13 => "RC_COMPARE_SWAP",
         0x14 => "RC_FETCH_ADD", 0x16 => "RC_SEND_LAST_WITH_INVALIDATE", 0x17 => "RC_SEND_ONLY_WITH_INVALIDATE",
+        0x1c => "RC_FLUSH", 0x1d => "RC_ATOMIC_WRITE",
         0x20 => "UC_SEND_FIRST", 0x21 => "UC_SEND_MIDDLE", 0x22 => "UC_SEND_LAST",
         0x23 => "UC_SEND_LAST_WITH_IMMEDIATE", 0x24 => "UC_SEND_ONLY", 0x25 => "UC_SEND_ONLY_WITH_IMMEDIATE",
         0x26 => "UC_RDMA_WRITE_FIRST", 0x27 => "UC_RDMA_WRITE_MIDDLE", 0x28 => "UC_RDMA_WRITE_LAST",
@@ -483,6 +502,15 @@ mod tests {
         assert_eq!(h(0x81).len(), 16);
         assert_eq!(Opcode(0x13).info().unwrap().ext_len(), 28);
         assert!(!Opcode(0x0c).info().unwrap().has_payload);
+        // IBTA 1.5: FLUSH is BTH + FETH + RETH, ATOMIC WRITE is BTH + RETH + 8 bytes.
+        let flush = Opcode::RC_FLUSH.info().unwrap();
+        assert_eq!(flush.headers, HeaderSet::FETH.union(HeaderSet::RETH));
+        assert_eq!(flush.headers.offset_of(HeaderSet::FETH), Some(0));
+        assert_eq!(flush.headers.offset_of(HeaderSet::RETH), Some(4));
+        assert_eq!((flush.ext_len(), flush.has_payload, flush.is_request), (20, false, true));
+        let aw = Opcode::RC_ATOMIC_WRITE.info().unwrap();
+        assert_eq!((aw.headers, aw.ext_len(), aw.has_payload, aw.is_request), (HeaderSet::RETH, 16, true, true));
+        assert_eq!((flush.name, aw.name), ("RC_FLUSH", "RC_ATOMIC_WRITE"));
     }
 
     #[test]
@@ -503,6 +531,8 @@ mod tests {
         assert!(Opcode(0x36).info().is_none(), "UC has no SEND with invalidate");
         assert!(Opcode(0x60).info().is_none(), "UD has only SEND_ONLY");
         assert!(Opcode(0x15).info().is_none(), "0x15 is reserved");
+        assert!(Opcode(0x3c).info().is_none() && Opcode(0x3d).info().is_none(), "UC has no FLUSH/ATOMIC WRITE");
+        assert!(Opcode(0xbc).info().is_none() && Opcode(0xbd).info().is_none(), "nor XRC, in Linux");
         assert!(Opcode(0x40).info().is_none(), "RD is not implemented");
         assert!(Opcode(0x80).info().is_none(), "only 0x81 of the CNP range");
         assert!(!Opcode(0x24).info().unwrap().is_request, "UC is never ACKed");

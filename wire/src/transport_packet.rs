@@ -7,6 +7,7 @@ use crate::atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
 use crate::bth::{Bth, BthRepr};
 use crate::deth::{Deth, DethRepr};
 use crate::error::check_len;
+use crate::feth::{Feth, FethRepr};
 use crate::immdt::{Ieth, ImmDt};
 use crate::opcode::{HeaderSet, OpcodeInfo};
 use crate::reth::{Reth, RethRepr};
@@ -110,6 +111,10 @@ impl<T: AsRef<[u8]>> TransportPacket<T> {
     pub fn deth(&self) -> Option<Deth<&[u8]>> {
         self.ext(HeaderSet::DETH, Deth::<&[u8]>::LEN).map(Deth::new_unchecked)
     }
+    /// The FETH of a FLUSH request.
+    pub fn feth(&self) -> Option<Feth<&[u8]>> {
+        self.ext(HeaderSet::FETH, Feth::<&[u8]>::LEN).map(Feth::new_unchecked)
+    }
     pub fn xrceth(&self) -> Option<XrcEth<&[u8]>> {
         self.ext(HeaderSet::XRCETH, XrcEth::<&[u8]>::LEN).map(XrcEth::new_unchecked)
     }
@@ -150,6 +155,8 @@ pub struct TransportRepr {
     pub deth: Option<DethRepr>,
     /// The XRC SRQ number of an XRC request.
     pub xrc_srq: Option<u32>,
+    /// The FETH of a FLUSH request.
+    pub feth: Option<FethRepr>,
     pub reth: Option<RethRepr>,
     pub atomic_eth: Option<AtomicEthRepr>,
     pub aeth: Option<AethRepr>,
@@ -165,6 +172,7 @@ impl TransportRepr {
             bth,
             deth: None,
             xrc_srq: None,
+            feth: None,
             reth: None,
             atomic_eth: None,
             aeth: None,
@@ -180,6 +188,7 @@ impl TransportRepr {
             bth: BthRepr::parse(&p.bth())?,
             deth: p.deth().map(|h| DethRepr::parse(&h)),
             xrc_srq: p.xrceth().map(|h| h.xrc_srq()),
+            feth: p.feth().map(|h| FethRepr::parse(&h)),
             reth: p.reth().map(|h| RethRepr::parse(&h)),
             atomic_eth: p.atomic_eth().map(|h| AtomicEthRepr::parse(&h)),
             aeth: p.aeth().map(|h| AethRepr::parse(&h)),
@@ -199,6 +208,7 @@ impl TransportRepr {
         };
         add(self.deth.is_some(), HeaderSet::DETH);
         add(self.xrc_srq.is_some(), HeaderSet::XRCETH);
+        add(self.feth.is_some(), HeaderSet::FETH);
         add(self.reth.is_some(), HeaderSet::RETH);
         add(self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH);
         add(self.aeth.is_some(), HeaderSet::AETH);
@@ -259,6 +269,9 @@ impl TransportRepr {
         }
         if let Some(x) = self.xrc_srq {
             XrcEth::new_unchecked(&mut ext[at(HeaderSet::XRCETH)..]).set_xrc_srq(x);
+        }
+        if let Some(f) = &self.feth {
+            f.emit(&mut Feth::new_unchecked(&mut ext[at(HeaderSet::FETH)..]));
         }
         if let Some(r) = &self.reth {
             r.emit(&mut Reth::new_unchecked(&mut ext[at(HeaderSet::RETH)..]));

@@ -263,7 +263,9 @@ fn access_of(flags: c_uint) -> Result<Access, c_int> {
         tracing::warn!(flags, "zero-based and on-demand memory regions are not supported");
         return Err(libc::EOPNOTSUPP);
     }
-    Ok(Access(flags & 0xf))
+    // LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, and FLUSH_GLOBAL
+    // and FLUSH_PERSISTENT (the engine's checks use the same bit values).
+    Ok(Access(flags & (0xf | 1 << 8 | 1 << 9)))
 }
 
 /// Registers `addr..addr+length` at `iova` in `p`, as `ibv_reg_mr` checks it:

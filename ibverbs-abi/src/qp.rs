@@ -305,7 +305,9 @@ fn attr_of(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
         q.port_num = Some(a.port_num);
     }
     if has(m::ACCESS_FLAGS) {
-        q.qp_access_flags = Some(Access(a.qp_access_flags & 0xf));
+        // REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC (and LOCAL_WRITE), and the
+        // FLUSH placements a peer may ask for (FLUSH_GLOBAL, FLUSH_PERSISTENT).
+        q.qp_access_flags = Some(Access(a.qp_access_flags & (0xf | 1 << 8 | 1 << 9)));
     }
     if has(m::QKEY) {
         q.qkey = Some(a.qkey);

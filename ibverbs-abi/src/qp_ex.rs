@@ -43,12 +43,19 @@ impl Batch {
 }
 
 /// The operations each QP type may be made for (rxe's provider: RC all of
-/// its verbs, UC sends and writes, UD sends).
+/// its verbs, FLUSH and ATOMIC_WRITE included, UC sends and writes, UD sends).
 fn allowed(qp_type: c_int) -> u64 {
     use send_ops as s;
     let uc = s::SEND | s::SEND_WITH_IMM | s::RDMA_WRITE | s::RDMA_WRITE_WITH_IMM;
     match qp_type {
-        IBV_QPT_RC => uc | s::SEND_WITH_INV | s::RDMA_READ | s::ATOMIC_CMP_AND_SWP | s::ATOMIC_FETCH_AND_ADD,
+        IBV_QPT_RC => {
+            uc | s::SEND_WITH_INV
+                | s::RDMA_READ
+                | s::ATOMIC_CMP_AND_SWP
+                | s::ATOMIC_FETCH_AND_ADD
+                | s::FLUSH
+                | s::ATOMIC_WRITE
+        }
         IBV_QPT_UC => uc,
         IBV_QPT_UD => s::SEND | s::SEND_WITH_IMM,
         _ => 0,
@@ -287,12 +294,26 @@ unsafe extern "C" fn wr_set_xrc_srqn(qp: WrQp, _srqn: u32) {
     unsupported("ibv_wr_set_xrc_srqn (XRC)", qp);
 }
 
-unsafe extern "C" fn wr_atomic_write(qp: WrQp, _rkey: u32, _remote_addr: u64, _data: *const c_void) {
-    unsupported("ibv_wr_atomic_write", qp);
+/// `ibv_wr_atomic_write`: the 8 bytes at `data` are copied now, as rxe's
+/// provider copies them into the WQE, and land at the remote address as
+/// they are (no byte swap).
+unsafe extern "C" fn wr_atomic_write(qp: WrQp, rkey: u32, remote_addr: u64, data: *const c_void) {
+    if data.is_null() {
+        with_batch("ibv_wr_atomic_write", qp, |_, b| b.fail(libc::EINVAL, "a NULL atomic_wr"));
+        return;
+    }
+    // SAFETY: verbs.h: `atomic_wr` points to 8 bytes.
+    let value = unsafe { data.cast::<[u8; 8]>().read_unaligned() };
+    start_request("ibv_wr_atomic_write", qp, send_ops::ATOMIC_WRITE, SendOp::AtomicWrite { remote_addr, rkey, value });
 }
 
-unsafe extern "C" fn wr_flush(qp: WrQp, _rkey: u32, _remote_addr: u64, _len: usize, _type: u8, _level: u8) {
-    unsupported("ibv_wr_flush", qp);
+/// `ibv_wr_flush` (rdma-core 45's, at the end of `ibv_qp_ex`): `type` is
+/// the placement (`IBV_FLUSH_GLOBAL`/`_PERSISTENT`), `level` the
+/// selectivity (`IBV_FLUSH_RANGE`/`_MR`); the engine refuses bad values at
+/// `ibv_wr_complete` (EINVAL).
+unsafe extern "C" fn wr_flush(qp: WrQp, rkey: u32, remote_addr: u64, len: usize, type_: u8, level: u8) {
+    let op = SendOp::Flush { remote_addr, rkey, len: len as u64, placement: type_, selectivity: level };
+    start_request("ibv_wr_flush", qp, send_ops::FLUSH, op);
 }
 
 unsafe extern "C" fn wr_set_sge(qp: WrQp, lkey: u32, addr: u64, length: u32) {

@@ -2,7 +2,8 @@
 //! `ibv_qp_to_qp_ex` and the `ibv_wr_*` posting API between two RC QPs of
 //! one device (WRITE from an SGE, SEND of inline data, READ, the two
 //! atomics, a WRITE with immediate; the bytes and completions checked),
-//! UD sends with `ibv_wr_set_ud_addr`, and misuse: a batch with a mistake
+//! FLUSH and ATOMIC_WRITE (the bytes, the completions, a FLUSH past the
+//! region), UD sends with `ibv_wr_set_ud_addr`, and misuse: a batch with a mistake
 //! (a setter before any operation, too much inline data, an operation the
 //! QP was not made for, a UD send without an address) fails at
 //! `ibv_wr_complete` and posts nothing; `ibv_wr_abort` posts nothing;
@@ -33,10 +34,12 @@ static struct ibv_qp *make(enum ibv_qp_type t, uint32_t mask, uint64_t ops, uint
     return ibv_create_qp_ex(ctx, &a);
 }
 
+static int extra_access; /* more QP access flags (FLUSH's) */
+
 static int to_rts(struct ibv_qp *qp, uint32_t dest) {
     struct ibv_qp_attr a; memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_INIT; a.port_num = 1; a.qkey = 0x77;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | extra_access;
     int ud = qp->qp_type == IBV_QPT_UD;
     if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS))) return -1;
     a.qp_state = IBV_QPS_RTR;
@@ -144,10 +147,54 @@ int main(void) {
     SHOW("op_not_made_for", ibv_wr_complete(y));
     ibv_wr_start(x); x->wr_id = 9; ibv_wr_send(x); ibv_wr_set_sge(x, msrc->lkey, (uintptr_t)src, 4);
     x->wr_id = 10; ibv_wr_atomic_write(x, mdst->rkey, (uintptr_t)dst, src);
-    SHOW("atomic_write_not_yet", ibv_wr_complete(x));
+    SHOW("atomic_write_not_made_for", ibv_wr_complete(x));
     ibv_wr_start(x); x->wr_id = 11; ibv_wr_send(x); ibv_wr_set_sge(x, msrc->lkey, (uintptr_t)src, 4); ibv_wr_abort(x);
     SHOW("complete_after_abort", ibv_wr_complete(x));
     printf("quiet %d\n", quiet());
+
+    /* FLUSH and ATOMIC_WRITE (IBTA 1.5): a QP made for them, a region that allows FLUSH */
+    struct ibv_device_attr_ex dx; memset(&dx, 0, sizeof dx); ibv_query_device_ex(ctx, NULL, &dx);
+    printf("caps flush_global=%d flush_persistent=%d atomic_write=%d\n", !!(dx.device_cap_flags_ex & (1ull << 38)),
+           !!(dx.device_cap_flags_ex & (1ull << 39)), !!(dx.device_cap_flags_ex & (1ull << 40)));
+    struct ibv_qp *f = make(IBV_QPT_RC, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                            IBV_QP_EX_WITH_ATOMIC_WRITE | (1ull << 11) /* IBV_QP_EX_WITH_FLUSH */ | IBV_QP_EX_WITH_RDMA_WRITE, 0);
+    struct ibv_qp *g = make(IBV_QPT_RC, IBV_QP_INIT_ATTR_PD, 0, 0);
+    SHOW("flush_qps", f == NULL || g == NULL || to_rts(f, g->qp_num) || to_rts(g, f->qp_num));
+    static uint64_t aligned[4];
+    struct ibv_mr *mfl = ibv_reg_mr(pd, aligned, sizeof aligned, acc | (1 << 8) /* IBV_ACCESS_FLUSH_GLOBAL */);
+    SHOW("flush_mr", mfl == NULL);
+    struct ibv_qp_ex *fx = ibv_qp_to_qp_ex(f);
+    unsigned char eight[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    ibv_wr_start(fx);
+    fx->wr_id = 20; fx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_atomic_write(fx, mfl->rkey, (uintptr_t)&aligned[1], eight);
+    fx->wr_id = 21;
+    /* ibv_wr_flush is rdma-core 45's: reach the slot after wr_atomic_write */
+    void (**flush_slot)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t) = (void *)(&fx->wr_atomic_write + 1);
+    (*flush_slot)(fx, mfl->rkey, (uintptr_t)aligned, sizeof aligned, 1 /* IBV_FLUSH_GLOBAL */, 0 /* IBV_FLUSH_RANGE */);
+    SHOW("flush_batch", ibv_wr_complete(fx));
+    /* g's QP access lacks FLUSH: the FLUSH is an invalid request, and the
+       ATOMIC_WRITE before it still completes (its response goes out first) */
+    printf("flush drained %d\n", drain(2));
+    printf("aligned[1] bytes %d\n", memcmp(&aligned[1], eight, 8) == 0);
+
+    /* again, with FLUSH allowed on the QP: both succeed */
+    struct ibv_qp_attr r = { .qp_state = IBV_QPS_RESET };
+    ibv_modify_qp(f, &r, IBV_QP_STATE); ibv_modify_qp(g, &r, IBV_QP_STATE);
+    extra_access = 1 << 8; /* IBV_ACCESS_FLUSH_GLOBAL */
+    SHOW("flush_restate", to_rts(f, g->qp_num) || to_rts(g, f->qp_num));
+    eight[0] = 42;
+    ibv_wr_start(fx);
+    fx->wr_id = 23; ibv_wr_atomic_write(fx, mfl->rkey, (uintptr_t)&aligned[2], eight);
+    fx->wr_id = 24; (*flush_slot)(fx, mfl->rkey, (uintptr_t)aligned, sizeof aligned, 1, 0);
+    SHOW("flush_batch2", ibv_wr_complete(fx));
+    printf("flush2 drained %d\n", drain(2));
+    printf("aligned[2] bytes %d\n", memcmp(&aligned[2], eight, 8) == 0);
+    /* a FLUSH past the region: remote access error */
+    ibv_wr_start(fx); fx->wr_id = 22;
+    (*flush_slot)(fx, mfl->rkey, (uintptr_t)aligned, sizeof aligned + 8, 1, 0);
+    SHOW("flush_past_region", ibv_wr_complete(fx));
+    printf("flush past drained %d\n", drain(1));
 
     /* UD: a send needs ibv_wr_set_ud_addr */
     struct ibv_qp *u = make(IBV_QPT_UD, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 0);
@@ -219,7 +266,13 @@ fn extended_qps_post_with_the_wr_api_and_refuse_what_rxe_refuses() {
         ("setter_first", i64::from(einval), None),
         ("inline_too_big", i64::from(einval), None),
         ("op_not_made_for", i64::from(eop), None),
-        ("atomic_write_not_yet", i64::from(eop), None),
+        ("atomic_write_not_made_for", i64::from(eop), None),
+        ("flush_qps", 0, None),
+        ("flush_mr", 0, None),
+        ("flush_batch", 0, None),
+        ("flush_restate", 0, None),
+        ("flush_batch2", 0, None),
+        ("flush_past_region", 0, None),
         ("complete_after_abort", i64::from(einval), None),
         ("ud_rts", 0, None),
         ("ud_no_addr", i64::from(einval), None),
@@ -248,6 +301,18 @@ fn extended_qps_post_with_the_wr_api_and_refuse_what_rxe_refuses() {
         // FETCH_ADD 5+10 = 15 (old 5); CMP_SWAP 15 -> 99 (old 15).
         "dst \"written by ibv_wr_rdma_write\" rbuf \"inline hello\" rd \"written by ibv_wr_rdma_write\" counter 99 old 15",
         "quiet 1",
+        "caps flush_global=1 flush_persistent=1 atomic_write=1",
+        // ATOMIC_WRITE completes as IBV_WC_ATOMIC_WRITE (9) of 8 bytes, FLUSH
+        // as IBV_WC_FLUSH (8) of its length; a FLUSH the QP does not allow
+        // is status 9 (remote invalid request), one past the region 10
+        // (remote access error).
+        "wc wr_id=20 status=0 opcode=9 byte_len=8",
+        "wc wr_id=21 status=9 opcode=8",
+        "aligned[1] bytes 1",
+        "wc wr_id=23 status=0 opcode=9 byte_len=8",
+        "wc wr_id=24 status=0 opcode=8 byte_len=32",
+        "aligned[2] bytes 1",
+        "wc wr_id=22 status=10",
         "wc wr_id=13 status=0 opcode=0 byte_len=9",
         "wc wr_id=200 status=0 opcode=128 byte_len=49 imm=77",
         "ud drained 2",

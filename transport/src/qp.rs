@@ -460,7 +460,13 @@ impl Qp {
     pub(crate) fn handle_request(&mut self, p: &rdma_wire::TransportPacket<&[u8]>, ctx: &mut RespCtx<'_>) {
         let (resp, mut view) = self.responder_parts();
         if let Some(nak) = resp.handle_request(&mut view, p, ctx) {
+            // The answers of earlier requests that carry a result (READ,
+            // atomic, FLUSH and ATOMIC_WRITE responses) were executed and
+            // go out before the NAK, as a NIC sends them in PSN order; the
+            // plain ACKs the NAK covers are dropped with the rest.
+            let results = self.resp.take_result_answers();
             self.enter_error(ctx.cqs);
+            self.resp.restore_answers(results);
             self.resp.queue_fatal_nak(nak);
         }
     }

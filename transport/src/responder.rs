@@ -287,9 +287,10 @@ impl RespQp<'_> {
 
 /// An RC request answered with a NAK that ends the connection (invalid
 /// request, remote access or operational error). The QP moves to the
-/// error state and flushes; the NAK is queued after that
-/// ([`Responder::queue_fatal_nak`]), as the flush drops every response
-/// queued before it.
+/// error state and flushes; the answers of earlier requests that carry a
+/// result are kept ([`Responder::take_result_answers`]) and the NAK is
+/// queued after them ([`Responder::queue_fatal_nak`]), as the flush drops
+/// every other response queued before it.
 #[must_use]
 pub(crate) struct FatalNak {
     psn: Psn,
@@ -308,6 +309,26 @@ pub(crate) struct AckHold {
 }
 
 impl Responder {
+    /// Takes the queued answers that carry a result (see
+    /// [`Response::holds_rd_atomic`]) out of the queue, in order, before a
+    /// fatal NAK's flush drops the queue ([`Responder::restore_answers`]).
+    pub(crate) fn take_result_answers(&mut self) -> VecDeque<Response> {
+        let mut kept = VecDeque::new();
+        for r in self.out.drain(..) {
+            if r.holds_rd_atomic() || matches!(r, Response::Empty { .. }) {
+                kept.push_back(r);
+            }
+        }
+        kept
+    }
+
+    /// Puts answers taken by [`Responder::take_result_answers`] back, ahead
+    /// of the fatal NAK queued next.
+    pub(crate) fn restore_answers(&mut self, answers: VecDeque<Response>) {
+        debug_assert!(self.out.is_empty(), "the flush left nothing queued");
+        self.out = answers;
+    }
+
     /// Queues the NAK of a [`FatalNak`], once the QP is in the error state
     /// and flushed.
     pub(crate) fn queue_fatal_nak(&mut self, f: FatalNak) {

@@ -457,3 +457,49 @@ fn hostile_duplicate_flushes_are_answered_only_for_flushes_that_ran() {
     assert_eq!(answers(&mut sim, &b, &p), [ok]);
     assert_eq!(answers(&mut sim, &b, &p), [ok], "the duplicate is answered again");
 }
+
+/// A request the responder ends the connection for does not take the
+/// answers of earlier requests with it: an ATOMIC_WRITE's response and a
+/// READ's data queued before the NAK still go out first (a NIC answers in
+/// PSN order), so those requests complete with success and only the bad
+/// one fails.
+#[test]
+fn earlier_results_go_out_before_a_fatal_nak() {
+    let (mut sim, a, b) = pair();
+    // An infinitely fast link: the three requests arrive together and are
+    // all handled before b sends anything, as a burst read from a socket.
+    sim.set_config(LinkConfig { bandwidth_bps: 0, ..LinkConfig::default() });
+    // No FLUSH on b's QP: the FLUSH is an invalid request.
+    set_qp_access(&mut sim, &b, Access::ALL);
+    let data: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    b.mem.write(4096, &data);
+    let (local, lkey) = region(&mut sim, &a, 0x9000_0000, 4096, Access::LOCAL_WRITE);
+    post(&mut sim, &a, 1, SendOp::AtomicWrite { remote_addr: b.va + 64, rkey: b.rkey, value: VALUE });
+    sim.ep(a.ep)
+        .post_send(
+            a.qpn,
+            SendWr::new(
+                2,
+                SendOp::RdmaRead { remote_addr: b.va + 4096, rkey: b.rkey },
+                vec![Sge { addr: 0x9000_0000, length: 3000, lkey }],
+            ),
+        )
+        .unwrap();
+    let flush = SendOp::Flush {
+        remote_addr: b.va,
+        rkey: b.rkey,
+        len: 64,
+        placement: flush::GLOBAL,
+        selectivity: flush::SELECTIVITY_RANGE,
+    };
+    post(&mut sim, &a, 3, flush);
+    sim.run_idle(LIMIT);
+    let got: Vec<(u64, WcStatus)> = completions(&mut sim, &a).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(got[..3], [(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::RemInvReqErr)]);
+    let mut landed = [0u8; 8];
+    b.mem.read(64, &mut landed);
+    assert_eq!(landed, VALUE);
+    let mut read = vec![0u8; 3000];
+    local.read(0, &mut read);
+    assert_eq!(read, data, "the READ's data arrived whole");
+}

@@ -49,7 +49,9 @@ cargo build --release -q -p ibverbs-abi -p rdmacm-abi
 run=$root/target/release/softroce-run
 
 status=0
-for cfg in "one=rxe0=127.0.0.1" "two=rxe0=127.0.0.1,rxe1=127.0.0.2"; do
+# Addresses of their own on loopback, so that another stack's process on
+# 127.0.0.1:4791 (a perftest or qperf run beside this one) is not in the way.
+for cfg in "one=rxe0=127.0.71.1" "two=rxe0=127.0.71.1,rxe1=127.0.71.2"; do
     label=${cfg%%=*}
     devices=${cfg#*=}
     echo "== $label device(s): $devices"

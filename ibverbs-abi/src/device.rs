@@ -232,7 +232,7 @@ fn port_attr() -> ibv_port_attr {
     p.state = 4; // IBV_PORT_ACTIVE
     p.max_mtu = 5; // 4096
     p.active_mtu = ACTIVE_MTU;
-    p.gid_tbl_len = 1;
+    p.gid_tbl_len = GID_TABLE_LEN as c_int;
     p.port_cap_flags = (1 << 16) /* CM_SUP */ | (1 << 26) /* IP_BASED_GIDS */;
     p.max_msg_sz = 1 << 31;
     p.pkey_tbl_len = 1;
@@ -287,12 +287,23 @@ pub unsafe extern "C" fn ibv_query_port(context: *mut ibv_context, port: u8, att
     unsafe { query_port(context, port, attr, std::mem::offset_of!(ibv_port_attr, flags)) }
 }
 
+/// Entries of the port's GID table: index 0 holds the device's GID, the
+/// others are empty (as on rxe, whose table has room for more addresses
+/// than its netdev has), so that an empty entry can be told from one past
+/// the table.
+pub const GID_TABLE_LEN: u32 = 16;
+
+/// The GID at `index` of `port`: EINVAL past the table or on another
+/// port, ENODATA for an empty entry (as the kernel answers).
 fn gid_of(ctx: &Ctx, port: u32, index: c_int) -> Result<[u8; 16], c_int> {
     if port != 1 {
         return Err(libc::EINVAL);
     }
     let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
-    ctx.engine.verbs.query_gid(index).map(|g| g.0).map_err(|_| libc::EINVAL)
+    if index >= GID_TABLE_LEN {
+        return Err(libc::EINVAL);
+    }
+    ctx.engine.verbs.query_gid(index).map(|g| g.0).map_err(|_| libc::ENODATA)
 }
 
 #[export_name = "softroce_ibv_query_gid"]
@@ -308,6 +319,12 @@ pub unsafe extern "C" fn ibv_query_gid(context: *mut ibv_context, port: u8, inde
             Ok(raw) => {
                 // SAFETY: the caller's out-parameter.
                 unsafe { gid.write(ibv_gid { raw }) };
+                0
+            }
+            // An empty entry reads as the zero GID, as libibverbs gives it.
+            Err(libc::ENODATA) => {
+                // SAFETY: the caller's out-parameter.
+                unsafe { gid.write(ibv_gid { raw: [0; 16] }) };
                 0
             }
             Err(e) => {
@@ -347,8 +364,6 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                 unsafe { entry.write(e) };
                 0
             }
-            // An index past the table: "no data", as for an empty entry.
-            Err(_) if port == 1 => libc::ENODATA,
             Err(e) => e,
         }
     })
@@ -386,7 +401,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     guard("ibv_query_gid_type", -1, || {
         // SAFETY: ctx_of checks the registry.
         let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
-        if ty.is_null() || gid_of(ctx, port.into(), index as c_int).is_err() {
+        if ty.is_null() || gid_of(ctx, port.into(), index.min(i32::MAX as c_uint) as c_int).is_err() {
             set_errno(libc::EINVAL);
             return -1;
         }

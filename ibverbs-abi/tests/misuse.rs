@@ -26,7 +26,13 @@ int main(void) {
     struct ibv_port_attr pa;
     SHOW("query_port_2", ibv_query_port(ctx, 2, &pa));
     union ibv_gid gid;
-    errno = 0; SHOW("query_gid_5", ibv_query_gid(ctx, 1, 5, &gid));
+    errno = 0; SHOW("query_gid_past_table", ibv_query_gid(ctx, 1, 99, &gid));
+    memset(&gid, 0xff, sizeof gid);
+    errno = 0; SHOW("query_gid_empty", ibv_query_gid(ctx, 1, 5, &gid));
+    { int z = 1; for (int i = 0; i < 16; i++) z &= gid.raw[i] == 0; printf("empty_gid_zero ret=%d errno=0\n", z); }
+    struct ibv_gid_entry ge;
+    SHOW("query_gid_ex_empty", ibv_query_gid_ex(ctx, 1, 5, &ge, 0));
+    SHOW("query_gid_ex_past_table", ibv_query_gid_ex(ctx, 1, 99, &ge, 0));
     errno = 0; SHOW("create_cq_0", ibv_create_cq(ctx, 0, NULL, NULL, 0) != NULL);
 
     struct ibv_pd *pd = ibv_alloc_pd(ctx);
@@ -151,7 +157,11 @@ fn misuse_from_c_returns_errors_and_the_process_lives() {
     let expect: &[(&str, i64, Option<i32>)] = &[
         ("alloc_pd_null", 0, Some(einval)),
         ("query_port_2", i64::from(einval), None),
-        ("query_gid_5", -1, Some(einval)),
+        ("query_gid_past_table", -1, Some(einval)),
+        ("query_gid_empty", 0, None),
+        ("empty_gid_zero", 1, None),
+        ("query_gid_ex_empty", i64::from(libc::ENODATA), None),
+        ("query_gid_ex_past_table", i64::from(einval), None),
         ("create_cq_0", 0, Some(einval)),
         ("reg_mr_unmapped", 0, Some(efault)),
         ("reg_mr_null_pd", 0, Some(einval)),

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reads run_suite.py's results, one or more runs side by side, and prints
 what passed, failed and was skipped, each skip reason counted and classed:
-'hardware' (a vendor device, a GPU, device memory, a PCI device, huge pages:
-what no software device has) or 'missing here' (what this stack has yet to
+'hardware' (a vendor device, a GPU, device memory, a PCI device, huge pages,
+raw packet QPs, tag matching: what no software device has, rxe included) or 'missing here' (what this stack has yet to
 implement). Exits 1 when a run has a failure or an error, or passed nothing.
 
 Usage: report.py LABEL=RESULTS.json [LABEL=RESULTS.json ...] [--markdown OUT.md]
@@ -21,8 +21,13 @@ HARDWARE = re.compile(
 )
 
 
-def classify(reason):
-    return "hardware" if HARDWARE.search(reason) else "missing here"
+# Whole modules about one vendor's device or a hardware offload rxe lacks
+# too (tag matching), whatever their skip message says.
+HARDWARE_MODULES = re.compile(r"^tests\.test_(mlx5|efa|cuda|tag_matching)")
+
+
+def classify(reason, test_id=""):
+    return "hardware" if HARDWARE.search(reason) or HARDWARE_MODULES.search(test_id) else "missing here"
 
 
 def normalise(reason):
@@ -55,7 +60,7 @@ def main():
     out("|---|---|---|---|---|---|---|")
     for label, res in runs:
         c = collections.Counter(r["outcome"] for r in res.values())
-        kinds = collections.Counter(classify(r["detail"]) for r in res.values() if r["outcome"] == "skip")
+        kinds = collections.Counter(classify(r["detail"], r["id"]) for r in res.values() if r["outcome"] == "skip")
         out(f"| {label} | {len(res)} | {c['pass']} | {c['fail']} | {c['error']} | {kinds['hardware']} | {kinds['missing here']} |")
         if c["fail"] or c["error"] or not c["pass"]:
             ok = False
@@ -67,7 +72,9 @@ def main():
                 last = r["detail"].strip().splitlines()[-1] if r["detail"].strip() else ""
                 out(f"- `{r['id']}` ({r['outcome']}): {last}")
         reasons = collections.Counter(
-            normalise(r["detail"]) for r in res.values() if r["outcome"] == "skip" and classify(r["detail"]) != "hardware"
+            normalise(r["detail"])
+            for r in res.values()
+            if r["outcome"] == "skip" and classify(r["detail"], r["id"]) != "hardware"
         )
         if reasons:
             out(f"\n### {label}: skipped for what is missing here\n")

@@ -123,10 +123,10 @@ pub struct Ctx {
     pub v: verbs_context,
     pub dev: &'static Dev,
     pub engine: Arc<Engine>,
-    /// `context->cmd_fd`: a real descriptor (an eventfd that nothing
-    /// signals), as applications dup it or hand it to `ibv_import_device`
-    /// (which answers EOPNOTSUPP: contexts are not shared here).
-    _cmd: OwnedFd,
+    /// `context->cmd_fd`: a real descriptor (a memfd of its own, so that its
+    /// inode names the device), which applications dup and hand to
+    /// `ibv_import_device` to open the same device again.
+    cmd: OwnedFd,
 }
 
 const CONTEXT_OFFSET: usize = std::mem::offset_of!(Ctx, v) + std::mem::offset_of!(verbs_context, context);
@@ -229,8 +229,48 @@ fn release(name: &str) {
     }
 }
 
+/// The identity of a context's command descriptor (its file's device and
+/// inode), and the device it opens: `ibv_import_device` looks the
+/// descriptor it is given up here. Each entry counts the open contexts
+/// that share the file (an import takes over a dup of the original's).
+static CMD_FILES: Mutex<Vec<CmdFile>> = Mutex::new(Vec::new());
+
+/// (the file's device and inode, the device it opens, contexts sharing it).
+type CmdFile = ((u64, u64), &'static Dev, usize);
+
+fn file_id(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: fstat fills the struct or fails; zero is a valid start.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-parameter; a bad fd is an error return.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// A fresh command descriptor: a memfd (whose inode no other file has).
+fn cmd_file() -> Result<OwnedFd, i32> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall with a constant name; the fd is owned from here on.
+    let fd = unsafe { libc::memfd_create(c"softroce-context".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The device whose context's command descriptor `fd` is (or a dup of).
+pub(crate) fn device_of_cmd_fd(fd: RawFd) -> Option<&'static Dev> {
+    let id = file_id(fd)?;
+    let files = CMD_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    files.iter().find(|f| f.0 == id).map(|f| f.1)
+}
+
 fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
-    let cmd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    open_with(dev, cmd_file()?)
+}
+
+/// Opens `dev` with `cmd` as its command descriptor (a new one, or the one
+/// `ibv_import_device` was given, which the context then owns and closes).
+pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_context, i32> {
     let engine = engine(dev)?;
     // SAFETY: all-NULL pointers and zero sizes are valid for verbs_context.
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
@@ -252,7 +292,14 @@ fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
         mutex: mutex_init(),
         abi_compat: VERBS_ABI_IS_EXTENDED,
     };
-    let ctx = Box::leak(Box::new(Ctx { v, dev, engine, _cmd: cmd }));
+    if let Some(id) = file_id(cmd.as_raw_fd()) {
+        let mut files = CMD_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        match files.iter_mut().find(|f| f.0 == id) {
+            Some(f) => f.2 += 1,
+            None => files.push((id, dev, 1)),
+        }
+    }
+    let ctx = Box::leak(Box::new(Ctx { v, dev, engine, cmd }));
     let p = &mut ctx.v.context as *mut ibv_context;
     CONTEXTS.insert(p);
     tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");
@@ -409,9 +456,56 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> libc::c_
         }
         // SAFETY: removed from the registry: no other call can reach it now.
         let ctx = unsafe { Box::from_raw(context.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) };
+        if let Some(id) = file_id(ctx.cmd.as_raw_fd()) {
+            let mut files = CMD_FILES.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = files.iter().position(|f| f.0 == id) {
+                files[i].2 -= 1;
+                if files[i].2 == 0 {
+                    files.swap_remove(i);
+                }
+            }
+        }
         release(&ctx.dev.spec.name);
         tracing::info!(device = %ctx.dev.spec.name, "device closed");
         0
+    })
+}
+
+/// `ibv_import_device`: another context of the device whose context's
+/// `cmd_fd` this is (the application's dup of it, usually), in this process;
+/// on success the new context owns the descriptor and closes it at
+/// `ibv_close_device`, as rdma-core's does. A descriptor of no context of
+/// this process (another process's: each has its own engine) is EOPNOTSUPP.
+#[export_name = "softroce_ibv_import_device"]
+pub unsafe extern "C" fn ibv_import_device(cmd_fd: libc::c_int) -> *mut ibv_context {
+    guard("ibv_import_device", std::ptr::null_mut(), || {
+        let Some(dev) = device_of_cmd_fd(cmd_fd) else {
+            tracing::debug!(cmd_fd, "ibv_import_device: not the command descriptor of a context of this process");
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        };
+        // Our own copy, so that a failure leaves the caller's descriptor open.
+        // SAFETY: fcntl on a descriptor fstat just accepted.
+        let copy = unsafe { libc::fcntl(cmd_fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if copy < 0 {
+            set_errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
+            return std::ptr::null_mut();
+        }
+        use std::os::fd::FromRawFd;
+        // SAFETY: a fresh descriptor we own.
+        let owned = unsafe { OwnedFd::from_raw_fd(copy) };
+        match open_with(dev, owned) {
+            Ok(ctx) => {
+                // SAFETY: the caller's descriptor, now ours to close.
+                unsafe { libc::close(cmd_fd) };
+                tracing::debug!(device = %dev.spec.name, "device context imported");
+                ctx
+            }
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
     })
 }
 

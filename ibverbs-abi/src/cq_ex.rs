@@ -138,7 +138,7 @@ pub unsafe extern "C" fn create_cq_ex(context: *mut ibv_context, attr: *mut ibv_
             let Some(p) = (unsafe { crate::pd::pd_use(a.parent_domain, &mut held) }) else {
                 return std::ptr::null_mut();
             };
-            if !p.is_parent_domain() || p.c.context != context {
+            if !p.is_parent_domain() || !p.of_device(context) {
                 return refuse(libc::EINVAL, "parent_domain is not a parent domain of this context");
             }
             Some(p)

@@ -71,6 +71,18 @@ impl Registry {
         g.get_or_insert_with(HashSet::new).insert(p as usize);
     }
 
+    /// The first live object of this registry (all of type `T`) for which
+    /// `pred` holds, looked at under the read lock.
+    ///
+    /// # Safety
+    /// Every object in this registry is a `T` (as for [`live`]: leaked
+    /// boxes freed only after removal).
+    pub unsafe fn find<T>(&self, pred: impl Fn(&T) -> bool) -> Option<&'static T> {
+        let g = self.live.read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the contract; found under the lock that removal takes.
+        g.as_ref()?.iter().map(|&p| unsafe { &*(p as *const T) }).find(|t| pred(t))
+    }
+
     /// Removes `p`; false if it was not live (a double destroy).
     pub fn remove<T>(&self, p: *const T) -> bool {
         let mut g = self.live.write().unwrap_or_else(|e| e.into_inner());
@@ -149,7 +161,7 @@ impl Users {
     const CLOSED: usize = usize::MAX;
 
     /// One more use; false once closed.
-    fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < Self::CLOSED - 1).then_some(n + 1)).is_ok()
     }
 

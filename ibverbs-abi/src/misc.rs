@@ -246,35 +246,11 @@ pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_int, _flag
 #[export_name = "softroce_ibv_register_driver"]
 pub extern "C" fn ibv_register_driver(_name: *const c_char, _init: *mut c_void) {}
 
-#[export_name = "softroce_ibv_import_device"]
-pub extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-
-#[export_name = "softroce_ibv_import_pd"]
-pub extern "C" fn ibv_import_pd(_context: *mut ibv_context, _handle: u32) -> *mut ibv_pd {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-
-#[export_name = "softroce_ibv_import_mr"]
-pub extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-
 #[export_name = "softroce_ibv_import_dm"]
 pub extern "C" fn ibv_import_dm(_context: *mut ibv_context, _handle: u32) -> *mut c_void {
     set_errno(libc::EOPNOTSUPP);
     std::ptr::null_mut()
 }
-
-#[export_name = "softroce_ibv_unimport_pd"]
-pub extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
-
-#[export_name = "softroce_ibv_unimport_mr"]
-pub extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
 
 #[export_name = "softroce_ibv_unimport_dm"]
 pub extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}

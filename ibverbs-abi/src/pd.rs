@@ -23,6 +23,17 @@ pub struct Pd {
     pub engine: std::sync::Arc<Engine>,
     /// For a parent domain: the PD and thread domain it holds a use of.
     parent: Option<(&'static Pd, Option<&'static Td>)>,
+    /// For a PD imported into another context (`ibv_import_pd`): the PD it
+    /// is, whose use it holds.
+    imported: Option<&'static Pd>,
+}
+
+/// PD handles, unique in the process (`ibv_import_pd` finds a PD by its
+/// handle and its device).
+static NEXT_PD_HANDLE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+fn next_pd_handle() -> u32 {
+    NEXT_PD_HANDLE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Pd {
@@ -67,8 +78,34 @@ impl Shared for Pd {
 pub unsafe fn pd_use(p: *mut ibv_pd, held: &mut Held<'static>) -> Option<&'static Pd> {
     // SAFETY: registered PDs are leaked boxes freed only after removal.
     let pd = unsafe { PDS.acquire(p.cast::<Pd>(), "ibv_pd") }?;
+    // An imported PD stands for the PD it imports: objects made in it use
+    // (and hold) that one, so that `ibv_unimport_pd` may free the imported
+    // object whatever was made in it, as rdma-core frees it.
+    let pd = match pd.imported {
+        Some(original) => {
+            // The imported PD holds a use of the original, so it is live.
+            let taken = original.users.take();
+            pd.users.put();
+            if !taken {
+                set_errno(libc::EINVAL);
+                return None;
+            }
+            original
+        }
+        None => pd,
+    };
     held.push(&pd.users);
     Some(pd)
+}
+
+impl Pd {
+    /// Whether `context` is a context of this PD's device (the PD's own, or
+    /// another open or import of the same device in this process).
+    pub(crate) fn of_device(&self, context: *mut ibv_context) -> bool {
+        // SAFETY: ctx_of checks the registry.
+        context == self.c.context
+            || unsafe { ctx_of(context) }.is_some_and(|c| std::sync::Arc::ptr_eq(&c.engine, &self.engine))
+    }
 }
 
 // SAFETY: the raw pointers in `c` are the application's; see cq::Cq.
@@ -85,8 +122,9 @@ pub struct Mr {
 }
 
 struct MrState {
-    /// The engine's registration: dropping it deregisters.
-    verbs: MemoryRegion,
+    /// The engine's registration: dropping it deregisters. None for an MR
+    /// imported by `ibv_import_mr`, which names another's registration.
+    verbs: Option<MemoryRegion>,
     pd: &'static Pd,
     /// As registered: the address, length and access flags (the C ones).
     addr: *mut c_void,
@@ -106,11 +144,12 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         match ctx.engine.verbs.alloc_pd() {
             Ok(verbs) => {
                 let pd = Box::into_raw(Box::new(Pd {
-                    c: ibv_pd { context, handle: 0 },
+                    c: ibv_pd { context, handle: next_pd_handle() },
                     verbs,
                     users: Users::default(),
                     engine: ctx.engine.clone(),
                     parent: None,
+                    imported: None,
                 }));
                 PDS.insert(pd);
                 pd.cast()
@@ -138,7 +177,116 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
                 td.users.put();
             }
         }
+        if let Some(original) = p.imported {
+            original.users.put();
+        }
         0
+    })
+}
+
+/// `ibv_import_pd`: the PD of `handle` (of the same device, in this
+/// process) as a PD of `context`, holding a use of it (it cannot be
+/// deallocated first: EBUSY). `ibv_unimport_pd` and `ibv_dealloc_pd` free
+/// the imported object alone.
+#[export_name = "softroce_ibv_import_pd"]
+pub unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *mut ibv_pd {
+    guard("ibv_import_pd", std::ptr::null_mut(), || {
+        // SAFETY: ctx_of checks the registry.
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
+        // SAFETY: PDS holds Pd objects only.
+        let found = unsafe {
+            PDS.find::<Pd>(|p| {
+                p.c.handle == handle
+                    && p.imported.is_none()
+                    && p.parent.is_none()
+                    && std::sync::Arc::ptr_eq(&p.engine, &ctx.engine)
+            })
+        };
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry again and takes the use.
+        let Some(original) = found.and_then(|p| unsafe { pd_use((p as *const Pd).cast_mut().cast(), &mut held) })
+        else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        held.keep();
+        let pd = Box::into_raw(Box::new(Pd {
+            c: ibv_pd { context, handle },
+            verbs: original.verbs.clone(),
+            users: Users::default(),
+            engine: ctx.engine.clone(),
+            parent: None,
+            imported: Some(original),
+        }));
+        PDS.insert(pd);
+        pd.cast()
+    })
+}
+
+/// `ibv_import_mr`: the MR of `handle` (its lkey: what `mr->handle` says)
+/// registered on the same device in this process, as an MR of `pd`: the
+/// same keys, length and access; no address (the importer's `addr` is NULL,
+/// as rdma-core leaves it). `ibv_unimport_mr` and `ibv_dereg_mr` free the
+/// imported object alone; the registration stays its owner's.
+#[export_name = "softroce_ibv_import_mr"]
+pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
+    guard("ibv_import_mr", std::ptr::null_mut(), || {
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
+        // SAFETY: MRS holds Mr objects only; `c` is read as the owner left it.
+        let found = unsafe {
+            MRS.find::<Mr>(|m| {
+                let st = m.state.lock().unwrap_or_else(|e| e.into_inner());
+                (*m.c.get()).handle == handle && st.verbs.is_some() && std::sync::Arc::ptr_eq(&st.pd.engine, &p.engine)
+            })
+        };
+        let Some(original) = found else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        // SAFETY: as above.
+        let o = unsafe { &*original.c.get() };
+        let st = original.state.lock().unwrap_or_else(|e| e.into_inner());
+        let c = ibv_mr {
+            context: p.c.context,
+            pd,
+            addr: std::ptr::null_mut(),
+            length: o.length,
+            handle,
+            lkey: o.lkey,
+            rkey: o.rkey,
+        };
+        let state = MrState { verbs: None, pd: p, addr: st.addr, length: st.length, access: st.access };
+        drop(st);
+        held.keep();
+        let mr = Box::into_raw(Box::new(Mr { c: c.into(), state: state.into() }));
+        MRS.insert(mr);
+        mr.cast()
+    })
+}
+
+#[export_name = "softroce_ibv_unimport_mr"]
+pub unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
+    guard("ibv_unimport_mr", (), || {
+        // SAFETY: `live` checks the registry.
+        let imported = unsafe { live(&MRS, mr.cast::<Mr>(), "ibv_mr") }
+            .is_some_and(|m| m.state.lock().unwrap_or_else(|e| e.into_inner()).verbs.is_none());
+        if imported {
+            // SAFETY: forwarded; an imported MR's dereg frees it alone.
+            unsafe { ibv_dereg_mr(mr) };
+        }
+    })
+}
+
+#[export_name = "softroce_ibv_unimport_pd"]
+pub unsafe extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
+    guard("ibv_unimport_pd", (), || {
+        // SAFETY: `live` checks the registry.
+        if unsafe { live(&PDS, pd.cast::<Pd>(), "ibv_pd") }.is_some_and(|p| p.imported.is_some()) {
+            // SAFETY: forwarded; an imported PD's dealloc frees it alone.
+            unsafe { ibv_dealloc_pd(pd) };
+        }
     })
 }
 
@@ -203,7 +351,7 @@ pub unsafe extern "C" fn alloc_parent_domain(
         let mut held = Held::new();
         // SAFETY: pd_use checks the registry.
         let Some(parent) = (unsafe { pd_use(a.pd, &mut held) }) else { return std::ptr::null_mut() };
-        if parent.c.context != context || parent.is_parent_domain() {
+        if !parent.of_device(context) || parent.is_parent_domain() {
             // rdma-core: the PD of a parent domain is a PD of this context.
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
@@ -227,6 +375,7 @@ pub unsafe extern "C" fn alloc_parent_domain(
             users: Users::default(),
             engine: ctx.engine.clone(),
             parent: Some((parent, td)),
+            imported: None,
         }));
         PDS.insert(pd);
         tracing::debug!(
@@ -299,7 +448,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_u
     };
     let c = c_mr(p, pd, addr, length, &verbs);
     held.keep();
-    let state = MrState { verbs, pd: p, addr, length, access };
+    let state = MrState { verbs: Some(verbs), pd: p, addr, length, access };
     let mr = Box::into_raw(Box::new(Mr { c: c.into(), state: state.into() }));
     MRS.insert(mr);
     mr.cast()
@@ -385,7 +534,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         let new_pd = if flags & REREG_CHANGE_PD != 0 {
             // SAFETY: pd_use checks the registry.
             let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return input(libc::EINVAL) };
-            if p.c.context != st.pd.c.context {
+            if !std::sync::Arc::ptr_eq(&p.engine, &st.pd.engine) {
                 return input(libc::EINVAL);
             }
             Some(p)
@@ -409,9 +558,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         } else {
             None
         };
-        // SAFETY: as ibv_reg_mr's: the application's own mapped memory, kept
-        // valid until the region is deregistered or reregistered again.
-        if let Err(e) = unsafe { st.verbs.rereg_raw(new_pd.map(|p| &p.verbs), translation, new_access) } {
+        let Some(verbs) = st.verbs.as_mut() else { return input(libc::EOPNOTSUPP) }; // an imported MR
+                                                                                     // SAFETY: as ibv_reg_mr's: the application's own mapped memory, kept
+                                                                                     // valid until the region is deregistered or reregistered again.
+        if let Err(e) = unsafe { verbs.rereg_raw(new_pd.map(|p| &p.verbs), translation, new_access) } {
             tracing::debug!(error = %e, flags, "ibv_rereg_mr refused; the region stays as it was");
             return input(errno_of(&e));
         }

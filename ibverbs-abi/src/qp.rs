@@ -141,7 +141,7 @@ pub(crate) unsafe fn create(
     let mut held = Held::new();
     // SAFETY: pd_use checks the registry.
     let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
-    if context.is_some_and(|c| c != p.c.context) {
+    if context.is_some_and(|c| !p.of_device(c)) {
         tracing::warn!("ibv_create_qp_ex: the PD is of another context");
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();

@@ -165,8 +165,8 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.atomic_cap = 1; // IBV_ATOMIC_HCA
     a.max_ah = 1 << 16;
     a.max_srq = 1 << 14;
-    a.max_srq_wr = 1 << 14;
-    a.max_srq_sge = 32;
+    a.max_srq_wr = MAX_QP_WR as c_int;
+    a.max_srq_sge = MAX_SGE as c_int;
     a.max_pkeys = 1;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;

@@ -2,6 +2,7 @@
 
 use crate::abi::*;
 use crate::context::with_objects;
+use crate::device::{MAX_QP_WR, MAX_SGE};
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry, Shared, Users};
 use crate::pd::{pd_use, Pd};
 use libc::c_int;
@@ -43,7 +44,10 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
         }
         // SAFETY: the caller's attributes.
         let init = unsafe { &mut *init };
-        if init.attr.max_wr == 0 {
+        // As rxe's rxe_srq_chk_init: a depth or SGE count above the device's
+        // limits (what ibv_query_device says) is EINVAL.
+        if init.attr.max_wr == 0 || init.attr.max_wr > MAX_QP_WR || init.attr.max_sge > MAX_SGE {
+            tracing::debug!(max_wr = init.attr.max_wr, max_sge = init.attr.max_sge, "ibv_create_srq: out of range");
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }

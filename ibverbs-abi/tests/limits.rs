@@ -1,6 +1,6 @@
 //! Strict parameters, as rxe answers them (rdma-core's pyverbs suite checks
 //! the same): a CQ above `max_cqe` or on a completion vector the device
-//! lacks, QP capabilities above the device's limits, are EINVAL;
+//! lacks, QP and SRQ capabilities above the device's limits, are EINVAL;
 //! `ibv_resize_cq` grows and shrinks, and refuses (EINVAL, the CQ unchanged)
 //! a size below the completions waiting in it (none is lost); `ibv_query_qp` reports the
 //! PSNs that were set, for UD as for RC.
@@ -61,6 +61,16 @@ int main(void) {
     struct ibv_qp *at_limits = make_qp(pd, cq, IBV_QPT_RC, c);
     SHOW("qp_at_limits", at_limits == NULL);
     if (at_limits) ibv_destroy_qp(at_limits);
+
+    struct ibv_srq_init_attr sa; memset(&sa, 0, sizeof sa);
+    sa.attr.max_wr = da.max_srq_wr + 1; sa.attr.max_sge = 1;
+    errno = 0; SHOW("srq_max_wr", ibv_create_srq(pd, &sa) != NULL);
+    sa.attr.max_wr = 16; sa.attr.max_sge = da.max_srq_sge + 1;
+    errno = 0; SHOW("srq_max_sge", ibv_create_srq(pd, &sa) != NULL);
+    sa.attr.max_sge = da.max_srq_sge;
+    struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+    SHOW("srq_at_limits", srq == NULL);
+    if (srq) ibv_destroy_srq(srq);
 
     /* a UD QP to RTS with sq_psn 0x45: the query says 0x45 */
     struct ibv_qp *ud = make_qp(pd, cq, IBV_QPT_UD, ok);
@@ -172,6 +182,9 @@ fn limits_resize_and_queried_psns_are_as_rxe_answers() {
         ("qp_max_recv_sge", 0, Some(einval)),
         ("qp_max_inline", 0, Some(einval)),
         ("qp_at_limits", 0, None),
+        ("srq_max_wr", 0, Some(einval)),
+        ("srq_max_sge", 0, Some(einval)),
+        ("srq_at_limits", 0, None),
         ("ud_init", 0, None),
         ("ud_rtr", 0, None),
         ("ud_rts", 0, None),

@@ -171,10 +171,16 @@ impl Gateway {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
-    /// `opensm -o` (one sweep, then exit), bounded; its log.
-    fn opensm(&self, host: &str, extra: &[&str]) -> String {
+    /// `opensm -o` (one sweep, then exit), bounded; its log. `dumps`: with
+    /// `-D 0x43` (the default 0x03 and routing, which writes
+    /// opensm-lfts.dump); else at the default log level, as a user runs it
+    /// (the LFT phase then follows routing without the dump's pause).
+    fn opensm(&self, host: &str, extra: &[&str], dumps: bool) -> String {
         let dump = self.dir.join("dump");
-        let mut args = vec!["-o", "-D", "0x43", "-f", "osm.log", "--dump_files_dir", dump.to_str().unwrap()];
+        let mut args = vec!["-o", "-f", "osm.log", "--dump_files_dir", dump.to_str().unwrap()];
+        if dumps {
+            args.extend_from_slice(&["-D", "0x43"]);
+        }
         args.extend_from_slice(extra);
         let child = self.tool(host, "opensm", &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         // testkit::wait kills (SIGKILL: opensm waiting for its port ignores SIGTERM).
@@ -183,6 +189,10 @@ impl Gateway {
         assert!(in_time, "opensm -o still running after {OPENSM_LIMIT:?}, killed; osm.log:\n{log}");
         assert!(out.status.success(), "opensm -o: {}; osm.log:\n{log}", testkit::show(&out));
         assert!(log.contains("SUBNET UP"), "no SUBNET UP; osm.log:\n{log}");
+        // e.g. ERR 331D: a switch's LFT, as its Set answers gave it, is not
+        // the one opensm computed.
+        let errs: Vec<&str> = log.lines().filter(|l| l.contains("ERR")).collect();
+        assert!(errs.is_empty(), "opensm logged errors: {errs:#?}");
         log
     }
 
@@ -250,11 +260,11 @@ fn tracert_hops(text: &str) -> Vec<Hop> {
 }
 
 /// opensm over the net file `net` through the gateway, then every check.
-fn check(tag: &str, net: &str, sm_host: &str, extra: &[&str]) {
+fn check(tag: &str, net: &str, sm_host: &str, extra: &[&str], dumps: bool) {
     let nodes = netfile::parse(net).expect("a valid net file");
     let cables = cabling(&nodes);
     let gw = Gateway::start(tag, net, sm_host);
-    gw.opensm(sm_host, extra);
+    gw.opensm(sm_host, extra, dumps);
 
     // LIDs opensm gave: port GUID -> LID (a switch's port GUID is its node GUID).
     let g2l = std::fs::read_to_string(gw.dir.join("cache/guid2lid")).expect("opensm's guid2lid");
@@ -270,23 +280,27 @@ fn check(tag: &str, net: &str, sm_host: &str, extra: &[&str]) {
         *by_guid.get(&g).unwrap_or_else(|| panic!("{tag}: no LID for {} ({g:#x}) in guid2lid:\n{g2l}", n.name))
     };
 
-    // What opensm computed, per switch.
-    let dump = std::fs::read_to_string(gw.dir.join("dump/opensm-lfts.dump")).expect("opensm-lfts.dump");
-    let mut computed: HashMap<String, BTreeMap<u16, u8>> = HashMap::new();
-    for sec in dump.split("Unicast lids").skip(1) {
-        let name = sec.split('(').nth(1).and_then(|s| s.split('\'').nth(1)).expect("a switch name").to_string();
-        computed.insert(name, parse_lft_lines(sec));
-    }
     let switches: Vec<&NetNode> = nodes.iter().filter(|n| n.switch).collect();
     let cas: Vec<&NetNode> = nodes.iter().filter(|n| !n.switch).collect();
-    assert_eq!(computed.len(), switches.len(), "{tag}: switches in opensm-lfts.dump:\n{dump}");
-
-    // What ibroute reads through the gateway is what opensm computed.
+    // What ibroute reads through the gateway, per switch.
     let mut read: HashMap<String, BTreeMap<u16, u8>> = HashMap::new();
     for sw in &switches {
         let got = parse_lft_lines(&gw.text(sm_host, "ibroute", &[&lid_of(sw).to_string()]));
-        assert_eq!(got, computed[&sw.name], "{tag}: {} (LID {}): ibroute vs opensm-lfts.dump", sw.name, lid_of(sw));
         read.insert(sw.name.clone(), got);
+    }
+    // ... is what opensm computed (its dump).
+    if dumps {
+        let dump = std::fs::read_to_string(gw.dir.join("dump/opensm-lfts.dump")).expect("opensm-lfts.dump");
+        let mut computed: HashMap<String, BTreeMap<u16, u8>> = HashMap::new();
+        for sec in dump.split("Unicast lids").skip(1) {
+            let name = sec.split('(').nth(1).and_then(|s| s.split('\'').nth(1)).expect("a switch name").to_string();
+            computed.insert(name, parse_lft_lines(sec));
+        }
+        assert_eq!(computed.len(), switches.len(), "{tag}: switches in opensm-lfts.dump:\n{dump}");
+        for sw in &switches {
+            let (got, want) = (&read[&sw.name], &computed[&sw.name]);
+            assert_eq!(got, want, "{tag}: {} (LID {}): ibroute vs opensm-lfts.dump", sw.name, lid_of(sw));
+        }
     }
 
     // Those tables connect every ordered CA pair.
@@ -312,16 +326,17 @@ fn check(tag: &str, net: &str, sm_host: &str, extra: &[&str]) {
     }
 
     let mut fab = gw.finish();
-    // The fabric's own tables: every LID opensm routed leaves by opensm's port.
+    // The fabric's own tables (what its switches forward by) are the ones
+    // ibroute read: every routed LID leaves by that port.
     let node_of = |fab: &Fabric, name: &str| fab.topo.ident.iter().position(|i| i.name == name).unwrap();
     for sw in &switches {
         let Node::Switch(s) = fab.topo.nodes[node_of(&fab, &sw.name)] else { panic!("{} is a switch", sw.name) };
         let lft = &fab.topo.switches[s].ib.as_ref().expect("an IB switch").lft;
-        for (&lid, &port) in &computed[&sw.name] {
+        for (&lid, &port) in &read[&sw.name] {
             assert_eq!(
                 lft.get(usize::from(lid)).copied(),
                 Some(port),
-                "{tag}: {} LID {lid}: fabric vs opensm",
+                "{tag}: {} LID {lid}: the fabric's LFT vs ibroute",
                 sw.name
             );
         }
@@ -410,10 +425,11 @@ fn check(tag: &str, net: &str, sm_host: &str, extra: &[&str]) {
         .collect();
     assert!(stuck.is_empty(), "{tag}: flows that did not complete after opensm's sweep: {stuck:#?}");
     eprintln!(
-        "{tag}: {} switches, {} CAs: ibroute = opensm = fabric LFTs, {} CA pairs connected and delivering, \
+        "{tag}: {} switches, {} CAs: ibroute = {}fabric LFTs, {} CA pairs connected and delivering, \
          {} ibtracert paths = the fabric's",
         switches.len(),
         cas.len(),
+        if dumps { "opensm-lfts.dump = " } else { "" },
         cas.len() * (cas.len() - 1),
         traces.len()
     );
@@ -424,10 +440,25 @@ fn opensm_routes_every_ca_pair_on_fat_trees() {
     if !have_tools() {
         return;
     }
-    check("ft2", &fat_tree(2, 3, 2), "H1", &[]);
-    check("ftu", &fat_tree_high_uplinks(), "H3", &[]);
-    check("ft3", &fat_tree(3, 4, 2), "H1", &[]);
-    check("ft4", &fat_tree(4, 4, 3), "H5", &[]);
+    check("ft2", &fat_tree(2, 3, 2), "H1", &[], true);
+    check("ftu", &fat_tree_high_uplinks(), "H3", &[], true);
+    check("ft3", &fat_tree(3, 4, 2), "H1", &[], true);
+    check("ft4", &fat_tree(4, 4, 3), "H5", &[], true);
+}
+
+/// The issue's shape (two spines, three leaves, six CAs), opensm at its
+/// default log level as a user runs it, five times on fresh fabrics: once
+/// in some 100 such runs here opensm logged ERR 331D on every switch and
+/// left one CA's LID unrouted (the race is not understood yet; see
+/// docs/infiniband.md).
+#[test]
+fn opensm_at_its_default_log_level_routes_every_ca_pair_on_the_issue_fat_tree() {
+    if !have_tools() {
+        return;
+    }
+    for i in 0..5 {
+        check(&format!("d{i}"), &fat_tree_high_uplinks(), "H1", &[], false);
+    }
 }
 
 #[test]
@@ -435,7 +466,7 @@ fn opensm_routes_every_ca_pair_on_a_four_leaf_leaf_spine() {
     if !have_tools() {
         return;
     }
-    check("ls4", &fat_tree(2, 4, 4), "H1", &[]);
+    check("ls4", &fat_tree(2, 4, 4), "H1", &[], true);
 }
 
 #[test]
@@ -443,5 +474,5 @@ fn opensm_updn_routes_every_ca_pair_on_a_ring() {
     if !have_tools() {
         return;
     }
-    check("ring", &ring(5), "H1", &["-R", "updn"]);
+    check("ring", &ring(5), "H1", &["-R", "updn"], true);
 }

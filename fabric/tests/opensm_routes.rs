@@ -231,18 +231,17 @@ fn follow(
     cables: &HashMap<(String, u8), (String, u8)>,
 ) -> Option<Vec<Hop>> {
     let (p, _, _) = a.links[0];
-    let (mut at, mut inp) = cables[&(a.name.clone(), p)].clone();
+    let (mut at, inp) = cables[&(a.name.clone(), p)].clone();
     let mut path = vec![(p, at.clone(), inp)];
     while let Some(lft) = lfts.get(&at) {
         let out = *lft.get(&dlid)?;
         let (next, np) = cables.get(&(at.clone(), out))?.clone();
         path.push((out, next.clone(), np));
-        (at, inp) = (next, np);
+        at = next;
         if path.len() > 16 {
             return None;
         }
     }
-    let _ = inp;
     Some(path)
 }
 
@@ -376,7 +375,9 @@ fn check(tag: &str, net: &str, sm_host: &str, extra: &[&str], dumps: bool) {
     let (a, b) = (cas[0], cas[cas.len() - 1]);
     let forward = fabric_path(&fab, a, b);
     let back = fabric_path(&fab, b, a);
-    assert_eq!(lid_of(b), fab.topo.lids[node_of(&fab, &b.name)], "{tag}: the fabric's LID of {}", b.name);
+    for c in &cas {
+        assert_eq!(lid_of(c), fab.topo.lids[node_of(&fab, &c.name)], "{tag}: the fabric's LID of {}", c.name);
+    }
 
     // A flow a -> b leaves exactly by the switch ports of that path and of
     // the way back (its ACKs).

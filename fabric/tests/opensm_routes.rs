@@ -448,16 +448,17 @@ fn opensm_routes_every_ca_pair_on_fat_trees() {
 }
 
 /// The issue's shape (two spines, three leaves, six CAs), opensm at its
-/// default log level as a user runs it, five times on fresh fabrics: once
-/// in some 700 such runs here opensm logged ERR 331D on every switch and
-/// left one CA's LID unrouted (the race is not understood yet; see
-/// docs/infiniband.md).
+/// default log level as a user runs it, twice on fresh fabrics: once in
+/// some 700 such runs here opensm logged ERR 331D on every switch and left
+/// one CA's LID unrouted (the race is not understood yet; see
+/// docs/infiniband.md). Twice, not more: CI time, and a rare failure here
+/// is that bug showing, not noise.
 #[test]
 fn opensm_at_its_default_log_level_routes_every_ca_pair_on_the_issue_fat_tree() {
     if !have_tools() {
         return;
     }
-    for i in 0..5 {
+    for i in 0..2 {
         check(&format!("d{i}"), &fat_tree_high_uplinks(), "H1", &[], false);
     }
 }

@@ -26,8 +26,8 @@ pub const WINDOW_KEY_BIT: u32 = 1 << 31;
 /// Regions' slots stay below this, so their keys never have bit 31 set.
 pub(crate) const MAX_REGIONS: usize = (1 << 23) - 1;
 
-/// Slots for windows (the index takes bits 8..31 of the rkey).
-const MAX_WINDOWS: usize = (1 << 23) - 1;
+/// How many windows an endpoint holds (the index takes bits 8..31 of the rkey).
+pub const MAX_WINDOWS: usize = (1 << 23) - 1;
 
 /// Whether `key` names a memory window rather than a region.
 pub const fn is_window_key(key: u32) -> bool {

@@ -502,7 +502,10 @@ impl Endpoint {
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         self.touch();
-        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbsError::NoSuchQp(qpn))
+        self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        // Type 2 windows bound to it reach nothing any more.
+        self.mrs.windows.unbind_all_of_qp(qpn);
+        Ok(())
     }
 
     /// `ibv_modify_qp`. Moving to ERR flushes every queued request.

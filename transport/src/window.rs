@@ -120,6 +120,16 @@ impl WindowTable {
         self.slots.iter().flatten().filter(|w| w.binding.is_some_and(|b| b.mr_key == mr_key)).count()
     }
 
+    /// Unbinds every type 2 window bound to QP `qpn` (it is destroyed: a
+    /// later QP that reuses the number must not inherit them).
+    pub(crate) fn unbind_all_of_qp(&mut self, qpn: u32) {
+        for w in self.slots.iter_mut().flatten() {
+            if w.binding.is_some_and(|b| b.qpn == Some(qpn)) {
+                w.binding = None;
+            }
+        }
+    }
+
     /// Unbinds every window bound to the region of `mr_key`.
     pub(crate) fn unbind_all_of(&mut self, mr_key: u32) {
         for w in self.slots.iter_mut().flatten() {

@@ -288,6 +288,10 @@ fn a_type2_window_is_reached_only_through_the_qp_it_is_bound_to() {
     sim.run_idle(LIMIT);
     assert_eq!(statuses(&completions(&mut sim, &a)), [(2, WcStatus::RemAccessErr)]);
     assert_eq!(mem.to_vec(), vec![0; LEN]);
+    // Destroying the QP it is bound to unbinds it.
+    assert_eq!(sim.ep(b.ep).windows_bound_to(mr), 1);
+    sim.ep(b.ep).destroy_qp(qp2).unwrap();
+    assert_eq!(sim.ep(b.ep).windows_bound_to(mr), 0);
 }
 
 #[test]

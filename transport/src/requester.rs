@@ -225,6 +225,14 @@ impl Requester {
                 self.sq.advance_cursor(true, false);
                 continue;
             }
+            if let Some(status) = wqe.local_error {
+                // It failed behind outstanding requests: it fails once they
+                // have completed, and nothing after it starts.
+                if self.sq.before_cursor() == 0 {
+                    return ReqOutcome::LocalError(status);
+                }
+                return ReqOutcome::Idle;
+            }
             if qp.state == QpState::Sqd {
                 return ReqOutcome::Idle; // drained: no new requests start
             }

@@ -25,11 +25,14 @@ pub struct SendWqe {
     /// For UC and UD: every packet has been sent, so it can complete; for
     /// a local operation (any QP type): it was executed.
     pub sent: bool,
+    /// A local operation that failed while requests before it were still
+    /// outstanding: it fails with this status once they have completed.
+    pub local_error: Option<crate::wr::WcStatus>,
 }
 
 impl SendWqe {
     fn new(wr: SendWr) -> SendWqe {
-        SendWqe { wr, first_psn: Psn::new(0), npkts: 0, started: false, sent: false }
+        SendWqe { wr, first_psn: Psn::new(0), npkts: 0, started: false, sent: false, local_error: None }
     }
 
     pub fn contains(&self, psn: Psn) -> bool {
@@ -154,6 +157,14 @@ impl SendQueue {
             w.sent = true;
             self.cursor_wqe += 1;
             self.cursor_pkt = 0;
+        }
+    }
+
+    /// The local operation at the cursor failed with `status` while
+    /// requests before it are outstanding: it fails once they complete.
+    pub(crate) fn fail_local_at_cursor_later(&mut self, status: crate::wr::WcStatus) {
+        if let Some(w) = self.wqes.get_mut(self.cursor_wqe) {
+            w.local_error = Some(status);
         }
     }
 

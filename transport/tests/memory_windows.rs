@@ -222,6 +222,39 @@ fn bind_misuse_completes_with_mw_bind_error_and_changes_nothing() {
     }
 }
 
+/// A bind that fails behind a request still waiting for its ACK: that
+/// request completes as it turns out (here: success), then the bind fails,
+/// and nothing posted after it goes out.
+#[test]
+fn a_bind_failing_behind_an_outstanding_write_fails_after_it_and_stops_the_queue() {
+    let (mut sim, a, b) = pair();
+    let (_, mr) = bindable(&mut sim, &b);
+    let other_pd = sim.ep(b.ep).alloc_pd();
+    let (_, foreign) = sim.ep(b.ep).alloc_mw(other_pd, MwType::Type2).unwrap();
+    let data = fill(&b, 0, 5000, 1);
+    post(&mut sim, &b, 1, SendOp::RdmaWrite { remote_addr: a.va, rkey: a.rkey }, sge(&b, 0, 5000));
+    post(&mut sim, &b, 2, bind_op(foreign, mr, VA, 64, WINDOW_RW), vec![]);
+    post(&mut sim, &b, 3, SendOp::RdmaWrite { remote_addr: a.va + 8192, rkey: a.rkey }, sge(&b, 0, 64));
+    sim.run_idle(LIMIT);
+    let wcs = completions(&mut sim, &b);
+    assert_eq!(statuses(&wcs), [(1, WcStatus::Success), (2, WcStatus::MwBindErr), (3, WcStatus::WrFlushErr)]);
+    assert_eq!(read(&a, 0, 5000), data, "the WRITE before it landed");
+    assert_eq!(read(&a, 8192, 64), vec![0; 64], "the WRITE after it never went out");
+    assert_eq!(sim.ep(b.ep).query_qp(b.qpn).unwrap().0, QpState::Err);
+
+    // The request before it fails instead: it completes with its own
+    // error (not a success it never had), and the bind is flushed.
+    let (mut sim, a, b) = pair();
+    let (_, mr) = bindable(&mut sim, &b);
+    let other_pd = sim.ep(b.ep).alloc_pd();
+    let (_, foreign) = sim.ep(b.ep).alloc_mw(other_pd, MwType::Type2).unwrap();
+    post(&mut sim, &b, 1, SendOp::RdmaWrite { remote_addr: a.va, rkey: a.rkey ^ 0x100 }, sge(&b, 0, 5000));
+    post(&mut sim, &b, 2, bind_op(foreign, mr, VA, 64, WINDOW_RW), vec![]);
+    sim.run_idle(LIMIT);
+    let wcs = completions(&mut sim, &b);
+    assert_eq!(statuses(&wcs), [(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]);
+}
+
 #[test]
 fn a_type1_window_serves_any_qp_of_its_pd_and_refuses_send_with_invalidate() {
     let (mut sim, a, b) = pair();

@@ -267,6 +267,13 @@ impl Endpoint {
                             qp.local_done(&mut self.cqs);
                             continue; // the requests behind it may go now
                         }
+                        // Requests before it still wait for their ACKs:
+                        // they complete first (as they turn out), then it
+                        // fails (`Requester::transmit` sees it at the front).
+                        Err(status) if qp.req.sq.before_cursor() > 0 => {
+                            qp.req.sq.fail_local_at_cursor_later(status);
+                            None
+                        }
                         Err(status) => {
                             qp.fail_at_cursor(status, &mut self.cqs);
                             self.events.push_back(AsyncEvent::QpFatal(qpn));

@@ -581,3 +581,94 @@ fn hostile_zero_length_and_split_writes_through_windows() {
     assert_eq!(mem.to_vec()[..1024], [1; 1024], "the first packet landed while the window was bound");
     assert_eq!(mem.to_vec()[1024..2048], [0; 1024], "the last did not");
 }
+
+/// Seeded streams of crafted requests naming window keys (current, stale,
+/// guessed), the region's key and random keys, at addresses around the
+/// window, with SENDs with invalidate among them: nothing panics, no byte
+/// outside the window ever changes, and the window only goes away by a
+/// SEND with invalidate of its current key on its own QP.
+#[test]
+fn hostile_request_streams_around_a_window_touch_nothing_outside_it() {
+    use rdma_transport::rng::Rng;
+    const WIN: u64 = VA + 1024;
+    const WIN_LEN: u64 = 512;
+    let (mut landed, mut invalidated) = (0, 0);
+    for seed in 0..300u64 {
+        let mut rng = Rng::new(seed);
+        let (mut sim, _a, b) = pair();
+        // The region itself grants peers nothing: only the window does.
+        let mem = RegionMemory::zeroed(LEN);
+        let (mr, _) = sim.ep(b.ep).reg_mr(b.pd, VA, mem.clone(), Access::LOCAL_WRITE | Access::MW_BIND);
+        mem.write(0, &[0x5a; LEN]);
+        let mw_type = if rng.chance(0.5) { MwType::Type1 } else { MwType::Type2 };
+        let (id, key) = bound_window(&mut sim, &b, mw_type, mr, WIN, WIN_LEN, WINDOW_RW);
+        sim.ep(b.ep).post_recv(b.qpn, RecvWr { wr_id: 1, sg_list: sge(&b, 0, 4096) }).unwrap();
+        let mut psn = EPSN;
+        for _ in 0..8 {
+            let rkey = match rng.below(7) {
+                0..=2 => key,
+                3 => key ^ (1 + rng.below(255) as u32),
+                4 => mr,
+                5 => rng.next_u64() as u32 | 0x8000_0000,
+                _ => rng.next_u64() as u32,
+            };
+            let va = WIN - 64 + rng.below(WIN_LEN + 128);
+            let len = rng.below(700) as u32;
+            let op = rng.below(6);
+            let mut tr = TransportRepr::new(BthRepr::new(
+                [
+                    Opcode::RC_RDMA_WRITE_ONLY,
+                    Opcode::RC_RDMA_READ_REQUEST,
+                    Opcode::RC_FETCH_ADD,
+                    Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+                    Opcode::RC_RDMA_WRITE_FIRST,
+                    Opcode::RC_COMPARE_SWAP,
+                ][op as usize],
+                b.qpn,
+                Psn::new(psn),
+            ));
+            tr.bth.ack_req = true;
+            let payload: Vec<u8> = match op {
+                0 => vec![0xee; len as usize],
+                3 => vec![0xdd; (len % 64) as usize],
+                4 => vec![0xcc; 1024],
+                _ => Vec::new(),
+            };
+            match op {
+                0 | 1 => tr.reth = Some(RethRepr { va, rkey, dma_len: len }),
+                4 => tr.reth = Some(RethRepr { va, rkey, dma_len: 2048 }),
+                2 | 5 => {
+                    tr.atomic_eth = Some(rdma_wire::AtomicEthRepr {
+                        va: va & !7,
+                        rkey,
+                        swap_add: 0xfeed,
+                        compare: 0x5a5a_5a5a_5a5a_5a5a,
+                    })
+                }
+                _ => tr.ieth = Some(rkey),
+            }
+            let frame = craft(&tr, &payload);
+            let valid_inv = op == 3 && rkey == key && mw_type == MwType::Type2;
+            let was_bound = sim.ep(b.ep).mw(id).unwrap().binding.is_some();
+            answers(&mut sim, &b, &frame);
+            let now_bound = sim.ep(b.ep).mw(id).unwrap().binding.is_some();
+            assert!(
+                now_bound == was_bound || (valid_inv && was_bound && !now_bound),
+                "seed {seed}: the window changed without a valid invalidation"
+            );
+            invalidated += usize::from(was_bound && !now_bound);
+            psn = if op == 1 { psn + (len.div_ceil(1024)).max(1) } else { psn + 1 };
+            if sim.ep(b.ep).query_qp(b.qpn).unwrap().0 == QpState::Err {
+                break;
+            }
+        }
+        let after = mem.to_vec();
+        let (lo, hi) = ((WIN - VA) as usize, (WIN - VA + WIN_LEN) as usize);
+        assert!(after[..lo].iter().chain(&after[hi..]).all(|&x| x == 0x5a), "seed {seed}: bytes outside the window");
+        landed += usize::from(after[lo..hi].iter().any(|&x| x != 0x5a));
+    }
+    assert!(
+        landed > 20 && invalidated >= 5,
+        "the streams reached the window ({landed}) and invalidated it ({invalidated})"
+    );
+}

@@ -469,6 +469,17 @@ impl Context {
         crate::device_cap_ex::ALL
     }
 
+    /// The `device_cap_flags` bits of what the engine implements beyond
+    /// the basics ([`crate::device_cap`]): memory windows of type 1 and 2B.
+    pub fn device_cap_flags(&self) -> u32 {
+        crate::device_cap::ALL
+    }
+
+    /// `max_mw` of `ibv_query_device`: how many memory windows a device holds.
+    pub fn max_mw(&self) -> u32 {
+        rdma_transport::window::MAX_WINDOWS as u32
+    }
+
     /// `ibv_query_gid`.
     pub fn query_gid(&self, index: u32) -> Result<Gid> {
         self.inner.device.gid(index)

@@ -378,6 +378,23 @@ fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> 
     Ok(())
 }
 
+/// Bits of the 32-bit `device_cap_flags` (`ibv_query_device`), with the
+/// values of rdma-core's `libibverbs/verbs.h` (`enum ibv_device_cap_flags`),
+/// for the memory windows this stack has: type 1 and type 2B, as kernel
+/// Soft-RoCE advertises them (rxe_param.h `RXE_DEVICE_CAP_FLAGS`:
+/// `IB_DEVICE_MEM_WINDOW | IB_DEVICE_MEM_WINDOW_TYPE_2B`).
+pub mod device_cap {
+    /// `IBV_DEVICE_MEM_WINDOW`: memory windows (type 1).
+    pub const MEM_WINDOW: u32 = 1 << 17;
+    /// `IBV_DEVICE_MEM_WINDOW_TYPE_2A`: type 2A windows (bound to a QP
+    /// number). Not reported: this stack's type 2 windows are type 2B.
+    pub const MEM_WINDOW_TYPE_2A: u32 = 1 << 23;
+    /// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`: type 2B windows (bound to a QP).
+    pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
+    /// What [`crate::Context::device_cap_flags`] reports.
+    pub const ALL: u32 = MEM_WINDOW | MEM_WINDOW_TYPE_2B;
+}
+
 /// Bits of `device_cap_flags_ex` (`ibv_query_device_ex`) with the values
 /// of rdma-core's `kernel-headers/rdma/ib_user_verbs.h`
 /// (`IB_UVERBS_DEVICE_*`), for the capabilities this stack has beyond the

@@ -20,6 +20,7 @@
 //! | `ibv_create_srq`, `ibv_post_srq_recv` | [`ProtectionDomain::create_srq`], [`SharedReceiveQueue::post_recv`] |
 //! | `ibv_create_ah` | [`ProtectionDomain::create_ah`], [`ProtectionDomain::create_ah_av`] (IB LID routes) → [`AddressHandle::ud_dest`] |
 //! | `ibv_get_async_event` | [`Context::get_async_event`] |
+//! | `ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw` | [`ProtectionDomain::alloc_mw`] → [`MemoryWindow::bind`] (type 1), [`MemoryWindow::bind_wr`] / [`SendOp::BindMw`] (type 2), drop |
 //!
 //! Work requests, completions, attributes and status codes are the
 //! engine's types, re-exported here with libibverbs' names and values
@@ -63,6 +64,7 @@ pub mod fuzzing;
 mod io;
 mod io_stats;
 pub mod link;
+mod mw;
 mod pd;
 mod qp;
 pub mod udp;
@@ -70,10 +72,11 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::{poll_readable, Context};
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{device_cap_ex, devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
+pub use device::{device_cap, device_cap_ex, devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use io_stats::IoStats;
+pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
@@ -87,4 +90,6 @@ pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+/// Memory windows' types and what a bound one reaches.
+pub use rdma_transport::{MwId, MwType, WindowBinding};
 pub use udp::{IoDriver, Offloads};

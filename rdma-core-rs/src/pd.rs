@@ -85,7 +85,7 @@ impl ProtectionDomain {
         let len = memory.len();
         let (lkey, rkey) = self.ctx.inner.lock().ep.reg_mr(self.pd, addr, memory.clone(), access);
         tracing::debug!(lkey, rkey, addr, len, "memory region registered");
-        Ok(MemoryRegion { ctx: self.ctx.clone(), memory, addr, len, lkey, rkey, access })
+        Ok(MemoryRegion { ctx: self.ctx.clone(), pd: self.pd, memory, addr, len, lkey, rkey, access })
     }
 }
 
@@ -110,6 +110,7 @@ fn check_access(access: Access) -> Result<()> {
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,
+    pd: Pd,
     memory: RegionMemory,
     addr: u64,
     len: usize,
@@ -139,6 +140,33 @@ impl MemoryRegion {
     }
     pub fn access(&self) -> Access {
         self.access
+    }
+    /// The protection domain it is registered in (the engine's handle).
+    pub fn pd(&self) -> Pd {
+        self.pd
+    }
+
+    /// How many memory windows are bound to it now.
+    pub fn windows_bound(&self) -> usize {
+        self.ctx.inner.lock().ep.windows_bound_to(self.lkey)
+    }
+
+    /// `ibv_dereg_mr` as libibverbs answers it: refused while memory
+    /// windows are bound to the region ([`Error::InvalidArgument`], EINVAL
+    /// as rxe; IBA 10.6.7.2.6), the region handed back unchanged. Dropping
+    /// a region instead always deregisters it, unbinding its windows first
+    /// so that none reaches memory that may go.
+    pub fn dereg(self) -> std::result::Result<(), (MemoryRegion, Error)> {
+        let refused = self.ctx.inner.lock().ep.try_dereg_mr(self.lkey);
+        match refused {
+            Err(rdma_transport::DeregError::WindowsBound { key, bound }) => Err((
+                self,
+                Error::InvalidArgument(format!("memory region {key:#x} has {bound} memory window(s) bound")),
+            )),
+            // Deregistered (or already gone): Drop's deregistration finds
+            // nothing (a reused slot has another key).
+            _ => Ok(()),
+        }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
@@ -239,6 +267,9 @@ impl MemoryRegion {
         }
         if let Some(a) = access {
             self.access = a;
+        }
+        if let Some(pd) = pd {
+            self.pd = pd.pd;
         }
         tracing::debug!(lkey = self.lkey, addr = self.addr, len = self.len, "memory region reregistered");
         Ok(())

@@ -83,7 +83,8 @@ impl Completer<'_> {
         }
     }
 
-    /// UC and UD requests complete once sent: completes those at the front.
+    /// UC and UD requests complete once sent, and local operations once
+    /// executed: completes those at the front.
     pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
         while self.sq.front().is_some_and(|w| w.sent) {
             self.complete_front(cqs);
@@ -138,6 +139,15 @@ impl Completer<'_> {
     /// implied NAK, already acted on).
     fn ack_through(&mut self, psn: Psn, cqs: &mut CqTable, stats: &mut Stats) -> Result<bool, Failed> {
         while let Some(w) = self.sq.front() {
+            if w.wr.op.is_local() {
+                // A local operation takes no PSN: done, it completes in
+                // order; not yet executed, nothing after it has started.
+                if !w.sent {
+                    break;
+                }
+                self.complete_front(cqs);
+                continue;
+            }
             if !w.started || psn.distance_from(w.first_psn) >= Psn::HALF {
                 break; // the WQE starts after psn
             }
@@ -342,6 +352,8 @@ impl Completer<'_> {
         self.sq.acknowledge_before(psn.next());
         if done {
             self.complete_front(cqs);
+            // Executed local operations right behind it complete with it.
+            self.complete_sent(cqs);
         }
         let comp = self.sq.comp_psn();
         self.sq.cursor_not_before(comp);

@@ -23,7 +23,7 @@
 
 use crate::cc::wired::{QpCc, RateControl};
 use crate::cc::DcqcnParams;
-use crate::error::VerbsError;
+use crate::error::{DeregError, VerbsError};
 use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
@@ -33,6 +33,7 @@ use crate::rng::Rng;
 use crate::stats::QpStats;
 use crate::time::Instant;
 use crate::timers::Timer;
+use crate::window::{MemoryWindow, MwId, MwType};
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
@@ -371,8 +372,49 @@ impl Endpoint {
         self.mrs.reregister(key, pd, translation, access)
     }
 
+    /// Deregisters the region of `key`; returns whether it existed. Memory
+    /// windows still bound to it are unbound first, so that none reaches
+    /// memory the caller may now free. `ibv_dereg_mr`, which refuses
+    /// instead, is [`Endpoint::try_dereg_mr`].
     pub fn dereg_mr(&mut self, key: u32) -> bool {
         self.mrs.deregister(key)
+    }
+
+    /// `ibv_dereg_mr`: deregisters the region of `key`, or refuses while
+    /// memory windows are bound to it ([`DeregError::WindowsBound`]; rxe:
+    /// EINVAL, IBA 10.6.7.2.6), changing nothing.
+    pub fn try_dereg_mr(&mut self, key: u32) -> Result<(), DeregError> {
+        if self.mrs.get(key).is_none() {
+            return Err(DeregError::NoSuchRegion(key));
+        }
+        let bound = self.mrs.windows_bound_to(key);
+        if bound > 0 {
+            return Err(DeregError::WindowsBound { key, bound });
+        }
+        self.mrs.deregister(key);
+        Ok(())
+    }
+
+    /// `ibv_alloc_mw`: a new, unbound memory window of `pd`; its handle
+    /// and rkey. `None` when the window table is full.
+    pub fn alloc_mw(&mut self, pd: Pd, mw_type: MwType) -> Option<(MwId, u32)> {
+        self.mrs.alloc_window(pd, mw_type)
+    }
+
+    /// `ibv_dealloc_mw`: unbinds and frees a window; returns whether it existed.
+    pub fn dealloc_mw(&mut self, id: MwId) -> bool {
+        self.touch();
+        self.mrs.dealloc_window(id)
+    }
+
+    /// The window of a handle: its PD, type, current rkey and binding.
+    pub fn mw(&self, id: MwId) -> Option<&MemoryWindow> {
+        self.mrs.window(id)
+    }
+
+    /// How many memory windows are bound to the region of `key`.
+    pub fn windows_bound_to(&self, key: u32) -> usize {
+        self.mrs.windows_bound_to(key)
     }
 
     /// The region behind a key.
@@ -460,7 +502,10 @@ impl Endpoint {
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         self.touch();
-        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbsError::NoSuchQp(qpn))
+        self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        // Type 2 windows bound to it reach nothing any more.
+        self.mrs.windows.unbind_all_of_qp(qpn);
+        Ok(())
     }
 
     /// `ibv_modify_qp`. Moving to ERR flushes every queued request.
@@ -547,9 +592,13 @@ impl Endpoint {
             SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
             SendOp::Flush { .. } => "FLUSH",
             SendOp::AtomicWrite { .. } => "ATOMIC_WRITE",
+            SendOp::LocalInv { .. } => "LOCAL_INV",
+            SendOp::BindMw { .. } => "BIND_MW",
         };
         let supported = match t {
             QpType::Rc => true,
+            // ibv_post_send(3): BIND_MW and LOCAL_INV on UC, RC and XRC.
+            QpType::Uc if wr.op.is_local() => true,
             QpType::Uc => !wr.op.expects_response() && !matches!(wr.op, SendOp::SendWithInv { .. }),
             QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
         };
@@ -576,6 +625,14 @@ impl Endpoint {
                     value: len,
                 });
             }
+        }
+        if wr.op.is_local() && (len != 0 || !wr.sg_list.is_empty() || wr.inline_data.is_some()) {
+            // rxe's validate_send_wr: a bind has no sg_list.
+            return Err(VerbsError::InvalidAttribute {
+                qpn,
+                attr: "sg_list of a BIND_MW/LOCAL_INV (must be empty)",
+                value: len,
+            });
         }
         if let SendOp::Flush { len, placement, selectivity, .. } = wr.op {
             if len > max {

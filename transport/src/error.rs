@@ -37,3 +37,13 @@ pub enum VerbsError {
     #[error("QP {0:#x} uses a shared receive queue: post receives to the SRQ")]
     QpHasSrq(u32),
 }
+
+/// Why `ibv_dereg_mr` refused ([`crate::Endpoint::try_dereg_mr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DeregError {
+    #[error("no memory region with key {0:#x}")]
+    NoSuchRegion(u32),
+    /// Memory windows are bound to it (IBA 10.6.7.2.6; rxe answers EINVAL).
+    #[error("memory region {key:#x} has {bound} memory window(s) bound")]
+    WindowsBound { key: u32, bound: usize },
+}

@@ -50,13 +50,15 @@ mod srq;
 mod stats;
 pub mod time;
 pub mod timers;
+pub mod window;
 pub mod wr;
 
 pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};
-pub use error::VerbsError;
+pub use error::{DeregError, VerbsError};
 pub use framing::{LinkKind, PayloadRef};
 pub use memory::{Access, Pd, RegionGuard, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
 pub use stats::{Drop, QpStats, Stats};
 pub use time::Instant;
+pub use window::{is_window_key, BindArgs, BindError, InvalidateError, MemoryWindow, MwId, MwType, WindowBinding};
 pub use wr::{wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

@@ -21,6 +21,10 @@ impl Access {
     pub const FLUSH_GLOBAL: Access = Access(1 << 8);
     /// `IBV_ACCESS_FLUSH_PERSISTENT`: a peer may FLUSH with placement type persistent.
     pub const FLUSH_PERSISTENT: Access = Access(1 << 9);
+    /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
+    pub const MW_BIND: Access = Access(1 << 4);
+    /// `IBV_ACCESS_ZERO_BASED`: a window addressed from 0 (refused here).
+    pub const ZERO_BASED: Access = Access(1 << 5);
     pub const NONE: Access = Access(0);
     /// Everything, as the examples register their buffers.
     pub const ALL: Access = Access(1 | 2 | 4 | 8);
@@ -255,6 +259,13 @@ pub enum AccessError {
     NotPermitted { key: u32, needed: Access },
     #[error("atomic address {0:#x} is not 8-byte aligned")]
     Misaligned(u64),
+    /// A memory window's rkey, but the window is not bound (never, or
+    /// since it was invalidated or unbound).
+    #[error("memory window {0:#x} is not bound")]
+    WindowNotBound(u32),
+    /// A type 2 window's rkey arriving on a QP other than the one it is bound to.
+    #[error("memory window {key:#x} is bound to another QP")]
+    WindowOfAnotherQp { key: u32 },
 }
 
 /// The memory regions of an endpoint, by key.
@@ -265,13 +276,16 @@ pub enum AccessError {
 pub struct MemoryTable {
     slots: Vec<(u8, Option<MemoryRegion>)>,
     /// Draws each key's low byte.
-    keys: crate::rng::Rng,
+    pub(crate) keys: crate::rng::Rng,
+    /// The memory windows, beside the regions ([`crate::window`]); an
+    /// rkey with [`crate::window::WINDOW_KEY_BIT`] names one of them.
+    pub(crate) windows: crate::window::WindowTable,
 }
 
 impl MemoryTable {
     /// A table whose keys draw their low byte from `keys`.
     pub fn with_rng(keys: crate::rng::Rng) -> MemoryTable {
-        MemoryTable { slots: Vec::new(), keys }
+        MemoryTable { slots: Vec::new(), keys, windows: Default::default() }
     }
 
     /// Registers `memory` at address `va`; returns the new region's keys.
@@ -283,6 +297,7 @@ impl MemoryTable {
                 self.slots.len() - 1
             }
         };
+        debug_assert!(index < crate::window::MAX_REGIONS, "region keys stay below the window range");
         let slot = &mut self.slots[index];
         // The low byte is drawn at random, as rxe does, and never repeats
         // the slot's last one: a stale key misses the new region, and a
@@ -325,8 +340,14 @@ impl MemoryTable {
         true
     }
 
-    /// Removes a region; returns whether it existed.
+    /// Removes a region; returns whether it existed. Windows still bound
+    /// to it are unbound first (their rkeys stop working): callers that
+    /// must refuse instead, as `ibv_dereg_mr` does, ask
+    /// [`MemoryTable::windows_bound_to`] first.
     pub fn deregister(&mut self, key: u32) -> bool {
+        if self.get(key).is_some() {
+            self.windows.unbind_all_of(key);
+        }
         match self.slot_mut(key) {
             Some(slot) => {
                 slot.1 = None;

@@ -537,6 +537,20 @@ impl Qp {
         req.transmit(&mut view, now, mrs, framer, buf)
     }
 
+    /// The rkey a SEND with invalidate on this QP just named, checked by
+    /// the responder, for the endpoint to invalidate.
+    pub(crate) fn take_invalidation(&mut self) -> Option<u32> {
+        self.resp.invalidate.take()
+    }
+
+    /// The local operation (BIND_MW, LOCAL_INV) at the requester's cursor
+    /// was executed: the cursor moves past it, and it completes as soon as
+    /// everything before it has.
+    pub(crate) fn local_done(&mut self, cqs: &mut CqTable) {
+        self.req.sq.finish_local_at_cursor();
+        self.completer().complete_sent(cqs);
+    }
+
     /// UC and UD requests complete once sent: completes those at the front.
     pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
         // RC requests complete on their ACKs: no view for every RC packet.

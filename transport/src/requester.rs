@@ -124,6 +124,8 @@ fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
         SendOp::FetchAdd { .. } => 0x14,
         SendOp::Flush { .. } => 0x1c,
         SendOp::AtomicWrite { .. } => 0x1d,
+        // Local operations never reach the wire (`Requester::transmit`).
+        SendOp::LocalInv { .. } | SendOp::BindMw { .. } => unreachable!("a local operation has no opcode"),
     };
     match t {
         QpType::Rc => Opcode(code),
@@ -160,6 +162,11 @@ pub(crate) enum ReqOutcome {
     /// The WQE at the head of the cursor failed locally: complete it with
     /// this status and move the QP to the error state.
     LocalError(WcStatus),
+    /// The WQE at the cursor is a local operation (BIND_MW, LOCAL_INV)
+    /// whose turn has come: the endpoint executes it on its memory table
+    /// (`crate::window::execute_local`), then `Qp::local_done` or
+    /// `Qp::fail_at_cursor`.
+    Local(SendOp),
 }
 
 /// Checks every local buffer of a request before it starts.
@@ -208,6 +215,35 @@ impl Requester {
         qp.timers.stop(Timer::RnrWait);
         let mtu = qp.params.mtu.bytes();
         let t = qp.qp_type;
+        // Local operations take no PSN and send nothing. An executed one
+        // the cursor meets again (after a go-back-N) is stepped over.
+        while let Some((_, wqe, ..)) = self.sq.at_cursor() {
+            if !wqe.wr.op.is_local() {
+                break;
+            }
+            if wqe.sent {
+                self.sq.advance_cursor(true, false);
+                continue;
+            }
+            if let Some(status) = wqe.local_error {
+                // It failed behind outstanding requests: it fails once they
+                // have completed, and nothing after it starts.
+                if self.sq.before_cursor() == 0 {
+                    return ReqOutcome::LocalError(status);
+                }
+                return ReqOutcome::Idle;
+            }
+            if qp.state == QpState::Sqd {
+                return ReqOutcome::Idle; // drained: no new requests start
+            }
+            // LOCAL_INV waits until every earlier request has completed
+            // (rxe_req.c rxe_wqe_is_fenced: the local invalidate fence, IBA
+            // 10.6.5.1, mandatory in rxe); a bind does not wait.
+            if matches!(wqe.wr.op, SendOp::LocalInv { .. }) && self.sq.before_cursor() != 0 {
+                return ReqOutcome::Idle;
+            }
+            return ReqOutcome::Local(wqe.wr.op);
+        }
         let Some((_, wqe, _, next)) = self.sq.at_cursor() else { return ReqOutcome::Idle };
         if self.window_full(t, next) {
             return ReqOutcome::Idle; // the window is full: wait for ACKs

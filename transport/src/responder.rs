@@ -129,6 +129,9 @@ pub struct Responder {
     fatal: bool,
     /// UC: drop packets until the next FIRST or ONLY.
     uc_resync: bool,
+    /// The rkey a SEND with invalidate just completed with, checked and
+    /// not yet invalidated (`Qp::take_invalidation`).
+    pub(crate) invalidate: Option<u32>,
 }
 
 impl Responder {
@@ -142,6 +145,7 @@ impl Responder {
             resources: Resources::default(),
             fatal: false,
             uc_resync: false,
+            invalidate: None,
         }
     }
 
@@ -266,7 +270,8 @@ impl RespQp<'_> {
     }
 
     /// Checks an RDMA target: the QP must allow the access, and the key,
-    /// PD, bounds and region access must allow it.
+    /// PD, bounds and region access must allow it (a memory window's rkey:
+    /// the window's, see [`MemoryTable::check_remote`]).
     fn check_rkey<'m>(
         &self,
         rkey: u32,
@@ -279,7 +284,7 @@ impl RespQp<'_> {
             tracing::debug!(qpn = self.num, ?needed, "QP access flags forbid this operation");
             return Err(());
         }
-        ctx.mrs.check(rkey, self.pd, va, len, needed).map_err(|e| {
+        ctx.mrs.check_remote(rkey, self.pd, self.num, va, len, needed).map_err(|e| {
             tracing::debug!(qpn = self.num, error = %e, "rkey check failed");
         })
     }
@@ -532,6 +537,17 @@ impl Responder {
                     },
                 };
                 let end = offset + payload.len() as u64;
+                // A SEND with invalidate names a key this QP may invalidate,
+                // checked before anything is placed: else NAK Invalid
+                // Request and nothing changes (docs/memory-windows.md).
+                if let Some(rkey) = p.ieth() {
+                    if let Err(e) = ctx.mrs.check_invalidate(rkey, qp.pd, Some(qp.num)) {
+                        tracing::debug!(qpn = qp.num, error = %e, "SEND with invalidate refused");
+                        let wc = qp.recv_completion(recv.wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, 0);
+                        ctx.cqs.push(qp.recv_cq, wc);
+                        return Err(Fail::Nak(NakCode::InvalidRequest, Drop::InvalidateRefused));
+                    }
+                }
                 if end > sge_len(&recv.sg_list) {
                     let wc = qp.recv_completion(recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
                     ctx.cqs.push(qp.recv_cq, wc);
@@ -552,6 +568,9 @@ impl Responder {
                     if let Some(rkey) = p.ieth() {
                         wc.invalidated_rkey = Some(rkey);
                         wc.wc_flags |= wc_flags::WITH_INV;
+                        // Checked above; the endpoint applies it once this
+                        // packet is handled (`Qp::take_invalidation`).
+                        self.invalidate = Some(rkey);
                     }
                     ctx.cqs.push(qp.recv_cq, wc);
                     ctx.cqs.pool.recycle(recv.sg_list);
@@ -598,9 +617,17 @@ impl Responder {
                     None
                 };
                 if n > 0 {
-                    let (region, at) = match ctx.mrs.get(rkey) {
-                        Some(r) if va >= r.va && va + n <= r.va + r.len => (r, (va - r.va) as usize),
-                        _ => return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation)),
+                    let found = if crate::window::is_window_key(rkey) {
+                        // A window may have been invalidated since the first packet.
+                        ctx.mrs.check_remote(rkey, qp.pd, qp.num, va, n, Access::REMOTE_WRITE).ok()
+                    } else {
+                        match ctx.mrs.get(rkey) {
+                            Some(r) if va >= r.va && va + n <= r.va + r.len => Some((r, (va - r.va) as usize)),
+                            _ => None,
+                        }
+                    };
+                    let Some((region, at)) = found else {
+                        return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
                     };
                     region.memory.write(at, payload);
                 }
@@ -733,9 +760,16 @@ impl Responder {
         if len > MAX_MESSAGE {
             return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
         }
+        let whole = selectivity == rdma_wire::feth::SELECTIVITY_MR;
         let checked = match ctx.mrs.get(r.rkey) {
-            Some(region) if selectivity == rdma_wire::feth::SELECTIVITY_MR => {
-                ctx.mrs.check(r.rkey, qp.pd, region.va, region.len, needed)
+            Some(region) if whole => ctx.mrs.check(r.rkey, qp.pd, region.va, region.len, needed),
+            // Through a window, the whole of the window (not of its region).
+            _ if crate::window::is_window_key(r.rkey) => {
+                let (va, len) = match ctx.mrs.windows.get(r.rkey).and_then(|w| w.binding) {
+                    Some(b) if whole => (b.addr, b.len),
+                    _ => (r.va, len),
+                };
+                ctx.mrs.check_remote(r.rkey, qp.pd, qp.num, va, len, needed)
             }
             _ => ctx.mrs.check(r.rkey, qp.pd, r.va, len, needed),
         };
@@ -787,7 +821,7 @@ impl Responder {
         if len > MAX_MESSAGE {
             return Err(Fail::Nak(NakCode::InvalidRequest, Drop::BadLength));
         }
-        let (region, at) = match ctx.mrs.check(r.rkey, qp.pd, r.va, len, Access::REMOTE_WRITE) {
+        let (region, at) = match ctx.mrs.check_remote(r.rkey, qp.pd, qp.num, r.va, len, Access::REMOTE_WRITE) {
             Ok(found) => found,
             Err(e) => {
                 tracing::debug!(qpn = qp.num, error = %e, "ATOMIC WRITE: rkey check failed");
@@ -1022,7 +1056,7 @@ impl Responder {
             return None;
         }
         if allowed {
-            if let Ok((r, at)) = mrs.check(*rkey, pd, *va, n, Access::REMOTE_READ) {
+            if let Ok((r, at)) = mrs.check_remote(*rkey, pd, qp.num, *va, n, Access::REMOTE_READ) {
                 return Some((&r.memory, at));
             }
         }

@@ -22,13 +22,17 @@ pub struct SendWqe {
     /// How many PSNs it takes (packets, or READ response packets).
     pub npkts: u32,
     pub started: bool,
-    /// For UC and UD: every packet has been sent, so it can complete.
+    /// For UC and UD: every packet has been sent, so it can complete; for
+    /// a local operation (any QP type): it was executed.
     pub sent: bool,
+    /// A local operation that failed while requests before it were still
+    /// outstanding: it fails with this status once they have completed.
+    pub local_error: Option<crate::wr::WcStatus>,
 }
 
 impl SendWqe {
     fn new(wr: SendWr) -> SendWqe {
-        SendWqe { wr, first_psn: Psn::new(0), npkts: 0, started: false, sent: false }
+        SendWqe { wr, first_psn: Psn::new(0), npkts: 0, started: false, sent: false, local_error: None }
     }
 
     pub fn contains(&self, psn: Psn) -> bool {
@@ -144,6 +148,26 @@ impl SendQueue {
         }
     }
 
+    /// The local operation at the cursor (BIND_MW, LOCAL_INV: no PSNs)
+    /// was executed: it is marked sent (it completes once at the front)
+    /// and the cursor moves to the next WQE.
+    pub(crate) fn finish_local_at_cursor(&mut self) {
+        if let Some(w) = self.wqes.get_mut(self.cursor_wqe) {
+            debug_assert!(w.wr.op.is_local());
+            w.sent = true;
+            self.cursor_wqe += 1;
+            self.cursor_pkt = 0;
+        }
+    }
+
+    /// The local operation at the cursor failed with `status` while
+    /// requests before it are outstanding: it fails once they complete.
+    pub(crate) fn fail_local_at_cursor_later(&mut self, status: crate::wr::WcStatus) {
+        if let Some(w) = self.wqes.get_mut(self.cursor_wqe) {
+            w.local_error = Some(status);
+        }
+    }
+
     /// READ and atomic WQEs started and not yet completed, before the cursor.
     pub(crate) fn rd_atomic_in_flight(&self) -> usize {
         self.wqes.iter().take(self.cursor_wqe).filter(|w| w.started && w.wr.op.uses_rd_atomic()).count()
@@ -180,7 +204,10 @@ impl SendQueue {
         let Some((.., cursor)) = self.at_cursor() else { return };
         let behind = psn.distance_from(cursor);
         if behind != 0 && behind < Psn::HALF && !self.rewind_to(psn) {
-            self.cursor_wqe = self.wqes.iter().position(|w| !w.started).unwrap_or(self.wqes.len());
+            // The first WQE not started, past executed local operations
+            // (which take no PSNs and never start).
+            self.cursor_wqe =
+                self.wqes.iter().position(|w| !(w.started || w.wr.op.is_local() && w.sent)).unwrap_or(self.wqes.len());
             self.cursor_pkt = 0;
         }
     }

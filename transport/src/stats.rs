@@ -54,6 +54,9 @@ pub enum Drop {
     /// A MAD that came over a route this GSI cannot answer (native IB
     /// without a GRH: the GSI addresses peers by GID).
     MadNoGid,
+    /// A SEND with invalidate naming a key this QP may not invalidate (a
+    /// type 1 window, a region, another QP's or PD's window, an unbound one).
+    InvalidateRefused,
 }
 
 /// Counters of an endpoint.

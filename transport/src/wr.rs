@@ -88,6 +88,29 @@ pub enum SendOp {
         rkey: u32,
         value: [u8; 8],
     },
+    /// `IBV_WR_LOCAL_INV`: invalidates the type 2 memory window of
+    /// `invalidate_rkey` (its rkey stops reaching memory). A local
+    /// operation: no packet; it runs once every earlier request has
+    /// completed (rxe's mandatory local invalidate fence) and completes
+    /// with [`WcOpcode::LocalInv`]. RC and UC; no local buffers.
+    LocalInv {
+        invalidate_rkey: u32,
+    },
+    /// `IBV_WR_BIND_MW` (and `ibv_bind_mw`, which posts one for a type 1
+    /// window): binds the window whose current rkey is `mw_rkey` to
+    /// `length` bytes at `addr` of the region of `mr_lkey` with the remote
+    /// rights `access`; its rkey becomes `mw_rkey` with the low byte of
+    /// `rkey` (`ibv_inc_rkey`). Length 0 unbinds a type 1 window. A local
+    /// operation, executed in order with the send queue, completing with
+    /// [`WcOpcode::BindMw`] (or `MW_BIND_ERR`). RC and UC; no local buffers.
+    BindMw {
+        mw_rkey: u32,
+        rkey: u32,
+        mr_lkey: u32,
+        addr: u64,
+        length: u64,
+        access: crate::memory::Access,
+    },
 }
 
 /// The operands of [`SendOp::Flush`], with libibverbs' values
@@ -114,6 +137,24 @@ impl SendOp {
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
             SendOp::Flush { .. } => WcOpcode::Flush,
             SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+        }
+    }
+
+    /// Whether the request is a local operation (LOCAL_INV, BIND_MW): it
+    /// sends no packet and takes no PSN.
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::LocalInv { .. } | SendOp::BindMw { .. })
+    }
+
+    /// The operands of a BIND_MW.
+    pub fn bind_args(&self) -> Option<crate::window::BindArgs> {
+        match *self {
+            SendOp::BindMw { mw_rkey, rkey, mr_lkey, addr, length, access } => {
+                Some(crate::window::BindArgs { mw_rkey, rkey, mr_lkey, addr, length, access })
+            }
+            _ => None,
         }
     }
 
@@ -190,6 +231,8 @@ pub enum WcStatus {
     LocQpOpErr = 2,
     LocProtErr = 4,
     WrFlushErr = 5,
+    /// `IBV_WC_MW_BIND_ERR`: a memory window bind was refused.
+    MwBindErr = 6,
     BadRespErr = 7,
     LocAccessErr = 8,
     RemInvReqErr = 9,
@@ -209,6 +252,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
@@ -230,6 +274,10 @@ pub enum WcOpcode {
     RdmaRead = 2,
     CompSwap = 3,
     FetchAdd = 4,
+    /// `IBV_WC_BIND_MW`.
+    BindMw = 5,
+    /// `IBV_WC_LOCAL_INV`.
+    LocalInv = 6,
     /// `IBV_WC_FLUSH`.
     Flush = 8,
     /// `IBV_WC_ATOMIC_WRITE`.

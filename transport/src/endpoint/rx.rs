@@ -230,6 +230,13 @@ impl Endpoint {
             let mut ctx =
                 RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, ip_header };
             qp.handle_request(t, &mut ctx);
+            if let Some(rkey) = qp.take_invalidation() {
+                // A SEND with invalidate completed: the responder checked
+                // the key, nothing ran since.
+                if let Err(e) = self.mrs.invalidate(rkey, qp.init.pd, Some(qpn)) {
+                    tracing::warn!(qpn, error = %e, "a checked invalidation failed");
+                }
+            }
         }
         if !was_error && qp.state == QpState::Err {
             self.events.push_back(AsyncEvent::QpFatal(qpn));

@@ -258,24 +258,46 @@ impl Endpoint {
         if paced.is_some_and(|(may, _)| !may) {
             return None;
         }
-        match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
-            ReqOutcome::Idle => None,
-            ReqOutcome::LocalError(status) => {
-                // What was before the failing request completes first.
-                qp.fail_at_cursor(status, &mut self.cqs);
-                self.events.push_back(AsyncEvent::QpFatal(qpn));
-                None
-            }
-            ReqOutcome::Sent { len, dest, payload } => {
-                // UC and UD requests complete once sent.
-                qp.complete_sent(&mut self.cqs);
-                if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
-                    let bytes = len + payload.as_ref().map_or(0, |p| p.len);
-                    cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
+        loop {
+            return match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
+                ReqOutcome::Idle => None,
+                ReqOutcome::Local(op) => {
+                    match crate::window::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
+                        Ok(()) => {
+                            qp.local_done(&mut self.cqs);
+                            continue; // the requests behind it may go now
+                        }
+                        // Requests before it still wait for their ACKs:
+                        // they complete first (as they turn out), then it
+                        // fails (`Requester::transmit` sees it at the front).
+                        Err(status) if qp.req.sq.before_cursor() > 0 => {
+                            qp.req.sq.fail_local_at_cursor_later(status);
+                            None
+                        }
+                        Err(status) => {
+                            qp.fail_at_cursor(status, &mut self.cqs);
+                            self.events.push_back(AsyncEvent::QpFatal(qpn));
+                            None
+                        }
+                    }
                 }
-                self.stats.packets_sent += 1;
-                Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })
-            }
+                ReqOutcome::LocalError(status) => {
+                    // What was before the failing request completes first.
+                    qp.fail_at_cursor(status, &mut self.cqs);
+                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                    None
+                }
+                ReqOutcome::Sent { len, dest, payload } => {
+                    // UC and UD requests complete once sent.
+                    qp.complete_sent(&mut self.cqs);
+                    if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
+                        let bytes = len + payload.as_ref().map_or(0, |p| p.len);
+                        cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
+                    }
+                    self.stats.packets_sent += 1;
+                    Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })
+                }
+            };
         }
     }
 }

@@ -74,9 +74,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: Slot,
     pub _compat_rereg_mr: Slot,
     pub _compat_dereg_mr: Slot,
-    pub alloc_mw: Slot,
-    pub bind_mw: Slot,
-    pub dealloc_mw: Slot,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub _compat_create_cq: Slot,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyFn>,
@@ -523,6 +523,8 @@ pub mod wr_opcode {
     pub const RDMA_READ: i32 = 4;
     pub const ATOMIC_CMP_AND_SWP: i32 = 5;
     pub const ATOMIC_FETCH_AND_ADD: i32 = 6;
+    pub const LOCAL_INV: i32 = 7;
+    pub const BIND_MW: i32 = 8;
     pub const SEND_WITH_INV: i32 = 9;
 }
 
@@ -930,3 +932,26 @@ pub struct ibv_parent_domain_init_attr {
 /// `enum ibv_parent_domain_init_attr_mask`.
 pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1 << 0;
 pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+
+/// `struct ibv_mw`. `rkey` is rewritten by `ibv_bind_mw` (the application
+/// reads it), hence the atomic.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: std::sync::atomic::AtomicU32,
+    pub handle: u32,
+    pub mw_type: c_int,
+}
+
+/// `struct ibv_mw_bind`, what `ibv_bind_mw` takes.
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `enum ibv_mw_type`.
+pub const IBV_MW_TYPE_1: c_int = 1;
+pub const IBV_MW_TYPE_2: c_int = 2;

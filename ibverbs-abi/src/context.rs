@@ -153,6 +153,9 @@ fn ops() -> ibv_context_ops {
     o.post_send = Some(crate::post::post_send);
     o.post_recv = Some(crate::post::post_recv);
     o.post_srq_recv = Some(crate::post::post_srq_recv);
+    o.alloc_mw = Some(crate::mw::alloc_mw);
+    o.bind_mw = Some(crate::mw::bind_mw);
+    o.dealloc_mw = Some(crate::mw::dealloc_mw);
     o
 }
 

@@ -29,6 +29,7 @@ mod cq_ex;
 mod device;
 mod ffi;
 mod misc;
+mod mw;
 mod pd;
 mod post;
 mod provider_stubs;

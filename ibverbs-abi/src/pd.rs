@@ -132,6 +132,15 @@ struct MrState {
     access: c_uint,
 }
 
+impl Mr {
+    /// The region's lkey (its handle too).
+    pub(crate) fn lkey(&self) -> u32 {
+        // SAFETY: plain data the library wrote; rewritten only by ibv_rereg_mr,
+        // which the application does not run while using the MR.
+        unsafe { (*self.c.get()).lkey }
+    }
+}
+
 // SAFETY: as for Pd.
 unsafe impl Send for Mr {}
 unsafe impl Sync for Mr {}
@@ -412,9 +421,10 @@ fn access_of(flags: c_uint) -> Result<Access, c_int> {
         tracing::warn!(flags, "zero-based and on-demand memory regions are not supported");
         return Err(libc::EOPNOTSUPP);
     }
-    // LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, and FLUSH_GLOBAL
-    // and FLUSH_PERSISTENT (the engine's checks use the same bit values).
-    Ok(Access(flags & (0xf | 1 << 8 | 1 << 9)))
+    // LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND, and
+    // FLUSH_GLOBAL and FLUSH_PERSISTENT (the engine's checks use the same
+    // bit values).
+    Ok(Access(flags & (0xf | Access::MW_BIND.0 | 1 << 8 | 1 << 9)))
 }
 
 /// Registers `addr..addr+length` at `iova` in `p`, as `ibv_reg_mr` checks it:
@@ -486,7 +496,14 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard("ibv_dereg_mr", libc::EIO, || {
         let p = mr.cast::<Mr>();
         // SAFETY: `live` checks the registry.
-        if unsafe { live(&MRS, p, "ibv_mr") }.is_none() || !MRS.remove(p) {
+        let Some(m) = (unsafe { live(&MRS, p, "ibv_mr") }) else { return libc::EINVAL };
+        // As rxe (IBA 10.6.7.2.6): a region with windows bound to it stays.
+        let bound = m.state.lock().unwrap_or_else(|e| e.into_inner()).verbs.as_ref().map_or(0, |v| v.windows_bound());
+        if bound > 0 {
+            tracing::debug!(bound, "ibv_dereg_mr refused: memory windows are bound to the region");
+            return libc::EINVAL;
+        }
+        if !MRS.remove(p) {
             return libc::EINVAL;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.

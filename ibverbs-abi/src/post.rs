@@ -55,6 +55,14 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, max_inline: u32) -> Result<SendW
         o::ATOMIC_FETCH_AND_ADD => {
             SendOp::FetchAdd { remote_addr: atomic.remote_addr, rkey: atomic.rkey, add: atomic.compare_add }
         }
+        o::LOCAL_INV => SendOp::LocalInv { invalidate_rkey: w.imm_data },
+        o::BIND_MW => {
+            // SAFETY: the union member IBV_WR_BIND_MW uses.
+            let b = unsafe { w.ext.bind_mw };
+            // SAFETY: mw_of checks the registry.
+            let Some(mw) = (unsafe { crate::mw::mw_of(b.mw) }) else { return Err(libc::EINVAL) };
+            crate::mw::bind_op(mw, b.rkey, &b.bind_info)?
+        }
         other => {
             tracing::debug!(opcode = other, "work request opcode not supported");
             return Err(libc::EINVAL);

@@ -43,10 +43,11 @@ impl Batch {
 }
 
 /// The operations each QP type may be made for (rxe's provider: RC all of
-/// its verbs, FLUSH and ATOMIC_WRITE included, UC sends and writes, UD sends).
+/// its verbs, FLUSH and ATOMIC_WRITE included, UC sends, writes and the
+/// memory-window operations, UD sends).
 fn allowed(qp_type: c_int) -> u64 {
     use send_ops as s;
-    let uc = s::SEND | s::SEND_WITH_IMM | s::RDMA_WRITE | s::RDMA_WRITE_WITH_IMM;
+    let uc = s::SEND | s::SEND_WITH_IMM | s::RDMA_WRITE | s::RDMA_WRITE_WITH_IMM | s::LOCAL_INV | s::BIND_MW;
     match qp_type {
         IBV_QPT_RC => {
             uc | s::SEND_WITH_INV
@@ -278,12 +279,22 @@ unsafe extern "C" fn wr_atomic_fetch_add(qp: WrQp, rkey: u32, remote_addr: u64, 
     start_request("ibv_wr_atomic_fetch_add", qp, send_ops::ATOMIC_FETCH_AND_ADD, op);
 }
 
-unsafe extern "C" fn wr_bind_mw(qp: WrQp, _mw: *mut c_void, _rkey: u32, _info: *const ibv_mw_bind_info) {
-    unsupported("ibv_wr_bind_mw (memory windows)", qp);
+/// `ibv_wr_bind_mw`: binds `mw` (a type 2 window, or a type 1 one) with
+/// the key `rkey` (its low byte taken).
+unsafe extern "C" fn wr_bind_mw(qp: WrQp, mw: *mut c_void, rkey: u32, info: *const ibv_mw_bind_info) {
+    // SAFETY: mw_of checks the registry; the caller's bind information.
+    let op = match (unsafe { crate::mw::mw_of(mw) }, unsafe { info.as_ref() }) {
+        (Some(m), Some(i)) => crate::mw::bind_op(m, rkey, i),
+        _ => Err(libc::EINVAL),
+    };
+    match op {
+        Ok(op) => start_request("ibv_wr_bind_mw", qp, send_ops::BIND_MW, op),
+        Err(e) => with_batch("ibv_wr_bind_mw", qp, |_, b| b.fail(e, "ibv_wr_bind_mw: a bad window or region")),
+    }
 }
 
-unsafe extern "C" fn wr_local_inv(qp: WrQp, _rkey: u32) {
-    unsupported("ibv_wr_local_inv (memory windows)", qp);
+unsafe extern "C" fn wr_local_inv(qp: WrQp, invalidate_rkey: u32) {
+    start_request("ibv_wr_local_inv", qp, send_ops::LOCAL_INV, SendOp::LocalInv { invalidate_rkey });
 }
 
 unsafe extern "C" fn wr_send_tso(qp: WrQp, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {

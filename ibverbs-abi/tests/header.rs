@@ -46,6 +46,8 @@ fn layout() -> (Offsets, Sizes) {
     f!(ibv_device, ibdev_path);
     s!(ibv_context_ops);
     f!(ibv_context_ops, alloc_mw);
+    f!(ibv_context_ops, bind_mw);
+    f!(ibv_context_ops, dealloc_mw);
     f!(ibv_context_ops, poll_cq);
     f!(ibv_context_ops, req_notify_cq);
     f!(ibv_context_ops, post_srq_recv);
@@ -283,6 +285,14 @@ fn layout() -> (Offsets, Sizes) {
     f!(ibv_parent_domain_init_attr, alloc);
     f!(ibv_parent_domain_init_attr, free);
     f!(ibv_parent_domain_init_attr, pd_context);
+    s!(ibv_mw);
+    f!(ibv_mw, pd);
+    f!(ibv_mw, rkey);
+    f!(ibv_mw, handle);
+    f!(ibv_mw, mw_type => "type");
+    s!(ibv_mw_bind);
+    f!(ibv_mw_bind, send_flags);
+    f!(ibv_mw_bind, bind_info);
     s!(ibv_qp);
     f!(ibv_qp, qp_context);
     f!(ibv_qp, send_cq);

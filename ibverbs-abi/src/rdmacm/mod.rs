@@ -365,7 +365,13 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             Ok((ctx, _)) => set!(i, verbs, ctx),
             Err(e) => return fail(e),
         }
-        *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = Some(SocketAddr::new(sa.ip().to_canonical(), sa.port()));
+        // Bound now, port 0 picked now (as the kernel does): qperf reads
+        // rdma_get_src_port between rdma_bind_addr and rdma_listen and
+        // sends it to its client; it used to be 0 until rdma_listen.
+        if let Err(e) = i.cm.bind_addr(SocketAddr::new(sa.ip().to_canonical(), sa.port())) {
+            return fail_cm("rdma_bind_addr", &e);
+        }
+        *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = i.cm.local_addr();
         fill_route(i);
         0
     })
@@ -425,8 +431,10 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     guard("rdma_listen", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        let Some(b) = i.bound() else { return fail(libc::EINVAL) };
-        if let Err(e) = i.cm.bind_addr(b).and_then(|_| i.cm.listen(backlog.max(0) as u32)) {
+        if i.bound().is_none() {
+            return fail(libc::EINVAL);
+        }
+        if let Err(e) = i.cm.listen(backlog.max(0) as u32) {
             return fail_cm("rdma_listen", &e);
         }
         fill_route(i);

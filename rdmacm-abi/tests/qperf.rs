@@ -1,6 +1,6 @@
 //! Debian's unmodified qperf (0.4.11) over this project's librdmacm.so.1
 //! and libibverbs.so.1: a server and a client as two processes on
-//! 127.0.180.1 and 127.0.180.2, every RC test of qperf's RDMA list with
+//! 127.0.190.1 and 127.0.190.2, every RC test of qperf's RDMA list with
 //! `-cm1` (its connections made by the RDMA CM), one second each.
 //!
 //! qperf's server forks a child per test, which opens the device, binds
@@ -60,12 +60,12 @@ fn qperf_rc_tests_with_the_rdma_cm() {
     let l = launcher();
     let port = free_tcp_port().to_string();
     let srv_args = ["qperf", "-lp", &port];
-    let mut cli_args = vec!["qperf", "-cm1", "-t", "1", "-lp", &port, "127.0.180.1"];
+    let mut cli_args = vec!["qperf", "-cm1", "-t", "1", "-lp", &port, "127.0.190.1"];
     cli_args.extend_from_slice(TESTS);
-    let server_cmd = format!("softroce-run --device rxe0=127.0.180.1 -- {}", srv_args.join(" "));
-    let client_cmd = format!("softroce-run --device rxe1=127.0.180.2 -- {}", cli_args.join(" "));
+    let server_cmd = format!("softroce-run --device rxe0=127.0.190.1 -- {}", srv_args.join(" "));
+    let client_cmd = format!("softroce-run --device rxe1=127.0.190.2 -- {}", cli_args.join(" "));
 
-    let mut srv = over_library(&l, "rxe0=127.0.180.1", &srv_args)
+    let mut srv = over_library(&l, "rxe0=127.0.190.1", &srv_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -84,7 +84,7 @@ fn qperf_rc_tests_with_the_rdma_cm() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // About 2 s a test here; a hang is cut at 120 s.
-    let cli = over_library(&l, "rxe1=127.0.180.2", &cli_args)
+    let cli = over_library(&l, "rxe1=127.0.190.2", &cli_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -2,7 +2,7 @@
 //! (`rdma_create_id(NULL, ...)`, as libfabric's verbs provider makes them),
 //! whose calls block until their event and leave it in `id->event`;
 //! `rdma_get_request` on a synchronous listener. Two processes (a fork),
-//! each with a device of its own on 127.0.181.x, over this build's
+//! each with a device of its own on 127.0.191.x, over this build's
 //! librdmacm.so.1 and libibverbs.so.1. The C program compiles against the
 //! system's `<rdma/rdma_cma.h>` (librdmacm-dev).
 
@@ -28,7 +28,7 @@ const PROGRAM: &str = r#"
 #define CHECK(c) do { if (!(c)) { printf("%s FAILED line %d: %s (errno %d %s)\n", who, __LINE__, #c, errno, strerror(errno)); fflush(stdout); return 1; } } while (0)
 
 static const char *who = "?";
-static const char SERVER[] = "127.0.181.1", CLIENT[] = "127.0.181.2";
+static const char SERVER[] = "127.0.191.1", CLIENT[] = "127.0.191.2";
 
 static struct sockaddr_in sin_of(const char *ip, int port)
 {
@@ -193,13 +193,13 @@ int main(void)
 		return 2;
 	if (pid == 0) {
 		/* Each process its own device, set before the library reads it. */
-		setenv("SOFTROCE_DEVICES", "rxe1=127.0.181.2", 1);
+		setenv("SOFTROCE_DEVICES", "rxe1=127.0.191.2", 1);
 		close(fds[1]);
 		int r = client(fds[0]);
 		fflush(stdout);
 		_exit(r);
 	}
-	setenv("SOFTROCE_DEVICES", "rxe0=127.0.181.1", 1);
+	setenv("SOFTROCE_DEVICES", "rxe0=127.0.191.1", 1);
 	close(fds[0]);
 	int r = server(fds[1]);
 	int st = 0;

@@ -17,6 +17,7 @@ for b in ibv_rc_pingpong ib_write_bw; do
 done
 echo "== building (release)" >&2
 cargo build --release -q -p ibverbs-abi -p softroce --bin softroce-run --bin rdma-perf --example rc_pingpong
+cargo build --release -q -p rdmacm-abi # softroce-run refuses to run without librdmacm_abi.so
 R=target/release
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -11,6 +11,7 @@ fn run(args: &[&str]) -> std::process::Output {
         .args(args)
         .env_remove("SOFTROCE_DEVICES")
         .env("SOFTROCE_LIBRARY", common::library())
+        .env("SOFTROCE_RDMACM_LIBRARY", common::rdmacm())
         .output()
         .expect("run softroce-run")
 }
@@ -104,4 +105,28 @@ fn librdmacm_is_linked_when_there_is_one() {
         .expect("run softroce-run");
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/librdmacm_abi.so is missing"));
+}
+
+#[test]
+fn a_missing_librdmacm_is_named_with_the_command_that_builds_it() {
+    // The launcher and the library alone in a directory: no librdmacm_abi.so
+    // beside either. softroce-run must not run the command with the
+    // system's librdmacm.so.1 in front (it would fail without saying why).
+    let dir = std::env::temp_dir().join(format!("softroce-run-no-rdmacm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make a temporary directory");
+    std::fs::copy(common::launcher(), dir.join("softroce-run")).expect("copy the launcher");
+    std::fs::copy(common::library(), dir.join("libibverbs_abi.so")).expect("copy the library");
+    let o = Command::new(dir.join("softroce-run"))
+        .args(["--", "true"])
+        .env_remove("SOFTROCE_LIBRARY")
+        .env_remove("SOFTROCE_RDMACM_LIBRARY")
+        .output()
+        .expect("run softroce-run");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(125), "{}", common::show(&o));
+    assert!(err.contains("librdmacm_abi.so"), "{err}");
+    assert!(err.contains("is missing"), "{err}");
+    assert!(err.contains("cargo build --release -p rdmacm-abi"), "{err}");
 }

@@ -83,7 +83,13 @@ int main(void)
 	errno = 0; CHECK(rdma_listen(id, 1) == -1 && errno == EINVAL);
 	errno = 0; CHECK(rdma_destroy_id(NULL) == -1 && errno == EINVAL);
 	errno = 0; CHECK(rdma_destroy_id((struct rdma_cm_id *)&ctx_token) == -1 && errno == EINVAL);
-	errno = 0; CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == -1);
+	/* No channel: a synchronous ID, with a channel of its own. */
+	struct rdma_cm_id *sid = NULL, *req = NULL;
+	CHECK(rdma_create_id(NULL, &sid, NULL, RDMA_PS_TCP) == 0 && sid && sid != id);
+	CHECK(sid->channel && sid->channel != ch && sid->channel->fd >= 0 && sid->event == NULL);
+	errno = 0; CHECK(rdma_migrate_id(sid, NULL) == -1 && errno == EINVAL); /* already synchronous */
+	CHECK(rdma_destroy_id(sid) == 0);
+	errno = 0; CHECK(rdma_get_request(id, &req) == -1 && errno == EINVAL); /* not synchronous */
 	errno = 0; CHECK(rdma_create_id(ch, &id, NULL, 0x4242) == -1 && errno == EINVAL);
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
 	errno = 0; CHECK(rdma_bind_addr(id, (struct sockaddr *)&un) == -1 && errno == EAFNOSUPPORT);

@@ -112,9 +112,13 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 "#;
 
 /// The race of [`came_before_listen`], made certain: the first server
-/// listens a second late for the test connection. Its client must fail as
-/// described (REJ 8 or SIDR "unsupported", then perftest's broken retry),
-/// and the next pair must pass.
+/// listens a second late for the test connection. A request that comes
+/// before the server's ID is bound: its client must fail as described
+/// (REJ 8 or SIDR "unsupported", then perftest's broken retry), and the
+/// next pair must pass. One that comes once the ID is bound to the port
+/// (perftest binds, then listens) is held until the listen, as qperf
+/// 0.4.11 needs (see docs/rdma-cm.md): the first pair passes. Which of
+/// the two happens depends on the timing of the client's connect.
 fn late_listen_gets_a_new_pair(test: &str, extra: &[&str], net: u8, answer: &str) {
     let Some(_) = need(test, "perftest") else { return };
     let Some(cc) = need("cc", "gcc") else { return };
@@ -157,11 +161,13 @@ fn late_listen_gets_a_new_pair(test: &str, extra: &[&str], net: u8, answer: &str
     let (s, c) = pair_retrying(srv, cli, [127, 0, net, 1], Duration::from_secs(60), too_early);
     let _ = std::fs::remove_dir_all(&dir);
     let early = early.into_inner();
-    // The late server's client: told no one listens, then perftest's retry
-    // fails on the IDs it freed.
     let first = early.first().map(|e| e.1.clone()).unwrap_or_default();
-    assert!(early.first().is_some_and(|e| e.0) && first.contains(answer), "first client:\n{first}");
-    assert!(first.contains("Failed to create RDMA CM connection"), "first client:\n{first}");
+    if early.first().is_some_and(|e| e.0) {
+        // The late server's client: told no one listens, then perftest's
+        // retry fails on the IDs it freed.
+        assert!(first.contains(answer), "first client:\n{first}");
+        assert!(first.contains("Failed to create RDMA CM connection"), "first client:\n{first}");
+    }
     for (who, o) in [("server", &s), ("client", &c)] {
         assert!(o.status.success(), "{test} {extra:?} {who} after a late listen\n{}", show(o));
         assert!(stdout(o).contains("Data ex. method : rdma_cm"), "{who}\n{}", show(o));

@@ -4,7 +4,8 @@
 //! Each test uses addresses of its own, 127.0.161.x to 127.0.172.x and
 //! 127.0.179.x (the tests run in parallel, a device owns UDP port 4791 of
 //! its address, and the workspace's other suites use lower ones; the
-//! header test takes 127.0.173.x, the perftest ones 127.0.174-178.x).
+//! header test takes 127.0.173.x, the perftest ones 127.0.174-181.x, qperf
+//! 127.0.190.x and the synchronous-mode test 127.0.191.x).
 
 mod common;
 

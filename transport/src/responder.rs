@@ -430,6 +430,15 @@ impl Responder {
                 ctx.stats.drop(Drop::NoReceiveWqe, qp.num);
                 let timer = RnrTimer::new(qp.params.min_rnr_timer);
                 self.ack(psn, Syndrome::RnrNak(timer));
+                // The requester retries from this PSN after the timer: the
+                // packets already in flight behind it are dropped silently,
+                // as after a PSN sequence error NAK. Answered with a NAK of
+                // their own, each RNR episode spent one of the requester's
+                // transport retries (no progress refills it while the same
+                // PSN is refused), and a receiver slow to post its receives
+                // (qperf's rc_bw server on a busy host) made the sender fail
+                // with RetryExcErr though its rnr_retry was 7 (forever).
+                self.nak_sent = true;
             }
             Err(Fail::Nak(code, why)) => {
                 ctx.stats.naks_sent += 1;

@@ -480,3 +480,28 @@ fn a_held_ack_leaves_after_the_next_packet_sent_or_alone_when_its_delay_passes()
     assert!(sim.now - arrived < delay / 2, "the released ACK did not wait for its delay");
     assert!(!sim.ep(b.ep).holds_acks());
 }
+
+#[test]
+fn rnr_naks_with_packets_in_flight_behind_them_spend_no_transport_retries() {
+    // A receiver that is slow to post its receives (qperf's rc_bw server
+    // on a busy host): each SEND behind the one RNR NAKed arrives ahead of
+    // the expected PSN. They must be dropped silently until the RNR NAKed
+    // PSN is retried; a PSN sequence error NAK for each RNR episode spent a
+    // transport retry every time, and after retry_cnt episodes at the same
+    // PSN the requester failed with RetryExcErr.
+    let cfg = PairConfig { retry_cnt: 2, rnr_retry: 7, ..PairConfig::default() };
+    let (mut sim, a, b) = pair_with(21, LinkConfig::default(), cfg);
+    for i in 0..16 {
+        post(&mut sim, &a, i, SendOp::Send, 0, 8);
+    }
+    let waited = sim.run_until(LIMIT, |s| s.ep(1).stats().rnr_naks_sent >= 6);
+    assert!(waited, "{:?}", statuses(&completions(&mut sim, &a, a.send_cq)));
+    for i in 0..16 {
+        recv(&mut sim, &b, 100 + i, 0, 64);
+    }
+    sim.run_idle(LIMIT);
+    let wcs = completions(&mut sim, &a, a.send_cq);
+    assert_eq!(wcs.len(), 16);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{:?}", statuses(&wcs));
+    assert_eq!(completions(&mut sim, &b, b.recv_cq).len(), 16);
+}

@@ -55,6 +55,13 @@ enum RunError {
     SelfPath(std::io::Error),
     #[error("the library {0} is missing: build it with `cargo build --release` (it sits next to softroce-run)")]
     NoLibrary(PathBuf),
+    #[error(
+        "the library librdmacm_abi.so (this project's librdmacm.so.1) is missing (looked for {}): build it with \
+         `cargo build --release -p rdmacm-abi`, or name one with SOFTROCE_RDMACM_LIBRARY; without it the \
+         system's librdmacm.so.1 would be used, which cannot reach these devices",
+        .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NoRdmacm(Vec<PathBuf>),
     #[error("cannot make the library directory {path}: {source}")]
     LibDir { path: PathBuf, source: std::io::Error },
     #[error("cannot run {cmd}: {source}")]
@@ -115,26 +122,30 @@ fn library() -> Result<PathBuf, RunError> {
 
 /// The librdmacm.so.1 (rdmacm-abi's cdylib): `SOFTROCE_RDMACM_LIBRARY`
 /// if set, else `librdmacm_abi.so` beside the library, beside this program
-/// or in `deps/` there. None if there is none: the command then gets no
-/// librdmacm.so.1 from here (applications of libibverbs alone run).
-fn rdmacm_library(lib: &Path) -> Result<Option<PathBuf>, RunError> {
+/// or in `deps/` there. None found is an error, not a run without it: the
+/// command would then load the system's librdmacm.so.1, which talks to the
+/// kernel's RDMA CM and fails in ways that do not say why (rping: "failed
+/// to create RDMA CM event channel: No such file or directory").
+fn rdmacm_library(lib: &Path) -> Result<PathBuf, RunError> {
     if let Some(p) = std::env::var_os(RDMACM_ENV).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
-        return if p.is_file() { Ok(Some(p)) } else { Err(RunError::NoLibrary(p)) };
+        return if p.is_file() { Ok(p) } else { Err(RunError::NoLibrary(p)) };
     }
     let name = "librdmacm_abi.so";
     let exe = std::env::current_exe().ok();
     let exe_dir = exe.as_deref().and_then(Path::parent);
-    Ok([lib.parent().map(|d| d.join(name)), exe_dir.map(|d| d.join(name)), exe_dir.map(|d| d.join("deps").join(name))]
-        .into_iter()
-        .flatten()
-        .find(|p| p.is_file()))
+    let looked: Vec<PathBuf> =
+        [lib.parent().map(|d| d.join(name)), exe_dir.map(|d| d.join(name)), exe_dir.map(|d| d.join("deps").join(name))]
+            .into_iter()
+            .flatten()
+            .collect();
+    looked.iter().find(|p| p.is_file()).cloned().ok_or(RunError::NoRdmacm(looked))
 }
 
 /// The private directory whose sonames point at `lib` (and `rdmacm`): one
 /// per user and library paths, made once and reused, so that nothing is
 /// left to clean up after the command (which replaces this process).
-fn lib_dir(lib: &Path, rdmacm: Option<&Path>) -> Result<PathBuf, RunError> {
+fn lib_dir(lib: &Path, rdmacm: &Path) -> Result<PathBuf, RunError> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     lib.hash(&mut h);
@@ -145,7 +156,7 @@ fn lib_dir(lib: &Path, rdmacm: Option<&Path>) -> Result<PathBuf, RunError> {
     let err = |source| RunError::LibDir { path: dir.clone(), source };
     std::fs::create_dir_all(&dir).map_err(err)?;
     let links = ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"].map(|n| (n, lib));
-    for (name, lib) in links.into_iter().chain(rdmacm.map(|r| ("librdmacm.so.1", r))) {
+    for (name, lib) in links.into_iter().chain([("librdmacm.so.1", rdmacm)]) {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() == Some(lib) {
             continue;
@@ -176,8 +187,9 @@ fn run(args: Args) -> Result<ExitCode, RunError> {
     };
     let lib = library()?;
     let lib = lib.canonicalize().unwrap_or(lib);
-    let rdmacm = rdmacm_library(&lib)?.map(|r| r.canonicalize().unwrap_or(r));
-    let dir = lib_dir(&lib, rdmacm.as_deref())?;
+    let rdmacm = rdmacm_library(&lib)?;
+    let rdmacm = rdmacm.canonicalize().unwrap_or(rdmacm);
+    let dir = lib_dir(&lib, &rdmacm)?;
     let mut path = OsString::from(&dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");

@@ -23,6 +23,16 @@
 //! - The event channel's fd is an eventfd that counts queued events: the
 //!   CM's service thread queues them while the application sleeps in
 //!   `poll`, so rping's `poll` on `channel->fd` wakes.
+//! - Synchronous IDs (`rdma_create_id` with no channel), as librdmacm's
+//!   cma.c has them: the ID gets a channel of its own (`id->channel`,
+//!   destroyed with it) and each call that raises an event
+//!   (`rdma_resolve_addr`, `rdma_resolve_route`, `rdma_connect`,
+//!   `rdma_accept`, `rdma_disconnect`) waits for it, leaves it in
+//!   `id->event` (acked by the next such call or `rdma_destroy_id`) and
+//!   fails with its status (REJECTED: ECONNREFUSED). A synchronous
+//!   listener's requests come from `rdma_get_request`, each new ID
+//!   synchronous on a channel of its own. libfabric's verbs provider
+//!   works this way.
 
 pub mod abi;
 mod addr;
@@ -37,6 +47,7 @@ use rdma_core_rs::Gid;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -81,6 +92,9 @@ struct Id {
     /// The completion channels and CQs `rdma_create_qp` made because the
     /// application gave none (as librdmacm does), to destroy with the QP.
     own_cqs: Mutex<Vec<(*mut ibv_comp_channel, *mut ibv_cq)>>,
+    /// Synchronous (librdmacm's `id_priv->sync`): `c.channel` is the ID's
+    /// own, and the calls wait for their events (see the module's doc).
+    sync: AtomicBool,
 }
 
 impl Id {
@@ -229,6 +243,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         bound: Mutex::new(None),
         req_depths: Mutex::new((1, 1)),
         own_cqs: Mutex::new(Vec::new()),
+        sync: AtomicBool::new(false),
     }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
@@ -309,14 +324,25 @@ pub unsafe extern "C" fn rdma_create_id(
             return fail(libc::EINVAL);
         }
         let Some(space) = port_space(ps) else { return fail(libc::EINVAL) };
-        if channel.is_null() {
-            tracing::warn!("synchronous CM IDs (no event channel) are not supported");
-            return fail(libc::ENOSYS);
-        }
+        // No channel: a synchronous ID, on a channel of its own (librdmacm's
+        // ucma_alloc_id).
+        let sync = channel.is_null();
+        let channel = if sync {
+            // SAFETY: no arguments.
+            let c = unsafe { rdma_create_event_channel() };
+            if c.is_null() {
+                return -1;
+            }
+            c
+        } else {
+            channel
+        };
         // SAFETY: channel_of checks the registry.
         let Some(ch) = (unsafe { channel_of(channel) }) else { return -1 };
         let qp_type = if matches!(space, PortSpace::Udp) || ps == RDMA_PS_IPOIB { IBV_QPT_UD } else { IBV_QPT_RC };
         let p = new_id(channel, context, ps, qp_type, ch.ch.create_id(space));
+        // SAFETY: just made.
+        unsafe { &*p }.sync.store(sync, Ordering::Relaxed);
         // SAFETY: the caller's out-parameter.
         unsafe { *id = p.cast() };
         0
@@ -338,7 +364,20 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw. Dropping
         // the CM ID disconnects or rejects what it still has open.
-        drop(unsafe { Box::from_raw(p) });
+        let b = unsafe { Box::from_raw(p) };
+        // librdmacm: the event a synchronous call left is acked, and a
+        // synchronous ID's own channel goes with it.
+        let (event, channel) = (get!(b, event), get!(b, channel));
+        let sync = b.sync.load(Ordering::Relaxed);
+        drop(b);
+        if !event.is_null() {
+            // SAFETY: an event of this library (checked by the registry).
+            unsafe { rdma_ack_cm_event(event) };
+        }
+        if sync {
+            // SAFETY: the ID's own channel, made by rdma_create_id.
+            unsafe { rdma_destroy_event_channel(channel) };
+        }
         0
     })
 }
@@ -365,7 +404,13 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             Ok((ctx, _)) => set!(i, verbs, ctx),
             Err(e) => return fail(e),
         }
-        *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = Some(SocketAddr::new(sa.ip().to_canonical(), sa.port()));
+        // Bound now, port 0 picked now (as the kernel does): qperf reads
+        // rdma_get_src_port between rdma_bind_addr and rdma_listen and
+        // sends it to its client; it used to be 0 until rdma_listen.
+        if let Err(e) = i.cm.bind_addr(SocketAddr::new(sa.ip().to_canonical(), sa.port())) {
+            return fail_cm("rdma_bind_addr", &e);
+        }
+        *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = i.cm.local_addr();
         fill_route(i);
         0
     })
@@ -401,7 +446,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             return fail_cm("rdma_resolve_addr", &e);
         }
         fill_route(i);
-        0
+        complete(i)
     })
 }
 
@@ -413,7 +458,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_i
         match i.cm.resolve_route(Duration::from_millis(timeout_ms.max(0) as u64)) {
             Ok(()) => {
                 fill_route(i);
-                0
+                complete(i)
             }
             Err(e) => fail_cm("rdma_resolve_route", &e),
         }
@@ -425,8 +470,10 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     guard("rdma_listen", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        let Some(b) = i.bound() else { return fail(libc::EINVAL) };
-        if let Err(e) = i.cm.bind_addr(b).and_then(|_| i.cm.listen(backlog.max(0) as u32)) {
+        if i.bound().is_none() {
+            return fail(libc::EINVAL);
+        }
+        if let Err(e) = i.cm.listen(backlog.max(0) as u32) {
             return fail_cm("rdma_listen", &e);
         }
         fill_route(i);
@@ -670,7 +717,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
             Err(e) => return fail(e),
         };
         match i.cm.connect(&p) {
-            Ok(()) => 0,
+            Ok(()) => complete(i),
             Err(e) => fail_cm("rdma_connect", &e),
         }
     })
@@ -701,7 +748,15 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
             Err(e) => return fail(e),
         };
         match i.cm.accept(&p) {
-            Ok(()) => 0,
+            // UD: no ESTABLISHED follows here; librdmacm only acks the
+            // request a synchronous ID still holds.
+            Ok(()) if get!(i, qp_type) == IBV_QPT_UD => {
+                if i.sync.load(Ordering::Relaxed) {
+                    ack_held(i);
+                }
+                0
+            }
+            Ok(()) => complete(i),
             Err(e) => fail_cm("rdma_accept", &e),
         }
     })
@@ -731,7 +786,9 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
         match i.cm.disconnect() {
-            Ok(()) => 0,
+            // Synchronous: waits for DISCONNECTED (the DREP, or the peer's
+            // DREQ that came first and is still queued), as librdmacm does.
+            Ok(()) => complete(i),
             Err(e) => fail_cm("rdma_disconnect", &e),
         }
     })
@@ -771,9 +828,15 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
         let lp = lookup(e.listen_id.as_ref()?)?;
         // SAFETY: a registered ID (BY_KEY holds live ones only).
         let l = unsafe { &*lp };
+        // A synchronous listener's requests are synchronous IDs, each on a
+        // channel of its own (librdmacm's ucma_process_conn_req migrates
+        // them to NULL).
+        let sync = l.sync.load(Ordering::Relaxed);
+        let channel = if sync { own_channel_for(&e.id)? } else { channel };
         let np = new_id(channel, get!(l, context), get!(l, ps), get!(l, qp_type), e.id.clone());
         // SAFETY: just made, not yet known to the application.
         let n = unsafe { &*np };
+        n.sync.store(sync, Ordering::Relaxed);
         set!(n, verbs, get!(l, verbs));
         *n.req_depths.lock().unwrap_or_else(|e| e.into_inner()) =
             (e.param.responder_resources, e.param.initiator_depth);
@@ -849,6 +912,93 @@ fn port_of(st: &libc::sockaddr_storage) -> u16 {
     unsafe { addr::from_c((st as *const libc::sockaddr_storage).cast()) }.map_or(0, |a| a.port().to_be())
 }
 
+/// Acks and forgets the event a synchronous call left in `id->event`.
+fn ack_held(i: &Id) {
+    let ev = get!(i, event);
+    if !ev.is_null() {
+        set!(i, event, std::ptr::null_mut());
+        // SAFETY: an event of this library (checked by the registry).
+        unsafe { rdma_ack_cm_event(ev) };
+    }
+}
+
+/// librdmacm's `ucma_complete`: for a synchronous ID, waits for the event
+/// the call raised and leaves it in `id->event` (the previous one acked);
+/// a non-zero status fails the call (REJECTED: ECONNREFUSED, a negative
+/// status: its errno). An asynchronous ID returns 0 at once.
+fn complete(i: &Id) -> c_int {
+    if !i.sync.load(Ordering::Relaxed) {
+        return 0;
+    }
+    ack_held(i);
+    let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
+    let channel = get!(i, channel);
+    // SAFETY: the ID's own channel; `ev` is ours.
+    if unsafe { rdma_get_cm_event(channel, &mut ev) } != 0 {
+        return -1;
+    }
+    set!(i, event, ev);
+    // SAFETY: just returned by rdma_get_cm_event.
+    let (event, status) = unsafe { ((*ev).event, (*ev).status) };
+    match status {
+        0 => 0,
+        _ if event == EventType::Rejected as c_int => fail(libc::ECONNREFUSED),
+        s => fail(s.abs()),
+    }
+}
+
+/// A channel of its own for the new ID `id` of a synchronous listener,
+/// with the ID's events moved there.
+fn own_channel_for(id: &CmId) -> Option<*mut rdma_event_channel> {
+    // SAFETY: no arguments.
+    let c = unsafe { rdma_create_event_channel() };
+    // SAFETY: just made (registered) or NULL.
+    let ch = unsafe { channel_of(c) }?;
+    id.migrate(&ch.ch);
+    Some(c)
+}
+
+#[export_name = "softroce_rdma_get_request_impl"]
+pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+    guard("rdma_get_request", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(l) = (unsafe { id_of(listen) }) else { return -1 };
+        // Only a synchronous listener's requests are taken this way.
+        if id.is_null() || !l.sync.load(Ordering::Relaxed) {
+            return fail(libc::EINVAL);
+        }
+        ack_held(l);
+        let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
+        let channel = get!(l, channel);
+        // SAFETY: the listener's own channel; `ev` is ours.
+        if unsafe { rdma_get_cm_event(channel, &mut ev) } != 0 {
+            return -1;
+        }
+        // SAFETY: just returned by rdma_get_cm_event.
+        let (event, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
+        let err = if event == EventType::Rejected as c_int {
+            libc::ECONNREFUSED
+        } else if status != 0 {
+            status.abs()
+        } else if event != EventType::ConnectRequest as c_int {
+            libc::EINVAL
+        } else {
+            // The request's event stays with the new ID (acked by its
+            // rdma_accept, rdma_reject's successor call or destroy).
+            // SAFETY: the new ID the event names (live: just made).
+            if let Some(n) = unsafe { id_of(new) } {
+                set!(n, event, ev);
+            }
+            // SAFETY: the caller's out-parameter.
+            unsafe { *id = new };
+            return 0;
+        };
+        // As librdmacm: a failed request's event stays with the listener.
+        set!(l, event, ev);
+        fail(err)
+    })
+}
+
 #[export_name = "softroce_rdma_get_src_port_impl"]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: id_of checks the registry.
@@ -866,13 +1016,35 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
     guard("rdma_migrate_id", -1, || {
         // SAFETY: id_of and channel_of check the registries.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if channel.is_null() {
-            return fail(libc::ENOSYS);
+        let was_sync = i.sync.load(Ordering::Relaxed);
+        // NULL: the ID becomes synchronous, on a channel of its own
+        // (librdmacm; EINVAL if it already is).
+        let sync = channel.is_null();
+        if sync && was_sync {
+            return fail(libc::EINVAL);
         }
+        let channel = if sync {
+            // SAFETY: no arguments.
+            let c = unsafe { rdma_create_event_channel() };
+            if c.is_null() {
+                return -1;
+            }
+            c
+        } else {
+            channel
+        };
         // SAFETY: as above.
         let Some(ch) = (unsafe { channel_of(channel) }) else { return -1 };
         i.cm.migrate(&ch.ch);
+        let old = get!(i, channel);
         set!(i, channel, channel);
+        i.sync.store(sync, Ordering::Relaxed);
+        if was_sync {
+            // Its own channel goes, and the event a call left with it.
+            ack_held(i);
+            // SAFETY: the ID's own channel, made for it.
+            unsafe { rdma_destroy_event_channel(old) };
+        }
         0
     })
 }
@@ -991,7 +1163,6 @@ not_supported!(
     rdma_join_multicast => "softroce_rdma_join_multicast_impl",
     rdma_join_multicast_ex => "softroce_rdma_join_multicast_ex_impl",
     rdma_leave_multicast => "softroce_rdma_leave_multicast_impl",
-    rdma_get_request => "softroce_rdma_get_request_impl",
     rdma_create_ep => "softroce_rdma_create_ep_impl",
     rdma_create_srq => "softroce_rdma_create_srq_impl",
     rdma_destroy_srq => "softroce_rdma_destroy_srq_impl",

@@ -21,6 +21,28 @@ pub fn launcher() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_softroce-run"))
 }
 
+/// This profile's librdmacm_abi.so, built once per test program (cargo
+/// builds it only for rdmacm-abi's tests, and softroce-run refuses to run
+/// without it): the launcher is pointed at it with SOFTROCE_RDMACM_LIBRARY.
+pub fn rdmacm() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = launcher().parent().expect("target/<profile>").to_path_buf();
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args(["build", "--quiet", "-p", "rdmacm-abi", "--lib"]).current_dir(root);
+            if dir.ends_with("release") {
+                cmd.arg("--release");
+            }
+            assert!(cmd.status().expect("cargo runs").success(), "cargo build -p rdmacm-abi failed");
+            let lib = dir.join("librdmacm_abi.so");
+            assert!(lib.is_file(), "{} is missing after the build", lib.display());
+            lib
+        })
+        .clone()
+}
+
 /// Whether something listens on TCP `port` (from /proc/net/tcp{,6}).
 pub fn listening(port: u16) -> bool {
     let hex = format!(":{port:04X} ");
@@ -36,6 +58,7 @@ pub fn listening(port: u16) -> bool {
 pub fn spawn(devices: &str, args: &[&str]) -> Child {
     Command::new(launcher())
         .env("SOFTROCE_LIBRARY", library())
+        .env("SOFTROCE_RDMACM_LIBRARY", rdmacm())
         .args(devices.split(',').flat_map(|d| ["--device", d]))
         .arg("--")
         .args(args)

@@ -73,10 +73,22 @@ pub fn attach_context(ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// A listening ID and where it listens.
+/// A listening ID and where it listens, or (`listening` false) an ID
+/// bound to the port that has not called `listen` yet.
 pub(super) struct Listener {
     pub(super) id: Weak<IdShared>,
     pub(super) addr: IpAddr,
+    pub(super) listening: bool,
+}
+
+/// A REQ (or SIDR_REQ) for a port an ID has bound but not listened on yet,
+/// kept until that ID listens (then reported) or goes (then refused).
+pub(super) struct HeldRequest {
+    pub(super) conn: ConnId,
+    pub(super) from: IpAddr,
+    pub(super) service_id: u64,
+    pub(super) remote_qpn: Option<u32>,
+    pub(super) private_data: Vec<u8>,
 }
 
 pub(crate) struct Core {
@@ -84,6 +96,8 @@ pub(crate) struct Core {
     /// Connections by the CM's communication ID.
     pub(crate) conns: HashMap<u32, Weak<IdShared>>,
     pub(super) listeners: HashMap<u64, Vec<Listener>>,
+    /// Requests for bound ports not yet listened on (see [`HeldRequest`]).
+    pub(super) held: Vec<HeldRequest>,
 }
 
 /// A connection whose ID the application dropped.
@@ -162,7 +176,12 @@ impl CmDevice {
         let d = Arc::new(CmDevice {
             ctx,
             addr,
-            core: Mutex::new(Core { cm: Cm::new(config), conns: HashMap::new(), listeners: HashMap::new() }),
+            core: Mutex::new(Core {
+                cm: Cm::new(config),
+                conns: HashMap::new(),
+                listeners: HashMap::new(),
+                held: Vec::new(),
+            }),
             graveyard: Mutex::new(Vec::new()),
         });
         let service: std::sync::Weak<dyn MadService> = Arc::downgrade(&d) as _;
@@ -227,16 +246,46 @@ impl CmDevice {
         Ok(())
     }
 
-    pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr) -> Result<()> {
+    /// `rdma_bind_addr`: the port is the ID's from now on. A REQ for it
+    /// that arrives before the ID listens is held, not refused (REJ 8),
+    /// and reported when it does: qperf 0.4.11 (Debian's) sends its client
+    /// the port between `rdma_bind_addr` and `rdma_listen`, and the REQ
+    /// often won that race here (the kernel's CM would refuse it too, but
+    /// there the client's address and route resolution take longer).
+    pub(crate) fn bind(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr) -> Result<()> {
         self.with_cm(|_, core| {
             let list = core.listeners.entry(service_id).or_default();
             list.retain(|l| l.id.strong_count() > 0);
-            if list.iter().any(|l| l.addr == addr || l.addr.is_unspecified() || addr.is_unspecified()) {
+            list.push(Listener { id: Arc::downgrade(id), addr, listening: false });
+            core.cm.listen(service_id);
+        })
+    }
+
+    pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr) -> Result<()> {
+        self.with_cm(|ep, core| {
+            let list = core.listeners.entry(service_id).or_default();
+            list.retain(|l| l.id.strong_count() > 0);
+            let me = Arc::as_ptr(id);
+            if list.iter().any(|l| {
+                l.listening
+                    && !std::ptr::eq(l.id.as_ptr(), me)
+                    && (l.addr == addr || l.addr.is_unspecified() || addr.is_unspecified())
+            }) {
                 let (_, port) = service_id_parts(service_id);
                 return Err(CmError::AddrInUse { addr, port });
             }
-            list.push(Listener { id: Arc::downgrade(id), addr });
+            match list.iter_mut().find(|l| std::ptr::eq(l.id.as_ptr(), me)) {
+                Some(l) => (l.addr, l.listening) = (addr, true),
+                None => list.push(Listener { id: Arc::downgrade(id), addr, listening: true }),
+            }
             core.cm.listen(service_id);
+            // The requests that came while the port was only bound.
+            let (now, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut core.held).into_iter().partition(|h| h.service_id == service_id);
+            core.held = later;
+            for h in now {
+                self.on_request(ep, core, h.conn, h.from, h.service_id, h.remote_qpn, &h.private_data);
+            }
             Ok(())
         })?
     }

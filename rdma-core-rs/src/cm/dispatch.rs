@@ -35,6 +35,7 @@ impl CmDevice {
     /// Turns the IB CM's events into RDMA CM events on the IDs' channels.
     pub(super) fn dispatch(&self, ep: &mut Endpoint, core: &mut Core) {
         self.lay_to_rest(ep, core);
+        self.release_held(ep, core);
         while let Some(e) = core.cm.poll_event() {
             match e {
                 IbEvent::ConnectRequest { id, from, service_id, remote_qpn, private_data } => {
@@ -113,10 +114,31 @@ impl CmDevice {
         channel.push(CmEvent { event: e, id: CmId::from_shared(id), listen_id: None, status, param: p });
     }
 
+    /// Held requests whose port nobody holds any more (the ID that bound
+    /// it was dropped, or moved on without listening): refused as if
+    /// nobody had ever bound it.
+    fn release_held(&self, ep: &mut Endpoint, core: &mut Core) {
+        if core.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut core.held);
+        for h in held {
+            let bound = core.listeners.get(&h.service_id).is_some_and(|l| {
+                l.iter().any(|l| l.id.upgrade().is_some_and(|id| l.listening || id.lock().phase == Phase::Bound))
+            });
+            if bound {
+                core.held.push(h);
+            } else {
+                // Listening now (or nobody at all): on_request decides.
+                self.on_request(ep, core, h.conn, h.from, h.service_id, h.remote_qpn, &h.private_data);
+            }
+        }
+    }
+
     /// A REQ for a service somebody listens on: find the listener by the
     /// `cma_hdr`'s destination address, make the new ID, report it.
     #[allow(clippy::too_many_arguments)]
-    fn on_request(
+    pub(super) fn on_request(
         &self,
         ep: &mut Endpoint,
         core: &mut Core,
@@ -139,12 +161,18 @@ impl CmDevice {
                 let _ = core.cm.sidr_reply(ep, conn, status, 0, 0, &[]);
             }
         };
-        let live: Vec<(Arc<IdShared>, IpAddr)> = core
-            .listeners
-            .get(&service_id)
-            .map(|l| l.iter().filter_map(|l| Some((l.id.upgrade()?, l.addr))).collect())
-            .unwrap_or_default();
-        if live.is_empty() {
+        // Listening IDs, and IDs bound to the port that may still listen.
+        let mut live: Vec<(Arc<IdShared>, IpAddr)> = Vec::new();
+        let mut bound: Vec<(Arc<IdShared>, IpAddr)> = Vec::new();
+        for l in core.listeners.get(&service_id).into_iter().flatten() {
+            let Some(id) = l.id.upgrade() else { continue };
+            if l.listening {
+                live.push((id, l.addr));
+            } else if id.lock().phase == Phase::Bound {
+                bound.push((id, l.addr));
+            }
+        }
+        if live.is_empty() && bound.is_empty() {
             // Nobody listens any more: as if nobody ever had.
             core.cm.unlisten(service_id);
             refuse(core, ep, RejReason::INVALID_SERVICE_ID);
@@ -152,11 +180,23 @@ impl CmDevice {
         }
         let hdr = CmaHdr::new_checked(&private_data[..CMA_HDR_LEN.min(private_data.len())])
             .and_then(|h| CmaHdrRepr::parse(&h));
-        let listener = hdr.as_ref().ok().and_then(|h| {
-            live.iter().find(|(_, a)| {
-                *a == h.dst || (a.is_unspecified() && (a.is_ipv6() || h.dst.is_ipv4()) && h.dst == self.addr)
-            })
-        });
+        let matches = |a: &IpAddr, h: &CmaHdrRepr| {
+            *a == h.dst || (a.is_unspecified() && (a.is_ipv6() || h.dst.is_ipv4()) && h.dst == self.addr)
+        };
+        let listener = hdr.as_ref().ok().and_then(|h| live.iter().find(|(_, a)| matches(a, h)));
+        if listener.is_none() && hdr.as_ref().is_ok_and(|h| bound.iter().any(|(_, a)| matches(a, h))) {
+            // Bound, not yet listening: kept until the ID listens (see
+            // `CmDevice::bind`). The peer's repeats meanwhile get MRAs.
+            tracing::debug!(peer = %from, service_id, "request for a port bound but not yet listened on: held");
+            core.held.push(super::device::HeldRequest {
+                conn,
+                from,
+                service_id,
+                remote_qpn,
+                private_data: private_data.to_vec(),
+            });
+            return;
+        }
         let (Ok(hdr), Some((listener, _))) = (&hdr, listener) else {
             // What Linux does for a bad cma_hdr or an address nobody
             // listens on: REJ 28, indistinguishable from a consumer reject.

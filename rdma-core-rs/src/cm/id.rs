@@ -333,14 +333,27 @@ impl CmId {
     /// kernel routes `dst` from) and its device. ADDR_RESOLVED follows on
     /// the channel; `_timeout` is accepted for librdmacm's signature (the
     /// resolution is local and immediate).
+    ///
+    /// An ID bound with [`CmId::bind_addr`] resolves from its bound address
+    /// and port (librdmacm allows `rdma_bind_addr` then
+    /// `rdma_resolve_addr`); `src`, if given, must be that address.
     pub fn resolve_addr(&self, src: Option<IpAddr>, dst: SocketAddr, _timeout: Duration) -> Result<()> {
-        if self.shared.lock().phase != Phase::Idle {
-            return Err(self.wrong("resolve_addr", "that is idle"));
-        }
+        let bound = {
+            let g = self.shared.lock();
+            match (g.phase, g.local) {
+                (Phase::Idle, _) => None,
+                (Phase::Bound, Some(l)) if src.is_none_or(|s| s.to_canonical() == l.ip()) => Some(l),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("resolve_addr", "that is idle (or bound to its source)"));
+                }
+            }
+        };
         let dst = SocketAddr::new(dst.ip().to_canonical(), dst.port());
-        let src = match src {
-            Some(s) => s.to_canonical(),
-            None => route::source_for(dst.ip()).map_err(|e| CmError::NoDevice(dst.ip(), e.to_string()))?,
+        let src = match (bound, src) {
+            (Some(l), _) => l.ip(),
+            (None, Some(s)) => s.to_canonical(),
+            (None, None) => route::source_for(dst.ip()).map_err(|e| CmError::NoDevice(dst.ip(), e.to_string()))?,
         };
         if src.is_ipv4() != dst.is_ipv4() {
             return Err(CmError::FamilyMismatch { src, dst: dst.ip() });
@@ -348,7 +361,7 @@ impl CmId {
         self.attach(src)?;
         {
             let mut g = self.shared.lock();
-            g.local = Some(SocketAddr::new(src, route::ephemeral_port()));
+            g.local = Some(bound.unwrap_or_else(|| SocketAddr::new(src, route::ephemeral_port())));
             g.remote = Some(dst);
             g.phase = Phase::AddrResolved;
         }
@@ -393,6 +406,13 @@ impl CmId {
 
     /// `rdma_bind_addr`: the address and port to listen on. The address
     /// must be a device address (this stack has no wildcard device).
+    ///
+    /// Port 0 picks a free port here, at bind time, as the kernel's
+    /// `rdma_bind_addr` does (`cma_alloc_any_port`): applications read it
+    /// with `rdma_get_src_port` before `rdma_listen` and hand it to their
+    /// peer (qperf `-cm1` does; picked at `listen`, it was 0 and every
+    /// connection was rejected). The port is one no other live ID of the
+    /// process has bound on that address and port space.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         if self.shared.lock().phase != Phase::Idle {
             return Err(self.wrong("bind_addr", "that is idle"));
@@ -405,11 +425,15 @@ impl CmId {
         }
         let ip = addr.ip().to_canonical();
         self.attach(ip)?;
-        let port = if addr.port() == 0 { route::ephemeral_port() } else { addr.port() };
-        let mut g = self.shared.lock();
-        g.local = Some(SocketAddr::new(ip, port));
-        g.phase = Phase::Bound;
-        Ok(())
+        let ps = self.shared.lock().ps;
+        let port = bound_ports::reserve(&self.shared, ps, ip, addr.port())?;
+        {
+            let mut g = self.shared.lock();
+            g.local = Some(SocketAddr::new(ip, port));
+            g.phase = Phase::Bound;
+        }
+        let dev = self.device().ok_or_else(|| self.wrong("bind_addr", "bound to a device"))?;
+        dev.bind(&self.shared, service_id(ps.ps(), port), ip)
     }
 
     /// `rdma_listen`: REQs for the bound port (service ID = port space <<
@@ -461,5 +485,45 @@ impl CmId {
         let qp = Arc::new(qp);
         self.shared.lock().qp = Some(qp.clone());
         Ok(qp)
+    }
+}
+
+/// The ports bound by the live IDs of this process (per address and port
+/// space), so that binding to port 0 picks one nobody holds.
+mod bound_ports {
+    use super::{route, IdShared, PortSpace};
+    use crate::cm::{CmError, Result};
+    use std::net::IpAddr;
+    use std::sync::{Arc, Mutex, Weak};
+
+    struct Bound {
+        ps: PortSpace,
+        ip: IpAddr,
+        port: u16,
+        id: Weak<IdShared>,
+    }
+
+    static BOUND: Mutex<Vec<Bound>> = Mutex::new(Vec::new());
+
+    /// Records `id` as holding `port` (0: a free ephemeral port, picked
+    /// now) on `ip` in `ps`, and returns the port. An explicit port is
+    /// taken as given: two IDs may bind one port, only one may listen on
+    /// it (`CmDevice::listen` refuses the second, EADDRINUSE).
+    pub(super) fn reserve(id: &Arc<IdShared>, ps: PortSpace, ip: IpAddr, port: u16) -> Result<u16> {
+        let mut b = BOUND.lock().unwrap_or_else(|e| e.into_inner());
+        b.retain(|e| e.id.strong_count() > 0);
+        let taken = |p: u16| b.iter().any(|e| e.ps == ps && e.port == p && (e.ip == ip || e.ip.is_unspecified()));
+        let port = if port != 0 {
+            port
+        } else {
+            // Random within Linux's ephemeral range; with at most a few
+            // thousand IDs bound, a free one is found in a few draws.
+            (0..4096)
+                .map(|_| route::ephemeral_port())
+                .find(|&p| !taken(p))
+                .ok_or(CmError::AddrInUse { addr: ip, port: 0 })?
+        };
+        b.push(Bound { ps, ip, port, id: Arc::downgrade(id) });
+        Ok(port)
     }
 }

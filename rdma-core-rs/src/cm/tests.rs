@@ -449,3 +449,105 @@ fn an_rtu_handled_before_accept_returns_leaves_the_id_connected_and_its_disconne
     expect(&cch, EventType::TimewaitExit);
     expect(&sch, EventType::TimewaitExit);
 }
+
+/// A client ID on (n, 2) with its route and QP, for a server on (n, 1):port.
+fn client(ch: &EventChannel, n: u8, port: u16) -> CmId {
+    let id = ch.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(addr(n, 2)), SocketAddr::new(addr(n, 1), port), Duration::from_secs(2)).unwrap();
+    expect(ch, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(ch, EventType::RouteResolved);
+    qp_on(&id);
+    id
+}
+
+#[test]
+fn binding_to_port_0_picks_a_free_port_at_bind_time_that_listen_keeps() {
+    fast();
+    let ch = EventChannel::new();
+    let a = ch.create_id(PortSpace::Tcp);
+    a.bind_addr(SocketAddr::new(addr(10, 1), 0)).unwrap();
+    // What rdma_get_src_port reads between rdma_bind_addr and rdma_listen.
+    let port = a.local_addr().unwrap().port();
+    assert_ne!(port, 0, "the port is picked at bind time, as the kernel's rdma_bind_addr does");
+    a.listen(4).unwrap();
+    assert_eq!(a.local_addr().unwrap().port(), port, "listen keeps the bound port");
+    // Many binds at once, none listening: every one gets a port of its own.
+    let ids: Vec<CmId> = (0..200)
+        .map(|_| {
+            let id = ch.create_id(PortSpace::Tcp);
+            id.bind_addr(SocketAddr::new(addr(10, 1), 0)).unwrap();
+            id
+        })
+        .collect();
+    let mut ports: Vec<u16> = ids.iter().map(|i| i.local_addr().unwrap().port()).collect();
+    ports.push(port);
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 201, "two binds never share a port");
+    assert!(ports.iter().all(|&p| (32768..=60999).contains(&p)));
+    // A client connects to the port learnt before listen.
+    let cch = EventChannel::new();
+    let id = client(&cch, 10, port);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&ch, EventType::ConnectRequest);
+    assert_eq!(req.id.local_addr(), Some(SocketAddr::new(addr(10, 1), port)));
+}
+
+#[test]
+fn a_request_that_comes_between_bind_and_listen_is_held_until_listen() {
+    // qperf 0.4.11 sends its port between rdma_bind_addr and rdma_listen.
+    fast();
+    let sch = EventChannel::new();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(addr(11, 1), 0)).unwrap();
+    let port = listen.local_addr().unwrap().port();
+    let cch = EventChannel::new();
+    let id = client(&cch, 11, port);
+    id.connect(&ConnParam::default()).unwrap();
+    // Long enough for the REQ and a repeat or two (100 ms timers): no REJ 8.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(matches!(cch.get_cm_event(Some(Duration::ZERO)), Err(CmError::Timeout(_))), "no event yet");
+    assert!(matches!(sch.get_cm_event(Some(Duration::ZERO)), Err(CmError::Timeout(_))), "not reported before listen");
+    listen.listen(4).unwrap();
+    let req = expect(&sch, EventType::ConnectRequest);
+    assert_eq!(req.listen_id.as_ref(), Some(&listen));
+    qp_on(&req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    expect(&cch, EventType::Established);
+    expect(&sch, EventType::Established);
+    // One connection only, though the REQ was sent more than once.
+    assert!(matches!(sch.get_cm_event(Some(Duration::from_millis(200))), Err(CmError::Timeout(_))));
+}
+
+#[test]
+fn a_request_held_for_an_id_dropped_before_listen_is_rejected_8() {
+    fast();
+    let sch = EventChannel::new();
+    let bound = sch.create_id(PortSpace::Tcp);
+    bound.bind_addr(SocketAddr::new(addr(12, 1), 0)).unwrap();
+    let port = bound.local_addr().unwrap().port();
+    let cch = EventChannel::new();
+    let id = client(&cch, 12, port);
+    id.connect(&ConnParam::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(bound);
+    let ev = expect(&cch, EventType::Rejected);
+    assert_eq!(ev.status, 8);
+}
+
+#[test]
+fn an_id_bound_then_resolved_keeps_its_address_and_port() {
+    fast();
+    let (_sch, _listen, cch, _) = pair(13, 9013);
+    let id = cch.create_id(PortSpace::Tcp);
+    id.bind_addr(SocketAddr::new(addr(13, 2), 0)).unwrap();
+    let bound = id.local_addr().unwrap();
+    id.resolve_addr(None, SocketAddr::new(addr(13, 1), 9013), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    assert_eq!(id.local_addr(), Some(bound));
+    let other = cch.create_id(PortSpace::Tcp);
+    other.bind_addr(SocketAddr::new(addr(13, 2), 0)).unwrap();
+    let wrong = other.resolve_addr(Some(addr(13, 3)), SocketAddr::new(addr(13, 1), 9013), Duration::from_secs(2));
+    assert!(matches!(wrong, Err(CmError::WrongState { call: "resolve_addr", .. })), "{wrong:?}");
+}

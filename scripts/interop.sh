@@ -797,16 +797,62 @@ fa_case() {
     fi
 }
 
+# The ICRCs of the FLUSH packets captured during the IPv4 rows: ours must be
+# the IBTA's, rxe's the one rxe 6.12 computes (over BTH+FETH+RETH twice).
+flush_icrc_case() { # PCAP
+    local name="FLUSH ICRC on the wire" out ok=0
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv4 1024' "$name" "both" | grep -Eq -- "$ONLY" || return 0
+    fi
+    out=$(python3 - "$1" <<'EOF' 2>&1
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+off, seen = 24, {"ours": [0, 0, 0], "rxe": [0, 0, 0]}  # FLUSHes: IBTA ICRC, rxe's ICRC, neither
+while off + 16 <= len(data):
+    incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+    ip = data[off + 30:off + 16 + incl]  # past the pcap record and Ethernet headers
+    off += 16 + incl
+    if len(ip) < 60 or ip[0] >> 4 != 4 or ip[9] != 17:
+        continue
+    ihl = (ip[0] & 15) * 4
+    if struct.unpack(">H", ip[ihl + 2:ihl + 4])[0] != 4791 or ip[ihl + 8] != 0x1C:
+        continue
+    m = bytearray(ip)  # the ICRC's masks: TOS, TTL, IP checksum, UDP checksum, BTH resv8a
+    m[1], m[8], m[10:12], m[ihl + 6:ihl + 8], m[ihl + 12] = 0xFF, 0xFF, b"\xff\xff", b"\xff\xff", 0xFF
+    wire = struct.unpack("<I", ip[-4:])[0]
+    ibta = zlib.crc32(b"\xff" * 8 + bytes(m[:-4]))
+    twice = zlib.crc32(b"\xff" * 8 + bytes(m[:-4]) + bytes(ip[ihl + 8:ihl + 40]))
+    who = "ours" if ip[12:16] == bytes([10, 88, 0, 1]) else "rxe"
+    seen[who][0 if wire == ibta else 1 if wire == twice else 2] += 1
+o, r = seen["ours"], seen["rxe"]
+print(f"ours: {sum(o)} FLUSHes, {o[0]} with the IBTA ICRC; rxe: {sum(r)}, {r[1]} with the ICRC over the headers twice")
+sys.exit(0 if sum(o) and sum(r) and o[0] == sum(o) and r[1] == sum(r) else 1)
+EOF
+) && ok=1
+    if [ $ok = 1 ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv4 1024 PASS "$out")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv4 1024 FAIL "$out ($1)")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
 trixie_cases() {
-    local v mode dir
+    local v mode dir pcap
     FA_GUEST=$(bash "$LAB" put "$ROOT/target/lab/flush_atomic_write")
     trixie_guest_case
     for v in 4 6; do
+        [ "$v" = 4 ] && bash "$LAB" capture start flush >/dev/null 2>&1
         for mode in atomic-write atomic-write-past flush flush-past; do
             for dir in ours-client ours-server; do
                 fa_case "$mode" "$dir" "$v"
             done
         done
+        if [ "$v" = 4 ]; then
+            pcap=$(bash "$LAB" capture stop flush)
+            flush_icrc_case "$pcap"
+        fi
     done
     for mode in atomic-write atomic-write-past flush flush-past; do
         fa_case "$mode" rxe-rxe 4

@@ -11,15 +11,19 @@
  * FLUSH_GLOBAL) filled with a pattern and lets its QP do the same; the
  * addresses, keys, QP numbers and GIDs go over TCP port 18515 as in
  * ibv_rc_pingpong. MODE (both sides must agree):
- *   ok          ATOMIC_WRITE at +64 then FLUSH(global, range 0..4096) in one
- *               batch; ATOMIC_WRITE at +128 then FLUSH(global, whole MR) in
- *               another; an RDMA READ of the region: every completion is
- *               SUCCESS with the right opcode and byte_len, the 4096 bytes
- *               read back are the pattern with the two 8-byte values in, and
- *               the server finds the same bytes in its memory.
- *   flush-past  FLUSH(global, range 0..4104): one past the region, so the
- *               client's completion is REM_ACCESS_ERR and the server's
- *               memory is untouched.
+ *   atomic-write       ATOMIC_WRITE at +64 and at +128, then an RDMA READ of
+ *                      the region: every completion is SUCCESS with the right
+ *                      opcode and byte_len, the 4096 bytes read back are the
+ *                      pattern with the two 8-byte values in, and the server
+ *                      finds the same bytes in its memory.
+ *   flush              the same with a FLUSH after each ATOMIC_WRITE in one
+ *                      batch: FLUSH(global, range 0..4096) after the first,
+ *                      FLUSH(global, whole MR) after the second.
+ *   flush-past         FLUSH(global, range 0..4104): past the region, so the
+ *                      client's completion is REM_ACCESS_ERR and the server's
+ *                      memory is untouched.
+ *   atomic-write-past  ATOMIC_WRITE at +4096 (past the region): the same.
+ *   In both misuse modes the server's QP must then be in IBV_QPS_ERR.
  * Exit status 0 when everything matched; the last line says what was seen.
  *
  * Built against rdma-core 44's <infiniband/verbs.h> (Debian 12's), which
@@ -51,7 +55,7 @@ typedef void (*wr_flush_fn)(struct ibv_qp_ex *, uint32_t rkey, uint64_t addr, si
 
 struct info { uint32_t qpn, psn, rkey, len; uint64_t addr; uint8_t gid[16]; };
 
-static const char *mode = "ok";
+static const char *mode = "flush";
 static int fail(const char *what) { fprintf(stderr, "FAIL: %s (errno %d %s)\n", what, errno, strerror(errno)); return 1; }
 
 static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
@@ -59,7 +63,7 @@ static const uint64_t V1 = 0x1122334455667788ull, V2 = 0xa5a5c3c30f0ff00full;
 
 static void expected(unsigned char *e) {
     for (size_t i = 0; i < SIZE; i++) e[i] = pattern(i);
-    if (!strcmp(mode, "ok")) { memcpy(e + 64, &V1, 8); memcpy(e + 128, &V2, 8); }
+    if (!strcmp(mode, "flush") || !strcmp(mode, "atomic-write")) { memcpy(e + 64, &V1, 8); memcpy(e + 128, &V2, 8); }
 }
 
 static int tcp(const char *server) {
@@ -150,10 +154,14 @@ int main(int argc, char **argv) {
             case 'g': gidx = atoi(optarg); break;
             case 'm': mtu = atoi(optarg); break;
             case 'x': mode = optarg; break;
-            default: fprintf(stderr, "usage: %s [-d DEV] [-g GIDX] [-m MTU] [-x ok|flush-past] [SERVER]\n", argv[0]); return 2;
+            default: fprintf(stderr, "usage: %s [-d DEV] [-g GIDX] [-m MTU] [-x flush|atomic-write|flush-past|atomic-write-past] [SERVER]\n", argv[0]); return 2;
         }
     }
-    if (strcmp(mode, "ok") && strcmp(mode, "flush-past")) { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
+    int flush = !strcmp(mode, "flush"), aw = !strcmp(mode, "atomic-write");
+    if (!flush && !aw && strcmp(mode, "flush-past") && strcmp(mode, "atomic-write-past")) {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
     if (optind < argc) server = argv[optind];
     enum ibv_mtu m = mtu == 4096 ? IBV_MTU_4096 : mtu == 2048 ? IBV_MTU_2048 : mtu == 512 ? IBV_MTU_512 : IBV_MTU_1024;
 
@@ -203,7 +211,13 @@ int main(int argc, char **argv) {
         if (read(s, &verdict, 1) != 1) return fail("client's word");
         int bad = check_bytes("server memory", buf);
         struct ibv_qp_attr qa; struct ibv_qp_init_attr qi;
-        if (!ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi)) printf("server QP state %d\n", qa.qp_state);
+        if (ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi)) return fail("query_qp");
+        printf("server QP state %d\n", qa.qp_state);
+        /* a NAK for an access error is fatal on the responder's side too */
+        if (!flush && !aw && qa.qp_state != IBV_QPS_ERR) {
+            fprintf(stderr, "FAIL: the server's QP is in state %d, not IBV_QPS_ERR\n", qa.qp_state);
+            bad = 1;
+        }
         char answer = bad ? 'B' : 'G';
         if (write(s, &answer, 1) != 1) return fail("answer");
         printf("%s %s (client said %c)\n", bad || verdict != 'G' ? "FAILED" : "PASSED", mode, verdict);
@@ -212,37 +226,49 @@ int main(int argc, char **argv) {
 
     struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
     int bad = 0;
-    if (!strcmp(mode, "ok")) {
+    if (flush || aw) {
         ibv_wr_start(x);
         x->wr_id = 1; x->wr_flags = IBV_SEND_SIGNALED;
         ibv_wr_atomic_write(x, peer.rkey, peer.addr + 64, &V1);
-        x->wr_id = 2; x->wr_flags = IBV_SEND_SIGNALED;
-        FLUSH_SLOT(x)(x, peer.rkey, peer.addr, SIZE, FLUSH_GLOBAL, FLUSH_RANGE);
+        if (flush) {
+            x->wr_id = 2; x->wr_flags = IBV_SEND_SIGNALED;
+            FLUSH_SLOT(x)(x, peer.rkey, peer.addr, SIZE, FLUSH_GLOBAL, FLUSH_RANGE);
+        }
         if (ibv_wr_complete(x)) return fail("wr_complete (atomic_write + flush range)");
         bad |= expect(cq, 1, IBV_WC_SUCCESS, IBV_WC_ATOMIC_WRITE, 8);
-        bad |= expect(cq, 2, IBV_WC_SUCCESS, WC_FLUSH, SIZE);
+        if (flush) bad |= expect(cq, 2, IBV_WC_SUCCESS, WC_FLUSH, SIZE);
         ibv_wr_start(x);
         x->wr_id = 3; x->wr_flags = IBV_SEND_SIGNALED;
         ibv_wr_atomic_write(x, peer.rkey, peer.addr + 128, &V2);
-        x->wr_id = 4; x->wr_flags = IBV_SEND_SIGNALED;
-        /* whole-MR selectivity: the responder ignores the address and length */
-        FLUSH_SLOT(x)(x, peer.rkey, peer.addr, SIZE, FLUSH_GLOBAL, FLUSH_MR);
+        if (flush) {
+            /* whole-MR selectivity: the responder ignores the address and length */
+            x->wr_id = 4; x->wr_flags = IBV_SEND_SIGNALED;
+            FLUSH_SLOT(x)(x, peer.rkey, peer.addr, SIZE, FLUSH_GLOBAL, FLUSH_MR);
+        }
         if (ibv_wr_complete(x)) return fail("wr_complete (atomic_write + flush MR)");
-        bad |= expect(cq, 3, IBV_WC_SUCCESS, IBV_WC_ATOMIC_WRITE, 8);
-        bad |= expect(cq, 4, IBV_WC_SUCCESS, WC_FLUSH, SIZE);
-        ibv_wr_start(x);
-        x->wr_id = 5; x->wr_flags = IBV_SEND_SIGNALED;
-        ibv_wr_rdma_read(x, peer.rkey, peer.addr);
-        ibv_wr_set_sge(x, mr->lkey, (uintptr_t)buf, SIZE);
-        if (ibv_wr_complete(x)) return fail("wr_complete (read)");
-        bad |= expect(cq, 5, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, SIZE);
+        if (!bad) bad |= expect(cq, 3, IBV_WC_SUCCESS, IBV_WC_ATOMIC_WRITE, 8);
+        if (!bad && flush) bad |= expect(cq, 4, IBV_WC_SUCCESS, WC_FLUSH, SIZE);
+        if (!bad) {
+            ibv_wr_start(x);
+            x->wr_id = 5; x->wr_flags = IBV_SEND_SIGNALED;
+            ibv_wr_rdma_read(x, peer.rkey, peer.addr);
+            ibv_wr_set_sge(x, mr->lkey, (uintptr_t)buf, SIZE);
+            if (ibv_wr_complete(x)) return fail("wr_complete (read)");
+            bad |= expect(cq, 5, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, SIZE);
+        }
         if (!bad) bad |= check_bytes("read back", buf);
-    } else {
+    } else if (!strcmp(mode, "flush-past")) {
         ibv_wr_start(x);
         x->wr_id = 6; x->wr_flags = IBV_SEND_SIGNALED;
         FLUSH_SLOT(x)(x, peer.rkey, peer.addr, SIZE + 8, FLUSH_GLOBAL, FLUSH_RANGE);
         if (ibv_wr_complete(x)) return fail("wr_complete (flush past the region)");
         bad |= expect(cq, 6, IBV_WC_REM_ACCESS_ERR, 0, 0);
+    } else {
+        ibv_wr_start(x);
+        x->wr_id = 7; x->wr_flags = IBV_SEND_SIGNALED;
+        ibv_wr_atomic_write(x, peer.rkey, peer.addr + SIZE, &V1);
+        if (ibv_wr_complete(x)) return fail("wr_complete (atomic_write past the region)");
+        bad |= expect(cq, 7, IBV_WC_REM_ACCESS_ERR, 0, 0);
     }
     char verdict = bad ? 'B' : 'G', answer;
     if (xfer(s, &verdict, &answer, 1)) return fail("server's answer");

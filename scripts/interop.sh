@@ -771,7 +771,7 @@ fa_case() {
         case "$mode" in
             atomic-write) figure="2 ATOMIC_WRITEs, READ back: the 4096 bytes right on both sides" ;;
             flush) figure="2 x (ATOMIC_WRITE, FLUSH range|MR), READ back: the 4096 bytes right on both sides" ;;
-            *) figure="$(grep -o 'status=[0-9]* ([a-z ]*)' "$req_log" | tail -1), responder's 4096 bytes untouched" ;;
+            *) figure="$(grep -o 'status=[0-9]* ([a-z ]*)' "$req_log" | tail -1), responder: 4096 bytes untouched, QP in ERR" ;;
         esac
     elif [ "$dir" != rxe-rxe ] && [ "${mode%-past}" = flush ] && ! grep -Eq 'wc wr_id=[26] status=(0|10) ' "$req_log" &&
         { grep -Eq 'wc wr_id=[26] status=12 ' "$req_log" || [ "$req_rc" = 124 ] || [ "$req_rc" = 143 ]; }; then

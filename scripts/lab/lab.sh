@@ -11,21 +11,31 @@
 #   scripts/lab/lab.sh wait K ID [SECS]   wait for that job: its output and exit code
 #   scripts/lab/lab.sh out K ID           what that job printed so far
 #   scripts/lab/lab.sh host CMD...        run CMD on the host side, inside the namespace
+#   scripts/lab/lab.sh put FILE           copy FILE where the guests see it; prints its guest path
 #   scripts/lab/lab.sh capture start|stop NAME   tcpdump of the bridge -> $RUN/NAME.pcap
 #   scripts/lab/lab.sh status | down
 #
 # Addresses: host side 10.88.0.1 and fd88::1; guest K at 10.88.0.(10+K) and
 # fd88::(10+K) (hex). MTU 9000 on the bridge, the taps and the guests, so path
 # MTU 4096 works. Needs root, qemu-system-x86_64, busybox (static), cpio and
-# iproute2; `prepare` needs apt-get with Debian bookworm sources.
+# iproute2; `prepare` needs apt-get (Debian bookworm sources for the default guest).
 #
 # Environment: SRLAB_CACHE (guest files, default ~/.cache/softroce-lab),
 # SRLAB_RUN (run state, default /tmp/softroce-lab), SRLAB_NS (namespace name,
-# default srlab), SRLAB_MEM (guest MiB, default 768).
+# default srlab), SRLAB_MEM (guest MiB, default 768), SRLAB_GUEST (the guest's
+# Debian release: bookworm, the default, is Linux 6.1 with rdma-core 44;
+# trixie is Linux 6.12 with rdma-core 56, its packages fetched through an APT
+# configuration of its own in its cache, default ~/.cache/softroce-lab-trixie,
+# so the host's sources and lists stay as they are).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CACHE=${SRLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/softroce-lab}
+GUEST=${SRLAB_GUEST:-bookworm}
+case "$GUEST" in
+    bookworm) CACHE=${SRLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/softroce-lab} ;;
+    trixie) CACHE=${SRLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/softroce-lab-trixie} ;;
+    *) echo "lab: SRLAB_GUEST is bookworm or trixie, not '$GUEST'" >&2; exit 2 ;;
+esac
 RUN=${SRLAB_RUN:-/tmp/softroce-lab}
 NS=${SRLAB_NS:-srlab}
 MEM=${SRLAB_MEM:-768}
@@ -42,6 +52,16 @@ GUEST_PACKAGES="libc6 libgcc-s1 libstdc++6 libgomp1 libibverbs1 ibverbs-provider
  libdb5.3 libselinux1 libtirpc3 libxtables12 zlib1g libzstd1 liblzma5 libpcre2-8-0 libgssapi-krb5-2 libkrb5-3
  libk5crypto3 libcom-err2 libkrb5support0 libkeyutils1 libssl3 libpci3 libudev1 libbsd0 libmd0 kmod bash
  libtinfo6 tcpdump libpcap0.8 libdbus-1-3 libsystemd0 liblz4-1 libgcrypt20 libgpg-error0"
+# Debian 13 renamed several of those libraries in the 64-bit time_t
+# transition (the t64 suffix), and splits libkmod out of kmod.
+if [ "$GUEST" = trixie ]; then
+    GUEST_PACKAGES="libc6 libgcc-s1 libstdc++6 libgomp1 libibverbs1 ibverbs-providers librdmacm1t64 libibumad3
+ ibverbs-utils perftest rdmacm-utils iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libelf1t64 libbpf1 libcap2
+ libdb5.3t64 libselinux1 libtirpc3t64 libtirpc-common libxtables12 zlib1g libzstd1 liblzma5 libpcre2-8-0
+ libgssapi-krb5-2 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0 libkeyutils1 libssl3t64 libpci3 libudev1
+ libbsd0 libmd0 kmod libkmod2 bash libtinfo6 tcpdump libpcap0.8t64 libdbus-1-3 libsystemd0 liblz4-1 libxxhash0
+ libgcrypt20 libgpg-error0"
+fi
 # Kernel modules the guest loads (their dependencies come along).
 GUEST_MODULES="rdma_rxe rdma_ucm ib_umad ib_uverbs virtio_net virtio_pci 9pnet_virtio 9p crc32_generic
  crc32c_generic sch_netem sch_tbf"
@@ -58,16 +78,63 @@ need() {
 }
 
 # ---------------------------------------------------------------- prepare
+# APT options: none for bookworm (the host's own sources); for trixie a
+# sources list, lists, cache and an empty status of its own under $CACHE/apt.
+APT_OPTS=()
+if [ "$GUEST" = trixie ]; then
+    APT_OPTS=(-o "Dir::Etc::sourcelist=$CACHE/apt/sources.list" -o "Dir::Etc::sourceparts=$CACHE/apt/sources.list.d"
+        -o "Dir::Etc::preferences=$CACHE/apt/preferences" -o "Dir::Etc::preferencesparts=$CACHE/apt/preferences.d"
+        -o "Dir::State::lists=$CACHE/apt/lists" -o "Dir::State::status=$CACHE/apt/status"
+        -o "Dir::Cache=$CACHE/apt/cache" -o APT::Sandbox::User=root)
+fi
+
+apt_setup() {
+    [ "$GUEST" = trixie ] || return 0
+    local a=$CACHE/apt
+    mkdir -p "$a/sources.list.d" "$a/preferences.d" "$a/lists/partial" "$a/cache/archives/partial"
+    touch "$a/status"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+        >"$a/sources.list"
+    ls "$a/lists/"*_Packages >/dev/null 2>&1 ||
+        apt-get "${APT_OPTS[@]}" update -q >/dev/null || die "apt-get update (trixie) failed"
+}
+
 fetch_debs() {
     (cd "$CACHE/debs" && for p in "$1" $GUEST_PACKAGES; do
-        ls "${p}"_*.deb >/dev/null 2>&1 || apt-get -o APT::Sandbox::User=root download -q "$p" >/dev/null || exit 1
+        ls "${p}"_*.deb >/dev/null 2>&1 ||
+            apt-get "${APT_OPTS[@]}" -o APT::Sandbox::User=root download -q "$p" >/dev/null || exit 1
     done)
+}
+
+# Debian 13's packages install into /usr only (merged /usr): make /bin,
+# /sbin, /lib and /lib64 links into /usr, moving what a package put there.
+merge_usr() {
+    local r=$1 d
+    for d in bin sbin lib lib64; do
+        mkdir -p "$r/usr/$d"
+        if [ -d "$r/$d" ] && [ ! -L "$r/$d" ]; then
+            cp -a "$r/$d/." "$r/usr/$d/" && rm -rf "${r:?}/$d"
+        fi
+        ln -sfn "usr/$d" "$r/$d"
+    done
+}
+
+# The guest's depmod: its own kmod, run with its own loader and libraries
+# (trixie's needs a newer glibc than bookworm's host has).
+guest_depmod() {
+    if [ "$GUEST" = trixie ]; then
+        "$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/x86_64-linux-gnu" \
+            --argv0 depmod "$root/usr/bin/kmod" "$@"
+    else
+        "$root/bin/depmod" "$@"
+    fi
 }
 
 prepare() {
     need apt-get dpkg cpio gzip busybox
     local kpkg debs root kver kdir
-    kpkg=$(apt-cache depends linux-image-amd64 | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
+    apt_setup
+    kpkg=$(apt-cache "${APT_OPTS[@]}" depends linux-image-amd64 | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
     [ -n "$kpkg" ] || die "cannot find the kernel package linux-image-amd64 depends on (apt-get update?)"
     kver=${kpkg#linux-image-}
     if [ -e "$CACHE/ready" ] && [ "$(cat "$CACHE/ready")" = "$kver" ]; then
@@ -77,7 +144,8 @@ prepare() {
     debs=$CACHE/debs
     mkdir -p "$debs"
     echo "lab: downloading $kpkg and $(echo $GUEST_PACKAGES | wc -w) packages into $debs"
-    fetch_debs "$kpkg" || { apt-get update -q >/dev/null && fetch_debs "$kpkg"; } || die "apt-get download failed"
+    fetch_debs "$kpkg" || { apt-get "${APT_OPTS[@]}" update -q >/dev/null && fetch_debs "$kpkg"; } ||
+        die "apt-get download failed"
 
     kdir=$CACHE/kernel
     rm -rf "$kdir" && mkdir -p "$kdir"
@@ -87,18 +155,23 @@ prepare() {
     root=$CACHE/root
     rm -rf "$root" && mkdir -p "$root"
     for p in $GUEST_PACKAGES; do dpkg -x "$(ls "$debs/${p}"_*.deb | head -1)" "$root"; done
-    # depmod from the guest's own kmod (same Debian release as this host)
+    if [ "$GUEST" = trixie ]; then merge_usr "$root"; merge_usr "$kdir"; fi
+    # depmod from the guest's own kmod
     ln -sf kmod "$root/bin/depmod"
-    "$root/bin/depmod" -b "$kdir" "$kver"
+    guest_depmod -b "$kdir" "$kver"
     local mods=$kdir/lib/modules/$kver
     mkdir -p "$root/lib/modules/$kver"
     cp "$mods"/modules.order "$mods"/modules.builtin "$mods"/modules.builtin.modinfo "$root/lib/modules/$kver/"
-    for m in $GUEST_MODULES; do grep -E "(^|/)$m\.ko(\.[a-z]+)?:" "$mods/modules.dep" || die "no module $m"; done |
+    # (a module built into the kernel, as virtio_pci is in Debian 13's, needs no file)
+    for m in $GUEST_MODULES; do
+        grep -E "(^|/)$m\.ko(\.[a-z]+)?:" "$mods/modules.dep" || grep -qE "(^|/)$m\.ko\$" "$mods/modules.builtin" ||
+            die "no module $m"
+    done |
         tr ' :' '\n\n' | grep . | sort -u | while read -r f; do
             mkdir -p "$root/lib/modules/$kver/$(dirname "$f")"
             cp "$mods/$f" "$root/lib/modules/$kver/$f"
         done
-    "$root/bin/depmod" -b "$root" "$kver"
+    guest_depmod -b "$root" "$kver"
 
     cp "$(command -v busybox)" "$root/bin/busybox"
     local applet d
@@ -277,10 +350,14 @@ case "$cmd" in
     wait) wait_job "$@" ;;
     out) cat "$RUN/share/vm$1/done/$2.out" 2>/dev/null || true ;;
     host) in_ns "$@" ;;
+    put)
+        [ -d "$RUN/share" ] || die "the lab is not up"
+        mkdir -p "$RUN/share/files" && cp "$1" "$RUN/share/files/" && echo "/share/files/$(basename "$1")"
+        ;;
     capture) capture "$@" ;;
     status) status ;;
     guest-ip4) guest_ip4 "$1" ;;
     guest-ip6) guest_ip6 "$1" ;;
-    help | -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help | -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command $cmd (try: $0 help)" ;;
 esac

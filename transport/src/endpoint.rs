@@ -417,6 +417,38 @@ impl Endpoint {
         self.mrs.windows_bound_to(key)
     }
 
+    /// `ibv_advise_mr` with a prefetch advice: every SGE must name an
+    /// on-demand region of `pd` ([`crate::memory::AccessError::NotOnDemand`]
+    /// otherwise) that holds its range and, for `write`, allows local
+    /// writes; then, if `fault`, its pages are faulted in (for writing if
+    /// `write`), and a range that is not mapped is
+    /// [`crate::memory::AccessError::Unmapped`]. Without `fault`
+    /// (`PREFETCH_NO_FAULT`) only the checks are made: there is no page
+    /// table of the device's to fill. Stops at the first failing SGE.
+    pub fn advise_mr(
+        &self,
+        pd: Pd,
+        sges: &[crate::Sge],
+        write: bool,
+        fault: bool,
+    ) -> Result<(), crate::memory::AccessError> {
+        let needed = if write { Access::LOCAL_WRITE } else { Access::NONE };
+        for s in sges {
+            let (r, at) = self.mrs.check(s.lkey, pd, s.addr, u64::from(s.length), needed)?;
+            if !r.memory.is_on_demand() {
+                return Err(crate::memory::AccessError::NotOnDemand { key: s.lkey });
+            }
+            if fault {
+                r.memory.prefetch(at, s.length as usize, write).map_err(|_| crate::memory::AccessError::Unmapped {
+                    key: s.lkey,
+                    addr: s.addr,
+                    len: u64::from(s.length),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The region behind a key.
     pub fn mr(&self, key: u32) -> Option<&MemoryRegion> {
         self.mrs.get(key)

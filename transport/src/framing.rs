@@ -192,6 +192,7 @@ impl Framer {
         transport: &TransportRepr,
         (memory, offset, len): (RegionMemory, usize, usize),
     ) -> (usize, PayloadRef) {
+        debug_assert!(!memory.is_on_demand(), "on-demand bytes are never sent by reference");
         let repr = self.repr(av, src_port, transport);
         let at = repr.emit_headers(buf, len).expect("the engine sizes its buffers");
         let total = at + rdma_wire::pad_for(len) + 4;
@@ -222,7 +223,17 @@ impl Framer {
             if sl - off < len as u64 {
                 return Ok(None); // spans two buffers: copied
             }
-            let (r, at) = mrs.check(s.lkey, pd, s.addr + off, len as u64, Access::NONE)?;
+            let addr = s.addr.checked_add(off).ok_or(AccessError::OutOfBounds {
+                key: s.lkey,
+                addr: s.addr,
+                len: len as u64,
+            })?;
+            let (r, at) = mrs.check(s.lkey, pd, addr, len as u64, Access::NONE)?;
+            if r.memory.is_on_demand() {
+                // Its pages may go away before the driver reads them, and a
+                // slice over them would be undefined behaviour: copied.
+                return Ok(None);
+            }
             return Ok(Some((r.memory.clone(), at, len)));
         }
         Ok(None)
@@ -276,7 +287,7 @@ fn walk(
     mut offset: u64,
     len: usize,
     needed: Access,
-    mut f: impl FnMut(&crate::memory::RegionMemory, usize, usize, usize),
+    mut f: impl FnMut(&crate::memory::RegionMemory, usize, usize, usize) -> Result<(), crate::memory::MemoryFault>,
 ) -> Result<(), AccessError> {
     let mut done = 0usize;
     for s in sges {
@@ -289,8 +300,11 @@ fn walk(
             continue;
         }
         let n = ((sl - offset) as usize).min(len - done);
-        let (r, at) = mrs.check(s.lkey, pd, s.addr + offset, n as u64, needed)?;
-        f(&r.memory, at, done, n);
+        let addr =
+            s.addr.checked_add(offset).ok_or(AccessError::OutOfBounds { key: s.lkey, addr: s.addr, len: n as u64 })?;
+        let (r, at) = mrs.check(s.lkey, pd, addr, n as u64, needed)?;
+        // Only an on-demand region can fault: a page gone under it.
+        f(&r.memory, at, done, n).map_err(|_| AccessError::Unmapped { key: s.lkey, addr, len: n as u64 })?;
         done += n;
         offset = 0;
     }
@@ -305,13 +319,15 @@ fn walk(
 /// `sges` into `out`.
 pub fn gather(mrs: &MemoryTable, pd: Pd, sges: &[Sge], offset: u64, out: &mut [u8]) -> Result<(), AccessError> {
     let len = out.len();
-    walk(mrs, pd, sges, offset, len, Access::NONE, |m, at, start, n| m.read(at, &mut out[start..start + n]))
+    walk(mrs, pd, sges, offset, len, Access::NONE, |m, at, start, n| m.try_read(at, &mut out[start..start + n]))
 }
 
 /// Copies `data` into the buffers of `sges`, starting `offset` bytes in.
 /// The buffers must allow local writes.
 pub fn scatter(mrs: &MemoryTable, pd: Pd, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), AccessError> {
-    walk(mrs, pd, sges, offset, data.len(), Access::LOCAL_WRITE, |m, at, start, n| m.write(at, &data[start..start + n]))
+    walk(mrs, pd, sges, offset, data.len(), Access::LOCAL_WRITE, |m, at, start, n| {
+        m.try_write(at, &data[start..start + n])
+    })
 }
 
 /// Total length of a scatter/gather list.

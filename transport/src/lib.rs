@@ -17,6 +17,7 @@
 //! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |
 //! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
 //! | [`memory`] | protection domains, memory regions and access checks |
+//! | [`odp`] | fault-safe copies of on-demand (ODP) regions (docs/odp.md) |
 //! | [`framing`] | framing per link kind (RoCE v2, RoCE v1, native IB) and scatter/gather copies |
 //! | [`gsi`] | the GSI (QP1): the MAD agent (transaction IDs, retransmission, response matching, receive checks) and its packet framing |
 //! | [`wr`] | work requests and completions (libibverbs names and values) |
@@ -36,6 +37,7 @@ pub mod framing;
 pub mod fuzzing;
 pub mod gsi;
 pub mod memory;
+pub mod odp;
 pub mod paths;
 mod pool;
 pub mod qp;
@@ -56,7 +58,7 @@ pub mod wr;
 pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};
 pub use error::{DeregError, VerbsError};
 pub use framing::{LinkKind, PayloadRef};
-pub use memory::{Access, Pd, RegionGuard, RegionMemory};
+pub use memory::{Access, MemoryFault, Pd, RegionGuard, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
 pub use stats::{Drop, QpStats, Stats};
 pub use time::Instant;

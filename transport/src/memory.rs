@@ -25,6 +25,10 @@ impl Access {
     pub const MW_BIND: Access = Access(1 << 4);
     /// `IBV_ACCESS_ZERO_BASED`: a window addressed from 0 (refused here).
     pub const ZERO_BASED: Access = Access(1 << 5);
+    /// `IBV_ACCESS_ON_DEMAND`: on-demand paging. Registration pins and
+    /// checks nothing; every access to the caller's memory is fault-safe
+    /// ([`RegionMemory::on_demand`], docs/odp.md).
+    pub const ON_DEMAND: Access = Access(1 << 6);
     pub const NONE: Access = Access(0);
     /// Everything, as the examples register their buffers.
     pub const ALL: Access = Access(1 | 2 | 4 | 8);
@@ -60,6 +64,21 @@ enum Bytes {
     Owned(Mutex<Box<[u8]>>),
     /// The caller's memory, registered with [`RegionMemory::from_raw`].
     Raw { ptr: *mut u8, len: usize, lock: Mutex<()> },
+    /// The caller's memory, on demand ([`RegionMemory::on_demand`]): any
+    /// page may be unmapped, so it is never dereferenced, only copied with
+    /// the kernel's fault-safe copies (`crate::odp`). The lock serializes
+    /// the engine's read-modify-writes (atomics).
+    OnDemand { addr: usize, len: usize, lock: Mutex<()> },
+}
+
+/// An access to an on-demand region ([`RegionMemory::on_demand`]) reached
+/// a page that is not mapped, or does not allow it (a write to a read-only
+/// page). Bytes before the fault may have been copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{len} bytes at offset {offset} of an on-demand region are not mapped (or not accessible)")]
+pub struct MemoryFault {
+    pub offset: usize,
+    pub len: usize,
 }
 
 // SAFETY: `Raw` memory is only touched under its lock, and the caller of
@@ -132,13 +151,53 @@ impl RegionMemory {
         RegionMemory(Arc::new(Bytes::Raw { ptr, len, lock: Mutex::new(()) }))
     }
 
+    /// The caller's memory `addr..addr+len`, on demand (ODP): nothing is
+    /// checked or pinned now, and any page of it may be unmapped or
+    /// remapped while the region lives. Every access copies through the
+    /// kernel's fault-safe copies ([`RegionMemory::try_read`] and the
+    /// other `try_` accessors): a page that is not mapped (or not
+    /// writable, for a write) is a [`MemoryFault`], never a signal, and
+    /// no Rust reference to the bytes is ever made. Packets never carry
+    /// its bytes by reference ([`crate::PayloadRef`]).
+    ///
+    /// `on_demand(0, usize::MAX)` is implicit ODP: the whole address space.
+    ///
+    /// # Safety
+    /// The engine writes whatever mapped, writable bytes of the range a
+    /// peer or a READ response names, at any moment while the region is
+    /// registered: those bytes must not belong to Rust values that
+    /// assume nobody else writes them (the caller's own buffers, used only
+    /// through raw pointers or volatile/atomic accesses, are fine).
+    pub unsafe fn on_demand(addr: usize, len: usize) -> RegionMemory {
+        RegionMemory(Arc::new(Bytes::OnDemand { addr, len, lock: Mutex::new(()) }))
+    }
+
+    /// Implicit ODP: the whole address space (`addr` 0, `len` `usize::MAX`).
+    ///
+    /// # Safety
+    /// As [`RegionMemory::on_demand`], for every address of the process.
+    pub unsafe fn implicit() -> RegionMemory {
+        // SAFETY: forwarded to our caller.
+        unsafe { RegionMemory::on_demand(0, usize::MAX) }
+    }
+
+    /// Whether the bytes are on demand ([`RegionMemory::on_demand`]).
+    pub fn is_on_demand(&self) -> bool {
+        matches!(&*self.0, Bytes::OnDemand { .. })
+    }
+
     /// Locks the bytes: neither the engine nor another thread touches them
     /// until the guard is dropped. Do not drive the engine (poll, post,
     /// wait) while holding it: the engine would wait for it forever.
+    ///
+    /// # Panics
+    /// On an on-demand region: its pages may not be mapped, so no slice of
+    /// them can exist. Use [`RegionMemory::try_read`] / `try_write`.
     pub fn lock(&self) -> RegionGuard<'_> {
         match &*self.0 {
             Bytes::Owned(m) => RegionGuard { _lock: None, owned: Some(relock(m)), raw: (core::ptr::null_mut(), 0) },
             Bytes::Raw { ptr, len, lock } => RegionGuard { _lock: Some(relock(lock)), owned: None, raw: (*ptr, *len) },
+            Bytes::OnDemand { .. } => on_demand_misuse("lock"),
         }
     }
 
@@ -160,13 +219,14 @@ impl RegionMemory {
         match &*self.0 {
             Bytes::Owned(m) => relock(m).as_ptr() as u64,
             Bytes::Raw { ptr, .. } => *ptr as u64,
+            Bytes::OnDemand { addr, .. } => *addr as u64,
         }
     }
 
     pub fn len(&self) -> usize {
         match &*self.0 {
             Bytes::Owned(m) => relock(m).len(),
-            Bytes::Raw { len, .. } => *len,
+            Bytes::Raw { len, .. } | Bytes::OnDemand { len, .. } => *len,
         }
     }
 
@@ -175,13 +235,114 @@ impl RegionMemory {
     }
 
     /// Copies `out.len()` bytes from `offset`. The caller has bounds-checked.
+    ///
+    /// # Panics
+    /// On an on-demand region whose bytes there are not mapped: the engine
+    /// uses [`RegionMemory::try_read`].
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self.lock()[offset..offset + out.len()]);
+        if let Err(e) = self.try_read(offset, out) {
+            panic!("RegionMemory::read: {e}");
+        }
     }
 
     /// Copies `data` to `offset`. The caller has bounds-checked.
+    ///
+    /// # Panics
+    /// As [`RegionMemory::read`]; the engine uses [`RegionMemory::try_write`].
     pub fn write(&self, offset: usize, data: &[u8]) {
-        self.lock()[offset..offset + data.len()].copy_from_slice(data);
+        if let Err(e) = self.try_write(offset, data) {
+            panic!("RegionMemory::write: {e}");
+        }
+    }
+
+    /// Copies `out.len()` bytes from `offset`, or says that some of them
+    /// are not mapped (on-demand regions only: other regions' bytes are
+    /// always there). The caller has bounds-checked.
+    #[inline]
+    pub fn try_read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemoryFault> {
+        match &*self.0 {
+            Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, out.len(), |a| crate::odp::read(a, out)),
+            _ => {
+                out.copy_from_slice(&self.lock()[offset..offset + out.len()]);
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies `data` to `offset`, or says that some of the bytes there are
+    /// not mapped or not writable (on-demand regions only); bytes before
+    /// the fault may have been written. The caller has bounds-checked.
+    #[inline]
+    pub fn try_write(&self, offset: usize, data: &[u8]) -> Result<(), MemoryFault> {
+        match &*self.0 {
+            Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, data.len(), |a| crate::odp::write(a, data)),
+            _ => {
+                self.lock()[offset..offset + data.len()].copy_from_slice(data);
+                Ok(())
+            }
+        }
+    }
+
+    /// [`RegionMemory::atomic`], or a [`MemoryFault`] (on-demand regions):
+    /// the 8 bytes are read, `f` applied and the result written under the
+    /// region's lock, through the fault-safe copies; nothing is written if
+    /// the read or the write faults (the 8 aligned bytes lie in one page).
+    /// Atomic with respect to every other engine access, as
+    /// `IBV_ATOMIC_HCA` promises, not to the CPU's own atomics.
+    pub fn try_atomic(&self, offset: usize, f: impl FnOnce(u64) -> u64) -> Result<u64, MemoryFault> {
+        match &*self.0 {
+            Bytes::OnDemand { addr, lock, .. } => {
+                let _g = relock(lock);
+                let mut v = [0u8; 8];
+                odp_copy(*addr, offset, 8, |a| crate::odp::read(a, &mut v))?;
+                let old = u64::from_ne_bytes(v);
+                odp_copy(*addr, offset, 8, |a| crate::odp::write(a, &f(old).to_ne_bytes()))?;
+                Ok(old)
+            }
+            _ => Ok(self.atomic(offset, f)),
+        }
+    }
+
+    /// [`RegionMemory::atomic_write`], or a [`MemoryFault`] (on-demand
+    /// regions: an 8-byte fault-safe copy under the region's lock, whole to
+    /// every engine-side reader; see docs/odp.md for application threads).
+    pub fn try_atomic_write(&self, offset: usize, value: [u8; 8]) -> Result<(), MemoryFault> {
+        match &*self.0 {
+            Bytes::OnDemand { addr, lock, .. } => {
+                let _g = relock(lock);
+                odp_copy(*addr, offset, 8, |a| crate::odp::write(a, &value))?;
+                core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+                Ok(())
+            }
+            _ => {
+                self.atomic_write(offset, value);
+                Ok(())
+            }
+        }
+    }
+
+    /// [`RegionMemory::flush`] of `len` bytes at `offset`: on an on-demand
+    /// region the range must be mapped (its pages are faulted in, as a
+    /// NIC's FLUSH would), else a [`MemoryFault`]. The caller has
+    /// bounds-checked.
+    pub fn try_flush(&self, offset: usize, len: usize) -> Result<(), MemoryFault> {
+        if let Bytes::OnDemand { addr, .. } = &*self.0 {
+            odp_copy(*addr, offset, len, |a| crate::odp::populate(a, len, false))?;
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// `ibv_advise_mr`'s prefetch of `len` bytes at `offset`: on an
+    /// on-demand region the pages are faulted in for reading, or for
+    /// writing if `write` (no byte changes), and a range that is not
+    /// mapped (or not writable) is a [`MemoryFault`]; other regions are
+    /// always present. The caller has bounds-checked.
+    pub fn prefetch(&self, offset: usize, len: usize, write: bool) -> Result<(), MemoryFault> {
+        match &*self.0 {
+            Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, len, |a| crate::odp::populate(a, len, write)),
+            _ => Ok(()),
+        }
     }
 
     /// Writes the 8 bytes of `value` at `offset` as one store, after every
@@ -190,6 +351,9 @@ impl RegionMemory {
     /// thread's aligned 64-bit load sees half of it. The caller has
     /// bounds-checked; a misaligned host address falls back to a copy
     /// under the lock, which is still whole to every engine-side reader.
+    ///
+    /// # Panics
+    /// As [`RegionMemory::lock`]: the engine uses [`RegionMemory::try_atomic_write`].
     pub fn atomic_write(&self, offset: usize, value: [u8; 8]) {
         let mut g = self.lock();
         let dst = &mut g[offset..offset + 8];
@@ -210,11 +374,18 @@ impl RegionMemory {
     /// docs/flush-atomic-write.md). Takes the lock, so that no engine
     /// write is half done, then a sequentially consistent fence.
     pub fn flush(&self) {
-        drop(self.lock());
+        match &*self.0 {
+            Bytes::OnDemand { lock, .. } => drop(relock(lock)),
+            _ => drop(self.lock()),
+        }
         core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     }
 
     /// A copy of every byte.
+    ///
+    /// # Panics
+    /// On an on-demand region (it may span the address space and have
+    /// holes): read it with [`RegionMemory::try_read`].
     pub fn to_vec(&self) -> Vec<u8> {
         self.lock().to_vec()
     }
@@ -223,6 +394,9 @@ impl RegionMemory {
     /// the value that was there. In memory the value is in the host's byte
     /// order, as an application's `uint64_t` is (and as rxe and ConnectX
     /// operate on it); only the wire carries it big-endian.
+    ///
+    /// # Panics
+    /// As [`RegionMemory::lock`]: the engine uses [`RegionMemory::try_atomic`].
     pub fn atomic(&self, offset: usize, f: impl FnOnce(u64) -> u64) -> u64 {
         let mut g = self.lock();
         let mut v = [0u8; 8];
@@ -231,6 +405,27 @@ impl RegionMemory {
         g[offset..offset + 8].copy_from_slice(&f(old).to_ne_bytes());
         old
     }
+}
+
+#[cold]
+#[inline(never)]
+fn on_demand_misuse(what: &str) -> ! {
+    panic!("RegionMemory::{what} on an on-demand region: its pages may be unmapped; use the try_ accessors")
+}
+
+/// A fault-safe copy of `len` bytes at `offset` of the on-demand bytes at
+/// `base` (`copy` gets the address).
+#[cold]
+#[inline(never)]
+fn odp_copy(
+    base: usize,
+    offset: usize,
+    len: usize,
+    copy: impl FnOnce(usize) -> Result<(), crate::odp::Faulted>,
+) -> Result<(), MemoryFault> {
+    let fault = MemoryFault { offset, len };
+    let addr = base.checked_add(offset).ok_or(fault)?;
+    copy(addr).map_err(|_| fault)
 }
 
 /// A registered memory region.
@@ -244,6 +439,17 @@ pub struct MemoryRegion {
     pub len: u64,
     pub access: Access,
     pub memory: RegionMemory,
+}
+
+impl MemoryRegion {
+    /// The offset of `len` bytes at `addr` if they lie inside the region.
+    /// No sum here can overflow, so an implicit on-demand region (`va` 0,
+    /// `len` 2^64 - 1) holds every range that does not wrap around.
+    #[inline]
+    pub fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
+        let offset = addr.checked_sub(self.va)?;
+        (len <= self.len && offset <= self.len - len).then_some(offset as usize)
+    }
 }
 
 /// Why an access was refused. Each maps to one completion status or NAK.
@@ -266,6 +472,12 @@ pub enum AccessError {
     /// A type 2 window's rkey arriving on a QP other than the one it is bound to.
     #[error("memory window {key:#x} is bound to another QP")]
     WindowOfAnotherQp { key: u32 },
+    /// An on-demand region's page there is not mapped (or not writable).
+    #[error("{len} bytes at {addr:#x} in on-demand memory region {key:#x} are not mapped (or not accessible)")]
+    Unmapped { key: u32, addr: u64, len: u64 },
+    /// `ibv_advise_mr` named a region that is not on demand.
+    #[error("memory region {key:#x} is not an on-demand region")]
+    NotOnDemand { key: u32 },
 }
 
 /// The memory regions of an endpoint, by key.
@@ -384,14 +596,13 @@ impl MemoryTable {
         if r.pd != pd {
             return Err(AccessError::PdMismatch { key });
         }
-        let in_bounds = addr >= r.va && addr.checked_add(len).is_some_and(|end| end <= r.va + r.len);
-        if !in_bounds {
+        let Some(offset) = r.offset_of(addr, len) else {
             return Err(AccessError::OutOfBounds { key, addr, len });
-        }
+        };
         if !r.access.contains(needed) {
             return Err(AccessError::NotPermitted { key, needed });
         }
-        Ok((r, (addr - r.va) as usize))
+        Ok((r, offset))
     }
 }
 

@@ -631,14 +631,18 @@ impl Responder {
                         ctx.mrs.check_remote(rkey, qp.pd, qp.num, va, n, Access::REMOTE_WRITE).ok()
                     } else {
                         match ctx.mrs.get(rkey) {
-                            Some(r) if va >= r.va && va + n <= r.va + r.len => Some((r, (va - r.va) as usize)),
-                            _ => None,
+                            Some(r) => r.offset_of(va, n).map(|at| (r, at)),
+                            None => None,
                         }
                     };
                     let Some((region, at)) = found else {
                         return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
                     };
-                    region.memory.write(at, payload);
+                    if region.memory.try_write(at, payload).is_err() {
+                        // An on-demand page that is not there (docs/odp.md).
+                        tracing::debug!(qpn = qp.num, rkey, va, "WRITE: on-demand page not mapped or not writable");
+                        return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::PageFault));
+                    }
                 }
                 if info.position.ends() {
                     if let Some(recv) = recv {
@@ -692,7 +696,7 @@ impl Responder {
                 };
                 let (swap_add, compare) = (a.swap_add(), a.compare());
                 let cas = info.operation == Operation::CompareSwap;
-                let orig = region.memory.atomic(at, |v| {
+                let orig = region.memory.try_atomic(at, |v| {
                     if cas {
                         if v == compare {
                             swap_add
@@ -703,6 +707,10 @@ impl Responder {
                         v.wrapping_add(swap_add)
                     }
                 });
+                let Ok(orig) = orig else {
+                    tracing::debug!(qpn = qp.num, va = a.va(), "atomic: on-demand page not mapped or not writable");
+                    return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::PageFault));
+                };
                 let atomic = Resource { first: psn, npsn: 1, what: Executed::Atomic { orig } };
                 self.resources.remember(atomic, qp.rd_atomic_capacity());
                 self.msn = (self.msn + 1) & 0xff_ffff;
@@ -782,14 +790,21 @@ impl Responder {
             }
             _ => ctx.mrs.check(r.rkey, qp.pd, r.va, len, needed),
         };
-        let region = match checked {
-            Ok((region, _)) => region,
+        let (region, at) = match checked {
+            Ok(found) => found,
             Err(e) => {
                 tracing::debug!(qpn = qp.num, error = %e, "FLUSH: rkey check failed");
                 return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::RkeyViolation));
             }
         };
-        region.memory.flush();
+        if selectivity == rdma_wire::feth::SELECTIVITY_MR {
+            // The whole region (for implicit ODP, the address space): no
+            // page is named, none is checked.
+            region.memory.flush();
+        } else if region.memory.try_flush(at, len as usize).is_err() {
+            tracing::debug!(qpn = qp.num, va = r.va, len, "FLUSH: on-demand range not mapped");
+            return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::PageFault));
+        }
         let flushed = Resource { first: psn, npsn: 1, what: Executed::Flush };
         self.resources.remember(flushed, qp.rd_atomic_capacity());
         self.msn = (self.msn + 1) & 0xff_ffff;
@@ -846,7 +861,10 @@ impl Responder {
         if r.va % 8 != 0 {
             return Err(Fail::Nak(NakCode::InvalidRequest, Drop::MisalignedAtomic));
         }
-        region.memory.atomic_write(at, value);
+        if region.memory.try_atomic_write(at, value).is_err() {
+            tracing::debug!(qpn = qp.num, va = r.va, "ATOMIC WRITE: on-demand page not mapped or not writable");
+            return Err(Fail::Nak(NakCode::RemoteAccessError, Drop::PageFault));
+        }
         let written = Resource { first: psn, npsn: 1, what: Executed::AtomicWrite };
         self.resources.remember(written, qp.rd_atomic_capacity());
         self.msn = (self.msn + 1) & 0xff_ffff;
@@ -975,6 +993,8 @@ impl Responder {
         let mut bth =
             BthRepr { pkey: qp.params.pkey, ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.params.dest_qp, Psn::new(0)) };
         let ack = |syndrome, msn| Some(AethRepr { syndrome, msn });
+        // The MSN of a READ response, should its bytes fault.
+        let mut read_msn = 0;
         let (tr, payload_src, done) = match resp {
             Response::Ack { psn, syndrome, msn } => {
                 bth.psn = *psn;
@@ -1012,6 +1032,7 @@ impl Responder {
                     t.aeth = ack(Syndrome::ACK_UNLIMITED, *msn);
                 }
                 let src = (*rkey, *va, n as usize);
+                read_msn = *msn;
                 *psn = psn.next();
                 *va += n;
                 *remaining -= n;
@@ -1026,21 +1047,37 @@ impl Responder {
         let av = if payload_src.is_some() { av.for_data(qp.ecn_capable) } else { av };
         let n = payload_src.map_or(0, |s| s.2);
         let src = payload_src.filter(|s| s.2 > 0).and(checked);
-        if let Some((memory, at)) = src.filter(|_| framer.takes_by_ref(n)) {
+        if let Some((memory, at)) = src.filter(|(m, _)| framer.takes_by_ref(n) && !m.is_on_demand()) {
             let (len, p) = framer.frame_by_ref(buf, &av, qp.src_port, &tr, (memory.clone(), at, n));
             self.responded(qp, done);
             return Some((len, av.dest, Some(p)));
         }
-        let len = framer
-            .frame(buf, &av, qp.src_port, &tr, n, |dst| {
-                if let Some((memory, at)) = src {
-                    memory.read(at, dst);
-                }
-                Ok::<(), ()>(())
-            })
-            .ok()?;
-        self.responded(qp, done);
-        Some((len, av.dest, None))
+        let framed = framer.frame(buf, &av, qp.src_port, &tr, n, |dst| match src {
+            Some((memory, at)) => memory.try_read(at, dst),
+            None => Ok(()),
+        });
+        match framed {
+            Ok(len) => {
+                self.responded(qp, done);
+                Some((len, av.dest, None))
+            }
+            Err(e) => {
+                // An on-demand page gone since the READ was checked: the
+                // response becomes NAK Remote Access Error for this PSN, as
+                // for a region gone (`check_read_source`), sent now.
+                tracing::debug!(qpn = qp.num, error = %e, "READ response: on-demand page not mapped");
+                self.fail_read(tr.bth.psn, read_msn);
+                self.transmit(qp, now, AckHold { hold, flush, conversing }, mrs, framer, buf)
+            }
+        }
+    }
+
+    /// The front READ response cannot go on: it becomes NAK Remote Access
+    /// Error for `psn` and the QP goes to the error state once it is sent.
+    fn fail_read(&mut self, psn: Psn, msn: u32) {
+        self.out.clear();
+        self.out.push_back(Response::Ack { psn, syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
+        self.fatal = true;
     }
 
     /// Looks the region of the front READ response up again before its next
@@ -1071,9 +1108,7 @@ impl Responder {
         }
         tracing::debug!(qpn = qp.num, rkey, "READ response: the region is gone or no longer readable");
         let (psn, msn) = (*psn, *msn);
-        self.out.clear();
-        self.out.push_back(Response::Ack { psn, syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
-        self.fatal = true;
+        self.fail_read(psn, msn);
         None
     }
 

@@ -57,6 +57,10 @@ pub enum Drop {
     /// A SEND with invalidate naming a key this QP may not invalidate (a
     /// type 1 window, a region, another QP's or PD's window, an unbound one).
     InvalidateRefused,
+    /// A peer's request reached a page of an on-demand region that is not
+    /// mapped, or not writable for a write (docs/odp.md): NAK Remote
+    /// Access Error.
+    PageFault,
 }
 
 /// Counters of an endpoint.

@@ -480,6 +480,24 @@ impl Context {
         rdma_transport::window::MAX_WINDOWS as u32
     }
 
+    /// `ibv_query_device_ex`'s `odp_caps` (and `xrc_odp_caps`): explicit
+    /// and implicit ODP, every RC, UC and UD operation on on-demand memory
+    /// (docs/odp.md); all zero where the fault-safe copies cannot work in
+    /// this process (a seccomp policy forbidding `process_vm_readv`).
+    pub fn odp_caps(&self) -> crate::OdpCaps {
+        if !rdma_transport::odp::supported() {
+            return crate::OdpCaps::default();
+        }
+        use crate::device::odp;
+        crate::OdpCaps {
+            general_caps: odp::SUPPORT | odp::SUPPORT_IMPLICIT,
+            rc_odp_caps: odp::RC,
+            uc_odp_caps: odp::UC,
+            ud_odp_caps: odp::UD,
+            xrc_odp_caps: 0,
+        }
+    }
+
     /// `ibv_query_gid`.
     pub fn query_gid(&self, index: u32) -> Result<Gid> {
         self.inner.device.gid(index)

@@ -414,6 +414,53 @@ pub mod device_cap_ex {
     pub const ALL: u64 = FLUSH_GLOBAL | FLUSH_PERSISTENT | ATOMIC_WRITE;
 }
 
+/// On-demand paging capabilities (libibverbs' `ibv_odp_general_caps` and
+/// `ibv_odp_transport_cap_bits`, verbs.h), as [`crate::Context::odp_caps`]
+/// reports them in an [`OdpCaps`] (docs/odp.md).
+pub mod odp {
+    /// `IBV_ODP_SUPPORT`: regions may be registered with
+    /// `IBV_ACCESS_ON_DEMAND` ([`crate::ProtectionDomain::reg_mr_on_demand`]).
+    pub const SUPPORT: u64 = 1 << 0;
+    /// `IBV_ODP_SUPPORT_IMPLICIT`: the whole address space
+    /// ([`crate::ProtectionDomain::reg_mr_implicit`]).
+    pub const SUPPORT_IMPLICIT: u64 = 1 << 1;
+    /// `IBV_ODP_SUPPORT_SEND`: a SEND's gather list may be on demand.
+    pub const SEND: u32 = 1 << 0;
+    /// `IBV_ODP_SUPPORT_RECV`: a receive buffer may be on demand.
+    pub const RECV: u32 = 1 << 1;
+    /// `IBV_ODP_SUPPORT_WRITE`: an RDMA WRITE's target (and source).
+    pub const WRITE: u32 = 1 << 2;
+    /// `IBV_ODP_SUPPORT_READ`: an RDMA READ's source (and target).
+    pub const READ: u32 = 1 << 3;
+    /// `IBV_ODP_SUPPORT_ATOMIC`: compare-and-swap and fetch-and-add.
+    pub const ATOMIC: u32 = 1 << 4;
+    /// `IBV_ODP_SUPPORT_SRQ_RECV`: a receive buffer posted to an SRQ.
+    pub const SRQ_RECV: u32 = 1 << 5;
+    /// `IBV_ODP_SUPPORT_FLUSH` (newer rdma-core headers, not 44's
+    /// verbs.h): FLUSH.
+    pub const FLUSH: u32 = 1 << 6;
+    /// `IBV_ODP_SUPPORT_ATOMIC_WRITE` (as [`FLUSH`]): ATOMIC WRITE.
+    pub const ATOMIC_WRITE: u32 = 1 << 7;
+    /// What RC QPs do with on-demand memory here: everything.
+    pub const RC: u32 = SEND | RECV | WRITE | READ | ATOMIC | SRQ_RECV | FLUSH | ATOMIC_WRITE;
+    /// UC: the operations UC has.
+    pub const UC: u32 = SEND | RECV | WRITE | SRQ_RECV;
+    /// UD: the operations UD has.
+    pub const UD: u32 = SEND | RECV | SRQ_RECV;
+}
+
+/// `struct ibv_odp_caps` of `ibv_query_device_ex` (plus `xrc_odp_caps`,
+/// which follows it there): bits of [`odp`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OdpCaps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+    /// No XRC here: 0.
+    pub xrc_odp_caps: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

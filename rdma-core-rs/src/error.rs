@@ -31,3 +31,14 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An [`Error::Io`] with this errno: what the ODP calls answer
+    /// (`EFAULT` for memory that is not mapped or not accessible, `EPERM`,
+    /// `EOPNOTSUPP`), so that a caller mapping errors to errno values gets
+    /// them unchanged (`io::Error::raw_os_error`).
+    pub(crate) fn errno(errno: i32, what: std::fmt::Arguments<'_>) -> Error {
+        tracing::debug!(errno, "{what}");
+        Error::Io(io::Error::from_raw_os_error(errno))
+    }
+}

@@ -72,12 +72,14 @@ pub mod udp;
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::{poll_readable, Context};
 pub use cq::{CompChannel, CompletionQueue};
-pub use device::{device_cap, device_cap_ex, devices, Backend, Device, DeviceConfig, Gid, PortAttr, Progress};
+pub use device::{
+    device_cap, device_cap_ex, devices, odp, Backend, Device, DeviceConfig, Gid, OdpCaps, PortAttr, Progress,
+};
 pub use error::{Error, Result};
 pub use faults::FaultConfig;
 pub use io_stats::IoStats;
 pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
-pub use pd::{MemoryRegion, ProtectionDomain};
+pub use pd::{AdviseMr, MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
 pub use rdma_transport::qp::{QpParams, QpStats};

@@ -64,7 +64,15 @@ impl ProtectionDomain {
     ///
     /// # Safety
     /// As [`ProtectionDomain::reg_mr_raw`].
+    ///
+    /// With [`Access::ON_DEMAND`] in `access` this is
+    /// [`ProtectionDomain::reg_mr_on_demand`] (as `ibv_reg_mr` with
+    /// `IBV_ACCESS_ON_DEMAND`), whose contract is weaker.
     pub unsafe fn reg_mr_raw_at(&self, ptr: *mut u8, len: usize, iova: u64, access: Access) -> Result<MemoryRegion> {
+        if access.contains(Access::ON_DEMAND) {
+            // SAFETY: reg_mr_raw_at's contract is stronger than reg_mr_on_demand's.
+            return unsafe { self.reg_mr_on_demand(ptr, len, iova, access) };
+        }
         if ptr.is_null() {
             return Err(Error::InvalidArgument(format!("reg_mr_raw: null pointer (length {len})")));
         }
@@ -73,6 +81,91 @@ impl ProtectionDomain {
         }
         // SAFETY: forwarded to our caller.
         self.register_at(unsafe { RegionMemory::from_raw(ptr, len) }, iova, access)
+    }
+
+    /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND` (ODP): the caller's memory
+    /// `ptr..ptr+len`, addressed at `iova`, registered on demand. Nothing
+    /// is pinned or checked now: the range may hold unmapped pages, and
+    /// pages may be unmapped, remapped or have their protection changed
+    /// while the region lives. Every access the engine makes goes through
+    /// the kernel's fault-safe copies (docs/odp.md): a peer's access to a
+    /// page that is not there (or not writable, for a write) is answered
+    /// with NAK Remote Access Error, a local SGE there completes with
+    /// `LocProtErr`, and the process never takes a signal for it.
+    /// [`Access::ON_DEMAND`] is added to `access`.
+    ///
+    /// `ptr` null with `len` `usize::MAX` is implicit ODP
+    /// ([`ProtectionDomain::reg_mr_implicit`]), as in libibverbs.
+    ///
+    /// # Safety
+    /// While the region is registered, a peer (or a READ response) may
+    /// write any mapped, writable byte of the range at any moment: no Rust
+    /// value that assumes it is not written behind its back may live
+    /// there. Buffers the application reaches only through raw pointers,
+    /// `read_volatile`/`write_volatile` or atomics meet this.
+    pub unsafe fn reg_mr_on_demand(&self, ptr: *mut u8, len: usize, iova: u64, access: Access) -> Result<MemoryRegion> {
+        if !rdma_transport::odp::supported() {
+            return Err(Error::errno(
+                libc::EOPNOTSUPP,
+                format_args!("on-demand regions: process_vm_readv(2) is not available to this process"),
+            ));
+        }
+        if (ptr as usize).checked_add(len).is_none() && !(ptr.is_null() && len == usize::MAX) {
+            return Err(Error::InvalidArgument(format!("address {ptr:p} + length {len} overflows")));
+        }
+        if iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument(format!("iova {iova:#x} + length {len} overflows")));
+        }
+        // SAFETY: forwarded to our caller.
+        let memory = unsafe { RegionMemory::on_demand(ptr as usize, len) };
+        self.register_at(memory, iova, access | Access::ON_DEMAND)
+    }
+
+    /// Implicit ODP (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND
+    /// | access)`): one region of the whole address space, at address 0
+    /// and `usize::MAX` bytes long, whose keys reach every address of the
+    /// process; unmapped ones fail cleanly as in
+    /// [`ProtectionDomain::reg_mr_on_demand`].
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::reg_mr_on_demand`], for every writable byte
+    /// of the process (with `REMOTE_WRITE`, a peer that knows the rkey can
+    /// write any of them: grant it only to peers trusted that far).
+    pub unsafe fn reg_mr_implicit(&self, access: Access) -> Result<MemoryRegion> {
+        // SAFETY: forwarded to our caller.
+        unsafe { self.reg_mr_on_demand(std::ptr::null_mut(), usize::MAX, 0, access) }
+    }
+
+    /// `ibv_advise_mr`: prefetches the ranges of `sg_list`, each in an
+    /// on-demand region of this PD. `Prefetch` faults the pages in for
+    /// reading, `PrefetchWrite` for writing (the region must allow local
+    /// writes), `PrefetchNoFault` only checks: no byte changes. The only
+    /// flag is `IBV_ADVISE_MR_FLAG_FLUSH` (1): the call is always
+    /// synchronous here. Errors as the man page gives them:
+    /// [`Error::Io`] with `EFAULT` for a key that names no region of this
+    /// PD, a range outside its region, or pages that are not mapped (or
+    /// not writable, for `PrefetchWrite`); [`Error::Io`] with `EPERM` for
+    /// `PrefetchWrite` on a region without local write;
+    /// [`Error::InvalidArgument`] (`EINVAL`) for other flags, an empty
+    /// list, or a region that is not on demand.
+    pub fn advise_mr(&self, advice: AdviseMr, flags: u32, sg_list: &[Sge]) -> Result<()> {
+        if flags & !AdviseMr::FLAG_FLUSH != 0 {
+            return Err(Error::InvalidArgument(format!("advise_mr: unknown flags {flags:#x}")));
+        }
+        if sg_list.is_empty() {
+            return Err(Error::InvalidArgument("advise_mr: an empty scatter/gather list".into()));
+        }
+        let (write, fault) = match advice {
+            AdviseMr::Prefetch => (false, true),
+            AdviseMr::PrefetchWrite => (true, true),
+            AdviseMr::PrefetchNoFault => (false, false),
+        };
+        use rdma_transport::memory::AccessError as E;
+        self.ctx.inner.lock().ep.advise_mr(self.pd, sg_list, write, fault).map_err(|e| match e {
+            E::NotPermitted { .. } => Error::errno(libc::EPERM, format_args!("advise_mr: {e}")),
+            E::NotOnDemand { .. } | E::Misaligned(_) => Error::InvalidArgument(e.to_string()),
+            _ => Error::errno(libc::EFAULT, format_args!("advise_mr: {e}")),
+        })
     }
 
     fn register(&self, memory: RegionMemory, access: Access) -> Result<MemoryRegion> {
@@ -86,6 +179,29 @@ impl ProtectionDomain {
         let (lkey, rkey) = self.ctx.inner.lock().ep.reg_mr(self.pd, addr, memory.clone(), access);
         tracing::debug!(lkey, rkey, addr, len, "memory region registered");
         Ok(MemoryRegion { ctx: self.ctx.clone(), pd: self.pd, memory, addr, len, lkey, rkey, access })
+    }
+}
+
+/// `enum ibv_advise_mr_advice` ([`ProtectionDomain::advise_mr`]), with
+/// libibverbs' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum AdviseMr {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH`
+    Prefetch = 0,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`
+    PrefetchWrite = 1,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`
+    PrefetchNoFault = 2,
+}
+
+impl AdviseMr {
+    /// `IBV_ADVISE_MR_FLAG_FLUSH`: wait until done (always so here).
+    pub const FLAG_FLUSH: u32 = 1;
+
+    /// The advice of this libibverbs value.
+    pub fn from_raw(v: u32) -> Option<AdviseMr> {
+        [AdviseMr::Prefetch, AdviseMr::PrefetchWrite, AdviseMr::PrefetchNoFault].into_iter().find(|a| *a as u32 == v)
     }
 }
 
@@ -169,6 +285,11 @@ impl MemoryRegion {
         }
     }
 
+    /// Whether the region is on demand ([`ProtectionDomain::reg_mr_on_demand`]).
+    pub fn is_on_demand(&self) -> bool {
+        self.memory.is_on_demand()
+    }
+
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(Error::OutOfBounds { offset, len, size: self.len });
@@ -187,18 +308,24 @@ impl MemoryRegion {
         Sge { addr: self.addr, length: self.len as u32, lkey: self.lkey }
     }
 
-    /// Copies bytes out of the region.
+    /// Copies bytes out of the region: on an on-demand region, bytes that
+    /// are not mapped are [`Error::Io`] with `EFAULT`.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        self.memory.read(offset, out);
-        Ok(())
+        self.memory.try_read(offset, out).map_err(|_| self.fault(offset, out.len()))
     }
 
-    /// Copies bytes into the region.
+    /// Copies bytes into the region: on an on-demand region, bytes that
+    /// are not mapped or not writable are [`Error::Io`] with `EFAULT`
+    /// (bytes before them may have been written).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
-        self.memory.write(offset, data);
-        Ok(())
+        self.memory.try_write(offset, data).map_err(|_| self.fault(offset, data.len()))
+    }
+
+    fn fault(&self, offset: usize, len: usize) -> Error {
+        let addr = self.addr.wrapping_add(offset as u64);
+        Error::errno(libc::EFAULT, format_args!("{len} bytes at {addr:#x}: not mapped or not accessible"))
     }
 
     /// The 8-byte value at `offset` in host order (the target of atomics).
@@ -209,6 +336,10 @@ impl MemoryRegion {
     }
 
     /// A copy of the whole region.
+    ///
+    /// # Panics
+    /// On an on-demand region (it may have holes, or be the whole address
+    /// space): use [`MemoryRegion::read`].
     pub fn to_vec(&self) -> Vec<u8> {
         self.memory.to_vec()
     }
@@ -216,6 +347,10 @@ impl MemoryRegion {
     /// Exclusive access to the bytes in place: the engine cannot write them
     /// until the guard is dropped (a packet for this region waits). Do not
     /// post, poll or wait on the same device while holding it.
+    ///
+    /// # Panics
+    /// On an on-demand region: no slice of its bytes can be made (a page
+    /// may be unmapped). Use [`MemoryRegion::read`] / [`MemoryRegion::write`].
     pub fn lock(&self) -> RegionGuard<'_> {
         self.memory.lock()
     }
@@ -243,7 +378,23 @@ impl MemoryRegion {
         if let Some(a) = access {
             check_access(a)?;
         }
+        let on_demand = access.unwrap_or(self.access).contains(Access::ON_DEMAND);
+        if on_demand != self.access.contains(Access::ON_DEMAND) && translation.is_none() {
+            return Err(Error::InvalidArgument(
+                "rereg_raw: IBV_ACCESS_ON_DEMAND changes only with a new translation".into(),
+            ));
+        }
         let memory = match translation {
+            Some((ptr, len, iova)) if on_demand => {
+                if !rdma_transport::odp::supported() {
+                    return Err(Error::errno(libc::EOPNOTSUPP, format_args!("on-demand regions")));
+                }
+                if iova.checked_add(len as u64).is_none() || (ptr as usize).checked_add(len).is_none() {
+                    return Err(Error::InvalidArgument(format!("iova {iova:#x} + length {len} overflows")));
+                }
+                // SAFETY: forwarded to our caller (reg_mr_on_demand's contract).
+                Some((iova, unsafe { RegionMemory::on_demand(ptr as usize, len) }))
+            }
             Some((ptr, len, iova)) => {
                 if ptr.is_null() {
                     return Err(Error::InvalidArgument(format!("rereg_raw: null pointer (length {len})")));

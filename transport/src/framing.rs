@@ -202,6 +202,7 @@ impl Framer {
     /// Where the payload of `len` bytes starting `offset` bytes into the
     /// buffers of `sges` lies, if it lies in one region and packets may
     /// carry it by reference; `None` means: copy it.
+    #[inline]
     pub fn payload_ref(
         &self,
         mrs: &MemoryTable,
@@ -213,6 +214,20 @@ impl Framer {
         if !self.takes_by_ref(len) {
             return Ok(None);
         }
+        self.payload_ref_slow(mrs, pd, sges, offset, len)
+    }
+
+    /// [`Framer::payload_ref`] when packets may carry payload by reference
+    /// (out of line: the requester's per-packet path stays small).
+    #[inline(never)]
+    fn payload_ref_slow(
+        &self,
+        mrs: &MemoryTable,
+        pd: Pd,
+        sges: &[Sge],
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(RegionMemory, usize, usize)>, AccessError> {
         let mut off = offset;
         for s in sges {
             let sl = u64::from(s.length);

@@ -193,6 +193,7 @@ impl RegionMemory {
     /// # Panics
     /// On an on-demand region: its pages may not be mapped, so no slice of
     /// them can exist. Use [`RegionMemory::try_read`] / `try_write`.
+    #[inline]
     pub fn lock(&self) -> RegionGuard<'_> {
         match &*self.0 {
             Bytes::Owned(m) => RegionGuard { _lock: None, owned: Some(relock(m)), raw: (core::ptr::null_mut(), 0) },

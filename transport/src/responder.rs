@@ -1066,10 +1066,33 @@ impl Responder {
                 // response becomes NAK Remote Access Error for this PSN, as
                 // for a region gone (`check_read_source`), sent now.
                 tracing::debug!(qpn = qp.num, error = %e, "READ response: on-demand page not mapped");
-                self.fail_read(tr.bth.psn, read_msn);
-                self.transmit(qp, now, AckHold { hold, flush, conversing }, mrs, framer, buf)
+                self.send_read_fault(qp, framer, buf, tr.bth.psn, read_msn)
             }
         }
+    }
+
+    /// The READ response packet for `psn` could not read its on-demand
+    /// bytes: it goes out as NAK Remote Access Error instead, now, and
+    /// the QP goes to the error state (kept apart, and cold, so that the
+    /// transmit path of ordinary regions stays as it was).
+    #[cold]
+    #[inline(never)]
+    fn send_read_fault(
+        &mut self,
+        qp: &mut RespQp<'_>,
+        framer: &Framer,
+        buf: &mut [u8],
+        psn: Psn,
+        msn: u32,
+    ) -> Option<(usize, core::net::IpAddr, Option<PayloadRef>)> {
+        self.fail_read(psn, msn);
+        let av = qp.params.av?;
+        let bth = BthRepr { pkey: qp.params.pkey, ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.params.dest_qp, psn) };
+        let mut t = TransportRepr::new(bth);
+        t.aeth = Some(AethRepr { syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
+        let len = framer.frame(buf, &av, qp.src_port, &t, 0, |_| Ok::<(), ()>(())).ok()?;
+        self.responded(qp, true);
+        Some((len, av.dest, None))
     }
 
     /// The front READ response cannot go on: it becomes NAK Remote Access

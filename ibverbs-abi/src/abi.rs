@@ -126,7 +126,7 @@ pub type QueryDeviceExFn =
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPortFn>,
-    pub advise_mr: Slot,
+    pub advise_mr: Option<unsafe extern "C" fn(*mut ibv_pd, u32, u32, *mut ibv_sge, u32) -> c_int>,
     pub alloc_null_mr: Slot,
     pub read_counters: Slot,
     pub attach_counters_point_flow: Slot,

@@ -280,6 +280,7 @@ pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_cont
     v.query_port = Some(crate::device::query_port);
     v.query_device_ex = Some(crate::device::query_device_ex);
     v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
+    v.advise_mr = Some(crate::pd::advise_mr);
     v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     v.query_rt_values = Some(crate::cq_ex::query_rt_values);
     v.alloc_td = Some(crate::pd::alloc_td);

@@ -210,8 +210,17 @@ pub unsafe extern "C" fn query_device_ex(
         // a 1 GHz clock that does not wrap.
         x.completion_timestamp_mask = u64::MAX;
         x.hca_core_clock = 1_000_000; // kHz
-                                      // FLUSH (global and persistent placement) and ATOMIC_WRITE, as rxe.
-                                      // The full 64 bits, the 32 of device_cap_flags included, as the kernel gives them.
+                                      // On-demand paging (docs/odp.md): implicit, and per transport.
+        let odp = ctx.engine.verbs.odp_caps();
+        x.odp_caps = ibv_odp_caps {
+            general_caps: odp.general_caps,
+            rc_odp_caps: odp.rc_odp_caps,
+            uc_odp_caps: odp.uc_odp_caps,
+            ud_odp_caps: odp.ud_odp_caps,
+        };
+        x.xrc_odp_caps = odp.xrc_odp_caps;
+        // FLUSH (global and persistent placement) and ATOMIC_WRITE, as rxe.
+        // The full 64 bits, the 32 of device_cap_flags included, as the kernel gives them.
         x.device_cap_flags_ex = u64::from(x.orig_attr.device_cap_flags) | ctx.engine.verbs.device_cap_flags_ex();
         let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's buffer holds `size` bytes; we write at most that.

@@ -416,21 +416,36 @@ fn mapped(addr: usize, len: usize) -> bool {
 /// without them, MW_BIND and HUGETLB need nothing here.
 fn access_of(flags: c_uint) -> Result<Access, c_int> {
     const ZERO_BASED: c_uint = 1 << 5;
-    const ON_DEMAND: c_uint = 1 << 6;
-    if flags & (ZERO_BASED | ON_DEMAND) != 0 {
-        tracing::warn!(flags, "zero-based and on-demand memory regions are not supported");
+    if flags & ZERO_BASED != 0 {
+        tracing::warn!(flags, "zero-based memory regions are not supported");
         return Err(libc::EOPNOTSUPP);
     }
-    // LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND, and
-    // FLUSH_GLOBAL and FLUSH_PERSISTENT (the engine's checks use the same
-    // bit values).
-    Ok(Access(flags & (0xf | Access::MW_BIND.0 | 1 << 8 | 1 << 9)))
+    // LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND,
+    // ON_DEMAND, and FLUSH_GLOBAL and FLUSH_PERSISTENT (the engine's checks
+    // use the same bit values).
+    Ok(Access(flags & (0xf | Access::MW_BIND.0 | Access::ON_DEMAND.0 | 1 << 8 | 1 << 9)))
 }
 
 /// Registers `addr..addr+length` at `iova` in `p`, as `ibv_reg_mr` checks it:
-/// the access flags, then that the range is mapped (EFAULT).
+/// the access flags, then that the range is mapped (EFAULT). An on-demand
+/// region (`IBV_ACCESS_ON_DEMAND`) needs no mapping: the engine reaches it
+/// only through fault-safe copies (docs/odp.md), and `addr` NULL with
+/// `length` SIZE_MAX is implicit ODP, the whole address space.
 fn register(p: &Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> Result<MemoryRegion, c_int> {
     let flags = access_of(access)?;
+    if flags.contains(Access::ON_DEMAND) {
+        let implicit = addr.is_null() && length == usize::MAX;
+        // SAFETY: the engine never dereferences an on-demand region's bytes.
+        let r = if implicit {
+            if iova != 0 {
+                return Err(libc::EINVAL);
+            }
+            unsafe { p.verbs.reg_mr_implicit(flags) }
+        } else {
+            unsafe { p.verbs.reg_mr_on_demand(addr.cast(), length, iova, flags) }
+        };
+        return r.map_err(|e| errno_of(&e));
+    }
     if addr.is_null() || !mapped(addr as usize, length) {
         tracing::debug!(addr = addr as u64, length, "ibv_reg_mr of memory that is not mapped");
         return Err(libc::EFAULT);
@@ -439,6 +454,28 @@ fn register(p: &Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint)
     // any RDMA device, keeps it valid until ibv_dereg_mr; the engine checks
     // every access against the region's bounds.
     unsafe { p.verbs.reg_mr_raw_at(addr.cast(), length, iova, flags) }.map_err(|e| errno_of(&e))
+}
+
+/// `verbs_context.advise_mr`, what the inline `ibv_advise_mr` calls:
+/// prefetches ranges of on-demand regions of `pd`.
+pub unsafe extern "C" fn advise_mr(pd: *mut ibv_pd, advice: u32, flags: u32, sg: *mut ibv_sge, n: u32) -> c_int {
+    guard("ibv_advise_mr", libc::EIO, || {
+        let mut held = Held::new();
+        // SAFETY: pd_use checks the registry.
+        let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return libc::EINVAL };
+        let Some(advice) = rdma_core_rs::AdviseMr::from_raw(advice) else { return libc::EINVAL };
+        if n > 0 && sg.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's `n` entries (checked for NULL).
+        let list = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(sg, n as usize) } };
+        let sges: Vec<rdma_core_rs::Sge> =
+            list.iter().map(|e| rdma_core_rs::Sge { addr: e.addr, length: e.length, lkey: e.lkey }).collect();
+        match p.verbs.advise_mr(advice, flags, &sges) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
 }
 
 fn c_mr(p: &Pd, pd: *mut ibv_pd, addr: *mut c_void, length: usize, verbs: &MemoryRegion) -> ibv_mr {

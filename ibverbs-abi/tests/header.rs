@@ -65,6 +65,7 @@ fn layout() -> (Offsets, Sizes) {
     s!(verbs_context);
     f!(verbs_context, query_port);
     f!(verbs_context, advise_mr);
+    f!(verbs_context, advise_mr);
     f!(verbs_context, alloc_parent_domain);
     f!(verbs_context, dealloc_td);
     f!(verbs_context, alloc_td);

@@ -364,6 +364,7 @@ impl Cb {
             solicited: false,
             inline_data: None,
             ud: None,
+            xrc_srqn: 0,
         };
         qp.post_send(&[wr]).map_err(|e| format!("post send error {e}"))?;
         self.sends_outstanding.set(self.sends_outstanding.get() + 1);

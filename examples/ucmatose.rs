@@ -103,6 +103,7 @@ fn post_sends(node: &Node, count: usize, size: usize) -> Res<()> {
             solicited: false,
             inline_data: None,
             ud: None,
+            xrc_srqn: 0,
         };
         node.qp.post_send(&[wr]).map_err(|e| format!("failed to post sends: {e}"))?;
     }

@@ -117,6 +117,7 @@ fn post_sends(node: &Node, count: usize, size: usize, signaled: bool) -> Res<()>
             solicited: false,
             inline_data: None,
             ud: Some(dest),
+            xrc_srqn: 0,
         };
         node.qp.post_send(&[wr]).map_err(|e| format!("failed to post sends: {e}"))?;
     }

@@ -28,7 +28,7 @@ use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::paths::PathTable;
-use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId};
+use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, XrcdId};
 use crate::rng::Rng;
 use crate::stats::QpStats;
 use crate::time::Instant;
@@ -72,6 +72,8 @@ pub struct Endpoint {
     next_qpn: u32,
     cqs: CqTable,
     srqs: SrqTable,
+    /// XRC domains: whether each is open.
+    xrcds: Vec<bool>,
     stats: Stats,
     /// Round-robin cursor over QPs for transmission.
     rr: u32,
@@ -147,6 +149,7 @@ impl Endpoint {
             next_qpn,
             cqs: CqTable::default(),
             srqs: SrqTable::default(),
+            xrcds: Vec::new(),
             stats: Stats::default(),
             rr: 0,
             burst: 0,
@@ -510,8 +513,120 @@ impl Endpoint {
         self.events.pop_front()
     }
 
+    /// `ibv_open_xrcd` of a new, process-private XRC domain.
+    pub fn open_xrcd(&mut self) -> XrcdId {
+        self.xrcds.push(true);
+        XrcdId(self.xrcds.len() as u32 - 1)
+    }
+
+    /// `ibv_close_xrcd`: refused (`XrcdInUse`, EBUSY) while an XRC SRQ or
+    /// an XRC_RECV QP is in it.
+    pub fn close_xrcd(&mut self, xrcd: XrcdId) -> Result<(), VerbsError> {
+        if !self.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
+            return Err(VerbsError::NoSuchXrcd(xrcd.0));
+        }
+        if self.srqs.uses_xrcd(xrcd) || self.qps.values().any(|q| q.xrcd == Some(xrcd)) {
+            return Err(VerbsError::XrcdInUse(xrcd.0));
+        }
+        self.xrcds[xrcd.0 as usize] = false;
+        Ok(())
+    }
+
+    fn xrcd_open(&self, xrcd: XrcdId) -> Result<(), VerbsError> {
+        match self.xrcds.get(xrcd.0 as usize) {
+            Some(true) => Ok(()),
+            _ => Err(VerbsError::NoSuchXrcd(xrcd.0)),
+        }
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ in `xrcd` whose
+    /// receives complete on `cq` and whose buffers (and the RDMA targets of
+    /// requests naming it) belong to `pd`.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: Pd,
+        xrcd: XrcdId,
+        cq: CqId,
+        max_wr: u32,
+        limit: u32,
+    ) -> Result<SrqId, VerbsError> {
+        self.xrcd_open(xrcd)?;
+        if !self.cqs.exists(cq) {
+            return Err(VerbsError::NoSuchCq(cq.0));
+        }
+        Ok(self.srqs.create_xrc(pd, xrcd, cq, max_wr, limit))
+    }
+
+    /// `ibv_get_srq_num`: the number XRC senders name (`remote_srqn`).
+    pub fn srq_num(&self, srq: SrqId) -> Option<u32> {
+        self.srqs.xrc_of(srq).map(|_| srq.0 as u32)
+    }
+
+    /// `ibv_destroy_srq` of an XRC SRQ: no request can name it any more,
+    /// and its domain is free of it.
+    pub fn destroy_xrc_srq(&mut self, srq: SrqId) {
+        self.srqs.release(srq);
+    }
+
+    /// `ibv_create_qp_ex` of an XRC QP: `IBV_QPT_XRC_SEND` (a send queue
+    /// only: `init.recv_cq` is unused) or `IBV_QPT_XRC_RECV` in `xrcd`
+    /// (the receive side only: `init`'s PD and CQs are unused; each
+    /// request goes to the XRC SRQ it names).
+    pub fn create_xrc_qp(&mut self, init: QpInitAttr, xrcd: Option<XrcdId>) -> Result<u32, VerbsError> {
+        let qpn = match (init.qp_type, xrcd) {
+            (QpType::XrcSend, None) => {
+                let cap = crate::qp::QpCap { max_recv_wr: 0, max_recv_sge: 0, ..init.cap };
+                self.create_qp(QpInitAttr { recv_cq: init.send_cq, srq: None, cap, ..init })?
+            }
+            (QpType::XrcRecv, Some(x)) => {
+                self.xrcd_open(x)?;
+                // An XRC target has no PD, CQ or queue of its own: a PD that
+                // owns nothing, so nothing is reachable but through an SRQ,
+                // and no CQ (no send queue; receives complete on the SRQ's).
+                let cq = CqId(usize::MAX);
+                let qpn = self.insert_qp(QpInitAttr {
+                    pd: Pd(u32::MAX),
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: None,
+                    cap: crate::qp::QpCap { max_send_wr: 0, max_recv_wr: 0, ..init.cap },
+                    ..init
+                });
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    q.xrcd = Some(x);
+                }
+                qpn
+            }
+            (QpType::XrcRecv, None) => return Err(VerbsError::MissingXrcd),
+            (t, _) => return Err(VerbsError::InvalidAttribute { qpn: 0, attr: "XRC QP type", value: t as u64 }),
+        };
+        Ok(qpn)
+    }
+
+    /// `ibv_open_qp`: another handle to the XRC_RECV QP `qpn` of `xrcd`
+    /// (the QP goes when every handle is destroyed).
+    pub fn open_xrc_qp(&mut self, qpn: u32, xrcd: XrcdId) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        if qp.init.qp_type != QpType::XrcRecv || qp.xrcd != Some(xrcd) {
+            return Err(VerbsError::NoSuchQp(qpn));
+        }
+        qp.opens += 1;
+        Ok(())
+    }
+
+    /// The XRC domain of an XRC_RECV QP (`ibv_open_qp` checks it).
+    pub fn qp_xrcd(&self, qpn: u32) -> Option<XrcdId> {
+        self.qps.get(&qpn)?.xrcd
+    }
+
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
         self.touch();
+        if init.qp_type == QpType::XrcRecv {
+            return Err(VerbsError::MissingXrcd);
+        }
+        if init.srq.is_some_and(|s| self.srqs.xrc_of(s).is_some()) {
+            return Err(VerbsError::InvalidAttribute { qpn: 0, attr: "srq (an XRC SRQ takes no QP)", value: 0 });
+        }
         for cq in [init.send_cq, init.recv_cq] {
             if !self.cqs.exists(cq) {
                 return Err(VerbsError::NoSuchCq(cq.0));
@@ -520,6 +635,10 @@ impl Endpoint {
         if let Some(srq) = init.srq.filter(|&s| !self.srqs.exists(s)) {
             return Err(VerbsError::NoSuchSrq(srq.0));
         }
+        Ok(self.insert_qp(init))
+    }
+
+    fn insert_qp(&mut self, init: QpInitAttr) -> u32 {
         let mut qpn = self.next_qpn;
         while qpn < FIRST_QPN || self.qps.contains_key(&qpn) {
             qpn = (qpn + 1) & 0xff_ffff;
@@ -529,11 +648,15 @@ impl Endpoint {
         qp.ecn_capable = self.ecn_capable;
         Self::attach_cc(&mut qp, self.cc);
         self.qps.insert(qpn, qp);
-        Ok(qpn)
+        qpn
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         self.touch();
+        if let Some(qp) = self.qps.get_mut(&qpn).filter(|q| q.opens > 0) {
+            qp.opens -= 1; // another handle still holds it (ibv_open_qp)
+            return Ok(());
+        }
         self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         // Type 2 windows bound to it reach nothing any more.
         self.mrs.windows.unbind_all_of_qp(qpn);
@@ -629,6 +752,10 @@ impl Endpoint {
         };
         let supported = match t {
             QpType::Rc => true,
+            // Annex A14: RC's operations less those IBTA 1.5 added for RC
+            // only (no XRC opcodes for FLUSH and ATOMIC WRITE).
+            QpType::XrcSend => !matches!(wr.op, SendOp::Flush { .. } | SendOp::AtomicWrite { .. }),
+            QpType::XrcRecv => false,
             // ibv_post_send(3): BIND_MW and LOCAL_INV on UC, RC and XRC.
             QpType::Uc if wr.op.is_local() => true,
             QpType::Uc => !wr.op.expects_response() && !matches!(wr.op, SendOp::SendWithInv { .. }),

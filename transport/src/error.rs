@@ -36,6 +36,12 @@ pub enum VerbsError {
     MissingUdDest(u32),
     #[error("QP {0:#x} uses a shared receive queue: post receives to the SRQ")]
     QpHasSrq(u32),
+    #[error("no XRC domain {0}")]
+    NoSuchXrcd(u32),
+    #[error("XRC domain {0} is in use by an XRC SRQ or XRC_RECV QP")]
+    XrcdInUse(u32),
+    #[error("an XRC_RECV QP needs an XRC domain")]
+    MissingXrcd,
 }
 
 /// Why `ibv_dereg_mr` refused ([`crate::Endpoint::try_dereg_mr`]).

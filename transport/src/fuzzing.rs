@@ -537,7 +537,7 @@ impl Harness {
             &self.opcodes[3]
         } else {
             &self.opcodes[match q.qp_type {
-                QpType::Rc => 0,
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => 0,
                 QpType::Uc => 1,
                 QpType::Ud => 2,
             }]

@@ -59,7 +59,7 @@ pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};
 pub use error::{DeregError, VerbsError};
 pub use framing::{LinkKind, PayloadRef};
 pub use memory::{Access, MemoryFault, Pd, RegionGuard, RegionMemory};
-pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId};
+pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId, XrcdId};
 pub use stats::{Drop, QpStats, Stats};
 pub use time::Instant;
 pub use window::{is_window_key, BindArgs, BindError, InvalidateError, MemoryWindow, MwId, MwType, WindowBinding};

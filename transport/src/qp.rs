@@ -29,7 +29,25 @@ pub enum QpType {
     Rc,
     Uc,
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): a send queue only; each request
+    /// names the remote XRC SRQ (IBTA annex A14, docs/xrc.md).
+    XrcSend,
+    /// XRC target (`IBV_QPT_XRC_RECV`): the receive side only, in an XRC
+    /// domain; requests land in the XRC SRQ their XRCETH names.
+    XrcRecv,
 }
+
+impl QpType {
+    /// Acknowledged, with the RC requester/responder/completer: RC and XRC.
+    #[inline]
+    pub fn reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+}
+
+/// An XRC domain (`ibv_xrcd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct XrcdId(pub u32);
 
 /// `ibv_qp_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -257,6 +275,14 @@ pub struct Qp {
     /// Notification point, owed CNPs, reaction point and pacer; `None`
     /// until the QP sees CE-marked data or congestion control is turned on.
     pub(crate) cc: Option<Box<crate::cc::wired::QpCc>>,
+    /// The XRC domain of an XRC_RECV QP.
+    pub xrcd: Option<XrcdId>,
+    /// An XRC_RECV QP's target for the packet being handled (and the READ
+    /// responses it queued): the named XRC SRQ, its PD and its CQ.
+    pub(crate) xrc_target: Option<(SrqId, Pd, CqId)>,
+    /// Handles `ibv_open_qp` gave to this XRC_RECV QP besides its own:
+    /// each destroy takes one, the last removes the QP.
+    pub(crate) opens: u32,
 }
 
 impl Qp {
@@ -287,6 +313,9 @@ impl Qp {
             ecn_capable: true,
             stats: QpStats::default(),
             cc: None,
+            xrcd: None,
+            xrc_target: None,
+            opens: 0,
         }
     }
 
@@ -329,7 +358,7 @@ impl Qp {
                 ("port_num", attr.port_num.is_some()),
                 ("qp_access_flags", attr.qp_access_flags.is_some()),
             ],
-            (Init, Rtr, QpType::Rc) => &[
+            (Init, Rtr, QpType::Rc | QpType::XrcSend | QpType::XrcRecv) => &[
                 ("av", attr.av.is_some()),
                 ("path_mtu", attr.path_mtu.is_some()),
                 ("dest_qp_num", attr.dest_qp_num.is_some()),
@@ -343,7 +372,7 @@ impl Qp {
                 ("dest_qp_num", attr.dest_qp_num.is_some()),
                 ("rq_psn", attr.rq_psn.is_some()),
             ],
-            (Rtr, Rts, QpType::Rc) => &[
+            (Rtr, Rts, QpType::Rc | QpType::XrcSend) => &[
                 ("sq_psn", attr.sq_psn.is_some()),
                 ("timeout", attr.timeout.is_some()),
                 ("retry_cnt", attr.retry_cnt.is_some()),
@@ -438,12 +467,16 @@ impl Qp {
     /// The responder and the part of the QP it may touch, borrowed apart.
     #[inline]
     fn responder_parts(&mut self) -> (&mut Responder, RespQp<'_>) {
+        let (srq, pd, recv_cq) = match self.xrc_target {
+            Some((srq, pd, cq)) => (Some(srq), pd, cq),
+            None => (self.init.srq, self.init.pd, self.init.recv_cq),
+        };
         let view = RespQp {
             num: self.num,
             qp_type: self.init.qp_type,
-            pd: self.init.pd,
-            srq: self.init.srq,
-            recv_cq: self.init.recv_cq,
+            pd,
+            srq,
+            recv_cq,
             state: self.state,
             params: &self.params,
             src_port: self.src_port,
@@ -554,7 +587,7 @@ impl Qp {
     /// UC and UD requests complete once sent: completes those at the front.
     pub(crate) fn complete_sent(&mut self, cqs: &mut CqTable) {
         // RC requests complete on their ACKs: no view for every RC packet.
-        if self.init.qp_type != QpType::Rc {
+        if !self.init.qp_type.reliable() {
             self.completer().complete_sent(cqs);
         }
     }

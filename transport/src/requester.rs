@@ -74,7 +74,7 @@ impl Requester {
     /// unacknowledged PSN.
     fn window_full(&self, t: QpType, next: Psn) -> bool {
         let comp = self.sq.comp_psn();
-        t == QpType::Rc && next != comp && next.distance_from(comp) >= MAX_UNACKED_PSNS
+        t.reliable() && next != comp && next.distance_from(comp) >= MAX_UNACKED_PSNS
     }
 }
 
@@ -129,6 +129,7 @@ fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
     };
     match t {
         QpType::Rc => Opcode(code),
+        QpType::XrcSend | QpType::XrcRecv => Opcode(0xa0 | code),
         QpType::Uc => Opcode(0x20 | code),
         QpType::Ud => Opcode(if matches!(op, SendOp::SendWithImm { .. }) { 0x65 } else { 0x64 }),
     }
@@ -275,7 +276,7 @@ impl Requester {
         let info = opcode.info().expect("requester opcodes are in the table");
         let last = info.position.ends() || !info.has_payload;
         self.since_ack_req += 1;
-        let ack_req = t == QpType::Rc && (last || self.since_ack_req >= ACK_REQ_EVERY);
+        let ack_req = t.reliable() && (last || self.since_ack_req >= ACK_REQ_EVERY);
         if ack_req {
             self.since_ack_req = 0;
         }
@@ -297,6 +298,9 @@ impl Requester {
             ack_req,
             psn,
         });
+        if t == QpType::XrcSend {
+            tr.xrc_srq = Some(wqe.wr.xrc_srqn & 0xff_ffff);
+        }
         let offset = u64::from(k) * u64::from(mtu);
         let mut payload_len = 0usize;
         // The 8 bytes an ATOMIC WRITE carries (from the request, not from memory).
@@ -393,8 +397,8 @@ impl Requester {
 
         // Advance the cursor: a READ request covers all its remaining PSNs.
         let is_read = matches!(wr.op, SendOp::RdmaRead { .. });
-        self.sq.advance_cursor(is_read || k + 1 >= n, t != QpType::Rc);
-        if t == QpType::Rc && !qp.timers.is_armed(Timer::Retransmit) {
+        self.sq.advance_cursor(is_read || k + 1 >= n, !t.reliable());
+        if t.reliable() && !qp.timers.is_armed(Timer::Retransmit) {
             qp.timers.set_opt(Timer::Retransmit, local_ack_timeout(qp.params.timeout).map(|d| now + d));
         }
         self.last_sent = Some(now);

@@ -385,7 +385,9 @@ impl Responder {
         match qp.qp_type {
             QpType::Ud => self.receive_ud(qp, p, ctx),
             QpType::Uc => self.receive_uc(qp, p, ctx),
-            QpType::Rc => return self.receive_rc(qp, p, ctx),
+            QpType::Rc | QpType::XrcRecv => return self.receive_rc(qp, p, ctx),
+            // No receive side: the endpoint never hands it a request.
+            QpType::XrcSend => ctx.stats.drop(Drop::WrongTransport, qp.num),
         }
         None
     }
@@ -515,7 +517,7 @@ impl Responder {
         let psn = bth.psn();
         let mtu = u64::from(qp.params.mtu.bytes());
         let payload = p.payload();
-        let rc = qp.qp_type == QpType::Rc;
+        let rc = qp.qp_type.reliable();
 
         // 2. check_op_sequence
         let continuing = !info.position.starts();
@@ -527,6 +529,11 @@ impl Responder {
         };
         if !ok {
             return Err(Fail::Nak(NakCode::InvalidRequest, Drop::OpcodeOutOfSequence));
+        }
+        // An XRC request naming no XRC SRQ of the target's domain (the
+        // endpoint looked it up: `srq` is that SRQ, or none).
+        if qp.qp_type == QpType::XrcRecv && qp.srq.is_none() {
+            return Err(Fail::Nak(NakCode::InvalidRequest, Drop::XrcSrqInvalid));
         }
 
         // 4. check_length (packet against the MTU)
@@ -995,7 +1002,7 @@ impl Responder {
         let ack = |syndrome, msn| Some(AethRepr { syndrome, msn });
         // The MSN of a READ response, should its bytes fault.
         let mut read_msn = 0;
-        let (tr, payload_src, done) = match resp {
+        let (mut tr, payload_src, done) = match resp {
             Response::Ack { psn, syndrome, msn } => {
                 bth.psn = *psn;
                 let mut t = TransportRepr::new(bth);
@@ -1040,6 +1047,10 @@ impl Responder {
                 (t, Some(src), last)
             }
         };
+        if qp.qp_type == QpType::XrcRecv {
+            // The XRC transport's responses: the RC codes with bits 0b101.
+            tr.bth.opcode = Opcode(0xa0 | tr.bth.opcode.0);
+        }
         // Where a READ response's bytes are, as `check_read_source` found
         // them (the region still allows it). They travel by reference when
         // the framer takes them so.
@@ -1087,7 +1098,8 @@ impl Responder {
     ) -> Option<(usize, core::net::IpAddr, Option<PayloadRef>)> {
         self.fail_read(psn, msn);
         let av = qp.params.av?;
-        let bth = BthRepr { pkey: qp.params.pkey, ..BthRepr::new(Opcode::RC_ACKNOWLEDGE, qp.params.dest_qp, psn) };
+        let ack = if qp.qp_type == QpType::XrcRecv { Opcode::XRC_ACKNOWLEDGE } else { Opcode::RC_ACKNOWLEDGE };
+        let bth = BthRepr { pkey: qp.params.pkey, ..BthRepr::new(ack, qp.params.dest_qp, psn) };
         let mut t = TransportRepr::new(bth);
         t.aeth = Some(AethRepr { syndrome: Syndrome::Nak(NakCode::RemoteAccessError), msn });
         let len = framer.frame(buf, &av, qp.src_port, &t, 0, |_| Ok::<(), ()>(())).ok()?;

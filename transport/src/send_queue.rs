@@ -246,6 +246,7 @@ mod tests {
             solicited: false,
             inline_data: None,
             ud: None,
+            xrc_srqn: 0,
         }
     }
 

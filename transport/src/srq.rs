@@ -2,7 +2,7 @@
 
 use crate::error::VerbsError;
 use crate::memory::Pd;
-use crate::qp::SrqId;
+use crate::qp::{CqId, SrqId, XrcdId};
 use crate::wr::RecvWr;
 use std::collections::VecDeque;
 
@@ -14,6 +14,8 @@ struct Srq {
     max_wr: u32,
     /// When the queue drops below this many WQEs, one limit event fires (0 = disarmed).
     limit: u32,
+    /// An XRC SRQ: its domain and the CQ its receives complete on.
+    xrc: Option<(XrcdId, CqId)>,
 }
 
 /// Shared receive queues, and the limit events they raised.
@@ -46,8 +48,47 @@ impl SrqTable {
 impl SrqTable {
     /// A new SRQ of up to `max_wr` WQEs (at least one) whose buffers belong to `pd`.
     pub(crate) fn create(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
-        self.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit });
+        self.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc: None });
         SrqId(self.srqs.len() - 1)
+    }
+
+    /// A new XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`) in `xrcd`,
+    /// completing on `cq`.
+    pub(crate) fn create_xrc(&mut self, pd: Pd, xrcd: XrcdId, cq: CqId, max_wr: u32, limit: u32) -> SrqId {
+        let id = self.create(pd, max_wr, limit);
+        self.srqs[id.0].xrc = Some((xrcd, cq));
+        id
+    }
+
+    /// The XRC domain and CQ of an XRC SRQ (`None` for another SRQ).
+    pub(crate) fn xrc_of(&self, id: SrqId) -> Option<(XrcdId, CqId)> {
+        self.srqs.get(id.0)?.xrc
+    }
+
+    /// The target of an XRC request naming SRQ number `srqn` at a QP of
+    /// `xrcd`: the SRQ, its PD and its CQ, if it is an XRC SRQ of that domain.
+    pub(crate) fn xrc_target(&self, srqn: u32, xrcd: XrcdId) -> Option<(SrqId, Pd, CqId)> {
+        let id = SrqId(usize::try_from(srqn).ok()?);
+        let s = self.srqs.get(id.0)?;
+        match s.xrc {
+            Some((d, cq)) if d == xrcd => Some((id, s.pd, cq)),
+            _ => None,
+        }
+    }
+
+    /// An SRQ destroyed: its WQEs go, it leaves its XRC domain, and no
+    /// request can name it.
+    pub(crate) fn release(&mut self, id: SrqId) {
+        if let Some(s) = self.srqs.get_mut(id.0) {
+            s.queue.clear();
+            s.xrc = None;
+            s.max_wr = 0;
+        }
+    }
+
+    /// Whether an XRC SRQ of `xrcd` exists.
+    pub(crate) fn uses_xrcd(&self, xrcd: XrcdId) -> bool {
+        self.srqs.iter().any(|s| s.xrc.is_some_and(|(d, _)| d == xrcd))
     }
 
     /// Whether `id` was created.

@@ -61,6 +61,9 @@ pub enum Drop {
     /// mapped, or not writable for a write (docs/odp.md): NAK Remote
     /// Access Error.
     PageFault,
+    /// An XRC request whose XRCETH names no XRC SRQ of the target QP's
+    /// XRC domain (docs/xrc.md): NAK Invalid Request.
+    XrcSrqInvalid,
 }
 
 /// Counters of an endpoint.

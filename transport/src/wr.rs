@@ -198,12 +198,15 @@ pub struct SendWr {
     pub inline_data: Option<Vec<u8>>,
     /// For UD QPs: the destination.
     pub ud: Option<UdDest>,
+    /// For XRC_SEND QPs: the remote XRC SRQ number
+    /// (`wr.qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`).
+    pub xrc_srqn: u32,
 }
 
 impl SendWr {
     /// A signaled request with no solicited event, inline data or UD destination.
     pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
-        SendWr { wr_id, op, sg_list, signaled: true, solicited: false, inline_data: None, ud: None }
+        SendWr { wr_id, op, sg_list, signaled: true, solicited: false, inline_data: None, ud: None, xrc_srqn: 0 }
     }
 
     /// Total bytes of the scatter/gather list (or of the inline data).

@@ -123,6 +123,7 @@ fn req_rep_rtu_connects_an_rc_pair_that_carries_a_send() {
         solicited: false,
         inline_data: None,
         ud: None,
+        xrc_srqn: 0,
     };
     sim.ep(0).post_send(a.qpn, send).unwrap();
     let (mut wa, mut wb) = (Vec::new(), Vec::new());
@@ -509,6 +510,7 @@ fn a_lost_rtu_is_covered_by_the_first_data_packet() {
         solicited: false,
         inline_data: None,
         ud: None,
+        xrc_srqn: 0,
     };
     sim.ep(0).post_send(a.qpn, send).unwrap();
     run(&mut sim, &mut a, &mut b, Duration::from_secs(2), |_, b| established(b));
@@ -620,6 +622,7 @@ fn connect_send_and_disconnect_survive_seeded_loss_duplication_and_reordering() 
             solicited: false,
             inline_data: None,
             ud: None,
+            xrc_srqn: 0,
         };
         sim.ep(0).post_send(a.qpn, send).unwrap();
         let (mut wa, mut wb) = (Vec::new(), Vec::new());

@@ -193,10 +193,13 @@ impl Endpoint {
             self.stats.drop(Drop::PkeyLimitedMembers, qpn);
             return;
         }
-        let transport_ok = matches!(
-            (t.info().transport, qp.init.qp_type),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
-        );
+        let transport_ok = match (t.info().transport, qp.init.qp_type) {
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud) => true,
+            // XRC: requests go to the target, responses to the initiator.
+            (Transport::Xrc, QpType::XrcRecv) => t.info().is_request,
+            (Transport::Xrc, QpType::XrcSend) => !t.info().is_request,
+            _ => false,
+        };
         if !transport_ok {
             self.stats.drop(Drop::WrongTransport, qpn);
             return;
@@ -227,13 +230,20 @@ impl Endpoint {
         if is_response {
             qp.handle_response(now, t, &self.mrs, &mut self.cqs, &mut self.stats);
         } else {
+            if let Some(xrcd) = qp.xrcd {
+                // The XRC SRQ the XRCETH names, if it is one of this QP's
+                // domain: its PD and CQ serve this request; else the
+                // responder NAKs it (Invalid Request) and touches nothing.
+                qp.xrc_target = t.xrceth().and_then(|x| self.srqs.xrc_target(x.xrc_srq(), xrcd));
+            }
             let mut ctx =
                 RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, ip_header };
             qp.handle_request(t, &mut ctx);
             if let Some(rkey) = qp.take_invalidation() {
                 // A SEND with invalidate completed: the responder checked
                 // the key, nothing ran since.
-                if let Err(e) = self.mrs.invalidate(rkey, qp.init.pd, Some(qpn)) {
+                let pd = qp.xrc_target.map_or(qp.init.pd, |(_, pd, _)| pd);
+                if let Err(e) = self.mrs.invalidate(rkey, pd, Some(qpn)) {
                     tracing::warn!(qpn, error = %e, "a checked invalidation failed");
                 }
             }

@@ -89,7 +89,7 @@ impl QueuePair {
     pub fn to_rts(&self, local_psn: u32, peer: &PeerInfo, opts: &ConnectOptions) -> Result<()> {
         let t = self.qp_type();
         let connected = t != QpType::Ud;
-        let rc = t == QpType::Rc;
+        let rc = t.reliable();
         let ah = AhAttr {
             dgid: peer.gid,
             sgid_index: opts.sgid_index,

@@ -68,6 +68,7 @@ mod mw;
 mod pd;
 mod qp;
 pub mod udp;
+mod xrc;
 
 pub use connect::{ConnectOptions, PeerInfo};
 pub use context::{poll_readable, Context};
@@ -88,6 +89,7 @@ pub use rdma_transport::wr::flush;
 /// Why the engine dropped a packet (a key of [`Stats::drops`]).
 pub use rdma_transport::Drop as DropReason;
 pub use rdma_transport::LinkKind;
+pub use rdma_transport::XrcdId;
 pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
@@ -95,3 +97,4 @@ pub use rdma_transport::{
 /// Memory windows' types and what a bound one reaches.
 pub use rdma_transport::{MwId, MwType, WindowBinding};
 pub use udp::{IoDriver, Offloads};
+pub use xrc::{XrcSrq, Xrcd};

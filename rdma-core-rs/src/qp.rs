@@ -64,7 +64,21 @@ impl ProtectionDomain {
             sq_sig_all: attr.sq_sig_all,
         };
         let mut st = self.ctx.inner.lock();
-        let qpn = st.ep.create_qp(init)?;
+        // An XRC_SEND QP (a send queue only; each request names the remote
+        // XRC SRQ, `SendWr::xrc_srqn`): `recv_cq` and `srq` are unused.
+        let qpn = match attr.qp_type {
+            QpType::XrcSend => st.ep.create_xrc_qp(init, None)?,
+            _ => st.ep.create_qp(init)?,
+        };
+        drop(st);
+        QueuePair::attach(&self.ctx, qpn, attr.qp_type)
+    }
+}
+
+impl QueuePair {
+    /// Gives the engine's QP `qpn` its UDP source port and a handle.
+    pub(crate) fn attach(ctx: &Context, qpn: u32, qp_type: QpType) -> Result<QueuePair> {
+        let mut st = ctx.inner.lock();
         let want = st.ep.qp_src_port(qpn)?;
         let port = match st.io.reserve_port(want) {
             Ok(p) => p,
@@ -74,14 +88,16 @@ impl ProtectionDomain {
             }
         };
         st.ep.set_qp_src_port(qpn, port)?;
-        if attr.qp_type == QpType::Ud {
+        if qp_type == QpType::Ud {
             // A UD receive's GRH area shows the hop limit a packet came with.
             st.io.want_hop_limits();
         }
-        tracing::debug!(qpn, port, qp_type = ?attr.qp_type, "QP created");
-        Ok(QueuePair { ctx: self.ctx.clone(), qpn, qp_type: attr.qp_type, src_port: port })
+        tracing::debug!(qpn, port, ?qp_type, "QP created");
+        Ok(QueuePair { ctx: ctx.clone(), qpn, qp_type, src_port: port })
     }
+}
 
+impl ProtectionDomain {
     /// `ibv_create_srq` with room for `max_wr` receives; `limit` arms the
     /// SRQ limit event (0: not armed).
     pub fn create_srq(&self, max_wr: u32, limit: u32) -> Result<SharedReceiveQueue> {
@@ -234,11 +250,15 @@ impl Drop for QueuePair {
 /// A shared receive queue.
 #[derive(Debug, Clone)]
 pub struct SharedReceiveQueue {
-    ctx: Context,
-    id: SrqId,
+    pub(crate) ctx: Context,
+    pub(crate) id: SrqId,
 }
 
 impl SharedReceiveQueue {
+    pub(crate) fn from_id(ctx: &Context, id: SrqId) -> SharedReceiveQueue {
+        SharedReceiveQueue { ctx: ctx.clone(), id }
+    }
+
     /// A number naming this SRQ, as in [`rdma_transport::AsyncEvent::SrqLimitReached`].
     pub fn id(&self) -> usize {
         self.id.0

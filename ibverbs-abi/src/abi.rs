@@ -158,12 +158,12 @@ pub struct verbs_context {
     pub abi_placeholder2: Slot,
     pub ibv_create_flow: Slot,
     pub abi_placeholder1: Slot,
-    pub open_qp: Slot,
+    pub open_qp: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp>,
     pub create_qp_ex: Option<CreateQpExFn>,
-    pub get_srq_num: Slot,
-    pub create_srq_ex: Slot,
-    pub open_xrcd: Slot,
-    pub close_xrcd: Slot,
+    pub get_srq_num: Option<unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int>,
+    pub create_srq_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
+    pub open_xrcd: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd>,
+    pub close_xrcd: Option<unsafe extern "C" fn(*mut ibv_xrcd) -> c_int>,
     pub _abi_placeholder3: u64,
     pub sz: usize,
     pub context: ibv_context,
@@ -458,6 +458,81 @@ pub struct ibv_qp_init_attr {
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
+pub const IBV_QPT_XRC_SEND: c_int = 9;
+pub const IBV_QPT_XRC_RECV: c_int = 10;
+
+/// `struct ibv_xrcd_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_xrcd_init_attr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
+/// `enum ibv_xrcd_init_attr_mask`.
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+
+/// `struct ibv_xrcd`.
+#[repr(C)]
+pub struct ibv_xrcd {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_tm_cap`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tm_cap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex`: `ibv_srq_init_attr` and then the
+/// extended fields.
+#[repr(C)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    pub comp_mask: u32,
+    pub srq_type: c_int,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: ibv_tm_cap,
+}
+
+/// `enum ibv_srq_init_attr_mask`.
+pub mod srq_init_attr_mask {
+    pub const TYPE: u32 = 1 << 0;
+    pub const PD: u32 = 1 << 1;
+    pub const CQ: u32 = 1 << 2;
+    pub const XRCD: u32 = 1 << 3;
+    pub const TM: u32 = 1 << 4;
+}
+
+/// `enum ibv_srq_type`.
+pub const IBV_SRQT_BASIC: c_int = 0;
+pub const IBV_SRQT_XRC: c_int = 1;
+pub const IBV_SRQT_TM: c_int = 2;
+
+/// `struct ibv_qp_open_attr`.
+#[repr(C)]
+pub struct ibv_qp_open_attr {
+    pub comp_mask: u32,
+    pub qp_num: u32,
+    pub xrcd: *mut ibv_xrcd,
+    pub qp_context: *mut c_void,
+    pub qp_type: c_int,
+}
+
+/// `enum ibv_qp_open_attr_mask`.
+pub mod qp_open_attr_mask {
+    pub const NUM: u32 = 1 << 0;
+    pub const XRCD: u32 = 1 << 1;
+    pub const CONTEXT: u32 = 1 << 2;
+    pub const TYPE: u32 = 1 << 3;
+}
 
 pub mod qp_mask {
     pub const STATE: i32 = 1 << 0;

@@ -280,6 +280,11 @@ pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_cont
     v.query_port = Some(crate::device::query_port);
     v.query_device_ex = Some(crate::device::query_device_ex);
     v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
+    v.open_xrcd = Some(crate::xrc::open_xrcd);
+    v.close_xrcd = Some(crate::xrc::close_xrcd);
+    v.create_srq_ex = Some(crate::xrc::create_srq_ex);
+    v.get_srq_num = Some(crate::xrc::get_srq_num);
+    v.open_qp = Some(crate::xrc::open_qp);
     v.advise_mr = Some(crate::pd::advise_mr);
     v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     v.query_rt_values = Some(crate::cq_ex::query_rt_values);

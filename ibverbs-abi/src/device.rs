@@ -153,7 +153,8 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.max_qp_wr = MAX_QP_WR as c_int;
     // RESIZE_MAX_WR, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, and the
     // memory windows the engine has (MEM_WINDOW, TYPE_2B, as rxe)
-    a.device_cap_flags = 1 | (1 << 10) | (1 << 11) | (1 << 12) | ctx.engine.verbs.device_cap_flags();
+    // IBV_DEVICE_XRC (1 << 20): XRC domains, SRQs and QPs (docs/xrc.md).
+    a.device_cap_flags = 1 | (1 << 10) | (1 << 11) | (1 << 12) | (1 << 20) | ctx.engine.verbs.device_cap_flags();
     a.max_mw = ctx.engine.verbs.max_mw() as c_int;
     a.max_sge = MAX_SGE as c_int;
     a.max_sge_rd = MAX_SGE as c_int;

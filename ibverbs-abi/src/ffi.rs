@@ -37,6 +37,7 @@ pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
     let v = |v: &VerbsError| match v {
         VerbsError::QueueFull { .. } => libc::ENOMEM,
         VerbsError::UnsupportedOp { .. } => libc::EOPNOTSUPP,
+        VerbsError::XrcdInUse(_) => libc::EBUSY,
         _ => libc::EINVAL,
     };
     match e {

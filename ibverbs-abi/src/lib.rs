@@ -38,6 +38,7 @@ mod qp_ex;
 pub mod rdmacm;
 pub mod spec;
 mod srq;
+mod xrc;
 
 /// Logs to stderr when `SOFTROCE_LOG` is set (an `EnvFilter`, e.g. `debug`).
 pub(crate) fn init_tracing() {

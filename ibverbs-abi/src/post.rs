@@ -162,7 +162,7 @@ fn finish<C>(
 fn post_with_retry(q: &Qp, wrs: &[SendWr]) -> Result<(), rdma_core_rs::Error> {
     let mut posted = q.verbs.post_send(wrs);
     if let Err(rdma_core_rs::Error::Post { index, source: VerbsError::QueueFull { .. }, .. }) = posted {
-        if q.pd.engine.verbs.progress().is_ok() {
+        if q.engine.verbs.progress().is_ok() {
             posted = q.verbs.post_send(&wrs[index..]).map_err(|e| match e {
                 rdma_core_rs::Error::Post { index: i, wr_id, source } => {
                     rdma_core_rs::Error::Post { index: index + i, wr_id, source }
@@ -198,9 +198,19 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
             return libc::EINVAL;
         };
         let ud = q.c.qp_type == IBV_QPT_UD;
+        let xrc = q.c.qp_type == IBV_QPT_XRC_SEND;
         // SAFETY: the application's list, per the verbs contract.
         let max_inline = q.max_inline_data();
-        let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, |w| send_wr_of(w, ud, max_inline)) };
+        let (wrs, ptrs, badwr) = unsafe {
+            collect(
+                wr,
+                |w| w.next,
+                |w| {
+                    // `qp_type.xrc.remote_srqn`: the XRC SRQ the request is for.
+                    send_wr_of(w, ud, max_inline).map(|s| if xrc { SendWr { xrc_srqn: w.remote_srqn, ..s } } else { s })
+                },
+            )
+        };
         let posted = if wrs.is_empty() { Ok(()) } else { post_with_retry(q, &wrs) };
         finish(posted, &ptrs, badwr, bad)
     })

@@ -29,10 +29,17 @@ pub struct Qp {
     /// The `ibv_wr_*` operations it was made for (0: it has no `ibv_qp_ex`).
     pub(crate) send_ops: u64,
     pub(crate) verbs: QueuePair,
-    pub(crate) pd: &'static Pd,
-    send_cq: &'static Cq,
-    recv_cq: &'static Cq,
+    /// None for an XRC_RECV QP (no PD, no CQs: it works through the XRC
+    /// SRQs of its domain); an XRC_SEND QP has no receive CQ.
+    pub(crate) pd: Option<&'static Pd>,
+    send_cq: Option<&'static Cq>,
+    recv_cq: Option<&'static Cq>,
     srq: Option<&'static Srq>,
+    /// The XRC domain of an XRC_RECV QP (it holds a use of it).
+    xrcd: Option<&'static crate::xrc::Xrcd>,
+    /// A handle from `ibv_open_qp` to a QP created elsewhere.
+    opened: bool,
+    pub(crate) engine: std::sync::Arc<crate::context::Engine>,
     cap: ibv_qp_cap,
     pub(crate) sq_sig_all: c_int,
 }
@@ -150,8 +157,18 @@ pub(crate) unsafe fn create(
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
+        // ibv_create_qp_ex with only a PD comes here through ibv_create_qp.
+        IBV_QPT_XRC_SEND => QpType::XrcSend,
+        IBV_QPT_XRC_RECV => {
+            tracing::warn!("an XRC_RECV QP needs an XRC domain (ibv_create_qp_ex, IBV_QP_INIT_ATTR_XRCD)");
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
         t => {
-            tracing::warn!(qp_type = t, "QP type not supported (RC, UC and UD are)");
+            tracing::warn!(
+                qp_type = t,
+                "QP type not supported (RC, UC, UD; XRC_SEND and XRC_RECV by ibv_create_qp_ex)"
+            );
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
@@ -161,11 +178,26 @@ pub(crate) unsafe fn create(
         return std::ptr::null_mut();
     };
     held.push(&scq.users);
-    // SAFETY: as above.
-    let Some(rcq) = (unsafe { CQS.acquire(init.recv_cq.cast::<Cq>(), "recv CQ") }) else {
-        return std::ptr::null_mut();
+    let xrc_send = qp_type == QpType::XrcSend;
+    // An XRC_SEND QP has no receive side: no receive CQ (ignored if given) and no SRQ.
+    if xrc_send {
+        if !init.srq.is_null() {
+            tracing::warn!("ibv_create_qp_ex: an XRC_SEND QP takes no SRQ");
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        init.recv_cq = std::ptr::null_mut();
+    }
+    let rcq = if xrc_send {
+        None
+    } else {
+        // SAFETY: as above.
+        let Some(rcq) = (unsafe { CQS.acquire(init.recv_cq.cast::<Cq>(), "recv CQ") }) else {
+            return std::ptr::null_mut();
+        };
+        held.push(&rcq.users);
+        Some(rcq)
     };
-    held.push(&rcq.users);
     let srq = if init.srq.is_null() {
         None
     } else {
@@ -178,8 +210,13 @@ pub(crate) unsafe fn create(
     };
     // SAFETY: registered objects are leaked boxes: 'static until destroyed,
     // and destroying them while this QP uses them is refused (EBUSY).
-    let (scq, rcq, srq): (&'static Cq, &'static Cq, Option<&'static Srq>) =
-        unsafe { (&*(scq as *const Cq), &*(rcq as *const Cq), srq.map(|s| &*(s as *const Srq))) };
+    let (scq, rcq, srq): (&'static Cq, Option<&'static Cq>, Option<&'static Srq>) =
+        unsafe { (&*(scq as *const Cq), rcq.map(|c| &*(c as *const Cq)), srq.map(|s| &*(s as *const Srq))) };
+    if srq.is_some_and(|s| s.xrc.is_some()) {
+        tracing::warn!("ibv_create_qp: an XRC SRQ serves XRC_RECV QPs only");
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     let c = init.cap;
     if let Err(what) = check_cap(&c) {
         tracing::warn!(?what, "ibv_create_qp: capability above the device's limit");
@@ -200,7 +237,7 @@ pub(crate) unsafe fn create(
     let attr = QpInitAttr {
         qp_type,
         send_cq: &scq.verbs,
-        recv_cq: &rcq.verbs,
+        recv_cq: &rcq.unwrap_or(scq).verbs,
         srq: srq.map(|s| &s.verbs),
         cap,
         sq_sig_all: init.sq_sig_all != 0,
@@ -238,25 +275,90 @@ pub(crate) unsafe fn create(
         events_completed: 0,
     };
     held.keep();
-    let qp = Box::into_raw(Box::new(Qp {
+    register(Qp {
         c: cq,
         ex: crate::qp_ex::ops(send_ops),
         batch: Default::default(),
         send_ops,
         verbs,
-        pd: p,
-        send_cq: scq,
+        pd: Some(p),
+        send_cq: Some(scq),
         recv_cq: rcq,
         srq,
+        xrcd: None,
+        opened: false,
+        engine: p.engine.clone(),
         cap: out_cap,
         sq_sig_all: init.sq_sig_all,
-    }));
-    with_objects(&p.engine, |o| {
-        o.qps.insert(qpn, qp as usize);
-    });
+    })
+}
+
+/// Registers a QP made by a create or open call.
+fn register(q: Qp) -> *mut ibv_qp {
+    let (qpn, qp_type, send_ops, opened) = (q.c.qp_num, q.c.qp_type, q.send_ops, q.opened);
+    let engine = q.engine.clone();
+    let qp = Box::into_raw(Box::new(q));
+    if !opened {
+        with_objects(&engine, |o| {
+            o.qps.insert(qpn, qp as usize);
+        });
+    }
     QPS.insert(qp);
-    tracing::debug!(qpn, ?qp_type, send_ops, "QP created");
+    tracing::debug!(qpn, qp_type, send_ops, opened, "QP created");
     qp.cast()
+}
+
+/// `ibv_create_qp_ex` of an `IBV_QPT_XRC_RECV` QP in `xrcd` (which the
+/// caller took a use of), or `ibv_open_qp` of the XRC_RECV QP `open` of
+/// it: no PD, no CQs, no queues; requests land in the XRC SRQ they name.
+pub(crate) fn create_xrc_recv(
+    xrcd: &'static crate::xrc::Xrcd,
+    context: *mut ibv_context,
+    qp_context: *mut libc::c_void,
+    open: Option<u32>,
+) -> Result<*mut ibv_qp, c_int> {
+    let verbs = match open {
+        Some(qpn) => xrcd.verbs.open_qp(qpn),
+        None => xrcd.verbs.create_recv_qp(),
+    }
+    .map_err(|e| {
+        tracing::warn!(error = %e, "XRC_RECV QP refused");
+        errno_of(&e)
+    })?;
+    let qpn = verbs.qp_num();
+    let state = verbs.query().map(|(s, _)| c_state(s)).unwrap_or(0);
+    let c = ibv_qp {
+        context,
+        qp_context,
+        pd: std::ptr::null_mut(),
+        send_cq: std::ptr::null_mut(),
+        recv_cq: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        handle: qpn,
+        qp_num: qpn,
+        state: state.into(),
+        qp_type: IBV_QPT_XRC_RECV,
+        mutex: mutex_init(),
+        cond: cond_init(),
+        events_completed: 0,
+    };
+    let cap = ibv_qp_cap { max_send_wr: 0, max_recv_wr: 0, max_send_sge: 0, max_recv_sge: 0, max_inline_data: 0 };
+    Ok(register(Qp {
+        c,
+        ex: crate::qp_ex::ops(0),
+        batch: Default::default(),
+        send_ops: 0,
+        verbs,
+        pd: None,
+        send_cq: None,
+        recv_cq: None,
+        srq: None,
+        xrcd: Some(xrcd),
+        opened: open.is_some(),
+        engine: xrcd.engine.clone(),
+        cap,
+        sq_sig_all: 0,
+    }))
 }
 
 #[export_name = "softroce_ibv_destroy_qp"]
@@ -269,14 +371,25 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         // SAFETY: removed from the registry; made by Box::into_raw.
         let q = unsafe { Box::from_raw(p) };
-        with_objects(&q.pd.engine, |o| {
-            o.qps.remove(&q.c.qp_num);
-        });
-        for users in [&q.pd.users, &q.send_cq.users, &q.recv_cq.users] {
-            users.put();
+        if !q.opened {
+            with_objects(&q.engine, |o| {
+                o.qps.remove(&q.c.qp_num);
+            });
         }
-        if let Some(s) = q.srq {
-            s.users.put();
+        let uses: Vec<&'static crate::ffi::Users> = [
+            q.pd.map(|p| &p.users),
+            q.send_cq.map(|c| &c.users),
+            q.recv_cq.map(|c| &c.users),
+            q.srq.map(|s| &s.users),
+            q.xrcd.map(|x| &x.users),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        // The engine's QP (or this handle of it) goes first, then the uses.
+        drop(q);
+        for users in uses {
+            users.put();
         }
         0
     })

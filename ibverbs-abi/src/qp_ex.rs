@@ -58,6 +58,8 @@ fn allowed(qp_type: c_int) -> u64 {
                 | s::ATOMIC_WRITE
         }
         IBV_QPT_UC => uc,
+        // Annex A14: RC's operations, but not IBTA 1.5's FLUSH/ATOMIC WRITE.
+        IBV_QPT_XRC_SEND => uc | s::SEND_WITH_INV | s::RDMA_READ | s::ATOMIC_CMP_AND_SWP | s::ATOMIC_FETCH_AND_ADD,
         IBV_QPT_UD => s::SEND | s::SEND_WITH_IMM,
         _ => 0,
     }
@@ -78,10 +80,51 @@ pub unsafe extern "C" fn create_qp_ex(context: *mut ibv_context, attr: *mut ibv_
             set_errno(errno);
             std::ptr::null_mut()
         };
-        // As rxe: a PD, create flags (none set) and send_ops_flags; no XRC
-        // domain, TSO, RSS or work queue tables.
-        if a.comp_mask & !(m::PD | m::CREATE_FLAGS | m::SEND_OPS_FLAGS) != 0 {
-            return refuse(libc::EOPNOTSUPP, "an attribute of the mask is not supported (XRCD, TSO, RSS, WQ tables)");
+        // As rxe: a PD, create flags (none set) and send_ops_flags; and, as
+        // mlx5, an XRC domain for XRC_RECV QPs. No TSO, RSS or work queue tables.
+        if a.comp_mask & !(m::PD | m::XRCD | m::CREATE_FLAGS | m::SEND_OPS_FLAGS) != 0 {
+            return refuse(libc::EOPNOTSUPP, "an attribute of the mask is not supported (TSO, RSS, WQ tables)");
+        }
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            // The receive side only, in a domain: no PD, CQ, SRQ or queues,
+            // and nothing to post (ibv_create_qp_ex(3), mlx5).
+            if a.comp_mask & m::XRCD == 0 {
+                return refuse(libc::EINVAL, "an XRC_RECV QP needs an XRC domain (IBV_QP_INIT_ATTR_XRCD)");
+            }
+            if a.comp_mask & m::SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0 {
+                return refuse(libc::EINVAL, "an XRC_RECV QP has no send queue");
+            }
+            if a.comp_mask & m::CREATE_FLAGS != 0 && a.create_flags != 0 {
+                return refuse(libc::EOPNOTSUPP, "create_flags are not supported");
+            }
+            // SAFETY: checked against the registry.
+            let Some(x) = (unsafe { crate::xrc::xrcd_use(a.xrcd.cast()) }) else { return std::ptr::null_mut() };
+            if !std::ptr::eq(x.c.context, context)
+                && unsafe { crate::context::ctx_of(context) }
+                    .is_none_or(|c| !std::sync::Arc::ptr_eq(&c.engine, &x.engine))
+            {
+                x.users.put();
+                return refuse(libc::EINVAL, "the XRC domain is of another device");
+            }
+            return match crate::qp::create_xrc_recv(x, context, a.qp_context, None) {
+                Ok(q) => {
+                    a.cap = ibv_qp_cap {
+                        max_send_wr: 0,
+                        max_recv_wr: 0,
+                        max_send_sge: 0,
+                        max_recv_sge: 0,
+                        max_inline_data: 0,
+                    };
+                    q
+                }
+                Err(e) => {
+                    x.users.put();
+                    refuse(e, "refused by the engine")
+                }
+            };
+        }
+        if a.comp_mask & m::XRCD != 0 && a.qp_type != IBV_QPT_XRC_SEND {
+            return refuse(libc::EINVAL, "an XRC domain is for XRC_RECV QPs");
         }
         if a.comp_mask & m::PD == 0 {
             return refuse(libc::EINVAL, "no PD (IBV_QP_INIT_ATTR_PD)");
@@ -301,8 +344,15 @@ unsafe extern "C" fn wr_send_tso(qp: WrQp, _hdr: *mut c_void, _hdr_sz: u16, _mss
     unsupported("ibv_wr_send_tso (raw packet QPs)", qp);
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(qp: WrQp, _srqn: u32) {
-    unsupported("ibv_wr_set_xrc_srqn (XRC)", qp);
+/// `ibv_wr_set_xrc_srqn`: the remote XRC SRQ of the latest request.
+unsafe extern "C" fn wr_set_xrc_srqn(qp: WrQp, srqn: u32) {
+    set_latest("ibv_wr_set_xrc_srqn", qp, |q, wr| {
+        if q.c.qp_type != IBV_QPT_XRC_SEND {
+            return Err((libc::EINVAL, "an XRC SRQ number on a QP that is not XRC_SEND"));
+        }
+        wr.xrc_srqn = srqn;
+        Ok(())
+    });
 }
 
 /// `ibv_wr_atomic_write`: the 8 bytes at `data` are copied now, as rxe's

@@ -15,8 +15,11 @@ pub static SRQS: Registry = Registry::new();
 pub struct Srq {
     pub c: ibv_srq,
     pub(crate) verbs: SharedReceiveQueue,
-    pd: &'static Pd,
-    attr: Mutex<ibv_srq_attr>,
+    pub(crate) pd: &'static Pd,
+    pub(crate) attr: Mutex<ibv_srq_attr>,
+    /// An XRC SRQ: the engine's (destroyed with it), its domain and its
+    /// CQ (both held while it lives).
+    pub(crate) xrc: Option<(rdma_core_rs::XrcSrq, &'static crate::xrc::Xrcd, &'static crate::cq::Cq)>,
     /// QPs using it (destroying it first is EBUSY).
     pub(crate) users: Users,
 }
@@ -72,8 +75,14 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
             events_completed: 0,
         };
         held.keep();
-        let s =
-            Box::into_raw(Box::new(Srq { c, verbs, pd: p, attr: Mutex::new(init.attr), users: Default::default() }));
+        let s = Box::into_raw(Box::new(Srq {
+            c,
+            verbs,
+            pd: p,
+            attr: Mutex::new(init.attr),
+            xrc: None,
+            users: Default::default(),
+        }));
         with_objects(&p.engine, |o| {
             o.srqs.insert(id, s as usize);
         });
@@ -132,7 +141,15 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         with_objects(&s.pd.engine, |o| {
             o.srqs.remove(&s.verbs.id());
         });
-        s.pd.users.put();
+        let pd = s.pd;
+        let xrc = s.xrc.as_ref().map(|(_, x, c)| (*x, *c));
+        // The engine's XRC SRQ goes with the box, before its domain is free.
+        drop(s);
+        pd.users.put();
+        if let Some((x, c)) = xrc {
+            x.users.put();
+            c.users.put();
+        }
         0
     })
 }

@@ -481,7 +481,7 @@ impl Context {
     }
 
     /// `ibv_query_device_ex`'s `odp_caps` (and `xrc_odp_caps`): explicit
-    /// and implicit ODP, every RC, UC and UD operation on on-demand memory
+    /// and implicit ODP, every RC, UC, UD and XRC operation on on-demand memory
     /// (docs/odp.md); all zero where the fault-safe copies cannot work in
     /// this process (a seccomp policy forbidding `process_vm_readv`).
     pub fn odp_caps(&self) -> crate::OdpCaps {
@@ -494,7 +494,7 @@ impl Context {
             rc_odp_caps: odp::RC,
             uc_odp_caps: odp::UC,
             ud_odp_caps: odp::UD,
-            xrc_odp_caps: 0,
+            xrc_odp_caps: odp::XRC,
         }
     }
 

@@ -443,6 +443,9 @@ pub mod odp {
     pub const ATOMIC_WRITE: u32 = 1 << 7;
     /// What RC QPs do with on-demand memory here: everything.
     pub const RC: u32 = SEND | RECV | WRITE | READ | ATOMIC | SRQ_RECV | FLUSH | ATOMIC_WRITE;
+    /// XRC: SEND (into XRC SRQs), WRITE, READ and atomics; no FLUSH or
+    /// ATOMIC WRITE (annex A14 has no opcodes for them), no QP receive queue.
+    pub const XRC: u32 = SEND | WRITE | READ | ATOMIC | SRQ_RECV;
     /// UC: the operations UC has.
     pub const UC: u32 = SEND | RECV | WRITE | SRQ_RECV;
     /// UD: the operations UD has.
@@ -457,7 +460,7 @@ pub struct OdpCaps {
     pub rc_odp_caps: u32,
     pub uc_odp_caps: u32,
     pub ud_odp_caps: u32,
-    /// No XRC here: 0.
+    /// XRC: RC's operations that XRC has (docs/xrc.md).
     pub xrc_odp_caps: u32,
 }
 

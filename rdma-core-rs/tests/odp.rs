@@ -106,7 +106,7 @@ fn the_device_reports_explicit_and_implicit_odp_for_rc_uc_and_ud() {
     // are bits 0..5, FLUSH and ATOMIC_WRITE 6 and 7 (newer rdma-core).
     assert_eq!(caps.general_caps, 0b11);
     assert_eq!(caps.rc_odp_caps, 0xff);
-    assert_eq!((caps.uc_odp_caps, caps.ud_odp_caps, caps.xrc_odp_caps), (0b10_0111, 0b10_0011, 0));
+    assert_eq!((caps.uc_odp_caps, caps.ud_odp_caps, caps.xrc_odp_caps), (0b10_0111, 0b10_0011, 0b11_1101));
     assert_eq!(Access::ON_DEMAND.0, 1 << 6, "IBV_ACCESS_ON_DEMAND");
     assert_eq!(
         (AdviseMr::Prefetch as u32, AdviseMr::PrefetchWrite as u32, AdviseMr::PrefetchNoFault as u32),

@@ -358,7 +358,9 @@ impl Qp {
                 ("port_num", attr.port_num.is_some()),
                 ("qp_access_flags", attr.qp_access_flags.is_some()),
             ],
-            (Init, Rtr, QpType::Rc | QpType::XrcSend | QpType::XrcRecv) => &[
+            // As the kernel's qp_state_table: an XRC initiator has no
+            // receive side, so neither max_dest_rd_atomic nor min_rnr_timer.
+            (Init, Rtr, QpType::Rc | QpType::XrcRecv) => &[
                 ("av", attr.av.is_some()),
                 ("path_mtu", attr.path_mtu.is_some()),
                 ("dest_qp_num", attr.dest_qp_num.is_some()),
@@ -366,7 +368,7 @@ impl Qp {
                 ("max_dest_rd_atomic", attr.max_dest_rd_atomic.is_some()),
                 ("min_rnr_timer", attr.min_rnr_timer.is_some()),
             ],
-            (Init, Rtr, QpType::Uc) => &[
+            (Init, Rtr, QpType::Uc | QpType::XrcSend) => &[
                 ("av", attr.av.is_some()),
                 ("path_mtu", attr.path_mtu.is_some()),
                 ("dest_qp_num", attr.dest_qp_num.is_some()),

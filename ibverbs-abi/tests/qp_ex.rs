@@ -256,7 +256,8 @@ fn extended_qps_post_with_the_wr_api_and_refuse_what_rxe_refuses() {
     let expect: &[(&str, i64, Option<i32>)] = &[
         ("create_flags", 0, Some(eop)),
         ("ud_read_op", 0, Some(eop)),
-        ("xrcd_mask", 0, Some(eop)),
+        // An XRC domain is for XRC_RECV QPs (docs/xrc.md): EINVAL on RC.
+        ("xrcd_mask", 0, Some(einval)),
         ("no_pd", 0, Some(einval)),
         ("plain_made", 0, None),
         ("plain_to_qp_ex", 0, Some(eop)),

@@ -148,31 +148,7 @@ int main(void) {
 
 #[test]
 fn extended_cqs_poll_read_and_stamp_completions() {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
-        return;
-    }
-    if common::need("cc", "gcc").is_none() {
-        return;
-    }
-    let dir = common::link_dir("cq_ex");
-    let exe = common::compile(&dir, "cq_ex", PROGRAM);
-    let out = std::process::Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("SOFTROCE_DEVICES", "cqex0=127.0.13.4")
-        .output()
-        .expect("run the cq_ex program");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{text}");
-    assert!(out.status.success(), "{}", common::show(&out));
-    let get = |name: &str| -> (i64, i32) {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
-        let num = |k: &str| line.split(k).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse().ok());
-        (num("ret=").expect("ret"), num("errno=").expect("errno") as i32)
-    };
+    let Some(text) = common::run_c("cq_ex", "cqex0=127.0.13.4", PROGRAM) else { return };
     let (einval, eop) = (libc::EINVAL, libc::EOPNOTSUPP);
     let expect: &[(&str, i64, Option<i32>)] = &[
         ("query_device_ex", 0, None),
@@ -192,27 +168,21 @@ fn extended_cqs_poll_read_and_stamp_completions() {
         ("destroy_qp", 0, None),
         ("destroy_cq", 0, None),
     ];
-    for &(name, ret, errno) in expect {
-        let (r, e) = get(name);
-        assert_eq!(r, ret, "{name}: return value\n{text}");
-        if let Some(want) = errno {
-            assert_eq!(e, want, "{name}: errno\n{text}");
-        }
-    }
-    for line in [
-        "clock khz=1000000 mask_all=1",
-        "rt_within 1",
-        "readers ts=1 cvlan_null=1",
-        "event_cq_same 1",
-        // The send completion and the receive (IBV_WC_WITH_IMM = 2), each
-        // stamped between the clock readings around it.
-        "wc wr_id=1 status=0 opcode=0 len=11 qp_ok=1 imm=0 flags=0 ts_within=1 wall_within=1",
-        "wc wr_id=1000 status=0 opcode=128 len=11 qp_ok=1 imm=4242 flags=2 ts_within=1 wall_within=1",
-        "got 2 ordered 1",
-        "rest sends=20 recvs=20 inorder=1",
-        "alive",
-    ] {
-        assert!(text.contains(line), "expected {line:?}\n{text}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::check_calls(&text, expect);
+    common::check_lines(
+        &text,
+        &[
+            "clock khz=1000000 mask_all=1",
+            "rt_within 1",
+            "readers ts=1 cvlan_null=1",
+            "event_cq_same 1",
+            // The send completion and the receive (IBV_WC_WITH_IMM = 2), each
+            // stamped between the clock readings around it.
+            "wc wr_id=1 status=0 opcode=0 len=11 qp_ok=1 imm=0 flags=0 ts_within=1 wall_within=1",
+            "wc wr_id=1000 status=0 opcode=128 len=11 qp_ok=1 imm=4242 flags=2 ts_within=1 wall_within=1",
+            "got 2 ordered 1",
+            "rest sends=20 recvs=20 inorder=1",
+            "alive",
+        ],
+    );
 }

@@ -92,31 +92,7 @@ int main(void) {
 
 #[test]
 fn contexts_pds_and_mrs_are_imported_within_the_process() {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
-        return;
-    }
-    if common::need("cc", "gcc").is_none() {
-        return;
-    }
-    let dir = common::link_dir("import");
-    let exe = common::compile(&dir, "import", PROGRAM);
-    let out = std::process::Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("SOFTROCE_DEVICES", "imp0=127.0.13.7")
-        .output()
-        .expect("run the import program");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{text}");
-    assert!(out.status.success(), "{}", common::show(&out));
-    let get = |name: &str| -> (i64, i32) {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
-        let num = |k: &str| line.split(k).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse().ok());
-        (num("ret=").expect("ret"), num("errno=").expect("errno") as i32)
-    };
+    let Some(text) = common::run_c("import", "imp0=127.0.13.7", PROGRAM) else { return };
     let expect: &[(&str, i64, Option<i32>)] = &[
         ("import_not_a_context", 0, Some(libc::EOPNOTSUPP)),
         ("import_device", 0, None),
@@ -135,23 +111,17 @@ fn contexts_pds_and_mrs_are_imported_within_the_process() {
         ("close_b", 0, None),
         ("fd_closed_with_b", -1, Some(libc::EBADF)),
     ];
-    for &(name, ret, errno) in expect {
-        let (r, e) = get(name);
-        assert_eq!(r, ret, "{name}: return value\n{text}");
-        if let Some(want) = errno {
-            assert_eq!(e, want, "{name}: errno\n{text}");
-        }
-    }
-    for line in [
-        "pd handles distinct 1",
-        "caller_fd_still_open 1",
-        "same device 1",
-        "imported pd context_b=1 handle_same=1",
-        "imported mr keys_same=1 addr_null=1 length=64",
-        "write status=0 buf \"imported write\"",
-        "alive",
-    ] {
-        assert!(text.contains(line), "expected {line:?}\n{text}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::check_calls(&text, expect);
+    common::check_lines(
+        &text,
+        &[
+            "pd handles distinct 1",
+            "caller_fd_still_open 1",
+            "same device 1",
+            "imported pd context_b=1 handle_same=1",
+            "imported mr keys_same=1 addr_null=1 length=64",
+            "write status=0 buf \"imported write\"",
+            "alive",
+        ],
+    );
 }

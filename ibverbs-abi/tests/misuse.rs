@@ -127,31 +127,7 @@ int main(void) {
 
 #[test]
 fn misuse_from_c_returns_errors_and_the_process_lives() {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
-        return;
-    }
-    if common::need("cc", "gcc").is_none() {
-        return;
-    }
-    let dir = common::link_dir("misuse");
-    let exe = common::compile(&dir, "misuse", PROGRAM);
-    let out = std::process::Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("SOFTROCE_DEVICES", "mis0=127.0.13.1")
-        .output()
-        .expect("run the misuse program");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{text}");
-    assert!(out.status.success(), "{}", common::show(&out));
-    let get = |name: &str| -> (i64, i32) {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
-        let num = |k: &str| line.split(k).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse().ok());
-        (num("ret=").expect("ret"), num("errno=").expect("errno") as i32)
-    };
+    let Some(text) = common::run_c("misuse", "mis0=127.0.13.1", PROGRAM) else { return };
     let (einval, efault, ebusy, eopnotsupp) = (libc::EINVAL, libc::EFAULT, libc::EBUSY, libc::EOPNOTSUPP);
     // (call, return value, errno when the call reports through errno)
     let expect: &[(&str, i64, Option<i32>)] = &[
@@ -197,15 +173,8 @@ fn misuse_from_c_returns_errors_and_the_process_lives() {
         ("close_device", 0, None),
         ("close_device_again", -1, Some(einval)),
     ];
-    for &(name, ret, errno) in expect {
-        let (r, e) = get(name);
-        assert_eq!(r, ret, "{name}: return value\n{text}");
-        if let Some(want) = errno {
-            assert_eq!(e, want, "{name}: errno\n{text}");
-        }
-    }
+    common::check_calls(&text, expect);
     // The sender of an IPv4 packet: ::ffff:127.0.0.9, traffic class from its TOS.
     assert!(text.contains("init_ah_from_wc ret=0 errno=0 global=1 tclass=104 dgid=ffff:127.0.0.9 zeros=1"), "{text}");
     assert!(text.contains("alive"), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -101,31 +101,7 @@ int main(void) {
 
 #[test]
 fn parent_domains_and_thread_domains_hold_their_uses_and_carry_traffic() {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
-        return;
-    }
-    if common::need("cc", "gcc").is_none() {
-        return;
-    }
-    let dir = common::link_dir("parent_domain");
-    let exe = common::compile(&dir, "parent_domain", PROGRAM);
-    let out = std::process::Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("SOFTROCE_DEVICES", "pad0=127.0.13.6")
-        .output()
-        .expect("run the parent_domain program");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{text}");
-    assert!(out.status.success(), "{}", common::show(&out));
-    let get = |name: &str| -> (i64, i32) {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
-        let num = |k: &str| line.split(k).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse().ok());
-        (num("ret=").expect("ret"), num("errno=").expect("errno") as i32)
-    };
+    let Some(text) = common::run_c("parent_domain", "pad0=127.0.13.6", PROGRAM) else { return };
     let (einval, ebusy) = (libc::EINVAL, i64::from(libc::EBUSY));
     let expect: &[(&str, i64, Option<i32>)] = &[
         ("alloc_td", 0, None),
@@ -148,15 +124,9 @@ fn parent_domains_and_thread_domains_hold_their_uses_and_carry_traffic() {
         ("dealloc_td", 0, None),
         ("dealloc_pd", 0, None),
     ];
-    for &(name, ret, errno) in expect {
-        let (r, e) = get(name);
-        assert_eq!(r, ret, "{name}: return value\n{text}");
-        if let Some(want) = errno {
-            assert_eq!(e, want, "{name}: errno\n{text}");
-        }
-    }
-    for line in ["qp_pd_is_pad 1", "wc wr_id=2 status=0", "wc wr_id=1 status=0", "payload \"via parent\"", "alive"] {
-        assert!(text.contains(line), "expected {line:?}\n{text}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::check_calls(&text, expect);
+    common::check_lines(
+        &text,
+        &["qp_pd_is_pad 1", "wc wr_id=2 status=0", "wc wr_id=1 status=0", "payload \"via parent\"", "alive"],
+    );
 }

@@ -116,3 +116,52 @@ pub fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
     assert!(out.status.success(), "cc failed:\n{}", show(&out));
     exe
 }
+
+/// Compiles a C program against the system's verbs.h and runs it over the
+/// library with `SOFTROCE_DEVICES` set to `devices`; its standard output,
+/// once it exited 0 (asserted). `None` after a skip (no verbs.h, no cc):
+/// the test then returns. The temporary directory stays when the program
+/// fails, for a look.
+pub fn run_c(tag: &str, devices: &str, src: &str) -> Option<String> {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
+        return None;
+    }
+    need("cc", "gcc")?;
+    let dir = link_dir(tag);
+    let exe = compile(&dir, tag, src);
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SOFTROCE_DEVICES", devices)
+        .output()
+        .unwrap_or_else(|e| panic!("run the {tag} program: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    assert!(out.status.success(), "{}", show(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(text)
+}
+
+/// Checks the `NAME ret=R errno=E` lines a C program printed (its SHOW
+/// macro): each call's return value, and its errno where one is given.
+pub fn check_calls(text: &str, expect: &[(&str, i64, Option<i32>)]) {
+    for &(name, ret, errno) in expect {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
+        let num = |k: &str| line.split(k).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse().ok());
+        let (r, e): (i64, i64) = (num("ret=").expect("ret"), num("errno=").expect("errno"));
+        assert_eq!(r, ret, "{name}: return value\n{text}");
+        if let Some(want) = errno {
+            assert_eq!(e, i64::from(want), "{name}: errno\n{text}");
+        }
+    }
+}
+
+/// Checks that every one of `lines` is in what a C program printed.
+pub fn check_lines(text: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(text.contains(line), "expected {line:?}\n{text}");
+    }
+}

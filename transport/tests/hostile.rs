@@ -6,38 +6,20 @@
 
 mod common;
 
+use common::hostile::*;
 use common::*;
 use core::net::IpAddr;
 use core::time::Duration;
-use rdma_transport::framing::Framer;
 use rdma_transport::sim::{connect, LinkConfig, PairConfig, Side, Sim};
 use rdma_transport::*;
 use rdma_wire::{BthRepr, NakCode, Opcode, Psn, RethRepr, RoceV2Packet, Syndrome, TransportRepr};
 
-const A: [u8; 4] = [127, 0, 0, 1];
-const B: [u8; 4] = [127, 0, 0, 2];
-/// The PSN side B expects first (`PairConfig::a_psn`).
-const EPSN: u32 = 0x10;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn pair(cfg: PairConfig) -> (Sim, Side, Side) {
     let mut sim = Sim::new(7, LinkConfig::default());
     let (a, b) = connect(&mut sim, cfg);
     (sim, a, b)
-}
-
-/// A request from A's address to B's QP, framed with a correct ICRC.
-fn craft(tr: &TransportRepr, payload: &[u8]) -> Vec<u8> {
-    let framer = Framer::roce_v2(IpAddr::from(A));
-    let mut buf = vec![0u8; MAX_PACKET];
-    let n = framer
-        .frame(&mut buf, &AddressVector::new(IpAddr::from(B)), 0xc000, tr, payload.len(), |d| {
-            d.copy_from_slice(payload);
-            Ok::<(), ()>(())
-        })
-        .expect("a valid request");
-    buf.truncate(n);
-    buf
 }
 
 fn read_request(b: &Side, psn: u32, offset: u64, len: u32) -> Vec<u8> {

@@ -6,13 +6,13 @@
 
 mod common;
 
+use common::hostile::*;
 use common::*;
 use core::net::IpAddr;
 use core::time::Duration;
-use rdma_transport::framing::Framer;
 use rdma_transport::sim::{bring_up, connect, LinkConfig, PairConfig, Side, Sim};
 use rdma_transport::*;
-use rdma_wire::{BthRepr, NakCode, Opcode, Psn, RethRepr, RoceV2Packet, Syndrome, TransportRepr};
+use rdma_wire::{BthRepr, NakCode, Opcode, Psn, RethRepr, Syndrome, TransportRepr};
 
 const LIMIT: Duration = Duration::from_secs(10);
 /// Where side B's bindable region is, and how long.
@@ -419,38 +419,6 @@ fn seeded_lossy_links_keep_local_operations_in_order_and_invalidate_once() {
 }
 
 // A hostile peer: crafted requests straight into B.
-
-const A: [u8; 4] = [127, 0, 0, 1];
-const B: [u8; 4] = [127, 0, 0, 2];
-/// The PSN side B expects first (`PairConfig::a_psn`).
-const EPSN: u32 = 0x10;
-
-fn craft(tr: &TransportRepr, payload: &[u8]) -> Vec<u8> {
-    let framer = Framer::roce_v2(IpAddr::from(A));
-    let mut buf = vec![0u8; MAX_PACKET];
-    let n = framer
-        .frame(&mut buf, &AddressVector::new(IpAddr::from(B)), 0xc000, tr, payload.len(), |d| {
-            d.copy_from_slice(payload);
-            Ok::<(), ()>(())
-        })
-        .expect("a valid request");
-    buf.truncate(n);
-    buf
-}
-
-/// B's answers to one crafted request, as (opcode, syndrome).
-fn answers(sim: &mut Sim, b: &Side, packet: &[u8]) -> Vec<(Opcode, Option<Syndrome>)> {
-    let ep = sim.ep(b.ep);
-    ep.handle_packet(Instant::ZERO, packet);
-    let mut buf = vec![0u8; MAX_PACKET];
-    let mut out = Vec::new();
-    while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf) {
-        let p = RoceV2Packet::new_checked(&buf[..t.len]).unwrap();
-        let t = p.transport();
-        out.push((t.bth().opcode(), t.aeth().map(|a| a.syndrome())));
-    }
-    out
-}
 
 fn hostile_write(b: &Side, rkey: u32, va: u64, payload: &[u8]) -> Vec<u8> {
     let mut tr = TransportRepr::new(BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, b.qpn, Psn::new(EPSN)));

@@ -34,3 +34,46 @@ pub fn opcode_of(p: &[u8]) -> Opcode {
 pub fn psn_of(p: &[u8]) -> u32 {
     RoceV2Packet::new_checked(p).unwrap().transport().bth().psn().value()
 }
+
+/// A hostile peer's requests, crafted straight into side B of a pair made
+/// by `sim::connect` (A at 127.0.0.1, B at 127.0.0.2).
+pub mod hostile {
+    use core::net::IpAddr;
+    use rdma_transport::framing::Framer;
+    use rdma_transport::sim::{Side, Sim};
+    use rdma_transport::*;
+    use rdma_wire::{Opcode, RoceV2Packet, Syndrome, TransportRepr};
+
+    pub const A: [u8; 4] = [127, 0, 0, 1];
+    pub const B: [u8; 4] = [127, 0, 0, 2];
+    /// The PSN side B expects first (`PairConfig::a_psn`).
+    pub const EPSN: u32 = 0x10;
+
+    /// A request from A's address to B's QP, framed with a correct ICRC.
+    pub fn craft(tr: &TransportRepr, payload: &[u8]) -> Vec<u8> {
+        let framer = Framer::roce_v2(IpAddr::from(A));
+        let mut buf = vec![0u8; MAX_PACKET];
+        let n = framer
+            .frame(&mut buf, &AddressVector::new(IpAddr::from(B)), 0xc000, tr, payload.len(), |d| {
+                d.copy_from_slice(payload);
+                Ok::<(), ()>(())
+            })
+            .expect("a valid request");
+        buf.truncate(n);
+        buf
+    }
+
+    /// B's answers to one crafted request, as (opcode, syndrome).
+    pub fn answers(sim: &mut Sim, b: &Side, packet: &[u8]) -> Vec<(Opcode, Option<Syndrome>)> {
+        let ep = sim.ep(b.ep);
+        ep.handle_packet(Instant::ZERO, packet);
+        let mut buf = vec![0u8; MAX_PACKET];
+        let mut out = Vec::new();
+        while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf) {
+            let p = RoceV2Packet::new_checked(&buf[..t.len]).unwrap();
+            let t = p.transport();
+            out.push((t.bth().opcode(), t.aeth().map(|a| a.syndrome())));
+        }
+        out
+    }
+}

@@ -218,8 +218,8 @@ pub(crate) fn execute_local(
 ) -> Result<(), crate::wr::WcStatus> {
     use crate::wr::{SendOp, WcStatus};
     match op {
-        SendOp::BindMw { .. } => {
-            let args = op.bind_args().expect("a bind");
+        &SendOp::BindMw { mw_rkey, rkey, mr_lkey, addr, length, access } => {
+            let args = BindArgs { mw_rkey, rkey, mr_lkey, addr, length, access };
             match mrs.bind_window(pd, qpn, &args) {
                 Ok(rkey) => {
                     tracing::debug!(qpn, rkey, addr = args.addr, len = args.length, "memory window bound");

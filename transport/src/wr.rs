@@ -148,16 +148,6 @@ impl SendOp {
         matches!(self, SendOp::LocalInv { .. } | SendOp::BindMw { .. })
     }
 
-    /// The operands of a BIND_MW.
-    pub fn bind_args(&self) -> Option<crate::window::BindArgs> {
-        match *self {
-            SendOp::BindMw { mw_rkey, rkey, mr_lkey, addr, length, access } => {
-                Some(crate::window::BindArgs { mw_rkey, rkey, mr_lkey, addr, length, access })
-            }
-            _ => None,
-        }
-    }
-
     /// Whether the request is answered by a response (READ response or
     /// atomic ACK) rather than an ACK: a READ, an atomic, a FLUSH or an
     /// ATOMIC WRITE (the last two by a READ response without payload).

@@ -48,10 +48,21 @@ echo "== building the drop-in libraries (release)"
 cargo build --release -q -p ibverbs-abi -p rdmacm-abi
 run=$root/target/release/softroce-run
 
+# A network namespace of the suite's own: its loopback is the devices'
+# interface (rdma-core's rdmacm tests take the device's address from
+# `ip addr show` of the interface softroce-run presents under
+# /sys/class/infiniband/NAME/device/net/, the first one, 127.0.0.1), and
+# nothing else on the host's 127.0.0.1:4791 (a perftest or qperf run beside
+# this one) is in the way.
+netns=(unshare --net)
+[ "$(id -u)" = 0 ] || netns+=(--map-root-user)
+if ! "${netns[@]}" true 2>/dev/null; then
+    echo "pyverbs-suite: cannot make a network namespace (${netns[*]}): needs root or unprivileged user namespaces" >&2
+    exit 1
+fi
+
 status=0
-# Addresses of their own on loopback, so that another stack's process on
-# 127.0.0.1:4791 (a perftest or qperf run beside this one) is not in the way.
-for cfg in "one=rxe0=127.0.71.1" "two=rxe0=127.0.71.1,rxe1=127.0.71.2"; do
+for cfg in "one=rxe0=127.0.0.1" "two=rxe0=127.0.0.1,rxe1=127.0.0.2"; do
     label=${cfg%%=*}
     devices=${cfg#*=}
     echo "== $label device(s): $devices"
@@ -59,7 +70,8 @@ for cfg in "one=rxe0=127.0.71.1" "two=rxe0=127.0.71.1,rxe1=127.0.71.2"; do
     IFS=, read -ra devs <<<"$devices"
     for d in "${devs[@]}"; do args+=(--device "$d"); done
     # Bounded: a hang is a failure that says where (the log's last lines).
-    if ! timeout 600 "$run" "${args[@]}" -- "$py" scripts/pyverbs/run_suite.py "$out/suite" "$out/$label.json" "${names[@]}" \
+    if ! timeout 600 "${netns[@]}" sh -c 'ip link set lo up && exec "$@"' sh \
+        "$run" "${args[@]}" -- "$py" scripts/pyverbs/run_suite.py "$out/suite" "$out/$label.json" "${names[@]}" \
         >"$out/$label.log" 2>&1; then
         echo "pyverbs-suite: the $label-device run did not finish cleanly; its last lines:" >&2
         tail -20 "$out/$label.log" >&2

@@ -6,7 +6,6 @@ use crate::context::{ctx_of, Ctx};
 use crate::ffi::{copy_cstr, guard, set_errno};
 use crate::spec::{self, DeviceSpec};
 use libc::{c_char, c_int, c_uint};
-use std::net::IpAddr;
 use std::sync::OnceLock;
 
 /// A device of the list: the C struct first, so an `ibv_device *` is one.
@@ -20,21 +19,6 @@ pub struct Dev {
 
 static DEVICES: OnceLock<Result<Vec<&'static Dev>, spec::SpecError>> = OnceLock::new();
 
-/// An EUI-64 made from the address, as rxe makes one from the MAC.
-fn guid_of(addr: IpAddr) -> u64 {
-    let b = match addr {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            [0x02, 0x00, o[0], 0xff, 0xfe, o[1], o[2], o[3]]
-        }
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            [o[8] | 0x02, o[9], o[10], 0xff, 0xfe, o[13], o[14], o[15]]
-        }
-    };
-    u64::from_ne_bytes(b)
-}
-
 fn make(spec: DeviceSpec, index: usize) -> &'static Dev {
     // SAFETY: ibv_device is plain data; zero is a valid value of every field.
     let mut c: ibv_device = unsafe { std::mem::zeroed() };
@@ -44,7 +28,7 @@ fn make(spec: DeviceSpec, index: usize) -> &'static Dev {
     copy_cstr(&mut c.dev_name, &format!("uverbs{index}"));
     copy_cstr(&mut c.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
     copy_cstr(&mut c.ibdev_path, &format!("/sys/class/infiniband/{}", spec.name));
-    let guid_be = guid_of(spec.addr);
+    let guid_be = crate::sysfs::guid_of(spec.addr);
     Box::leak(Box::new(Dev { c, spec, guid_be }))
 }
 
@@ -299,11 +283,7 @@ pub unsafe extern "C" fn ibv_query_port(context: *mut ibv_context, port: u8, att
     unsafe { query_port(context, port, attr, std::mem::offset_of!(ibv_port_attr, flags)) }
 }
 
-/// Entries of the port's GID table: index 0 holds the device's GID, the
-/// others are empty (as on rxe, whose table has room for more addresses
-/// than its netdev has), so that an empty entry can be told from one past
-/// the table.
-pub const GID_TABLE_LEN: u32 = 16;
+pub use crate::sysfs::GID_TABLE_LEN;
 
 /// The GID at `index` of `port`: EINVAL past the table or on another
 /// port, ENODATA for an empty entry (as the kernel answers).

@@ -5,6 +5,8 @@
 //!
 //! - [`abi`]: the C layouts of `<infiniband/verbs.h>`.
 //! - [`spec`]: the device list of `SOFTROCE_DEVICES`.
+//! - [`sysfs`]: what sysfs says about the devices (the tree `softroce-run`
+//!   mounts, and `ibv_read_sysfs_file`'s answers).
 //! - `device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `misc`: the
 //!   exported calls, by object; `post`: the posting fast paths; `qp_ex`:
 //!   `ibv_create_qp_ex` and the `ibv_wr_*` posting API; `cq_ex`:
@@ -38,6 +40,7 @@ mod qp_ex;
 pub mod rdmacm;
 pub mod spec;
 mod srq;
+pub mod sysfs;
 mod xrc;
 
 /// Logs to stderr when `SOFTROCE_LOG` is set (an `EnvFilter`, e.g. `debug`).

@@ -172,8 +172,9 @@ pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
 }
 
 /// Reads `dir/file` into `buf` (NUL-terminated, a trailing newline
-/// dropped), as libibverbs does; our devices have no sysfs entries, so
-/// for them this fails with -1, which tools print as unavailable.
+/// dropped), as libibverbs does. Our devices' files (`/sys/class/infiniband/NAME/...`)
+/// are answered from the same tree `softroce-run` mounts (`sysfs`), so
+/// they read the same with or without its mount namespace.
 #[export_name = "softroce_ibv_read_sysfs_file"]
 pub unsafe extern "C" fn ibv_read_sysfs_file(
     dir: *const c_char,
@@ -189,7 +190,8 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         // SAFETY: NUL-terminated strings from the caller.
         let (d, f) = unsafe { (std::ffi::CStr::from_ptr(dir), std::ffi::CStr::from_ptr(file)) };
         let path = format!("{}/{}", d.to_string_lossy(), f.to_string_lossy());
-        let Ok(mut data) = std::fs::read(&path) else {
+        let ours = path.strip_prefix("/sys/class/").and_then(our_sysfs_file);
+        let Some(mut data) = ours.or_else(|| std::fs::read(&path).ok()) else {
             set_errno(libc::ENOENT);
             return -1;
         };
@@ -203,6 +205,17 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
             *buf.add(data.len()) = 0;
         }
         data.len() as c_int
+    })
+}
+
+/// The contents of `/sys/class/REL` in the tree of this process's devices.
+fn our_sysfs_file(rel: &str) -> Option<Vec<u8>> {
+    use crate::sysfs::{class_tree, interface_of, Node};
+    let specs: Vec<_> = crate::device::devices().ok()?.iter().map(|d| d.spec.clone()).collect();
+    let rel = rel.trim_end_matches('/');
+    class_tree(&specs, |d| interface_of(d.addr, d.scope_id)).into_iter().find_map(|e| match e.node {
+        Node::File(text) if e.path.as_os_str() == rel => Some(text.into_bytes()),
+        _ => None,
     })
 }
 

@@ -21,7 +21,7 @@ fn help_names_the_syntax() {
     let o = run(&["--help"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success());
-    assert!(text.contains("usage: softroce-run [--device NAME=ADDR]... -- COMMAND [ARGS]..."), "{text}");
+    assert!(text.contains("usage: softroce-run [--device NAME=ADDR]... [--no-sysfs] -- COMMAND [ARGS]..."), "{text}");
     assert!(text.contains("SOFTROCE_DEVICES"), "{text}");
 }
 
@@ -129,4 +129,62 @@ fn a_missing_librdmacm_is_named_with_the_command_that_builds_it() {
     assert!(err.contains("librdmacm_abi.so"), "{err}");
     assert!(err.contains("is missing"), "{err}");
     assert!(err.contains("cargo build --release -p rdmacm-abi"), "{err}");
+}
+
+/// What the command sees of its devices in /sys/class and /dev, run as
+/// `prefix` (empty: as this test runs).
+fn presented(prefix: &[&str], extra: &[&str]) -> String {
+    let script = "cat /sys/class/infiniband/rxe1/ports/1/gids/0 /sys/class/infiniband_verbs/uverbs1/ibdev; \
+                  ls /sys/class/infiniband/rxe0/device/net/; ls /dev/infiniband; \
+                  test -d /sys/class/net/lo && echo net-kept; echo x > /dev/null && echo null-kept; \
+                  touch /sys/class/infiniband/x 2>/dev/null || echo read-only";
+    let mut args: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+    args.push(common::launcher().display().to_string());
+    args.extend(["--device", "rxe0=127.0.0.1", "--device", "rxe1=127.0.0.2"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(["--", "sh", "-c", script].map(String::from));
+    let o = Command::new(&args[0])
+        .args(&args[1..])
+        .env("SOFTROCE_LIBRARY", common::library())
+        .env("SOFTROCE_RDMACM_LIBRARY", common::rdmacm())
+        .output()
+        .expect("run softroce-run");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() || extra.contains(&"--no-sysfs"), "{args:?}: {out}{err}");
+    assert!(!err.contains("warning"), "{args:?}: {err}");
+    out.into_owned()
+}
+
+const PRESENTED: &str =
+    "0000:0000:0000:0000:0000:ffff:7f00:0002\nrxe1\nlo\nrdma_cm\nuverbs0\nuverbs1\nnet-kept\nnull-kept\nread-only\n";
+
+#[test]
+fn the_command_sees_its_devices_in_sysfs_and_dev() {
+    assert_eq!(presented(&[], &[]), PRESENTED);
+    // Only the command sees them: the host's /sys/class is as it was.
+    assert!(!std::path::Path::new("/sys/class/infiniband_verbs/uverbs1/ibdev").exists());
+}
+
+#[test]
+fn an_unprivileged_user_sees_them_too() {
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    let nobody_reads = Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "test", "-x"])
+        .arg(common::launcher())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !root || !setpriv.exists() || !nobody_reads {
+        eprintln!("skipped: needs root, setpriv, and a build nobody can read, to become nobody");
+        return;
+    }
+    let user = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"];
+    assert_eq!(presented(&user, &[]), PRESENTED);
+}
+
+#[test]
+fn no_sysfs_presents_nothing() {
+    let out = presented(&[], &["--no-sysfs"]);
+    assert!(!out.contains("uverbs1"), "{out}");
 }

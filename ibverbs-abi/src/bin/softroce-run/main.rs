@@ -5,8 +5,11 @@
 //! private directory in which `libibverbs.so.1` (and the provider sonames
 //! perftest links, `libmlx5.so.1` and `libefa.so.1`) point to it, and
 //! `librdmacm.so.1` to the rdmacm-abi cdylib beside it, puts
-//! that directory first in `LD_LIBRARY_PATH`, sets `SOFTROCE_DEVICES`, and
-//! execs the command, which keeps this pid.
+//! that directory first in `LD_LIBRARY_PATH`, sets `SOFTROCE_DEVICES`,
+//! presents the devices in sysfs and `/dev` to the command (a private mount
+//! namespace, see `present`), and execs the command, which keeps this pid.
+
+mod present;
 
 use ibverbs_abi::spec::{self, DeviceSpec, SpecError};
 use std::ffi::OsString;
@@ -20,7 +23,7 @@ const LIBRARY_ENV: &str = "SOFTROCE_LIBRARY";
 const RDMACM_ENV: &str = "SOFTROCE_RDMACM_LIBRARY";
 
 const USAGE: &str = "\
-usage: softroce-run [--device NAME=ADDR]... -- COMMAND [ARGS]...
+usage: softroce-run [--device NAME=ADDR]... [--no-sysfs] -- COMMAND [ARGS]...
 
 Runs COMMAND with this project's libibverbs.so.1 and librdmacm.so.1 in
 place of rdma-core's, so that unmodified RDMA applications (ibv_rc_pingpong,
@@ -31,7 +34,15 @@ without a kernel module.
                        (IPv4, or IPv6 with an optional %SCOPE); repeat for
                        more. Default: SOFTROCE_DEVICES if set, else
                        rxe0=127.0.0.1
+  --no-sysfs           do not present the devices in /sys/class/infiniband
+                       and /dev/infiniband (see below)
   -h, --help           this text
+
+The command sees its devices as a kernel's: /sys/class/infiniband/NAME
+(GIDs, ports, device/net/IFNAME) and /dev/infiniband/uverbsN, which UCX,
+libfabric and rdma-core's tests look for. They live in a private mount
+namespace of the command and its children (a user namespace too when not
+run as root: the command keeps its uid); nothing on the host changes.
 
 Environment: SOFTROCE_DEVICES (the device list, NAME=ADDR,NAME=ADDR...),
 SOFTROCE_LOG (a tracing filter such as debug: the library logs to stderr),
@@ -71,10 +82,13 @@ enum RunError {
 struct Args {
     devices: Vec<DeviceSpec>,
     command: Vec<OsString>,
+    /// Present the devices in sysfs and /dev (not with --no-sysfs).
+    sysfs: bool,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Option<Args>, RunError> {
     let mut devices = Vec::new();
+    let mut sysfs = true;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         let s = a.to_string_lossy().into_owned();
@@ -85,8 +99,9 @@ fn parse(args: Vec<OsString>) -> Result<Option<Args>, RunError> {
                 if command.is_empty() {
                     return Err(RunError::Usage("no COMMAND after --".into()));
                 }
-                return Ok(Some(Args { devices, command }));
+                return Ok(Some(Args { devices, command, sysfs }));
             }
+            "--no-sysfs" => sysfs = false,
             "--device" | "-d" => {
                 let v = it.next().ok_or_else(|| RunError::Usage(format!("{s} needs NAME=ADDR")))?;
                 devices.push(spec::parse_entry(&v.to_string_lossy())?);
@@ -194,6 +209,14 @@ fn run(args: Args) -> Result<ExitCode, RunError> {
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");
         path.push(old);
+    }
+    if args.sysfs {
+        if let Err(e) = present::present(&devices) {
+            eprintln!(
+                "softroce-run: warning: {e}; the command runs without /sys/class/infiniband and /dev/infiniband \
+                 (UCX, libfabric and rdma-core's rdmacm tests will not find the devices; --no-sysfs skips this)"
+            );
+        }
     }
     let cmd = args.command[0].to_string_lossy().into_owned();
     // exec: the command takes this process over (its pid, its signals,

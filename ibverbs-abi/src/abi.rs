@@ -444,7 +444,9 @@ pub struct ibv_qp_cap {
     pub max_inline_data: u32,
 }
 
+/// Copy: librdmacm keeps a passive endpoint's attributes for each new ID.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,

@@ -5,7 +5,7 @@
 //! 127.0.179.x (the tests run in parallel, a device owns UDP port 4791 of
 //! its address, and the workspace's other suites use lower ones; the
 //! header test takes 127.0.173.x, the perftest ones 127.0.174-181.x, qperf
-//! 127.0.190.x and the synchronous-mode test 127.0.191.x).
+//! 127.0.190.x the synchronous-mode test 127.0.191.x, the endpoint one 127.0.192.x).
 
 mod common;
 
@@ -339,4 +339,20 @@ fn rdma_cores_cmtime_connects_and_disconnects_every_connection_over_the_librarie
         assert!(nums[2] < 1e8, "{step}: a connection never finished the step: {row}");
     }
     assert!(!out.contains("failure"), "{out}");
+}
+
+#[test]
+fn rdma_server_and_rdma_client_over_endpoints() {
+    // rdma_create_ep on both sides (rdma_getaddrinfo's answer; passive with
+    // QP attributes kept for rdma_get_request, active with address and
+    // route resolved and the QP made), then a send each way and
+    // rdma_destroy_ep. Both print "rdma_<side>: end 0" only when all of it
+    // succeeded.
+    let Some(_) = need("rdma_server", "rdmacm-utils") else { return };
+    let l = launcher();
+    let srv = over_library(&l, "rxe0=127.0.192.1", &["rdma_server", "-s", "127.0.192.1", "-p", "7471"]);
+    let cli = over_library(&l, "rxe1=127.0.192.2", &["rdma_client", "-s", "127.0.192.1", "-p", "7471"]);
+    let (s, c) = pair(srv, cli, [127, 0, 192, 1], LIMIT);
+    assert!(s.status.success() && stdout(&s).contains("rdma_server: end 0"), "server\n{}", show(&s));
+    assert!(c.status.success() && stdout(&c).contains("rdma_client: end 0"), "client\n{}", show(&c));
 }

@@ -95,6 +95,9 @@ struct Id {
     /// Synchronous (librdmacm's `id_priv->sync`): `c.channel` is the ID's
     /// own, and the calls wait for their events (see the module's doc).
     sync: AtomicBool,
+    /// A passive `rdma_create_ep`'s QP attributes: `rdma_get_request`
+    /// makes each new ID's QP with them (librdmacm's `id_priv->qp_init_attr`).
+    ep_qp_attr: Mutex<Option<ibv_qp_init_attr>>,
 }
 
 impl Id {
@@ -244,6 +247,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         req_depths: Mutex::new((1, 1)),
         own_cqs: Mutex::new(Vec::new()),
         sync: AtomicBool::new(false),
+        ep_qp_attr: Mutex::new(None),
     }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
@@ -982,6 +986,8 @@ pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut
             status.abs()
         } else if event != EventType::ConnectRequest as c_int {
             libc::EINVAL
+        } else if let Some(e) = ep_qp(l, new) {
+            e
         } else {
             // The request's event stays with the new ID (acked by its
             // rdma_accept, rdma_reject's successor call or destroy).
@@ -996,6 +1002,84 @@ pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut
         // As librdmacm: a failed request's event stays with the listener.
         set!(l, event, ev);
         fail(err)
+    })
+}
+
+/// The QP a passive endpoint's new ID gets (`rdma_create_ep` with QP
+/// attributes), on the listener's PD: None when made or not wanted, else
+/// the errno.
+fn ep_qp(listen: &Id, new: *mut rdma_cm_id) -> Option<c_int> {
+    let mut attr = (*listen.ep_qp_attr.lock().unwrap_or_else(|e| e.into_inner()))?;
+    let pd = get!(listen, pd);
+    // SAFETY: the new ID of the request (checked by the registry) and a copy of the attributes.
+    match unsafe { rdma_create_qp(new, pd, &mut attr) } {
+        0 => None,
+        _ => Some(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)),
+    }
+}
+
+/// librdmacm's endpoint: a synchronous ID made from `rdma_getaddrinfo`'s
+/// answer. Passive (`RAI_PASSIVE`): bound to the source, the QP attributes
+/// kept for each request `rdma_get_request` returns. Active: the address
+/// and route resolved (2 s each, as librdmacm), and the QP made if asked.
+#[export_name = "softroce_rdma_create_ep_impl"]
+pub unsafe extern "C" fn rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("rdma_create_ep", -1, || {
+        if id.is_null() || res.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the caller's rdma_addrinfo (rdma_getaddrinfo's, or filled alike).
+        let r = unsafe { &*res };
+        let mut new: *mut rdma_cm_id = std::ptr::null_mut();
+        // SAFETY: our out-parameter; no channel: a synchronous ID.
+        if unsafe { rdma_create_id(std::ptr::null_mut(), &mut new, std::ptr::null_mut(), r.ai_port_space) } != 0 {
+            return -1;
+        }
+        // SAFETY: just made.
+        let Some(i) = (unsafe { id_of(new) }) else { return -1 };
+        set!(i, qp_type, r.ai_qp_type);
+        let made = if r.ai_flags & RAI_PASSIVE != 0 {
+            // SAFETY: the caller's source address (or NULL: refused there).
+            let bound = unsafe { rdma_bind_addr(new, r.ai_src_addr) };
+            if bound == 0 {
+                set!(i, pd, pd);
+                if !qp_init_attr.is_null() {
+                    // SAFETY: the caller's attributes, copied.
+                    let mut a = unsafe { *qp_init_attr };
+                    a.qp_type = r.ai_qp_type;
+                    *i.ep_qp_attr.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
+                }
+            }
+            bound
+        } else {
+            // SAFETY: the caller's addresses; our live ID.
+            let mut rc = unsafe { rdma_resolve_addr(new, r.ai_src_addr, r.ai_dst_addr, 2000) };
+            if rc == 0 {
+                // SAFETY: our live ID.
+                rc = unsafe { rdma_resolve_route(new, 2000) };
+            }
+            if rc == 0 && !qp_init_attr.is_null() {
+                // SAFETY: the caller's attributes.
+                unsafe { (*qp_init_attr).qp_type = r.ai_qp_type };
+                // SAFETY: our live ID, the caller's PD and attributes.
+                rc = unsafe { rdma_create_qp(new, pd, qp_init_attr) };
+            }
+            rc
+        };
+        if made != 0 {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+            // SAFETY: our ID, destroyed once.
+            unsafe { rdma_destroy_ep(new) };
+            return fail(e);
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { *id = new };
+        0
     })
 }
 
@@ -1163,7 +1247,6 @@ not_supported!(
     rdma_join_multicast => "softroce_rdma_join_multicast_impl",
     rdma_join_multicast_ex => "softroce_rdma_join_multicast_ex_impl",
     rdma_leave_multicast => "softroce_rdma_leave_multicast_impl",
-    rdma_create_ep => "softroce_rdma_create_ep_impl",
     rdma_create_srq => "softroce_rdma_create_srq_impl",
     rdma_destroy_srq => "softroce_rdma_destroy_srq_impl",
     rdma_create_qp_ex => "softroce_rdma_create_qp_ex_impl",
@@ -1184,11 +1267,14 @@ pub unsafe extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, data: *const c_voi
     unsafe { rdma_reject(id, data, len) }
 }
 
+/// As librdmacm: the ID's QP (and the CQs made for it) go, then the ID.
 #[export_name = "softroce_rdma_destroy_ep_impl"]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    // rdma_create_ep is not supported: an ID here is destroyed as any.
-    // SAFETY: forwarded; rdma_destroy_id checks the registry.
-    unsafe { rdma_destroy_id(id) };
+    // SAFETY: forwarded; both check the registry.
+    unsafe {
+        rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
 }
 
 pub use addr::{rdma_freeaddrinfo, rdma_getaddrinfo};

@@ -117,7 +117,10 @@ pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
 /// as rxe's `rxe_qp_chk_cap`/`rxe_cq_chk_attr`), reported by `ibv_query_device`.
 pub const MAX_QP_WR: u32 = 1 << 14;
 pub const MAX_SGE: u32 = 32;
-pub const MAX_CQE: u32 = (1 << 16) - 1;
+/// CQ entries: mlx5's limit (2^22 - 1) rather than rxe's, because libfabric's
+/// ofi_rxm asks for 2^18-entry CQs and does not clamp to the device's
+/// limit; a CQ grows its storage only as completions wait in it.
+pub const MAX_CQE: u32 = (1 << 22) - 1;
 /// Bytes of inline data a send may carry (rxe's `RXE_MAX_INLINE_DATA`).
 pub const MAX_INLINE_DATA: u32 = 400;
 

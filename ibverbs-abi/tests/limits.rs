@@ -185,6 +185,6 @@ fn limits_resize_and_queried_psns_are_as_rxe_answers() {
         ],
     );
     assert!(text.contains(&format!("rc sq_psn={} rq_psn={}", 0xabcdef, 0x1234)), "{text}");
-    assert!(text.contains("limits max_cqe=65535 max_qp_wr=16384 max_sge=32"), "{text}");
+    assert!(text.contains("limits max_cqe=4194303 max_qp_wr=16384 max_sge=32"), "{text}");
     assert!(text.contains("alive"), "{text}");
 }

@@ -8,6 +8,8 @@
 //! `SOFTROCE_REQUIRE_TOOLS=1` and every skip becomes a failure that says
 //! what was missing.
 
+pub mod netns;
+
 /// The variable that turns skips into failures.
 pub const REQUIRE_TOOLS: &str = "SOFTROCE_REQUIRE_TOOLS";
 

@@ -112,11 +112,14 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
 ) -> c_int {
     guard("rdma_getaddrinfo", -1, || {
         let r = (|| -> Result<*mut rdma_addrinfo, c_int> {
-            if res.is_null() || (node.is_null() && service.is_null()) {
-                return Err(libc::EINVAL);
-            }
             // SAFETY: the caller's hints, or NULL.
             let h = unsafe { hints.as_ref() };
+            // SAFETY: the hints' addresses, if any.
+            let (hint_src, hint_dst) =
+                h.map_or((None, None), |h| unsafe { (from_c(h.ai_src_addr), from_c(h.ai_dst_addr)) });
+            if res.is_null() || (node.is_null() && service.is_null() && hint_src.is_none() && hint_dst.is_none()) {
+                return Err(libc::EINVAL);
+            }
             let flags = h.map_or(0, |h| h.ai_flags);
             let family = h.map_or(0, |h| h.ai_family);
             // SAFETY: the caller's strings.
@@ -126,7 +129,15 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                 None => 0,
             };
             let passive = flags & RAI_PASSIVE != 0;
-            let addr = resolve(node, port, family, passive)?;
+            // No name: the hints' own addresses, as librdmacm copies them
+            // (libfabric's verbs provider resolves a peer's name this way).
+            let named = node.is_some() || service.is_some();
+            let (src, dst) = match (named, passive) {
+                (false, _) => (hint_src, hint_dst),
+                (true, true) => (Some(resolve(node, port, family, true)?), None),
+                (true, false) => (hint_src, Some(resolve(node, port, family, false)?)),
+            };
+            let addr = dst.or(src).ok_or(libc::EINVAL)?;
             let mut qp_type = h.map_or(0, |h| h.ai_qp_type);
             let mut ps = h.map_or(0, |h| h.ai_port_space);
             if ps == 0 {
@@ -150,14 +161,11 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             a.ai_family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
             a.ai_qp_type = qp_type;
             a.ai_port_space = ps;
-            if passive {
-                (a.ai_src_addr, a.ai_src_len) = malloc_addr(addr);
-            } else {
-                (a.ai_dst_addr, a.ai_dst_len) = malloc_addr(addr);
-                // SAFETY: the hints' source address, if any.
-                if let Some(src) = h.and_then(|h| unsafe { from_c(h.ai_src_addr) }) {
-                    (a.ai_src_addr, a.ai_src_len) = malloc_addr(src);
-                }
+            if let Some(src) = src {
+                (a.ai_src_addr, a.ai_src_len) = malloc_addr(src);
+            }
+            if let Some(dst) = dst {
+                (a.ai_dst_addr, a.ai_dst_len) = malloc_addr(dst);
             }
             Ok(ai)
         })();

@@ -396,7 +396,12 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
         if i.bound().is_some() {
             return fail(libc::EINVAL);
         }
-        if sa.ip().is_unspecified() {
+        // A loopback address no device has (libfabric's verbs provider
+        // binds "localhost" to probe, then takes the devices' own
+        // addresses when the ID has no device): bound as the wildcard,
+        // without a device in `id->verbs`.
+        let loopback = sa.ip().is_loopback() && !device_addrs().contains(&sa.ip().to_canonical());
+        if sa.ip().is_unspecified() || loopback {
             // No wildcard device here: the first device of the family listens.
             let fam = sa.is_ipv4();
             let Some(d) = device_addrs().into_iter().find(|d| d.is_ipv4() == fam || !fam) else {
@@ -405,7 +410,8 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             sa.set_ip(d);
         }
         match open_device(sa.ip()) {
-            Ok((ctx, _)) => set!(i, verbs, ctx),
+            Ok((ctx, _)) if !loopback => set!(i, verbs, ctx),
+            Ok(_) => {}
             Err(e) => return fail(e),
         }
         // Bound now, port 0 picked now (as the kernel does): qperf reads

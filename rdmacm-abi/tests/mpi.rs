@@ -158,8 +158,8 @@ fn two_ranks_on_each_of_two_hosts() {
     for (i, host) in [(1, 0), (2, 0), (3, 1), (4, 1)] {
         ip(&["-n", &ns.0[host], "addr", "add", &format!("{prefix}.{i}/24"), "dev", &dev[host]]).expect("an address");
     }
-    for h in 0..2 {
-        ip(&["-n", &ns.0[h], "link", "set", &dev[h], "up"]).expect("link up");
+    for (n, d) in ns.0.iter().zip(&dev) {
+        ip(&["-n", n, "link", "set", d, "up"]).expect("link up");
     }
     let dir = workdir("two");
     rank_wrapper(&dir, prefix);

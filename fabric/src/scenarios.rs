@@ -31,6 +31,9 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("parking-lot", "one long flow across --flows bottleneck links, each shared with a one-hop cross flow: how DCQCN shares a multi-bottleneck path"),
 ];
 
+/// The most hosts a fabric may have (addresses 10.0.0.1 up; IB LIDs stay unicast).
+pub const MAX_HOSTS: usize = 4096;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
     Paper,
@@ -176,16 +179,15 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             ));
         }
         let hosts = leaves.saturating_mul(hosts_per_leaf);
-        if !(1..=16).contains(&leaves) || !(1..=16).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
+        if !(1..=128).contains(&leaves) || !(1..=64).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
             return Err(ScenarioError::BadOption(
-                "--leaves and --spines must be in 1..=16, --hosts-per-leaf in 1..=64".into(),
+                "--leaves must be in 1..=128, --spines in 1..=64, --hosts-per-leaf in 1..=64".into(),
             ));
         }
-        // Host addresses are 10.0.0.1 .. 10.0.0.255.
         let senders = if name == "incast" { o.fanin } else { o.flows };
-        if hosts > 255 || senders >= hosts {
+        if hosts > MAX_HOSTS || senders >= hosts {
             return Err(ScenarioError::BadOption(format!(
-                "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most 255"
+                "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most {MAX_HOSTS}"
             )));
         }
     }
@@ -493,6 +495,17 @@ fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
 /// leaf-spine (ECMP by 5-tuple on RoCE, by DLID on IB).
 fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
+    let (mut fab, s) = all_to_all_fabric(o)?;
+    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    Ok(r)
+}
+
+/// The fabric of `all-to-all` with its flows, not yet run (benches
+/// measure exactly what the command runs), and its settings.
+pub fn all_to_all_fabric(o: &Options) -> Result<(Fabric, Settings), ScenarioError> {
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let (leaves, spines, per) = match o.topology {
         TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => (leaves, spines, hosts_per_leaf),
@@ -506,11 +519,7 @@ fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Resul
             fab.add_flow(a, b, Some(o.flow_bytes), Instant::ZERO);
         }
     }
-    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
-    let end = fab.now;
-    let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
-    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
-    Ok(r)
+    Ok((fab, s))
 }
 
 /// §7: the minimal credit loop. Five switches in a ring; every distance-2

@@ -38,9 +38,10 @@ use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::IdentRecovery;
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 
+mod agenda;
 mod rx;
 mod sched;
 
@@ -92,8 +93,9 @@ pub struct Endpoint {
     /// has happened since that could change it (see [`Endpoint::touch`]):
     /// an idle poll then costs a comparison, not a walk over every QP.
     tx_idle: bool,
-    /// [`Endpoint::poll_timeout`]'s answer while nothing has changed.
-    deadline: Cell<Option<Option<Instant>>>,
+    /// The QPs whose deadline or sending may have changed, and every QP's
+    /// deadline by time (a cell: [`Endpoint::poll_timeout`] takes `&self`).
+    agenda: RefCell<agenda::Agenda>,
     /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
     release: bool,
     events: VecDeque<AsyncEvent>,
@@ -158,7 +160,7 @@ impl Endpoint {
             sending: false,
             fresh_done: false,
             tx_idle: false,
-            deadline: Cell::new(None),
+            agenda: RefCell::default(),
             release: false,
             events: VecDeque::new(),
             ident_recovery: None,
@@ -718,7 +720,7 @@ impl Endpoint {
 
     /// `ibv_post_send`: checks the request against the QP and queues it.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
-        self.touch();
+        self.touch_qp(qpn);
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let t = qp.init.qp_type;
         let cap = qp.init.cap;
@@ -874,6 +876,7 @@ impl Endpoint {
     fn settle_cq_errors(&mut self) {
         while let Some(cq) = self.cqs.take_overflowed() {
             tracing::warn!(cq = cq.0, "completion queue overrun: the CQ and its QPs are in error");
+            self.touch();
             self.events.push_back(AsyncEvent::CqError(cq));
             for (&qpn, qp) in self.qps.iter_mut() {
                 if qp.state != QpState::Err && (qp.init.send_cq == cq || qp.init.recv_cq == cq) {
@@ -888,17 +891,14 @@ impl Endpoint {
     /// The next time [`Endpoint::handle_timeout`] has work, or when a
     /// waiting QP may send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if let Some(cached) = self.deadline.get() {
-            return cached;
+        let mut agenda = self.agenda.borrow_mut();
+        agenda.refresh(&self.qps);
+        #[cfg(debug_assertions)]
+        {
+            let scan = self.qps.values().filter_map(Qp::next_deadline).min();
+            debug_assert_eq!(agenda.earliest(), scan, "a QP's deadline changed without touching it");
         }
-        let t = self
-            .qps
-            .values()
-            .filter_map(Qp::next_deadline)
-            .chain(self.gsi.as_deref().and_then(Gsi::next_deadline))
-            .min();
-        self.deadline.set(Some(t));
-        t
+        agenda.earliest().into_iter().chain(self.gsi.as_deref().and_then(Gsi::next_deadline)).min()
     }
 
     /// Fires every timer that is due: a QP's ACK timer retransmits (or
@@ -906,8 +906,14 @@ impl Endpoint {
     /// are sent again; a held ACK that is due leaves in the next round of
     /// [`Endpoint::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.touch();
-        for (&qpn, qp) in self.qps.iter_mut() {
+        // Only QPs with a deadline due have work (every timer of a QP is in
+        // its deadline), in QPN order as a walk over all of them would go.
+        (self.tx_idle, self.fresh_done) = (false, false);
+        let agenda = self.agenda.get_mut();
+        agenda.refresh(&self.qps);
+        for qpn in agenda.due(now) {
+            agenda.mark(qpn);
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             if qp.timers.is_due(Timer::Retransmit, now) {
                 let was_error = qp.state == QpState::Err;
                 qp.handle_ack_timeout(&mut self.cqs, &mut self.stats);

@@ -56,7 +56,8 @@ impl Endpoint {
     }
 
     fn receive(&mut self, now: Instant, l3: &[u8]) {
-        self.touch();
+        // The QP it reaches, if any, is marked in `dispatch`/`receive_cnp`.
+        (self.tx_idle, self.fresh_done) = (false, false);
         self.stats.packets_received += 1;
         match self.framer.link {
             LinkKind::RoceV2 => self.receive_roce_v2(now, l3),
@@ -179,10 +180,12 @@ impl Endpoint {
             self.receive_gsi(t, src);
             return;
         }
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        if !self.qps.contains_key(&qpn) {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
-        };
+        }
+        self.agenda.get_mut().mark(qpn);
+        let qp = self.qps.get_mut(&qpn).expect("checked above");
         if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
             self.stats.drop(Drop::PkeyMismatch, qpn);
             return;
@@ -246,6 +249,8 @@ impl Endpoint {
                 if let Err(e) = self.mrs.invalidate(rkey, pd, Some(qpn)) {
                     tracing::warn!(qpn, error = %e, "a checked invalidation failed");
                 }
+                // A region other QPs may use changed.
+                self.agenda.get_mut().mark_all();
             }
         }
         if !was_error && qp.state == QpState::Err {
@@ -288,6 +293,7 @@ impl Endpoint {
     /// rate; anything else is dropped with its reason, so that a stray or
     /// forged CNP cannot slow a QP it does not belong to.
     fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
+        self.agenda.get_mut().mark(qpn);
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;

@@ -152,15 +152,10 @@ impl Endpoint {
     }
 
     /// Whether the last round found nothing and no timer is due yet: a
-    /// poll then costs this comparison. Otherwise the QPs are about to be
-    /// walked, and sending arms timers (a QP that fails stops its own), so
-    /// the cached deadline is dropped.
+    /// poll then costs this comparison. Otherwise the ready QPs are about
+    /// to be asked (each asked QP's deadline is then computed again).
     pub(super) fn idle_until_later(&mut self, now: Instant) -> bool {
-        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
-            return true;
-        }
-        self.deadline.set(None);
-        false
+        self.tx_idle && self.poll_timeout().is_none_or(|d| now < d)
     }
 
     /// Records that something happened which may give a QP packets to send
@@ -170,7 +165,14 @@ impl Endpoint {
     pub(super) fn touch(&mut self) {
         self.tx_idle = false;
         self.fresh_done = false;
-        self.deadline.set(None);
+        self.agenda.get_mut().mark_all();
+    }
+
+    /// [`Endpoint::touch`] for an entry point that changed QP `qpn` only.
+    pub(super) fn touch_qp(&mut self, qpn: u32) {
+        self.tx_idle = false;
+        self.fresh_done = false;
+        self.agenda.get_mut().mark(qpn);
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
@@ -184,13 +186,50 @@ impl Endpoint {
                 return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
             }
         }
+        if flush {
+            return self.next_packet_any(now, buf);
+        }
+        // Only the QPs that may have something: those touched since they
+        // last had nothing, and those whose deadline has passed. The others
+        // would answer `None`, so the turns come out as a walk over all.
+        let agenda = self.agenda.get_mut();
+        agenda.refresh(&self.qps);
+        agenda.wake_due(now);
+        while let Some(qpn) = self.agenda.get_mut().next_ready(self.rr, &self.qps) {
+            let t = self.transmit_from(qpn, now, buf, false);
+            let agenda = self.agenda.get_mut();
+            agenda.mark_stale(qpn);
+            match t {
+                Some(t) => {
+                    self.burst += 1;
+                    if self.burst >= TX_BURST {
+                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                    } else {
+                        self.rr = qpn;
+                    }
+                    return Some(t);
+                }
+                None => {
+                    agenda.idle(qpn);
+                    (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                }
+            }
+        }
+        None
+    }
+
+    /// A round that releases held ACKs: any QP may have one, so every QP is asked.
+    fn next_packet_any(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         for _ in 0..self.qps.len() {
             let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,
                 None => return None,
             };
-            match self.transmit_from(qpn, now, buf, flush) {
+            let t = self.transmit_from(qpn, now, buf, true);
+            self.agenda.get_mut().mark_stale(qpn);
+            match t {
                 Some(t) => {
+                    self.agenda.get_mut().sent(qpn);
                     // Stay on this QP for a burst, then give the next its turn.
                     self.burst += 1;
                     if self.burst >= TX_BURST {

@@ -1,0 +1,185 @@
+//! Which QPs the endpoint has to look at again, so that a poll costs what
+//! changed rather than a walk over every QP (a device with thousands of
+//! QPs, as a host of a large simulated all-to-all has, would otherwise pay
+//! for all of them on every packet).
+//!
+//! Two sets, both fed by the entry points that change a QP:
+//! - **stale**: QPs whose next deadline must be computed again before
+//!   [`Agenda::earliest`] or [`Agenda::due`] answer; the answers come from
+//!   an index of every QP's deadline ordered by time;
+//! - **ready**: QPs that may have a packet to send. A QP leaves it when it
+//!   has nothing; it comes back when something happens to it or when its
+//!   deadline passes (the only ways a QP with nothing to send gets
+//!   something: the same rule the endpoint's idle test always relied on).
+//!
+//! An entry point that cannot say which QPs it changed marks them all.
+
+use crate::qp::Qp;
+use crate::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Default)]
+pub(super) struct Agenda {
+    /// Each QP's deadline as last computed (QPs with none are absent).
+    deadline: BTreeMap<u32, Instant>,
+    /// The same, ordered by time then QPN.
+    by_time: BTreeSet<(Instant, u32)>,
+    stale: BTreeSet<u32>,
+    all_stale: bool,
+    ready: BTreeSet<u32>,
+    all_ready: bool,
+}
+
+impl Agenda {
+    /// Something happened to QP `qpn`: its deadline and what it may send changed.
+    pub fn mark(&mut self, qpn: u32) {
+        self.stale.insert(qpn);
+        self.ready.insert(qpn);
+    }
+
+    /// QP `qpn`'s deadline may have changed (it was asked for a packet).
+    pub fn mark_stale(&mut self, qpn: u32) {
+        self.stale.insert(qpn);
+    }
+
+    /// Anything may have changed on any QP.
+    pub fn mark_all(&mut self) {
+        (self.all_stale, self.all_ready) = (true, true);
+        self.stale.clear();
+    }
+
+    /// Computes the deadlines of the stale QPs again (of every QP after
+    /// [`Agenda::mark_all`]); destroyed QPs drop out.
+    pub fn refresh(&mut self, qps: &BTreeMap<u32, Qp>) {
+        if std::mem::take(&mut self.all_stale) {
+            self.stale.clear();
+            self.deadline.clear();
+            self.by_time.clear();
+            for (&qpn, qp) in qps {
+                self.set(qpn, qp.next_deadline());
+            }
+            return;
+        }
+        while let Some(qpn) = self.stale.pop_first() {
+            if let Some(old) = self.deadline.remove(&qpn) {
+                self.by_time.remove(&(old, qpn));
+            }
+            self.set(qpn, qps.get(&qpn).and_then(Qp::next_deadline));
+        }
+    }
+
+    fn set(&mut self, qpn: u32, t: Option<Instant>) {
+        if let Some(t) = t {
+            self.deadline.insert(qpn, t);
+            self.by_time.insert((t, qpn));
+        }
+    }
+
+    /// The earliest deadline of any QP (as of the last refresh).
+    pub fn earliest(&self) -> Option<Instant> {
+        self.by_time.first().map(|&(t, _)| t)
+    }
+
+    /// The QPs whose deadline is at or before `now`, in QPN order (as of
+    /// the last refresh).
+    pub fn due(&self, now: Instant) -> Vec<u32> {
+        let mut due: Vec<u32> = self.by_time.range(..=(now, u32::MAX)).map(|&(_, qpn)| qpn).collect();
+        due.sort_unstable();
+        due
+    }
+
+    /// Makes every QP whose deadline has passed ready (after a refresh).
+    pub fn wake_due(&mut self, now: Instant) {
+        for &(_, qpn) in self.by_time.range(..=(now, u32::MAX)) {
+            self.ready.insert(qpn);
+        }
+    }
+
+    /// The first ready QP at or after `from` in QPN order, wrapping round.
+    pub fn next_ready(&mut self, from: u32, qps: &BTreeMap<u32, Qp>) -> Option<u32> {
+        if std::mem::take(&mut self.all_ready) {
+            self.ready = qps.keys().copied().collect();
+        }
+        // A destroyed QP may still be listed: it is skipped and forgotten.
+        while let Some(qpn) = self.ready.range(from..).next().or_else(|| self.ready.first()).copied() {
+            if qps.contains_key(&qpn) {
+                return Some(qpn);
+            }
+            self.ready.remove(&qpn);
+        }
+        None
+    }
+
+    /// QP `qpn` had nothing to send.
+    pub fn idle(&mut self, qpn: u32) {
+        self.ready.remove(&qpn);
+    }
+
+    /// QP `qpn` sent a packet: it may have more.
+    pub fn sent(&mut self, qpn: u32) {
+        self.ready.insert(qpn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Pd;
+    use crate::qp::{CqId, QpInitAttr, QpType};
+    use crate::timers::Timer;
+
+    fn qps(nums: &[u32]) -> BTreeMap<u32, Qp> {
+        nums.iter().map(|&n| (n, Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0))))).collect()
+    }
+
+    #[test]
+    fn ready_qps_come_in_qpn_order_from_the_cursor_and_wrap() {
+        let map = qps(&[10, 20, 30, 40]);
+        let mut a = Agenda::default();
+        a.mark_all();
+        assert_eq!(a.next_ready(25, &map), Some(30), "every QP is ready after mark_all");
+        a.idle(30);
+        a.idle(40);
+        a.idle(10);
+        assert_eq!(a.next_ready(25, &map), Some(20), "wraps round to the one left");
+        a.idle(20);
+        assert_eq!(a.next_ready(0, &map), None);
+        a.mark(40);
+        assert_eq!(a.next_ready(0, &map), Some(40));
+        let fewer = qps(&[10, 20, 30]);
+        assert_eq!(a.next_ready(0, &fewer), None, "a destroyed QP is forgotten");
+    }
+
+    #[test]
+    fn deadlines_are_recomputed_only_for_stale_qps() {
+        let at = Instant::from_nanos;
+        let mut map = qps(&[10, 20, 30]);
+        map.get_mut(&20).unwrap().timers.set(Timer::Retransmit, at(500));
+        map.get_mut(&30).unwrap().timers.set(Timer::RnrWait, at(100));
+        let mut a = Agenda::default();
+        a.mark_all();
+        a.refresh(&map);
+        assert_eq!(a.earliest(), Some(at(100)));
+        assert_eq!(a.due(at(500)), vec![20, 30], "QPN order, not deadline order");
+        // A change nobody reported is not seen; a reported one is.
+        map.get_mut(&10).unwrap().timers.set(Timer::Retransmit, at(50));
+        a.refresh(&map);
+        assert_eq!(a.earliest(), Some(at(100)));
+        a.mark_stale(10);
+        a.refresh(&map);
+        assert_eq!(a.earliest(), Some(at(50)));
+        map.get_mut(&30).unwrap().timers.stop(Timer::RnrWait);
+        map.remove(&10);
+        a.mark_stale(30);
+        a.mark_stale(10);
+        a.refresh(&map);
+        assert_eq!((a.earliest(), a.due(at(1_000))), (Some(at(500)), vec![20]));
+        while let Some(q) = a.next_ready(0, &map) {
+            a.idle(q);
+        }
+        a.wake_due(at(499));
+        assert_eq!(a.next_ready(0, &map), None, "nothing due before 500");
+        a.wake_due(at(500));
+        assert_eq!(a.next_ready(0, &map), Some(20));
+    }
+}

@@ -186,7 +186,7 @@ impl Fabric {
             }
             self.now = self.now.max(t);
             self.counters.events += 1;
-            if self.counters.events % 8192 == 0 {
+            if self.counters.events % crate::progress::EVENTS_PER_CALL == 0 {
                 progress(self.now);
             }
             if te.is_some_and(|e| e <= t) {

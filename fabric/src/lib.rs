@@ -16,6 +16,7 @@
 //! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
+//! | [`progress`] | the progress line of long runs on stderr |
 //! | [`scenario_file`] | `run --file F.toml`: a scenario described in a file (keys are the flags) |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
 //! | [`compare`] | `rdma-fabric compare`: one workload on IB and three RoCE fabrics |
@@ -34,6 +35,7 @@ pub mod ib;
 pub mod link;
 pub mod pfc;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod scenario_file;
 pub mod scenarios;

@@ -138,6 +138,9 @@ struct RunArgs {
     /// ib-ring: the SM's routing engine (Up*/Down* rooted at the first switch).
     #[arg(long, value_enum, default_value = "minhop")]
     routing: RoutingArg,
+    /// No progress line on stderr (it is shown only on a terminal anyway).
+    #[arg(long)]
+    quiet: bool,
     #[arg(long)]
     json: bool,
     /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
@@ -160,6 +163,21 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} is not between 1 ns and 60 s"));
     }
     Ok(Duration::from_nanos(ns as u64))
+}
+
+/// The progress callback of a run: a line on stderr now and then, only
+/// on a terminal and without --quiet.
+fn progress_printer(quiet: bool) -> impl FnMut(rdma_transport::Instant, Duration) {
+    use std::io::IsTerminal;
+    let show = !quiet && std::io::stderr().is_terminal();
+    let mut meter = rdma_fabric::progress::Meter::new(std::time::Instant::now());
+    move |t, limit| {
+        if show {
+            if let Some(line) = meter.tick(std::time::Instant::now(), t, limit) {
+                eprintln!("{line}");
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -199,8 +217,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            let quiet = args.quiet;
             let mut progress = |c: &str, t: rdma_transport::Instant, _: Duration| {
-                if t.as_nanos() == 0 {
+                if t.as_nanos() == 0 && !quiet {
                     eprintln!("rdma-fabric: {c}");
                 }
             };
@@ -242,21 +261,12 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let RunArgs { name, json, plot, .. } = *args;
+            let RunArgs { name, json, plot, quiet, .. } = *args;
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");
                 return ExitCode::from(2);
             }
-            // A progress line once a run has taken more than 2 s of wall time.
-            let started = std::time::Instant::now();
-            let mut last = started;
-            let mut progress = |t: rdma_transport::Instant, total: Duration| {
-                let now = std::time::Instant::now();
-                if now.duration_since(started).as_secs() >= 2 && now.duration_since(last).as_secs() >= 1 {
-                    last = now;
-                    eprintln!("rdma-fabric: {} us of {} us simulated", t.as_nanos() / 1000, total.as_micros());
-                }
-            };
+            let mut progress = progress_printer(quiet);
             match scenarios::run(&name, &o, &mut progress) {
                 Ok(r) => {
                     if let Some(path) = &plot {

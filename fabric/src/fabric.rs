@@ -15,6 +15,7 @@ use crate::host::{connect_with, Flow};
 use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
+use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
 use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
@@ -54,6 +55,8 @@ pub struct Fabric {
     flow_of: HashMap<(usize, u32), usize>,
     /// Flows finished or failed: the loop's stop test, without a walk over every flow.
     flows_done: usize,
+    /// Work besides the flows (a collective), if any: see [`Fabric::set_workload`].
+    workload: Option<Box<dyn Workload>>,
     pub(crate) rng: Rng,
     buf: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
@@ -97,6 +100,7 @@ impl Fabric {
             flows: Vec::new(),
             flow_of: HashMap::new(),
             flows_done: 0,
+            workload: None,
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
             sm_inbox: Vec::new(),
@@ -198,10 +202,25 @@ impl Fabric {
         }
     }
 
-    /// Every flow is finished or failed (false without flows: a run of
-    /// nothing runs its time).
+    /// Every flow is finished or failed and the workload, if any, is done
+    /// (false while there is neither: a run of nothing runs its time).
     fn all_done(&self) -> bool {
-        !self.flows.is_empty() && self.flows_done == self.flows.len()
+        let work = !self.flows.is_empty() || self.workload.is_some();
+        work && self.flows_done == self.flows.len() && self.workload.as_ref().is_none_or(|w| w.done())
+    }
+
+    /// Installs `w`, which has posted its first work on the hosts: every
+    /// host is serviced so that it starts sending.
+    pub fn set_workload(&mut self, w: Box<dyn Workload>) {
+        self.workload = Some(w);
+        for h in 0..self.topo.hosts.len() {
+            self.service(h);
+        }
+    }
+
+    /// The workload, after a run.
+    pub fn take_workload(&mut self) -> Option<Box<dyn Workload>> {
+        self.workload.take()
     }
 
     /// Fires every host timer that is due, in host order. (Deadlines can
@@ -412,7 +431,12 @@ impl Fabric {
     fn pump(&mut self, h: usize) {
         let cq = self.topo.hosts[h].cq;
         for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
-            let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };
+            let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else {
+                if let Some(w) = self.workload.as_mut() {
+                    w.on_completion(h, &wc, &mut self.topo.hosts, self.now);
+                }
+                continue;
+            };
             let was_done = self.flows[f].done();
             self.complete(f, &wc);
             self.flows_done += usize::from(!was_done && self.flows[f].done());

@@ -1,6 +1,8 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use rdma_fabric::collective::report::Kind;
+use rdma_fabric::collective::{Algorithm, CollectiveOptions};
 use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,6 +36,12 @@ enum RoutingArg {
 enum LinkArg {
     Roce,
     Ib,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AlgorithmArg {
+    Ring,
+    Tree,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -138,6 +146,16 @@ struct RunArgs {
     /// ib-ring: the SM's routing engine (Up*/Down* rooted at the first switch).
     #[arg(long, value_enum, default_value = "minhop")]
     routing: RoutingArg,
+    /// allreduce, allgather, reduce-scatter: how the ranks exchange data.
+    #[arg(long, value_enum, default_value = "ring")]
+    algorithm: AlgorithmArg,
+    /// allreduce, allgather, reduce-scatter: the number of ranks, one per host (default 8).
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// allreduce, allgather, reduce-scatter: bytes, as nccl-tests counts
+    /// them (e.g. 65536, 64KiB, 4MiB, 1GiB; default 1MiB).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
     /// No progress line on stderr (it is shown only on a terminal anyway).
     #[arg(long)]
     quiet: bool,
@@ -165,6 +183,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(ns as u64))
 }
 
+/// A byte count with an optional unit: B, KB/MB/GB (powers of 1000) or
+/// K/KiB, M/MiB, G/GiB (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let v: u64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4MiB or 65536"))?;
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KB" => 1000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        _ => return Err(format!("{s:?}: the unit must be B, KB, MB, GB, KiB, MiB or GiB")),
+    };
+    v.checked_mul(scale).ok_or_else(|| format!("{s:?} is too large"))
+}
+
 /// The progress callback of a run: a line on stderr now and then, only
 /// on a terminal and without --quiet.
 fn progress_printer(quiet: bool) -> impl FnMut(rdma_transport::Instant, Duration) {
@@ -176,6 +212,42 @@ fn progress_printer(quiet: bool) -> impl FnMut(rdma_transport::Instant, Duration
             if let Some(line) = meter.tick(std::time::Instant::now(), t, limit) {
                 eprintln!("{line}");
             }
+        }
+    }
+}
+
+/// `run` of a collective: allreduce, allgather, reduce-scatter.
+fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
+    let c = CollectiveOptions {
+        kind,
+        algorithm: match args.algorithm {
+            AlgorithmArg::Ring => Algorithm::Ring,
+            AlgorithmArg::Tree => Algorithm::Tree,
+        },
+        hosts: args.hosts.unwrap_or(8),
+        size_bytes: args.size.unwrap_or(1 << 20),
+    };
+    if args.leaves.is_some() {
+        eprintln!("rdma-fabric: --leaves follows from --hosts and --hosts-per-leaf for collectives");
+        return ExitCode::from(2);
+    }
+    if let Some(p) = &args.plot {
+        eprintln!("rdma-fabric: --plot {} is not drawn for collectives", p.display());
+        return ExitCode::from(2);
+    }
+    let mut progress = progress_printer(args.quiet);
+    match rdma_fabric::collective::run(&c, o, &mut progress) {
+        Ok(r) if args.json => {
+            println!("{}", serde_json::to_string(&r).expect("a report serialises"));
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            print!("{}", r.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdma-fabric: {e}");
+            ExitCode::from(2)
         }
     }
 }
@@ -261,6 +333,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if let Some(kind) = Kind::from_name(&args.name) {
+                return run_collective(kind, &args, &o);
+            }
+            if args.hosts.is_some() || args.size.is_some() || !matches!(args.algorithm, AlgorithmArg::Ring) {
+                eprintln!(
+                    "rdma-fabric: --hosts, --size and --algorithm are for allreduce, allgather and reduce-scatter"
+                );
+                return ExitCode::from(2);
+            }
             let RunArgs { name, json, plot, quiet, .. } = *args;
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");

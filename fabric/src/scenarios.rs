@@ -28,6 +28,9 @@ pub const SCENARIOS: &[(&str, &str)] = &[
 ("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
     ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
+    ("allreduce", "--hosts ranks all-reduce --size bytes, --algorithm ring (reduce-scatter + all-gather) or tree, steps driven by WRITE completions: JCT, algbw, busbw"),
+    ("allgather", "ring all-gather of --size bytes in all over --hosts ranks"),
+    ("reduce-scatter", "ring reduce-scatter of --size bytes over --hosts ranks"),
     ("parking-lot", "one long flow across --flows bottleneck links, each shared with a one-hop cross flow: how DCQCN shares a multi-bottleneck path"),
 ];
 
@@ -238,6 +241,9 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
         }
         "ib-ring" => ib_ring(o, progress),
         "all-to-all" => all_to_all(o, progress),
+        "allreduce" | "allgather" | "reduce-scatter" => Err(ScenarioError::BadOption(format!(
+            "{name} is a collective: its report is rdma_fabric::collective::run's"
+        ))),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -310,7 +316,7 @@ pub fn rp_trajectory(o: &Options) -> Report {
     r
 }
 
-fn settings(o: &Options, buffer: u64) -> Settings {
+pub(crate) fn settings(o: &Options, buffer: u64) -> Settings {
     let link = Link::new(line_bps(o), Duration::from_micros(1));
     Settings {
         link,
@@ -338,7 +344,7 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
 /// routes) or, with `--sm`, by `rdma-sm` itself: a sweep over VL15 from
 /// host 0's HCA with every port starting in Init; the run then starts at
 /// time zero on the configured fabric.
-fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
     if o.link != LinkKind::Ib {
         return Ok(Fabric::new(topo, o.seed));
     }

@@ -650,6 +650,7 @@ impl Endpoint {
         qp.ecn_capable = self.ecn_capable;
         Self::attach_cc(&mut qp, self.cc);
         self.qps.insert(qpn, qp);
+        self.touch(); // the agenda indexes every QP anew
         qpn
     }
 

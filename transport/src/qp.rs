@@ -283,6 +283,9 @@ pub struct Qp {
     /// Handles `ibv_open_qp` gave to this XRC_RECV QP besides its own:
     /// each destroy takes one, the last removes the QP.
     pub(crate) opens: u32,
+    /// The deadline the endpoint's agenda has this QP under (a cell: the
+    /// agenda refreshes from `&self`, see `endpoint/agenda.rs`).
+    pub(crate) indexed_deadline: core::cell::Cell<Option<Instant>>,
 }
 
 impl Qp {
@@ -316,6 +319,7 @@ impl Qp {
             xrcd: None,
             xrc_target: None,
             opens: 0,
+            indexed_deadline: core::cell::Cell::new(None),
         }
     }
 

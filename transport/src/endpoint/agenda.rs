@@ -6,25 +6,32 @@
 //! Two sets, both fed by the entry points that change a QP:
 //! - **stale**: QPs whose next deadline must be computed again before
 //!   [`Agenda::earliest`] or [`Agenda::due`] answer; the answers come from
-//!   an index of every QP's deadline ordered by time;
+//!   an index of every QP's deadline ordered by time (each QP keeps the
+//!   deadline it is indexed under, so a refresh that finds it unchanged
+//!   costs one comparison);
 //! - **ready**: QPs that may have a packet to send. A QP leaves it when it
 //!   has nothing; it comes back when something happens to it or when its
 //!   deadline passes (the only ways a QP with nothing to send gets
 //!   something: the same rule the endpoint's idle test always relied on).
 //!
-//! An entry point that cannot say which QPs it changed marks them all.
+//! An entry point that cannot say which QPs it changed marks them all, as
+//! do QP creation and destruction (so the index never holds a QP that is
+//! gone).
 
 use crate::qp::Qp;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Stale QPs listed one by one up to this many; past it, all are (a
+/// driver that never asks for its deadline must not grow the list).
+const STALE_LIST: usize = 64;
+
 #[derive(Debug, Default)]
 pub(super) struct Agenda {
-    /// Each QP's deadline as last computed (QPs with none are absent).
-    deadline: BTreeMap<u32, Instant>,
-    /// The same, ordered by time then QPN.
+    /// Every QP with a deadline, by time then QPN.
     by_time: BTreeSet<(Instant, u32)>,
-    stale: BTreeSet<u32>,
+    /// QPs to refresh (may repeat).
+    stale: Vec<u32>,
     all_stale: bool,
     ready: BTreeSet<u32>,
     all_ready: bool,
@@ -33,13 +40,21 @@ pub(super) struct Agenda {
 impl Agenda {
     /// Something happened to QP `qpn`: its deadline and what it may send changed.
     pub fn mark(&mut self, qpn: u32) {
-        self.stale.insert(qpn);
+        self.mark_stale(qpn);
         self.ready.insert(qpn);
     }
 
     /// QP `qpn`'s deadline may have changed (it was asked for a packet).
     pub fn mark_stale(&mut self, qpn: u32) {
-        self.stale.insert(qpn);
+        if self.all_stale || self.stale.last() == Some(&qpn) {
+            return;
+        }
+        if self.stale.len() >= STALE_LIST {
+            self.all_stale = true;
+            self.stale.clear();
+        } else {
+            self.stale.push(qpn);
+        }
     }
 
     /// Anything may have changed on any QP.
@@ -49,29 +64,34 @@ impl Agenda {
     }
 
     /// Computes the deadlines of the stale QPs again (of every QP after
-    /// [`Agenda::mark_all`]); destroyed QPs drop out.
+    /// [`Agenda::mark_all`]).
     pub fn refresh(&mut self, qps: &BTreeMap<u32, Qp>) {
         if std::mem::take(&mut self.all_stale) {
             self.stale.clear();
-            self.deadline.clear();
             self.by_time.clear();
             for (&qpn, qp) in qps {
-                self.set(qpn, qp.next_deadline());
+                let t = qp.next_deadline();
+                qp.indexed_deadline.set(t);
+                if let Some(t) = t {
+                    self.by_time.insert((t, qpn));
+                }
             }
             return;
         }
-        while let Some(qpn) = self.stale.pop_first() {
-            if let Some(old) = self.deadline.remove(&qpn) {
+        for qpn in self.stale.drain(..) {
+            // A QPN nobody has (a post to a wrong QPN) was never indexed.
+            let Some(qp) = qps.get(&qpn) else { continue };
+            let (old, new) = (qp.indexed_deadline.get(), qp.next_deadline());
+            if old == new {
+                continue;
+            }
+            if let Some(old) = old {
                 self.by_time.remove(&(old, qpn));
             }
-            self.set(qpn, qps.get(&qpn).and_then(Qp::next_deadline));
-        }
-    }
-
-    fn set(&mut self, qpn: u32, t: Option<Instant>) {
-        if let Some(t) = t {
-            self.deadline.insert(qpn, t);
-            self.by_time.insert((t, qpn));
+            if let Some(new) = new {
+                self.by_time.insert((new, qpn));
+            }
+            qp.indexed_deadline.set(new);
         }
     }
 
@@ -169,9 +189,11 @@ mod tests {
         a.refresh(&map);
         assert_eq!(a.earliest(), Some(at(50)));
         map.get_mut(&30).unwrap().timers.stop(Timer::RnrWait);
-        map.remove(&10);
         a.mark_stale(30);
-        a.mark_stale(10);
+        a.refresh(&map);
+        assert_eq!(a.due(at(1_000)), vec![10, 20]);
+        map.remove(&10);
+        a.mark_all(); // as destroy_qp does
         a.refresh(&map);
         assert_eq!((a.earliest(), a.due(at(1_000))), (Some(at(500)), vec![20]));
         while let Some(q) = a.next_ready(0, &map) {

@@ -242,7 +242,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
         "ib-ring" => ib_ring(o, progress),
         "all-to-all" => all_to_all(o, progress),
         "allreduce" | "allgather" | "reduce-scatter" => Err(ScenarioError::BadOption(format!(
-            "{name} is a collective: its report is rdma_fabric::collective::run's"
+            "{name} is a collective: `rdma-fabric run {name}` runs it (collective::run); compare does not yet"
         ))),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }

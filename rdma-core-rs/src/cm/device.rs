@@ -162,6 +162,7 @@ impl CmDevice {
             // duplicate of its former self to a peer still in time-wait.
             first_comm_id: route::random_u32() | 1,
             ca_guid: ca_guid(addr),
+            ..CmConfig::default()
         };
         {
             // The backend sends each UDP source port from a socket of its
@@ -261,7 +262,7 @@ impl CmDevice {
         })
     }
 
-    pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr) -> Result<()> {
+    pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr, backlog: u32) -> Result<()> {
         self.with_cm(|ep, core| {
             let list = core.listeners.entry(service_id).or_default();
             list.retain(|l| l.id.strong_count() > 0);
@@ -278,7 +279,7 @@ impl CmDevice {
                 Some(l) => (l.addr, l.listening) = (addr, true),
                 None => list.push(Listener { id: Arc::downgrade(id), addr, listening: true }),
             }
-            core.cm.listen(service_id);
+            core.cm.listen_with_backlog(service_id, backlog);
             // The requests that came while the port was only bound.
             let (now, later): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut core.held).into_iter().partition(|h| h.service_id == service_id);

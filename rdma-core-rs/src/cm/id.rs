@@ -437,9 +437,11 @@ impl CmId {
     }
 
     /// `rdma_listen`: REQs for the bound port (service ID = port space <<
-    /// 16 | port) and address raise CONNECT_REQUEST with a new ID. The
-    /// backlog is not limited.
-    pub fn listen(&self, _backlog: u32) -> Result<()> {
+    /// 16 | port) and address raise CONNECT_REQUEST with a new ID. At most
+    /// `backlog` requests wait for `accept`/`reject` at once (0: 1024, and
+    /// no more than that, as the kernel's ucma); the CM drops more
+    /// unanswered and the peer retries.
+    pub fn listen(&self, backlog: u32) -> Result<()> {
         let (dev, local, ps) = {
             let g = self.shared.lock();
             match (g.phase, &g.dev, g.local) {
@@ -450,7 +452,7 @@ impl CmId {
                 }
             }
         };
-        dev.listen(&self.shared, service_id(ps.ps(), local.port()), local.ip())?;
+        dev.listen(&self.shared, service_id(ps.ps(), local.port()), local.ip(), backlog)?;
         self.shared.lock().phase = Phase::Listening;
         tracing::info!(%local, ?ps, "listening");
         Ok(())

@@ -39,7 +39,7 @@ use rdma_wire::cm::{
     SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use rdma_wire::mad::{Mad, MAD_LEN};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 mod receive;
 mod sidr;
@@ -104,6 +104,10 @@ pub struct CmConfig {
     /// peers do not see the same IDs after a restart).
     pub first_comm_id: u32,
     pub ca_guid: u64,
+    /// Connections (any state, time-wait included) past which a new REQ
+    /// is dropped unanswered: what a flood of REQs with fresh
+    /// communication IDs can make this CM hold.
+    pub max_connections: usize,
 }
 
 impl Default for CmConfig {
@@ -114,6 +118,7 @@ impl Default for CmConfig {
             timewait: Duration::from_millis(100),
             first_comm_id: 0x1000,
             ca_guid: 0,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -176,7 +181,25 @@ pub struct CmStats {
     pub established_by_data: u64,
     /// REJs sent again for a repeated REQ the consumer had rejected.
     pub rej_resent: u64,
+    /// REQs and SIDR_REQs dropped unanswered because their service had
+    /// its backlog of requests waiting for the consumer (the peer retries,
+    /// as after Linux's ucma backlog).
+    pub backlog_dropped: u64,
+    /// REQs dropped unanswered because the CM held `max_connections`.
+    pub table_full: u64,
+    /// GET/SET MADs of a class no one here serves, answered with
+    /// GET_RESP status "unsupported method/attribute" (as Linux's MAD layer).
+    pub unsupported_answered: u64,
 }
+
+/// Requests a listened service may have waiting for the consumer's
+/// answer (`ConnectRequest`, `SidrRequest` not yet accepted or rejected)
+/// unless `listen_with_backlog` says fewer: Linux's default
+/// `net.rdma_ucm.max_backlog`.
+pub const DEFAULT_BACKLOG: u32 = 1024;
+
+/// Default [`CmConfig::max_connections`].
+pub const MAX_CONNECTIONS: usize = 1 << 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -250,7 +273,8 @@ impl From<crate::error::VerbsError> for CmError {
 pub struct Cm {
     config: CmConfig,
     conns: Vec<Conn>,
-    listens: HashSet<u64>,
+    /// Listened services and their backlogs.
+    listens: HashMap<u64, u32>,
     events: VecDeque<CmEvent>,
     next_id: u32,
     stats: CmStats,
@@ -282,6 +306,17 @@ pub fn cm_time(exp: u8) -> Duration {
 /// Linux's `cm_convert_to_ms`: 4.096 µs × 2^`t`, taken as 2^(t − 8) ms.
 pub fn cm_convert_to_ms(t: u8) -> Duration {
     Duration::from_millis(1u64 << t.saturating_sub(8).min(31))
+}
+
+/// The longest a REQ may make us wait per try for its next step: the
+/// exponent 23 (about 33 s, and 9 minutes over 15 retries). The field goes
+/// to 31 (2.3 hours a try): a peer naming it would pin a connection slot
+/// for a day and a half with a REQ it never follows up.
+pub const MAX_PEER_RESPONSE_TIMEOUT: Duration = Duration::from_millis(1 << 15);
+
+/// How long a REQ's sender asked us to wait for it, capped.
+fn peer_timeout(req: &ReqRepr) -> Duration {
+    cm_convert_to_ms(req.local_cm_response_timeout).min(MAX_PEER_RESPONSE_TIMEOUT)
 }
 
 /// The CM response timeout exponent (4.096 µs × 2^x) covering `d`.
@@ -326,7 +361,7 @@ impl Cm {
         Cm {
             config,
             conns: Vec::new(),
-            listens: HashSet::new(),
+            listens: HashMap::new(),
             events: VecDeque::new(),
             next_id: config.first_comm_id.max(1),
             stats: CmStats::default(),
@@ -339,8 +374,35 @@ impl Cm {
         self.stats
     }
 
+    /// Listens for `service_id` with the default backlog ([`DEFAULT_BACKLOG`]).
     pub fn listen(&mut self, service_id: u64) {
-        self.listens.insert(service_id);
+        self.listen_with_backlog(service_id, DEFAULT_BACKLOG);
+    }
+
+    /// Listens for `service_id`; at most `backlog` of its requests wait for
+    /// the consumer at once (0 or above [`DEFAULT_BACKLOG`]: that, as ucma
+    /// clamps `rdma_listen`'s), more are dropped unanswered.
+    pub fn listen_with_backlog(&mut self, service_id: u64, backlog: u32) {
+        let backlog = if backlog == 0 { DEFAULT_BACKLOG } else { backlog.min(DEFAULT_BACKLOG) };
+        self.listens.insert(service_id, backlog);
+    }
+
+    /// Whether `service_id` is listened and its backlog has room for one
+    /// more request; counts the drop if it has none.
+    fn backlog_room(&mut self, service_id: u64) -> bool {
+        let Some(&backlog) = self.listens.get(&service_id) else { return false };
+        let waiting = self
+            .conns
+            .iter()
+            .filter(|c| c.state == State::ReqRcvd && c.req.is_some_and(|r| r.service_id == service_id))
+            .count()
+            + self.sidr.waiting(service_id);
+        if waiting < backlog as usize {
+            return true;
+        }
+        tracing::debug!(service_id, backlog, "backlog full: request dropped unanswered");
+        self.stats.backlog_dropped += 1;
+        false
     }
 
     /// Stops listening: REQs for `service_id` get REJ 8 again.
@@ -421,10 +483,14 @@ impl Cm {
     }
 
     /// A REP waits for its RTU as long as the REQ asked (its local CM
-    /// response timeout, `max_cm_retries` times), as Linux's passive side.
-    fn send_rep(ep: &mut Endpoint, dest: IpAddr, rep: [u8; MAD_LEN], req: &ReqRepr) {
-        let timeout = cm_convert_to_ms(req.local_cm_response_timeout);
-        let _ = ep.gsi_send(dest, rep, Some(timeout), req.max_cm_retries);
+    /// response timeout, `max_cm_retries` times), as Linux's passive side,
+    /// but no longer than [`MAX_PEER_RESPONSE_TIMEOUT`] per try.
+    ///
+    /// Returns the transaction ID it went with: the REQ's, or a fresh one
+    /// where the REQ's was 0 (the GSI's "pick one"), which the connection
+    /// must then know its REP's timeout report by.
+    fn send_rep(ep: &mut Endpoint, dest: IpAddr, rep: [u8; MAD_LEN], req: &ReqRepr) -> Option<u64> {
+        ep.gsi_send(dest, rep, Some(peer_timeout(req)), req.max_cm_retries).ok()
     }
 
     fn send(&self, ep: &mut Endpoint, dest: IpAddr, mad: [u8; MAD_LEN], expect: bool) {
@@ -616,8 +682,12 @@ impl Cm {
                 private_data,
             }),
         );
-        Self::send_rep(ep, peer, rep, &req);
+        let mut rep = rep;
         let c = &mut self.conns[i];
+        if let Some(used) = Self::send_rep(ep, peer, rep, &req) {
+            c.tid = used;
+            Mad::new_unchecked(&mut rep[..]).set_transaction_id(used);
+        }
         c.qpn = Some(qpn);
         c.state = State::RepSent;
         c.reply = Some(rep);
@@ -666,9 +736,7 @@ impl Cm {
     /// a lost REJ's repeat gets the REJ again, never a second request; at
     /// least the time-wait.
     fn rejected_for(&self, req: Option<&ReqRepr>) -> Duration {
-        let repeats = req.map_or(Duration::ZERO, |r| {
-            cm_convert_to_ms(r.local_cm_response_timeout) * (u32::from(r.max_cm_retries) + 1)
-        });
+        let repeats = req.map_or(Duration::ZERO, |r| peer_timeout(r) * (u32::from(r.max_cm_retries) + 1));
         repeats.max(self.config.timewait)
     }
 

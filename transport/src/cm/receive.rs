@@ -3,6 +3,11 @@
 //! the passive side's "communication established" by data.
 
 use super::*;
+use rdma_wire::mad::{method, MGMT_CLASS_CM};
+
+/// The status Linux answers an unserved GET or SET with (ib_mad.h's
+/// `IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB`).
+const MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB: u16 = 0x000c;
 
 impl Cm {
     /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
@@ -17,12 +22,32 @@ impl Cm {
         while let Some(r) = ep.poll_mad() {
             let parsed = Mad::new_checked(&r.mad[..]).ok().and_then(|m| CmMadRepr::parse(&m).ok());
             let Some(cm) = parsed else {
-                self.stats.malformed += 1;
+                self.not_cm(ep, r.from.to_canonical(), &r.mad);
                 continue;
             };
             self.on_message(now, ep, r.from.to_canonical(), cm);
         }
         self.communication_established(ep);
+    }
+
+    /// A MAD that is no CM message. A GET or SET of another class (no
+    /// other class is served on this QP1) gets a GET_RESP with status
+    /// "unsupported method/attribute", as Linux's MAD layer answers an
+    /// unmatched request (`generate_unmatched_resp`); anything else is
+    /// dropped. One answer per request: no amplification.
+    fn not_cm(&mut self, ep: &mut Endpoint, from: IpAddr, mad: &[u8; MAD_LEN]) {
+        self.stats.malformed += 1;
+        let m = Mad::new_unchecked(&mad[..]);
+        if m.mgmt_class() == MGMT_CLASS_CM || !matches!(m.method(), method::GET | method::SET) {
+            return;
+        }
+        let mut resp = *mad;
+        let mut r = Mad::new_unchecked(&mut resp[..]);
+        r.set_method(method::GET_RESP);
+        r.set_status(MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB);
+        self.stats.unsupported_answered += 1;
+        // A response: the GSI neither retries nor waits for an answer.
+        let _ = ep.gsi_send(from, resp, None, 0);
     }
 
     /// IB's "communication established": a passive connection whose QP has
@@ -134,7 +159,7 @@ impl Cm {
             // in any other state the copy in flight or the RTU settles it.
             match (c.state, c.reply, c.req) {
                 (State::RepSent, Some(rep), Some(first)) => {
-                    Self::send_rep(ep, from, rep, &first);
+                    let _ = Self::send_rep(ep, from, rep, &first);
                     self.stats.rep_resent += 1;
                 }
                 // The consumer refused it: the same REJ again, never a
@@ -186,7 +211,12 @@ impl Cm {
             }
             return;
         }
-        let reason = if !self.listens.contains(&req.service_id) {
+        if self.conns.len() >= self.config.max_connections {
+            tracing::debug!(peer = %from, "CM table full: REQ dropped unanswered");
+            self.stats.table_full += 1;
+            return;
+        }
+        let reason = if !self.listens.contains_key(&req.service_id) {
             Some(RejReason::INVALID_SERVICE_ID)
         } else if req.transport_service_type != transport_type::RC {
             Some(RejReason::INVALID_TRANSPORT_TYPE)
@@ -197,6 +227,9 @@ impl Cm {
         };
         if let Some(reason) = reason {
             self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, reason), false);
+            return;
+        }
+        if !self.backlog_room(req.service_id) {
             return;
         }
         let local_id = self.alloc_id();

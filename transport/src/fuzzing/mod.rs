@@ -8,6 +8,11 @@
 //! - [`engine`]: a whole endpoint driven by a script of actions (crafted
 //!   packets, replays, time, drains, receives, (de)registration, QP state
 //!   changes, CQ polls), with oracles on memory, output volume and queues.
+//! - [`cm_receive`]: the CM and its MAD layer under a hostile peer on QP1
+//!   (`cm.rs`).
+
+mod cm;
+pub use cm::{cm_receive, cm_receive_report, CmReport};
 
 use crate::endpoint::{Endpoint, MAX_PACKET};
 use crate::framing::Framer;

@@ -242,6 +242,7 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let mut st = self.ctx.inner.lock();
         self.ctx.inner.release_acks(&mut st);
+        crate::mcast::leave_all(&mut st, self.qpn);
         let _ = st.ep.destroy_qp(self.qpn);
         st.io.release_port(self.src_port);
     }

@@ -85,6 +85,8 @@ pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
 pub use pd::{AdviseMr, MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
+/// Multicast: why an attach or detach was refused, the multicast QPN.
+pub use rdma_transport::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
 pub use rdma_transport::qp::{QpParams, QpStats};
 /// The operands of [`SendOp::Flush`] (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_RANGE`, ...).
 pub use rdma_transport::wr::flush;
@@ -96,7 +98,6 @@ pub use rdma_transport::{
     wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
     Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-/// Multicast: why an attach or detach was refused, the multicast QPN.
 pub use rdma_transport::{McastError, MULTICAST_QPN};
 /// Memory windows' types and what a bound one reaches.
 pub use rdma_transport::{MwId, MwType, WindowBinding};

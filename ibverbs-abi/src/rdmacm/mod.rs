@@ -98,6 +98,8 @@ struct Id {
     /// A passive `rdma_create_ep`'s QP attributes: `rdma_get_request`
     /// makes each new ID's QP with them (librdmacm's `id_priv->qp_init_attr`).
     ep_qp_attr: Mutex<Option<ibv_qp_init_attr>>,
+    /// The multicast groups joined (`mcast.rs`).
+    mcast: Mutex<Vec<mcast::Joined>>,
 }
 
 impl Id {
@@ -127,6 +129,9 @@ macro_rules! set {
     }};
 }
 
+// After the macros, which it uses.
+mod mcast;
+
 #[repr(C)]
 struct Event {
     c: rdma_cm_event,
@@ -147,6 +152,8 @@ fn cm_errno(e: &CmError) -> c_int {
         CmError::AddrInUse { .. } => libc::EADDRINUSE,
         CmError::NoRoute(..) => libc::EHOSTUNREACH,
         CmError::Unsupported(_) => libc::ENOSYS,
+        CmError::Ipv6Multicast(_) => 524, // the kernel's ENOTSUPP
+        CmError::NotMulticast(_) => libc::EINVAL,
         CmError::Timeout(_) => libc::EAGAIN,
         CmError::WrongState { .. }
         | CmError::PrivateDataTooLong { .. }
@@ -248,6 +255,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         own_cqs: Mutex::new(Vec::new()),
         sync: AtomicBool::new(false),
         ep_qp_attr: Mutex::new(None),
+        mcast: Mutex::new(Vec::new()),
     }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
@@ -886,7 +894,7 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             qp_num: e.param.qp_num,
             qkey: e.param.qkey,
         };
-    } else {
+    } else if e.event != EventType::MulticastJoin {
         ev.c.param.conn = rdma_conn_param {
             private_data: ptr,
             private_data_len: len,
@@ -898,6 +906,9 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             srq: e.param.srq.into(),
             qp_num: e.param.qp_num,
         };
+    }
+    if let (EventType::MulticastJoin, Some(mgid)) = (e.event, e.param.mgid) {
+        mcast::deliver_join(id, &mut ev.c, mgid, e.param.qkey);
     }
     let p = Box::into_raw(ev);
     EVENTS.insert(p);
@@ -1234,9 +1245,8 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_in
     guard("rdma_notify", -1, || if unsafe { id_of(id) }.is_some() { 0 } else { -1 })
 }
 
-/// Calls this library does not provide: -1 with errno ENOSYS (multicast,
-/// synchronous endpoints, SRQs on IDs, rsockets, QPs the application
-/// transitions itself).
+/// Calls this library does not provide: -1 with errno ENOSYS (SRQs on
+/// IDs, rsockets, QPs the application transitions itself, ECE).
 macro_rules! not_supported {
     ($($name:ident => $export:literal),* $(,)?) => {$(
         #[export_name = $export]
@@ -1250,9 +1260,6 @@ macro_rules! not_supported {
 }
 
 not_supported!(
-    rdma_join_multicast => "softroce_rdma_join_multicast_impl",
-    rdma_join_multicast_ex => "softroce_rdma_join_multicast_ex_impl",
-    rdma_leave_multicast => "softroce_rdma_leave_multicast_impl",
     rdma_create_srq => "softroce_rdma_create_srq_impl",
     rdma_destroy_srq => "softroce_rdma_destroy_srq_impl",
     rdma_create_qp_ex => "softroce_rdma_create_qp_ex_impl",

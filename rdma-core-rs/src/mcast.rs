@@ -5,7 +5,6 @@
 //! multicast packets to the Ethernet broadcast address, so they join
 //! nothing (docs/multicast.md).
 
-use crate::context::State;
 use crate::device::Gid;
 use crate::error::Result;
 use crate::qp::QueuePair;
@@ -44,13 +43,5 @@ impl QueuePair {
     pub fn mcast_groups(&self) -> Vec<(Gid, u16)> {
         let st = self.ctx.inner.lock();
         st.ep.mcast_groups_of(self.qp_num()).into_iter().map(|(g, l)| (Gid::from_ip(g), l)).collect()
-    }
-}
-
-/// Before QP `qpn` goes: the backend leaves the groups it held (the
-/// engine forgets its memberships with the QP).
-pub(crate) fn leave_all(st: &mut State, qpn: u32) {
-    for (gid, _) in st.ep.mcast_groups_of(qpn) {
-        st.io.leave_group(gid);
     }
 }

@@ -242,7 +242,11 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let mut st = self.ctx.inner.lock();
         self.ctx.inner.release_acks(&mut st);
-        crate::mcast::leave_all(&mut st, self.qpn);
+        // The backend leaves the multicast groups the QP held (the engine
+        // forgets its memberships with the QP).
+        for (gid, _) in st.ep.mcast_groups_of(self.qpn) {
+            st.io.leave_group(gid);
+        }
         let _ = st.ep.destroy_qp(self.qpn);
         st.io.release_port(self.src_port);
     }

@@ -11,7 +11,7 @@
 use core::net::{IpAddr, Ipv6Addr};
 use std::collections::BTreeMap;
 
-/// The destination QPN of a multicast packet (IBTA 9.8.1, rxe's `IB_MULTICAST_QPN`).
+/// The destination QPN of a multicast packet (the IBTA's multicast QPN, rxe's `IB_MULTICAST_QPN`).
 pub const MULTICAST_QPN: u32 = 0xff_ffff;
 /// Groups a device can have (`max_mcast_grp`, rxe's `RXE_MAX_MCAST_GRP`).
 pub const MAX_MCAST_GRP: usize = 8192;
@@ -20,7 +20,7 @@ pub const MAX_MCAST_QP_ATTACH: usize = 56;
 /// Attachments of all groups together (`max_total_mcast_qp_attach`, rxe's
 /// `RXE_MAX_TOT_MCAST_QP_ATTACH`).
 pub const MAX_TOTAL_MCAST_QP_ATTACH: usize = 0x70000;
-/// The lowest multicast LID (IBTA 4.1.1; `IB_MULTICAST_LID_BASE`).
+/// The lowest multicast LID (the kernel's `IB_MULTICAST_LID_BASE`).
 pub const MULTICAST_LID_BASE: u16 = 0xc000;
 /// The permissive LID, never a group's.
 const PERMISSIVE_LID: u16 = 0xffff;

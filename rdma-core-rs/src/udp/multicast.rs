@@ -219,6 +219,9 @@ fn open_group(group: IpAddr, local: IpAddr, scope_id: u32) -> io::Result<Socket>
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;
+    // As deep as the device's own receive socket: a burst of UD sends
+    // to the group must not overflow it (UD does not resend).
+    super::grow_recv_buffer(&s);
     let fd = s.as_raw_fd();
     match (group, local) {
         (IpAddr::V4(g), IpAddr::V4(l)) => {

@@ -163,3 +163,43 @@ fn misuse_is_refused_with_what_was_wrong() {
     ud.qp.detach_mcast(group(16), 0).unwrap();
     assert!(ud.qp.mcast_groups().is_empty(), "a second attach was a no-op: one detach undoes it");
 }
+
+/// RoCE v1 and native IB frames over an in-process link: the frame driver
+/// broadcasts multicast frames and each device keeps those of its groups
+/// (docs/multicast.md). The IB group is named by its multicast LID.
+#[test]
+fn frame_links_carry_multicast_to_members_only() {
+    for (link, tag) in [(LinkKind::RoceV1, 1u8), (LinkKind::Ib, 2)] {
+        let fab = format!("mcast-test-{}-{tag}", std::process::id());
+        let open = |n: u8| {
+            let cfg = DeviceConfig { link, lid: u16::from(n), progress: Progress::Thread, ..DeviceConfig::default() };
+            let ctx =
+                Device::in_process(&format!("{fab}-{n}"), &fab, [2, 0x21, tag, 0, 0, n], cfg).unwrap().open().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            (ctx, pd)
+        };
+        let ((a, a_pd), (b, b_pd), (c, c_pd)) = (open(1), open(2), open(3));
+        let sender = member(&a, &a_pd, QKEY);
+        let m = member(&b, &b_pd, QKEY);
+        let outsider = member(&c, &c_pd, QKEY);
+        let g = Gid::from_ip("ff0e::21:5".parse().unwrap());
+        let mlid = if link == LinkKind::Ib { 0xc021 } else { 0 };
+        m.qp.attach_mcast(g, mlid).unwrap();
+        m.post_recv(1);
+        outsider.post_recv(1);
+        let mut av = AddressVector::new(g.to_ip());
+        av.dlid = mlid;
+        let ah = a_pd.create_ah_av(av).unwrap();
+        sender.mr.write(4096, &pattern(300, 9)).unwrap();
+        let mut wr = SendWr::new(7, SendOp::Send, vec![sender.mr.sge(4096, 300).unwrap()]);
+        wr.ud = Some(ah.ud_dest(MULTICAST_QPN, QKEY));
+        sender.qp.post_send(&[wr]).unwrap();
+        assert_eq!(sender.wait().status, WcStatus::Success, "{link:?}");
+        let wc = m.wait();
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 340), "{link:?}");
+        assert_eq!(&m.mr.to_vec()[40..340], &pattern(300, 9)[..], "{link:?}");
+        assert!(outsider.nothing(), "{link:?}: a device without members keeps nothing");
+        assert_eq!(c.stats().drops_for(DropReason::NoMulticastGroup), 1, "{link:?}: it got the frame and dropped it");
+        drop(b);
+    }
+}

@@ -130,6 +130,7 @@ int main(void)
 	struct sockaddr_in mbind = { .sin_family = AF_INET };
 	inet_pton(AF_INET, "127.0.173.2", &mbind.sin_addr);
 	CHECK(rdma_bind_addr(mid, (struct sockaddr *)&mbind) == 0);
+	CHECK(mid->verbs != NULL && mid->pd != NULL && mid->pd->context == mid->verbs); /* librdmacm's device PD */
 	CHECK(rdma_join_multicast(mid, (struct sockaddr *)&grp, &ctx_token) == 0);
 	ev = next_event(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
 	CHECK(ev && ev->id == mid && ev->status == 0);

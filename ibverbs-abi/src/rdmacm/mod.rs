@@ -418,7 +418,12 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             sa.set_ip(d);
         }
         match open_device(sa.ip()) {
-            Ok((ctx, _)) if !loopback => set!(i, verbs, ctx),
+            Ok((ctx, pd)) if !loopback => {
+                // As librdmacm's ucma_get_device: the device's PD comes
+                // with it (pyverbs takes `id->pd` right after the bind).
+                set!(i, verbs, ctx);
+                set!(i, pd, pd);
+            }
             Ok(_) => {}
             Err(e) => return fail(e),
         }
@@ -456,7 +461,10 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             },
         };
         match open_device(src) {
-            Ok((ctx, _)) => set!(i, verbs, ctx),
+            Ok((ctx, pd)) => {
+                set!(i, verbs, ctx);
+                set!(i, pd, pd);
+            }
             Err(e) => return fail(e),
         }
         let t = Duration::from_millis(timeout_ms.max(0) as u64);
@@ -856,6 +864,7 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
         let n = unsafe { &*np };
         n.sync.store(sync, Ordering::Relaxed);
         set!(n, verbs, get!(l, verbs));
+        set!(n, pd, get!(l, pd));
         *n.req_depths.lock().unwrap_or_else(|e| e.into_inner()) =
             (e.param.responder_resources, e.param.initiator_depth);
         fill_route(n);

@@ -1073,7 +1073,10 @@ pub unsafe extern "C" fn rdma_create_ep(
             // SAFETY: the caller's source address (or NULL: refused there).
             let bound = unsafe { rdma_bind_addr(new, r.ai_src_addr) };
             if bound == 0 {
-                set!(i, pd, pd);
+                // The caller's PD, else the device's the bind set (librdmacm).
+                if !pd.is_null() {
+                    set!(i, pd, pd);
+                }
                 if !qp_init_attr.is_null() {
                     // SAFETY: the caller's attributes, copied.
                     let mut a = unsafe { *qp_init_attr };

@@ -30,6 +30,7 @@ mod cq;
 mod cq_ex;
 mod device;
 mod ffi;
+mod mcast;
 mod misc;
 mod mw;
 mod pd;

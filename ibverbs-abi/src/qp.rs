@@ -366,7 +366,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", libc::EIO, || {
         let p = qp.cast::<Qp>();
         // SAFETY: `live` checks the registry.
-        if unsafe { live(&QPS, p, "ibv_qp") }.is_none() || !QPS.remove(p) {
+        let Some(live_qp) = (unsafe { live(&QPS, p, "ibv_qp") }) else { return libc::EINVAL };
+        // As uverbs: a QP still attached to multicast groups is not
+        // destroyed (the application detaches first).
+        if !live_qp.verbs.mcast_groups().is_empty() {
+            tracing::debug!(qpn = live_qp.c.qp_num, "ibv_destroy_qp: still attached to multicast groups");
+            return libc::EBUSY;
+        }
+        if !QPS.remove(p) {
             return libc::EINVAL;
         }
         // SAFETY: removed from the registry; made by Box::into_raw.

@@ -554,8 +554,9 @@ impl Context {
     }
 
     /// What a blocking wait sleeps on in `poll(2)`: readable when packets
-    /// wait for this device (the receive socket and, with io_uring, the
-    /// ring; -1 for none). For a caller that watches the device from its
+    /// wait for this device (UDP: the receive socket, and an epoll set of
+    /// its multicast group sockets and, with io_uring, the ring; a frame
+    /// link: its fd and -1). For a caller that watches the device from its
     /// own thread and drives progress only when nobody else does.
     pub fn wait_fds(&self) -> [RawFd; 2] {
         self.inner.wait_fds

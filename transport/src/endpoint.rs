@@ -26,6 +26,7 @@ use crate::cc::DcqcnParams;
 use crate::error::{DeregError, VerbsError};
 use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
+use crate::mcast::{McastError, McastTable};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::paths::PathTable;
 use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, XrcdId};
@@ -115,6 +116,8 @@ pub struct Endpoint {
     gsi_first_tid: u64,
     /// Native IB: the LIDs of GIDs (see [`crate::paths`]).
     paths: PathTable,
+    /// Multicast groups and their UD QPs (see [`crate::mcast`]).
+    mcast: McastTable,
 }
 
 /// The notification point's settings while congestion control is off:
@@ -169,6 +172,7 @@ impl Endpoint {
             gsi: None,
             gsi_first_tid,
             paths: PathTable::default(),
+            mcast: McastTable::default(),
         }
     }
 
@@ -660,7 +664,40 @@ impl Endpoint {
         self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         // Type 2 windows bound to it reach nothing any more.
         self.mrs.windows.unbind_all_of_qp(qpn);
+        self.mcast.detach_all(qpn);
         Ok(())
+    }
+
+    /// `ibv_attach_mcast`: UD QP `qpn` receives the packets sent to the
+    /// multicast group `gid` (QPN 0xFFFFFF). `lid` is the group's LID on
+    /// native IB (0xc000..0xfffe) and ignored on RoCE, as the RoCE annex
+    /// says. Attaching twice is a no-op.
+    pub fn attach_mcast(&mut self, qpn: u32, gid: IpAddr, lid: u16) -> Result<(), McastError> {
+        let qp = self.qps.get(&qpn).ok_or(McastError::NoSuchQp(qpn))?;
+        if qp.init.qp_type != QpType::Ud {
+            return Err(McastError::NotUd { qpn });
+        }
+        if !crate::mcast::is_multicast_gid(gid) {
+            return Err(McastError::NotMulticast { gid });
+        }
+        if self.framer.link == LinkKind::Ib && !crate::mcast::is_multicast_lid(lid) {
+            return Err(McastError::NotMulticastLid { lid });
+        }
+        self.mcast.attach(gid, lid, qpn)
+    }
+
+    /// `ibv_detach_mcast`: undoes [`Endpoint::attach_mcast`]; a QP that is
+    /// not attached to `gid` is an error (rxe: EINVAL).
+    pub fn detach_mcast(&mut self, qpn: u32, gid: IpAddr, lid: u16) -> Result<(), McastError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(McastError::NoSuchQp(qpn));
+        }
+        self.mcast.detach(gid, lid, qpn)
+    }
+
+    /// The multicast groups (GID, LID) QP `qpn` is attached to.
+    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<(IpAddr, u16)> {
+        self.mcast.groups_of(qpn)
     }
 
     /// `ibv_modify_qp`. Moving to ERR flushes every queued request.

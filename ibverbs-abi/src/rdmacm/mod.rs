@@ -98,6 +98,8 @@ struct Id {
     /// A passive `rdma_create_ep`'s QP attributes: `rdma_get_request`
     /// makes each new ID's QP with them (librdmacm's `id_priv->qp_init_attr`).
     ep_qp_attr: Mutex<Option<ibv_qp_init_attr>>,
+    /// The multicast groups joined (`mcast.rs`).
+    mcast: Mutex<Vec<mcast::Joined>>,
 }
 
 impl Id {
@@ -127,6 +129,9 @@ macro_rules! set {
     }};
 }
 
+// After the macros, which it uses.
+mod mcast;
+
 #[repr(C)]
 struct Event {
     c: rdma_cm_event,
@@ -147,6 +152,8 @@ fn cm_errno(e: &CmError) -> c_int {
         CmError::AddrInUse { .. } => libc::EADDRINUSE,
         CmError::NoRoute(..) => libc::EHOSTUNREACH,
         CmError::Unsupported(_) => libc::ENOSYS,
+        CmError::Ipv6Multicast(_) => 524, // the kernel's ENOTSUPP
+        CmError::NotMulticast(_) => libc::EINVAL,
         CmError::Timeout(_) => libc::EAGAIN,
         CmError::WrongState { .. }
         | CmError::PrivateDataTooLong { .. }
@@ -248,6 +255,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         own_cqs: Mutex::new(Vec::new()),
         sync: AtomicBool::new(false),
         ep_qp_attr: Mutex::new(None),
+        mcast: Mutex::new(Vec::new()),
     }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
@@ -410,7 +418,12 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             sa.set_ip(d);
         }
         match open_device(sa.ip()) {
-            Ok((ctx, _)) if !loopback => set!(i, verbs, ctx),
+            Ok((ctx, pd)) if !loopback => {
+                // As librdmacm's ucma_get_device: the device's PD comes
+                // with it (pyverbs takes `id->pd` right after the bind).
+                set!(i, verbs, ctx);
+                set!(i, pd, pd);
+            }
             Ok(_) => {}
             Err(e) => return fail(e),
         }
@@ -448,7 +461,10 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             },
         };
         match open_device(src) {
-            Ok((ctx, _)) => set!(i, verbs, ctx),
+            Ok((ctx, pd)) => {
+                set!(i, verbs, ctx);
+                set!(i, pd, pd);
+            }
             Err(e) => return fail(e),
         }
         let t = Duration::from_millis(timeout_ms.max(0) as u64);
@@ -848,6 +864,7 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
         let n = unsafe { &*np };
         n.sync.store(sync, Ordering::Relaxed);
         set!(n, verbs, get!(l, verbs));
+        set!(n, pd, get!(l, pd));
         *n.req_depths.lock().unwrap_or_else(|e| e.into_inner()) =
             (e.param.responder_resources, e.param.initiator_depth);
         fill_route(n);
@@ -886,7 +903,7 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             qp_num: e.param.qp_num,
             qkey: e.param.qkey,
         };
-    } else {
+    } else if e.event != EventType::MulticastJoin {
         ev.c.param.conn = rdma_conn_param {
             private_data: ptr,
             private_data_len: len,
@@ -898,6 +915,9 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             srq: e.param.srq.into(),
             qp_num: e.param.qp_num,
         };
+    }
+    if let (EventType::MulticastJoin, Some(mgid)) = (e.event, e.param.mgid) {
+        mcast::deliver_join(id, &mut ev.c, mgid, e.param.qkey);
     }
     let p = Box::into_raw(ev);
     EVENTS.insert(p);
@@ -1053,7 +1073,10 @@ pub unsafe extern "C" fn rdma_create_ep(
             // SAFETY: the caller's source address (or NULL: refused there).
             let bound = unsafe { rdma_bind_addr(new, r.ai_src_addr) };
             if bound == 0 {
-                set!(i, pd, pd);
+                // The caller's PD, else the device's the bind set (librdmacm).
+                if !pd.is_null() {
+                    set!(i, pd, pd);
+                }
                 if !qp_init_attr.is_null() {
                     // SAFETY: the caller's attributes, copied.
                     let mut a = unsafe { *qp_init_attr };
@@ -1234,9 +1257,8 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_in
     guard("rdma_notify", -1, || if unsafe { id_of(id) }.is_some() { 0 } else { -1 })
 }
 
-/// Calls this library does not provide: -1 with errno ENOSYS (multicast,
-/// synchronous endpoints, SRQs on IDs, rsockets, QPs the application
-/// transitions itself).
+/// Calls this library does not provide: -1 with errno ENOSYS (SRQs on
+/// IDs, rsockets, QPs the application transitions itself, ECE).
 macro_rules! not_supported {
     ($($name:ident => $export:literal),* $(,)?) => {$(
         #[export_name = $export]
@@ -1250,9 +1272,6 @@ macro_rules! not_supported {
 }
 
 not_supported!(
-    rdma_join_multicast => "softroce_rdma_join_multicast_impl",
-    rdma_join_multicast_ex => "softroce_rdma_join_multicast_ex_impl",
-    rdma_leave_multicast => "softroce_rdma_leave_multicast_impl",
     rdma_create_srq => "softroce_rdma_create_srq_impl",
     rdma_destroy_srq => "softroce_rdma_destroy_srq_impl",
     rdma_create_qp_ex => "softroce_rdma_create_qp_ex_impl",

@@ -234,7 +234,7 @@ impl CmDevice {
                 rnr_retry_count: req.rnr_retry_count,
                 srq: req.srq,
                 qp_num: qpn,
-                qkey: 0,
+                ..EventParam::default()
             },
             // SIDR: 216 - 36 = 180 bytes of user data.
             _ => EventParam { private_data: user.to_vec(), ..EventParam::default() },

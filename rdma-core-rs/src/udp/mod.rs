@@ -53,10 +53,12 @@
 
 mod connected;
 mod faults;
+mod multicast;
 mod recv;
 mod send;
 mod uring;
 
+pub use multicast::group_ip;
 pub(crate) use recv::{split_datagram, RxMeta};
 
 use crate::io_stats::IoStats;
@@ -224,6 +226,8 @@ pub struct UdpIo {
     sink: Option<(Socket, SockAddr)>,
     /// The last `transmit` stopped on its budget with packets left.
     tx_left: bool,
+    /// The IP multicast groups joined, and their sockets ([`multicast`]).
+    mcast: multicast::Groups,
     pub stats: IoStats,
 }
 
@@ -455,6 +459,10 @@ impl UdpIo {
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
         let driver = open_driver(cfg.io_driver, &rx, capacity)?;
         let capture = cfg.pcap.as_deref().map(crate::link::capture::IpTap::create).transpose()?;
+        let mcast = multicast::Groups::new(match &driver {
+            Driver::Uring(u) => u.fd(),
+            Driver::Sockets(_) => -1,
+        })?;
         // A capture needs the IPv4 Identification the engine wrote (0): unconnected sends.
         let mut connect =
             !cfg.unconnected_sends && faults.is_none() && capture.is_none() && matches!(driver, Driver::Sockets(_));
@@ -494,6 +502,7 @@ impl UdpIo {
             connect,
             sink,
             tx_left: false,
+            mcast,
             stats: IoStats::default(),
         };
         if io.capture.is_some() {
@@ -509,13 +518,11 @@ impl UdpIo {
         self.rx.as_raw_fd()
     }
 
-    /// What a blocking wait sleeps on in `poll(2)`: the receive socket and,
-    /// with io_uring, the ring (readable when completions wait; -1 if none).
+    /// What a blocking wait sleeps on in `poll(2)`: the receive socket and
+    /// an epoll set of the multicast group sockets and, with io_uring, the
+    /// ring (readable when completions wait).
     pub fn wait_fds(&self) -> [RawFd; 2] {
-        match &self.driver {
-            Driver::Sockets(_) => [self.rx.as_raw_fd(), -1],
-            Driver::Uring(u) => [self.rx.as_raw_fd(), u.fd()],
-        }
+        [self.rx.as_raw_fd(), self.mcast.fd()]
     }
 
     /// Whether this device sends payloads straight from their memory
@@ -691,6 +698,7 @@ impl UdpIo {
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
         };
         setsockopt_int(s.as_raw_fd(), level, name, i32::from(tos))?;
+        multicast::send_options(&s, self.local, self.scope_id)?;
         // A port's sockets share it (each before its bind); a port another
         // user or program holds without the option stays refused.
         s.set_reuse_port(true)?;

@@ -11,6 +11,7 @@ use crate::qp::{AddressVector, QpState, QpType, ECN_CE, ECN_MASK};
 use crate::responder::RespCtx;
 use crate::stats::Drop;
 use crate::time::Instant;
+use crate::wr::roce_packet_type;
 use core::net::IpAddr;
 use rdma_wire::mad::GSI_QPN;
 use rdma_wire::{IbPacket, Opcode, Operation, RoceV1Packet, RoceV2Packet, Transport, TransportPacket};
@@ -88,7 +89,7 @@ impl Endpoint {
         }
         let src = Peer::Gid(IpAddr::V6(grh.src()).to_canonical());
         let ecn = grh.traffic_class() & ECN_MASK;
-        self.dispatch(now, &p.transport(), src, ecn, &packet[..40]);
+        self.dispatch(now, &p.transport(), src, ecn, &packet[..40], roce_packet_type::ROCE_V1);
     }
 
     #[inline(never)]
@@ -124,7 +125,7 @@ impl Endpoint {
             }
             None => (Peer::Lid(lrh.slid(), None), 0, &packet[..0]),
         };
-        self.dispatch(now, &p.transport(), src, ecn, grh);
+        self.dispatch(now, &p.transport(), src, ecn, grh, lrh.sl());
     }
 
     fn receive_roce_v2(&mut self, now: Instant, l3: &[u8]) {
@@ -150,19 +151,23 @@ impl Endpoint {
             }
             self.stats.ipv4_ident_recovered += 1;
         }
-        let (src, ecn, ip_len) = match (p.ipv4(), p.ipv6()) {
-            (Some(h), _) => (IpAddr::V4(h.src()), h.ecn(), 20),
-            (_, Some(h)) => (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40),
+        let (src, ecn, ip_len, sl) = match (p.ipv4(), p.ipv6()) {
+            (Some(h), _) => (IpAddr::V4(h.src()), h.ecn(), 20, roce_packet_type::ROCE_V2_IPV4),
+            (_, Some(h)) => {
+                (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40, roce_packet_type::ROCE_V2_IPV6)
+            }
             _ => unreachable!("a checked packet is IPv4 or IPv6"),
         };
-        self.dispatch(now, &p.transport(), Peer::Gid(src), ecn, &l3[..ip_len]);
+        self.dispatch(now, &p.transport(), Peer::Gid(src), ecn, &l3[..ip_len], sl);
     }
 
     /// The checks and the hand-off common to every link kind, for a packet
     /// whose CRCs are good: `ip_header` is its IP header or GRH (what a UD
-    /// receive gets in its first 40 bytes), empty without one.
+    /// receive gets in its first 40 bytes), empty without one; `sl` what a
+    /// UD receive of it reports as its SL (the LRH's on IB, the packet type
+    /// on RoCE: [`roce_packet_type`]).
     #[inline]
-    fn dispatch(&mut self, now: Instant, t: &TransportPacket<&[u8]>, src: Peer, ecn: u8, ip_header: &[u8]) {
+    fn dispatch(&mut self, now: Instant, t: &TransportPacket<&[u8]>, src: Peer, ecn: u8, ip_header: &[u8], sl: u8) {
         let ce = ecn & ECN_MASK == ECN_CE;
         if ce {
             self.stats.ecn_ce_received += 1;
@@ -236,8 +241,14 @@ impl Endpoint {
                 // responder NAKs it (Invalid Request) and touches nothing.
                 qp.xrc_target = t.xrceth().and_then(|x| self.srqs.xrc_target(x.xrc_srq(), xrcd));
             }
-            let mut ctx =
-                RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, ip_header };
+            let mut ctx = RespCtx {
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                stats: &mut self.stats,
+                ip_header,
+                sl,
+            };
             qp.handle_request(t, &mut ctx);
             if let Some(rkey) = qp.take_invalidation() {
                 // A SEND with invalidate completed: the responder checked

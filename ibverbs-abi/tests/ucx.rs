@@ -182,6 +182,22 @@ fn with_n<'a>(args: &[&'a str]) -> Vec<&'a str> {
 }
 
 #[test]
+fn ucx_info_lists_the_device_with_rc_verbs_and_ud_verbs() {
+    let Some((_serial, ns)) = setup() else { return };
+    let side = spawn(&ns, "rxe0=127.0.23.20", &["ucx_info", "-d"], &[]);
+    let (o, in_time) = finish(side, LIMIT);
+    assert!(in_time && o.status.success(), "ucx_info -d (softroce-run --device rxe0=127.0.23.20):\n{}", tail(&o, 30));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // "#      Transport: rc_verbs" then "#         Device: rxe0:1".
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    for tl in ["rc_verbs", "ud_verbs"] {
+        let listed =
+            lines.windows(2).any(|w| w[0].ends_with(&format!("Transport: {tl}")) && w[1].ends_with("Device: rxe0:1"));
+        assert!(listed, "ucx_info -d lists no {tl} on rxe0:1:\n{}", tail(&o, 60));
+    }
+}
+
+#[test]
 fn ucx_perftest_over_rc_verbs() {
     let Some((_serial, ns)) = setup() else { return };
     // UCP: rc_verbs for the data, ud_verbs for the wire-up (UCP refuses

@@ -41,6 +41,15 @@ pub const IDLE_LOOK: Duration = Duration::from_micros(20);
 /// 19.3 µs against 16.1 µs at 2 ms (docs/ibverbs-abi.md, Speed).
 pub const ACTIVE_LOOK: Duration = Duration::from_millis(2);
 
+/// How long the idle-progress thread rests after the application polled
+/// but not steadily (`polls::Polling::Now`): it is there, busy or
+/// preempted (on a loaded machine a spinning application's polls have
+/// gaps too), or it polls now and then from a timer, whose next poll may
+/// be a millisecond away. Long enough not to wake on every packet of an
+/// application that is about to poll again, short enough that a packet
+/// of a peer waits little for an application that does not.
+pub const SHORT_LOOK: Duration = Duration::from_micros(200);
+
 /// How long the idle-progress thread keeps looking without sleeping after
 /// it last took packets for an application that is away (a receiver that
 /// only waits): about a window of packets at the sender's pace.
@@ -329,9 +338,10 @@ pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_cont
 /// time without watching the device (waking on every packet would take a
 /// core from a spinning application on a small machine); a thread that
 /// starts to block wakes it at once. Polls now and then (as
-/// `ucx_perftest`'s TCP barrier makes every millisecond) take what waits at that
-/// moment but let it rest no longer than that look: it watches the device
-/// again.
+/// `ucx_perftest`'s TCP barrier makes every millisecond, or a spinning
+/// application preempted on a loaded machine) take what waits at that
+/// moment and let it rest only [`SHORT_LOOK`]; no poll at all, and it
+/// watches the device again.
 ///
 /// It never waits for the device lock: a held lock means a thread of the
 /// application is making progress. (Waiting for it made the application's
@@ -353,8 +363,9 @@ fn spawn_idle_progress(
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) };
         let [rx, ring] = verbs.wait_fds();
         let kick = activity.kick.as_raw_fd();
-        // The application polled steadily until the last look.
-        let mut active = false;
+        // How long to rest without watching the device: the application
+        // polled (steadily: long) until the last look.
+        let mut rest: Option<Duration> = None;
         // This thread took packets and the application has not polled
         // since: it is elsewhere, so packets get no grace period.
         let mut away = false;
@@ -362,8 +373,8 @@ fn spawn_idle_progress(
         let mut moved_at: Option<std::time::Instant> = None;
         while !shared.stop.load(Ordering::Relaxed) {
             let blocked = activity.blocked.load(Ordering::SeqCst) > 0;
-            if active && !blocked {
-                wait_readable(&[kick], ACTIVE_LOOK);
+            if let Some(rest) = rest.filter(|_| !blocked) {
+                wait_readable(&[kick], rest);
             } else {
                 // Traffic flowing without the application: look again at
                 // once for a while (a sender waiting for our ACKs resumes
@@ -384,7 +395,11 @@ fn spawn_idle_progress(
             };
             deliver_all();
             let polling = activity.polls.look();
-            active = polling == Polling::Steady;
+            rest = match polling {
+                Polling::Steady => Some(ACTIVE_LOOK),
+                Polling::Now => Some(SHORT_LOOK),
+                Polling::None => None,
+            };
             if polling != Polling::None {
                 // The application polls: its polls took the packets (and
                 // woke its threads that block), and fired the timers.

@@ -2,15 +2,15 @@
 //! (`context.rs`) needs to know it: whether it polled since the thread
 //! last looked (then it took the packets that waited), and whether it
 //! polls *steadily*, often enough to take the next packets about as soon
-//! as the thread would. Only a steady poller lets the thread rest without
-//! watching the device.
+//! as the thread would. Only a steady poller lets the thread rest long
+//! (2 ms) without watching the device; other polls, a short while.
 //!
 //! Counting polls is not enough: `ucx_perftest`'s server, in the TCP
 //! barrier that ends a one-sided test, polls its socket for 1 ms and then
 //! calls `ucp_worker_progress`, which polls the device's CQs: a burst of a
 //! few polls every millisecond, from an application that is elsewhere.
-//! Taken for a polling application, it kept the thread resting 2 ms at a
-//! time, so a peer's RDMA READ waited for the next such poll: `ucp_get` took 1.1 ms instead of 9 µs, and 64 KiB RDMA
+//! Taken for a steadily polling application, it kept the thread resting
+//! 2 ms at a time, so a peer's RDMA READ waited for the next such poll: `ucp_get` took 1.1 ms instead of 9 µs, and 64 KiB RDMA
 //! WRITEs their ACKs for milliseconds (`ucx_perftest put_bw` stalls).
 //! So each poll records its time and the gap since the one before; the
 //! thread reads how many polls came since its last look and the largest

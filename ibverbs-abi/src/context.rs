@@ -366,6 +366,8 @@ fn spawn_idle_progress(
         // How long to rest without watching the device: the application
         // polled (steadily: long) until the last look.
         let mut rest: Option<Duration> = None;
+        // When the last look was (`polls::now_ns`).
+        let mut looked_at = now_ns();
         // This thread took packets and the application has not polled
         // since: it is elsewhere, so packets get no grace period.
         let mut away = false;
@@ -394,7 +396,9 @@ fn spawn_idle_progress(
                 }
             };
             deliver_all();
-            let polling = activity.polls.look();
+            let now = now_ns();
+            let polling = activity.polls.look(now.saturating_sub(looked_at));
+            looked_at = now;
             rest = match polling {
                 Polling::Steady => Some(ACTIVE_LOOK),
                 Polling::Now => Some(SHORT_LOOK),

@@ -14,9 +14,10 @@
 //! WRITEs their ACKs for milliseconds (`ucx_perftest put_bw` stalls).
 //! So each poll records its time and the gap since the one before; the
 //! thread reads how many polls came since its last look and the largest
-//! gap between two of them. A timer's polls come a few at a time with
-//! long gaps; a loop's, many with short gaps, and many still when the
-//! loop is preempted for a while (two spinning processes on two cores).
+//! gap between two of them. A periodic poller's polls come a few at a
+//! time with long gaps; a loop's, many with short gaps, and many still
+//! for the time it ran when it is preempted (two spinning processes on two
+//! cores, a machine loaded by other work).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,25 +28,28 @@ use std::time::Duration;
 /// its wake-up.
 pub const STEADY_GAP: Duration = Duration::from_micros(50);
 
-/// As many polls since the last look make a steady poller whatever the
-/// gaps: a loop that was preempted. A periodic poller polls a few CQs a
-/// millisecond (`ucx_perftest`'s barrier: each UCX interface's send and
-/// receive CQs), far fewer
-/// in the idle-progress thread's longest rest (`ACTIVE_LOOK`, 2 ms); a
-/// loop polls every few microseconds.
-pub const STEADY_POLLS: u64 = 64;
+/// A poll at least this often on average since the last look, and at
+/// least [`STEADY_POLLS`] of them, make a steady poller whatever the gaps:
+/// a loop that was preempted for a while. A loop polls every few
+/// microseconds; a periodic poller a few CQs a millisecond
+/// (`ucx_perftest`'s barrier: each UCX interface's send and receive CQs).
+pub const STEADY_RATE: Duration = Duration::from_micros(30);
+
+/// The fewest polls that make a steady poller by their rate alone: more
+/// than a periodic poller's burst (4 to 8 CQs polled at once).
+pub const STEADY_POLLS: u64 = 16;
 
 /// What the idle-progress thread saw at a look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Polling {
     /// No poll since the last look.
     None,
-    /// Polls since the last look, but few and far between: fewer than
-    /// [`STEADY_POLLS`], with a gap longer than [`STEADY_GAP`] between two
-    /// of them (the first included: the gap from the one before it).
+    /// Polls since the last look, but not steady ones.
     Now,
-    /// Polls since the last look: at least [`STEADY_POLLS`], or at least
-    /// two, each within [`STEADY_GAP`] of the one before.
+    /// Polls since the last look: at least two, each within [`STEADY_GAP`]
+    /// of the one before (the first included: the gap from the one before
+    /// it); or at least [`STEADY_POLLS`], one per [`STEADY_RATE`] or more
+    /// often on average.
     Steady,
 }
 
@@ -73,13 +77,16 @@ impl PollClock {
         self.max_gap.fetch_max(now.saturating_sub(prev), Ordering::Relaxed);
     }
 
-    /// What happened since the last look; starts a new count.
-    pub fn look(&self) -> Polling {
+    /// What happened in the `elapsed` nanoseconds since the last look;
+    /// starts a new count.
+    pub fn look(&self, elapsed: u64) -> Polling {
         let count = self.count.swap(0, Ordering::Relaxed);
         let gap = self.max_gap.swap(0, Ordering::Relaxed);
+        let tight = count >= 2 && gap <= STEADY_GAP.as_nanos() as u64;
+        let frequent = count >= STEADY_POLLS && count.saturating_mul(STEADY_RATE.as_nanos() as u64) >= elapsed;
         if count == 0 {
             Polling::None
-        } else if count >= STEADY_POLLS || (count >= 2 && gap <= STEADY_GAP.as_nanos() as u64) {
+        } else if tight || frequent {
             Polling::Steady
         } else {
             Polling::Now
@@ -110,13 +117,13 @@ mod tests {
         let t0 = 1_000_000 * US;
         c.record(t0);
         // One poll after a long nothing: not steady yet.
-        assert_eq!(c.look(), Polling::Now);
+        assert_eq!(c.look(20 * US), Polling::Now);
         // A few, close together (the 20 µs after a packet).
         for i in 1..5 {
             c.record(t0 + i * 3 * US);
         }
-        assert_eq!(c.look(), Polling::Steady);
-        assert_eq!(c.look(), Polling::None, "nothing since");
+        assert_eq!(c.look(20 * US), Polling::Steady);
+        assert_eq!(c.look(20 * US), Polling::None, "nothing since");
     }
 
     #[test]
@@ -130,7 +137,12 @@ mod tests {
         for i in 0..100 {
             c.record(t0 + 1_800 * US + i * 2 * US);
         }
-        assert_eq!(c.look(), Polling::Steady);
+        assert_eq!(c.look(2_000 * US), Polling::Steady);
+        // 200 µs: 40 µs of polls every 2 µs, preempted for the rest.
+        for i in 0..20 {
+            c.record(t0 + 3_000 * US + i * 2 * US);
+        }
+        assert_eq!(c.look(200 * US), Polling::Steady);
     }
 
     #[test]
@@ -142,10 +154,11 @@ mod tests {
             for k in 0..4 {
                 c.record(t + k * US);
             }
-            // Looks after each burst (the 20 µs after a packet), or after
-            // two of them (a 2 ms rest).
+            // Looks after a burst (the 20 µs after a packet, a 200 µs
+            // rest), or after two of them (a 2 ms rest).
+            let elapsed = [20, 0, 2_000, 200, 0, 2_000][round] * US;
             if round % 3 != 1 {
-                assert_eq!(c.look(), Polling::Now, "round {round}");
+                assert_eq!(c.look(elapsed), Polling::Now, "round {round}");
             }
             t += 1_000 * US;
         }

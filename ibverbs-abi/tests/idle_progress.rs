@@ -124,9 +124,10 @@ fn a_peer_is_answered_promptly_while_the_application_polls_only_from_a_timer() {
             .unwrap_or_else(|| panic!("no {k} in:\n{text}"))
     };
     let median = field("median_us");
-    // Waiting for the timer's polls: a whole period (about 1,080 µs: each
-    // READ is posted right after the poll that completed the one before).
-    // Answered by the idle-progress thread: about 20 µs, 130 µs on a
-    // two-core machine busy with other work.
-    assert!(median < 500.0, "a READ took {median} µs (median): the target waited for its timer's polls\n{text}");
+    // Waiting for the timer's polls: a whole period, never less than its
+    // 1 ms sleep (1,083 µs measured: each READ is posted right after the
+    // poll that completed the one before). Answered by the idle-progress
+    // thread: about 20 µs; 130 to 320 µs on a two-core machine loaded by
+    // other work (load average 11 to 15).
+    assert!(median < 700.0, "a READ took {median} µs (median): the target waited for its timer's polls\n{text}");
 }

@@ -34,8 +34,9 @@ pub static CONTEXTS: Registry = Registry::new();
 pub const IDLE_LOOK: Duration = Duration::from_micros(20);
 
 /// How long the idle-progress thread rests while the application polls
-/// steadily (`polls::STEADY_GAP`), before it looks again: the longest a packet waits for the application
-/// to come back from elsewhere (a TCP exchange) once it stopped polling.
+/// steadily (`polls::Polling::Steady`), before it looks again: the longest
+/// a packet waits for the application to come back from elsewhere (a TCP
+/// exchange) once it stopped polling.
 /// Each look is a wake-up that takes a core from a spinning application
 /// on a small machine: at 200 µs, `ibv_rc_pingpong`'s round trip was
 /// 19.3 µs against 16.1 µs at 2 ms (docs/ibverbs-abi.md, Speed).

@@ -11,15 +11,17 @@
 //! it only when the application does not: it sleeps until a packet waits,
 //! leaves it [`IDLE_LOOK`] to the application (none if the application is
 //! asleep in `ibv_get_cq_event`), and takes it itself if the application
-//! did not poll in that time.
+//! did not poll in that time. Only an application that polls steadily
+//! (`polls.rs`) lets it rest without watching the device.
 
 use crate::abi::*;
 use crate::device::{dev_of, Dev};
 use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
+use crate::polls::{now_ns, PollClock, Polling};
 use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,13 +33,23 @@ pub static CONTEXTS: Registry = Registry::new();
 /// application is elsewhere (spinning on memory, sleeping, in TCP).
 pub const IDLE_LOOK: Duration = Duration::from_micros(20);
 
-/// How long the idle-progress thread rests while the application polls,
-/// before it looks again: the longest a packet waits for the application
-/// to come back from elsewhere (a TCP exchange) once it stopped polling.
+/// How long the idle-progress thread rests while the application polls
+/// steadily (`polls::Polling::Steady`), before it looks again: the longest
+/// a packet waits for the application to come back from elsewhere (a TCP
+/// exchange) once it stopped polling.
 /// Each look is a wake-up that takes a core from a spinning application
 /// on a small machine: at 200 µs, `ibv_rc_pingpong`'s round trip was
 /// 19.3 µs against 16.1 µs at 2 ms (docs/ibverbs-abi.md, Speed).
 pub const ACTIVE_LOOK: Duration = Duration::from_millis(2);
+
+/// How long the idle-progress thread rests after the application polled
+/// but not steadily (`polls::Polling::Now`): it is there, busy or
+/// preempted (on a loaded machine a spinning application's polls have
+/// gaps too), or it polls now and then from a timer, whose next poll may
+/// be a millisecond away. Long enough not to wake on every packet of an
+/// application that is about to poll again, short enough that a packet
+/// of a peer waits little for an application that does not.
+pub const SHORT_LOOK: Duration = Duration::from_micros(200);
 
 /// How long the idle-progress thread keeps looking without sleeping after
 /// it last took packets for an application that is away (a receiver that
@@ -87,8 +99,9 @@ pub struct Engine {
 
 /// What the application is doing, for the idle-progress thread.
 struct Activity {
-    /// Counts polls: a change means the application takes its packets.
-    polls: AtomicU64,
+    /// The application's polls: a new one means it took the packets that
+    /// waited; steady ones, that it will take the next ones too.
+    polls: PollClock,
     /// Threads asleep in `ibv_get_cq_event`/`ibv_get_async_event`: a
     /// packet is theirs at once, no grace period.
     blocked: AtomicUsize,
@@ -100,7 +113,7 @@ struct Activity {
 impl Engine {
     /// Notes that the application polls: it takes the waiting packets itself.
     pub fn called(&self) {
-        self.activity.polls.fetch_add(1, Ordering::Relaxed);
+        self.activity.polls.record(now_ns());
     }
 
     /// Runs `f` (a sleep on an event fd) counted as blocked, so that the
@@ -190,7 +203,7 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     // Drained after a wait that may have failed (EINTR): it must not block.
     // SAFETY: fcntl on a descriptor we own.
     unsafe { libc::fcntl(kick.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    let activity = Arc::new(Activity { polls: AtomicU64::new(0), blocked: AtomicUsize::new(0), kick });
+    let activity = Arc::new(Activity { polls: PollClock::new(), blocked: AtomicUsize::new(0), kick });
     let idle = spawn_idle_progress(verbs.clone(), shared.clone(), activity.clone()).map_err(|e| {
         tracing::warn!(error = %e, "cannot start the idle-progress thread");
         libc::EAGAIN
@@ -322,10 +335,14 @@ pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_cont
 /// progress if it did not poll meanwhile. It also moves the engine's
 /// asynchronous events to the context's queue and fd.
 ///
-/// While the application polls, it rests [`ACTIVE_LOOK`] at a time without
-/// watching the device (waking on every packet would take a core from a
-/// spinning application on a small machine); a thread that starts to block
-/// wakes it at once.
+/// While the application polls steadily, it rests [`ACTIVE_LOOK`] at a
+/// time without watching the device (waking on every packet would take a
+/// core from a spinning application on a small machine); a thread that
+/// starts to block wakes it at once. Polls now and then (as
+/// `ucx_perftest`'s TCP barrier makes every millisecond, or a spinning
+/// application preempted on a loaded machine) take what waits at that
+/// moment and let it rest only [`SHORT_LOOK`]; no poll at all, and it
+/// watches the device again.
 ///
 /// It never waits for the device lock: a held lock means a thread of the
 /// application is making progress. (Waiting for it made the application's
@@ -347,9 +364,11 @@ fn spawn_idle_progress(
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) };
         let [rx, ring] = verbs.wait_fds();
         let kick = activity.kick.as_raw_fd();
-        let mut seen = activity.polls.load(Ordering::Relaxed);
-        // The application polled since the last look.
-        let mut active = false;
+        // How long to rest without watching the device: the application
+        // polled (steadily: long) until the last look.
+        let mut rest: Option<Duration> = None;
+        // When the last look was (`polls::now_ns`).
+        let mut looked_at = now_ns();
         // This thread took packets and the application has not polled
         // since: it is elsewhere, so packets get no grace period.
         let mut away = false;
@@ -357,8 +376,8 @@ fn spawn_idle_progress(
         let mut moved_at: Option<std::time::Instant> = None;
         while !shared.stop.load(Ordering::Relaxed) {
             let blocked = activity.blocked.load(Ordering::SeqCst) > 0;
-            if active && !blocked {
-                wait_readable(&[kick], ACTIVE_LOOK);
+            if let Some(rest) = rest.filter(|_| !blocked) {
+                wait_readable(&[kick], rest);
             } else {
                 // Traffic flowing without the application: look again at
                 // once for a while (a sender waiting for our ACKs resumes
@@ -378,12 +397,17 @@ fn spawn_idle_progress(
                 }
             };
             deliver_all();
-            let now = activity.polls.load(Ordering::Relaxed);
-            active = now != seen;
-            if active {
-                // The application polls: its polls take the packets (and
-                // wake its threads that block), and fire the timers.
-                seen = now;
+            let now = now_ns();
+            let polling = activity.polls.look(now.saturating_sub(looked_at));
+            looked_at = now;
+            rest = match polling {
+                Polling::Steady => Some(ACTIVE_LOOK),
+                Polling::Now => Some(SHORT_LOOK),
+                Polling::None => None,
+            };
+            if polling != Polling::None {
+                // The application polls: its polls took the packets (and
+                // woke its threads that block), and fired the timers.
                 away = false;
                 continue;
             }

@@ -95,8 +95,8 @@ pub use rdma_transport::Drop as DropReason;
 pub use rdma_transport::LinkKind;
 pub use rdma_transport::XrcdId;
 pub use rdma_transport::{
-    wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
-    Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    roce_packet_type, wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr,
+    SendOp, SendWr, Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use rdma_transport::{McastError, MULTICAST_QPN};
 /// Memory windows' types and what a bound one reaches.

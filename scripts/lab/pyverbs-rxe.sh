@@ -15,7 +15,8 @@
 # (one.json, two.json; default ${TMPDIR:-/tmp}/pyverbs-suite); without them
 # the report has the rxe columns only. Boots one guest (SRLAB_PYVERBS=1, its
 # own namespace and run directory unless SRLAB_NS/SRLAB_RUN say) under
-# `nice -n ${SRLAB_NICE:-5}`; needs what scripts/lab/lab.sh needs.
+# `nice -n ${SRLAB_NICE:-5}`; needs what scripts/lab/lab.sh needs (says
+# SKIPPED and exits 0 without root, qemu or network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -32,7 +33,12 @@ while [ $# -gt 0 ]; do
     *) echo "pyverbs-rxe: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-[ "$(id -u)" = 0 ] || { echo "pyverbs-rxe: needs root (the lab's namespace and taps)" >&2; exit 1; }
+# Where the lab cannot run, say so and succeed, as scripts/interop.sh does.
+skip() { echo "pyverbs-rxe: SKIPPED: $*"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "needs root (the lab's network namespace and taps)"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (Debian: qemu-system-x86)"
+ip netns add srlab-probe-pv 2>/dev/null || skip "network namespaces are not available here"
+ip netns del srlab-probe-pv
 
 export SRLAB_GUEST=bookworm SRLAB_PYVERBS=1 SRLAB_NS=${SRLAB_NS:-srlab-pyverbs}
 export SRLAB_RUN=${SRLAB_RUN:-/tmp/softroce-lab-pyverbs} SRLAB_MEM=${SRLAB_MEM:-1024}

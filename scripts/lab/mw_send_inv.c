@@ -5,8 +5,8 @@
  * project's libibverbs.so.1 (softroce-run); the same binary on both stacks,
  * built against Debian 12's <infiniband/verbs.h> (classic verbs only).
  *
- *   mw_send_inv [-d DEV] [-g GIDX] [-m MTU] [-k]            server: owns the window
- *   mw_send_inv [-d DEV] [-g GIDX] [-m MTU] [-k] SERVER-IP  client: uses it, invalidates it
+ *   mw_send_inv [-d DEV] [-g GIDX] [-m MTU] [-k] [-x MODE]            server: owns the window
+ *   mw_send_inv [-d DEV] [-g GIDX] [-m MTU] [-k] [-x MODE] SERVER-IP  client: uses it, invalidates it
  *
  * The server registers a 4096-byte region (LOCAL_WRITE|REMOTE_WRITE|MW_BIND)
  * filled with a pattern, allocates a type 2 window and, once its QP is in
@@ -20,8 +20,14 @@
  * The server checks its receive (SUCCESS, IBV_WC_RECV, 16 bytes, the
  * IBV_WC_WITH_INV flag and the window's rkey in invalidated_rkey), its
  * memory (the pattern with step 1's bytes in, nothing of step 3's) and its
- * QP (IBV_QPS_ERR after the NAK). Exit status 0 when everything matched;
- * the last line says what was seen.
+ * QP (IBV_QPS_ERR after the NAK). That is MODE send-inv, the default.
+ * MODE inv-twice (misuse): step 3 is a second SEND WITH_INV of the same,
+ * already invalidated key, which must complete with REM_INV_REQ_ERR (NAK
+ * Invalid Request); the server's second receive must not complete
+ * successfully (REM_INV_REQ_ERR, or a flush once the QP is in ERR), its
+ * memory hold step 1's bytes and its QP be in ERR. Both sides must agree on
+ * MODE. Exit status 0 when everything matched; the last line says what was
+ * seen.
  *
  * -k (kernel rxe's side): accept, in place of IBV_WC_WITH_INV (1 << 3), a
  * receive whose wc_flags have bit 2 and not bit 3, and say so. rxe writes
@@ -47,6 +53,7 @@
 #define WIN_OFF 1024
 #define WIN_LEN 2048
 #define MSG "invalidate, pls"
+#define MSG2 "and once again!"
 
 struct info { uint32_t qpn, psn, rkey, len; uint64_t addr; uint8_t gid[16]; };
 
@@ -127,14 +134,18 @@ static int expect(struct ibv_cq *cq, uint64_t id, int status, int opcode) {
 
 int main(int argc, char **argv) {
     const char *devname = NULL, *server = NULL;
-    int gidx = 0, opt, mtu = 1024, kernel_flag = 0;
-    while ((opt = getopt(argc, argv, "d:g:m:k")) != -1) {
+    int gidx = 0, opt, mtu = 1024, kernel_flag = 0, twice = 0;
+    while ((opt = getopt(argc, argv, "d:g:m:kx:")) != -1) {
         switch (opt) {
             case 'd': devname = optarg; break;
             case 'g': gidx = atoi(optarg); break;
             case 'm': mtu = atoi(optarg); break;
             case 'k': kernel_flag = 1; break;
-            default: fprintf(stderr, "usage: %s [-d DEV] [-g GIDX] [-m MTU] [-k] [SERVER]\n", argv[0]); return 2;
+            case 'x':
+                if (!strcmp(optarg, "inv-twice")) twice = 1;
+                else if (strcmp(optarg, "send-inv")) { fprintf(stderr, "unknown mode %s\n", optarg); return 2; }
+                break;
+            default: fprintf(stderr, "usage: %s [-d DEV] [-g GIDX] [-m MTU] [-k] [-x send-inv|inv-twice] [SERVER]\n", argv[0]); return 2;
         }
     }
     if (optind < argc) server = argv[optind];
@@ -155,11 +166,12 @@ int main(int argc, char **argv) {
     struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
     if (!pd || !cq) return fail("pd/cq");
     static unsigned char buf[SIZE] __attribute__((aligned(4096)));
-    static char msg[64];
+    static char msg[64], msg2[64];
     for (size_t i = 0; i < SIZE; i++) buf[i] = server ? 0 : pattern(i);
     struct ibv_mr *mr = ibv_reg_mr(pd, buf, SIZE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
     struct ibv_mr *mmsg = ibv_reg_mr(pd, msg, sizeof msg, IBV_ACCESS_LOCAL_WRITE);
-    if (!mr || !mmsg) return fail("reg_mr");
+    struct ibv_mr *mmsg2 = ibv_reg_mr(pd, msg2, sizeof msg2, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr || !mmsg || !mmsg2) return fail("reg_mr");
     struct ibv_qp_init_attr ia = {
         .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
         .cap = { .max_send_wr = 8, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 },
@@ -187,7 +199,9 @@ int main(int argc, char **argv) {
     if (!server) {
         /* the window's owner: a receive for the SEND, then the bind (the QP is in RTS) */
         struct ibv_sge rs = { (uintptr_t)msg, sizeof msg, mmsg->lkey };
-        struct ibv_recv_wr rw = { .wr_id = 100, .sg_list = &rs, .num_sge = 1 }, *rbad;
+        struct ibv_sge rs2 = { (uintptr_t)msg2, sizeof msg2, mmsg2->lkey };
+        struct ibv_recv_wr rw2 = { .wr_id = 101, .sg_list = &rs2, .num_sge = 1 };
+        struct ibv_recv_wr rw = { .wr_id = 100, .sg_list = &rs, .num_sge = 1, .next = twice ? &rw2 : NULL }, *rbad;
         if (ibv_post_recv(qp, &rw, &rbad)) return fail("post_recv");
         struct ibv_send_wr bw;
         memset(&bw, 0, sizeof bw);
@@ -229,7 +243,20 @@ int main(int argc, char **argv) {
                 break;
             }
         }
-        if (!bad_) printf("server memory: the first write's 64 bytes in, nothing of the write after the invalidation\n");
+        if (!bad_ && !twice) printf("server memory: the first write's 64 bytes in, nothing of the write after the invalidation\n");
+        if (!bad_ && twice) printf("server memory: the first write's 64 bytes in, nothing else changed\n");
+        if (twice) {
+            /* the second receive: the SEND that named an invalidated key must not succeed */
+            if (next_wc(cq, &wc)) return 1;
+            if (wc.wr_id != 101 || wc.status == IBV_WC_SUCCESS) {
+                fprintf(stderr, "FAIL: the second receive (of a SEND WITH_INV of an invalidated key) completed "
+                        "wr %llu with status %d\n", (unsigned long long)wc.wr_id, wc.status);
+                bad_ = 1;
+            } else {
+                printf("server: the second receive: status=%d (%s), its buffer %s\n", wc.status,
+                       ibv_wc_status_str(wc.status), msg2[0] ? "holds the payload" : "untouched");
+            }
+        }
         struct ibv_qp_attr qa; struct ibv_qp_init_attr qi;
         if (ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi)) return fail("query_qp");
         printf("server QP state %d\n", qa.qp_state);
@@ -239,7 +266,8 @@ int main(int argc, char **argv) {
         }
         char answer = bad_ ? 'B' : 'G';
         if (write(s, &answer, 1) != 1) return fail("answer");
-        printf("%s mw-send-inv (client said %c)\n", bad_ || verdict != 'G' ? "FAILED" : "PASSED", verdict);
+        printf("%s %s (client said %c)\n", bad_ || verdict != 'G' ? "FAILED" : "PASSED", twice ? "inv-twice" : "send-inv",
+               verdict);
         return bad_ || verdict != 'G';
     }
 
@@ -262,7 +290,16 @@ int main(int argc, char **argv) {
         if (ibv_post_send(qp, &inv, &bad)) return fail("post_send SEND_WITH_INV");
         bad_ = expect(cq, 2, IBV_WC_SUCCESS, IBV_WC_SEND);
     }
-    if (!bad_) {
+    if (!bad_ && twice) {
+        struct ibv_sge s3 = { (uintptr_t)msg2, sizeof MSG2, mmsg2->lkey };
+        memcpy(msg2, MSG2, sizeof MSG2);
+        struct ibv_send_wr inv = { .wr_id = 4, .sg_list = &s3, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV, .send_flags = IBV_SEND_SIGNALED };
+        inv.invalidate_rkey = peer.rkey;
+        if (ibv_post_send(qp, &inv, &bad)) return fail("post_send the second SEND_WITH_INV");
+        bad_ = expect(cq, 4, IBV_WC_REM_INV_REQ_ERR, 0);
+        if (!bad_) printf("client: the second SEND WITH_INV of the key: status=%d (%s)\n", IBV_WC_REM_INV_REQ_ERR,
+                          ibv_wc_status_str(IBV_WC_REM_INV_REQ_ERR));
+    } else if (!bad_) {
         struct ibv_sge s3 = { (uintptr_t)src + 64, 64, msrc->lkey };
         w = (struct ibv_send_wr){ .wr_id = 3, .sg_list = &s3, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
         w.wr.rdma.rkey = peer.rkey; w.wr.rdma.remote_addr = peer.addr + 128;
@@ -272,6 +309,7 @@ int main(int argc, char **argv) {
     }
     char verdict = bad_ ? 'B' : 'G', answer;
     if (xfer(s, &verdict, &answer, 1)) return fail("server's answer");
-    printf("%s mw-send-inv (server said %c)\n", bad_ || answer != 'G' ? "FAILED" : "PASSED", answer);
+    printf("%s %s (server said %c)\n", bad_ || answer != 'G' ? "FAILED" : "PASSED", twice ? "inv-twice" : "send-inv",
+           answer);
     return bad_ || answer != 'G';
 }

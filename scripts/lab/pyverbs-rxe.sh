@@ -6,7 +6,11 @@
 # on the guest's eth0) and on two (rxe1 added on a veth in the guest); the
 # records come back to the host and scripts/pyverbs/report.py puts them beside
 # this stack's (pyverbs-suite.sh's results), with --passes-on: the report
-# fails when a test that passes on kernel rxe does not pass here.
+# fails when a test that passes on kernel rxe does not pass here. Before
+# each run the guest gets the sysfs entry the suite looks for a device's
+# interface in (scripts/lab/rxe-sysfs-view.sh: device/net/IFNAME, which rxe
+# lacks and softroce-run presents for this stack's devices), so the rdmacm
+# tests run on both sides.
 #
 #   sudo scripts/lab/pyverbs-rxe.sh [--out DIR] [--ours DIR] [-- unittest names]
 #
@@ -29,7 +33,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --ours) ours=$2; shift 2 ;;
     --) shift; names=("$@"); break ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pyverbs-rxe: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -51,6 +55,7 @@ lab down >/dev/null 2>&1 || true
 trap 'lab down >/dev/null 2>&1 || true' EXIT
 lab up 1
 runner=$(lab put "$root/scripts/pyverbs/run_suite.py")
+view=$(lab put "$root/scripts/lab/rxe-sysfs-view.sh")
 share=$SRLAB_RUN/share/files
 
 lab run 1 'echo "guest: Linux $(uname -r), python3-pyverbs from rdma-core $(ls /usr/lib/x86_64-linux-gnu/libibverbs.so.1.* | sed "s/.*so.1.[0-9]*.//")"; rdma link' 60 |
@@ -64,6 +69,8 @@ for label in one two; do
             rdma link add rxe1 type rxe netdev vrxe1 && rdma link' 60 >>"$out/rxe-guest.txt" ||
             { echo "pyverbs-rxe: no second rxe device in the guest" >&2; status=1; break; }
     fi
+    lab run 1 "sh $view" 60 >>"$out/rxe-guest.txt" ||
+        { echo "pyverbs-rxe: the sysfs view failed in the guest" >&2; status=1; }
     echo "== kernel rxe, $label device(s)"
     # (the names are unittest names: no quoting needed)
     if ! lab run 1 "cd /tmp && timeout 1200 python3 $runner /opt/pyverbs-suite /share/files/rxe-$label.json ${names[*]} \

@@ -35,6 +35,28 @@ def classify(reason, test_id=""):
     return "hardware" if HARDWARE.search(reason) or HARDWARE_MODULES.search(test_id) else "missing here"
 
 
+def said(record):
+    """What a failed test's processes printed besides unittest's own lines
+    (run_suite.py's "output"), on one line."""
+    lines = []
+    for line in record.get("output", "").splitlines():
+        # unittest's "name (id) ... " comes first, on the line the test's
+        # own output may go on with
+        line = line.split(" ... ", 1)[-1].strip()
+        if not line or line in ("ok", "ERROR", "FAIL") or line.startswith(record["id"].rsplit(".", 1)[-1]):
+            continue
+        lines.append(line)
+    return " / ".join(dict.fromkeys(lines))[:300]
+
+
+def why(record):
+    """A failure's last traceback line, and what the test printed."""
+    detail = record.get("detail", "").strip()
+    text = detail.splitlines()[-1] if detail else ""
+    extra = said(record)
+    return f"{text} ({extra})" if extra else text
+
+
 def normalise(reason):
     # One line per kind of reason: numbers and errno texts vary per test.
     return re.sub(r"\d+", "N", reason.splitlines()[0] if reason else reason)[:110]
@@ -81,8 +103,7 @@ def main():
         if bad:
             out(f"\n### {label}: failures and errors\n")
             for r in bad:
-                last = r["detail"].strip().splitlines()[-1] if r["detail"].strip() else ""
-                out(f"- `{r['id']}` ({r['outcome']}): {last}")
+                out(f"- `{r['id']}` ({r['outcome']}): {why(r)}")
         reasons = collections.Counter(
             normalise(r["detail"])
             for r in res.values()
@@ -136,8 +157,11 @@ def main():
                 for t in lost:
                     r = res.get(t, {})
                     detail = r.get("detail", "").strip()
-                    why = (detail.splitlines()[-1] if r.get("outcome") != "skip" else detail.splitlines()[0]) if detail else ""
-                    out(f"- `{t}`: {r.get('outcome', 'absent')}" + (f": {why[:200]}" if why else ""))
+                    if r.get("outcome") == "skip":
+                        text = detail.splitlines()[0] if detail else ""
+                    else:
+                        text = why(r) if r else ""
+                    out(f"- `{t}`: {r.get('outcome', 'absent')}" + (f": {text[:400]}" if text else ""))
             else:
                 out(f"\n### Pass on {reference}, not on {label}\n\n(none: every test that passes on {reference} passes on {label})")
     text = "\n".join(lines)

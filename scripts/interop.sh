@@ -11,8 +11,11 @@
 #   scripts/interop.sh --pingpong-iters N   ping-pong iterations (default 50)
 #   scripts/interop.sh --trixie   instead of all that, the rows against a Debian 13
 #                                 guest (SRLAB_GUEST=trixie: Linux 6.12, rdma-core 56):
-#                                 FLUSH and ATOMIC_WRITE both ways, the guest's tools
+#                                 FLUSH, ATOMIC_WRITE and memory windows with
+#                                 SEND_WITH_INV both ways, the guest's tools
 #                                 (own namespace and run dir unless SRLAB_NS/SRLAB_RUN say)
+#   scripts/interop.sh --trixie --guests 1   the same with one guest: the "rxe -> rxe"
+#                                 rows run its rxe0 against itself
 #
 # Every case runs in both directions (our tool as client and rdma-core's as
 # server, and the reverse), over IPv4 and IPv6 GIDs, at path MTU 1024 and
@@ -36,6 +39,7 @@ TRIXIE=0
 ONLY=""
 REPEAT=1
 PINGPONG_ITERS=50
+GUESTS=2
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1 ;;
@@ -43,7 +47,8 @@ while [ $# -gt 0 ]; do
         --repeat) REPEAT=${2:?--repeat needs a count}; shift ;;
         --pingpong-iters) PINGPONG_ITERS=${2:?--pingpong-iters needs a count}; shift ;;
         --trixie) TRIXIE=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        --guests) GUESTS=${2:?--guests needs 1 or 2}; shift ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "interop: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -51,6 +56,14 @@ done
 for n in "$REPEAT" "$PINGPONG_ITERS"; do
     case "$n" in ''|*[!0-9]*|0) echo "interop: --repeat and --pingpong-iters need a positive count, not '$n'" >&2; exit 2 ;; esac
 done
+
+case "$GUESTS" in
+    2) ;;
+    1) [ $TRIXIE = 1 ] || { echo "interop: --guests 1 is for --trixie only (the matrix's loss rows use guest 2)" >&2; exit 2; } ;;
+    *) echo "interop: --guests is 1 or 2, not '$GUESTS'" >&2; exit 2 ;;
+esac
+# the server of the "rxe -> rxe" rows: guest 2, or guest 1 itself
+RXE_PEER=$GUESTS
 
 skip() { echo "interop: SKIPPED: $*"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces and taps)"
@@ -72,10 +85,11 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.log
 BIN="$ROOT/target/release"
 if [ $TRIXIE = 1 ]; then
-    echo "interop: building softroce-run, the drop-in libraries and scripts/lab/flush_atomic_write.c"
+    echo "interop: building softroce-run, the drop-in libraries, scripts/lab/flush_atomic_write.c and mw_send_inv.c"
     (cd "$ROOT" && cargo build --release --quiet -p ibverbs-abi -p rdmacm-abi)
     mkdir -p "$ROOT/target/lab"
     cc -O2 -Wall -o "$ROOT/target/lab/flush_atomic_write" "$ROOT/scripts/lab/flush_atomic_write.c" -libverbs
+    cc -O2 -Wall -o "$ROOT/target/lab/mw_send_inv" "$ROOT/scripts/lab/mw_send_inv.c" -libverbs
 else
     echo "interop: building rdma-perf, the ping-pong examples, softroce-run and the drop-in libraries"
     (cd "$ROOT" && cargo build --release --quiet --bin rdma-perf --examples &&
@@ -84,7 +98,7 @@ fi
 bash "$LAB" prepare
 bash "$LAB" down >/dev/null 2>&1 || true
 trap 'bash "$LAB" down >/dev/null 2>&1 || true' EXIT
-bash "$LAB" up 2
+bash "$LAB" up "$GUESTS"
 set +e
 
 HOST4=10.88.0.1
@@ -96,7 +110,7 @@ HOST6=fd88::1
 # solicitation or advertisement is retried only after a second: longer than
 # an RC requester's retry budget (7 retries of ~67 ms), which then fails
 # with retry-exceeded (CI, twice: the first IPv6 case on guest 2).
-for k in 1 2; do
+for k in $(seq 1 "$GUESTS"); do
     bash "$LAB" run "$k" "busybox ping -c 1 -W 5 $HOST4 && busybox ping -6 -c 1 -W 5 $HOST6" 60 >/dev/null ||
         echo "interop: guest $k could not reach the host by ping"
 done
@@ -123,7 +137,7 @@ print(":".join(b[i:i+4] for i in range(0,32,4)))' "$1"
 }
 
 declare -A GIDX
-for k in 1 2; do
+for k in $(seq 1 "$GUESTS"); do
     for v in 4 6; do
         if [ $v = 4 ]; then a=$(bash "$LAB" guest-ip4 $k); else a=$(bash "$LAB" guest-ip6 $k); fi
         GIDX[$k,$v]=$(gid_index $k "$(gid_text "$a")")
@@ -702,9 +716,60 @@ trixie_guest_case() {
     echo "${ROWS[-1]}"
 }
 
+# One run of a server/client pair of the --trixie rows' C programs: DIR
+# (ours-client: our client against rxe's server in guest 1; ours-server: the
+# reverse; rxe-rxe: guest 1's client against guest $RXE_PEER's server, rxe on
+# both sides), IPV, LIM (seconds), LOG (prefix of LOG.client.log and
+# LOG.server.log), THEIRS (the guest's command), then the host's command
+# (softroce-run ...); -g and the server's address are added here. Sets the
+# caller's req_rc, resp_rc, req_log, resp_log (the client is the requester).
+pair_run() {
+    local dir=$1 ipv=$2 lim=$3 log=$4 theirs=$5 sk=1 id pid
+    shift 5
+    local ours=("$@")
+    # a guest's server: tells when it listens, then what it printed
+    local serve="> /tmp/pair.out 2>&1 & p=\$!
+        for i in \$(seq 1 200); do ss -ltnH | grep -q ':18515 ' && break; sleep 0.05; done
+        echo LISTENING; wait \$p; rc=\$?; cat /tmp/pair.out; exit \$rc"
+    req_log=$log.client.log resp_log=$log.server.log
+    case "$dir" in
+        ours-client|rxe-rxe)
+            [ "$dir" = rxe-rxe ] && sk=$RXE_PEER
+            id=$(bash "$LAB" start "$sk" "timeout $lim $theirs -g ${GIDX[$sk,$ipv]} $serve")
+            if wait_listen "$sk" "$id"; then
+                if [ "$dir" = ours-client ]; then
+                    bash "$LAB" host timeout $lim "${ours[@]}" "$(bash "$LAB" guest-ip4 1)" >"$req_log" 2>&1
+                else
+                    bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $(bash "$LAB" guest-ip4 "$sk")" \
+                        $((lim + 10)) >"$req_log" 2>&1
+                fi
+                req_rc=$?
+            else
+                req_rc=125
+                echo "the guest's server never listened" >"$req_log"
+            fi
+            bash "$LAB" wait "$sk" "$id" $((lim + 10)) >"$resp_log" 2>&1
+            resp_rc=$?
+            ;;
+        ours-server)
+            bash "$LAB" host timeout $lim "${ours[@]}" >"$resp_log" 2>&1 &
+            pid=$!
+            if wait_listen host; then
+                bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $HOST4" $((lim + 10)) >"$req_log" 2>&1
+                req_rc=$?
+            else
+                req_rc=125
+            fi
+            wait $pid
+            resp_rc=$?
+            ;;
+    esac
+}
+
 # One FLUSH/ATOMIC_WRITE case: MODE (flush_atomic_write -x) DIR IPV, where DIR
 # is ours-client (our requester, rxe's responder), ours-server, or rxe-rxe
-# (guest 1 against guest 2: rxe on both sides, for reference).
+# (guest 1 against guest 2, or itself with --guests 1: rxe on both sides,
+# for reference).
 fa_case() {
     local mode=$1 dir=$2 ipv=$3 name shown lim=30
     # rxe retries a FLUSH we do not answer without end (docs/interop.md): 15 s will do
@@ -723,48 +788,10 @@ fa_case() {
     if [ -n "$ONLY" ]; then
         printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
     fi
-    local log="$OUT/fa-$mode-$dir-ipv$ipv" host=$HOST4 sk=1 req_log resp_log req_rc resp_rc id pid
+    local log="$OUT/fa-$mode-$dir-ipv$ipv" host=$HOST4 req_log resp_log req_rc resp_rc
     [ "$ipv" = 6 ] && host=$HOST6
-    local ours=("$BIN/softroce-run" --device "rxe0=$host" -- "$ROOT/target/lab/flush_atomic_write" -d rxe0 -g 0 -m 1024 -x "$mode")
-    local theirs="$FA_GUEST -d rxe0 -m 1024 -x $mode"
-    # a guest's server: tells when it listens, then what it printed
-    local serve="> /tmp/fa.out 2>&1 & p=\$!
-        for i in \$(seq 1 200); do ss -ltnH | grep -q ':18515 ' && break; sleep 0.05; done
-        echo LISTENING; wait \$p; rc=\$?; cat /tmp/fa.out; exit \$rc"
-    case "$dir" in
-        ours-client|rxe-rxe)
-            [ "$dir" = rxe-rxe ] && sk=2
-            id=$(bash "$LAB" start "$sk" "timeout $lim $theirs -g ${GIDX[$sk,$ipv]} $serve")
-            req_log=$log.client.log resp_log=$log.server.log
-            if wait_listen "$sk" "$id"; then
-                if [ "$dir" = ours-client ]; then
-                    bash "$LAB" host timeout $lim "${ours[@]}" "$(bash "$LAB" guest-ip4 1)" >"$req_log" 2>&1
-                else
-                    bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $(bash "$LAB" guest-ip4 2)" \
-                        $((lim + 10)) >"$req_log" 2>&1
-                fi
-                req_rc=$?
-            else
-                req_rc=125
-                echo "the guest's server never listened" >"$req_log"
-            fi
-            bash "$LAB" wait "$sk" "$id" $((lim + 10)) >"$resp_log" 2>&1
-            resp_rc=$?
-            ;;
-        ours-server)
-            req_log=$log.client.log resp_log=$log.server.log
-            bash "$LAB" host timeout $lim "${ours[@]}" >"$resp_log" 2>&1 &
-            pid=$!
-            if wait_listen host; then
-                bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $HOST4" $((lim + 10)) >"$req_log" 2>&1
-                req_rc=$?
-            else
-                req_rc=125
-            fi
-            wait $pid
-            resp_rc=$?
-            ;;
-    esac
+    pair_run "$dir" "$ipv" "$lim" "$log" "$FA_GUEST -d rxe0 -m 1024 -x $mode" \
+        "$BIN/softroce-run" --device "rxe0=$host" -- "$ROOT/target/lab/flush_atomic_write" -d rxe0 -g 0 -m 1024 -x "$mode"
     local result figure
     if [ "$req_rc" = 0 ] && [ "$resp_rc" = 0 ]; then
         result=PASS
@@ -781,6 +808,61 @@ fa_case() {
         result=XFAIL
         XFAILED=$((XFAILED + 1))
         figure="no answer to the FLUSH: rxe 6.12's FLUSH ICRC covers the headers twice (docs/interop.md)"
+    else
+        result=FAIL
+        FAILED=$((FAILED + 1))
+        figure="requester=$req_rc responder=$resp_rc, see $log.*.log"
+    fi
+    ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 "$result" "$figure")")
+    echo "${ROWS[-1]}"
+    if [ "$result" = FAIL ]; then
+        local side
+        for side in client server; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+    fi
+}
+
+# A type 2 memory window invalidated by SEND_WITH_INV (scripts/lab/mw_send_inv.c):
+# DIR IPV [MODE] as for fa_case. The server owns and binds the window; the
+# client WRITEs through it, SENDs WITH_INV of its rkey, WRITEs through it
+# again: REM_ACCESS_ERR, the responder's bytes untouched and its QP in ERR.
+# MODE inv-twice: the client SENDs WITH_INV of the invalidated key again:
+# REM_INV_REQ_ERR; towards rxe 6.12 that oopses the guest's kernel, which
+# panics (docs/interop.md), so that row runs last and says XFAIL when it does.
+mw_case() {
+    local dir=$1 ipv=$2 mode=${3:-send-inv} name="MW type 2 + SEND_WITH_INV" shown lim=30
+    [ "$mode" = inv-twice ] && name="MW SEND_WITH_INV twice" && lim=20
+    case "$dir" in
+        ours-client) shown="ours -> rxe" ;;
+        ours-server) shown="rxe -> ours" ;;
+        *) shown="rxe -> rxe" ;;
+    esac
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
+    fi
+    local log="$OUT/mw-$mode-$dir-ipv$ipv" host=$HOST4 req_log resp_log req_rc resp_rc result figure
+    [ "$ipv" = 6 ] && host=$HOST6
+    # -k on rxe's side: its receive says WITH_INV with the kernel's flag bit (mw_send_inv.c)
+    pair_run "$dir" "$ipv" $lim "$log" "$MW_GUEST -d rxe0 -m 1024 -k -x $mode" \
+        "$BIN/softroce-run" --device "rxe0=$host" -- "$ROOT/target/lab/mw_send_inv" -d rxe0 -g 0 -m 1024 -x "$mode"
+    if [ "$req_rc" = 0 ] && [ "$resp_rc" = 0 ]; then
+        result=PASS
+        figure="WRITE via window ok; recv WITH_INV of its rkey; WRITE after: status=10, responder untouched, QP in ERR"
+        # rxe as the receiver: the key is right, the flag is the kernel's bit 2 (docs/interop.md)
+        grep -q "rxe's flag, accepted" "$resp_log" &&
+            figure="${figure/recv WITH_INV of its rkey/recv: its rkey, wc_flags bit 2 not IBV_WC_WITH_INV (rxe)}"
+        [ "$mode" = inv-twice ] &&
+            figure="2nd SEND_WITH_INV: status=9 (REM_INV_REQ_ERR); $(sed -n 's/^server: the second receive: \(status=[0-9]*\).*its buffer \(.*\)$/its receive \1, buffer \2/p' "$resp_log"), QP in ERR"
+    elif [ "$mode" = inv-twice ] && [ "$dir" = ours-client ] &&
+        grep -q 'rxe_invalidate_mw' "$SRLAB_RUN/vm1.console" 2>/dev/null; then
+        # Known: rxe 6.12 invalidates a free type 2 window again and puts its
+        # NULL QP (rxe_do_invalidate_mw, inlined in rxe_invalidate_mw): the
+        # guest's kernel oopses in its receive task and panics
+        result=XFAIL
+        XFAILED=$((XFAILED + 1))
+        figure="rxe 6.12: $(grep -o 'BUG: kernel NULL pointer dereference' "$SRLAB_RUN/vm1.console" | head -1) in rxe_invalidate_mw$(grep -q 'Kernel panic' "$SRLAB_RUN/vm1.console" && echo ', kernel panic') (docs/interop.md)"
     else
         result=FAIL
         FAILED=$((FAILED + 1))
@@ -841,6 +923,7 @@ EOF
 trixie_cases() {
     local v mode dir pcap
     FA_GUEST=$(bash "$LAB" put "$ROOT/target/lab/flush_atomic_write")
+    MW_GUEST=$(bash "$LAB" put "$ROOT/target/lab/mw_send_inv")
     trixie_guest_case
     for v in 4 6; do
         [ "$v" = 4 ] && bash "$LAB" capture start flush >/dev/null 2>&1
@@ -854,12 +937,23 @@ trixie_cases() {
             flush_icrc_case "$pcap"
         fi
     done
+    # memory windows: bound, used, invalidated by the peer's SEND_WITH_INV
+    for v in 4 6; do
+        for dir in ours-client ours-server; do
+            mw_case "$dir" "$v"
+        done
+    done
     for mode in atomic-write atomic-write-past flush flush-past; do
         fa_case "$mode" rxe-rxe 4
     done
+    mw_case rxe-rxe 4
     # Debian 12's ibv_rc_pingpong and perftest 4.5 over our libraries
     # against Debian 13's (perftest 25.01) on rxe 6.12
     lib_cases 1 4 1024 quick
+    # misuse: a second SEND_WITH_INV of an invalidated window key. rxe -> ours
+    # first; ours -> rxe last of all, for it oopses rxe 6.12's kernel
+    mw_case ours-server 4 inv-twice
+    mw_case ours-client 4 inv-twice
 }
 
 echo

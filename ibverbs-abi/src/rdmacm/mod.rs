@@ -201,6 +201,25 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     Ok((ctx, pd))
 }
 
+/// The default PD of an opened device's context (NULL if not one of them):
+/// librdmacm's `cma_dev->pd`, which it puts in `id->pd` with `id->verbs`
+/// and `rdma_create_qp` takes when given none.
+fn default_pd(verbs: *mut ibv_context) -> *mut ibv_pd {
+    let o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    o.iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
+}
+
+/// Gives the ID its device: `id->verbs`, and `id->pd` the device's default
+/// PD unless it has one (librdmacm's `ucma_get_device` sets both; pyverbs'
+/// `CMID.pd` and applications that make their own QP on the ID's PD read
+/// it before any `rdma_create_qp`).
+fn attach(i: &Id, ctx: *mut ibv_context, pd: *mut ibv_pd) {
+    set!(i, verbs, ctx);
+    if get!(i, pd).is_null() {
+        set!(i, pd, pd);
+    }
+}
+
 /// The device addresses of this process.
 fn device_addrs() -> Vec<IpAddr> {
     crate::device::devices().map(|d| d.iter().map(|d| d.spec.addr.to_canonical()).collect()).unwrap_or_default()
@@ -418,12 +437,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             sa.set_ip(d);
         }
         match open_device(sa.ip()) {
-            Ok((ctx, pd)) if !loopback => {
-                // As librdmacm's ucma_get_device: the device's PD comes
-                // with it (pyverbs takes `id->pd` right after the bind).
-                set!(i, verbs, ctx);
-                set!(i, pd, pd);
-            }
+            Ok((ctx, pd)) if !loopback => attach(i, ctx, pd),
             Ok(_) => {}
             Err(e) => return fail(e),
         }
@@ -461,10 +475,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             },
         };
         match open_device(src) {
-            Ok((ctx, pd)) => {
-                set!(i, verbs, ctx);
-                set!(i, pd, pd);
-            }
+            Ok((ctx, pd)) => attach(i, ctx, pd),
             Err(e) => return fail(e),
         }
         let t = Duration::from_millis(timeout_ms.max(0) as u64);
@@ -516,12 +527,7 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         if verbs.is_null() || attr.is_null() || !get!(i, qp).is_null() {
             return fail(libc::EINVAL);
         }
-        let pd = if pd.is_null() {
-            let o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-            o.iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
-        } else {
-            pd
-        };
+        let pd = if pd.is_null() { default_pd(verbs) } else { pd };
         // A use of the PD for the whole call (see `Registry::acquire`).
         let mut held = crate::ffi::Held::new();
         // SAFETY: pd_use checks the registry.
@@ -863,8 +869,10 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
         // SAFETY: just made, not yet known to the application.
         let n = unsafe { &*np };
         n.sync.store(sync, Ordering::Relaxed);
-        set!(n, verbs, get!(l, verbs));
-        set!(n, pd, get!(l, pd));
+        // the device's default PD, not the listener's (librdmacm's
+        // ucma_process_conn_req: ucma_get_device on the new ID)
+        let verbs = get!(l, verbs);
+        attach(n, verbs, default_pd(verbs));
         *n.req_depths.lock().unwrap_or_else(|e| e.into_inner()) =
             (e.param.responder_resources, e.param.initiator_depth);
         fill_route(n);
@@ -1073,7 +1081,8 @@ pub unsafe extern "C" fn rdma_create_ep(
             // SAFETY: the caller's source address (or NULL: refused there).
             let bound = unsafe { rdma_bind_addr(new, r.ai_src_addr) };
             if bound == 0 {
-                // The caller's PD, else the device's the bind set (librdmacm).
+                // the caller's PD if any (librdmacm's ucma_passive_ep);
+                // else the device's, which rdma_bind_addr put there
                 if !pd.is_null() {
                     set!(i, pd, pd);
                 }

@@ -7,17 +7,11 @@
 //! `ucx_perftest` is not installed.
 //!
 //! UCX keeps only devices whose `/dev/infiniband/uverbsN` is a character
-//! device it may read and write (docs/ucx.md). Until `softroce-run`
-//! presents one itself, each side runs in a private mount namespace
-//! (`unshare -m`, or `-Urm` when not root) whose `/dev` is a tmpfs with the
-//! host's entries bound back and `/dev/infiniband/uverbs0` a bind of
-//! `/dev/null`: nothing changes outside the namespace, so concurrent runs
-//! and other users of the machine see no node appear or vanish. When
-//! softroce-run's own presentation lands, `in_namespace` goes.
+//! device it may read and write (docs/ucx.md): softroce-run presents it
+//! (and `/sys/class/infiniband/NAME`) in the command's own mount namespace.
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -27,62 +21,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// The longest one side of a pair may run.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Run by `sh` inside the new mount namespace, with `$1` an empty
-/// directory: the host's `/dev` is bound there, a tmpfs goes over `/dev`,
-/// every entry comes back as a bind (directories with what is mounted
-/// under them: `/dev/shm`, `/dev/pts`), and `/dev/infiniband/uverbs0` is
-/// `/dev/null` (a character device anyone may read and write; UCX only
-/// stats it). Then the rest of the arguments run.
-const PRESENT_DEV: &str = r#"
-set -e
-orig=$1; shift
-mount --make-rprivate /
-mount --bind /dev "$orig"
-mount -t tmpfs -o mode=755 softroce-dev /dev
-for e in "$orig"/* "$orig"/.[!.]*; do
-    [ -e "$e" ] || [ -L "$e" ] || continue
-    n=${e##*/}
-    [ "$n" = infiniband ] && continue
-    if [ -L "$e" ]; then cp -P "$e" "/dev/$n"
-    elif [ -d "$e" ]; then mkdir "/dev/$n"; mount --rbind "$e" "/dev/$n"
-    else : > "/dev/$n"; mount --bind "$e" "/dev/$n"; fi
-done
-mkdir /dev/infiniband
-: > /dev/infiniband/uverbs0
-mount --bind /dev/null /dev/infiniband/uverbs0
-exec "$@"
-"#;
-
-/// How to enter a mount namespace here: `unshare -m` as root, else an
-/// unprivileged user namespace with it; why not, if that fails.
-fn namespace_prefix() -> Result<Vec<&'static str>, String> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let prefix = if root { vec!["unshare", "-m"] } else { vec!["unshare", "-Urm"] };
-    let probe = Command::new(prefix[0]).args(&prefix[1..]).arg("true").output();
-    match probe {
-        Ok(o) if o.status.success() => Ok(prefix),
-        Ok(o) => Err(format!("`{}` fails: {}", prefix.join(" "), String::from_utf8_lossy(&o.stderr).trim())),
-        Err(e) => Err(format!("unshare cannot run: {e} (apt-get install util-linux)")),
-    }
-}
-
-/// One side: `args` under the launcher with device `device`, in a
-/// namespace that presents `/dev/infiniband/uverbs0`, with `env`.
-struct Side {
-    child: Child,
-    scratch: PathBuf,
-}
-
-fn spawn(ns: &[&str], device: &str, args: &[&str], env: &[(&str, &str)]) -> Side {
-    let scratch = std::env::temp_dir().join(format!("ucx-test-dev-{}-{}", std::process::id(), device));
-    let _ = std::fs::remove_dir(&scratch);
-    std::fs::create_dir(&scratch).expect("make a scratch directory");
-    let child = Command::new(ns[0])
-        .args(&ns[1..])
-        .args(["sh", "-c", PRESENT_DEV, "sh"])
-        .arg(&scratch)
-        .arg(common::launcher())
+/// One side: `args` under the launcher with device `device`, with `env`.
+fn spawn(device: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
+    Command::new(common::launcher())
         .args(["--device", device, "--"])
         .args(args)
         .env("SOFTROCE_LIBRARY", common::library())
@@ -92,16 +33,12 @@ fn spawn(ns: &[&str], device: &str, args: &[&str], env: &[(&str, &str)]) -> Side
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("unshare starts");
-    Side { child, scratch }
+        .expect("softroce-run starts")
 }
 
-/// Waits for a side; its output and whether it ended in time. The scratch
-/// directory (empty once the namespace is gone) is removed.
-fn finish(side: Side, limit: Duration) -> (Output, bool) {
-    let r = common::wait(side.child, limit);
-    let _ = std::fs::remove_dir(&side.scratch);
-    r
+/// Waits for a side; its output and whether it ended in time.
+fn finish(side: Child, limit: Duration) -> (Output, bool) {
+    common::wait(side, limit)
 }
 
 /// The last `n` lines of a side's stdout and stderr.
@@ -122,7 +59,7 @@ fn tail(o: &Output, n: usize) -> String {
 /// One `ucx_perftest` pair over `tls`: the server on 127.0.23.`net`0, the
 /// client on .`net`1, the exchange on TCP `port`; the client runs
 /// `client_args`. Returns the client's `Final:` line.
-fn pair(ns: &[&str], tls: &str, net: u8, port: u16, client_args: &[&str]) -> String {
+fn pair(tls: &str, net: u8, port: u16, client_args: &[&str]) -> String {
     let (srv_addr, cli_addr) = (format!("127.0.23.{}", net * 10), format!("127.0.23.{}", net * 10 + 1));
     let p = port.to_string();
     let env = [("UCX_TLS", tls)];
@@ -135,12 +72,12 @@ fn pair(ns: &[&str], tls: &str, net: u8, port: u16, client_args: &[&str]) -> Str
         cli_args.join(" "),
         srv_args.join(" ")
     );
-    let srv = spawn(ns, &format!("rxe0={srv_addr}"), &srv_args, &env);
+    let srv = spawn(&format!("rxe0={srv_addr}"), &srv_args, &env);
     let start = std::time::Instant::now();
     while !common::listening(port) && start.elapsed() < LIMIT {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let cli = spawn(ns, &format!("rxe0={cli_addr}"), &cli_args, &env);
+    let cli = spawn(&format!("rxe0={cli_addr}"), &cli_args, &env);
     let (co, c_ok) = finish(cli, LIMIT);
     let (so, s_ok) = finish(srv, if c_ok { LIMIT } else { Duration::from_secs(5) });
     let both = || format!("{command}\n=== client\n{}=== server\n{}", tail(&co, 15), tail(&so, 15));
@@ -153,22 +90,11 @@ fn pair(ns: &[&str], tls: &str, net: u8, port: u16, client_args: &[&str]) -> Str
     fin
 }
 
-/// The checks common to every test: ucx_perftest is there, a namespace
-/// can be made; serialized (each pair takes the machine's two cores).
-fn setup() -> Option<(std::sync::MutexGuard<'static, ()>, Vec<&'static str>)> {
+/// The check common to every test: ucx_perftest is there; serialized
+/// (each pair takes the machine's two cores).
+fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
     common::need("ucx_perftest", "ucx-utils")?;
-    let ns = match namespace_prefix() {
-        Ok(ns) => ns,
-        Err(why) => {
-            testkit::skip(format!("cannot present /dev/infiniband to UCX: {why}"));
-            return None;
-        }
-    };
-    if !Path::new("/dev/null").exists() {
-        testkit::skip("/dev/null is missing");
-        return None;
-    }
-    Some((SERIAL.lock().unwrap_or_else(|e| e.into_inner()), ns))
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The iterations of each run: enough to see it work, few enough to stay
@@ -183,8 +109,8 @@ fn with_n<'a>(args: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn ucx_info_lists_the_device_with_rc_verbs_and_ud_verbs() {
-    let Some((_serial, ns)) = setup() else { return };
-    let side = spawn(&ns, "rxe0=127.0.23.20", &["ucx_info", "-d"], &[]);
+    let Some(_serial) = setup() else { return };
+    let side = spawn("rxe0=127.0.23.20", &["ucx_info", "-d"], &[]);
     let (o, in_time) = finish(side, LIMIT);
     assert!(in_time && o.status.success(), "ucx_info -d (softroce-run --device rxe0=127.0.23.20):\n{}", tail(&o, 30));
     let text = String::from_utf8_lossy(&o.stdout);
@@ -199,33 +125,33 @@ fn ucx_info_lists_the_device_with_rc_verbs_and_ud_verbs() {
 
 #[test]
 fn ucx_perftest_over_rc_verbs() {
-    let Some((_serial, ns)) = setup() else { return };
+    let Some(_serial) = setup() else { return };
     // UCP: rc_verbs for the data, ud_verbs for the wire-up (UCP refuses
     // rc_verbs alone: "no auxiliary transport").
     let ucp = "rc_verbs,ud_verbs";
-    pair(&ns, ucp, 1, 23101, &with_n(&["-t", "tag_lat"]));
-    pair(&ns, ucp, 2, 23102, &with_n(&["-t", "tag_bw"]));
-    pair(&ns, ucp, 3, 23103, &with_n(&["-t", "tag_bw", "-s", "65536"]));
-    pair(&ns, ucp, 4, 23104, &with_n(&["-t", "ucp_put_bw", "-s", "65536"]));
-    pair(&ns, ucp, 5, 23105, &with_n(&["-t", "ucp_get", "-s", "65536"]));
+    pair(ucp, 1, 23101, &with_n(&["-t", "tag_lat"]));
+    pair(ucp, 2, 23102, &with_n(&["-t", "tag_bw"]));
+    pair(ucp, 3, 23103, &with_n(&["-t", "tag_bw", "-s", "65536"]));
+    pair(ucp, 4, 23104, &with_n(&["-t", "ucp_put_bw", "-s", "65536"]));
+    pair(ucp, 5, 23105, &with_n(&["-t", "ucp_get", "-s", "65536"]));
     // UCT: the transport itself.
     let uct = ["-x", "rc_verbs", "-d", "rxe0:1"];
-    pair(&ns, "rc_verbs", 6, 23106, &with_n(&[&["-t", "am_lat"][..], &uct].concat()));
-    pair(&ns, "rc_verbs", 7, 23107, &with_n(&[&["-t", "put_bw", "-s", "65536", "-D", "zcopy"][..], &uct].concat()));
-    pair(&ns, "rc_verbs", 8, 23108, &with_n(&[&["-t", "get", "-s", "65536", "-D", "zcopy"][..], &uct].concat()));
+    pair("rc_verbs", 6, 23106, &with_n(&[&["-t", "am_lat"][..], &uct].concat()));
+    pair("rc_verbs", 7, 23107, &with_n(&[&["-t", "put_bw", "-s", "65536", "-D", "zcopy"][..], &uct].concat()));
+    pair("rc_verbs", 8, 23108, &with_n(&[&["-t", "get", "-s", "65536", "-D", "zcopy"][..], &uct].concat()));
 }
 
 #[test]
 fn ucx_perftest_over_ud_verbs() {
-    let Some((_serial, ns)) = setup() else { return };
+    let Some(_serial) = setup() else { return };
     // UD has no RDMA: UCP emulates put and get with active messages (a get
     // waits for the server's progress: about 1 ms each in ucx_perftest,
     // whose server progresses once a millisecond in its TCP barrier).
     let ud = "ud_verbs";
-    pair(&ns, ud, 11, 23111, &with_n(&["-t", "tag_lat"]));
-    pair(&ns, ud, 12, 23112, &with_n(&["-t", "tag_bw"]));
-    pair(&ns, ud, 13, 23113, &with_n(&["-t", "tag_bw", "-s", "65536"]));
-    pair(&ns, ud, 14, 23114, &with_n(&["-t", "ucp_put_bw"]));
-    pair(&ns, ud, 15, 23115, &["-t", "ucp_get", "-n", "500", "-w", "10"]);
-    pair(&ns, ud, 16, 23116, &with_n(&["-t", "am_lat", "-x", "ud_verbs", "-d", "rxe0:1"]));
+    pair(ud, 11, 23111, &with_n(&["-t", "tag_lat"]));
+    pair(ud, 12, 23112, &with_n(&["-t", "tag_bw"]));
+    pair(ud, 13, 23113, &with_n(&["-t", "tag_bw", "-s", "65536"]));
+    pair(ud, 14, 23114, &with_n(&["-t", "ucp_put_bw"]));
+    pair(ud, 15, 23115, &["-t", "ucp_get", "-n", "500", "-w", "10"]);
+    pair(ud, 16, 23116, &with_n(&["-t", "am_lat", "-x", "ud_verbs", "-d", "rxe0:1"]));
 }

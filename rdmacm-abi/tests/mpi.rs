@@ -104,6 +104,10 @@ fn mpirun(ns: &str, dir: &Path, np: usize, extra: &[&str]) {
         .arg(dir.join("rank.sh"))
         .arg(dir.join("checks"))
         .current_dir(dir)
+        // A session directory of its own: two mpiruns at once (the tests
+        // run in parallel) collide in a shared one ("File exists").
+        .env("TMPDIR", dir)
+        .env("OMPI_MCA_orte_tmpdir_base", dir)
         .env_remove("SOFTROCE_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -67,6 +67,7 @@ pub mod link;
 mod mw;
 mod pd;
 mod qp;
+pub mod share;
 pub mod udp;
 mod xrc;
 

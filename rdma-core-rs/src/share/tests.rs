@@ -1,0 +1,128 @@
+//! Sharing through real sockets: the registry, the kernel's socket array
+//! and the steering program together, with members of one process (each
+//! has its own open of the record, as separate processes would). Crashes
+//! need processes of their own: `ibverbs-abi/tests/shared_device.rs`.
+
+use super::steer::{qpn_range, COMM_ID_SLOT_SHIFT};
+use crate::udp::UdpIo;
+use crate::DeviceConfig;
+use std::net::{IpAddr, UdpSocket};
+use std::time::Duration;
+
+fn shared() -> DeviceConfig {
+    DeviceConfig { shared: true, ..DeviceConfig::default() }
+}
+
+fn slot(io: &UdpIo) -> u8 {
+    io.member().expect("a shared device is a member").slot()
+}
+
+/// A datagram whose BTH names `qpn`.
+fn to_qp(qpn: u32) -> [u8; 32] {
+    let mut p = [0u8; 32];
+    p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    p
+}
+
+/// The datagrams waiting on `io`'s receive socket, up to a wait of 200 ms
+/// for the first.
+fn received(io: &UdpIo) -> Vec<Vec<u8>> {
+    let fd = io.rx_fd();
+    let mut out = Vec::new();
+    if !crate::poll_readable(&[fd], Duration::from_millis(200))[0] {
+        return out;
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let mut buf = [0u8; 2048];
+    loop {
+        // SAFETY: recv into our buffer on the device's socket.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return out;
+        }
+        out.push(buf[..n as usize].to_vec());
+    }
+}
+
+/// Sends one datagram per QPN and checks each member got exactly its own.
+fn check_steering(addr: IpAddr, members: &[&UdpIo]) {
+    let tx = UdpSocket::bind((addr, 0)).unwrap();
+    for m in members {
+        let r = qpn_range(slot(m));
+        for qpn in [r.start + 0x11, r.end - 1] {
+            tx.send_to(&to_qp(qpn), (addr, 4791)).unwrap();
+        }
+    }
+    for m in members {
+        let r = qpn_range(slot(m));
+        let want = vec![to_qp(r.start + 0x11).to_vec(), to_qp(r.end - 1).to_vec()];
+        assert_eq!(received(m), want, "slot {} got other packets than its own", slot(m));
+    }
+}
+
+#[test]
+fn each_member_receives_the_packets_of_its_own_qpns() {
+    let addr: IpAddr = "127.22.0.10".parse().unwrap();
+    let a = UdpIo::bind(addr, &shared()).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    assert_ne!(slot(&a), slot(&b));
+    assert!(!a.offloads().gro, "a shared port takes no GRO");
+    check_steering(addr, &[&a, &b]);
+    // An unshared bind of the same port is refused, as before.
+    let alone = UdpIo::bind(addr, &DeviceConfig::default());
+    assert_eq!(alone.err().map(|e| e.kind()), Some(std::io::ErrorKind::AddrInUse));
+}
+
+#[test]
+fn leaving_moves_the_last_socket_into_the_gap_and_the_steering_follows() {
+    let addr: IpAddr = "127.22.0.11".parse().unwrap();
+    let a = UdpIo::bind(addr, &shared()).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    let c = UdpIo::bind(addr, &shared()).unwrap();
+    check_steering(addr, &[&a, &b, &c]);
+    // a was at index 0: the kernel moves c there.
+    let gone = slot(&a);
+    drop(a);
+    check_steering(addr, &[&b, &c]);
+    // A newcomer takes the free slot and the end of the array.
+    let d = UdpIo::bind(addr, &shared()).unwrap();
+    assert_eq!(slot(&d), gone);
+    check_steering(addr, &[&b, &c, &d]);
+    drop(c);
+    check_steering(addr, &[&b, &d]);
+}
+
+/// CM messages on QP1: a REQ by its service to the member that claimed
+/// it, a reply by the slot in its remote communication ID.
+#[test]
+fn cm_requests_follow_their_service_and_replies_their_comm_id() {
+    let addr: IpAddr = "127.22.0.12".parse().unwrap();
+    let a = UdpIo::bind(addr, &shared()).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    let services = b.member().unwrap().services();
+    services.claim(0x0106_1c06).unwrap();
+    // Another process's claim of it is refused (here: another member).
+    let other = a.member().unwrap().services();
+    assert!(matches!(other.claim(0x0106_1c06), Err(super::ShareError::ServiceTaken { slot, .. }) if slot == self::slot(&b)));
+    let mad = |attr: u16, at: usize, value: &[u8]| {
+        let mut p = vec![0u8; 12 + 8 + 256];
+        p[7] = 1;
+        p[21] = 0x07;
+        p[36..38].copy_from_slice(&attr.to_be_bytes());
+        p[20 + at..20 + at + value.len()].copy_from_slice(value);
+        p
+    };
+    let tx = UdpSocket::bind((addr, 0)).unwrap();
+    let req = mad(0x10, 32, &0x0000_0000_0106_1c06u64.to_be_bytes());
+    tx.send_to(&req, (addr, 4791)).unwrap();
+    let rep_for_a = mad(0x13, 28, &((u32::from(slot(&a)) << COMM_ID_SLOT_SHIFT) | 5).to_be_bytes());
+    tx.send_to(&rep_for_a, (addr, 4791)).unwrap();
+    assert_eq!(received(&b), [req.clone()]);
+    assert_eq!(received(&a), [rep_for_a]);
+    // Released, the service is free for another process.
+    services.release(0x0106_1c06);
+    other.claim(0x0106_1c06).unwrap();
+    tx.send_to(&req, (addr, 4791)).unwrap();
+    assert_eq!(received(&a), [req]);
+}
+

@@ -4,17 +4,12 @@
 
 use super::registry::{Locked, Registry, State};
 use super::steer::{self, Steering};
-use super::{fork, ShareError};
+use super::{fork, keeper, ShareError};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// How often a keeper looks for dead members.
-const KEEPER_PERIOD: Duration = Duration::from_millis(100);
 
 struct Shared {
     reg: Registry,
@@ -23,7 +18,6 @@ struct Shared {
     /// The member's receive socket (owned by the UDP backend, which makes
     /// the member leave before it closes it).
     fd: RawFd,
-    stop: AtomicBool,
     /// This process's claims of CM services, counted: CM IDs of one
     /// process may bind one port together (see [`Services`]).
     claims: Mutex<HashMap<u32, usize>>,
@@ -33,7 +27,7 @@ struct Shared {
 /// process that dies leaves through the others' keepers.
 pub struct Member {
     shared: Arc<Shared>,
-    keeper: Option<std::thread::JoinHandle<()>>,
+    keeper: Option<keeper::Keeper>,
     /// The process that joined (a forked child's copy must not leave).
     pid: u32,
 }
@@ -60,6 +54,7 @@ impl Shared {
         }
         let services = st.services.len();
         st.services.retain(|&(_, s)| alive(s));
+        st.pids.retain(|&(s, _)| alive(s));
         let changed = !dead.is_empty() || services != st.services.len();
         (st, changed)
     }
@@ -73,6 +68,13 @@ impl Shared {
         }
         tracing::debug!(addr = %self.addr, slot = self.slot, order = ?st.order, services = st.services.len(), "shared port steering updated");
         self.reg.write(l, st)
+    }
+
+    /// The pids of the other members, as recorded (read without the lock:
+    /// a torn read only makes the keeper look again sooner).
+    fn others(&self) -> Vec<u32> {
+        let st = self.reg.read_unlocked();
+        st.pids.iter().filter(|p| p.0 != self.slot).map(|p| p.1).collect()
     }
 
     /// A keeper's look: takes dead members out if there are any.
@@ -93,7 +95,7 @@ fn ambiguous(order: &[u8], dead: &[u8]) -> bool {
         return false;
     }
     let run = |seq: &mut dyn Iterator<Item = &u8>| {
-        let mut st = State { order: order.to_vec(), services: Vec::new() };
+        let mut st = State { order: order.to_vec(), ..State::default() };
         seq.for_each(|&s| st.remove_slot(s));
         st.order
     };
@@ -108,7 +110,7 @@ impl Member {
         let reg = Registry::open(addr, scope_id)?;
         let l = reg.lock()?;
         // The slot is known only below; prune with none of ours.
-        let probe = Shared { reg, addr, slot: u8::MAX, fd, stop: AtomicBool::new(false), claims: Mutex::default() };
+        let probe = Shared { reg, addr, slot: u8::MAX, fd, claims: Mutex::default() };
         let (mut st, _) = probe.pruned(&l);
         let mut slot = None;
         for s in 0..steer::SLOTS as u8 {
@@ -129,27 +131,19 @@ impl Member {
         bind().map_err(|source| fail(ShareError::Bind { addr, source }))?;
         // The kernel appended our socket.
         st.order.push(slot);
+        st.pids.push((slot, std::process::id()));
         shared.publish(&l, &st).map_err(fail)?;
         drop(l);
         tracing::info!(%addr, slot, index = st.order.len() - 1, members = st.order.len(), registry = %shared.reg.name, "joined the shared port");
         fork::detach_in_child(fd);
         fork::detach_in_child(shared.reg.fd());
         let shared = Arc::new(shared);
-        let s = shared.clone();
-        let keeper = std::thread::Builder::new()
-            .name(format!("softroce-share-{slot}"))
-            .spawn(move || {
-                while !s.stop.load(Ordering::Acquire) {
-                    std::thread::park_timeout(KEEPER_PERIOD);
-                    if let Err(e) = s.keep() {
-                        tracing::warn!(error = %e, "shared port keeper");
-                    }
-                }
-            })
-            .map_err(|e| {
-                tracing::warn!(error = %e, "cannot start the shared port's keeper: dead members are taken out at joins and leaves only");
-            })
-            .ok();
+        let (w, k) = (shared.clone(), shared.clone());
+        let keeper = keeper::spawn(format!("softroce-share-{slot}"), move || w.others(), move || {
+            if let Err(e) = k.keep() {
+                tracing::warn!(error = %e, "shared port keeper");
+            }
+        });
         Ok(Member { shared, keeper, pid: std::process::id() })
     }
 
@@ -171,10 +165,8 @@ impl Member {
         if self.pid != std::process::id() {
             return; // a forked child's copy: the parent's membership
         }
-        self.shared.stop.store(true, Ordering::Release);
         if let Some(k) = self.keeper.take() {
-            k.thread().unpark();
-            let _ = k.join();
+            k.stop();
         }
         let s = &self.shared;
         let l = match s.reg.lock() {

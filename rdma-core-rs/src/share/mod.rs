@@ -17,8 +17,9 @@
 //! bind), a leaving one takes itself out as the kernel does, and a
 //! process that died (its slot's lock is gone with it) is taken out by the
 //! next member that notices: at a join or leave, or by each member's
-//! keeper thread ([`member`]), which looks every 100 ms. After each
-//! change the member that made it attaches the program anew.
+//! keeper thread ([`keeper`]), which wakes when another member's process
+//! ends. After each change the member that made it attaches the program
+//! anew.
 //!
 //! What does not reach the right process is counted and dropped where it
 //! lands (an unknown QPN, like any other): RC retransmits it. That
@@ -29,6 +30,7 @@
 //! see `docs/shared-device.md`).
 
 pub mod fork;
+mod keeper;
 mod member;
 mod registry;
 pub mod steer;

@@ -11,7 +11,8 @@
 //!   slot byte is a dead member; and unlike POSIX record locks they are
 //!   not lost when some other descriptor of the file is closed.
 //! - `NAME.state`: the kernel's socket array as far as we know it (the
-//!   slot at each index) and which slot listens on which CM service,
+//!   slot at each index), which slot listens on which CM service and the
+//!   process of each slot,
 //!   rewritten whole (written to a temporary file, then renamed over) under
 //!   the mutex.
 
@@ -30,6 +31,9 @@ pub(crate) struct State {
     pub order: Vec<u8>,
     /// `(service ID low 32 bits, slot)`: who listens where.
     pub services: Vec<(u32, u8)>,
+    /// `(slot, pid)`: the process of each member, which the others'
+    /// keepers watch (its slot's lock says whether it lives).
+    pub pids: Vec<(u8, u32)>,
 }
 
 impl State {
@@ -47,6 +51,7 @@ impl State {
                     let key = u32::from_str_radix(w.next()?, 16).ok()?;
                     st.services.push((key, w.next()?.parse().ok()?));
                 }
+                "pid" => st.pids.push((w.next()?.parse().ok()?, w.next()?.parse().ok()?)),
                 _ => return None,
             }
         }
@@ -61,6 +66,9 @@ impl State {
         s.push('\n');
         for (key, slot) in &self.services {
             s += &format!("service {key:08x} {slot}\n");
+        }
+        for (slot, pid) in &self.pids {
+            s += &format!("pid {slot} {pid}\n");
         }
         s
     }
@@ -79,6 +87,7 @@ impl State {
             self.remove_index(i);
         }
         self.services.retain(|s| s.1 != slot);
+        self.pids.retain(|p| p.0 != slot);
     }
 }
 
@@ -209,6 +218,12 @@ impl Registry {
     /// Reads the record (empty if there is none yet or it is unreadable:
     /// a torn record is rebuilt from the live members' next changes).
     pub fn read(&self, _: &Locked) -> State {
+        self.read_unlocked()
+    }
+
+    /// Reads the record without the mutex (a look, never a basis for a
+    /// change).
+    pub fn read_unlocked(&self) -> State {
         let mut text = String::new();
         match File::open(&self.state).and_then(|mut f| f.read_to_string(&mut text)) {
             Ok(_) => State::parse(&text).unwrap_or_else(|| {
@@ -239,7 +254,11 @@ mod tests {
 
     #[test]
     fn the_record_reads_back_what_was_written() {
-        let st = State { order: vec![3, 0, 127], services: vec![(0x0106_1c06, 3), (0x0111_0001, 0)] };
+        let st = State {
+            order: vec![3, 0, 127],
+            services: vec![(0x0106_1c06, 3), (0x0111_0001, 0)],
+            pids: vec![(3, 4242), (0, 1)],
+        };
         assert_eq!(State::parse(&st.render()), Some(st));
         assert_eq!(State::parse("softroce-share 2\norder 1\n"), None);
         assert_eq!(State::parse("softroce-share 1\norder 1 x\n"), None);
@@ -247,10 +266,11 @@ mod tests {
 
     #[test]
     fn removing_a_socket_moves_the_last_into_its_place_as_the_kernel_does() {
-        let mut st = State { order: vec![5, 6, 7, 8], services: vec![(1, 6), (2, 7)] };
+        let mut st = State { order: vec![5, 6, 7, 8], services: vec![(1, 6), (2, 7)], pids: vec![(6, 60)] };
         st.remove_slot(6);
         assert_eq!(st.order, [5, 8, 7]);
         assert_eq!(st.services, [(2, 7)]);
+        assert_eq!(st.pids, []);
         st.remove_slot(7);
         assert_eq!(st.order, [5, 8]);
         st.remove_slot(9);

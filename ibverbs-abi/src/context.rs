@@ -117,7 +117,10 @@ impl Engine {
 
 /// The engines of the devices open now, by name, with their open counts.
 /// A forked child starts with none: the parent's are the parent's.
-static ENGINES: Mutex<PerProcess<Vec<(String, Arc<Engine>, usize)>>> = Mutex::new(PerProcess::new(Vec::new()));
+static ENGINES: Mutex<PerProcess<Vec<OpenEngine>>> = Mutex::new(PerProcess::new(Vec::new()));
+
+/// A device's name, its engine and how many opens share it.
+type OpenEngine = (String, Arc<Engine>, usize);
 
 /// An open device. `v.context` is the `ibv_context *` the application holds.
 #[repr(C)]

@@ -5,10 +5,10 @@
 use super::registry::{Locked, Registry, State};
 use super::steer::{self, Steering};
 use super::{fork, keeper, ShareError};
+use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 struct Shared {
@@ -106,7 +106,12 @@ impl Member {
     /// Joins the shared port of `addr`: takes a free slot, binds the
     /// socket `fd` (set to `SO_REUSEPORT`) with `bind`, and attaches the
     /// program that now includes it.
-    pub fn join(addr: IpAddr, scope_id: u32, fd: RawFd, bind: impl FnOnce() -> io::Result<()>) -> Result<Member, ShareError> {
+    pub fn join(
+        addr: IpAddr,
+        scope_id: u32,
+        fd: RawFd,
+        bind: impl FnOnce() -> io::Result<()>,
+    ) -> Result<Member, ShareError> {
         let reg = Registry::open(addr, scope_id)?;
         let l = reg.lock()?;
         // The slot is known only below; prune with none of ours.
@@ -139,11 +144,15 @@ impl Member {
         fork::detach_in_child(shared.reg.fd());
         let shared = Arc::new(shared);
         let (w, k) = (shared.clone(), shared.clone());
-        let keeper = keeper::spawn(format!("softroce-share-{slot}"), move || w.others(), move || {
-            if let Err(e) = k.keep() {
-                tracing::warn!(error = %e, "shared port keeper");
-            }
-        });
+        let keeper = keeper::spawn(
+            format!("softroce-share-{slot}"),
+            move || w.others(),
+            move || {
+                if let Err(e) = k.keep() {
+                    tracing::warn!(error = %e, "shared port keeper");
+                }
+            },
+        );
         Ok(Member { shared, keeper, pid: std::process::id() })
     }
 

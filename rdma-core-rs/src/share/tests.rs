@@ -103,7 +103,9 @@ fn cm_requests_follow_their_service_and_replies_their_comm_id() {
     services.claim(0x0106_1c06).unwrap();
     // Another process's claim of it is refused (here: another member).
     let other = a.member().unwrap().services();
-    assert!(matches!(other.claim(0x0106_1c06), Err(super::ShareError::ServiceTaken { slot, .. }) if slot == self::slot(&b)));
+    assert!(
+        matches!(other.claim(0x0106_1c06), Err(super::ShareError::ServiceTaken { slot, .. }) if slot == self::slot(&b))
+    );
     let mad = |attr: u16, at: usize, value: &[u8]| {
         let mut p = vec![0u8; 12 + 8 + 256];
         p[7] = 1;
@@ -117,7 +119,7 @@ fn cm_requests_follow_their_service_and_replies_their_comm_id() {
     tx.send_to(&req, (addr, 4791)).unwrap();
     let rep_for_a = mad(0x13, 28, &((u32::from(slot(&a)) << COMM_ID_SLOT_SHIFT) | 5).to_be_bytes());
     tx.send_to(&rep_for_a, (addr, 4791)).unwrap();
-    assert_eq!(received(&b), [req.clone()]);
+    assert_eq!(received(&b), std::slice::from_ref(&req));
     assert_eq!(received(&a), [rep_for_a]);
     // Released, the service is free for another process.
     services.release(0x0106_1c06);
@@ -125,4 +127,3 @@ fn cm_requests_follow_their_service_and_replies_their_comm_id() {
     tx.send_to(&req, (addr, 4791)).unwrap();
     assert_eq!(received(&a), [req]);
 }
-

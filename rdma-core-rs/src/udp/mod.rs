@@ -440,7 +440,8 @@ impl UdpIo {
         let member = shared_port::bind_rx(&rx, local, scope_id, cfg.shared)?;
         // GRO would merge packets of one flow for QPs of different
         // processes into one datagram, which goes where its first one goes.
-        let gro = offload && member.is_none() && setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        let gro =
+            offload && member.is_none() && setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         // Every datagram's TOS comes up as a control message: its ECN bits
         // reach the engine in the rebuilt IP header.
         let (level, name) = if local.is_ipv4() {

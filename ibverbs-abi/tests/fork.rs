@@ -109,7 +109,7 @@ int main(void) {
 
 #[test]
 fn a_forked_child_opens_the_device_afresh_and_talks_rc_to_its_parent() {
-    let Some(text) = common::run_c("fork", "rxe0=127.22.2.1", PROGRAM) else { return };
+    let Some(text) = common::run_c("fork", "rxe0=127.0.22.20", PROGRAM) else { return };
     common::check_lines(
         &text,
         &[

@@ -3,7 +3,7 @@
 //! talk over RC and UD to each other and to a process on another
 //! address; one of them killed with SIGKILL leaves the others' traffic
 //! working, and a new process joins afterwards. Each process is
-//! `shared/mesh.c`, driven line by line. Addresses 127.22.5-6.x.
+//! `shared/mesh.c`, driven line by line. Addresses 127.0.22.51-62.
 
 mod common;
 
@@ -131,9 +131,9 @@ fn ud_one_way(a: &mut Proc, b: &mut Proc, n: u32) {
 #[test]
 fn two_processes_on_one_address_talk_to_a_third_and_to_each_other_over_rc_and_ud() {
     let Some(m) = mesh("shared-mesh") else { return };
-    let mut p1 = Proc::start(&m, "p1", "127.22.5.1");
-    let mut p2 = Proc::start(&m, "p2", "127.22.5.1");
-    let mut p3 = Proc::start(&m, "p3", "127.22.5.2");
+    let mut p1 = Proc::start(&m, "p1", "127.0.22.51");
+    let mut p2 = Proc::start(&m, "p2", "127.0.22.51");
+    let mut p3 = Proc::start(&m, "p3", "127.0.22.52");
     // One device, one GID; each process makes QPs in a range of its own.
     assert_eq!(p1.gid, p2.gid);
     assert_ne!(p1.gid, p3.gid);
@@ -154,10 +154,10 @@ fn two_processes_on_one_address_talk_to_a_third_and_to_each_other_over_rc_and_ud
 #[test]
 fn a_killed_process_leaves_the_others_traffic_working_and_a_new_one_joins() {
     let Some(m) = mesh("shared-crash") else { return };
-    let mut a = Proc::start(&m, "a", "127.22.6.1");
-    let mut b = Proc::start(&m, "b", "127.22.6.1");
-    let mut e = Proc::start(&m, "e", "127.22.6.1");
-    let mut c = Proc::start(&m, "c", "127.22.6.2");
+    let mut a = Proc::start(&m, "a", "127.0.22.61");
+    let mut b = Proc::start(&m, "b", "127.0.22.61");
+    let mut e = Proc::start(&m, "e", "127.0.22.61");
+    let mut c = Proc::start(&m, "c", "127.0.22.62");
     connect(&mut a, &mut c);
     connect(&mut e, &mut c);
     connect(&mut a, &mut e);
@@ -174,7 +174,7 @@ fn a_killed_process_leaves_the_others_traffic_working_and_a_new_one_joins() {
     ud_traffic(&mut e, &mut c, 10);
     ud_traffic(&mut a, &mut e, 10);
     // A newcomer takes a slot and talks to everyone.
-    let mut d = Proc::start(&m, "d", "127.22.6.1");
+    let mut d = Proc::start(&m, "d", "127.0.22.61");
     for p in [&mut a, &mut e, &mut c] {
         connect(&mut d, p);
         rc_traffic(&mut d, p, 20);

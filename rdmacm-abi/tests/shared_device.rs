@@ -4,7 +4,7 @@
 //! message by the communication ID its receiver allocated. Debian's
 //! rping (RC, READ/WRITE/SEND), ucmatose (RC) and udaddy (UD through
 //! SIDR); a second listener on a port the first holds is refused, as the
-//! kernel refuses it host-wide. Addresses 127.22.7-9.x.
+//! kernel refuses it host-wide. Addresses 127.0.22.71-101.
 
 mod common;
 
@@ -34,10 +34,10 @@ fn both_ok(s: &std::process::Output, c: &std::process::Output) {
 fn rping_server_and_client_on_one_address() {
     let Some(_) = need("rping", "rdmacm-utils") else { return };
     let l = launcher();
-    let dev = "rxe0=127.22.7.1";
-    let srv = over_library(&l, dev, &["rping", "-s", "-a", "127.22.7.1", "-V", "-C", "50"]);
-    let cli = over_library(&l, dev, &["rping", "-c", "-a", "127.22.7.1", "-V", "-C", "50", "-v"]);
-    let (s, c) = pair(srv, cli, [127, 22, 7, 1], LIMIT);
+    let dev = "rxe0=127.0.22.71";
+    let srv = over_library(&l, dev, &["rping", "-s", "-a", "127.0.22.71", "-V", "-C", "50"]);
+    let cli = over_library(&l, dev, &["rping", "-c", "-a", "127.0.22.71", "-V", "-C", "50", "-v"]);
+    let (s, c) = pair(srv, cli, [127, 0, 22, 71], LIMIT);
     both_ok(&s, &c);
     assert_eq!(count(&c, "ping data: rdma-ping-"), 50, "{}", show(&c));
 }
@@ -46,12 +46,12 @@ fn rping_server_and_client_on_one_address() {
 fn ucmatose_and_udaddy_server_and_client_on_one_address() {
     let Some(_) = need("ucmatose", "rdmacm-utils") else { return };
     let l = launcher();
-    for (tool, net) in [("ucmatose", 8), ("udaddy", 9)] {
-        let ip = format!("127.22.{net}.1");
+    for (tool, host) in [("ucmatose", 81), ("udaddy", 91)] {
+        let ip = format!("127.0.22.{host}");
         let dev = format!("rxe0={ip}");
         let srv = over_library(&l, &dev, &[tool, "-b", &ip, "-c", "4", "-C", "20"]);
         let cli = over_library(&l, &dev, &[tool, "-s", &ip, "-c", "4", "-C", "20"]);
-        let (s, c) = pair(srv, cli, [127, 22, net, 1], LIMIT);
+        let (s, c) = pair(srv, cli, [127, 0, 22, host], LIMIT);
         both_ok(&s, &c);
         for o in [&s, &c] {
             assert!(stdout(o).contains("test complete"), "{tool}\n{}", show(o));
@@ -63,16 +63,16 @@ fn ucmatose_and_udaddy_server_and_client_on_one_address() {
 fn a_port_another_process_of_the_device_listens_on_is_refused() {
     let Some(_) = need("ucmatose", "rdmacm-utils") else { return };
     let l = launcher();
-    let dev = "rxe0=127.22.10.1";
-    let mut srv = over_library(&l, dev, &["ucmatose", "-b", "127.22.10.1", "-p", "7400", "-c", "1", "-C", "1"]);
+    let dev = "rxe0=127.0.22.101";
+    let mut srv = over_library(&l, dev, &["ucmatose", "-b", "127.0.22.101", "-p", "7400", "-c", "1", "-C", "1"]);
     let srv = srv.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     let srv = KillOnDrop(Some(srv.spawn().expect("server")));
     let start = std::time::Instant::now();
-    while !roce_bound([127, 22, 10, 1]) && start.elapsed() < LIMIT {
+    while !roce_bound([127, 0, 22, 101]) && start.elapsed() < LIMIT {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let second = over_library(&l, dev, &["ucmatose", "-b", "127.22.10.1", "-p", "7400", "-c", "1", "-C", "1"]);
+    let second = over_library(&l, dev, &["ucmatose", "-b", "127.0.22.101", "-p", "7400", "-c", "1", "-C", "1"]);
     let (o, done) = wait(spawn(second), LIMIT);
     assert!(done && !o.status.success(), "{}", show(&o));
     let text = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));

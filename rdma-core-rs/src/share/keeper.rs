@@ -26,11 +26,14 @@ fn pidfd(pid: u32) -> Option<OwnedFd> {
 }
 
 /// Starts a keeper named `name`: `watch` gives the pids of the other
-/// members, `keep` takes dead ones out. None if no thread could start.
+/// members, `keep` takes dead ones out; its argument says whether the
+/// port's group may have changed under the record (the first look, just
+/// after the join, or a member's process ended), so that the member checks
+/// its own place. None if no thread could start.
 pub(super) fn spawn(
     name: String,
     watch: impl Fn() -> Vec<u32> + Send + 'static,
-    keep: impl Fn() + Send + 'static,
+    keep: impl Fn(bool) + Send + 'static,
 ) -> Option<Keeper> {
     // SAFETY: plain syscall; owned below.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -43,22 +46,32 @@ pub(super) fn spawn(
     let stop_fd = stop.as_raw_fd();
     let handle = std::thread::Builder::new()
         .name(name)
-        .spawn(move || loop {
-            let pids = watch();
-            let fds: Vec<OwnedFd> = pids.iter().filter_map(|&p| pidfd(p)).collect();
-            // A process that is gone already (no pidfd): look at once.
-            if fds.len() == pids.len() {
-                let mut set: Vec<libc::pollfd> = std::iter::once(stop_fd)
-                    .chain(fds.iter().map(|f| f.as_raw_fd()))
-                    .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
-                    .collect();
-                // SAFETY: poll over descriptors alive across the call.
-                unsafe { libc::poll(set.as_mut_ptr(), set.len() as libc::nfds_t, PERIOD.as_millis() as i32) };
-                if set[0].revents != 0 {
-                    return;
+        .spawn(move || {
+            let mut changed = true;
+            loop {
+                if changed {
+                    keep(true);
+                }
+                let pids = watch();
+                let fds: Vec<OwnedFd> = pids.iter().filter_map(|&p| pidfd(p)).collect();
+                // A process that is gone already (no pidfd): look at once.
+                changed = fds.len() != pids.len();
+                if !changed {
+                    let mut set: Vec<libc::pollfd> = std::iter::once(stop_fd)
+                        .chain(fds.iter().map(|f| f.as_raw_fd()))
+                        .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                        .collect();
+                    // SAFETY: poll over descriptors alive across the call.
+                    unsafe { libc::poll(set.as_mut_ptr(), set.len() as libc::nfds_t, PERIOD.as_millis() as i32) };
+                    if set[0].revents != 0 {
+                        return;
+                    }
+                    changed = set[1..].iter().any(|p| p.revents != 0);
+                }
+                if !changed {
+                    keep(false);
                 }
             }
-            keep();
         })
         .map_err(|e| tracing::warn!(error = %e, "no keeper thread for the shared port: dead members are taken out at joins and leaves only"))
         .ok()?;

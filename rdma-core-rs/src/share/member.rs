@@ -2,7 +2,7 @@
 //! in the kernel's array, the services it listens on, and the keeper
 //! thread that takes dead members out.
 
-use super::registry::{Locked, Registry, State};
+use super::registry::{Locked, Registry, State, UNKNOWN};
 use super::steer::{self, Steering};
 use super::{fork, keeper, ShareError};
 use std::collections::HashMap;
@@ -10,6 +10,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 struct Shared {
     reg: Registry,
@@ -21,7 +22,16 @@ struct Shared {
     /// This process's claims of CM services, counted: CM IDs of one
     /// process may bind one port together (see [`Services`]).
     claims: Mutex<HashMap<u32, usize>>,
+    /// The nonces of probes that reached this member's socket.
+    seen: Mutex<Vec<u64>>,
 }
+
+/// Probes sent per index, each from a socket of its own: an index past
+/// the end of the kernel's array is hashed by flow, so that all of them
+/// reaching us by chance is (1/members)^16.
+const PROBES: u64 = 16;
+/// How long a member waits for its probes to come back round.
+const PROBE_WAIT: Duration = Duration::from_millis(50);
 
 /// A process's place in a shared port. Leaves on [`Member::leave`]; a
 /// process that dies leaves through the others' keepers.
@@ -43,7 +53,7 @@ impl Shared {
     /// indices: the kernel's order is not known; see [`ambiguous`]).
     fn pruned(&self, l: &Locked) -> (State, bool) {
         let mut st = self.reg.read(l);
-        let alive = |s: u8| s == self.slot || self.reg.alive(s);
+        let alive = |s: u8| s == self.slot || s == UNKNOWN || self.reg.alive(s);
         let dead: Vec<u8> = st.order.iter().copied().filter(|&s| !alive(s)).collect();
         if ambiguous(&st.order, &dead) {
             tracing::warn!(addr = %self.addr, ?dead, "members died together in an order that decides the kernel's socket order: steering may be wrong until the next change");
@@ -62,7 +72,7 @@ impl Shared {
     /// Attaches the program for `st` and records it.
     fn publish(&self, l: &Locked, st: &State) -> Result<(), ShareError> {
         if !st.order.is_empty() {
-            let slots = st.order.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
+            let slots = st.order.iter().enumerate().filter(|e| *e.1 != UNKNOWN).map(|(i, &s)| (s, i as u32)).collect();
             let prog = steer::build(&Steering { slots, services: st.services.clone() })?;
             steer::attach(self.fd, &prog).map_err(ShareError::Attach)?;
         }
@@ -75,6 +85,75 @@ impl Shared {
     fn others(&self) -> Vec<u32> {
         let st = self.reg.read_unlocked();
         st.pids.iter().filter(|p| p.0 != self.slot).map(|p| p.1).collect()
+    }
+
+    /// Whether this member's socket is at `index` of the kernel's array:
+    /// all [`PROBES`] probes naming it came back here. None if none came
+    /// back at all (landed elsewhere, or nothing reads our socket now).
+    fn at_index(&self, index: u32) -> Option<bool> {
+        let base = random_u64();
+        let mut sent = 0;
+        for k in 0..PROBES {
+            let mut p = [0u8; steer::PROBE_LEN];
+            p[..4].copy_from_slice(&steer::PROBE_MAGIC.to_be_bytes());
+            p[4..8].copy_from_slice(&index.to_be_bytes());
+            p[8..].copy_from_slice(&base.wrapping_add(k).to_be_bytes());
+            let s = std::net::UdpSocket::bind((self.addr, 0));
+            if s.and_then(|s| s.send_to(&p, (self.addr, rdma_wire::ROCE_V2_PORT))).is_ok() {
+                sent += 1;
+            }
+        }
+        let start = Instant::now();
+        let back = loop {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let back = (0..PROBES).filter(|k| seen.contains(&base.wrapping_add(*k))).count();
+            if back == sent || start.elapsed() > PROBE_WAIT {
+                break back;
+            }
+            drop(seen);
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        (back > 0).then_some(back == PROBES as usize)
+    }
+
+    /// Checks with probes that this member's socket is where the record
+    /// says, and if it is elsewhere, puts it there (the member recorded in
+    /// its place moves to ours; each member checks itself). Run after a
+    /// join and after members died, when the kernel's order may differ
+    /// from the record's (see [`ambiguous`]).
+    fn verify(&self) {
+        let st = self.reg.read_unlocked();
+        let Some(expected) = st.order.iter().position(|&s| s == self.slot) else { return };
+        // Only probes that all came back say where we are: none back may
+        // be another member's index or nothing reading our socket now.
+        let candidates = std::iter::once(expected).chain((0..st.order.len() + 2).filter(|&i| i != expected));
+        for i in candidates {
+            if self.at_index(i as u32) == Some(true) {
+                if i != expected {
+                    self.move_to(i);
+                }
+                return;
+            }
+        }
+        tracing::debug!(slot = self.slot, "shared port: no probe told our place (is anything receiving?)");
+    }
+
+    /// Records this member at `index`, found by probing.
+    fn move_to(&self, index: usize) {
+        let r = self.reg.lock().and_then(|l| {
+            let mut st = self.reg.read(&l);
+            let Some(was) = st.order.iter().position(|&s| s == self.slot) else { return Ok(()) };
+            if st.order.len() <= index {
+                st.order.resize(index + 1, UNKNOWN);
+            }
+            st.order.swap(was, index);
+            tracing::warn!(addr = %self.addr, slot = self.slot, recorded = was, found = index, order = ?st.order, "shared port: our socket was not where the record said: steering repaired");
+            self.publish(&l, &st)
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "shared port: cannot record our place");
+        }
     }
 
     /// A keeper's look: takes dead members out if there are any.
@@ -115,7 +194,7 @@ impl Member {
         let reg = Registry::open(addr, scope_id)?;
         let l = reg.lock()?;
         // The slot is known only below; prune with none of ours.
-        let probe = Shared { reg, addr, slot: u8::MAX, fd, claims: Mutex::default() };
+        let probe = Shared { reg, addr, slot: u8::MAX, fd, claims: Mutex::default(), seen: Mutex::default() };
         let (mut st, _) = probe.pruned(&l);
         let mut slot = None;
         for s in 0..steer::SLOTS as u8 {
@@ -147,13 +226,41 @@ impl Member {
         let keeper = keeper::spawn(
             format!("softroce-share-{slot}"),
             move || w.others(),
-            move || {
+            move |changed| {
                 if let Err(e) = k.keep() {
                     tracing::warn!(error = %e, "shared port keeper");
+                }
+                if changed {
+                    k.verify();
                 }
             },
         );
         Ok(Member { shared, keeper, pid: std::process::id() })
+    }
+
+    /// Takes a datagram the socket received if it is a probe (see
+    /// [`steer::PROBE_MAGIC`]): our own come back to `verify`; others'
+    /// are only dropped.
+    pub fn take_probe(&self, datagram: Option<&[u8]>) -> bool {
+        let Some(d) = datagram.filter(|d| d.len() == steer::PROBE_LEN) else { return false };
+        if d[..4] != steer::PROBE_MAGIC.to_be_bytes() {
+            return false;
+        }
+        let mut nonce = [0u8; 8];
+        nonce.copy_from_slice(&d[8..]);
+        let mut seen = self.shared.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() < 4 * PROBES as usize {
+            seen.push(u64::from_be_bytes(nonce));
+        }
+        true
+    }
+
+    /// Checks with probes that this member's socket is where the record
+    /// says, and repairs the record if not (its keeper does it by itself
+    /// after joins and deaths; for tests).
+    #[cfg(test)]
+    pub(crate) fn verify_place(&self) {
+        self.shared.verify();
     }
 
     /// This process's slot: its QPNs are [`steer::qpn_range`] of it.
@@ -264,4 +371,16 @@ impl Services {
             tracing::warn!(error = %e, key = format_args!("{key:#010x}"), "cannot free a CM service of the shared port: REQs for it still come here");
         }
     }
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom fills the buffer it is given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        // Only a probe's nonce: uniqueness within a process is enough.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
+    }
+    u64::from_be_bytes(b)
 }

@@ -24,6 +24,10 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
+/// The slot of a socket of the port that no member owns (its place was
+/// found by a member's probe; see `Member`).
+pub(crate) const UNKNOWN: u8 = u8::MAX;
+
 /// What the record says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct State {

@@ -791,8 +791,8 @@ mod tests {
     /// QP changes (QPs of one peer sharing a source port).
     #[test]
     fn a_gso_run_only_groups_packets_for_one_destination_qp() {
-        let local: IpAddr = "127.22.0.41".parse().unwrap();
-        let dest: IpAddr = "127.22.0.42".parse().unwrap();
+        let local: IpAddr = "127.0.22.41".parse().unwrap();
+        let dest: IpAddr = "127.0.22.42".parse().unwrap();
         let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
         let port = io.reserve_port(0xc322).unwrap();
         let qpns = [0x20011u32, 0x20011, 0x40011, 0x40011, 0x20011];

@@ -14,7 +14,10 @@
 //!   port) to the process listening there; a SIDR_REP by its request ID,
 //!   every other CM message by its remote communication ID, whose top
 //!   bits are the slot of the process that allocated it;
-//! - anything else, or a slot or service no one has: the hash.
+//! - anything else, or a slot or service no one has: the hash;
+//! - a probe ([`PROBE_LEN`] bytes starting with [`PROBE_MAGIC`]): the
+//!   index it names, so that a member can find its own place in the
+//!   kernel's array (see `member`).
 //!
 //! A load past the end of a datagram ends a classic BPF program with 0:
 //! a runt goes to the socket at index 0, which drops it as it would.
@@ -29,6 +32,12 @@ pub const QPN_SLOT_SHIFT: u32 = 24 - SLOT_BITS;
 pub const COMM_ID_SLOT_SHIFT: u32 = 32 - SLOT_BITS;
 /// What the program answers to let the kernel hash (any index past the end).
 pub const HASH: u32 = u32::MAX;
+/// A probe's length: no RoCE packet of ours is this short (a BTH and an
+/// ICRC are 16 bytes, and then its first byte would be an opcode of the
+/// manufacturer-specific range, which no one sends).
+pub const PROBE_LEN: usize = 16;
+/// A probe's first word; the second is the index it asks for.
+pub const PROBE_MAGIC: u32 = 0xff53_5052;
 
 /// The QPNs of `slot`.
 pub fn qpn_range(slot: u8) -> std::ops::Range<u32> {
@@ -61,11 +70,13 @@ const ATTR_SIDR_REP: u32 = 0x0018;
 const LD_W_ABS: u16 = 0x20;
 const LD_H_ABS: u16 = 0x28;
 const LD_B_ABS: u16 = 0x30;
+const LD_W_LEN: u16 = 0x80;
 const ALU_AND_K: u16 = 0x54;
 const ALU_RSH_K: u16 = 0x74;
 const JMP_JA: u16 = 0x05;
 const JMP_JEQ_K: u16 = 0x15;
 const RET_K: u16 = 0x06;
+const RET_A: u16 = 0x16;
 
 /// The kernel's limit on a classic BPF program (BPF_MAXINSNS).
 pub const MAX_INSNS: usize = 4096;
@@ -128,6 +139,13 @@ fn jeq_ret(items: &mut Vec<Item>, k: u32, ret: u32) {
 pub fn build(s: &Steering) -> Result<Vec<Insn>, SteerError> {
     use Label::*;
     let mut items = vec![
+        // A probe: the index it names (not one: on to the data rules).
+        op(LD_W_LEN, 0),
+        Item::Insn(Insn { code: JMP_JEQ_K, jt: 0, jf: 4, k: PROBE_LEN as u32 }),
+        op(LD_W_ABS, 0),
+        Item::Insn(Insn { code: JMP_JEQ_K, jt: 0, jf: 2, k: PROBE_MAGIC }),
+        op(LD_W_ABS, 4),
+        op(RET_A, 0),
         op(LD_W_ABS, offset::BTH_DEST_QP),
         op(ALU_AND_K, 0x00ff_ffff),
         Item::JeqTo(1, Gsi),

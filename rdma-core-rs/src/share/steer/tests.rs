@@ -26,11 +26,13 @@ fn run(prog: &[Insn], data: &[u8]) -> u32 {
                     None => return 0,
                 }
             }
+            LD_W_LEN => a = data.len() as u32,
             ALU_AND_K => a &= i.k,
             ALU_RSH_K => a >>= i.k,
             JMP_JA => pc += i.k as usize,
             JMP_JEQ_K => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
             RET_K => return i.k,
+            RET_A => return a,
             c => panic!("opcode {c:#x} not in the interpreter"),
         }
     }
@@ -115,4 +117,26 @@ fn runts_go_to_index_0_and_long_tables_still_lay_out() {
 fn a_program_past_the_kernels_limit_is_refused() {
     let s = Steering { slots: vec![(0, 0)], services: (0..3000).map(|i| (i, 0)).collect() };
     assert!(matches!(build(&s), Err(SteerError::TooLong(n)) if n > MAX_INSNS));
+}
+
+#[test]
+fn a_probe_goes_to_the_index_it_names_and_nothing_else_looks_like_one() {
+    let p = build(&steering()).unwrap();
+    let probe = |index: u32| {
+        let mut d = [0u8; PROBE_LEN];
+        d[..4].copy_from_slice(&PROBE_MAGIC.to_be_bytes());
+        d[4..8].copy_from_slice(&index.to_be_bytes());
+        d
+    };
+    assert_eq!(run(&p, &probe(0)), 0);
+    assert_eq!(run(&p, &probe(2)), 2);
+    assert_eq!(run(&p, &probe(77)), 77, "past the end: the kernel hashes it");
+    // The magic in a longer datagram, or another word in a 16-byte one:
+    // steered as data (here the QPN slot 0x7f & ... of its bytes 5..8).
+    let mut long = probe(2).to_vec();
+    long.extend([0u8; 16]);
+    assert_eq!(run(&p, &long), run(&p, &data_to(0x0000_0002 & 0xffffff)));
+    let mut other = probe(2);
+    other[0] = 0x04;
+    assert_eq!(run(&p, &other), 2, "QPN 2 (bytes 5..8) lies in slot 0, index 2");
 }

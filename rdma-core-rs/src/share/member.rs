@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,10 @@ struct Shared {
     claims: Mutex<HashMap<u32, usize>>,
     /// The nonces of probes that reached this member's socket.
     seen: Mutex<Vec<u64>>,
+    /// Whether the socket may take UDP GRO (the device's offloads).
+    gro_allowed: bool,
+    /// Whether it takes it now: only while it is the port's only member.
+    gro_on: AtomicBool,
 }
 
 /// Probes sent per index, each from a socket of its own: an index past
@@ -157,13 +162,61 @@ impl Shared {
     }
 
     /// A keeper's look: takes dead members out if there are any.
-    fn keep(&self) -> Result<(), ShareError> {
+    fn prune_now(&self) -> Result<(), ShareError> {
         let l = self.reg.lock()?;
         let (st, changed) = self.pruned(&l);
         if changed {
             self.publish(&l, &st)?;
         }
+        self.follow(&st);
         Ok(())
+    }
+
+    /// Sets the socket's receive options for the port's members in `st`:
+    /// UDP GRO merges datagrams of one flow, and a merged datagram goes
+    /// where its first packet goes, so only a member alone may take it.
+    /// The others' keepers follow a join at once (the record's directory
+    /// wakes them), before the newcomer has a QP anyone could send to.
+    fn follow(&self, st: &State) {
+        let want = self.gro_allowed && st.order.len() == 1;
+        if self.gro_on.swap(want, Ordering::AcqRel) == want {
+            return;
+        }
+        let v: i32 = want.into();
+        // SAFETY: an int option on the member's socket.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&v as *const i32).cast(),
+                std::mem::size_of::<i32>() as u32,
+            )
+        };
+        if r == 0 {
+            tracing::debug!(addr = %self.addr, slot = self.slot, gro = want, members = st.order.len(), "shared port: UDP GRO follows the members");
+        } else {
+            tracing::warn!(error = %io::Error::last_os_error(), gro = want, "shared port: cannot set UDP GRO");
+        }
+    }
+}
+
+impl keeper::Port for Shared {
+    fn others(&self) -> Vec<u32> {
+        Shared::others(self)
+    }
+
+    fn keep(&self, changed: bool) {
+        if let Err(e) = self.prune_now() {
+            tracing::warn!(error = %e, "shared port keeper");
+        }
+        if changed {
+            self.verify();
+        }
+    }
+
+    fn record_changed(&self) {
+        self.follow(&self.reg.read_unlocked());
     }
 }
 
@@ -189,12 +242,22 @@ impl Member {
         addr: IpAddr,
         scope_id: u32,
         fd: RawFd,
+        gro_allowed: bool,
         bind: impl FnOnce() -> io::Result<()>,
     ) -> Result<Member, ShareError> {
         let reg = Registry::open(addr, scope_id)?;
         let l = reg.lock()?;
         // The slot is known only below; prune with none of ours.
-        let probe = Shared { reg, addr, slot: u8::MAX, fd, claims: Mutex::default(), seen: Mutex::default() };
+        let probe = Shared {
+            reg,
+            addr,
+            slot: u8::MAX,
+            fd,
+            claims: Mutex::default(),
+            seen: Mutex::default(),
+            gro_allowed,
+            gro_on: AtomicBool::new(false),
+        };
         let (mut st, _) = probe.pruned(&l);
         let mut slot = None;
         for s in 0..steer::SLOTS as u8 {
@@ -217,24 +280,14 @@ impl Member {
         st.order.push(slot);
         st.pids.push((slot, std::process::id()));
         shared.publish(&l, &st).map_err(fail)?;
+        shared.follow(&st);
         drop(l);
         tracing::info!(%addr, slot, index = st.order.len() - 1, members = st.order.len(), registry = %shared.reg.name, "joined the shared port");
         fork::detach_in_child(fd);
         fork::detach_in_child(shared.reg.fd());
         let shared = Arc::new(shared);
-        let (w, k) = (shared.clone(), shared.clone());
-        let keeper = keeper::spawn(
-            format!("softroce-share-{slot}"),
-            move || w.others(),
-            move |changed| {
-                if let Err(e) = k.keep() {
-                    tracing::warn!(error = %e, "shared port keeper");
-                }
-                if changed {
-                    k.verify();
-                }
-            },
-        );
+        let dir = shared.reg.dir().to_path_buf();
+        let keeper = keeper::spawn(format!("softroce-share-{slot}"), shared.clone(), &dir);
         Ok(Member { shared, keeper, pid: std::process::id() })
     }
 

@@ -183,6 +183,11 @@ impl Registry {
         Ok(Registry { lock, state: d.join(format!("{name}.state")), name })
     }
 
+    /// The directory of the records (a keeper watches it).
+    pub fn dir(&self) -> &std::path::Path {
+        self.state.parent().unwrap_or(std::path::Path::new("/"))
+    }
+
     /// The lock file's descriptor (a forked child must let go of it).
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.lock.as_raw_fd()

@@ -69,13 +69,37 @@ fn check_steering(addr: IpAddr, members: &[&UdpIo]) {
 fn each_member_receives_the_packets_of_its_own_qpns() {
     let addr: IpAddr = "127.0.22.10".parse().unwrap();
     let a = UdpIo::bind(addr, &shared()).unwrap();
+    assert!(gro_becomes(&a, true), "alone, a member takes GRO");
     let b = UdpIo::bind(addr, &shared()).unwrap();
     assert_ne!(slot(&a), slot(&b));
-    assert!(!a.offloads().gro, "a shared port takes no GRO");
+    // GRO would merge packets for both into datagrams steered by their first.
+    assert!(gro_becomes(&b, false) && gro_becomes(&a, false), "two members take no GRO");
     check_steering(addr, &[&a, &b]);
     // An unshared bind of the same port is refused, as before.
     let alone = UdpIo::bind(addr, &DeviceConfig::default());
     assert_eq!(alone.err().map(|e| e.kind()), Some(std::io::ErrorKind::AddrInUse));
+    drop(b);
+    assert!(gro_becomes(&a, true), "alone again, GRO again");
+}
+
+/// Whether `io`'s receive socket has UDP GRO set to `on` within a second
+/// (another member's keeper follows a change of the record).
+fn gro_becomes(io: &UdpIo, on: bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        let (mut v, mut len) = (0i32, std::mem::size_of::<i32>() as libc::socklen_t);
+        // SAFETY: reads an int option into `v`.
+        let r = unsafe {
+            libc::getsockopt(io.rx_fd(), libc::SOL_UDP, libc::UDP_GRO, (&mut v as *mut i32).cast(), &mut len)
+        };
+        if r == 0 && (v != 0) == on {
+            return true;
+        }
+        if start.elapsed() > Duration::from_secs(1) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]

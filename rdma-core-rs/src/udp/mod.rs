@@ -437,11 +437,10 @@ impl UdpIo {
         }
         grow_buffers(&rx);
         rx.set_nonblocking(true)?;
-        let member = shared_port::bind_rx(&rx, local, scope_id, cfg.shared)?;
-        // GRO would merge packets of one flow for QPs of different
-        // processes into one datagram, which goes where its first one goes.
+        let member = shared_port::bind_rx(&rx, local, scope_id, cfg.shared, offload)?;
+        // A shared port's member takes GRO only while alone (it sets it).
         let gro =
-            offload && member.is_none() && setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+            offload && (member.is_some() || setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok());
         // Every datagram's TOS comes up as a control message: its ECN bits
         // reach the engine in the rebuilt IP header.
         let (level, name) = if local.is_ipv4() {

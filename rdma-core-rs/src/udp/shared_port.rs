@@ -11,8 +11,15 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
 /// Binds `rx` to `local`:4791: alone, or (`shared`) as a new member of
-/// the port's group, whose membership comes back.
-pub(super) fn bind_rx(rx: &Socket, local: IpAddr, scope_id: u32, shared: bool) -> io::Result<Option<Member>> {
+/// the port's group, whose membership comes back; such a member turns
+/// UDP GRO on and off itself (`gro`: whether it may).
+pub(super) fn bind_rx(
+    rx: &Socket,
+    local: IpAddr,
+    scope_id: u32,
+    shared: bool,
+    gro: bool,
+) -> io::Result<Option<Member>> {
     let addr = sock_addr(local, ROCE_V2_PORT, scope_id);
     let bind = || {
         rx.bind(&addr).map_err(|e| {
@@ -24,7 +31,7 @@ pub(super) fn bind_rx(rx: &Socket, local: IpAddr, scope_id: u32, shared: bool) -
         return Ok(None);
     }
     rx.set_reuse_port(true)?;
-    Ok(Some(Member::join(local, scope_id, rx.as_raw_fd(), bind)?))
+    Ok(Some(Member::join(local, scope_id, rx.as_raw_fd(), gro, bind)?))
 }
 
 impl UdpIo {

@@ -2,18 +2,51 @@
 //! process opens the device, forks, and the child (with the parent's
 //! memory but none of its threads) opens the same device afresh and
 //! talks RC to its parent over it, on one address: the child gets its
-//! own engine and slot of the shared port, not the parent's.
+//! own engine and slot of the shared port, not the parent's, and holds
+//! no copy of the parent's socket of the port.
 
 mod common;
 
 const PROGRAM: &str = r#"
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
 #include <infiniband/verbs.h>
+
+/* How many of this process's descriptors are sockets bound to the
+ * device's port (127.0.22.20:4791, from /proc/net/udp): one, its own, if
+ * a forked child let go of its parent's. */
+static int port_fds(void) {
+    unsigned long inodes[64]; int n = 0, found = 0;
+    char line[512];
+    FILE *f = fopen("/proc/net/udp", "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f) && n < 64) {
+        char local[64]; unsigned long inode;
+        if (sscanf(line, " %*d: %63s %*s %*s %*s %*s %*s %*s %*s %lu", local, &inode) == 2 && !strcmp(local, "1416007F:12B7"))
+            inodes[n++] = inode;
+    }
+    fclose(f);
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], target[64]; ssize_t len;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        if ((len = readlink(path, target, sizeof target - 1)) <= 0) continue;
+        target[len] = 0;
+        for (int i = 0; i < n; i++) {
+            char want[64]; snprintf(want, sizeof want, "socket:[%lu]", inodes[i]);
+            if (!strcmp(target, want)) found++;
+        }
+    }
+    if (d) closedir(d);
+    return found;
+}
 
 struct side { struct ibv_context *ctx; struct ibv_pd *pd; struct ibv_cq *cq; struct ibv_qp *qp; struct ibv_mr *mr; char buf[64]; };
 
@@ -78,6 +111,7 @@ int main(void) {
     if (pid == 0) {
         int r = open_side(&c);
         printf("child open=%d qpn=%u\n", r, r ? 0 : c.qp->qp_num);
+        printf("child port fds=%d\n", port_fds());
         if (r) return 10;
         uint32_t peer;
         if (write(to_parent[1], &c.qp->qp_num, 4) != 4 || read(to_child[0], &peer, 4) != 4) return 11;
@@ -93,6 +127,7 @@ int main(void) {
     uint32_t peer; char ready;
     if (read(to_parent[0], &peer, 4) != 4 || write(to_child[1], &p.qp->qp_num, 4) != 4) return 4;
     printf("parent qpn=%u\n", p.qp->qp_num);
+    printf("parent port fds=%d\n", port_fds());
     if (connect_rc(&p, peer) || post_recv(&p)) return 5;
     if (read(to_parent[0], &ready, 1) != 1) return 6;
     if (send_text(&p, "ping from the parent")) return 7;
@@ -114,6 +149,10 @@ fn a_forked_child_opens_the_device_afresh_and_talks_rc_to_its_parent() {
         &text,
         &[
             "child open=0",
+            // Each holds its own socket of the port: the child let go of
+            // its copy of the parent's (which would outlive the parent).
+            "child port fds=1",
+            "parent port fds=1",
             "parent sent status=0",
             "child received status=0 text=ping from the parent",
             "child sent status=0",

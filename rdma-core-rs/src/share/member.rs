@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 struct Shared {
     reg: Registry,
     addr: IpAddr,
+    /// The scope of an IPv6 link-local `addr` (probes are sent to it).
+    scope_id: u32,
     slot: u8,
     /// The member's receive socket (owned by the UDP backend, which makes
     /// the member leave before it closes it).
@@ -61,7 +63,7 @@ impl Shared {
         let alive = |s: u8| s == self.slot || s == UNKNOWN || self.reg.alive(s);
         let dead: Vec<u8> = st.order.iter().copied().filter(|&s| !alive(s)).collect();
         if ambiguous(&st.order, &dead) {
-            tracing::warn!(addr = %self.addr, ?dead, "members died together in an order that decides the kernel's socket order: steering may be wrong until the next change");
+            tracing::warn!(addr = %self.addr, ?dead, "members died together in an order that decides the kernel's socket order: each member checks its place with probes");
         }
         for &s in &dead {
             tracing::info!(addr = %self.addr, slot = s, "a member of the shared port died: taken out");
@@ -76,7 +78,10 @@ impl Shared {
 
     /// Attaches the program for `st` and records it.
     fn publish(&self, l: &Locked, st: &State) -> Result<(), ShareError> {
-        if !st.order.is_empty() {
+        if st.order.len() == 1 {
+            // Alone: every datagram is ours, the program is not needed.
+            steer::detach(self.fd);
+        } else if !st.order.is_empty() {
             let slots = st.order.iter().enumerate().filter(|e| *e.1 != UNKNOWN).map(|(i, &s)| (s, i as u32)).collect();
             let prog = steer::build(&Steering { slots, services: st.services.clone() })?;
             steer::attach(self.fd, &prog).map_err(ShareError::Attach)?;
@@ -103,8 +108,12 @@ impl Shared {
             p[..4].copy_from_slice(&steer::PROBE_MAGIC.to_be_bytes());
             p[4..8].copy_from_slice(&index.to_be_bytes());
             p[8..].copy_from_slice(&base.wrapping_add(k).to_be_bytes());
-            let s = std::net::UdpSocket::bind((self.addr, 0));
-            if s.and_then(|s| s.send_to(&p, (self.addr, rdma_wire::ROCE_V2_PORT))).is_ok() {
+            let to = |port| match self.addr {
+                IpAddr::V4(a) => std::net::SocketAddr::from((a, port)),
+                IpAddr::V6(a) => std::net::SocketAddrV6::new(a, port, 0, self.scope_id).into(),
+            };
+            let s = std::net::UdpSocket::bind(to(0));
+            if s.and_then(|s| s.send_to(&p, to(rdma_wire::ROCE_V2_PORT))).is_ok() {
                 sent += 1;
             }
         }
@@ -251,6 +260,7 @@ impl Member {
         let probe = Shared {
             reg,
             addr,
+            scope_id,
             slot: u8::MAX,
             fd,
             claims: Mutex::default(),

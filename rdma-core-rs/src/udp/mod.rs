@@ -458,6 +458,7 @@ impl UdpIo {
         // A shared socket must close when its member leaves (io_uring's
         // armed receive holds it open until the ring's teardown ends).
         let driver = if member.is_some() {
+            shared_port::note_socket_driver(cfg.io_driver);
             Driver::Sockets(recv::RxRing::new(capacity))
         } else {
             open_driver(cfg.io_driver, &rx, capacity)?

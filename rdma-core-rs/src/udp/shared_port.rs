@@ -2,7 +2,7 @@
 //! ([`crate::share`]): bound with `SO_REUSEPORT` as a member of the port,
 //! or alone as before.
 
-use super::{sock_addr, UdpIo};
+use super::{sock_addr, IoDriver, UdpIo};
 use crate::share::Member;
 use rdma_wire::ROCE_V2_PORT;
 use socket2::Socket;
@@ -32,6 +32,16 @@ pub(super) fn bind_rx(
     }
     rx.set_reuse_port(true)?;
     Ok(Some(Member::join(local, scope_id, rx.as_raw_fd(), gro, bind)?))
+}
+
+/// Says so when io_uring was asked for (`want` or `SOFTROCE_IO_DRIVER`):
+/// a shared socket must close the moment its member leaves, and
+/// io_uring's armed receive holds it open until the ring's teardown ends.
+pub(super) fn note_socket_driver(want: IoDriver) {
+    let env = std::env::var("SOFTROCE_IO_DRIVER").ok().and_then(|v| v.parse().ok());
+    if env.unwrap_or(want) == IoDriver::IoUring {
+        tracing::info!("a shared port uses the socket driver, not io_uring");
+    }
 }
 
 impl UdpIo {

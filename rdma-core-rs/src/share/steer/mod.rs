@@ -220,6 +220,20 @@ fn lay_out(items: Vec<Item>) -> Result<Vec<Insn>, SteerError> {
     Ok(out)
 }
 
+/// Linux's `SO_DETACH_REUSEPORT_BPF` (asm-generic/socket.h; since 5.8).
+const SO_DETACH_REUSEPORT_BPF: i32 = 68;
+
+/// Takes the program off the reuseport group of `fd`: a group of one
+/// needs none, and each datagram then skips it. Where the kernel lacks the
+/// option the program stays, which is as correct.
+pub fn detach(fd: std::os::fd::RawFd) {
+    let zero: i32 = 0;
+    // SAFETY: an int option on our socket.
+    unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, SO_DETACH_REUSEPORT_BPF, (&zero as *const i32).cast(), 4);
+    }
+}
+
 /// Attaches `prog` to the reuseport group of the bound socket `fd`: it
 /// steers every datagram of the group from now on, replacing the last.
 pub fn attach(fd: std::os::fd::RawFd, prog: &[Insn]) -> std::io::Result<()> {

@@ -18,6 +18,7 @@ use crate::abi::*;
 use crate::device::{dev_of, Dev};
 use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
 use crate::polls::{now_ns, PollClock, Polling};
+use rdma_core_rs::share::fork::{self, PerProcess};
 use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -128,7 +129,11 @@ impl Engine {
 }
 
 /// The engines of the devices open now, by name, with their open counts.
-static ENGINES: Mutex<Vec<(String, Arc<Engine>, usize)>> = Mutex::new(Vec::new());
+/// A forked child starts with none: the parent's are the parent's.
+static ENGINES: Mutex<PerProcess<Vec<OpenEngine>>> = Mutex::new(PerProcess::new(Vec::new()));
+
+/// A device's name, its engine and how many opens share it.
+type OpenEngine = (String, Arc<Engine>, usize);
 
 /// An open device. `v.context` is the `ibv_context *` the application holds.
 #[repr(C)]
@@ -175,16 +180,20 @@ fn ops() -> ibv_context_ops {
 /// The engine of `dev`: the one already open, or a new one.
 fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    let engines = engines.get();
     if let Some(e) = engines.iter_mut().find(|e| e.0 == dev.spec.name) {
         e.2 += 1;
         return Ok(e.1.clone());
     }
     // ACKs ahead of the next request, as a NIC sends them: applications
     // written for hardware count on that order (see DeviceConfig).
+    // A child forked from here on opens devices of its own.
+    fork::watch_forks();
     let cfg = DeviceConfig {
         progress: Progress::Manual,
         scope_id: dev.spec.scope_id,
         ack_before_requests: true,
+        shared: shared_ports(),
         ..DeviceConfig::default()
     };
     let verbs =
@@ -214,10 +223,17 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     Ok(e)
 }
 
+/// Whether devices share their port with the host's other processes, as
+/// a NIC is shared (`SOFTROCE_SHARED`: on unless `0`, `off` or `no`).
+fn shared_ports() -> bool {
+    !matches!(std::env::var("SOFTROCE_SHARED").as_deref(), Ok("0" | "off" | "no"))
+}
+
 /// Drops one open of the engine of `name`; the last stops its thread.
 fn release(name: &str) {
     let last = {
         let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+        let engines = engines.get();
         let Some(i) = engines.iter().position(|e| e.0 == name) else { return };
         engines[i].2 -= 1;
         (engines[i].2 == 0).then(|| engines.swap_remove(i).1)

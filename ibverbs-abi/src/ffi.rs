@@ -38,6 +38,7 @@ pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
         VerbsError::QueueFull { .. } => libc::ENOMEM,
         VerbsError::UnsupportedOp { .. } => libc::EOPNOTSUPP,
         VerbsError::XrcdInUse(_) => libc::EBUSY,
+        VerbsError::QpnsExhausted { .. } => libc::ENOMEM,
         _ => libc::EINVAL,
     };
     match e {

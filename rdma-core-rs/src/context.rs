@@ -406,6 +406,10 @@ impl Context {
                 ep.set_ipv4_ident_unknown(true); // see crate::udp
                 let io = UdpIo::bind(device.addr(), cfg)?;
                 ep.set_payload_by_reference(io.sends_by_reference());
+                if let Some(m) = io.member() {
+                    // The host steers packets to this process by its QPNs.
+                    ep.set_qpn_range(crate::share::steer::qpn_range(m.slot()))?;
+                }
                 Io::Udp(io)
             }
             backend => {

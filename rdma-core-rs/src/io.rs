@@ -142,4 +142,12 @@ impl Io {
             u.release_port(port)
         }
     }
+
+    /// The device's membership of its shared port, if it shares it.
+    pub(crate) fn member(&self) -> Option<&crate::share::Member> {
+        match self {
+            Io::Udp(u) => u.member(),
+            Io::Frames(_) => None,
+        }
+    }
 }

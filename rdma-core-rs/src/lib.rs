@@ -69,6 +69,7 @@ mod mcast;
 mod mw;
 mod pd;
 mod qp;
+pub mod share;
 pub mod udp;
 mod xrc;
 

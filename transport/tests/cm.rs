@@ -767,3 +767,24 @@ fn sidr_survives_seeded_loss_and_duplication() {
     }
     assert_faults_happened(10);
 }
+
+/// On a device several processes share, each process's CM puts its slot
+/// in the top bits of the communication IDs it allocates, and the host
+/// steers the peer's replies by them: both sides' IDs carry their
+/// prefix, even when the counter starts right below a wrap.
+#[test]
+fn a_comm_id_prefix_marks_every_local_id_of_both_sides() {
+    use rdma_transport::cm::CommIdPrefix;
+    let a_prefix = CommIdPrefix { value: 0x05, bits: 7 };
+    let b_prefix = CommIdPrefix { value: 0x7f, bits: 7 };
+    let a_config = CmConfig { first_comm_id: 0xffff_fffe, comm_id_prefix: Some(a_prefix), ..CmConfig::default() };
+    let b_config = CmConfig { comm_id_prefix: Some(b_prefix), ..CmConfig::default() };
+    let (mut sim, mut a, mut b) = setup_on(11, LinkConfig::default(), a_config, b_config);
+    let id = connect(&mut sim, &mut a, &mut b);
+    assert_eq!(id.0 >> 25, 0x05, "{:#x}", id.0);
+    let CmEvent::ConnectRequest { id: bid, .. } = b.events[0] else { panic!("{:?}", b.events) };
+    assert_eq!(bid.0 >> 25, 0x7f, "{:#x}", bid.0);
+    // The prefix replaces the top bits and keeps the rest.
+    assert_eq!(a_prefix.apply(0xffff_ffff), 0x0bff_ffff);
+    assert_eq!(CommIdPrefix { value: 1, bits: 0 }.apply(0x1234), 0x1234);
+}

@@ -43,6 +43,7 @@ use crate::context::ctx_of;
 use crate::ffi::{errno_of, guard, live, set_errno, Registry};
 use libc::{c_char, c_int, c_void};
 use rdma_core_rs::cm::{self, CmError, CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
+use rdma_core_rs::share::fork::PerProcess;
 use rdma_core_rs::Gid;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -67,7 +68,7 @@ struct Open {
     pd: usize,
 }
 
-static OPEN: Mutex<Vec<Open>> = Mutex::new(Vec::new());
+static OPEN: Mutex<PerProcess<Vec<Open>>> = Mutex::new(PerProcess::new(Vec::new()));
 
 #[repr(C)]
 struct Channel {
@@ -178,6 +179,7 @@ fn fail_cm(call: &str, e: &CmError) -> c_int {
 fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     let ip = ip.to_canonical();
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let open = open.get();
     if let Some(o) = open.iter().find(|o| o.addr == ip) {
         return Ok((o.ctx as *mut ibv_context, o.pd as *mut ibv_pd));
     }
@@ -205,8 +207,8 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
 /// librdmacm's `cma_dev->pd`, which it puts in `id->pd` with `id->verbs`
 /// and `rdma_create_qp` takes when given none.
 fn default_pd(verbs: *mut ibv_context) -> *mut ibv_pd {
-    let o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    o.iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
+    let mut o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    o.get().iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
 }
 
 /// Gives the ID its device: `id->verbs`, and `id->pd` the device's default

@@ -141,6 +141,9 @@ pub(crate) struct IdInner {
     /// the CM with [`CmId::set_qp_num`] (when `qp` is None).
     pub(crate) ext_qpn: Option<u32>,
     pub(crate) tos: u8,
+    /// The service this ID claimed on a shared port (`bind_addr`), given
+    /// back when it goes.
+    pub(crate) claimed: Option<u64>,
 }
 
 impl IdInner {
@@ -168,6 +171,7 @@ impl IdShared {
                 qp: None,
                 ext_qpn: None,
                 tos: 0,
+                claimed: None,
             }),
         })
     }
@@ -186,6 +190,9 @@ impl Drop for IdShared {
         let g = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
         if let (Some(dev), Some(conn)) = (&g.dev, g.conn) {
             dev.bury(conn, g.phase == Phase::Connected, g.phase == Phase::ConnectRequest, g.ps == PortSpace::Udp);
+        }
+        if let (Some(dev), Some(service)) = (&g.dev, g.claimed) {
+            dev.release_service(service);
         }
     }
 }
@@ -427,13 +434,20 @@ impl CmId {
         self.attach(ip)?;
         let ps = self.shared.lock().ps;
         let port = bound_ports::reserve(&self.shared, ps, ip, addr.port())?;
+        let dev = self.device().ok_or_else(|| self.wrong("bind_addr", "bound to a device"))?;
+        let service = service_id(ps.ps(), port);
+        // Another process of the host may have the port (a shared device).
+        if let Err(e) = dev.claim_service(service, ip) {
+            bound_ports::unreserve(&self.shared);
+            return Err(e);
+        }
         {
             let mut g = self.shared.lock();
             g.local = Some(SocketAddr::new(ip, port));
             g.phase = Phase::Bound;
+            g.claimed = Some(service);
         }
-        let dev = self.device().ok_or_else(|| self.wrong("bind_addr", "bound to a device"))?;
-        dev.bind(&self.shared, service_id(ps.ps(), port), ip)
+        dev.bind(&self.shared, service, ip)
     }
 
     /// `rdma_listen`: REQs for the bound port (service ID = port space <<
@@ -495,6 +509,7 @@ impl CmId {
 mod bound_ports {
     use super::{route, IdShared, PortSpace};
     use crate::cm::{CmError, Result};
+    use crate::share::fork::PerProcess;
     use std::net::IpAddr;
     use std::sync::{Arc, Mutex, Weak};
 
@@ -505,7 +520,7 @@ mod bound_ports {
         id: Weak<IdShared>,
     }
 
-    static BOUND: Mutex<Vec<Bound>> = Mutex::new(Vec::new());
+    static BOUND: Mutex<PerProcess<Vec<Bound>>> = Mutex::new(PerProcess::new(Vec::new()));
 
     /// Records `id` as holding `port` (0: a free ephemeral port, picked
     /// now) on `ip` in `ps`, and returns the port. An explicit port is
@@ -513,6 +528,7 @@ mod bound_ports {
     /// it (`CmDevice::listen` refuses the second, EADDRINUSE).
     pub(super) fn reserve(id: &Arc<IdShared>, ps: PortSpace, ip: IpAddr, port: u16) -> Result<u16> {
         let mut b = BOUND.lock().unwrap_or_else(|e| e.into_inner());
+        let b = b.get();
         b.retain(|e| e.id.strong_count() > 0);
         let taken = |p: u16| b.iter().any(|e| e.ps == ps && e.port == p && (e.ip == ip || e.ip.is_unspecified()));
         let port = if port != 0 {
@@ -527,5 +543,12 @@ mod bound_ports {
         };
         b.push(Bound { ps, ip, port, id: Arc::downgrade(id) });
         Ok(port)
+    }
+
+    /// Forgets what `id` reserved (its bind failed).
+    pub(super) fn unreserve(id: &Arc<IdShared>) {
+        let mut b = BOUND.lock().unwrap_or_else(|e| e.into_inner());
+        let b = b.get();
+        b.retain(|e| !std::ptr::eq(e.id.as_ptr(), Arc::as_ptr(id)));
     }
 }

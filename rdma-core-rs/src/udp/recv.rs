@@ -187,6 +187,9 @@ impl UdpIo {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += 1;
                 tracing::debug!(len, "oversized datagram dropped");
+            } else if self.member.as_ref().is_some_and(|m| m.take_probe(rx_ring.bufs[i].get(HEADROOM..HEADROOM + len)))
+            {
+                // A member's probe of its place in the shared port.
             } else {
                 match source_address(&rx_ring.names[i], namelen) {
                     Some(src) => {

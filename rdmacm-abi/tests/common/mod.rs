@@ -77,7 +77,7 @@ pub fn direct(program: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn spawn(mut c: Command) -> Child {
+pub fn spawn(mut c: Command) -> Child {
     c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts")
 }
 

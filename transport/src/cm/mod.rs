@@ -108,6 +108,25 @@ pub struct CmConfig {
     /// is dropped unanswered: what a flood of REQs with fresh
     /// communication IDs can make this CM hold.
     pub max_connections: usize,
+    /// Fixed top bits of every local communication ID (and SIDR request
+    /// ID): on a device that several processes share, the host steers a
+    /// peer's replies to the process by them (see rdma-core-rs's `share`).
+    pub comm_id_prefix: Option<CommIdPrefix>,
+}
+
+/// The top `bits` bits of a local communication ID, set to `value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommIdPrefix {
+    pub value: u32,
+    pub bits: u32,
+}
+
+impl CommIdPrefix {
+    /// `id` with its top bits replaced by the prefix.
+    pub fn apply(self, id: u32) -> u32 {
+        let low = u32::MAX.checked_shr(self.bits).unwrap_or(0);
+        (id & low) | (self.value.checked_shl(32 - self.bits).unwrap_or(0) & !low)
+    }
 }
 
 impl Default for CmConfig {
@@ -119,6 +138,7 @@ impl Default for CmConfig {
             first_comm_id: 0x1000,
             ca_guid: 0,
             max_connections: MAX_CONNECTIONS,
+            comm_id_prefix: None,
         }
     }
 }
@@ -470,7 +490,10 @@ impl Cm {
     fn alloc_id(&mut self) -> u32 {
         // Skip 0 (means "unknown" in a REJ) and IDs still in use.
         loop {
-            let id = self.next_id;
+            let id = match self.config.comm_id_prefix {
+                Some(p) => p.apply(self.next_id),
+                None => self.next_id,
+            };
             self.next_id = self.next_id.wrapping_add(1);
             if id != 0 && !self.conns.iter().any(|c| c.local_id == id) {
                 return id;

@@ -89,7 +89,7 @@ done
 results=()
 for label in one two; do [ -f "$out/$label.json" ] && results+=("$label=$out/$label.json"); done
 [ ${#results[@]} -gt 0 ] || { echo "pyverbs-suite: no results" >&2; exit 1; }
-"$py" scripts/pyverbs/report.py "${results[@]}" --markdown "$out/report.md" || status=1
+"$py" scripts/pyverbs/report.py "${results[@]}" --known scripts/pyverbs/known-failures.txt --markdown "$out/report.md" || status=1
 echo "(results and logs: $out)"
 if [ $lab = 1 ]; then
     echo "== the same suite in the lab guest, kernel rxe"

@@ -94,6 +94,6 @@ for label in one two; do
 done
 [ ${#refs[@]} -gt 0 ] || { echo "pyverbs-rxe: no results from the guest" >&2; exit 1; }
 [ -f "$ours/one.json" ] || echo "pyverbs-rxe: no results of this stack in $ours (scripts/pyverbs-suite.sh): rxe columns only"
-/usr/bin/python3 "$root/scripts/pyverbs/report.py" "${results[@]}" "${refs[@]}" --markdown "$out/report.md" || status=1
+/usr/bin/python3 "$root/scripts/pyverbs/report.py" "${results[@]}" "${refs[@]}" --known "$root/scripts/pyverbs/known-failures.txt" --markdown "$out/report.md" || status=1
 echo "(results and logs: $out)"
 exit $status

@@ -6,7 +6,10 @@ raw packet QPs, tag matching: what no software device has, rxe included) or 'mis
 implement). Exits 1 when a run has a failure or an error, or passed nothing.
 
 Usage: report.py LABEL=RESULTS.json [LABEL=RESULTS.json ...] [--markdown OUT.md]
-          [--passes-on REFERENCE[:LABEL] ...]
+          [--passes-on REFERENCE[:LABEL] ...] [--known FILE]
+--known FILE: tests that fail here for a feature not implemented yet (a
+test id and the reason per line, # comments): listed apart, not failing
+the report; one that passes in every run fails it (off the list with it).
 --passes-on L: also fails when a test that passes in run L does not pass in
 every other run (for kernel rxe as L: whatever passes there passes here);
 L:M compares run M only (e.g. rxe-two:ours-two). Repeatable. A reference
@@ -64,12 +67,18 @@ def normalise(reason):
 
 def main():
     args = sys.argv[1:]
-    markdown, references = None, []
+    markdown, references, known = None, [], {}
     runs = []
     i = 0
     while i < len(args):
         if args[i] == "--markdown":
             markdown = args[i + 1]
+            i += 2
+        elif args[i] == "--known":
+            for line in open(args[i + 1]):
+                if line.strip() and not line.startswith("#"):
+                    test, _, reason = line.strip().partition(" ")
+                    known[test] = reason.strip()
             i += 2
         elif args[i] == "--passes-on":
             ref, _, only = args[i + 1].partition(":")
@@ -96,14 +105,25 @@ def main():
         c = collections.Counter(r["outcome"] for r in res.values())
         kinds = collections.Counter(classify(r["detail"], r["id"]) for r in res.values() if r["outcome"] == "skip")
         out(f"| {label} | {len(res)} | {c['pass']} | {c['fail']} | {c['error']} | {kinds['hardware']} | {kinds['missing here']} |")
-        if (c["fail"] or c["error"]) and label not in reference_labels or not c["pass"]:
+        unknown = [r for r in res.values() if r["outcome"] in ("fail", "error") and r["id"] not in known]
+        if unknown and label not in reference_labels or not c["pass"]:
             ok = False
     for label, res in runs:
-        bad = [r for r in res.values() if r["outcome"] in ("fail", "error")]
+        bad = [r for r in res.values() if r["outcome"] in ("fail", "error") and r["id"] not in known]
         if bad:
             out(f"\n### {label}: failures and errors\n")
             for r in bad:
                 out(f"- `{r['id']}` ({r['outcome']}): {why(r)}")
+        expected = [r for r in res.values() if r["outcome"] in ("fail", "error") and r["id"] in known]
+        if expected and label not in reference_labels:
+            out(f"\n### {label}: known failures (not implemented here; --known)\n")
+            for r in expected:
+                out(f"- `{r['id']}` ({r['outcome']}): {known[r['id']]}")
+    ours = [res for label, res in runs if label not in reference_labels]
+    for t in known:
+        if ours and all(res.get(t, {}).get("outcome") == "pass" for res in ours):
+            ok = False
+            out(f"\n### `{t}` is on the known-failures list but passes: take it off the list")
         reasons = collections.Counter(
             normalise(r["detail"])
             for r in res.values()
@@ -150,7 +170,11 @@ def main():
         for label, res in runs:
             if label == reference or label in reference_labels or (only and label != only):
                 continue
-            lost = [t for t, r in ref.items() if r["outcome"] == "pass" and res.get(t, {}).get("outcome") != "pass"]
+            lost = [
+                t
+                for t, r in ref.items()
+                if r["outcome"] == "pass" and res.get(t, {}).get("outcome") != "pass" and t not in known
+            ]
             if lost:
                 ok = False
                 out(f"\n### Pass on {reference}, not on {label}\n")

@@ -1193,10 +1193,14 @@ pub unsafe extern "C" fn rdma_set_option(
                 i.cm.set_tos(unsafe { *optval.cast::<u8>() });
                 0
             }
-            // Accepted: ports are not shared between IDs here anyway, IPv6
-            // IDs take IPv6 only, and the ACK timeout is the CM's own.
+            // Accepted: a port is claimed per ID anyway, and IPv6 IDs
+            // take IPv6 only.
             RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY if optlen == std::mem::size_of::<c_int>() => 0,
-            RDMA_OPTION_ID_ACK_TIMEOUT if optlen == 1 => 0,
+            RDMA_OPTION_ID_ACK_TIMEOUT if optlen == 1 => {
+                // SAFETY: the caller's one byte.
+                i.cm.set_ack_timeout(unsafe { *optval.cast::<u8>() });
+                0
+            }
             _ => fail(libc::EINVAL),
         }
     })

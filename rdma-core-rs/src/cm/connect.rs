@@ -27,10 +27,12 @@ impl CmId {
                 what: "connect request",
             });
         }
-        let (dev, local, remote, qp, ps, tos) = {
+        let (dev, local, remote, qp, ps, tos, ack_timeout) = {
             let g = self.shared.lock();
             match (g.phase, &g.dev, g.local, g.remote, g.qpn()) {
-                (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => (d.clone(), l, r, q, g.ps, g.tos),
+                (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => {
+                    (d.clone(), l, r, q, g.ps, g.tos, g.ack_timeout.unwrap_or(ACK_TIMEOUT))
+                }
                 (Phase::RouteResolved, ..) => {
                     drop(g);
                     return Err(self.wrong("connect", "with a QP (create_qp)"));
@@ -54,7 +56,7 @@ impl CmId {
             responder_resources: depth(param.responder_resources),
             initiator_depth: depth(param.initiator_depth),
             path_mtu: PATH_MTU,
-            local_ack_timeout: ACK_TIMEOUT,
+            local_ack_timeout: ack_timeout,
             retry_count: param.retry_count.min(7),
             rnr_retry_count: param.rnr_retry_count.min(7),
             traffic_class: tos,
@@ -119,10 +121,12 @@ impl CmId {
                 what: "connect reply",
             });
         }
-        let (dev, conn, qp, tos, ps) = {
+        let (dev, conn, qp, tos, ps, ack_timeout) = {
             let g = self.shared.lock();
             match (g.phase, &g.dev, g.conn, g.qpn()) {
-                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => (d.clone(), c, q, g.tos, g.ps),
+                (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => {
+                    (d.clone(), c, q, g.tos, g.ps, g.ack_timeout.unwrap_or(ACK_TIMEOUT))
+                }
                 (Phase::ConnectRequest, ..) => {
                     drop(g);
                     return Err(self.wrong("accept", "with a QP (create_qp)"));
@@ -166,7 +170,7 @@ impl CmId {
             // netdev asks for 4096). Capping it at PATH_MTU made this side
             // NAK every full-size packet of a kernel ib_write_bw -R client.
             path_mtu: Mtu::Mtu4096,
-            local_ack_timeout: ACK_TIMEOUT,
+            local_ack_timeout: ack_timeout,
             rnr_retry_count: param.rnr_retry_count.min(7),
             traffic_class: tos,
             ..ConnParams::default()

@@ -141,6 +141,9 @@ pub(crate) struct IdInner {
     /// the CM with [`CmId::set_qp_num`] (when `qp` is None).
     pub(crate) ext_qpn: Option<u32>,
     pub(crate) tos: u8,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the local ACK timeout (4.096 us x
+    /// 2^t) the CM gives the QP at RTS; [`ACK_TIMEOUT`] when not set.
+    pub(crate) ack_timeout: Option<u8>,
     /// The service this ID claimed on a shared port (`bind_addr`), given
     /// back when it goes.
     pub(crate) claimed: Option<u64>,
@@ -171,6 +174,7 @@ impl IdShared {
                 qp: None,
                 ext_qpn: None,
                 tos: 0,
+                ack_timeout: None,
                 claimed: None,
             }),
         })
@@ -315,6 +319,13 @@ impl CmId {
         self.shared.lock().tos = tos;
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout
+    /// exponent (0..=31, 4.096 us x 2^t) the QP gets at RTS when this ID
+    /// connects or accepts, as the kernel's `rdma_set_ack_timeout`.
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        self.shared.lock().ack_timeout = Some(timeout.min(31));
+    }
+
     pub(super) fn wrong(&self, call: &'static str, needs: &'static str) -> CmError {
         CmError::WrongState { call, needs, state: self.shared.lock().phase.name() }
     }
@@ -433,14 +444,24 @@ impl CmId {
         let ip = addr.ip().to_canonical();
         self.attach(ip)?;
         let ps = self.shared.lock().ps;
-        let port = bound_ports::reserve(&self.shared, ps, ip, addr.port())?;
         let dev = self.device().ok_or_else(|| self.wrong("bind_addr", "bound to a device"))?;
-        let service = service_id(ps.ps(), port);
-        // Another process of the host may have the port (a shared device).
-        if let Err(e) = dev.claim_service(service, ip) {
-            bound_ports::unreserve(&self.shared);
-            return Err(e);
-        }
+        // Another process of the host may have the port (a shared device):
+        // a port of our choosing is drawn again, a port asked for is refused.
+        let mut tries = if addr.port() == 0 { 64 } else { 1 };
+        let (port, service) = loop {
+            let port = bound_ports::reserve(&self.shared, ps, ip, addr.port())?;
+            let service = service_id(ps.ps(), port);
+            match dev.claim_service(service, ip) {
+                Ok(()) => break (port, service),
+                Err(e) => {
+                    bound_ports::unreserve(&self.shared);
+                    tries -= 1;
+                    if tries == 0 {
+                        return Err(e);
+                    }
+                }
+            }
+        };
         {
             let mut g = self.shared.lock();
             g.local = Some(SocketAddr::new(ip, port));

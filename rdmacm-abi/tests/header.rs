@@ -10,23 +10,7 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-
-fn link_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmacm-abi-header-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("make a temporary directory");
-    for (n, lib) in [
-        ("libibverbs.so.1", common::libibverbs()),
-        ("libibverbs.so", common::libibverbs()),
-        ("librdmacm.so.1", common::librdmacm()),
-        ("librdmacm.so", common::librdmacm()),
-    ] {
-        std::os::unix::fs::symlink(lib, dir.join(n)).expect("link the library");
-    }
-    dir
-}
 
 const PROGRAM: &str = r#"
 #define _GNU_SOURCE
@@ -210,24 +194,13 @@ fn layouts_match_rdma_cma_h_and_the_calls_behave_from_c() {
         testkit::skip("<rdma/rdma_cma.h> is not installed (apt-get install librdmacm-dev)");
         return;
     }
-    let dir = link_dir();
+    let dir = common::link_dir("header");
     let mut src = String::from(PROGRAM);
     src.push_str("\n/* The layouts of ibverbs-abi's rdmacm::abi. */\n");
     for (expr, value) in ibverbs_abi::rdmacm::abi::layout() {
         src.push_str(&format!("_Static_assert({expr} == {value}, \"{expr} is {value} in Rust\");\n"));
     }
-    let c = dir.join("header.c");
-    std::fs::write(&c, &src).expect("write the C source");
-    let exe = dir.join("header");
-    let out = Command::new("cc")
-        .args(["-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lrdmacm", "-libverbs", "-ldl"])
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc failed (a layout differs?):\n{}", common::show(&out));
+    let exe = common::compile_c(&dir, "header", &src, &["-lrdmacm", "-libverbs", "-ldl"], " (a layout differs?)");
     let run = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
         .env("SOFTROCE_DEVICES", "rxe0=127.0.173.2")

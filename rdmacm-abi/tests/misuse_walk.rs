@@ -140,29 +140,8 @@ fn a_random_walk_of_librdmacm_misuse_gets_einval_and_never_crashes() {
         testkit::skip("<rdma/rdma_cma.h> is not installed (apt-get install librdmacm-dev)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("rdmacm-abi-walk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("make a temporary directory");
-    for (n, lib) in [
-        ("libibverbs.so.1", common::libibverbs()),
-        ("libibverbs.so", common::libibverbs()),
-        ("librdmacm.so.1", common::librdmacm()),
-        ("librdmacm.so", common::librdmacm()),
-    ] {
-        std::os::unix::fs::symlink(lib, dir.join(n)).expect("link the library");
-    }
-    let c = dir.join("walk.c");
-    std::fs::write(&c, PROGRAM).expect("write the C source");
-    let exe = dir.join("walk");
-    let out = Command::new("cc")
-        .args(["-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc failed:\n{}", common::show(&out));
+    let dir = common::link_dir("walk");
+    let exe = common::compile_c(&dir, "walk", PROGRAM, &["-lrdmacm", "-libverbs"], "");
     // Its own address (127.0.193.x is this file's).
     let child = Command::new(&exe)
         .arg("127.0.193.1")

@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -227,40 +226,14 @@ int main(void)
 }
 "#;
 
-fn link_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmacm-abi-sync-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("make a temporary directory");
-    for (n, lib) in [
-        ("libibverbs.so.1", common::libibverbs()),
-        ("libibverbs.so", common::libibverbs()),
-        ("librdmacm.so.1", common::librdmacm()),
-        ("librdmacm.so", common::librdmacm()),
-    ] {
-        std::os::unix::fs::symlink(lib, dir.join(n)).expect("link the library");
-    }
-    dir
-}
-
 #[test]
 fn synchronous_ids_block_in_each_call_between_two_processes() {
     if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
         testkit::skip("<rdma/rdma_cma.h> is not installed (apt-get install librdmacm-dev)");
         return;
     }
-    let dir = link_dir();
-    let c = dir.join("sync_mode.c");
-    std::fs::write(&c, PROGRAM).expect("write the C source");
-    let exe = dir.join("sync_mode");
-    let out = Command::new("cc")
-        .args(["-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc failed:\n{}", common::show(&out));
+    let dir = common::link_dir("sync");
+    let exe = common::compile_c(&dir, "sync_mode", PROGRAM, &["-lrdmacm", "-libverbs"], "");
     let child = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
         .env_remove("SOFTROCE_LOG")

@@ -6,18 +6,19 @@
 //! (a GET or SET answered "unsupported", anything else dropped).
 //! Every MAD is crafted straight into B's endpoint, from any source address.
 
+mod common;
+
 use core::net::{IpAddr, Ipv4Addr};
 use core::time::Duration;
 use rdma_transport::cm::{Cm, CmConfig, CmEvent, ConnId, ConnParams, MAX_PEER_RESPONSE_TIMEOUT};
-use rdma_transport::framing::Framer;
 use rdma_transport::sim::{LinkConfig, Sim};
 use rdma_transport::*;
 use rdma_wire::cm::{
     CmMadRepr, CmMessage, DreqRepr, PathRepr, RejReason, RejRepr, ReqRepr, RtuRepr, SidrReqRepr, DREQ_PRIVATE_DATA_LEN,
     REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
-use rdma_wire::mad::{self, Mad, GSI_QKEY, MAD_LEN};
-use rdma_wire::{DethRepr, Psn, RoceV2Packet};
+use rdma_wire::mad::{Mad, GSI_QKEY, MAD_LEN};
+use rdma_wire::RoceV2Packet;
 
 const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
@@ -27,17 +28,7 @@ const SERVICE: u64 = 0x0000_0106_0000_4e20;
 
 /// A UD SEND to QP1 from `from` to B carrying `payload` (a MAD).
 fn to_qp1(from: IpAddr, payload: &[u8]) -> Vec<u8> {
-    let mut t = mad::gsi_send_transport(Psn::new(9));
-    t.deth = Some(DethRepr { qkey: GSI_QKEY, src_qp: 1 });
-    let mut buf = vec![0u8; MAX_PACKET];
-    let len = Framer::roce_v2(from)
-        .frame(&mut buf, &AddressVector::new(B), 0xc001, &t, payload.len(), |p| {
-            p.copy_from_slice(payload);
-            Ok::<(), ()>(())
-        })
-        .unwrap();
-    buf.truncate(len);
-    buf
+    common::to_qp1(from, B, GSI_QKEY, payload)
 }
 
 fn cm_mad(tid: u64, message: CmMessage) -> [u8; MAD_LEN] {

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}; shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(roce_v2 roce_v1 ib_packet transport_packet flow_control capture_frame
-  responder engine udp_receive frame_receive perf_oob perftest_exchange pingpong_exchange cm_mad port_agent)
+  responder engine cm_receive udp_receive frame_receive perf_oob perftest_exchange pingpong_exchange cm_mad port_agent)
 command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz is not installed: cargo install cargo-fuzz" >&2; exit 1; }
 export RUSTC_BOOTSTRAP=1
 status=0

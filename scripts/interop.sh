@@ -11,8 +11,12 @@
 #   scripts/interop.sh --pingpong-iters N   ping-pong iterations (default 50)
 #   scripts/interop.sh --trixie   instead of all that, the rows against a Debian 13
 #                                 guest (SRLAB_GUEST=trixie: Linux 6.12, rdma-core 56):
-#                                 FLUSH and ATOMIC_WRITE both ways, the guest's tools
-#                                 (own namespace and run dir unless SRLAB_NS/SRLAB_RUN say)
+#                                 FLUSH, ATOMIC_WRITE, memory windows with
+#                                 SEND_WITH_INV and UD multicast (mckey) both
+#                                 ways, the guest's tools (own namespace and
+#                                 run dir unless SRLAB_NS/SRLAB_RUN say)
+#   scripts/interop.sh --trixie --guests 1   the same with one guest: the "rxe -> rxe"
+#                                 rows run its rxe0 against itself
 #
 # Every case runs in both directions (our tool as client and rdma-core's as
 # server, and the reverse), over IPv4 and IPv6 GIDs, at path MTU 1024 and
@@ -36,6 +40,7 @@ TRIXIE=0
 ONLY=""
 REPEAT=1
 PINGPONG_ITERS=50
+GUESTS=2
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1 ;;
@@ -43,7 +48,8 @@ while [ $# -gt 0 ]; do
         --repeat) REPEAT=${2:?--repeat needs a count}; shift ;;
         --pingpong-iters) PINGPONG_ITERS=${2:?--pingpong-iters needs a count}; shift ;;
         --trixie) TRIXIE=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        --guests) GUESTS=${2:?--guests needs 1 or 2}; shift ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "interop: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -51,6 +57,14 @@ done
 for n in "$REPEAT" "$PINGPONG_ITERS"; do
     case "$n" in ''|*[!0-9]*|0) echo "interop: --repeat and --pingpong-iters need a positive count, not '$n'" >&2; exit 2 ;; esac
 done
+
+case "$GUESTS" in
+    2) ;;
+    1) [ $TRIXIE = 1 ] || { echo "interop: --guests 1 is for --trixie only (the matrix's loss rows use guest 2)" >&2; exit 2; } ;;
+    *) echo "interop: --guests is 1 or 2, not '$GUESTS'" >&2; exit 2 ;;
+esac
+# the server of the "rxe -> rxe" rows: guest 2, or guest 1 itself
+RXE_PEER=$GUESTS
 
 skip() { echo "interop: SKIPPED: $*"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces and taps)"
@@ -72,10 +86,12 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.log
 BIN="$ROOT/target/release"
 if [ $TRIXIE = 1 ]; then
-    echo "interop: building softroce-run, the drop-in libraries and scripts/lab/flush_atomic_write.c"
+    echo "interop: building softroce-run, the drop-in libraries, scripts/lab/flush_atomic_write.c, mw_send_inv.c and mckey_linger.c"
     (cd "$ROOT" && cargo build --release --quiet -p ibverbs-abi -p rdmacm-abi)
     mkdir -p "$ROOT/target/lab"
     cc -O2 -Wall -o "$ROOT/target/lab/flush_atomic_write" "$ROOT/scripts/lab/flush_atomic_write.c" -libverbs
+    cc -O2 -Wall -o "$ROOT/target/lab/mw_send_inv" "$ROOT/scripts/lab/mw_send_inv.c" -libverbs
+    cc -O2 -Wall -shared -fPIC -o "$ROOT/target/lab/mckey_linger.so" "$ROOT/scripts/lab/mckey_linger.c" -ldl
 else
     echo "interop: building rdma-perf, the ping-pong examples, softroce-run and the drop-in libraries"
     (cd "$ROOT" && cargo build --release --quiet --bin rdma-perf --examples &&
@@ -84,7 +100,7 @@ fi
 bash "$LAB" prepare
 bash "$LAB" down >/dev/null 2>&1 || true
 trap 'bash "$LAB" down >/dev/null 2>&1 || true' EXIT
-bash "$LAB" up 2
+bash "$LAB" up "$GUESTS"
 set +e
 
 HOST4=10.88.0.1
@@ -96,7 +112,7 @@ HOST6=fd88::1
 # solicitation or advertisement is retried only after a second: longer than
 # an RC requester's retry budget (7 retries of ~67 ms), which then fails
 # with retry-exceeded (CI, twice: the first IPv6 case on guest 2).
-for k in 1 2; do
+for k in $(seq 1 "$GUESTS"); do
     bash "$LAB" run "$k" "busybox ping -c 1 -W 5 $HOST4 && busybox ping -6 -c 1 -W 5 $HOST6" 60 >/dev/null ||
         echo "interop: guest $k could not reach the host by ping"
 done
@@ -123,7 +139,7 @@ print(":".join(b[i:i+4] for i in range(0,32,4)))' "$1"
 }
 
 declare -A GIDX
-for k in 1 2; do
+for k in $(seq 1 "$GUESTS"); do
     for v in 4 6; do
         if [ $v = 4 ]; then a=$(bash "$LAB" guest-ip4 $k); else a=$(bash "$LAB" guest-ip6 $k); fi
         GIDX[$k,$v]=$(gid_index $k "$(gid_text "$a")")
@@ -201,8 +217,23 @@ run_once() {
         ours_rc=$?
     fi
     [ "$ours_rc" = 0 ] && [ "$theirs_rc" = 0 ] && ok=1
+    # The tool's own race through loss: rxe's side completed every
+    # iteration and exited, its ACK of our last SEND was lost on the way,
+    # and our retries met a destroyed QP (retry exceeded on the SEND, wr_id
+    # 2). rxe against rxe ends the same way; ibv_rc_pingpong has no closing
+    # handshake. Only this exact ending is run again, once, and the row says so.
+    if [ $ok = 0 ] && [ "$kind" = pingpong ] && [ -z "${RERUN:-}" ] && [ "$dir" = ours-server ] &&
+        grep -q '(12) for wr_id 2' "$log.ours.log" && grep -q "^$PINGPONG_ITERS iters in" "$log.theirs.log"; then
+        echo "    (rerun: rxe finished all $PINGPONG_ITERS iterations and exited; its last ACK was lost: $log.*.log)"
+        RERUN=$log
+        log=$log.rerun
+        run_once
+        RERUN=
+        return
+    fi
     local figure
     figure=$(figure_of "$kind" "$log.ours.log")
+    [ -n "${RERUN:-}" ] && figure="$figure (run twice: rxe's last ACK was lost after it exited, $RERUN.*.log)"
     if [ $ok = 1 ]; then
         ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" "$mtu" PASS "$figure")")
     else
@@ -702,9 +733,60 @@ trixie_guest_case() {
     echo "${ROWS[-1]}"
 }
 
+# One run of a server/client pair of the --trixie rows' C programs: DIR
+# (ours-client: our client against rxe's server in guest 1; ours-server: the
+# reverse; rxe-rxe: guest 1's client against guest $RXE_PEER's server, rxe on
+# both sides), IPV, LIM (seconds), LOG (prefix of LOG.client.log and
+# LOG.server.log), THEIRS (the guest's command), then the host's command
+# (softroce-run ...); -g and the server's address are added here. Sets the
+# caller's req_rc, resp_rc, req_log, resp_log (the client is the requester).
+pair_run() {
+    local dir=$1 ipv=$2 lim=$3 log=$4 theirs=$5 sk=1 id pid
+    shift 5
+    local ours=("$@")
+    # a guest's server: tells when it listens, then what it printed
+    local serve="> /tmp/pair.out 2>&1 & p=\$!
+        for i in \$(seq 1 200); do ss -ltnH | grep -q ':18515 ' && break; sleep 0.05; done
+        echo LISTENING; wait \$p; rc=\$?; cat /tmp/pair.out; exit \$rc"
+    req_log=$log.client.log resp_log=$log.server.log
+    case "$dir" in
+        ours-client|rxe-rxe)
+            [ "$dir" = rxe-rxe ] && sk=$RXE_PEER
+            id=$(bash "$LAB" start "$sk" "timeout $lim $theirs -g ${GIDX[$sk,$ipv]} $serve")
+            if wait_listen "$sk" "$id"; then
+                if [ "$dir" = ours-client ]; then
+                    bash "$LAB" host timeout $lim "${ours[@]}" "$(bash "$LAB" guest-ip4 1)" >"$req_log" 2>&1
+                else
+                    bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $(bash "$LAB" guest-ip4 "$sk")" \
+                        $((lim + 10)) >"$req_log" 2>&1
+                fi
+                req_rc=$?
+            else
+                req_rc=125
+                echo "the guest's server never listened" >"$req_log"
+            fi
+            bash "$LAB" wait "$sk" "$id" $((lim + 10)) >"$resp_log" 2>&1
+            resp_rc=$?
+            ;;
+        ours-server)
+            bash "$LAB" host timeout $lim "${ours[@]}" >"$resp_log" 2>&1 &
+            pid=$!
+            if wait_listen host; then
+                bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $HOST4" $((lim + 10)) >"$req_log" 2>&1
+                req_rc=$?
+            else
+                req_rc=125
+            fi
+            wait $pid
+            resp_rc=$?
+            ;;
+    esac
+}
+
 # One FLUSH/ATOMIC_WRITE case: MODE (flush_atomic_write -x) DIR IPV, where DIR
 # is ours-client (our requester, rxe's responder), ours-server, or rxe-rxe
-# (guest 1 against guest 2: rxe on both sides, for reference).
+# (guest 1 against guest 2, or itself with --guests 1: rxe on both sides,
+# for reference).
 fa_case() {
     local mode=$1 dir=$2 ipv=$3 name shown lim=30
     # rxe retries a FLUSH we do not answer without end (docs/interop.md): 15 s will do
@@ -723,48 +805,10 @@ fa_case() {
     if [ -n "$ONLY" ]; then
         printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
     fi
-    local log="$OUT/fa-$mode-$dir-ipv$ipv" host=$HOST4 sk=1 req_log resp_log req_rc resp_rc id pid
+    local log="$OUT/fa-$mode-$dir-ipv$ipv" host=$HOST4 req_log resp_log req_rc resp_rc
     [ "$ipv" = 6 ] && host=$HOST6
-    local ours=("$BIN/softroce-run" --device "rxe0=$host" -- "$ROOT/target/lab/flush_atomic_write" -d rxe0 -g 0 -m 1024 -x "$mode")
-    local theirs="$FA_GUEST -d rxe0 -m 1024 -x $mode"
-    # a guest's server: tells when it listens, then what it printed
-    local serve="> /tmp/fa.out 2>&1 & p=\$!
-        for i in \$(seq 1 200); do ss -ltnH | grep -q ':18515 ' && break; sleep 0.05; done
-        echo LISTENING; wait \$p; rc=\$?; cat /tmp/fa.out; exit \$rc"
-    case "$dir" in
-        ours-client|rxe-rxe)
-            [ "$dir" = rxe-rxe ] && sk=2
-            id=$(bash "$LAB" start "$sk" "timeout $lim $theirs -g ${GIDX[$sk,$ipv]} $serve")
-            req_log=$log.client.log resp_log=$log.server.log
-            if wait_listen "$sk" "$id"; then
-                if [ "$dir" = ours-client ]; then
-                    bash "$LAB" host timeout $lim "${ours[@]}" "$(bash "$LAB" guest-ip4 1)" >"$req_log" 2>&1
-                else
-                    bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $(bash "$LAB" guest-ip4 2)" \
-                        $((lim + 10)) >"$req_log" 2>&1
-                fi
-                req_rc=$?
-            else
-                req_rc=125
-                echo "the guest's server never listened" >"$req_log"
-            fi
-            bash "$LAB" wait "$sk" "$id" $((lim + 10)) >"$resp_log" 2>&1
-            resp_rc=$?
-            ;;
-        ours-server)
-            req_log=$log.client.log resp_log=$log.server.log
-            bash "$LAB" host timeout $lim "${ours[@]}" >"$resp_log" 2>&1 &
-            pid=$!
-            if wait_listen host; then
-                bash "$LAB" run 1 "timeout $lim $theirs -g ${GIDX[1,$ipv]} $HOST4" $((lim + 10)) >"$req_log" 2>&1
-                req_rc=$?
-            else
-                req_rc=125
-            fi
-            wait $pid
-            resp_rc=$?
-            ;;
-    esac
+    pair_run "$dir" "$ipv" "$lim" "$log" "$FA_GUEST -d rxe0 -m 1024 -x $mode" \
+        "$BIN/softroce-run" --device "rxe0=$host" -- "$ROOT/target/lab/flush_atomic_write" -d rxe0 -g 0 -m 1024 -x "$mode"
     local result figure
     if [ "$req_rc" = 0 ] && [ "$resp_rc" = 0 ]; then
         result=PASS
@@ -781,6 +825,61 @@ fa_case() {
         result=XFAIL
         XFAILED=$((XFAILED + 1))
         figure="no answer to the FLUSH: rxe 6.12's FLUSH ICRC covers the headers twice (docs/interop.md)"
+    else
+        result=FAIL
+        FAILED=$((FAILED + 1))
+        figure="requester=$req_rc responder=$resp_rc, see $log.*.log"
+    fi
+    ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" "IPv$ipv" 1024 "$result" "$figure")")
+    echo "${ROWS[-1]}"
+    if [ "$result" = FAIL ]; then
+        local side
+        for side in client server; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+    fi
+}
+
+# A type 2 memory window invalidated by SEND_WITH_INV (scripts/lab/mw_send_inv.c):
+# DIR IPV [MODE] as for fa_case. The server owns and binds the window; the
+# client WRITEs through it, SENDs WITH_INV of its rkey, WRITEs through it
+# again: REM_ACCESS_ERR, the responder's bytes untouched and its QP in ERR.
+# MODE inv-twice: the client SENDs WITH_INV of the invalidated key again:
+# REM_INV_REQ_ERR; towards rxe 6.12 that oopses the guest's kernel, which
+# panics (docs/interop.md), so that row runs last and says XFAIL when it does.
+mw_case() {
+    local dir=$1 ipv=$2 mode=${3:-send-inv} name="MW type 2 + SEND_WITH_INV" shown lim=30
+    [ "$mode" = inv-twice ] && name="MW SEND_WITH_INV twice" && lim=20
+    case "$dir" in
+        ours-client) shown="ours -> rxe" ;;
+        ours-server) shown="rxe -> ours" ;;
+        *) shown="rxe -> rxe" ;;
+    esac
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv%s %s' "$name" "$shown" "$ipv" 1024 | grep -Eq -- "$ONLY" || return 0
+    fi
+    local log="$OUT/mw-$mode-$dir-ipv$ipv" host=$HOST4 req_log resp_log req_rc resp_rc result figure
+    [ "$ipv" = 6 ] && host=$HOST6
+    # -k on rxe's side: its receive says WITH_INV with the kernel's flag bit (mw_send_inv.c)
+    pair_run "$dir" "$ipv" $lim "$log" "$MW_GUEST -d rxe0 -m 1024 -k -x $mode" \
+        "$BIN/softroce-run" --device "rxe0=$host" -- "$ROOT/target/lab/mw_send_inv" -d rxe0 -g 0 -m 1024 -x "$mode"
+    if [ "$req_rc" = 0 ] && [ "$resp_rc" = 0 ]; then
+        result=PASS
+        figure="WRITE via window ok; recv WITH_INV of its rkey; WRITE after: status=10, responder untouched, QP in ERR"
+        # rxe as the receiver: the key is right, the flag is the kernel's bit 2 (docs/interop.md)
+        grep -q "rxe's flag, accepted" "$resp_log" &&
+            figure="${figure/recv WITH_INV of its rkey/recv: its rkey, wc_flags bit 2 not IBV_WC_WITH_INV (rxe)}"
+        [ "$mode" = inv-twice ] &&
+            figure="2nd SEND_WITH_INV: status=9 (REM_INV_REQ_ERR); $(sed -n 's/^server: the second receive: \(status=[0-9]*\).*its buffer \(.*\)$/its receive \1, buffer \2/p' "$resp_log"), QP in ERR"
+    elif [ "$mode" = inv-twice ] && [ "$dir" = ours-client ] &&
+        grep -q 'rxe_invalidate_mw' "$SRLAB_RUN/vm1.console" 2>/dev/null; then
+        # Known: rxe 6.12 invalidates a free type 2 window again and puts its
+        # NULL QP (rxe_do_invalidate_mw, inlined in rxe_invalidate_mw): the
+        # guest's kernel oopses in its receive task and panics
+        result=XFAIL
+        XFAILED=$((XFAILED + 1))
+        figure="rxe 6.12: $(grep -o 'BUG: kernel NULL pointer dereference' "$SRLAB_RUN/vm1.console" | head -1) in rxe_invalidate_mw$(grep -q 'Kernel panic' "$SRLAB_RUN/vm1.console" && echo ', kernel panic') (docs/interop.md)"
     else
         result=FAIL
         FAILED=$((FAILED + 1))
@@ -838,9 +937,232 @@ EOF
     echo "${ROWS[-1]}"
 }
 
+# ------------------------------------------- UD multicast: mckey (--trixie)
+# Debian's mckey (rdmacm-utils: rdma_join_multicast, MULTICAST_JOIN, UD
+# SEND_WITH_IMM to QPN 0xFFFFFF with the join's Q_Key, rdma_leave_multicast):
+# Debian 12's over this project's libraries on the host (softroce-run), Debian
+# 13's on rxe 6.12. The receivers start first, each with MCKEY_QPS QPs (-c)
+# joined to the group; once the receiving side is a member of the IP group
+# (the kernel RDMA CM's IGMP join in a guest, our device's group socket on the
+# host), the sender (-s) joins, waits mckey's 3 s and sends MCKEY_COUNT
+# messages of MCKEY_SIZE bytes on its QP. A receiver exits 0 and prints "data
+# transfers complete" only once every one of its QPs has completed
+# MCKEY_COUNT receives (mckey polls each CQ until then: one lost message and
+# it waits until its timeout). The groups are administratively scoped
+# (239.88.0.0/24), the TTL mckey's 64: nothing routes them off the bridge.
+# rxe's sender runs with scripts/lab/mckey_linger.c preloaded: mckey destroys
+# its AH right after posting, and rxe looks the AH up only when it sends
+# (that file says why); our library copies the address at post time.
+MCKEY_COUNT=50 MCKEY_SIZE=1024 MCKEY_QPS=2
+
+# Waits until WHERE (host, or a guest's number) is a member of the IP group $2.
+wait_group() { # WHERE GROUP
+    local i
+    for i in $(seq 1 100); do
+        if [ "$1" = host ]; then
+            bash "$LAB" host ip maddr show dev srbr0 2>/dev/null | grep -Eq "inet +$2( |$)" && return 0
+        else
+            bash "$LAB" run "$1" "ip maddr show dev eth0" 10 2>/dev/null | grep -Eq "inet +$2( |$)" && return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# One mckey case: DIR (ours-client: our sender, rxe's receivers in guest 1;
+# ours-server: rxe's sender in guest 1, our receivers; rxe-rxe: guest 1's
+# sender, receivers in guest $RXE_PEER, for reference), IPv4.
+mckey_case() {
+    local dir=$1 name="lib:mckey" shown group lim=60 sk=1 rk=host
+    case "$dir" in
+        ours-client) shown="ours -> rxe" group=239.88.0.1 sk=host rk=1 ;;
+        ours-server) shown="rxe -> ours" group=239.88.0.2 ;;
+        *) shown="rxe -> rxe" group=239.88.0.3 rk=$RXE_PEER ;;
+    esac
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv4 1024' "$name" "$shown" | grep -Eq -- "$ONLY" || return 0
+    fi
+    local log="$OUT/mckey-$dir-ipv4" opts="-m $group -C $MCKEY_COUNT -S $MCKEY_SIZE" run id pid tx_rc rx_rc
+    run=$(lib_run 4)
+    local rx_log=$log.receiver.log tx_log=$log.sender.log
+    # the receivers, then the sender once they are members of the group
+    if [ "$rk" = host ]; then
+        bash "$LAB" host timeout $lim $run mckey $opts -c $MCKEY_QPS -b $HOST4 >"$rx_log" 2>&1 &
+        pid=$!
+    else
+        id=$(bash "$LAB" start "$rk" "timeout $lim mckey $opts -c $MCKEY_QPS -b $(bash "$LAB" guest-ip4 "$rk") &
+            echo \$! >/tmp/mckey.pid; wait \$!")
+    fi
+    if wait_group "$rk" "$group"; then
+        if [ "$sk" = host ]; then
+            bash "$LAB" host timeout $lim $run mckey $opts -s -b $HOST4 >"$tx_log" 2>&1
+        else
+            # (mckey_linger.so: rxe's requester sends what mckey posted before its AH goes)
+            bash "$LAB" run "$sk" "LD_PRELOAD=$MCKEY_LINGER timeout $lim mckey $opts -s -b $(bash "$LAB" guest-ip4 "$sk")" \
+                $((lim + 10)) >"$tx_log" 2>&1
+        fi
+        tx_rc=$?
+    else
+        tx_rc=125
+        echo "the receivers never joined $group" >"$tx_log"
+    fi
+    # a receiver still waiting after a failed sender waits for nobody: end it
+    if [ "$rk" = host ]; then
+        [ "$tx_rc" = 0 ] || kill "$pid" 2>/dev/null
+        wait "$pid"
+        rx_rc=$?
+    else
+        [ "$tx_rc" = 0 ] || bash "$LAB" run "$rk" 'kill $(cat /tmp/mckey.pid) 2>/dev/null' 10 >/dev/null
+        bash "$LAB" wait "$rk" "$id" $((lim + 10)) >"$rx_log" 2>&1
+        rx_rc=$?
+    fi
+    local joined result figure
+    joined=$(grep -c "^mckey: joined dgid: ::ffff:$group " "$rx_log")
+    if [ "$tx_rc" = 0 ] && [ "$rx_rc" = 0 ] && [ "$joined" = "$MCKEY_QPS" ] &&
+        grep -q '^initiating data transfers' "$tx_log" && grep -q '^data transfers complete' "$rx_log" &&
+        grep -q '^return status 0' "$rx_log"; then
+        result=PASS
+        figure="$MCKEY_COUNT x $MCKEY_SIZE B to $group: every one on each of the $MCKEY_QPS receiving QPs"
+        [ "$sk" = host ] || figure="$figure (rxe's mckey -s with mckey_linger.so)"
+    else
+        result=FAIL
+        FAILED=$((FAILED + 1))
+        figure="sender=$tx_rc receivers=$rx_rc (joined $joined of $MCKEY_QPS), see $log.*.log"
+    fi
+    ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" IPv4 1024 "$result" "$figure")")
+    echo "${ROWS[-1]}"
+    if [ "$result" = FAIL ]; then
+        local side
+        for side in sender receiver; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+    fi
+}
+
+# IPv6 groups: Linux's RDMA CM refuses to join one on RoCE v2
+# (cma_iboe_join_multicast: ENOTSUPP, 524), so mckey cannot run over IPv6
+# against rxe. The row checks that both sides refuse the join alike: mckey
+# as a receiver on each, to ff0e::88:1 from its IPv6 address.
+mckey_v6_case() {
+    local name="lib:mckey IPv6 group (refused)" log="$OUT/mckey-ipv6" ours_rc theirs_rc refused run
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv6 1024' "$name" "both" | grep -Eq -- "$ONLY" || return 0
+    fi
+    run=$(lib_run 6)
+    bash "$LAB" host timeout 30 $run mckey -m ff0e::88:1 -b "$HOST6" -C 5 >"$log.ours.log" 2>&1
+    ours_rc=$?
+    bash "$LAB" run 1 "timeout 30 mckey -m ff0e::88:1 -b $(bash "$LAB" guest-ip6 1) -C 5" 40 >"$log.theirs.log" 2>&1
+    theirs_rc=$?
+    refused=$(grep -l '^mckey: failure joining: Unknown error 524$' "$log.ours.log" "$log.theirs.log" | wc -l)
+    if [ "$refused" = 2 ] && [ "$ours_rc" = "$theirs_rc" ] && [ "$ours_rc" != 0 ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv6 1024 PASS \
+            "both refuse the join: ENOTSUPP (524), mckey exits $ours_rc on each side")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv6 1024 FAIL \
+            "ours=$ours_rc rxe=$theirs_rc, $refused of 2 refused with 524, see $log.*.log")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
+# The multicast packets and IGMP reports captured during the mckey rows,
+# each side's checked against what RoCE v2 and the kernel's RDMA CM make of
+# a join: to the group's IP address and its Ethernet multicast MAC
+# (01:00:5e + the low 23 bits), IP TTL 64 (the join's hop limit), BTH
+# opcode UD SEND_WITH_IMM, P_Key 0xFFFF, DQPN 0xFFFFFF, DETH Q_Key 0x01234567
+# (RDMA_UDP_QKEY), the IBTA's ICRC; and an IGMP membership report for each
+# group the side received on. The figure gives the UDP source ports seen.
+mckey_wire_case() { # PCAP
+    local name="mckey on the wire" out ok=0
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv4 1024' "$name" "both" | grep -Eq -- "$ONLY" || return 0
+    fi
+    out=$(python3 - "$1" <<'PY' 2>&1
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+off = 24
+side = {w: {"pkts": 0, "bad": {}, "groups": set(), "sports": set(), "igmp": set()} for w in ("ours", "rxe")}
+def bad(s, what):
+    s["bad"][what] = s["bad"].get(what, 0) + 1
+while off + 16 <= len(data):
+    incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+    frame = data[off + 16:off + 16 + incl]
+    off += 16 + incl
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        continue
+    ip = frame[14:]
+    ihl = (ip[0] & 15) * 4
+    who = "ours" if ip[12:16] == bytes([10, 88, 0, 1]) else "rxe"
+    s = side[who]
+    if ip[9] == 2:  # IGMP: v3 reports (0x22) with their group records, v2 (0x16)
+        g = ip[ihl:]
+        if g[0] == 0x16:
+            s["igmp"].add(".".join(map(str, g[4:8])))
+        elif g[0] == 0x22:
+            at = 8
+            for _ in range(struct.unpack(">H", g[6:8])[0]):
+                rtype, aux, nsrc = g[at], g[at + 1], struct.unpack(">H", g[at + 2:at + 4])[0]
+                if rtype in (2, 4):  # MODE_IS_EXCLUDE, CHANGE_TO_EXCLUDE: a join
+                    s["igmp"].add(".".join(map(str, g[at + 4:at + 8])))
+                at += 8 + 4 * nsrc + 4 * aux
+        continue
+    if ip[9] != 17 or ip[16] >> 4 != 14 or struct.unpack(">H", ip[ihl + 2:ihl + 4])[0] != 4791:
+        continue
+    s["pkts"] += 1
+    s["groups"].add(".".join(map(str, ip[16:20])))
+    s["sports"].add(struct.unpack(">H", ip[ihl:ihl + 2])[0])
+    bth = ip[ihl + 8:]
+    if frame[0:6] != bytes([1, 0, 0x5E, ip[17] & 0x7F, ip[18], ip[19]]):
+        bad(s, "MAC")
+    if ip[8] != 64:
+        bad(s, f"TTL {ip[8]}")
+    if bth[0] != 0x65:
+        bad(s, f"opcode {bth[0]:#x}")
+    if bth[2:4] != b"\xff\xff":
+        bad(s, "P_Key")
+    if bth[5:8] != b"\xff\xff\xff":
+        bad(s, "DQPN")
+    if bth[12:16] != bytes.fromhex("01234567"):
+        bad(s, f"Q_Key {bth[12:16].hex()}")
+    m = bytearray(ip[:struct.unpack(">H", ip[2:4])[0]])
+    m[1], m[8], m[10:12], m[ihl + 6:ihl + 8], m[ihl + 12] = 0xFF, 0xFF, b"\xff\xff", b"\xff\xff", 0xFF
+    if struct.unpack("<I", bytes(m[-4:]))[0] != zlib.crc32(b"\xff" * 8 + bytes(m[:-4])):
+        bad(s, "ICRC")
+ok = True
+parts = []
+for w in ("ours", "rxe"):
+    s = side[w]
+    ports = sorted(s["sports"])
+    ports = ",".join(map(str, ports)) if len(ports) <= 3 else f"{len(ports)} ports {ports[0]}..{ports[-1]}"
+    parts.append(f"{w}: {s['pkts']} packets to {','.join(sorted(s['groups'])) or '-'}, "
+                 f"{'all right' if not s['bad'] else 'WRONG ' + str(s['bad'])}, UDP sport {ports or '-'}, "
+                 f"IGMP joins {','.join(sorted(s['igmp'])) or '-'}")
+    ok = ok and s["pkts"] > 0 and not s["bad"] and s["igmp"]
+# each group was joined (IGMP) by the side that received on it
+joined = side["ours"]["igmp"] | side["rxe"]["igmp"]
+sent = side["ours"]["groups"] | side["rxe"]["groups"]
+if sent - joined:
+    parts.append(f"no IGMP join for {','.join(sorted(sent - joined))}")
+    ok = False
+print("; ".join(parts))
+sys.exit(0 if ok else 1)
+PY
+) && ok=1
+    if [ $ok = 1 ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv4 1024 PASS "$out")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv4 1024 FAIL "$out ($1)")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
 trixie_cases() {
     local v mode dir pcap
     FA_GUEST=$(bash "$LAB" put "$ROOT/target/lab/flush_atomic_write")
+    MW_GUEST=$(bash "$LAB" put "$ROOT/target/lab/mw_send_inv")
+    MCKEY_LINGER=$(bash "$LAB" put "$ROOT/target/lab/mckey_linger.so")
     trixie_guest_case
     for v in 4 6; do
         [ "$v" = 4 ] && bash "$LAB" capture start flush >/dev/null 2>&1
@@ -854,12 +1176,31 @@ trixie_cases() {
             flush_icrc_case "$pcap"
         fi
     done
+    # memory windows: bound, used, invalidated by the peer's SEND_WITH_INV
+    for v in 4 6; do
+        for dir in ours-client ours-server; do
+            mw_case "$dir" "$v"
+        done
+    done
     for mode in atomic-write atomic-write-past flush flush-past; do
         fa_case "$mode" rxe-rxe 4
     done
+    mw_case rxe-rxe 4
+    # UD multicast through the RDMA CM: mckey both ways and rxe against rxe, captured
+    bash "$LAB" capture start mckey >/dev/null 2>&1
+    for dir in ours-client ours-server rxe-rxe; do
+        mckey_case "$dir"
+    done
+    mckey_v6_case
+    pcap=$(bash "$LAB" capture stop mckey)
+    mckey_wire_case "$pcap"
     # Debian 12's ibv_rc_pingpong and perftest 4.5 over our libraries
     # against Debian 13's (perftest 25.01) on rxe 6.12
     lib_cases 1 4 1024 quick
+    # misuse: a second SEND_WITH_INV of an invalidated window key. rxe -> ours
+    # first; ours -> rxe last of all, for it oopses rxe 6.12's kernel
+    mw_case ours-server 4 inv-twice
+    mw_case ours-client 4 inv-twice
 }
 
 echo

@@ -5,7 +5,12 @@
 # reason classed as hardware or as missing here) and fails on any failure
 # or error. See docs/ibverbs-abi.md.
 #
-#   scripts/pyverbs-suite.sh [--out DIR] [-- unittest names, e.g. tests.test_cq]
+#   scripts/pyverbs-suite.sh [--out DIR] [--lab] [-- unittest names, e.g. tests.test_cq]
+#
+# --lab: then the same suite in the lab guest against kernel rxe (Linux 6.1,
+# rdma-core 44; scripts/lab/pyverbs-rxe.sh, as root, results in DIR/rxe), and
+# one report with both columns side by side that fails when a test passing
+# on kernel rxe does not pass here.
 #
 # The suite is the `tests/` directory of Debian's rdma-core 44 source
 # package, which python3-pyverbs ships in /usr/share/doc/rdma-core/tests
@@ -15,11 +20,13 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=${TMPDIR:-/tmp}/pyverbs-suite
 names=()
+lab=0
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2; shift 2 ;;
+    --lab) lab=1; shift ;;
     --) shift; names=("$@"); break ;;
-    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pyverbs-suite: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -82,6 +89,10 @@ done
 results=()
 for label in one two; do [ -f "$out/$label.json" ] && results+=("$label=$out/$label.json"); done
 [ ${#results[@]} -gt 0 ] || { echo "pyverbs-suite: no results" >&2; exit 1; }
-"$py" scripts/pyverbs/report.py "${results[@]}" --markdown "$out/report.md" || status=1
+"$py" scripts/pyverbs/report.py "${results[@]}" --known scripts/pyverbs/known-failures.txt --markdown "$out/report.md" || status=1
 echo "(results and logs: $out)"
+if [ $lab = 1 ]; then
+    echo "== the same suite in the lab guest, kernel rxe"
+    bash scripts/lab/pyverbs-rxe.sh --out "$out/rxe" --ours "$out" -- "${names[@]}" || status=1
+fi
 exit $status

@@ -49,6 +49,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         spin: Duration::ZERO,
         plain_datagrams: false,
         unconnected_sends: false,
+        shared: false,
         ack_delay: Duration::ZERO,
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: BUDGET,

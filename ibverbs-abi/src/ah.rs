@@ -50,6 +50,7 @@ fn make_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> *mut ibv_ah {
     let verbs = match p.verbs.create_ah(&a) {
         Ok(v) => v,
         Err(e) => {
+            tracing::debug!(error = %e, "ibv_create_ah refused");
             set_errno(errno_of(&e));
             return std::ptr::null_mut();
         }

@@ -11,15 +11,18 @@
 //! it only when the application does not: it sleeps until a packet waits,
 //! leaves it [`IDLE_LOOK`] to the application (none if the application is
 //! asleep in `ibv_get_cq_event`), and takes it itself if the application
-//! did not poll in that time.
+//! did not poll in that time. Only an application that polls steadily
+//! (`polls.rs`) lets it rest without watching the device.
 
 use crate::abi::*;
 use crate::device::{dev_of, Dev};
 use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
+use crate::polls::{now_ns, PollClock, Polling};
+use rdma_core_rs::share::fork::{self, PerProcess};
 use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,13 +34,23 @@ pub static CONTEXTS: Registry = Registry::new();
 /// application is elsewhere (spinning on memory, sleeping, in TCP).
 pub const IDLE_LOOK: Duration = Duration::from_micros(20);
 
-/// How long the idle-progress thread rests while the application polls,
-/// before it looks again: the longest a packet waits for the application
-/// to come back from elsewhere (a TCP exchange) once it stopped polling.
+/// How long the idle-progress thread rests while the application polls
+/// steadily (`polls::Polling::Steady`), before it looks again: the longest
+/// a packet waits for the application to come back from elsewhere (a TCP
+/// exchange) once it stopped polling.
 /// Each look is a wake-up that takes a core from a spinning application
 /// on a small machine: at 200 µs, `ibv_rc_pingpong`'s round trip was
 /// 19.3 µs against 16.1 µs at 2 ms (docs/ibverbs-abi.md, Speed).
 pub const ACTIVE_LOOK: Duration = Duration::from_millis(2);
+
+/// How long the idle-progress thread rests after the application polled
+/// but not steadily (`polls::Polling::Now`): it is there, busy or
+/// preempted (on a loaded machine a spinning application's polls have
+/// gaps too), or it polls now and then from a timer, whose next poll may
+/// be a millisecond away. Long enough not to wake on every packet of an
+/// application that is about to poll again, short enough that a packet
+/// of a peer waits little for an application that does not.
+pub const SHORT_LOOK: Duration = Duration::from_micros(200);
 
 /// How long the idle-progress thread keeps looking without sleeping after
 /// it last took packets for an application that is away (a receiver that
@@ -87,8 +100,9 @@ pub struct Engine {
 
 /// What the application is doing, for the idle-progress thread.
 struct Activity {
-    /// Counts polls: a change means the application takes its packets.
-    polls: AtomicU64,
+    /// The application's polls: a new one means it took the packets that
+    /// waited; steady ones, that it will take the next ones too.
+    polls: PollClock,
     /// Threads asleep in `ibv_get_cq_event`/`ibv_get_async_event`: a
     /// packet is theirs at once, no grace period.
     blocked: AtomicUsize,
@@ -100,7 +114,7 @@ struct Activity {
 impl Engine {
     /// Notes that the application polls: it takes the waiting packets itself.
     pub fn called(&self) {
-        self.activity.polls.fetch_add(1, Ordering::Relaxed);
+        self.activity.polls.record(now_ns());
     }
 
     /// Runs `f` (a sleep on an event fd) counted as blocked, so that the
@@ -115,7 +129,11 @@ impl Engine {
 }
 
 /// The engines of the devices open now, by name, with their open counts.
-static ENGINES: Mutex<Vec<(String, Arc<Engine>, usize)>> = Mutex::new(Vec::new());
+/// A forked child starts with none: the parent's are the parent's.
+static ENGINES: Mutex<PerProcess<Vec<OpenEngine>>> = Mutex::new(PerProcess::new(Vec::new()));
+
+/// A device's name, its engine and how many opens share it.
+type OpenEngine = (String, Arc<Engine>, usize);
 
 /// An open device. `v.context` is the `ibv_context *` the application holds.
 #[repr(C)]
@@ -162,16 +180,20 @@ fn ops() -> ibv_context_ops {
 /// The engine of `dev`: the one already open, or a new one.
 fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    let engines = engines.get();
     if let Some(e) = engines.iter_mut().find(|e| e.0 == dev.spec.name) {
         e.2 += 1;
         return Ok(e.1.clone());
     }
     // ACKs ahead of the next request, as a NIC sends them: applications
     // written for hardware count on that order (see DeviceConfig).
+    // A child forked from here on opens devices of its own.
+    fork::watch_forks();
     let cfg = DeviceConfig {
         progress: Progress::Manual,
         scope_id: dev.spec.scope_id,
         ack_before_requests: true,
+        shared: shared_ports(),
         ..DeviceConfig::default()
     };
     let verbs =
@@ -190,7 +212,7 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     // Drained after a wait that may have failed (EINTR): it must not block.
     // SAFETY: fcntl on a descriptor we own.
     unsafe { libc::fcntl(kick.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    let activity = Arc::new(Activity { polls: AtomicU64::new(0), blocked: AtomicUsize::new(0), kick });
+    let activity = Arc::new(Activity { polls: PollClock::new(), blocked: AtomicUsize::new(0), kick });
     let idle = spawn_idle_progress(verbs.clone(), shared.clone(), activity.clone()).map_err(|e| {
         tracing::warn!(error = %e, "cannot start the idle-progress thread");
         libc::EAGAIN
@@ -201,10 +223,17 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     Ok(e)
 }
 
+/// Whether devices share their port with the host's other processes, as
+/// a NIC is shared (`SOFTROCE_SHARED`: on unless `0`, `off` or `no`).
+fn shared_ports() -> bool {
+    !matches!(std::env::var("SOFTROCE_SHARED").as_deref(), Ok("0" | "off" | "no"))
+}
+
 /// Drops one open of the engine of `name`; the last stops its thread.
 fn release(name: &str) {
     let last = {
         let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+        let engines = engines.get();
         let Some(i) = engines.iter().position(|e| e.0 == name) else { return };
         engines[i].2 -= 1;
         (engines[i].2 == 0).then(|| engines.swap_remove(i).1)
@@ -322,10 +351,14 @@ pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_cont
 /// progress if it did not poll meanwhile. It also moves the engine's
 /// asynchronous events to the context's queue and fd.
 ///
-/// While the application polls, it rests [`ACTIVE_LOOK`] at a time without
-/// watching the device (waking on every packet would take a core from a
-/// spinning application on a small machine); a thread that starts to block
-/// wakes it at once.
+/// While the application polls steadily, it rests [`ACTIVE_LOOK`] at a
+/// time without watching the device (waking on every packet would take a
+/// core from a spinning application on a small machine); a thread that
+/// starts to block wakes it at once. Polls now and then (as
+/// `ucx_perftest`'s TCP barrier makes every millisecond, or a spinning
+/// application preempted on a loaded machine) take what waits at that
+/// moment and let it rest only [`SHORT_LOOK`]; no poll at all, and it
+/// watches the device again.
 ///
 /// It never waits for the device lock: a held lock means a thread of the
 /// application is making progress. (Waiting for it made the application's
@@ -347,9 +380,11 @@ fn spawn_idle_progress(
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) };
         let [rx, ring] = verbs.wait_fds();
         let kick = activity.kick.as_raw_fd();
-        let mut seen = activity.polls.load(Ordering::Relaxed);
-        // The application polled since the last look.
-        let mut active = false;
+        // How long to rest without watching the device: the application
+        // polled (steadily: long) until the last look.
+        let mut rest: Option<Duration> = None;
+        // When the last look was (`polls::now_ns`).
+        let mut looked_at = now_ns();
         // This thread took packets and the application has not polled
         // since: it is elsewhere, so packets get no grace period.
         let mut away = false;
@@ -357,8 +392,8 @@ fn spawn_idle_progress(
         let mut moved_at: Option<std::time::Instant> = None;
         while !shared.stop.load(Ordering::Relaxed) {
             let blocked = activity.blocked.load(Ordering::SeqCst) > 0;
-            if active && !blocked {
-                wait_readable(&[kick], ACTIVE_LOOK);
+            if let Some(rest) = rest.filter(|_| !blocked) {
+                wait_readable(&[kick], rest);
             } else {
                 // Traffic flowing without the application: look again at
                 // once for a while (a sender waiting for our ACKs resumes
@@ -378,12 +413,17 @@ fn spawn_idle_progress(
                 }
             };
             deliver_all();
-            let now = activity.polls.load(Ordering::Relaxed);
-            active = now != seen;
-            if active {
-                // The application polls: its polls take the packets (and
-                // wake its threads that block), and fire the timers.
-                seen = now;
+            let now = now_ns();
+            let polling = activity.polls.look(now.saturating_sub(looked_at));
+            looked_at = now;
+            rest = match polling {
+                Polling::Steady => Some(ACTIVE_LOOK),
+                Polling::Now => Some(SHORT_LOOK),
+                Polling::None => None,
+            };
+            if polling != Polling::None {
+                // The application polls: its polls took the packets (and
+                // woke its threads that block), and fired the timers.
                 away = false;
                 continue;
             }

@@ -313,7 +313,7 @@ pub(crate) fn to_c(w: &WorkCompletion) -> ibv_wc {
         wc_flags: w.wc_flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: w.sl,
         dlid_path_bits: 0,
     }
 }

@@ -158,6 +158,10 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
     a.max_srq_wr = MAX_QP_WR as c_int;
     a.max_srq_sge = MAX_SGE as c_int;
     a.max_pkeys = 1;
+    // UD multicast, with rxe's limits (docs/multicast.md).
+    a.max_mcast_grp = rdma_core_rs::MAX_MCAST_GRP as c_int;
+    a.max_mcast_qp_attach = rdma_core_rs::MAX_MCAST_QP_ATTACH as c_int;
+    a.max_total_mcast_qp_attach = rdma_core_rs::MAX_TOTAL_MCAST_QP_ATTACH as c_int;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     a

@@ -33,11 +33,12 @@ pub fn set_errno(e: i32) {
 /// The errno a verbs call that failed with `e` reports, as the kernel and
 /// rdma-core's providers would.
 pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
-    use rdma_core_rs::{Error, VerbsError};
+    use rdma_core_rs::{Error, McastError, VerbsError};
     let v = |v: &VerbsError| match v {
         VerbsError::QueueFull { .. } => libc::ENOMEM,
         VerbsError::UnsupportedOp { .. } => libc::EOPNOTSUPP,
         VerbsError::XrcdInUse(_) => libc::EBUSY,
+        VerbsError::QpnsExhausted { .. } => libc::ENOMEM,
         _ => libc::EINVAL,
     };
     match e {
@@ -52,6 +53,12 @@ pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
         }),
         Error::InvalidArgument(_) | Error::WrongDevice(_) | Error::OutOfBounds { .. } => libc::EINVAL,
         Error::OutOfMemory { .. } => libc::ENOMEM,
+        // rxe's limits are ENOMEM; the rest is EINVAL, as ib_attach_mcast
+        // and the uverbs detach answer (docs/multicast.md).
+        Error::Mcast(m) => match m {
+            McastError::TooManyGroups | McastError::GroupFull { .. } | McastError::TooManyAttachments => libc::ENOMEM,
+            _ => libc::EINVAL,
+        },
     }
 }
 

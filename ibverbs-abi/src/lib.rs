@@ -16,6 +16,8 @@
 //! - `ffi`: panics stop at the boundary, errno, and the registries that
 //!   tell live objects from NULL or destroyed ones.
 //! - `provider_stubs`: the answers of every `mlx5dv_*`/`efadv_*` call.
+//! - `polls`: whether the application polls steadily, for the
+//!   idle-progress thread of `context`.
 //!
 //! Every exported function is `unsafe extern "C"`: its safety contract is
 //! libibverbs' (pointers the application got from this library, buffers of
@@ -30,9 +32,11 @@ mod cq;
 mod cq_ex;
 mod device;
 mod ffi;
+mod mcast;
 mod misc;
 mod mw;
 mod pd;
+mod polls;
 mod post;
 mod provider_stubs;
 mod qp;

@@ -219,16 +219,6 @@ fn our_sysfs_file(rel: &str) -> Option<Vec<u8>> {
     })
 }
 
-#[export_name = "softroce_ibv_attach_mcast"]
-pub extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-#[export_name = "softroce_ibv_detach_mcast"]
-pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-
 #[export_name = "softroce_ibv_resolve_eth_l2_from_gid"]
 pub extern "C" fn ibv_resolve_eth_l2_from_gid(
     _context: *mut ibv_context,

@@ -2,7 +2,8 @@
 //! `IBV_WR_BIND_MW` (type 2), WRITEs through a window (inside it, and
 //! outside it or after invalidation: remote access error, nothing
 //! touched), invalidation by `IBV_WR_LOCAL_INV` and by a peer's
-//! `IBV_WR_SEND_WITH_INV` (the receive says which key), and misuse: a
+//! `IBV_WR_SEND_WITH_INV` (the receive says which key; the same key sent
+//! again is refused, both completions REM_INV_REQ_ERR), and misuse: a
 //! region of another PD (EPERM), one without `IBV_ACCESS_MW_BIND`
 //! (`IBV_WC_MW_BIND_ERR`), deregistering a region with a window bound
 //! (EINVAL), type 1 invalidated remotely (refused).
@@ -155,6 +156,20 @@ int main(void) {
     printf("recv with_inv=%d rkey_ok=%d\n", !!(wc.wc_flags & IBV_WC_WITH_INV), wc.invalidated_rkey == k2);
     SHOW("write_after_remote_inv", write_via(k2, (uintptr_t)dst + 128, 4));
     SHOW("reconnect4", reconnect());
+    /* the same key once more, its window free now: NAK Invalid Request for
+     * the sender, the receive fails too, nothing of the payload placed (a
+     * free type 2 window's key panics Linux 6.12's rxe, docs/interop.md) */
+    static char rbuf2[64];
+    struct ibv_mr *mrb2 = ibv_reg_mr(pd, rbuf2, sizeof rbuf2, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_sge rs2 = { (uintptr_t)rbuf2, sizeof rbuf2, mrb2->lkey };
+    struct ibv_recv_wr rw2 = { .wr_id = 32, .sg_list = &rs2, .num_sge = 1 };
+    ibv_post_recv(b, &rw2, &rbad);
+    inv.wr_id = 33;
+    SHOW("send_with_inv_again", ibv_post_send(a, &inv, &bad));
+    SHOW("send_with_inv_again_wc", wait_for(33, NULL));
+    SHOW("recv_again_wc", wait_for(32, NULL));
+    printf("second invalidation placed nothing %d\n", rbuf2[0] == 0);
+    SHOW("reconnect4b", reconnect());
     /* bound again, invalidated locally */
     k2 = ibv_inc_rkey(k2); bw.bind_mw.rkey = k2; bw.wr_id = 21;
     ibv_post_send(b, &bw, &bad);
@@ -177,8 +192,8 @@ int main(void) {
 #[test]
 fn memory_windows_bind_guard_and_invalidate_from_c() {
     let Some(text) = common::run_c("mw", "mw0=127.0.13.8", PROGRAM) else { return };
-    // ibv_wc_status: 6 MW_BIND_ERR, 10 REM_ACCESS_ERR.
-    let (bind_err, rem_access) = (6, 10);
+    // ibv_wc_status: 6 MW_BIND_ERR, 9 REM_INV_REQ_ERR, 10 REM_ACCESS_ERR.
+    let (bind_err, rem_inv_req, rem_access) = (6, 9, 10);
     let expect: &[(&str, i64, Option<i32>)] = &[
         ("connect", 0, None),
         ("alloc_type1", 0, None),
@@ -205,6 +220,10 @@ fn memory_windows_bind_guard_and_invalidate_from_c() {
         ("recv_wc", 0, None),
         ("write_after_remote_inv", rem_access, None),
         ("reconnect4", 0, None),
+        ("send_with_inv_again", 0, None),
+        ("send_with_inv_again_wc", rem_inv_req, None),
+        ("recv_again_wc", rem_inv_req, None),
+        ("reconnect4b", 0, None),
         ("rebind_type2_wc", 0, None),
         ("local_inv", 0, None),
         ("local_inv_wc", 0, None),
@@ -225,6 +244,7 @@ fn memory_windows_bind_guard_and_invalidate_from_c() {
             "dst untouched 1",
             "dst+128 \"through the window\"",
             "recv with_inv=1 rkey_ok=1",
+            "second invalidation placed nothing 1",
             "local_inv opcode=6",
             "alive",
         ],

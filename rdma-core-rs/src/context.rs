@@ -406,6 +406,10 @@ impl Context {
                 ep.set_ipv4_ident_unknown(true); // see crate::udp
                 let io = UdpIo::bind(device.addr(), cfg)?;
                 ep.set_payload_by_reference(io.sends_by_reference());
+                if let Some(m) = io.member() {
+                    // The host steers packets to this process by its QPNs.
+                    ep.set_qpn_range(crate::share::steer::qpn_range(m.slot()))?;
+                }
                 Io::Udp(io)
             }
             backend => {
@@ -554,8 +558,9 @@ impl Context {
     }
 
     /// What a blocking wait sleeps on in `poll(2)`: readable when packets
-    /// wait for this device (the receive socket and, with io_uring, the
-    /// ring; -1 for none). For a caller that watches the device from its
+    /// wait for this device (UDP: the receive socket, and an epoll set of
+    /// its multicast group sockets and, with io_uring, the ring; a frame
+    /// link: its fd and -1). For a caller that watches the device from its
     /// own thread and drives progress only when nobody else does.
     pub fn wait_fds(&self) -> [RawFd; 2] {
         self.inner.wait_fds

@@ -162,6 +162,14 @@ pub struct DeviceConfig {
     /// counted. The notification point (CNPs sent for CE-marked data) runs
     /// either way.
     pub congestion_control: Option<rdma_transport::cc::DcqcnParams>,
+    /// Shares the device's UDP port with the other processes of the host
+    /// that open it (as on a NIC: one address, one GID; see
+    /// [`crate::share`]): each process binds the port with `SO_REUSEPORT`,
+    /// makes its QPs in a range of its own, and the kernel steers each
+    /// packet to the process of its destination. Off by default: the
+    /// device then binds the port alone (a second process gets
+    /// EADDRINUSE), with UDP GRO, which a shared port cannot use.
+    pub shared: bool,
 }
 
 impl DeviceConfig {
@@ -190,6 +198,7 @@ impl Default for DeviceConfig {
             io_driver: IoDriver::Sockets,
             ecn_capable: true,
             congestion_control: None,
+            shared: false,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Errors of the verbs API.
 
-use rdma_transport::VerbsError;
+use rdma_transport::{McastError, VerbsError};
 use std::io;
 
 /// What went wrong in a verbs call. Every variant names the object or the
@@ -10,6 +10,10 @@ pub enum Error {
     /// The transport refused the request (bad state, queue full, ...).
     #[error(transparent)]
     Verbs(#[from] VerbsError),
+    /// A multicast attach or detach was refused (not a UD QP, not a
+    /// multicast GID, not attached, a limit).
+    #[error(transparent)]
+    Mcast(#[from] McastError),
     /// A posted list failed at one work request; those before it were posted.
     #[error("work request {index} of the list (wr_id {wr_id}) was refused: {source}")]
     Post { index: usize, wr_id: u64, source: VerbsError },

@@ -121,9 +121,33 @@ impl Io {
         }
     }
 
+    /// The device receives packets sent to the multicast group `gid`
+    /// (counted; see `UdpIo::join_group`). Frame links get multicast
+    /// frames broadcast, so they have nothing to join.
+    pub(crate) fn join_group(&mut self, gid: std::net::IpAddr) -> io::Result<()> {
+        match self {
+            Io::Udp(u) => u.join_group(gid),
+            Io::Frames(_) => Ok(()),
+        }
+    }
+
+    pub(crate) fn leave_group(&mut self, gid: std::net::IpAddr) {
+        if let Io::Udp(u) = self {
+            u.leave_group(gid)
+        }
+    }
+
     pub(crate) fn release_port(&mut self, port: u16) {
         if let Io::Udp(u) = self {
             u.release_port(port)
+        }
+    }
+
+    /// The device's membership of its shared port, if it shares it.
+    pub(crate) fn member(&self) -> Option<&crate::share::Member> {
+        match self {
+            Io::Udp(u) => u.member(),
+            Io::Frames(_) => None,
         }
     }
 }

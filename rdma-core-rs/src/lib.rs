@@ -20,6 +20,7 @@
 //! | `ibv_create_srq`, `ibv_post_srq_recv` | [`ProtectionDomain::create_srq`], [`SharedReceiveQueue::post_recv`] |
 //! | `ibv_create_ah` | [`ProtectionDomain::create_ah`], [`ProtectionDomain::create_ah_av`] (IB LID routes) → [`AddressHandle::ud_dest`] |
 //! | `ibv_get_async_event` | [`Context::get_async_event`] |
+//! | `ibv_attach_mcast`, `ibv_detach_mcast` | [`QueuePair::attach_mcast`], [`QueuePair::detach_mcast`] (UD; docs/multicast.md) |
 //! | `ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw` | [`ProtectionDomain::alloc_mw`] → [`MemoryWindow::bind`] (type 1), [`MemoryWindow::bind_wr`] / [`SendOp::BindMw`] (type 2), drop |
 //!
 //! Work requests, completions, attributes and status codes are the
@@ -64,9 +65,11 @@ pub mod fuzzing;
 mod io;
 mod io_stats;
 pub mod link;
+mod mcast;
 mod mw;
 mod pd;
 mod qp;
+pub mod share;
 pub mod udp;
 mod xrc;
 
@@ -83,6 +86,8 @@ pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
 pub use pd::{AdviseMr, MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rdma_transport::cc::DcqcnParams;
+/// Multicast: why an attach or detach was refused, the multicast QPN.
+pub use rdma_transport::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
 pub use rdma_transport::qp::{QpParams, QpStats};
 /// The operands of [`SendOp::Flush`] (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_RANGE`, ...).
 pub use rdma_transport::wr::flush;
@@ -91,9 +96,10 @@ pub use rdma_transport::Drop as DropReason;
 pub use rdma_transport::LinkKind;
 pub use rdma_transport::XrcdId;
 pub use rdma_transport::{
-    wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendOp, SendWr,
-    Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    roce_packet_type, wc_flags, Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr,
+    SendOp, SendWr, Sge, SrqId, Stats, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+pub use rdma_transport::{McastError, MULTICAST_QPN};
 /// Memory windows' types and what a bound one reaches.
 pub use rdma_transport::{MwId, MwType, WindowBinding};
 pub use udp::{IoDriver, Offloads};

@@ -130,8 +130,12 @@ impl ProtectionDomain {
     /// one (a GID in `dest` as well), which [`AhAttr`] cannot say.
     pub fn create_ah_av(&self, av: AddressVector) -> Result<AddressHandle> {
         let ib = self.ctx.link_kind() == rdma_transport::LinkKind::Ib;
-        if ib && !(1..=0xbfff).contains(&av.dlid) {
-            return Err(Error::InvalidArgument(format!("address handle: DLID {} is not a unicast LID", av.dlid)));
+        // A multicast LID is a destination too: the group's (docs/multicast.md).
+        if ib && !(1..=0xbfff).contains(&av.dlid) && !rdma_transport::mcast::is_multicast_lid(av.dlid) {
+            return Err(Error::InvalidArgument(format!(
+                "address handle: DLID {} is neither a unicast nor a multicast LID",
+                av.dlid
+            )));
         }
         if !ib && av.dest.is_unspecified() {
             return Err(Error::InvalidArgument("address handle: RoCE needs a destination GID".into()));
@@ -242,6 +246,11 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let mut st = self.ctx.inner.lock();
         self.ctx.inner.release_acks(&mut st);
+        // The backend leaves the multicast groups the QP held (the engine
+        // forgets its memberships with the QP).
+        for (gid, _) in st.ep.mcast_groups_of(self.qpn) {
+            st.io.leave_group(gid);
+        }
         let _ = st.ep.destroy_qp(self.qpn);
         st.io.release_port(self.src_port);
     }

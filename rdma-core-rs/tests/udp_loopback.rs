@@ -255,7 +255,9 @@ fn a_ud_receive_sees_the_senders_hop_limit_and_traffic_class_in_its_grh() {
         let (a, _) = Side::new(&format!("ud-ttl-a-{}", driver.name()), a_ip, QpType::Ud, cfg.clone(), None);
         let (b, _) = Side::new(&format!("ud-ttl-b-{}", driver.name()), b_ip, QpType::Ud, cfg.clone(), None);
         eprintln!("driver {}", b.ctx.io_driver().name());
-        let grh = ud_grh(&a, &b.qp, &b.cq, &b.mr, b.ctx.query_gid(0).unwrap(), HOP_LIMIT, DSCP_26);
+        let (grh, sl) = ud_grh(&a, &b.qp, &b.cq, &b.mr, b.ctx.query_gid(0).unwrap(), HOP_LIMIT, DSCP_26);
+        // The packet type in `sl`, as ConnectX reports it (UCX reads it).
+        assert_eq!(sl, roce_packet_type::ROCE_V2_IPV4, "{}: RoCE v2 over IPv4", driver.name());
         let ip = &grh[20..];
         assert_eq!(ip[0], 0x45, "{}: an IPv4 header in the GRH's last 20 bytes: {grh:02x?}", driver.name());
         assert_eq!((ip[8], ip[1]), (HOP_LIMIT, DSCP_26 | ECT0), "{}: IPv4 TTL and TOS", driver.name());
@@ -267,8 +269,9 @@ fn a_ud_receive_sees_the_senders_hop_limit_and_traffic_class_in_its_grh() {
         let cq = c.ctx.create_cq(16, None).unwrap();
         let qp = c.pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
         let mr = c.pd.reg_mr(4096, Access::ALL).unwrap();
-        let grh = ud_grh(&c, &qp, &cq, &mr, c.ctx.query_gid(0).unwrap(), HOP_LIMIT, DSCP_26);
+        let (grh, sl) = ud_grh(&c, &qp, &cq, &mr, c.ctx.query_gid(0).unwrap(), HOP_LIMIT, DSCP_26);
         assert_eq!(grh[0] >> 4, 6, "{}: an IPv6 header: {grh:02x?}", driver.name());
+        assert_eq!(sl, roce_packet_type::ROCE_V2_IPV6, "{}: RoCE v2 over IPv6", driver.name());
         let traffic_class = (grh[0] << 4) | (grh[1] >> 4);
         assert_eq!((grh[7], traffic_class), (HOP_LIMIT, DSCP_26 | ECT0), "{}: hop limit, traffic class", driver.name());
     }
@@ -276,7 +279,8 @@ fn a_ud_receive_sees_the_senders_hop_limit_and_traffic_class_in_its_grh() {
 
 /// Sends 64 bytes from `from`'s UD QP through an address handle to `gid`
 /// with `hop_limit` and `traffic_class`, to UD QP `qp` (completions on
-/// `cq`, buffer in `mr`), and returns the receive's 40-byte GRH area.
+/// `cq`, buffer in `mr`), and returns the receive's 40-byte GRH area and
+/// its completion's `sl`.
 fn ud_grh(
     from: &Side,
     qp: &QueuePair,
@@ -285,7 +289,7 @@ fn ud_grh(
     gid: Gid,
     hop_limit: u8,
     traffic_class: u8,
-) -> Vec<u8> {
+) -> (Vec<u8>, u8) {
     let qkey = ConnectOptions::default().qkey;
     // UD "connects" only to reach RTS: the peer is the address handle's.
     from.qp.connect(1, &PeerInfo { qpn: qp.qp_num(), psn: 0, gid }, &ConnectOptions::default()).unwrap();
@@ -304,7 +308,7 @@ fn ud_grh(
     assert_ne!(r.wc_flags & wc_flags::GRH, 0);
     let got = mr.to_vec();
     assert_eq!(&got[40..104], &pattern(64, 3)[..]);
-    got[..40].to_vec()
+    (got[..40].to_vec(), r.sl)
 }
 
 #[test]

@@ -10,23 +10,7 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-
-fn link_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmacm-abi-header-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("make a temporary directory");
-    for (n, lib) in [
-        ("libibverbs.so.1", common::libibverbs()),
-        ("libibverbs.so", common::libibverbs()),
-        ("librdmacm.so.1", common::librdmacm()),
-        ("librdmacm.so", common::librdmacm()),
-    ] {
-        std::os::unix::fs::symlink(lib, dir.join(n)).expect("link the library");
-    }
-    dir
-}
 
 const PROGRAM: &str = r#"
 #define _GNU_SOURCE
@@ -97,7 +81,7 @@ int main(void)
 	inet_pton(AF_INET, "127.0.173.99", &src.sin_addr); /* no device has it */
 	inet_pton(AF_INET, "127.0.173.1", &dst.sin_addr);
 	errno = 0; CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 1000) == -1 && errno == ENODEV);
-	errno = 0; CHECK(rdma_join_multicast(id, (struct sockaddr *)&dst, NULL) == -1 && errno == ENOSYS);
+	errno = 0; CHECK(rdma_join_multicast(id, (struct sockaddr *)&dst, NULL) == -1 && errno == EINVAL); /* no device yet */
 
 	/* Address and route: events on the fd, the ID's fields filled. */
 	inet_pton(AF_INET, "127.0.173.2", &src.sin_addr);
@@ -117,6 +101,36 @@ int main(void)
 	ev = next_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
 	CHECK(ev && ev->id == id);
 	CHECK(rdma_ack_cm_event(ev) == 0);
+
+	/* Multicast (docs/multicast.md): a route-resolved ID may not join (as
+	 * the kernel); a bound UD ID gets MULTICAST_JOIN with the group's UD
+	 * address and the join's context; leaving twice, an IPv6 group and a
+	 * bad join_ex are refused with librdmacm's and the kernel's errno. */
+	struct sockaddr_in grp = { .sin_family = AF_INET };
+	inet_pton(AF_INET, "239.21.0.9", &grp.sin_addr);
+	errno = 0; CHECK(rdma_join_multicast(id, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL);
+	struct rdma_cm_id *mid = NULL;
+	CHECK(rdma_create_id(ch, &mid, NULL, RDMA_PS_UDP) == 0);
+	struct sockaddr_in mbind = { .sin_family = AF_INET };
+	inet_pton(AF_INET, "127.0.173.2", &mbind.sin_addr);
+	CHECK(rdma_bind_addr(mid, (struct sockaddr *)&mbind) == 0);
+	CHECK(mid->verbs != NULL && mid->pd != NULL && mid->pd->context == mid->verbs); /* librdmacm's device PD */
+	CHECK(rdma_join_multicast(mid, (struct sockaddr *)&grp, &ctx_token) == 0);
+	ev = next_event(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+	CHECK(ev && ev->id == mid && ev->status == 0);
+	CHECK(ev && ev->param.ud.qp_num == 0xffffff && ev->param.ud.qkey == 0x01234567);
+	CHECK(ev && ev->param.ud.private_data == &ctx_token && ev->param.ud.ah_attr.is_global == 1);
+	CHECK(ev && ev->param.ud.ah_attr.grh.dgid.raw[10] == 0xff && ev->param.ud.ah_attr.grh.dgid.raw[11] == 0xff
+	      && memcmp(&ev->param.ud.ah_attr.grh.dgid.raw[12], &grp.sin_addr, 4) == 0);
+	CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(rdma_leave_multicast(mid, (struct sockaddr *)&grp) == 0);
+	errno = 0; CHECK(rdma_leave_multicast(mid, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL);
+	struct sockaddr_in6 grp6 = { .sin6_family = AF_INET6 };
+	inet_pton(AF_INET6, "ff0e::21:9", &grp6.sin6_addr);
+	errno = 0; CHECK(rdma_join_multicast(mid, (struct sockaddr *)&grp6, NULL) == -1 && errno == 524);
+	struct rdma_cm_join_mc_attr_ex mx = { .comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS, .addr = (struct sockaddr *)&grp };
+	errno = 0; CHECK(rdma_join_multicast_ex(mid, &mx, NULL) == -1 && errno == EINVAL); /* no join flags */
+	CHECK(rdma_destroy_id(mid) == 0);
 
 	/* A non-blocking channel with nothing queued. */
 	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
@@ -180,24 +194,13 @@ fn layouts_match_rdma_cma_h_and_the_calls_behave_from_c() {
         testkit::skip("<rdma/rdma_cma.h> is not installed (apt-get install librdmacm-dev)");
         return;
     }
-    let dir = link_dir();
+    let dir = common::link_dir("header");
     let mut src = String::from(PROGRAM);
     src.push_str("\n/* The layouts of ibverbs-abi's rdmacm::abi. */\n");
     for (expr, value) in ibverbs_abi::rdmacm::abi::layout() {
         src.push_str(&format!("_Static_assert({expr} == {value}, \"{expr} is {value} in Rust\");\n"));
     }
-    let c = dir.join("header.c");
-    std::fs::write(&c, &src).expect("write the C source");
-    let exe = dir.join("header");
-    let out = Command::new("cc")
-        .args(["-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lrdmacm", "-libverbs", "-ldl"])
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc failed (a layout differs?):\n{}", common::show(&out));
+    let exe = common::compile_c(&dir, "header", &src, &["-lrdmacm", "-libverbs", "-ldl"], " (a layout differs?)");
     let run = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
         .env("SOFTROCE_DEVICES", "rxe0=127.0.173.2")

@@ -1,14 +1,15 @@
 //! librdmacm's synchronous mode from C: IDs made with no event channel
 //! (`rdma_create_id(NULL, ...)`, as libfabric's verbs provider makes them),
 //! whose calls block until their event and leave it in `id->event`;
-//! `rdma_get_request` on a synchronous listener. Two processes (a fork),
+//! `rdma_get_request` on a synchronous listener. `id->pd` is the device's
+//! default PD as soon as `id->verbs` is set (bind, resolve, a request's new
+//! ID), as librdmacm has it: a QP of the application's own on it works. Two processes (a fork),
 //! each with a device of its own on 127.0.191.x, over this build's
 //! librdmacm.so.1 and libibverbs.so.1. The C program compiles against the
 //! system's `<rdma/rdma_cma.h>` (librdmacm-dev).
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -66,6 +67,8 @@ static int server(int port_out)
 	CHECK(listen->channel != NULL && listen->event == NULL);
 	struct sockaddr_in a = sin_of(SERVER, 0);
 	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&a) == 0);
+	/* a device's address: id->verbs and its default PD, as librdmacm's ucma_get_device */
+	CHECK(listen->verbs && listen->pd && listen->pd->context == listen->verbs);
 	uint16_t port = ntohs(rdma_get_src_port(listen));
 	CHECK(port != 0); /* picked at bind time */
 	CHECK(rdma_listen(listen, 4) == 0);
@@ -80,6 +83,7 @@ static int server(int port_out)
 	CHECK(conn->event->param.conn.private_data_len >= 10);
 	CHECK(memcmp(conn->event->param.conn.private_data, "sync hello", 10) == 0);
 	CHECK(conn->verbs == listen->verbs);
+	CHECK(conn->pd && conn->pd->context == conn->verbs); /* before any QP */
 
 	struct ibv_qp_init_attr qa = qp_attr();
 	CHECK(rdma_create_qp(conn, NULL, &qa) == 0 && conn->qp && conn->recv_cq && conn->pd);
@@ -123,6 +127,7 @@ static int client(int port_in)
 	/* Each call returns with its event in id->event: no rdma_get_cm_event. */
 	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0);
 	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ADDR_RESOLVED && id->verbs);
+	CHECK(id->pd && id->pd->context == id->verbs);
 	CHECK(rdma_resolve_route(id, 2000) == 0);
 	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
 	struct ibv_qp_init_attr qa = qp_attr();
@@ -175,6 +180,16 @@ static int client(int port_in)
 	struct rdma_cm_event *ev;
 	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
 	CHECK(rdma_ack_cm_event(ev) == 0);
+	/* A QP of the application's own on the ID's PD and a CQ of its context
+	 * (pyverbs' external-QP rdmacm test): id->pd is there without rdma_create_qp. */
+	CHECK(id->pd && id->pd->context == id->verbs && id->qp == NULL);
+	struct ibv_cq *ext_cq = ibv_create_cq(id->verbs, 4, NULL, NULL, 0);
+	CHECK(ext_cq);
+	qa = qp_attr();
+	qa.send_cq = qa.recv_cq = ext_cq;
+	struct ibv_qp *ext_qp = ibv_create_qp(id->pd, &qa);
+	CHECK(ext_qp);
+	CHECK(ibv_destroy_qp(ext_qp) == 0 && ibv_destroy_cq(ext_cq) == 0);
 	CHECK(rdma_destroy_id(id) == 0);
 	rdma_destroy_event_channel(ch);
 	printf("client OK\n");
@@ -211,40 +226,14 @@ int main(void)
 }
 "#;
 
-fn link_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmacm-abi-sync-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("make a temporary directory");
-    for (n, lib) in [
-        ("libibverbs.so.1", common::libibverbs()),
-        ("libibverbs.so", common::libibverbs()),
-        ("librdmacm.so.1", common::librdmacm()),
-        ("librdmacm.so", common::librdmacm()),
-    ] {
-        std::os::unix::fs::symlink(lib, dir.join(n)).expect("link the library");
-    }
-    dir
-}
-
 #[test]
 fn synchronous_ids_block_in_each_call_between_two_processes() {
     if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
         testkit::skip("<rdma/rdma_cma.h> is not installed (apt-get install librdmacm-dev)");
         return;
     }
-    let dir = link_dir();
-    let c = dir.join("sync_mode.c");
-    std::fs::write(&c, PROGRAM).expect("write the C source");
-    let exe = dir.join("sync_mode");
-    let out = Command::new("cc")
-        .args(["-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc failed:\n{}", common::show(&out));
+    let dir = common::link_dir("sync");
+    let exe = common::compile_c(&dir, "sync_mode", PROGRAM, &["-lrdmacm", "-libverbs"], "");
     let child = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
         .env_remove("SOFTROCE_LOG")

@@ -26,7 +26,11 @@
 # Debian release: bookworm, the default, is Linux 6.1 with rdma-core 44;
 # trixie is Linux 6.12 with rdma-core 56, its packages fetched through an APT
 # configuration of its own in its cache, default ~/.cache/softroce-lab-trixie,
-# so the host's sources and lists stay as they are).
+# so the host's sources and lists stay as they are), SRLAB_PYVERBS=1 (bookworm
+# only: `prepare` also makes $CACHE/pyverbs.gz, Python 3.11, Debian's
+# python3-pyverbs 44 with rdma-core 44's test suite in /opt/pyverbs-suite and
+# the veth module, and `up` boots with it appended to the initramfs; see
+# scripts/lab/pyverbs-rxe.sh).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,6 +66,13 @@ if [ "$GUEST" = trixie ]; then
  libbsd0 libmd0 kmod libkmod2 bash libtinfo6 tcpdump libpcap0.8t64 libdbus-1-3 libsystemd0 liblz4-1 libxxhash0
  libgcrypt20 libgpg-error0"
 fi
+# SRLAB_PYVERBS=1: what rdma-core 44's pyverbs test suite needs on top, in
+# an archive of its own appended to the initramfs at boot (the default
+# image, and so every other row of the lab, stays as it was).
+PYVERBS=${SRLAB_PYVERBS:-0}
+PYVERBS_PACKAGES="python3-pyverbs libpython3.11 python3 python3-minimal python3.11 python3.11-minimal
+ libpython3-stdlib libpython3.11-stdlib libpython3.11-minimal libexpat1 libffi8 libbz2-1.0 libcrypt1 libncursesw6
+ libnsl2 libreadline8 readline-common libsqlite3-0 libuuid1 media-types"
 # Kernel modules the guest loads (their dependencies come along).
 GUEST_MODULES="rdma_rxe rdma_ucm ib_umad ib_uverbs virtio_net virtio_pci 9pnet_virtio 9p crc32_generic
  crc32c_generic sch_netem sch_tbf"
@@ -99,8 +110,10 @@ apt_setup() {
         apt-get "${APT_OPTS[@]}" update -q >/dev/null || die "apt-get update (trixie) failed"
 }
 
-fetch_debs() {
-    (cd "$CACHE/debs" && for p in "$1" $GUEST_PACKAGES; do
+fetch_debs() { # PACKAGE... (default: the kernel package $1 and GUEST_PACKAGES)
+    local list="$*"
+    [ $# -gt 1 ] || list="$1 $GUEST_PACKAGES"
+    (cd "$CACHE/debs" && for p in $list; do
         ls "${p}"_*.deb >/dev/null 2>&1 ||
             apt-get "${APT_OPTS[@]}" -o APT::Sandbox::User=root download -q "$p" >/dev/null || exit 1
     done)
@@ -188,6 +201,38 @@ prepare() {
     echo "lab: prepared kernel $kver and $(du -h "$CACHE/initramfs.gz" | cut -f1) initramfs in $CACHE"
 }
 
+# The pyverbs archive ($CACHE/pyverbs.gz): Python and python3-pyverbs from
+# the same Debian release as the guest, the suite (the tests/ directory that
+# python3-pyverbs ships, uncompressed, in /opt/pyverbs-suite) and veth.ko (a
+# second netdev for a second rxe device). Remade when the package list or
+# the kernel changes.
+prepare_pyverbs() {
+    [ "$GUEST" = bookworm ] || die "SRLAB_PYVERBS: the suite is rdma-core 44's, for the bookworm guest only"
+    local kver stamp x=$CACHE/pyverbs root p
+    kver=$(cat "$CACHE/ready")
+    stamp="$kver $(echo $PYVERBS_PACKAGES | md5sum | cut -c1-12)"
+    if [ -e "$x.ready" ] && [ "$(cat "$x.ready")" = "$stamp" ]; then
+        echo "lab: pyverbs archive for kernel $kver already prepared in $CACHE"
+        return
+    fi
+    echo "lab: downloading $(echo $PYVERBS_PACKAGES | wc -w) packages for the pyverbs suite into $CACHE/debs"
+    fetch_debs $PYVERBS_PACKAGES || { apt-get "${APT_OPTS[@]}" update -q >/dev/null && fetch_debs $PYVERBS_PACKAGES; } ||
+        die "apt-get download failed"
+    root=$x.root
+    rm -rf "$root" && mkdir -p "$root"
+    for p in $PYVERBS_PACKAGES; do dpkg -x "$(ls "$CACHE/debs/${p}"_*.deb | head -1)" "$root"; done
+    mkdir -p "$root/opt/pyverbs-suite"
+    cp -r "$root/usr/share/doc/rdma-core/tests" "$root/opt/pyverbs-suite/"
+    gunzip -f "$root"/opt/pyverbs-suite/tests/*.gz
+    rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/locale"
+    mkdir -p "$root/lib/modules/$kver/extra"
+    cp "$CACHE/kernel/lib/modules/$kver/kernel/drivers/net/veth.ko" "$root/lib/modules/$kver/extra/"
+    (cd "$root" && find . -mindepth 1 | cpio -o -H newc --quiet | gzip -1 >"$x.gz.new")
+    mv "$x.gz.new" "$x.gz"
+    echo "$stamp" >"$x.ready"
+    echo "lab: prepared the pyverbs archive, $(du -h "$x.gz" | cut -f1), in $CACHE"
+}
+
 # Rebuilds the initramfs when guest-init.sh changed since the last prepare.
 refresh_init() {
     [ -e "$CACHE/ready" ] || die "the guest is not prepared: run '$0 prepare' first"
@@ -214,8 +259,14 @@ net_up() {
 }
 
 boot() {
-    local k=$1 tap=srtap$1 accel
+    local k=$1 tap=srtap$1 accel initrd=$CACHE/initramfs.gz
     local share=$RUN/share
+    if [ "$PYVERBS" = 1 ]; then
+        # a second archive after the first: the kernel unpacks both
+        [ -e "$CACHE/pyverbs.gz" ] || die "no pyverbs archive: run 'SRLAB_PYVERBS=1 $0 prepare' first"
+        initrd=$RUN/initrd-pyverbs.gz
+        cat "$CACHE/initramfs.gz" "$CACHE/pyverbs.gz" >"$initrd"
+    fi
     mkdir -p "$share/vm$k"
     rm -rf "${share:?}/vm$k"/{jobs,done,ready}
     in_ns ip tuntap add dev "$tap" mode tap
@@ -227,7 +278,7 @@ boot() {
     # shellcheck disable=SC2086
     in_ns qemu-system-x86_64 $accel -m "$MEM" -smp 1 -name "srlab-vm$k" \
         -nodefaults -display none -no-reboot \
-        -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.gz" \
+        -kernel "$CACHE/vmlinuz" -initrd "$initrd" \
         -append "console=ttyS0 panic=-1 quiet srlab.vm=$k srlab.ip4=$(guest_ip4 "$k")/24 srlab.ip6=$(guest_ip6 "$k")/64 srlab.mtu=$MTU" \
         -serial "file:$RUN/vm$k.console" \
         -netdev "tap,id=net0,ifname=$tap,script=no,downscript=no" \
@@ -342,7 +393,7 @@ mkdir -p "$RUN"
 cmd=${1:-help}
 shift || true
 case "$cmd" in
-    prepare) prepare ;;
+    prepare) prepare; [ "$PYVERBS" = 1 ] && prepare_pyverbs; true ;;
     up) up "$@" ;;
     down) down ;;
     run) id=$(submit "$1" "$2"); wait_job "$1" "$id" "${3:-300}" ;;
@@ -358,6 +409,6 @@ case "$cmd" in
     status) status ;;
     guest-ip4) guest_ip4 "$1" ;;
     guest-ip6) guest_ip6 "$1" ;;
-    help | -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help | -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command $cmd (try: $0 help)" ;;
 esac

@@ -2,7 +2,11 @@
 """Runs rdma-core's pyverbs test suite (its `tests` package, as its own
 run_tests.py loads it) and writes one JSON record per test: its id, its
 outcome (pass, fail, error, skip) and, for a skip, the reason; for a
-failure or error, the traceback.
+failure or error, the traceback, and in "output" what the test printed
+(its processes too: the rdmacm tests' two sides print their own errors,
+"Player active got: ...", which the parent's exception does not carry).
+Each test's file descriptors 1 and 2 go to a file while it runs; what it
+printed is then copied to stderr, so the log reads as without it.
 
 Usage: run_suite.py SUITE_DIR OUT.json [unittest names...]
 SUITE_DIR holds the suite's `tests/` directory. Run it under softroce-run
@@ -11,6 +15,7 @@ SUITE_DIR holds the suite's `tests/` directory. Run it under softroce-run
 import json
 import os
 import sys
+import tempfile
 import traceback
 import unittest
 from importlib.machinery import SourceFileLoader
@@ -23,6 +28,31 @@ class Recorder(unittest.TextTestResult):
 
     def _add(self, test, outcome, detail=""):
         self.records.append({"id": test.id(), "outcome": outcome, "detail": detail})
+
+    def startTest(self, test):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._captured = tempfile.TemporaryFile()
+        self._saved = (os.dup(1), os.dup(2))
+        os.dup2(self._captured.fileno(), 1)
+        os.dup2(self._captured.fileno(), 2)
+        super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._captured.seek(0)
+        text = self._captured.read().decode(errors="replace")
+        self._captured.close()
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        last = self.records[-1] if self.records else None
+        if last and last["id"] == test.id() and last["outcome"] in ("fail", "error"):
+            last["output"] = text[-4000:]
 
     def addSuccess(self, test):
         super().addSuccess(test)

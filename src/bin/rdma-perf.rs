@@ -122,6 +122,10 @@ struct Args {
     /// connected sends (for comparison).
     #[arg(long = "unconnected")]
     unconnected: bool,
+    /// Share each device's UDP port with the host's other processes, as
+    /// the drop-in libibverbs does (no GRO; see docs/shared-device.md).
+    #[arg(long = "shared")]
+    shared: bool,
     /// Microseconds a lone ACK may wait to leave with the next packet sent,
     /// so that a reply carries it (0: every ACK at once, as rxe does).
     /// Only QPs that send themselves hold ACKs.
@@ -284,6 +288,7 @@ fn config(a: &Args) -> Result<Config, String> {
         spin: Duration::from_micros(a.spin_us),
         plain_datagrams: a.no_offload,
         unconnected_sends: a.unconnected,
+        shared: a.shared,
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),
         mem_budget: a.mem_budget,

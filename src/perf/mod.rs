@@ -172,6 +172,9 @@ pub struct Config {
     pub plain_datagrams: bool,
     /// Send from unconnected sockets (`DeviceConfig::unconnected_sends`).
     pub unconnected_sends: bool,
+    /// Share the device's port with the host's other processes, as the
+    /// drop-in library does (`DeviceConfig::shared`; `--shared`).
+    pub shared: bool,
     /// How long a lone ACK may wait for company (`DeviceConfig::ack_delay`).
     pub ack_delay: Duration,
     /// The system calls that move packets (`DeviceConfig::io_driver`).
@@ -217,6 +220,7 @@ impl Config {
             spin: self.spin,
             plain_datagrams: self.plain_datagrams,
             unconnected_sends: self.unconnected_sends,
+            shared: self.shared,
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,
             ecn_capable: self.ecn_capable,

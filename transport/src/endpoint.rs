@@ -26,6 +26,7 @@ use crate::cc::DcqcnParams;
 use crate::error::{DeregError, VerbsError};
 use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
+use crate::mcast::{McastError, McastTable};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::paths::PathTable;
 use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, XrcdId};
@@ -62,6 +63,8 @@ pub const MAX_PKEYS: usize = 16;
 const FIRST_QPN: u32 = 0x11;
 /// The first QPN is drawn from this many numbers above [`FIRST_QPN`].
 const QPN_START_SPREAD: u32 = 1 << 22;
+/// One past the highest QPN a created QP gets (0xFFFFFF is multicast's).
+const QPN_END: u32 = 0xff_ffff;
 
 /// One soft RDMA device.
 #[derive(Debug)]
@@ -71,6 +74,8 @@ pub struct Endpoint {
     next_pd: u32,
     qps: BTreeMap<u32, Qp>,
     next_qpn: u32,
+    /// The QPNs this device may hand out ([`Endpoint::set_qpn_range`]).
+    qpn_range: std::ops::Range<u32>,
     cqs: CqTable,
     srqs: SrqTable,
     /// XRC domains: whether each is open.
@@ -117,6 +122,8 @@ pub struct Endpoint {
     gsi_first_tid: u64,
     /// Native IB: the LIDs of GIDs (see [`crate::paths`]).
     paths: PathTable,
+    /// Multicast groups and their UD QPs (see [`crate::mcast`]).
+    mcast: McastTable,
 }
 
 /// The notification point's settings while congestion control is off:
@@ -149,6 +156,7 @@ impl Endpoint {
             next_pd: 1,
             qps: BTreeMap::new(),
             next_qpn,
+            qpn_range: FIRST_QPN..QPN_END,
             cqs: CqTable::default(),
             srqs: SrqTable::default(),
             xrcds: Vec::new(),
@@ -171,6 +179,7 @@ impl Endpoint {
             gsi: None,
             gsi_first_tid,
             paths: PathTable::default(),
+            mcast: McastTable::default(),
         }
     }
 
@@ -593,7 +602,7 @@ impl Endpoint {
                     srq: None,
                     cap: crate::qp::QpCap { max_send_wr: 0, max_recv_wr: 0, ..init.cap },
                     ..init
-                });
+                })?;
                 if let Some(q) = self.qps.get_mut(&qpn) {
                     q.xrcd = Some(x);
                 }
@@ -637,21 +646,47 @@ impl Endpoint {
         if let Some(srq) = init.srq.filter(|&s| !self.srqs.exists(s)) {
             return Err(VerbsError::NoSuchSrq(srq.0));
         }
-        Ok(self.insert_qp(init))
+        self.insert_qp(init)
     }
 
-    fn insert_qp(&mut self, init: QpInitAttr) -> u32 {
-        let mut qpn = self.next_qpn;
-        while qpn < FIRST_QPN || self.qps.contains_key(&qpn) {
-            qpn = (qpn + 1) & 0xff_ffff;
+    /// Hands out QPNs from `range` only (clamped to the QPNs a created
+    /// QP may have), starting at a point of it that follows from the
+    /// random first QPN: on a device that several processes share, each
+    /// process has a range of its own, by which the host steers packets.
+    /// Fails if a QP exists already, or the range holds no QPN.
+    pub fn set_qpn_range(&mut self, range: std::ops::Range<u32>) -> Result<(), VerbsError> {
+        let range = range.start.max(FIRST_QPN)..range.end.min(QPN_END);
+        if range.is_empty() || !self.qps.is_empty() {
+            let attr = if range.is_empty() { "qpn range (empty)" } else { "qpn range (QPs exist)" };
+            return Err(VerbsError::InvalidAttribute { qpn: 0, attr, value: u64::from(range.start) });
         }
-        self.next_qpn = (qpn + 1) & 0xff_ffff;
+        self.next_qpn = range.start + (self.next_qpn - FIRST_QPN) % (range.end - range.start);
+        self.qpn_range = range;
+        Ok(())
+    }
+
+    /// The QPNs this device hands out.
+    pub fn qpn_range(&self) -> std::ops::Range<u32> {
+        self.qpn_range.clone()
+    }
+
+    fn insert_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
+        let range = self.qpn_range.clone();
+        if self.qps.len() >= range.len() {
+            return Err(VerbsError::QpnsExhausted { start: range.start, end: range.end });
+        }
+        let next = |q: u32| if q + 1 >= range.end { range.start } else { q + 1 };
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = next(qpn);
+        }
+        self.next_qpn = next(qpn);
         let mut qp = Qp::new(qpn, init);
         qp.ecn_capable = self.ecn_capable;
         Self::attach_cc(&mut qp, self.cc);
         self.qps.insert(qpn, qp);
         self.touch(); // the agenda indexes every QP anew
-        qpn
+        Ok(qpn)
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
@@ -663,7 +698,40 @@ impl Endpoint {
         self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         // Type 2 windows bound to it reach nothing any more.
         self.mrs.windows.unbind_all_of_qp(qpn);
+        self.mcast.detach_all(qpn);
         Ok(())
+    }
+
+    /// `ibv_attach_mcast`: UD QP `qpn` receives the packets sent to the
+    /// multicast group `gid` (QPN 0xFFFFFF). `lid` is the group's LID on
+    /// native IB (0xc000..0xfffe) and ignored on RoCE, as the RoCE annex
+    /// says. Attaching twice is a no-op.
+    pub fn attach_mcast(&mut self, qpn: u32, gid: IpAddr, lid: u16) -> Result<(), McastError> {
+        let qp = self.qps.get(&qpn).ok_or(McastError::NoSuchQp(qpn))?;
+        if qp.init.qp_type != QpType::Ud {
+            return Err(McastError::NotUd { qpn });
+        }
+        if !crate::mcast::is_multicast_gid(gid) {
+            return Err(McastError::NotMulticast { gid });
+        }
+        if self.framer.link == LinkKind::Ib && !crate::mcast::is_multicast_lid(lid) {
+            return Err(McastError::NotMulticastLid { lid });
+        }
+        self.mcast.attach(gid, lid, qpn)
+    }
+
+    /// `ibv_detach_mcast`: undoes [`Endpoint::attach_mcast`]; a QP that is
+    /// not attached to `gid` is an error (rxe: EINVAL).
+    pub fn detach_mcast(&mut self, qpn: u32, gid: IpAddr, lid: u16) -> Result<(), McastError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(McastError::NoSuchQp(qpn));
+        }
+        self.mcast.detach(gid, lid, qpn)
+    }
+
+    /// The multicast groups (GID, LID) QP `qpn` is attached to.
+    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<(IpAddr, u16)> {
+        self.mcast.groups_of(qpn)
     }
 
     /// `ibv_modify_qp`. Moving to ERR flushes every queued request.

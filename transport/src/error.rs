@@ -8,6 +8,10 @@ use crate::qp::QpState;
 pub enum VerbsError {
     #[error("no QP with number {0:#x}")]
     NoSuchQp(u32),
+    /// Every QPN of the device's range is taken (a shared device gives
+    /// each process a range: `Endpoint::set_qpn_range`).
+    #[error("no free QP number in {start:#x}..{end:#x}")]
+    QpnsExhausted { start: u32, end: u32 },
     #[error("no completion queue {0}")]
     NoSuchCq(usize),
     #[error("completion queue {cq}: {waiting} completions wait, more than the {asked} asked for")]

@@ -16,6 +16,7 @@
 //! | `retry` | the retry budgets (`retry_cnt`, `rnr_retry`) the completer spends and progress refills |
 //! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |
 //! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
+//! | [`mcast`] | multicast groups: which UD QPs are attached to which MGID, rxe's limits |
 //! | [`memory`] | protection domains, memory regions and access checks |
 //! | [`odp`] | fault-safe copies of on-demand (ODP) regions (docs/odp.md) |
 //! | [`framing`] | framing per link kind (RoCE v2, RoCE v1, native IB) and scatter/gather copies |
@@ -36,6 +37,7 @@ pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gsi;
+pub mod mcast;
 pub mod memory;
 pub mod odp;
 pub mod paths;
@@ -58,9 +60,10 @@ pub mod wr;
 pub use endpoint::{AsyncEvent, Endpoint, Transmit, MAX_PACKET};
 pub use error::{DeregError, VerbsError};
 pub use framing::{LinkKind, PayloadRef};
+pub use mcast::{is_multicast_gid, McastError, MULTICAST_QPN};
 pub use memory::{Access, MemoryFault, Pd, RegionGuard, RegionMemory};
 pub use qp::{AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqId, XrcdId};
 pub use stats::{Drop, QpStats, Stats};
 pub use time::Instant;
 pub use window::{is_window_key, BindArgs, BindError, InvalidateError, MemoryWindow, MwId, MwType, WindowBinding};
-pub use wr::{wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{roce_packet_type, wc_flags, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};

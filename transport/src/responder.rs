@@ -217,6 +217,9 @@ pub(crate) struct RespCtx<'a> {
     pub stats: &'a mut Stats,
     /// The IP header of the packet (for the GRH area of UD receives).
     pub ip_header: &'a [u8],
+    /// What a UD receive of this packet reports as its `sl` (see
+    /// [`crate::wr::roce_packet_type`]).
+    pub sl: u8,
 }
 
 /// Why a request is answered with a NAK (or, on UC/UD, silently dropped).
@@ -955,6 +958,7 @@ impl Responder {
         let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
         let mut wc = qp.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
         wc.src_qp = deth.src_qp();
+        wc.sl = ctx.sl;
         wc.wc_flags |= wc_flags::GRH;
         if let Some(imm) = p.imm_dt() {
             wc.imm_data = Some(imm);

@@ -201,6 +201,16 @@ impl Sim {
         self.endpoints.iter().position(|e| e.local_addr().to_canonical() == addr)
     }
 
+    /// Whether a packet goes to a multicast group: by its DLID on native
+    /// IB, else by its destination GID or IP address.
+    fn is_multicast(&self, addr: IpAddr, packet: &[u8]) -> bool {
+        if self.endpoints.first().is_some_and(|e| e.link() == LinkKind::Ib) {
+            let dlid = u16::from_be_bytes([packet.get(2).copied().unwrap_or(0), packet.get(3).copied().unwrap_or(0)]);
+            return crate::mcast::is_multicast_lid(dlid);
+        }
+        crate::mcast::is_multicast_gid(addr)
+    }
+
     fn record(&mut self, packet: &[u8]) {
         let link = self.endpoints.first().map_or(LinkKind::RoceV2, |e| e.link());
         if let Some(Capture::Waiting(_)) = self.pcap {
@@ -244,10 +254,18 @@ impl Sim {
                 };
                 self.stats.sent += 1;
                 self.record(&packet);
-                let Some(dst) = self.index_of(tx.dest, &packet) else {
+                // A multicast packet floods, as a switch without snooping
+                // would: every other endpoint gets it and keeps it only
+                // for groups it has members in.
+                let dsts: Vec<usize> = if self.is_multicast(tx.dest, &packet) {
+                    (0..self.endpoints.len()).filter(|&d| d != i).collect()
+                } else {
+                    self.index_of(tx.dest, &packet).into_iter().collect()
+                };
+                if dsts.is_empty() {
                     self.stats.undeliverable += 1;
                     continue;
-                };
+                }
                 let mut packet = packet;
                 if let Some(f) = self.filter.as_mut() {
                     match f(self.now, i, &packet) {
@@ -259,7 +277,11 @@ impl Sim {
                         Verdict::Deliver => {}
                     }
                 }
-                self.launch(i, dst, packet);
+                let last = dsts.len() - 1;
+                for (k, &dst) in dsts.iter().enumerate() {
+                    let copy = if k == last { std::mem::take(&mut packet) } else { packet.clone() };
+                    self.launch(i, dst, copy);
+                }
             }
         }
     }

@@ -64,6 +64,9 @@ pub enum Drop {
     /// An XRC request whose XRCETH names no XRC SRQ of the target QP's
     /// XRC domain (docs/xrc.md): NAK Invalid Request.
     XrcSrqInvalid,
+    /// A multicast packet (DQPN 0xFFFFFF) for a group no QP of this
+    /// device is attached to, or sent to a unicast address.
+    NoMulticastGroup,
 }
 
 /// Counters of an endpoint.

@@ -287,6 +287,24 @@ pub mod wc_flags {
     pub const WITH_INV: u32 = 1 << 3;
 }
 
+/// What a UD receive completion's `sl` says on RoCE, where a packet
+/// carries no service level: the packet's network header type, as
+/// ConnectX (mlx5) reports it in the CQE (its PRM, quoted by UCX: bit 3
+/// set when the frame has a UDP header, that is RoCE v2; bits 2:0 the L3
+/// header, 0 a GRH, 1 IPv6, 2 IPv4). UCX's `ud_verbs` before 1.19 reads it
+/// so to know how many bytes of the GRH area's destination GID to check
+/// (4 for IPv4, else 16) and drops every packet whose check fails; kernel
+/// rxe reports 0 there (so UCX 1.13's `ud_verbs` over rxe and IPv4 drops
+/// everything).
+pub mod roce_packet_type {
+    /// RoCE v1: a GRH, no UDP header.
+    pub const ROCE_V1: u8 = 0x0;
+    /// RoCE v2 over IPv6.
+    pub const ROCE_V2_IPV6: u8 = 0x8 | 0x1;
+    /// RoCE v2 over IPv4.
+    pub const ROCE_V2_IPV4: u8 = 0x8 | 0x2;
+}
+
 /// A work completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
@@ -304,10 +322,13 @@ pub struct WorkCompletion {
     /// Source QP (UD receives).
     pub src_qp: u32,
     pub wc_flags: u32,
+    /// `wc.sl` of a UD receive: on native IB the LRH's service level, on
+    /// RoCE the packet's [`roce_packet_type`]; 0 otherwise.
+    pub sl: u8,
 }
 
 impl WorkCompletion {
-    /// A completion with no byte count, immediate data, source QP or flags.
+    /// A completion with no byte count, immediate data, source QP, flags or SL.
     pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
         WorkCompletion {
             wr_id,
@@ -319,6 +340,7 @@ impl WorkCompletion {
             invalidated_rkey: None,
             src_qp: 0,
             wc_flags: 0,
+            sl: 0,
         }
     }
 }

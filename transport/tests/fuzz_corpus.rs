@@ -66,3 +66,27 @@ fn engine_known_findings() {
         .collect();
     assert!(failed.is_empty(), "seeds still failing: {failed:?}");
 }
+
+/// Every CM seed passes the oracles, and together they reach what the
+/// target is for: requests reach the consumer, and passive and active
+/// connections are established by their real exchanges.
+#[test]
+fn cm_receive() {
+    let mut established = Vec::new();
+    for (name, data) in rdma_wire::fuzzing::seeds("cm_receive") {
+        eprintln!("cm_receive/{name}");
+        let r = fuzzing::cm_receive_report(&data);
+        assert!(r.steps > 0, "{name}: runs");
+        if r.established > 0 {
+            established.push(name.clone());
+        }
+        if name == "req-flood" {
+            assert_eq!(r.requests, 4 + 1, "{name}: the backlog's worth, then one after the reject");
+        }
+    }
+    established.sort();
+    assert!(
+        established.iter().any(|n| n == "passive-handshake") && established.iter().any(|n| n == "active-handshake"),
+        "both handshakes establish: {established:?}"
+    );
+}

@@ -3,15 +3,16 @@
 //! timeout and end in a timeout report, and malformed MADs are dropped
 //! and counted.
 
+mod common;
+
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
-use rdma_transport::framing::Framer;
 use rdma_transport::gsi::ReceivedMad;
 use rdma_transport::sim::{LinkConfig, Sim, Verdict};
 use rdma_transport::*;
 use rdma_wire::cm::{CmMadRepr, CmMessage, PathRepr, RepRepr, ReqRepr, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN};
 use rdma_wire::mad::{self, Mad, MadHeaderRepr, GSI_QKEY, MAD_DATA_LEN, MAD_LEN};
-use rdma_wire::{DethRepr, Opcode, Psn, RoceV2Packet};
+use rdma_wire::{Opcode, RoceV2Packet};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -209,18 +210,7 @@ fn with_every_copy_lost_the_send_times_out_after_its_retries() {
 
 /// A MAD packet from A to B with the given DETH Q_Key and payload.
 fn crafted(qkey: u32, payload: &[u8]) -> Vec<u8> {
-    let framer = Framer::roce_v2(A);
-    let mut t = mad::gsi_send_transport(Psn::new(9));
-    t.deth = Some(DethRepr { qkey, src_qp: 1 });
-    let mut buf = vec![0u8; MAX_PACKET];
-    let len = framer
-        .frame(&mut buf, &AddressVector::new(B), 0xc001, &t, payload.len(), |p| {
-            p.copy_from_slice(payload);
-            Ok::<(), ()>(())
-        })
-        .unwrap();
-    buf.truncate(len);
-    buf
+    common::to_qp1(A, B, qkey, payload)
 }
 
 #[test]

@@ -212,7 +212,7 @@ fn ud_over_native_ib_and_roce_v1() {
         sim.ep(b.ep).post_recv(b.qpn, RecvWr { wr_id: 9, sg_list: sge(&b, 0, 1024) }).unwrap();
         let mut ud = UdDest::new([0xfe80, 0, 0, 0, 0, 0, 0, 2].into(), b.qpn, 0x1111_1111);
         if link == LinkKind::Ib {
-            ud = UdDest { dest: core::net::Ipv6Addr::UNSPECIFIED.into(), dlid: 2, ..ud };
+            ud = UdDest { dest: core::net::Ipv6Addr::UNSPECIFIED.into(), dlid: 2, sl: 5, ..ud };
         }
         let mut w = SendWr::new(1, SendOp::Send, sge(&a, 0, 700));
         w.ud = Some(ud);
@@ -220,6 +220,9 @@ fn ud_over_native_ib_and_roce_v1() {
         assert!(sim.run_until(LIMIT, |s| s.ep(b.ep).cq_len(b.recv_cq) == 1), "{}", link.name());
         let wc = sim.ep(b.ep).poll_cq(b.recv_cq, 1);
         assert_eq!((wc[0].status, wc[0].byte_len, wc[0].src_qp), (WcStatus::Success, 740, a.qpn));
+        // `sl`: the LRH's on IB; on RoCE v1 the packet type (a GRH: 0).
+        let sl = if link == LinkKind::Ib { 5 } else { roce_packet_type::ROCE_V1 };
+        assert_eq!(wc[0].sl, sl, "{}", link.name());
         assert_eq!(read(&b, 40, 700), data);
         if link == LinkKind::RoceV1 {
             let grh = read(&b, 0, 40);

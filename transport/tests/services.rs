@@ -103,6 +103,10 @@ fn ud_delivers_with_the_grh_area_and_checks_the_qkey() {
     for w in &r {
         assert_eq!((w.byte_len, w.src_qp, w.imm_data), (552, a.qpn, Some(0x1234)));
         assert_eq!(w.wc_flags & wc_flags::GRH, wc_flags::GRH);
+        // The packet type in `sl`, as ConnectX reports it: UCX's ud_verbs
+        // (before 1.19) reads it to find the destination address in the
+        // GRH area, and dropped every packet while it was 0.
+        assert_eq!(w.sl, roce_packet_type::ROCE_V2_IPV4);
     }
     // The GRH area: 20 unused bytes, then the IPv4 header from 127.0.0.1.
     let grh = read(&b, 0, 40);

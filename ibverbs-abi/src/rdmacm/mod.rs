@@ -43,6 +43,7 @@ use crate::context::ctx_of;
 use crate::ffi::{errno_of, guard, live, set_errno, Registry};
 use libc::{c_char, c_int, c_void};
 use rdma_core_rs::cm::{self, CmError, CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
+use rdma_core_rs::share::fork::PerProcess;
 use rdma_core_rs::Gid;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -67,7 +68,7 @@ struct Open {
     pd: usize,
 }
 
-static OPEN: Mutex<Vec<Open>> = Mutex::new(Vec::new());
+static OPEN: Mutex<PerProcess<Vec<Open>>> = Mutex::new(PerProcess::new(Vec::new()));
 
 #[repr(C)]
 struct Channel {
@@ -98,6 +99,8 @@ struct Id {
     /// A passive `rdma_create_ep`'s QP attributes: `rdma_get_request`
     /// makes each new ID's QP with them (librdmacm's `id_priv->qp_init_attr`).
     ep_qp_attr: Mutex<Option<ibv_qp_init_attr>>,
+    /// The multicast groups joined (`mcast.rs`).
+    mcast: Mutex<Vec<mcast::Joined>>,
 }
 
 impl Id {
@@ -127,6 +130,9 @@ macro_rules! set {
     }};
 }
 
+// After the macros, which it uses.
+mod mcast;
+
 #[repr(C)]
 struct Event {
     c: rdma_cm_event,
@@ -147,6 +153,8 @@ fn cm_errno(e: &CmError) -> c_int {
         CmError::AddrInUse { .. } => libc::EADDRINUSE,
         CmError::NoRoute(..) => libc::EHOSTUNREACH,
         CmError::Unsupported(_) => libc::ENOSYS,
+        CmError::Ipv6Multicast(_) => 524, // the kernel's ENOTSUPP
+        CmError::NotMulticast(_) => libc::EINVAL,
         CmError::Timeout(_) => libc::EAGAIN,
         CmError::WrongState { .. }
         | CmError::PrivateDataTooLong { .. }
@@ -171,6 +179,7 @@ fn fail_cm(call: &str, e: &CmError) -> c_int {
 fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     let ip = ip.to_canonical();
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let open = open.get();
     if let Some(o) = open.iter().find(|o| o.addr == ip) {
         return Ok((o.ctx as *mut ibv_context, o.pd as *mut ibv_pd));
     }
@@ -192,6 +201,25 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     let pd = unsafe { crate::pd::ibv_alloc_pd(ctx) };
     open.push(Open { addr: ip, ctx: ctx as usize, pd: pd as usize });
     Ok((ctx, pd))
+}
+
+/// The default PD of an opened device's context (NULL if not one of them):
+/// librdmacm's `cma_dev->pd`, which it puts in `id->pd` with `id->verbs`
+/// and `rdma_create_qp` takes when given none.
+fn default_pd(verbs: *mut ibv_context) -> *mut ibv_pd {
+    let mut o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    o.get().iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
+}
+
+/// Gives the ID its device: `id->verbs`, and `id->pd` the device's default
+/// PD unless it has one (librdmacm's `ucma_get_device` sets both; pyverbs'
+/// `CMID.pd` and applications that make their own QP on the ID's PD read
+/// it before any `rdma_create_qp`).
+fn attach(i: &Id, ctx: *mut ibv_context, pd: *mut ibv_pd) {
+    set!(i, verbs, ctx);
+    if get!(i, pd).is_null() {
+        set!(i, pd, pd);
+    }
 }
 
 /// The device addresses of this process.
@@ -248,6 +276,7 @@ fn new_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int, qp_
         own_cqs: Mutex::new(Vec::new()),
         sync: AtomicBool::new(false),
         ep_qp_attr: Mutex::new(None),
+        mcast: Mutex::new(Vec::new()),
     }));
     IDS.insert(p);
     BY_KEY.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, p as usize);
@@ -410,7 +439,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
             sa.set_ip(d);
         }
         match open_device(sa.ip()) {
-            Ok((ctx, _)) if !loopback => set!(i, verbs, ctx),
+            Ok((ctx, pd)) if !loopback => attach(i, ctx, pd),
             Ok(_) => {}
             Err(e) => return fail(e),
         }
@@ -448,7 +477,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             },
         };
         match open_device(src) {
-            Ok((ctx, _)) => set!(i, verbs, ctx),
+            Ok((ctx, pd)) => attach(i, ctx, pd),
             Err(e) => return fail(e),
         }
         let t = Duration::from_millis(timeout_ms.max(0) as u64);
@@ -500,12 +529,7 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
         if verbs.is_null() || attr.is_null() || !get!(i, qp).is_null() {
             return fail(libc::EINVAL);
         }
-        let pd = if pd.is_null() {
-            let o = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-            o.iter().find(|o| o.ctx == verbs as usize).map_or(std::ptr::null_mut(), |o| o.pd as *mut ibv_pd)
-        } else {
-            pd
-        };
+        let pd = if pd.is_null() { default_pd(verbs) } else { pd };
         // A use of the PD for the whole call (see `Registry::acquire`).
         let mut held = crate::ffi::Held::new();
         // SAFETY: pd_use checks the registry.
@@ -705,6 +729,9 @@ unsafe fn conn_param(p: *const rdma_conn_param, default: ConnParam) -> Result<Co
         retry_count: p.retry_count,
         rnr_retry_count: p.rnr_retry_count,
         srq: p.srq != 0,
+        // The application's own QP, on an ID without one (the CM ignores
+        // it on an ID with a QP, as librdmacm does).
+        qp_num: (p.qp_num != 0).then_some(p.qp_num & 0xff_ffff),
     })
 }
 
@@ -713,11 +740,14 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     guard("rdma_connect", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if get!(i, qp).is_null() && get!(i, qp_type) != IBV_QPT_UD {
-            // rdma_connect with conn_param->qp_num (a QP of the application's,
-            // then CONNECT_RESPONSE and rdma_establish) is not supported.
-            tracing::warn!("rdma_connect needs a QP made with rdma_create_qp");
-            return fail(libc::ENOSYS);
+        // SAFETY: the caller's parameters, or NULL.
+        let own = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
+        if get!(i, qp).is_null() && get!(i, qp_type) != IBV_QPT_UD && own == 0 {
+            // Neither rdma_create_qp's QP nor the application's own in
+            // conn_param->qp_num (which CONNECT_RESPONSE, rdma_init_qp_attr
+            // and rdma_establish then serve).
+            tracing::debug!("rdma_connect: no QP on the ID and none in conn_param->qp_num");
+            return fail(libc::EINVAL);
         }
         // NULL: the device maximum of each depth, 7 retries of each kind.
         let dflt = ConnParam { responder_resources: 0xff, initiator_depth: 0xff, ..ConnParam::default() };
@@ -742,12 +772,17 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
             // A UD accept may name the QP by number only (udaddy does both).
             // SAFETY: the caller's parameters, or NULL.
             let qpn = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
-            if get!(i, qp_type) != IBV_QPT_UD || qpn == 0 {
-                tracing::warn!("rdma_accept needs a QP made with rdma_create_qp");
-                return fail(libc::ENOSYS);
+            if qpn == 0 {
+                tracing::debug!("rdma_accept: no QP on the ID and none in conn_param->qp_num");
+                return fail(libc::EINVAL);
             }
-            if let Err(e) = i.cm.set_qp_num(Some(qpn)) {
-                return fail_cm("rdma_accept", &e);
+            // An RC QP of the application's own is named in the REP and
+            // moved by the application (rdma_init_qp_attr); a UD one is the
+            // SIDR reply's.
+            if get!(i, qp_type) == IBV_QPT_UD {
+                if let Err(e) = i.cm.set_qp_num(Some(qpn)) {
+                    return fail_cm("rdma_accept", &e);
+                }
             }
         }
         let (resp, init) = *i.req_depths.lock().unwrap_or_else(|e| e.into_inner());
@@ -847,7 +882,10 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
         // SAFETY: just made, not yet known to the application.
         let n = unsafe { &*np };
         n.sync.store(sync, Ordering::Relaxed);
-        set!(n, verbs, get!(l, verbs));
+        // the device's default PD, not the listener's (librdmacm's
+        // ucma_process_conn_req: ucma_get_device on the new ID)
+        let verbs = get!(l, verbs);
+        attach(n, verbs, default_pd(verbs));
         *n.req_depths.lock().unwrap_or_else(|e| e.into_inner()) =
             (e.param.responder_resources, e.param.initiator_depth);
         fill_route(n);
@@ -886,7 +924,7 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             qp_num: e.param.qp_num,
             qkey: e.param.qkey,
         };
-    } else {
+    } else if e.event != EventType::MulticastJoin {
         ev.c.param.conn = rdma_conn_param {
             private_data: ptr,
             private_data_len: len,
@@ -898,6 +936,9 @@ fn to_c_event(channel: *mut rdma_event_channel, e: CmEvent) -> Option<*mut Event
             srq: e.param.srq.into(),
             qp_num: e.param.qp_num,
         };
+    }
+    if let (EventType::MulticastJoin, Some(mgid)) = (e.event, e.param.mgid) {
+        mcast::deliver_join(id, &mut ev.c, mgid, e.param.qkey);
     }
     let p = Box::into_raw(ev);
     EVENTS.insert(p);
@@ -1053,7 +1094,11 @@ pub unsafe extern "C" fn rdma_create_ep(
             // SAFETY: the caller's source address (or NULL: refused there).
             let bound = unsafe { rdma_bind_addr(new, r.ai_src_addr) };
             if bound == 0 {
-                set!(i, pd, pd);
+                // the caller's PD if any (librdmacm's ucma_passive_ep);
+                // else the device's, which rdma_bind_addr put there
+                if !pd.is_null() {
+                    set!(i, pd, pd);
+                }
                 if !qp_init_attr.is_null() {
                     // SAFETY: the caller's attributes, copied.
                     let mut a = unsafe { *qp_init_attr };
@@ -1159,10 +1204,14 @@ pub unsafe extern "C" fn rdma_set_option(
                 i.cm.set_tos(unsafe { *optval.cast::<u8>() });
                 0
             }
-            // Accepted: ports are not shared between IDs here anyway, IPv6
-            // IDs take IPv6 only, and the ACK timeout is the CM's own.
+            // Accepted: a port is claimed per ID anyway, and IPv6 IDs
+            // take IPv6 only.
             RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY if optlen == std::mem::size_of::<c_int>() => 0,
-            RDMA_OPTION_ID_ACK_TIMEOUT if optlen == 1 => 0,
+            RDMA_OPTION_ID_ACK_TIMEOUT if optlen == 1 => {
+                // SAFETY: the caller's one byte.
+                i.cm.set_ack_timeout(unsafe { *optval.cast::<u8>() });
+                0
+            }
             _ => fail(libc::EINVAL),
         }
     })
@@ -1234,9 +1283,8 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_in
     guard("rdma_notify", -1, || if unsafe { id_of(id) }.is_some() { 0 } else { -1 })
 }
 
-/// Calls this library does not provide: -1 with errno ENOSYS (multicast,
-/// synchronous endpoints, SRQs on IDs, rsockets, QPs the application
-/// transitions itself).
+/// Calls this library does not provide: -1 with errno ENOSYS (SRQs on
+/// IDs, rsockets).
 macro_rules! not_supported {
     ($($name:ident => $export:literal),* $(,)?) => {$(
         #[export_name = $export]
@@ -1250,21 +1298,106 @@ macro_rules! not_supported {
 }
 
 not_supported!(
-    rdma_join_multicast => "softroce_rdma_join_multicast_impl",
-    rdma_join_multicast_ex => "softroce_rdma_join_multicast_ex_impl",
-    rdma_leave_multicast => "softroce_rdma_leave_multicast_impl",
     rdma_create_srq => "softroce_rdma_create_srq_impl",
     rdma_destroy_srq => "softroce_rdma_destroy_srq_impl",
     rdma_create_qp_ex => "softroce_rdma_create_qp_ex_impl",
     rdma_create_srq_ex => "softroce_rdma_create_srq_ex_impl",
-    rdma_init_qp_attr => "softroce_rdma_init_qp_attr_impl",
-    rdma_establish => "softroce_rdma_establish_impl",
-    rdma_get_remote_ece => "softroce_rdma_get_remote_ece_impl",
-    rdma_set_local_ece => "softroce_rdma_set_local_ece_impl",
     rpoll => "softroce_rpoll_impl",
     rselect => "softroce_rselect_impl",
     rsocket => "softroce_rsocket_impl",
 );
+
+/// `rdma_init_qp_attr`: the attributes (and mask) that take the
+/// application's own QP to `qp_attr->qp_state` for this ID's connection.
+#[export_name = "softroce_rdma_init_qp_attr_impl"]
+pub unsafe extern "C" fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int {
+    guard("rdma_init_qp_attr", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        if attr.is_null() || mask.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes: the state asked for is in them.
+        let asked = unsafe { (*attr).qp_state };
+        let state = match asked {
+            1 => rdma_core_rs::QpState::Init,
+            2 => rdma_core_rs::QpState::Rtr,
+            3 => rdma_core_rs::QpState::Rts,
+            _ => return fail(libc::EINVAL),
+        };
+        match i.cm.init_qp_attr(state) {
+            Ok(q) => {
+                let (a, m) = crate::qp::c_attr_of(&q);
+                // SAFETY: the caller's out-parameters (checked non-NULL).
+                unsafe {
+                    attr.write(a);
+                    mask.write(m);
+                }
+                0
+            }
+            Err(e) => fail_cm("rdma_init_qp_attr", &e),
+        }
+    })
+}
+
+/// `rdma_establish`: the RTU for a connection of the application's own QP,
+/// after CONNECT_RESPONSE (EINVAL on an ID with a QP, as librdmacm).
+#[export_name = "softroce_rdma_establish_impl"]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    guard("rdma_establish", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        if !get!(i, qp).is_null() {
+            return fail(libc::EINVAL);
+        }
+        match i.cm.establish() {
+            Ok(()) => 0,
+            Err(e) => fail_cm("rdma_establish", &e),
+        }
+    })
+}
+
+/// `struct ibv_ece`.
+#[repr(C)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// `rdma_set_local_ece`: for an ID without a QP (EINVAL otherwise, as
+/// librdmacm); the vendor ID goes in the REQ or REP.
+#[export_name = "softroce_rdma_set_local_ece_impl"]
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard("rdma_set_local_ece", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        // SAFETY: the caller's ECE, or NULL.
+        let Some(e) = (unsafe { ece.as_ref() }) else { return fail(libc::EINVAL) };
+        if !get!(i, qp).is_null() {
+            return fail(libc::EINVAL);
+        }
+        i.cm.set_local_ece(e.vendor_id, e.options);
+        0
+    })
+}
+
+/// `rdma_get_remote_ece`: the peer's ECE from its REQ or REP (its vendor
+/// ID; options are not carried): for an ID without a QP, as librdmacm.
+#[export_name = "softroce_rdma_get_remote_ece_impl"]
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard("rdma_get_remote_ece", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        if ece.is_null() || !get!(i, qp).is_null() {
+            return fail(libc::EINVAL);
+        }
+        let (vendor_id, options) = i.cm.remote_ece();
+        // SAFETY: the caller's out-parameter (checked non-NULL).
+        unsafe { ece.write(ibv_ece { vendor_id, options, comp_mask: 0 }) };
+        0
+    })
+}
 
 #[export_name = "softroce_rdma_reject_ece_impl"]
 pub unsafe extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {

@@ -11,7 +11,10 @@ use super::route;
 use super::{CmError, Result};
 use crate::context::{Context, MadService, State};
 use crate::device::{devices, Device};
-use rdma_transport::cm::{Cm, CmConfig, ConnId};
+use crate::share::fork::PerProcess;
+use crate::share::steer::SLOT_BITS;
+use crate::share::{Services, ShareError};
+use rdma_transport::cm::{Cm, CmConfig, CommIdPrefix, ConnId};
 use rdma_transport::Endpoint;
 use rdma_wire::cma::service_id_parts;
 use std::collections::HashMap;
@@ -46,7 +49,9 @@ impl Default for CmOptions {
 }
 
 static OPTIONS: Mutex<Option<CmOptions>> = Mutex::new(None);
-static REGISTRY: Mutex<Vec<Arc<CmDevice>>> = Mutex::new(Vec::new());
+/// A forked child starts with none (the parent's have the parent's
+/// engines and threads).
+static REGISTRY: Mutex<PerProcess<Vec<Arc<CmDevice>>>> = Mutex::new(PerProcess::new(Vec::new()));
 
 /// Sets the CM timers of devices opened from now on.
 pub fn set_options(o: CmOptions) {
@@ -63,6 +68,7 @@ fn options() -> CmOptions {
 pub fn attach_context(ctx: &Context) -> Result<()> {
     let addr = ctx.device().addr();
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    let reg = reg.get();
     if let Some(d) = reg.iter().find(|d| d.addr == addr) {
         if Arc::ptr_eq(&d.ctx.inner, &ctx.inner) {
             return Ok(());
@@ -112,6 +118,8 @@ pub(super) struct Buried {
 pub(crate) struct CmDevice {
     pub(crate) ctx: Context,
     pub(crate) addr: IpAddr,
+    /// Where REQs for this process's ports are steered, on a shared port.
+    services: Option<Services>,
     core: Mutex<Core>,
     /// Dropped IDs' connections, for the next round (innermost lock: it is
     /// taken from `Drop`, which may run anywhere).
@@ -138,6 +146,7 @@ impl CmDevice {
     pub(crate) fn for_ip(ip: IpAddr) -> Result<Arc<CmDevice>> {
         let ip = ip.to_canonical();
         let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let reg = reg.get();
         if let Some(d) = reg.iter().find(|d| d.addr == ip) {
             return Ok(d.clone());
         }
@@ -154,6 +163,7 @@ impl CmDevice {
     fn start(ctx: Context) -> Arc<CmDevice> {
         let addr = ctx.device().addr();
         let o = options();
+        let services = ctx.inner.lock().io.member().map(|m| m.services());
         let config = CmConfig {
             response_timeout: o.response_timeout,
             max_retries: o.max_retries,
@@ -162,6 +172,9 @@ impl CmDevice {
             // duplicate of its former self to a peer still in time-wait.
             first_comm_id: route::random_u32() | 1,
             ca_guid: ca_guid(addr),
+            // A shared port steers replies to this process by them.
+            comm_id_prefix: services.as_ref().map(|s| CommIdPrefix { value: s.slot().into(), bits: SLOT_BITS }),
+            ..CmConfig::default()
         };
         {
             // The backend sends each UDP source port from a socket of its
@@ -176,6 +189,7 @@ impl CmDevice {
         let d = Arc::new(CmDevice {
             ctx,
             addr,
+            services,
             core: Mutex::new(Core {
                 cm: Cm::new(config),
                 conns: HashMap::new(),
@@ -261,7 +275,24 @@ impl CmDevice {
         })
     }
 
-    pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr) -> Result<()> {
+    /// Claims `service_id` for this process on a shared port: REQs for it
+    /// come here. Refused (EADDRINUSE) if another process has it.
+    pub(crate) fn claim_service(&self, service_id: u64, addr: IpAddr) -> Result<()> {
+        let Some(s) = &self.services else { return Ok(()) };
+        s.claim(service_id as u32).map_err(|e| match e {
+            ShareError::ServiceTaken { .. } => CmError::AddrInUse { addr, port: service_id_parts(service_id).1 },
+            e => CmError::Verbs(crate::Error::Io(e.into())),
+        })
+    }
+
+    /// Gives back a claim of [`CmDevice::claim_service`].
+    pub(crate) fn release_service(&self, service_id: u64) {
+        if let Some(s) = &self.services {
+            s.release(service_id as u32);
+        }
+    }
+
+    pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr, backlog: u32) -> Result<()> {
         self.with_cm(|ep, core| {
             let list = core.listeners.entry(service_id).or_default();
             list.retain(|l| l.id.strong_count() > 0);
@@ -278,7 +309,7 @@ impl CmDevice {
                 Some(l) => (l.addr, l.listening) = (addr, true),
                 None => list.push(Listener { id: Arc::downgrade(id), addr, listening: true }),
             }
-            core.cm.listen(service_id);
+            core.cm.listen_with_backlog(service_id, backlog);
             // The requests that came while the port was only bound.
             let (now, later): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut core.held).into_iter().partition(|h| h.service_id == service_id);

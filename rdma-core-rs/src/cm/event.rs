@@ -79,6 +79,8 @@ pub struct EventParam {
     pub qp_num: u32,
     /// UD (SIDR): the peer's Q_Key.
     pub qkey: u32,
+    /// MULTICAST_JOIN: the group's MGID.
+    pub mgid: Option<crate::device::Gid>,
 }
 
 /// An event (`struct rdma_cm_event`). [`CmEvent::ack`] or dropping it is

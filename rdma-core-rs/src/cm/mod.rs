@@ -39,11 +39,13 @@ mod device;
 mod dispatch;
 mod event;
 mod id;
+mod multicast;
 mod route;
 
 pub use device::{attach_context, set_options, CmOptions};
 pub use event::{CmEvent, EventChannel, EventParam, EventType};
 pub use id::{CmId, ConnParam, PortSpace};
+pub use multicast::mgid_of;
 pub use rdma_wire::cm::RejReason;
 
 /// `RDMA_UDP_QKEY`: the Q_Key of every UD QP the RDMA CM sets up.
@@ -78,6 +80,12 @@ pub enum CmError {
     AddrInUse { addr: std::net::IpAddr, port: u16 },
     #[error("{0}")]
     Unsupported(&'static str),
+    /// `join_multicast` of an address that is not an IPv4 multicast one.
+    #[error("{0} is not a multicast address")]
+    NotMulticast(std::net::IpAddr),
+    /// The kernel's RDMA CM does not join IPv6 groups on RoCE v2 (ENOTSUPP).
+    #[error("multicast group {0}: IPv6 groups are not supported on RoCE v2 (as the kernel's RDMA CM)")]
+    Ipv6Multicast(std::net::IpAddr),
     /// The CM state machine refused the call.
     #[error("the connection manager refused {call}: {detail}")]
     Cm { call: &'static str, detail: String },

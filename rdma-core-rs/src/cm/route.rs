@@ -42,12 +42,21 @@ pub(crate) fn resolve_lid(ep: &mut Endpoint, gid: IpAddr) -> Result<()> {
 /// The CM's generator, seeded once from the operating system's randomness
 /// (`Rng::from_os`): communication IDs and starting PSNs are what a blind
 /// attacker would need to guess to spoof CM messages or inject data.
-static RNG: OnceLock<Mutex<Rng>> = OnceLock::new();
+/// Kept with the pid that seeded it: a forked child reseeds, or it would
+/// draw the same ports, communication IDs and PSNs as its parent and its
+/// siblings (two forked processes binding port 0 on one shared device got
+/// the same port).
+static RNG: OnceLock<Mutex<(u32, Rng)>> = OnceLock::new();
 
 /// A random 32-bit number for communication IDs, PSNs and ports.
 pub(crate) fn random_u32() -> u32 {
-    let rng = RNG.get_or_init(|| Mutex::new(Rng::from_os()));
-    (rng.lock().unwrap_or_else(|p| p.into_inner()).next_u64() >> 32) as u32
+    let pid = std::process::id();
+    let rng = RNG.get_or_init(|| Mutex::new((pid, Rng::from_os())));
+    let mut g = rng.lock().unwrap_or_else(|p| p.into_inner());
+    if g.0 != pid {
+        *g = (pid, Rng::from_os());
+    }
+    (g.1.next_u64() >> 32) as u32
 }
 
 /// An ephemeral port for an active ID's `cma_hdr` (Linux's default range).

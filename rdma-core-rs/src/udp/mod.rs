@@ -53,17 +53,19 @@
 
 mod connected;
 mod faults;
+mod multicast;
 mod recv;
 mod send;
+mod shared_port;
 mod uring;
 
+pub use multicast::group_ip;
 pub(crate) use recv::{split_datagram, RxMeta};
 
 use crate::io_stats::IoStats;
 use crate::DeviceConfig;
 use faults::Faults;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
-use rdma_wire::ROCE_V2_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
 use std::io;
@@ -196,6 +198,8 @@ pub struct UdpIo {
     /// data packets of a QP with traffic class 0 (ECT(0) by default).
     sock_tos: u8,
     rx: Socket,
+    /// The port's membership when the host's processes share it.
+    member: Option<crate::share::Member>,
     /// Whether received datagrams bring their TTL / hop limit
     /// ([`UdpIo::want_hop_limits`]).
     hop_limits: bool,
@@ -224,6 +228,8 @@ pub struct UdpIo {
     sink: Option<(Socket, SockAddr)>,
     /// The last `transmit` stopped on its budget with packets left.
     tx_left: bool,
+    /// The IP multicast groups joined, and their sockets ([`multicast`]).
+    mcast: multicast::Groups,
     pub stats: IoStats,
 }
 
@@ -435,10 +441,10 @@ impl UdpIo {
         }
         grow_buffers(&rx);
         rx.set_nonblocking(true)?;
-        rx.bind(&sock_addr(local, ROCE_V2_PORT, scope_id)).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot bind UDP {local} port {ROCE_V2_PORT} for RoCE v2: {e}"))
-        })?;
-        let gro = offload && setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        let member = shared_port::bind_rx(&rx, local, scope_id, cfg.shared, offload)?;
+        // A shared port's member takes GRO only while alone (it sets it).
+        let gro =
+            offload && (member.is_some() || setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok());
         // Every datagram's TOS comes up as a control message: its ECN bits
         // reach the engine in the rebuilt IP header.
         let (level, name) = if local.is_ipv4() {
@@ -453,8 +459,19 @@ impl UdpIo {
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
-        let driver = open_driver(cfg.io_driver, &rx, capacity)?;
+        // A shared socket must close when its member leaves (io_uring's
+        // armed receive holds it open until the ring's teardown ends).
+        let driver = if member.is_some() {
+            shared_port::note_socket_driver(cfg.io_driver);
+            Driver::Sockets(recv::RxRing::new(capacity))
+        } else {
+            open_driver(cfg.io_driver, &rx, capacity)?
+        };
         let capture = cfg.pcap.as_deref().map(crate::link::capture::IpTap::create).transpose()?;
+        let mcast = multicast::Groups::new(match &driver {
+            Driver::Uring(u) => u.fd(),
+            Driver::Sockets(_) => -1,
+        })?;
         // A capture needs the IPv4 Identification the engine wrote (0): unconnected sends.
         let mut connect =
             !cfg.unconnected_sends && faults.is_none() && capture.is_none() && matches!(driver, Driver::Sockets(_));
@@ -479,6 +496,7 @@ impl UdpIo {
             driver,
             batch: Some(Box::new(send::Batch::new())),
             rx,
+            member,
             hop_limits: false,
             tx: HashMap::new(),
             more_sockets: true,
@@ -494,6 +512,7 @@ impl UdpIo {
             connect,
             sink,
             tx_left: false,
+            mcast,
             stats: IoStats::default(),
         };
         if io.capture.is_some() {
@@ -509,13 +528,11 @@ impl UdpIo {
         self.rx.as_raw_fd()
     }
 
-    /// What a blocking wait sleeps on in `poll(2)`: the receive socket and,
-    /// with io_uring, the ring (readable when completions wait; -1 if none).
+    /// What a blocking wait sleeps on in `poll(2)`: the receive socket and
+    /// an epoll set of the multicast group sockets and, with io_uring, the
+    /// ring (readable when completions wait).
     pub fn wait_fds(&self) -> [RawFd; 2] {
-        match &self.driver {
-            Driver::Sockets(_) => [self.rx.as_raw_fd(), -1],
-            Driver::Uring(u) => [self.rx.as_raw_fd(), u.fd()],
-        }
+        [self.rx.as_raw_fd(), self.mcast.fd()]
     }
 
     /// Whether this device sends payloads straight from their memory
@@ -691,6 +708,7 @@ impl UdpIo {
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
         };
         setsockopt_int(s.as_raw_fd(), level, name, i32::from(tos))?;
+        multicast::send_options(&s, self.local, self.scope_id)?;
         // A port's sockets share it (each before its bind); a port another
         // user or program holds without the option stays refused.
         s.set_reuse_port(true)?;

@@ -153,9 +153,12 @@ impl UdpIo {
     /// Receives what is waiting (one `recvmmsg`) and hands each packet,
     /// headers rebuilt, to the engine. Returns the number of datagrams.
     pub fn receive(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
+        let groups = self.receive_groups(ep, now);
         let rx_ring = match &mut self.driver {
             Driver::Sockets(ring) => ring,
-            Driver::Uring(u) => return u.receive(ep, now, self.local, &mut self.stats, &mut self.capture),
+            Driver::Uring(u) => {
+                return Ok(groups + u.receive(ep, now, self.local, &mut self.stats, &mut self.capture)?);
+            }
         };
         // SAFETY: every pointer refers to live buffers of the stated sizes.
         let n = unsafe {
@@ -184,6 +187,9 @@ impl UdpIo {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += 1;
                 tracing::debug!(len, "oversized datagram dropped");
+            } else if self.member.as_ref().is_some_and(|m| m.take_probe(rx_ring.bufs[i].get(HEADROOM..HEADROOM + len)))
+            {
+                // A member's probe of its place in the shared port.
             } else {
                 match source_address(&rx_ring.names[i], namelen) {
                     Some(src) => {
@@ -198,10 +204,10 @@ impl UdpIo {
             }
             rx_ring.reset(i);
         }
-        if let Some(c) = self.capture.as_mut().filter(|_| n > 0) {
+        if let Some(c) = self.capture.as_mut().filter(|_| n + groups > 0) {
             c.flush();
         }
-        Ok(n)
+        Ok(n + groups)
     }
 }
 

@@ -301,6 +301,7 @@ impl UdpIo {
             let first = order[p];
             let (segment, dest) = (body(first), self.tx_meta[first].dest);
             let marks = IpMarks::of(&self.tx_bufs[first]);
+            let qpn = dest_qpn(&self.tx_bufs[first], hl);
             let (mut count, mut bytes) = (1, segment);
             while self.offloads.gso && p + count < end && count < MAX_SEGMENTS {
                 let next = order[p + count];
@@ -308,7 +309,16 @@ impl UdpIo {
                 // One TOS and TTL per message: a data packet (ECT) and an
                 // ACK part, and so do QPs of one destination with different TTLs.
                 let same_marks = IpMarks::of(&self.tx_bufs[next]) == marks;
-                if self.tx_meta[next].dest != dest || !same_marks || len > segment || bytes + len > max_bytes {
+                // One destination QP per message: a GSO send reaches the
+                // peer's host whole, and a shared port steers it by its
+                // first packet (`crate::share`).
+                let same_qp = dest_qpn(&self.tx_bufs[next], hl) == qpn;
+                if self.tx_meta[next].dest != dest
+                    || !same_marks
+                    || !same_qp
+                    || len > segment
+                    || bytes + len > max_bytes
+                {
                     break;
                 }
                 count += 1;
@@ -639,6 +649,12 @@ impl Failures {
     }
 }
 
+/// The destination QPN of the packet in `buf`, whose IP header is `hl`
+/// bytes (BTH bytes 5..8, after the UDP header).
+fn dest_qpn(buf: &[u8], hl: usize) -> Option<[u8; 3]> {
+    buf.get(hl + 8 + 5..hl + 8 + 8).and_then(|b| b.try_into().ok())
+}
+
 /// The socket driver: one `sendmmsg` per run of messages on one socket.
 fn send_sockets(batch: &mut Batch, stats: &mut IoStats) -> Failures {
     let mut failed = Failures::new();
@@ -768,6 +784,29 @@ mod tests {
         io.plan(&order, 0, order.len(), port, &mut batch);
         let runs: Vec<(usize, usize)> = batch.messages[..batch.len].iter().map(|m| (m.first, m.count)).collect();
         assert_eq!(runs, [(0, 2), (2, 1), (3, 1), (4, 2), (6, 1)]);
+    }
+
+    /// A GSO message goes whole to the process its first packet is
+    /// steered to on a shared port, so a run is cut where the destination
+    /// QP changes (QPs of one peer sharing a source port).
+    #[test]
+    fn a_gso_run_only_groups_packets_for_one_destination_qp() {
+        let local: IpAddr = "127.0.22.41".parse().unwrap();
+        let dest: IpAddr = "127.0.22.42".parse().unwrap();
+        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        let port = io.reserve_port(0xc322).unwrap();
+        let qpns = [0x20011u32, 0x20011, 0x40011, 0x40011, 0x20011];
+        io.tx_meta.clear();
+        for (i, &qpn) in qpns.iter().enumerate() {
+            io.tx_bufs[i][..9].copy_from_slice(&[0x45, 0x02, 0, 0, 0, 0, 0x40, 0, 64]);
+            io.tx_bufs[i][20 + 8 + 5..20 + 8 + 8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+            io.tx_meta.push(Transmit { len: 1000, dest, src_port: port, released_ack: false, payload: None });
+        }
+        let order: Vec<usize> = (0..qpns.len()).collect();
+        let mut batch = Batch::new();
+        io.plan(&order, 0, order.len(), port, &mut batch);
+        let runs: Vec<(usize, usize)> = batch.messages[..batch.len].iter().map(|m| (m.first, m.count)).collect();
+        assert_eq!(runs, [(0, 2), (2, 2), (4, 1)]);
     }
 
     /// The one-packet path (fault injection, resends after a refused

@@ -77,7 +77,7 @@ pub fn direct(program: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn spawn(mut c: Command) -> Child {
+pub fn spawn(mut c: Command) -> Child {
     c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts")
 }
 
@@ -155,4 +155,41 @@ pub fn stdout(o: &Output) -> String {
 /// The lines of `o`'s stdout that start with `prefix`.
 pub fn count(o: &Output, prefix: &str) -> usize {
     stdout(o).lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+/// A fresh directory `rdmacm-abi-TAG-PID` holding `libibverbs.so(.1)` and
+/// `librdmacm.so(.1)` links to this build's libraries, for compiling and
+/// running C programs against them.
+pub fn link_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdmacm-abi-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make a temporary directory");
+    for (n, lib) in [
+        ("libibverbs.so.1", libibverbs()),
+        ("libibverbs.so", libibverbs()),
+        ("librdmacm.so.1", librdmacm()),
+        ("librdmacm.so", librdmacm()),
+    ] {
+        std::os::unix::fs::symlink(lib, dir.join(n)).expect("link the library");
+    }
+    dir
+}
+
+/// Compiles `src` as `dir/NAME` against the system's headers and the
+/// libraries linked in `dir` (with `libs`); asserts that cc succeeded,
+/// saying `why` it might not have.
+pub fn compile_c(dir: &Path, name: &str, src: &str, libs: &[&str], why: &str) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).expect("write the C source");
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-Wall", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .arg(format!("-L{}", dir.display()))
+        .args(libs)
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc failed{why}:\n{}", show(&out));
+    exe
 }

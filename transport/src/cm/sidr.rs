@@ -43,6 +43,13 @@ pub(super) struct SidrTable {
     answered: VecDeque<Incoming>,
 }
 
+impl SidrTable {
+    /// Requests for `service_id` waiting for the consumer's answer.
+    pub(super) fn waiting(&self, service_id: u64) -> usize {
+        self.pending.iter().filter(|p| p.service_id == service_id).count()
+    }
+}
+
 impl Cm {
     /// Active side: asks `dest` for the UD QP behind `service_id`, with up
     /// to 216 bytes of private data. [`CmEvent::SidrReply`] (or
@@ -104,7 +111,7 @@ impl Cm {
         if let Some(rep) = self.sidr.answered.iter().find(|p| same(p)).and_then(|p| p.reply) {
             return self.send(ep, from, rep, false);
         }
-        if !self.listens.contains(&req.service_id) {
+        if !self.listens.contains_key(&req.service_id) {
             let rep = sidr_rep(
                 tid,
                 req.request_id,
@@ -115,6 +122,9 @@ impl Cm {
                 [0; SIDR_REP_PRIVATE_DATA_LEN],
             );
             return self.send(ep, from, rep, false);
+        }
+        if !self.backlog_room(req.service_id) {
+            return;
         }
         let id = self.alloc_id();
         self.sidr.pending.push(Incoming {

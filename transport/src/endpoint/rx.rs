@@ -7,10 +7,12 @@
 use super::Endpoint;
 use crate::events::AsyncEvent;
 use crate::framing::LinkKind;
+use crate::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
 use crate::qp::{AddressVector, QpState, QpType, ECN_CE, ECN_MASK};
 use crate::responder::RespCtx;
 use crate::stats::Drop;
 use crate::time::Instant;
+use crate::wr::roce_packet_type;
 use core::net::IpAddr;
 use rdma_wire::mad::GSI_QPN;
 use rdma_wire::{IbPacket, Opcode, Operation, RoceV1Packet, RoceV2Packet, Transport, TransportPacket};
@@ -39,6 +41,25 @@ impl Peer {
         match self {
             Peer::Gid(g) | Peer::Lid(_, Some(g)) => Some(g),
             Peer::Lid(_, None) => None,
+        }
+    }
+}
+
+/// Where a packet was addressed, for multicast delivery: a multicast GID
+/// or IP address, a multicast LID (native IB without a GRH), or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum To {
+    Unicast,
+    Group(IpAddr),
+    GroupLid(u16),
+}
+
+impl To {
+    fn of_gid(dst: IpAddr) -> To {
+        if is_multicast_gid(dst) {
+            To::Group(dst.to_canonical())
+        } else {
+            To::Unicast
         }
     }
 }
@@ -81,15 +102,16 @@ impl Endpoint {
             return;
         }
         let grh = p.grh();
-        // Frames reach us by MAC; the GRH must name this port too.
-        if IpAddr::V6(grh.dst()).to_canonical() != self.framer.local.to_canonical() {
+        let to = To::of_gid(IpAddr::V6(grh.dst()));
+        // Frames reach us by MAC; the GRH must name this port (or a group) too.
+        if to == To::Unicast && IpAddr::V6(grh.dst()).to_canonical() != self.framer.local.to_canonical() {
             tracing::debug!(dgid = %grh.dst(), "RoCE v1 packet for another GID");
             self.stats.drop(Drop::GidMismatch, 0);
             return;
         }
         let src = Peer::Gid(IpAddr::V6(grh.src()).to_canonical());
         let ecn = grh.traffic_class() & ECN_MASK;
-        self.dispatch(now, &p.transport(), src, ecn, &packet[..40]);
+        self.dispatch(now, &p.transport(), src, to, ecn, &packet[..40], roce_packet_type::ROCE_V1);
     }
 
     #[inline(never)]
@@ -112,20 +134,26 @@ impl Endpoint {
             return;
         }
         let lrh = p.lrh();
-        // 0xFFFF is the permissive LID, which any port accepts.
-        if lrh.dlid() != self.framer.lid && lrh.dlid() != 0xffff {
+        // 0xFFFF is the permissive LID, which any port accepts; a
+        // multicast LID reaches every member port (the SM's forwarding).
+        let group_lid = is_multicast_lid(lrh.dlid());
+        if lrh.dlid() != self.framer.lid && lrh.dlid() != 0xffff && !group_lid {
             tracing::debug!(dlid = lrh.dlid(), lid = self.framer.lid, "IB packet for another LID");
             self.stats.drop(Drop::LidMismatch, 0);
             return;
         }
-        let (src, ecn, grh) = match p.grh() {
+        let (src, ecn, grh, to) = match p.grh() {
             Some(g) => {
                 let gid = IpAddr::V6(g.src()).to_canonical();
-                (Peer::Lid(lrh.slid(), Some(gid)), g.traffic_class() & ECN_MASK, &packet[8..48])
+                let to = if group_lid { To::of_gid(IpAddr::V6(g.dst())) } else { To::Unicast };
+                (Peer::Lid(lrh.slid(), Some(gid)), g.traffic_class() & ECN_MASK, &packet[8..48], to)
             }
-            None => (Peer::Lid(lrh.slid(), None), 0, &packet[..0]),
+            None => {
+                let to = if group_lid { To::GroupLid(lrh.dlid()) } else { To::Unicast };
+                (Peer::Lid(lrh.slid(), None), 0, &packet[..0], to)
+            }
         };
-        self.dispatch(now, &p.transport(), src, ecn, grh);
+        self.dispatch(now, &p.transport(), src, to, ecn, grh, lrh.sl());
     }
 
     fn receive_roce_v2(&mut self, now: Instant, l3: &[u8]) {
@@ -151,19 +179,37 @@ impl Endpoint {
             }
             self.stats.ipv4_ident_recovered += 1;
         }
-        let (src, ecn, ip_len) = match (p.ipv4(), p.ipv6()) {
-            (Some(h), _) => (IpAddr::V4(h.src()), h.ecn(), 20),
-            (_, Some(h)) => (IpAddr::V6(h.src()).to_canonical(), h.traffic_class() & 3, 40),
+        let (src, dst, ecn, ip_len, sl) = match (p.ipv4(), p.ipv6()) {
+            (Some(h), _) => (IpAddr::V4(h.src()), IpAddr::V4(h.dst()), h.ecn(), 20, roce_packet_type::ROCE_V2_IPV4),
+            (_, Some(h)) => (
+                IpAddr::V6(h.src()).to_canonical(),
+                IpAddr::V6(h.dst()),
+                h.traffic_class() & 3,
+                40,
+                roce_packet_type::ROCE_V2_IPV6,
+            ),
             _ => unreachable!("a checked packet is IPv4 or IPv6"),
         };
-        self.dispatch(now, &p.transport(), Peer::Gid(src), ecn, &l3[..ip_len]);
+        self.dispatch(now, &p.transport(), Peer::Gid(src), To::of_gid(dst), ecn, &l3[..ip_len], sl);
     }
 
     /// The checks and the hand-off common to every link kind, for a packet
     /// whose CRCs are good: `ip_header` is its IP header or GRH (what a UD
-    /// receive gets in its first 40 bytes), empty without one.
+    /// receive gets in its first 40 bytes), empty without one; `sl` what a
+    /// UD receive of it reports as its SL (the LRH's on IB, the packet type
+    /// on RoCE: [`roce_packet_type`]).
     #[inline]
-    fn dispatch(&mut self, now: Instant, t: &TransportPacket<&[u8]>, src: Peer, ecn: u8, ip_header: &[u8]) {
+    #[allow(clippy::too_many_arguments)] // what every link kind hands on, one value each
+    fn dispatch(
+        &mut self,
+        now: Instant,
+        t: &TransportPacket<&[u8]>,
+        src: Peer,
+        to: To,
+        ecn: u8,
+        ip_header: &[u8],
+        sl: u8,
+    ) {
         let ce = ecn & ECN_MASK == ECN_CE;
         if ce {
             self.stats.ecn_ce_received += 1;
@@ -180,6 +226,62 @@ impl Endpoint {
             self.receive_gsi(t, src);
             return;
         }
+        if qpn == MULTICAST_QPN {
+            self.receive_mcast(now, t, src, to, ce, ip_header, sl);
+            return;
+        }
+        self.deliver(now, t, qpn, src, ce, ip_header, sl);
+    }
+
+    /// A multicast packet (DQPN 0xFFFFFF): a copy to every QP attached to
+    /// the group it was sent to, each through the checks of its own QP
+    /// (P_Key, UD, Q_Key, a receive WQE), as rxe's `rxe_rcv_mcast_pkt`.
+    /// No group, or a unicast destination: dropped, and no QP sees it.
+    #[allow(clippy::too_many_arguments)] // the packet and what its link said of it
+    fn receive_mcast(
+        &mut self,
+        now: Instant,
+        t: &TransportPacket<&[u8]>,
+        src: Peer,
+        to: To,
+        ce: bool,
+        ip: &[u8],
+        sl: u8,
+    ) {
+        if t.info().transport != Transport::Ud {
+            self.stats.drop(Drop::WrongTransport, MULTICAST_QPN);
+            return;
+        }
+        let members = match to {
+            To::Group(gid) => self.mcast.members(gid),
+            To::GroupLid(lid) => self.mcast.members_by_lid(lid),
+            To::Unicast => None,
+        };
+        let Some(members) = members else {
+            tracing::debug!(?to, "multicast packet for no group of this device");
+            self.stats.drop(Drop::NoMulticastGroup, MULTICAST_QPN);
+            return;
+        };
+        tracing::trace!(?to, members = members.as_slice().len(), "multicast packet");
+        for &qpn in members.as_slice() {
+            self.deliver(now, t, qpn, src, ce, ip, sl);
+        }
+    }
+
+    /// The checks of QP `qpn` and the hand-off to its completer or responder.
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // the packet and what its link said of it
+    fn deliver(
+        &mut self,
+        now: Instant,
+        t: &TransportPacket<&[u8]>,
+        qpn: u32,
+        src: Peer,
+        ce: bool,
+        ip_header: &[u8],
+        sl: u8,
+    ) {
+        let bth = t.bth();
         if !self.qps.contains_key(&qpn) {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
@@ -239,8 +341,14 @@ impl Endpoint {
                 // responder NAKs it (Invalid Request) and touches nothing.
                 qp.xrc_target = t.xrceth().and_then(|x| self.srqs.xrc_target(x.xrc_srq(), xrcd));
             }
-            let mut ctx =
-                RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, ip_header };
+            let mut ctx = RespCtx {
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                stats: &mut self.stats,
+                ip_header,
+                sl,
+            };
             qp.handle_request(t, &mut ctx);
             if let Some(rkey) = qp.take_invalidation() {
                 // A SEND with invalidate completed: the responder checked

@@ -5,6 +5,23 @@ use rdma_transport::sim::Side;
 use rdma_transport::*;
 use rdma_wire::{Opcode, RoceV2Packet};
 
+/// A UD SEND to QP1 (a MAD packet) from `from` to `to` with the DETH's
+/// Q_Key `qkey`, framed with a correct ICRC: what a peer, honest or not,
+/// puts on the wire for a GSI.
+pub fn to_qp1(from: core::net::IpAddr, to: core::net::IpAddr, qkey: u32, payload: &[u8]) -> Vec<u8> {
+    let mut t = rdma_wire::mad::gsi_send_transport(rdma_wire::Psn::new(9));
+    t.deth = Some(rdma_wire::DethRepr { qkey, src_qp: 1 });
+    let mut buf = vec![0u8; MAX_PACKET];
+    let len = rdma_transport::framing::Framer::roce_v2(from)
+        .frame(&mut buf, &AddressVector::new(to), 0xc001, &t, payload.len(), |p| {
+            p.copy_from_slice(payload);
+            Ok::<(), ()>(())
+        })
+        .expect("a MAD packet frames");
+    buf.truncate(len);
+    buf
+}
+
 /// One SGE of `len` bytes at `offset` in a side's registered buffer.
 pub fn sge(s: &Side, offset: u64, len: u32) -> Vec<Sge> {
     vec![Sge { addr: s.va + offset, length: len, lkey: s.lkey }]

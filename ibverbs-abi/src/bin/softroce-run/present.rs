@@ -99,22 +99,25 @@ fn enter_namespace() -> Result<(), PresentError> {
         write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     }
     // Private: nothing mounted below reaches the host's namespace.
-    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, "make private")
+    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None, "make private")
 }
 
 fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
 }
 
+/// mount(2) with the filesystem's options `data` (or none).
 fn mount(
     source: Option<&Path>,
     target: &Path,
     fstype: Option<&str>,
     flags: libc::c_ulong,
+    data: Option<&str>,
     what: &'static str,
 ) -> Result<(), PresentError> {
     let src = source.map(cstr);
     let ty = fstype.map(|t| CString::new(t).unwrap_or_default());
+    let data = data.map(|d| CString::new(d).unwrap_or_default());
     let tgt = cstr(target);
     // SAFETY: NUL-terminated strings that outlive the call, or NULL.
     let r = unsafe {
@@ -123,7 +126,7 @@ fn mount(
             tgt.as_ptr(),
             ty.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
             flags,
-            std::ptr::null(),
+            data.as_ref().map_or(std::ptr::null(), |d| d.as_ptr().cast()),
         )
     };
     if r == 0 {
@@ -137,7 +140,7 @@ fn mount(
 /// source comes along, and a user namespace allows no other bind of a
 /// tree holding mounts it did not make).
 fn bind(source: &Path, target: &Path) -> Result<(), PresentError> {
-    mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC, "bind onto")
+    mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC, None, "bind onto")
 }
 
 /// Covers `dir` with a tmpfs holding every entry it had (bound back in
@@ -159,19 +162,8 @@ fn cover(
     // covered: /proc/self/fd/N/NAME walks the covered tree.
     let held: OwnedFd = fs::File::open(root).map_err(read_err)?.into();
     let via = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
-    let tmpfs = CString::new("mode=755").unwrap_or_default();
-    let tgt = cstr(root);
-    // SAFETY: NUL-terminated strings that outlive the call.
-    let r = unsafe {
-        libc::mount(c"tmpfs".as_ptr(), tgt.as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID, tmpfs.as_ptr().cast())
-    };
-    if r != 0 {
-        return Err(PresentError::Mount {
-            what: "mount a tmpfs on",
-            path: root.into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
+    let tmpfs = Path::new("tmpfs");
+    mount(Some(tmpfs), root, Some("tmpfs"), libc::MS_NOSUID, Some("mode=755"), "mount a tmpfs on")?;
     let filled = refill(root, &via, entries).and_then(|()| fill(root));
     drop(held);
     if filled.is_err() {
@@ -214,5 +206,5 @@ fn refill(root: &Path, via: &Path, entries: Vec<(std::ffi::OsString, fs::FileTyp
 
 /// Makes the covering tmpfs of `dir` read-only, as sysfs is to a user.
 fn read_only(dir: &str) -> Result<(), PresentError> {
-    mount(None, Path::new(dir), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY, "make read-only")
+    mount(None, Path::new(dir), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY, None, "make read-only")
 }

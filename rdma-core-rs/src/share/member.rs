@@ -1,0 +1,449 @@
+//! A process's membership of a shared port: its slot, its socket's place
+//! in the kernel's array, the services it listens on, and the keeper
+//! thread that takes dead members out.
+
+use super::registry::{Locked, Registry, State, UNKNOWN};
+use super::steer::{self, Steering};
+use super::{fork, keeper, ShareError};
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Shared {
+    reg: Registry,
+    addr: IpAddr,
+    /// The scope of an IPv6 link-local `addr` (probes are sent to it).
+    scope_id: u32,
+    slot: u8,
+    /// The member's receive socket (owned by the UDP backend, which makes
+    /// the member leave before it closes it).
+    fd: RawFd,
+    /// This process's claims of CM services, counted: CM IDs of one
+    /// process may bind one port together (see [`Services`]).
+    claims: Mutex<HashMap<u32, usize>>,
+    /// The nonces of probes that reached this member's socket.
+    seen: Mutex<Vec<u64>>,
+    /// Whether the socket may take UDP GRO (the device's offloads).
+    gro_allowed: bool,
+    /// Whether it takes it now: only while it is the port's only member.
+    gro_on: AtomicBool,
+}
+
+/// Probes sent per index, each from a socket of its own: an index past
+/// the end of the kernel's array is hashed by flow, so that all of them
+/// reaching us by chance is (1/members)^16.
+const PROBES: u64 = 16;
+/// How long a member waits for its probes to come back round.
+const PROBE_WAIT: Duration = Duration::from_millis(50);
+
+/// A process's place in a shared port. Leaves on [`Member::leave`]; a
+/// process that dies leaves through the others' keepers.
+pub struct Member {
+    shared: Arc<Shared>,
+    keeper: Option<keeper::Keeper>,
+    /// The process that joined (a forked child's copy must not leave).
+    pid: u32,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").field("addr", &self.shared.addr).field("slot", &self.shared.slot).finish()
+    }
+}
+
+impl Shared {
+    /// The record with dead members taken out (in the order of their
+    /// indices: the kernel's order is not known; see [`ambiguous`]).
+    fn pruned(&self, l: &Locked) -> (State, bool) {
+        let mut st = self.reg.read(l);
+        let alive = |s: u8| s == self.slot || s == UNKNOWN || self.reg.alive(s);
+        let dead: Vec<u8> = st.order.iter().copied().filter(|&s| !alive(s)).collect();
+        if ambiguous(&st.order, &dead) {
+            tracing::warn!(addr = %self.addr, ?dead, "members died together in an order that decides the kernel's socket order: each member checks its place with probes");
+        }
+        for &s in &dead {
+            tracing::info!(addr = %self.addr, slot = s, "a member of the shared port died: taken out");
+            st.remove_slot(s);
+        }
+        let services = st.services.len();
+        st.services.retain(|&(_, s)| alive(s));
+        st.pids.retain(|&(s, _)| alive(s));
+        let changed = !dead.is_empty() || services != st.services.len();
+        (st, changed)
+    }
+
+    /// Attaches the program for `st` and records it.
+    fn publish(&self, l: &Locked, st: &State) -> Result<(), ShareError> {
+        if st.order.len() == 1 {
+            // Alone: every datagram is ours, the program is not needed.
+            steer::detach(self.fd);
+        } else if !st.order.is_empty() {
+            let slots = st.order.iter().enumerate().filter(|e| *e.1 != UNKNOWN).map(|(i, &s)| (s, i as u32)).collect();
+            let prog = steer::build(&Steering { slots, services: st.services.clone() })?;
+            steer::attach(self.fd, &prog).map_err(ShareError::Attach)?;
+        }
+        tracing::debug!(addr = %self.addr, slot = self.slot, order = ?st.order, services = st.services.len(), "shared port steering updated");
+        self.reg.write(l, st)
+    }
+
+    /// The pids of the other members, as recorded (read without the lock:
+    /// a torn read only makes the keeper look again sooner).
+    fn others(&self) -> Vec<u32> {
+        let st = self.reg.read_unlocked();
+        st.pids.iter().filter(|p| p.0 != self.slot).map(|p| p.1).collect()
+    }
+
+    /// Whether this member's socket is at `index` of the kernel's array:
+    /// all [`PROBES`] probes naming it came back here. None if none came
+    /// back at all (landed elsewhere, or nothing reads our socket now).
+    fn at_index(&self, index: u32) -> Option<bool> {
+        let base = random_u64();
+        let mut sent = 0;
+        for k in 0..PROBES {
+            let mut p = [0u8; steer::PROBE_LEN];
+            p[..4].copy_from_slice(&steer::PROBE_MAGIC.to_be_bytes());
+            p[4..8].copy_from_slice(&index.to_be_bytes());
+            p[8..].copy_from_slice(&base.wrapping_add(k).to_be_bytes());
+            let to = |port| match self.addr {
+                IpAddr::V4(a) => std::net::SocketAddr::from((a, port)),
+                IpAddr::V6(a) => std::net::SocketAddrV6::new(a, port, 0, self.scope_id).into(),
+            };
+            let s = std::net::UdpSocket::bind(to(0));
+            if s.and_then(|s| s.send_to(&p, to(rdma_wire::ROCE_V2_PORT))).is_ok() {
+                sent += 1;
+            }
+        }
+        let start = Instant::now();
+        let back = loop {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let back = (0..PROBES).filter(|k| seen.contains(&base.wrapping_add(*k))).count();
+            if back == sent || start.elapsed() > PROBE_WAIT {
+                break back;
+            }
+            drop(seen);
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        (back > 0).then_some(back == PROBES as usize)
+    }
+
+    /// Checks with probes that this member's socket is where the record
+    /// says, and if it is elsewhere, puts it there (the member recorded in
+    /// its place moves to ours; each member checks itself). Run after a
+    /// join and after members died, when the kernel's order may differ
+    /// from the record's (see [`ambiguous`]).
+    fn verify(&self) {
+        let st = self.reg.read_unlocked();
+        let Some(expected) = st.order.iter().position(|&s| s == self.slot) else { return };
+        // Only probes that all came back say where we are: none back may
+        // be another member's index or nothing reading our socket now.
+        let candidates = std::iter::once(expected).chain((0..st.order.len() + 2).filter(|&i| i != expected));
+        for i in candidates {
+            if self.at_index(i as u32) == Some(true) {
+                if i != expected {
+                    self.move_to(i);
+                }
+                return;
+            }
+        }
+        tracing::debug!(slot = self.slot, "shared port: no probe told our place (is anything receiving?)");
+    }
+
+    /// Records this member at `index`, found by probing.
+    fn move_to(&self, index: usize) {
+        let r = self.reg.lock().and_then(|l| {
+            let mut st = self.reg.read(&l);
+            let Some(was) = st.order.iter().position(|&s| s == self.slot) else { return Ok(()) };
+            if st.order.len() <= index {
+                st.order.resize(index + 1, UNKNOWN);
+            }
+            st.order.swap(was, index);
+            tracing::warn!(addr = %self.addr, slot = self.slot, recorded = was, found = index, order = ?st.order, "shared port: our socket was not where the record said: steering repaired");
+            self.publish(&l, &st)
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "shared port: cannot record our place");
+        }
+    }
+
+    /// A keeper's look: takes dead members out if there are any.
+    fn prune_now(&self) -> Result<(), ShareError> {
+        let l = self.reg.lock()?;
+        let (st, changed) = self.pruned(&l);
+        if changed {
+            self.publish(&l, &st)?;
+        }
+        self.follow(&st);
+        Ok(())
+    }
+
+    /// Sets the socket's receive options for the port's members in `st`:
+    /// UDP GRO merges datagrams of one flow, and a merged datagram goes
+    /// where its first packet goes, so only a member alone may take it.
+    /// The others' keepers follow a join at once (the record's directory
+    /// wakes them), before the newcomer has a QP anyone could send to.
+    fn follow(&self, st: &State) {
+        let want = self.gro_allowed && st.order.len() == 1;
+        if self.gro_on.swap(want, Ordering::AcqRel) == want {
+            return;
+        }
+        let v: i32 = want.into();
+        // SAFETY: an int option on the member's socket.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&v as *const i32).cast(),
+                std::mem::size_of::<i32>() as u32,
+            )
+        };
+        if r == 0 {
+            tracing::debug!(addr = %self.addr, slot = self.slot, gro = want, members = st.order.len(), "shared port: UDP GRO follows the members");
+        } else {
+            tracing::warn!(error = %io::Error::last_os_error(), gro = want, "shared port: cannot set UDP GRO");
+        }
+    }
+}
+
+impl keeper::Port for Shared {
+    fn others(&self) -> Vec<u32> {
+        Shared::others(self)
+    }
+
+    fn keep(&self, changed: bool) {
+        if let Err(e) = self.prune_now() {
+            tracing::warn!(error = %e, "shared port keeper");
+        }
+        if changed {
+            self.verify();
+        }
+    }
+
+    fn record_changed(&self) {
+        self.follow(&self.reg.read_unlocked());
+    }
+}
+
+/// Whether taking `dead` out in another order would leave the kernel's
+/// array different (then which one it did is not known).
+fn ambiguous(order: &[u8], dead: &[u8]) -> bool {
+    if dead.len() < 2 {
+        return false;
+    }
+    let run = |seq: &mut dyn Iterator<Item = &u8>| {
+        let mut st = State { order: order.to_vec(), ..State::default() };
+        seq.for_each(|&s| st.remove_slot(s));
+        st.order
+    };
+    run(&mut dead.iter()) != run(&mut dead.iter().rev())
+}
+
+impl Member {
+    /// Joins the shared port of `addr`: takes a free slot, binds the
+    /// socket `fd` (set to `SO_REUSEPORT`) with `bind`, and attaches the
+    /// program that now includes it.
+    pub fn join(
+        addr: IpAddr,
+        scope_id: u32,
+        fd: RawFd,
+        gro_allowed: bool,
+        bind: impl FnOnce() -> io::Result<()>,
+    ) -> Result<Member, ShareError> {
+        let reg = Registry::open(addr, scope_id)?;
+        let l = reg.lock()?;
+        // The slot is known only below; prune with none of ours.
+        let probe = Shared {
+            reg,
+            addr,
+            scope_id,
+            slot: u8::MAX,
+            fd,
+            claims: Mutex::default(),
+            seen: Mutex::default(),
+            gro_allowed,
+            gro_on: AtomicBool::new(false),
+        };
+        let (mut st, _) = probe.pruned(&l);
+        let mut slot = None;
+        for s in 0..steer::SLOTS as u8 {
+            if !st.order.contains(&s) && probe.reg.hold_slot(s)? {
+                slot = Some(s);
+                break;
+            }
+        }
+        let Some(slot) = slot else {
+            drop(l);
+            return Err(ShareError::SlotsFull { addr });
+        };
+        let shared = Shared { slot, ..probe };
+        let fail = |e: ShareError| {
+            shared.reg.release_slot(slot);
+            e
+        };
+        bind().map_err(|source| fail(ShareError::Bind { addr, source }))?;
+        // The kernel appended our socket.
+        st.order.push(slot);
+        st.pids.push((slot, std::process::id()));
+        shared.publish(&l, &st).map_err(fail)?;
+        shared.follow(&st);
+        drop(l);
+        tracing::info!(%addr, slot, index = st.order.len() - 1, members = st.order.len(), registry = %shared.reg.name, "joined the shared port");
+        fork::detach_in_child(fd);
+        fork::detach_in_child(shared.reg.fd());
+        let shared = Arc::new(shared);
+        let dir = shared.reg.dir().to_path_buf();
+        let keeper = keeper::spawn(format!("softroce-share-{slot}"), shared.clone(), &dir);
+        Ok(Member { shared, keeper, pid: std::process::id() })
+    }
+
+    /// Takes a datagram the socket received if it is a probe (see
+    /// [`steer::PROBE_MAGIC`]): our own come back to `verify`; others'
+    /// are only dropped.
+    pub fn take_probe(&self, datagram: Option<&[u8]>) -> bool {
+        let Some(d) = datagram.filter(|d| d.len() == steer::PROBE_LEN) else { return false };
+        if d[..4] != steer::PROBE_MAGIC.to_be_bytes() {
+            return false;
+        }
+        let mut nonce = [0u8; 8];
+        nonce.copy_from_slice(&d[8..]);
+        let mut seen = self.shared.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() < 4 * PROBES as usize {
+            seen.push(u64::from_be_bytes(nonce));
+        }
+        true
+    }
+
+    /// Checks with probes that this member's socket is where the record
+    /// says, and repairs the record if not (its keeper does it by itself
+    /// after joins and deaths; for tests).
+    #[cfg(test)]
+    pub(crate) fn verify_place(&self) {
+        self.shared.verify();
+    }
+
+    /// This process's slot: its QPNs are [`steer::qpn_range`] of it.
+    pub fn slot(&self) -> u8 {
+        self.shared.slot
+    }
+
+    /// A handle on this member's CM services, for the RDMA CM.
+    pub fn services(&self) -> Services {
+        Services(self.shared.clone())
+    }
+
+    /// Leaves the port: the program is attached without this socket, the
+    /// socket closed (its descriptor number then names `/dev/null`, which
+    /// the backend's own close releases) and the slot given back, all
+    /// under the record's lock, so that the record and the kernel agree.
+    pub fn leave(mut self) {
+        if self.pid != std::process::id() {
+            return; // a forked child's copy: the parent's membership
+        }
+        if let Some(k) = self.keeper.take() {
+            k.stop();
+        }
+        let s = &self.shared;
+        let l = match s.reg.lock() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot lock the shared port's record to leave: others take this member out when it is gone");
+                return;
+            }
+        };
+        let (mut st, _) = s.pruned(&l);
+        st.remove_slot(s.slot);
+        let r = s.publish(&l, &st);
+        fork::forget(s.fd);
+        if !fork::close_in_place(s.fd) {
+            tracing::warn!("cannot close the shared socket in place: the next joiner may see a stale index");
+        }
+        fork::forget(s.reg.fd());
+        s.reg.release_slot(s.slot);
+        drop(l);
+        match r {
+            Ok(()) => tracing::info!(addr = %s.addr, slot = s.slot, members = st.order.len(), "left the shared port"),
+            Err(e) => tracing::warn!(error = %e, "leaving the shared port"),
+        }
+    }
+}
+
+/// Which process the CM's REQs for a service go to: a listener claims
+/// its service (port space and port) for its process. Cheap to clone.
+#[derive(Clone)]
+pub struct Services(Arc<Shared>);
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Services").field(&self.0.slot).finish()
+    }
+}
+
+impl Services {
+    /// This process's slot: the top bits of its CM communication IDs.
+    pub fn slot(&self) -> u8 {
+        self.0.slot
+    }
+
+    /// Steers REQs for `key` (a service ID's low 32 bits: port space and
+    /// port) to this process. Refused if another live process has it, as
+    /// the kernel refuses a port bound elsewhere on the host.
+    pub fn claim(&self, key: u32) -> Result<(), ShareError> {
+        let s = &self.0;
+        let mut claims = s.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = claims.get_mut(&key) {
+            *n += 1;
+            return Ok(());
+        }
+        let l = s.reg.lock()?;
+        let (mut st, _) = s.pruned(&l);
+        match st.services.iter().find(|e| e.0 == key) {
+            Some(&(_, slot)) if slot != s.slot => return Err(ShareError::ServiceTaken { key, slot }),
+            Some(_) => {}
+            None => st.services.push((key, s.slot)),
+        }
+        s.publish(&l, &st)?;
+        claims.insert(key, 1);
+        Ok(())
+    }
+
+    /// Gives back one claim of `key`; the last one frees the service.
+    pub fn release(&self, key: u32) {
+        let s = &self.0;
+        let mut claims = s.claims.lock().unwrap_or_else(|e| e.into_inner());
+        match claims.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                return;
+            }
+            Some(_) => {
+                claims.remove(&key);
+            }
+            None => return,
+        }
+        let r = s.reg.lock().and_then(|l| {
+            let (mut st, _) = s.pruned(&l);
+            st.services.retain(|e| !(e.0 == key && e.1 == s.slot));
+            s.publish(&l, &st)
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, key = format_args!("{key:#010x}"), "cannot free a CM service of the shared port: REQs for it still come here");
+        }
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom fills the buffer it is given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        // Only a probe's nonce: uniqueness within a process is enough.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
+    }
+    u64::from_be_bytes(b)
+}

@@ -1,0 +1,324 @@
+//! RoCE v2 multicast over IP multicast.
+//!
+//! A multicast GID maps to an IP group as rxe and the kernel's RDMA CM map
+//! it: an IPv4-mapped MGID `::ffff:a.b.c.d` is the IPv4 group `a.b.c.d`,
+//! any other (`ff00::/8`) is the IPv6 group of the same bytes.
+//!
+//! Sending needs nothing new: the engine writes the group as the packet's
+//! destination and the send sockets reach it, leaving through the device's
+//! interface (`IP_MULTICAST_IF`), looped back to this host's members too
+//! (`IP_MULTICAST_LOOP`), with the engine's hop limit rather than the
+//! multicast default of 1 ([`send_options`]).
+//!
+//! Receiving does: the device's socket is bound to its unicast address,
+//! and the kernel hands such a socket no datagram sent to a group. So each
+//! group a device joins gets a socket bound to the group's address and
+//! port 4791, member of the group on the device's interface
+//! (`IP_ADD_MEMBERSHIP` / `IPV6_JOIN_GROUP`), with SO_REUSEADDR and
+//! SO_REUSEPORT: every device of every process on the host that joins the
+//! group binds the same address, and the kernel gives each a copy of each
+//! datagram (multicast delivery is to every matching socket, not one of a
+//! reuseport group). `IP_MULTICAST_ALL` off keeps a socket to the groups
+//! it joined itself. The group sockets sit in one epoll set, whose fd is
+//! the device's second wait fd (with io_uring, the ring is in the set
+//! too), so that a sleeping device wakes for them.
+
+use super::recv::{deliver, read_control, source_address};
+use super::{UdpIo, DEFAULT_HOP_LIMIT, HEADROOM};
+use crate::io_stats::IoStats;
+use rdma_transport::{Endpoint, Instant, MAX_PACKET};
+use rdma_wire::ROCE_V2_PORT;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Datagrams taken from one group socket per receive call.
+const PER_CALL: usize = 32;
+
+/// The IP group of a multicast GID (`None` for a GID that is not one).
+pub fn group_ip(mgid: IpAddr) -> Option<IpAddr> {
+    let ip = mgid.to_canonical();
+    rdma_transport::is_multicast_gid(ip).then_some(ip)
+}
+
+/// One joined group: its socket and how many QPs of the device use it.
+struct Group {
+    socket: Socket,
+    users: usize,
+}
+
+/// The groups of one device and the epoll set a wait sleeps on.
+pub(super) struct Groups {
+    groups: HashMap<IpAddr, Group>,
+    epoll: OwnedFd,
+    buf: Box<[u8]>,
+    control: [u64; super::recv::CMSG_ROOM / 8],
+}
+
+impl Groups {
+    /// No group yet; `extra` (the io_uring ring, or -1) joins the epoll set
+    /// so that one fd stands for both.
+    pub(super) fn new(extra: RawFd) -> io::Result<Groups> {
+        // SAFETY: a plain system call; the fd is owned from here on.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd of ours.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        let g = Groups {
+            groups: HashMap::new(),
+            epoll,
+            buf: vec![0u8; HEADROOM + MAX_PACKET].into_boxed_slice(),
+            control: [0; super::recv::CMSG_ROOM / 8],
+        };
+        if extra >= 0 {
+            g.watch(extra, libc::EPOLL_CTL_ADD)?;
+        }
+        Ok(g)
+    }
+
+    /// Readable when a datagram waits on a group socket (or the ring has completions).
+    pub(super) fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    fn watch(&self, fd: RawFd, op: i32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: both fds are open; `ev` outlives the call.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Hands the engine what waits on the group sockets, each datagram
+    /// with its headers rebuilt as sent to the group. Returns the number
+    /// of datagrams.
+    pub(super) fn receive(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        stats: &mut IoStats,
+        tap: &mut Option<crate::link::capture::IpTap>,
+    ) -> usize {
+        let mut n = 0;
+        for (&group, g) in &self.groups {
+            for _ in 0..PER_CALL {
+                let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+                let mut iov = libc::iovec {
+                    iov_base: self.buf[HEADROOM..].as_mut_ptr().cast(),
+                    iov_len: self.buf.len() - HEADROOM,
+                };
+                // SAFETY: all-zero msghdr is valid; every pointer set below
+                // refers to a live buffer of the stated size.
+                let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+                h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+                h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                h.msg_iov = &mut iov;
+                h.msg_iovlen = 1;
+                h.msg_control = self.control.as_mut_ptr().cast();
+                h.msg_controllen = std::mem::size_of_val(&self.control);
+                // SAFETY: as above.
+                let len = unsafe { libc::recvmsg(g.socket.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
+                stats.recv_syscalls += 1;
+                if len < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                        tracing::warn!(%group, error = %e, "multicast receive failed");
+                    }
+                    break;
+                }
+                n += 1;
+                if h.msg_flags & libc::MSG_TRUNC != 0 {
+                    stats.datagrams_received += 1;
+                    stats.truncated += 1;
+                    continue;
+                }
+                let Some(src) = source_address(&name, h.msg_namelen) else { continue };
+                let meta = read_control(&h).meta(src);
+                deliver(ep, now, &mut self.buf, HEADROOM, len as usize, None, meta, group, stats, tap);
+            }
+        }
+        n
+    }
+}
+
+/// The index of the interface that holds `local` (0 if none does: the
+/// kernel then picks one by its routes).
+fn ifindex_of(local: IpAddr) -> u32 {
+    let mut found = 0;
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we walk read-only and free once.
+    unsafe {
+        if libc::getifaddrs(&mut ifa) != 0 {
+            return 0;
+        }
+        let mut p = ifa;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() {
+                let ip = match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        Some(IpAddr::V4(Ipv4Addr::from(u32::from_be((*a.cast::<libc::sockaddr_in>()).sin_addr.s_addr))))
+                    }
+                    libc::AF_INET6 => {
+                        Some(IpAddr::V6(Ipv6Addr::from((*a.cast::<libc::sockaddr_in6>()).sin6_addr.s6_addr)))
+                    }
+                    _ => None,
+                };
+                if ip == Some(local) {
+                    found = libc::if_nametoindex((*p).ifa_name);
+                    break;
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(ifa);
+    }
+    found
+}
+
+/// The interface a device's multicast goes out of and joins on: its
+/// scope for a link-local IPv6 address, else the one holding its address.
+fn interface(local: IpAddr, scope_id: u32) -> u32 {
+    if scope_id != 0 {
+        scope_id
+    } else {
+        ifindex_of(local)
+    }
+}
+
+/// Multicast options of a send socket: out of the device's interface,
+/// looped back to this host, with the default hop limit of unicast sends.
+pub(super) fn send_options(s: &Socket, local: IpAddr, scope_id: u32) -> io::Result<()> {
+    match local {
+        IpAddr::V4(v4) => {
+            s.set_multicast_if_v4(&v4)?;
+            s.set_multicast_loop_v4(true)?;
+            s.set_multicast_ttl_v4(u32::from(DEFAULT_HOP_LIMIT))
+        }
+        IpAddr::V6(_) => {
+            let index = interface(local, scope_id);
+            if index != 0 {
+                s.set_multicast_if_v6(index)?;
+            }
+            s.set_multicast_loop_v6(true)?;
+            s.set_multicast_hops_v6(u32::from(DEFAULT_HOP_LIMIT))
+        }
+    }
+}
+
+/// A socket that receives `group`'s datagrams to port 4791 on the
+/// interface of `local`.
+fn open_group(group: IpAddr, local: IpAddr, scope_id: u32) -> io::Result<Socket> {
+    let domain = if local.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    // As deep as the device's own receive socket: a burst of UD sends
+    // to the group must not overflow it (UD does not resend).
+    super::grow_recv_buffer(&s);
+    let fd = s.as_raw_fd();
+    match (group, local) {
+        (IpAddr::V4(g), IpAddr::V4(l)) => {
+            super::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
+            super::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+            super::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+            s.bind(&SocketAddr::new(g.into(), ROCE_V2_PORT).into())?;
+            s.join_multicast_v4(&g, &l)?;
+        }
+        (IpAddr::V6(g), IpAddr::V6(_)) => {
+            s.set_only_v6(true)?;
+            // Not every kernel has it (4.20+): a socket then also hears
+            // the host's other joins of the group, which the engine drops.
+            let _ = super::setsockopt_int(fd, libc::IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0);
+            super::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+            super::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+            super::setsockopt_int(fd, libc::IPPROTO_UDP, super::UDP_NO_CHECK6_RX, 1)?;
+            let index = interface(local, scope_id);
+            s.bind(&SocketAddrV6::new(g, ROCE_V2_PORT, 0, index).into())?;
+            s.join_multicast_v6(&g, index)?;
+        }
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("multicast group {group} is not of the family of the device address {local}"),
+            ))
+        }
+    }
+    Ok(s)
+}
+
+/// Linux's `IPV6_MULTICAST_ALL` (not in every libc crate).
+const IPV6_MULTICAST_ALL: i32 = 29;
+
+impl UdpIo {
+    /// The device receives the RoCE v2 packets sent to the IP group of
+    /// `mgid` (a QP of it attached to the group). Counted: each join needs
+    /// one [`UdpIo::leave_group`].
+    pub fn join_group(&mut self, mgid: IpAddr) -> io::Result<()> {
+        let group = group_ip(mgid)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{mgid} is not a multicast GID")))?;
+        if let Some(g) = self.mcast.groups.get_mut(&group) {
+            g.users += 1;
+            return Ok(());
+        }
+        let socket = open_group(group, self.local, self.scope_id).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot join multicast group {group} on {}: {e}", self.local))
+        })?;
+        self.mcast.watch(socket.as_raw_fd(), libc::EPOLL_CTL_ADD)?;
+        tracing::debug!(%group, local = %self.local, "joined IP multicast group");
+        self.mcast.groups.insert(group, Group { socket, users: 1 });
+        Ok(())
+    }
+
+    /// Gives back one [`UdpIo::join_group`]; the last leaves the IP group
+    /// (closing its socket drops the membership).
+    pub fn leave_group(&mut self, mgid: IpAddr) {
+        let Some(group) = group_ip(mgid) else { return };
+        let Some(g) = self.mcast.groups.get_mut(&group) else { return };
+        g.users -= 1;
+        if g.users == 0 {
+            if let Some(g) = self.mcast.groups.remove(&group) {
+                let _ = self.mcast.watch(g.socket.as_raw_fd(), libc::EPOLL_CTL_DEL);
+            }
+            tracing::debug!(%group, local = %self.local, "left IP multicast group");
+        }
+    }
+
+    /// The IP groups the device is a member of.
+    pub fn groups(&self) -> Vec<IpAddr> {
+        self.mcast.groups.keys().copied().collect()
+    }
+
+    /// Receives what waits on the group sockets (see [`Groups::receive`]).
+    pub(super) fn receive_groups(&mut self, ep: &mut Endpoint, now: Instant) -> usize {
+        if self.mcast.groups.is_empty() {
+            return 0;
+        }
+        self.mcast.receive(ep, now, &mut self.stats, &mut self.capture)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mgids_map_to_groups_as_rxe_maps_them() {
+        assert_eq!(group_ip("::ffff:239.21.0.1".parse().unwrap()), Some("239.21.0.1".parse().unwrap()));
+        assert_eq!(group_ip("239.21.0.1".parse().unwrap()), Some("239.21.0.1".parse().unwrap()));
+        assert_eq!(group_ip("ff0e::21:1".parse().unwrap()), Some("ff0e::21:1".parse().unwrap()));
+        assert_eq!(group_ip("::ffff:127.0.21.1".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn loopback_holds_its_address_and_an_unknown_address_has_no_interface() {
+        assert_ne!(ifindex_of("127.0.0.1".parse().unwrap()), 0);
+        assert_eq!(ifindex_of("192.0.2.77".parse().unwrap()), 0);
+    }
+}

@@ -39,7 +39,7 @@ use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::IdentRecovery;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 
 mod agenda;
@@ -98,8 +98,11 @@ pub struct Endpoint {
     /// has happened since that could change it (see [`Endpoint::touch`]):
     /// an idle poll then costs a comparison, not a walk over every QP.
     tx_idle: bool,
-    /// The QPs whose deadline or sending may have changed, and every QP's
-    /// deadline by time (a cell: [`Endpoint::poll_timeout`] takes `&self`).
+    /// [`Endpoint::poll_timeout`]'s answer while nothing has changed.
+    deadline: Cell<Option<Option<Instant>>>,
+    /// With more than [`agenda::WALK_MAX_QPS`] QPs: the QPs whose deadline
+    /// or sending may have changed, and every QP's deadline by time (a
+    /// cell: [`Endpoint::poll_timeout`] takes `&self`).
     agenda: RefCell<agenda::Agenda>,
     /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
     release: bool,
@@ -168,6 +171,7 @@ impl Endpoint {
             sending: false,
             fresh_done: false,
             tx_idle: false,
+            deadline: Cell::new(None),
             agenda: RefCell::default(),
             release: false,
             events: VecDeque::new(),
@@ -960,14 +964,24 @@ impl Endpoint {
     /// The next time [`Endpoint::handle_timeout`] has work, or when a
     /// waiting QP may send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut agenda = self.agenda.borrow_mut();
-        agenda.refresh(&self.qps);
-        #[cfg(debug_assertions)]
-        {
-            let scan = self.qps.values().filter_map(Qp::next_deadline).min();
-            debug_assert_eq!(agenda.earliest(), scan, "a QP's deadline changed without touching it");
+        if let Some(cached) = self.deadline.get() {
+            return cached;
         }
-        agenda.earliest().into_iter().chain(self.gsi.as_deref().and_then(Gsi::next_deadline)).min()
+        let qps = if self.agenda_on() {
+            let mut agenda = self.agenda.borrow_mut();
+            agenda.refresh(&self.qps);
+            #[cfg(debug_assertions)]
+            {
+                let scan = self.qps.values().filter_map(Qp::next_deadline).min();
+                debug_assert_eq!(agenda.earliest(), scan, "a QP's deadline changed without touching it");
+            }
+            agenda.earliest()
+        } else {
+            self.qps.values().filter_map(Qp::next_deadline).min()
+        };
+        let t = qps.into_iter().chain(self.gsi.as_deref().and_then(Gsi::next_deadline)).min();
+        self.deadline.set(Some(t));
+        t
     }
 
     /// Fires every timer that is due: a QP's ACK timer retransmits (or
@@ -975,26 +989,21 @@ impl Endpoint {
     /// are sent again; a held ACK that is due leaves in the next round of
     /// [`Endpoint::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Instant) {
-        // Only QPs with a deadline due have work (every timer of a QP is in
-        // its deadline), in QPN order as a walk over all of them would go.
-        (self.tx_idle, self.fresh_done) = (false, false);
-        let agenda = self.agenda.get_mut();
-        agenda.refresh(&self.qps);
-        for qpn in agenda.due(now) {
-            agenda.mark(qpn);
-            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
-            if qp.timers.is_due(Timer::Retransmit, now) {
-                let was_error = qp.state == QpState::Err;
-                qp.handle_ack_timeout(&mut self.cqs, &mut self.stats);
-                if !was_error && qp.state == QpState::Err {
-                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+        self.touch_some();
+        if self.agenda_on() {
+            // Only QPs with a deadline due have work (every timer of a QP
+            // is in its deadline), in QPN order as the walk below goes.
+            let agenda = self.agenda.get_mut();
+            agenda.refresh(&self.qps);
+            for qpn in agenda.due(now) {
+                agenda.mark(qpn);
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    fire_timers(qpn, qp, now, &mut self.cqs, &mut self.stats, &mut self.events);
                 }
             }
-            if qp.timers.is_due(Timer::RnrWait, now) {
-                qp.timers.stop(Timer::RnrWait);
-            }
-            if let Some(cc) = qp.cc.as_deref_mut() {
-                cc.on_timer(now, &mut qp.stats, &mut self.stats);
+        } else {
+            for (&qpn, qp) in self.qps.iter_mut() {
+                fire_timers(qpn, qp, now, &mut self.cqs, &mut self.stats, &mut self.events);
             }
         }
         if let Some(g) = self.gsi.as_deref_mut() {
@@ -1073,4 +1082,31 @@ impl Endpoint {
 /// the endpoint beside it).
 pub(crate) fn gsi_in(slot: &mut Option<Box<Gsi>>, first: u64) -> &mut Gsi {
     slot.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
+}
+
+/// The timers of QP `qpn` that are due at `now` ([`Endpoint::handle_timeout`]):
+/// the ACK timer retransmits (or fails the QP), an RNR wait ends,
+/// congestion control's timers run.
+#[inline]
+fn fire_timers(
+    qpn: u32,
+    qp: &mut Qp,
+    now: Instant,
+    cqs: &mut CqTable,
+    stats: &mut Stats,
+    events: &mut VecDeque<AsyncEvent>,
+) {
+    if qp.timers.is_due(Timer::Retransmit, now) {
+        let was_error = qp.state == QpState::Err;
+        qp.handle_ack_timeout(cqs, stats);
+        if !was_error && qp.state == QpState::Err {
+            events.push_back(AsyncEvent::QpFatal(qpn));
+        }
+    }
+    if qp.timers.is_due(Timer::RnrWait, now) {
+        qp.timers.stop(Timer::RnrWait);
+    }
+    if let Some(cc) = qp.cc.as_deref_mut() {
+        cc.on_timer(now, &mut qp.stats, stats);
+    }
 }

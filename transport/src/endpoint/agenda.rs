@@ -17,10 +17,40 @@
 //! An entry point that cannot say which QPs it changed marks them all, as
 //! do QP creation and destruction (so the index never holds a QP that is
 //! gone).
+//!
+//! Only a device with more than [`WALK_MAX_QPS`] QPs keeps it up: with
+//! fewer, the endpoint walks every QP as it always did, which costs less
+//! than the bookkeeping (the single-QP path stays as fast as before).
 
 use crate::qp::Qp;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// A device with at most this many QPs keeps no agenda: it walks every
+/// QP, as the engine did before the agenda (`Endpoint::agenda_on`).
+/// With few QPs the walk is the cheaper: the agenda's sets and index cost
+/// a one-QP device about 390 instructions a packet (+6 % on an 8-byte
+/// SEND, `scripts/callgrind.sh`), and in `examples/engine_packets` with
+/// up to 64 busy QPs the walk stays cheaper still (posting in windows, a
+/// round finds a QP with a packet at once). Where a device sends a packet
+/// a poll and most of its QPs wait for ACKs (the fabric's all-to-all)
+/// every poll that finds nothing walks them all: there the agenda saves
+/// 1 % of all instructions at 6 QPs a host, 11 % at 14 and 34 % at 30,
+/// and loses nothing at 2 (docs/performance.md). 8 sits between.
+/// Crossing it either way is safe: QP creation and destruction mark
+/// every QP, so the agenda starts over whenever it comes into use.
+pub(super) const WALK_MAX_QPS: usize = 8;
+
+/// The threshold in force: [`WALK_MAX_QPS`]; this crate's unit tests may
+/// set another for their thread, before any endpoint has QPs.
+#[inline(always)]
+pub(super) fn walk_max_qps() -> usize {
+    #[cfg(test)]
+    if let Some(n) = tests::WALK_MAX.with(std::cell::Cell::get) {
+        return n;
+    }
+    WALK_MAX_QPS
+}
 
 /// Stale QPs listed one by one up to this many; past it, all are (a
 /// driver that never asks for its deadline must not grow the list).
@@ -130,14 +160,14 @@ impl Agenda {
         None
     }
 
+    /// QP `qpn` sent a packet in a round that asked every QP: it may have more.
+    pub fn sent(&mut self, qpn: u32) {
+        self.ready.insert(qpn);
+    }
+
     /// QP `qpn` had nothing to send.
     pub fn idle(&mut self, qpn: u32) {
         self.ready.remove(&qpn);
-    }
-
-    /// QP `qpn` sent a packet: it may have more.
-    pub fn sent(&mut self, qpn: u32) {
-        self.ready.insert(qpn);
     }
 }
 
@@ -147,6 +177,11 @@ mod tests {
     use crate::memory::Pd;
     use crate::qp::{CqId, QpInitAttr, QpType};
     use crate::timers::Timer;
+
+    thread_local! {
+        /// [`walk_max_qps`] for this test thread, if set.
+        pub(super) static WALK_MAX: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
 
     fn qps(nums: &[u32]) -> BTreeMap<u32, Qp> {
         nums.iter().map(|&n| (n, Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0))))).collect()
@@ -203,5 +238,79 @@ mod tests {
         assert_eq!(a.next_ready(0, &map), None, "nothing due before 500");
         a.wake_due(at(500));
         assert_eq!(a.next_ready(0, &map), Some(20));
+    }
+
+    /// What a lossy run of `pairs` RC QP pairs did (DCQCN off): every
+    /// completion in the order polled with its time, the link's counters
+    /// and both endpoints' counters. `walk_max`: the threshold in force.
+    fn lossy_run(walk_max: usize, pairs: usize, seed: u64) -> impl PartialEq + std::fmt::Debug {
+        type Done = Vec<(Instant, u32, u64, crate::wr::WcStatus)>;
+        use crate::sim::{bring_up, connect, LinkConfig, PairConfig, Sim};
+        use crate::wr::{RecvWr, SendOp, SendWr, Sge};
+        WALK_MAX.with(|w| w.set(Some(walk_max)));
+        let link = LinkConfig { loss: 0.02, reorder: 0.02, duplicate: 0.01, ..LinkConfig::default() };
+        let cfg = PairConfig {
+            cap: crate::qp::QpCap { max_send_wr: 64, max_recv_wr: 64, ..Default::default() },
+            ..PairConfig::default()
+        };
+        let mut sim = Sim::new(seed, link);
+        let (a, b) = connect(&mut sim, cfg);
+        let mut qps = vec![(a.qpn, b.qpn)];
+        for _ in 1..pairs {
+            let mut make = |s: &crate::sim::Side| {
+                let init =
+                    QpInitAttr { recv_cq: s.recv_cq, cap: cfg.cap, ..QpInitAttr::new(QpType::Rc, s.pd, s.send_cq) };
+                sim.ep(s.ep).create_qp(init).unwrap()
+            };
+            let (qa, qb) = (make(&a), make(&b));
+            bring_up(sim.ep(a.ep), qa, [127, 0, 0, 2].into(), qb, cfg.b_psn, cfg.a_psn, &cfg);
+            bring_up(sim.ep(b.ep), qb, [127, 0, 0, 1].into(), qa, cfg.a_psn, cfg.b_psn, &cfg);
+            qps.push((qa, qb));
+        }
+        // Uneven work: pair i gets 4 + 3i messages, SENDs and WRITEs of
+        // up to three 1 KiB packets, so QPs fall idle at different times.
+        for (i, &(qa, qb)) in qps.iter().enumerate() {
+            for m in 0..(4 + 3 * i as u64) {
+                let len = 100 + (m as u32 * 997) % 3000;
+                let local = vec![Sge { addr: a.va + m * 4096, length: len, lkey: a.lkey }];
+                let op = if m % 2 == 0 {
+                    let sg = vec![Sge { addr: b.va + m * 4096, length: 4096, lkey: b.lkey }];
+                    sim.ep(b.ep).post_recv(qb, RecvWr { wr_id: m, sg_list: sg }).unwrap();
+                    SendOp::Send
+                } else {
+                    SendOp::RdmaWrite { remote_addr: b.va + m * 4096, rkey: b.rkey }
+                };
+                sim.ep(a.ep).post_send(qa, SendWr::new(m, op, local)).unwrap();
+            }
+        }
+        let mut done = Vec::new();
+        for _ in 0..200_000 {
+            if !sim.step() {
+                break;
+            }
+            for w in sim.ep(a.ep).poll_cq(a.send_cq, 64) {
+                done.push((sim.now, w.qp_num, w.wr_id, w.status));
+            }
+        }
+        WALK_MAX.with(|w| w.set(None));
+        let messages: u64 = (0..pairs as u64).map(|i| 4 + 3 * i).sum();
+        assert_eq!(done.len() as u64, messages, "every request completes");
+        assert!(done.iter().all(|d| d.3 == crate::wr::WcStatus::Success), "{done:?}");
+        assert!(sim.stats.lost > 0 && sim.stats.reordered > 0, "a lossy run: {:?}", sim.stats);
+        let stats = (sim.ep(a.ep).stats(), sim.ep(b.ep).stats());
+        let done: Done = done;
+        (done, sim.stats, stats)
+    }
+
+    #[test]
+    fn the_agenda_sends_what_the_walk_sends() {
+        // The same QPs asked in the same turns, so the same packets: with
+        // the agenda always in use and never, a lossy run is the same run.
+        for seed in 1..=3 {
+            let (walk, agenda) = (lossy_run(usize::MAX, 12, seed), lossy_run(0, 12, seed));
+            assert!(walk == agenda, "seed {seed}: the walk {walk:?}\nthe agenda {agenda:?}");
+        }
+        // And a run of one QP to nine crosses the threshold as it grows.
+        assert!(lossy_run(WALK_MAX_QPS, 9, 4) == lossy_run(usize::MAX, 9, 4));
     }
 }

@@ -77,8 +77,8 @@ impl Endpoint {
     }
 
     fn receive(&mut self, now: Instant, l3: &[u8]) {
-        // The QP it reaches, if any, is marked in `dispatch`/`receive_cnp`.
-        (self.tx_idle, self.fresh_done) = (false, false);
+        // The QP it reaches, if any, is marked in `deliver`/`receive_cnp`.
+        self.touch_some();
         self.stats.packets_received += 1;
         match self.framer.link {
             LinkKind::RoceV2 => self.receive_roce_v2(now, l3),
@@ -282,12 +282,14 @@ impl Endpoint {
         sl: u8,
     ) {
         let bth = t.bth();
-        if !self.qps.contains_key(&qpn) {
+        let agenda_on = self.agenda_on();
+        let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
+        };
+        if agenda_on {
+            self.agenda.get_mut().mark(qpn);
         }
-        self.agenda.get_mut().mark(qpn);
-        let qp = self.qps.get_mut(&qpn).expect("checked above");
         if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
             self.stats.drop(Drop::PkeyMismatch, qpn);
             return;
@@ -401,7 +403,9 @@ impl Endpoint {
     /// rate; anything else is dropped with its reason, so that a stray or
     /// forged CNP cannot slow a QP it does not belong to.
     fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
-        self.agenda.get_mut().mark(qpn);
+        if self.agenda_on() {
+            self.agenda.get_mut().mark(qpn);
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;

@@ -6,7 +6,7 @@
 //! packets and READ responses: a QP's owed CNPs leave first, and with
 //! DCQCN on its pacer gates its data packets.
 
-use super::Endpoint;
+use super::{agenda, Endpoint};
 use crate::events::AsyncEvent;
 use crate::framing::PayloadRef;
 use crate::qp::{AddressVector, QpParams};
@@ -152,27 +152,50 @@ impl Endpoint {
     }
 
     /// Whether the last round found nothing and no timer is due yet: a
-    /// poll then costs this comparison. Otherwise the ready QPs are about
-    /// to be asked (each asked QP's deadline is then computed again).
+    /// poll then costs this comparison. Otherwise the QPs are about to be
+    /// asked, and sending arms timers (a QP that fails stops its own), so
+    /// the cached deadline is dropped (with the agenda, each asked QP's
+    /// deadline is computed again).
     pub(super) fn idle_until_later(&mut self, now: Instant) -> bool {
-        self.tx_idle && self.poll_timeout().is_none_or(|d| now < d)
+        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+            return true;
+        }
+        self.deadline.set(None);
+        false
+    }
+
+    /// Whether the endpoint keeps its agenda (more than
+    /// [`agenda::WALK_MAX_QPS`] QPs) rather than walking every QP.
+    #[inline]
+    pub(super) fn agenda_on(&self) -> bool {
+        self.qps.len() > agenda::walk_max_qps()
     }
 
     /// Records that something happened which may give a QP packets to send
     /// or change a timer: the next `poll_transmit` looks at every QP again,
     /// and `poll_timeout` recomputes. Every `&mut self` entry point that
     /// can do either calls it; posting a receive and polling a CQ cannot.
+    /// It marks every QP in the agenda, even without one in use: that is
+    /// how the agenda starts over when QP creation puts it in use.
     pub(super) fn touch(&mut self) {
-        self.tx_idle = false;
-        self.fresh_done = false;
+        self.touch_some();
         self.agenda.get_mut().mark_all();
     }
 
     /// [`Endpoint::touch`] for an entry point that changed QP `qpn` only.
     pub(super) fn touch_qp(&mut self, qpn: u32) {
+        self.touch_some();
+        if self.agenda_on() {
+            self.agenda.get_mut().mark(qpn);
+        }
+    }
+
+    /// [`Endpoint::touch`] for an entry point that marks the QPs it
+    /// changes in the agenda itself (a received packet, a timer).
+    pub(super) fn touch_some(&mut self) {
         self.tx_idle = false;
         self.fresh_done = false;
-        self.agenda.get_mut().mark(qpn);
+        self.deadline.set(None);
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
@@ -186,50 +209,18 @@ impl Endpoint {
                 return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
             }
         }
-        if flush {
-            return self.next_packet_any(now, buf);
+        if self.agenda_on() {
+            return self.next_packet_agenda(now, buf, flush);
         }
-        // Only the QPs that may have something: those touched since they
-        // last had nothing, and those whose deadline has passed. The others
-        // would answer `None`, so the turns come out as a walk over all.
-        let agenda = self.agenda.get_mut();
-        agenda.refresh(&self.qps);
-        agenda.wake_due(now);
-        while let Some(qpn) = self.agenda.get_mut().next_ready(self.rr, &self.qps) {
-            let t = self.transmit_from(qpn, now, buf, false);
-            let agenda = self.agenda.get_mut();
-            agenda.mark_stale(qpn);
-            match t {
-                Some(t) => {
-                    self.burst += 1;
-                    if self.burst >= TX_BURST {
-                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
-                    } else {
-                        self.rr = qpn;
-                    }
-                    return Some(t);
-                }
-                None => {
-                    agenda.idle(qpn);
-                    (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
-                }
-            }
-        }
-        None
-    }
-
-    /// A round that releases held ACKs: any QP may have one, so every QP is asked.
-    fn next_packet_any(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        // Every QP in turn from the cursor: a device with few QPs (see
+        // `agenda::WALK_MAX_QPS`) has no agenda to say which may send.
         for _ in 0..self.qps.len() {
             let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,
                 None => return None,
             };
-            let t = self.transmit_from(qpn, now, buf, true);
-            self.agenda.get_mut().mark_stale(qpn);
-            match t {
+            match self.transmit_from(qpn, now, buf, flush) {
                 Some(t) => {
-                    self.agenda.get_mut().sent(qpn);
                     // Stay on this QP for a burst, then give the next its turn.
                     self.burst += 1;
                     if self.burst >= TX_BURST {
@@ -245,7 +236,64 @@ impl Endpoint {
         None
     }
 
+    /// [`Endpoint::next_packet`] with the agenda: only the QPs that may
+    /// have something are asked, those touched since they last had
+    /// nothing and those whose deadline has passed. The others would
+    /// answer `None`, so the turns come out as a walk over all. A round
+    /// that releases held ACKs (`flush`) asks every QP: any may hold one.
+    /// (Not inlined: the walk above stays as lean as before the agenda.)
+    #[inline(never)]
+    fn next_packet_agenda(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        let agenda = self.agenda.get_mut();
+        if !flush {
+            agenda.refresh(&self.qps);
+            agenda.wake_due(now);
+        }
+        let mut left = self.qps.len();
+        loop {
+            let qpn = if flush {
+                if left == 0 {
+                    return None;
+                }
+                left -= 1;
+                self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()).map(|(&k, _)| k)?
+            } else {
+                self.agenda.get_mut().next_ready(self.rr, &self.qps)?
+            };
+            let t = self.transmit_from(qpn, now, buf, flush);
+            // Its deadline may have changed; one that sent may have more,
+            // one of the ready that had nothing leaves them.
+            let agenda = self.agenda.get_mut();
+            agenda.mark_stale(qpn);
+            match t {
+                Some(t) => {
+                    if flush {
+                        agenda.sent(qpn);
+                    }
+                    self.burst += 1;
+                    if self.burst >= TX_BURST {
+                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                    } else {
+                        self.rr = qpn;
+                    }
+                    return Some(t);
+                }
+                None => {
+                    if !flush {
+                        agenda.idle(qpn);
+                    }
+                    (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                }
+            }
+        }
+    }
+
     /// The next packet of one QP: a response first, else a request.
+    /// Inlined into both of its callers: the walk of a device with few
+    /// QPs is the per-packet path that must stay as fast as before the
+    /// agenda (a call here cost a one-QP device about 50 instructions a
+    /// packet, `scripts/callgrind.sh`), and the agenda's is the fabric's.
+    #[inline(always)]
     fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn).expect("key from the map");
         // Congestion control: owed CNPs first, then the pacer's gate on

@@ -95,3 +95,41 @@ fn the_json_has_the_contract_keys() {
         assert!(v.get(k).is_some(), "no {k} in {v}");
     }
 }
+
+/// What `rdma-fabric run <collective> ... --json` prints, as text.
+fn cli_json(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-fabric")).arg("run").args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The command line keeps the contract for all three collectives:
+/// JCT, algorithm and bus bandwidth, the tail across ranks, drops, pauses
+/// and retransmissions, as numbers; and the same seed prints the same
+/// JSON, byte for byte, also for a lossy run (a tree's 2:1 incast on a
+/// 20 KB buffer without DCQCN drops and retransmits).
+#[test]
+fn the_command_line_prints_the_contract_and_repeats_itself() {
+    let lossy = ["allreduce", "--algorithm", "tree", "--hosts", "7", "--size", "1MiB"];
+    let lossy = [&lossy[..], &["--buffer-kb", "20", "--dcqcn", "off", "--seed", "3", "--json"]].concat();
+    let runs: [Vec<&str>; 3] = [
+        lossy,
+        vec!["allgather", "--hosts", "8", "--size", "512KiB", "--seed", "3", "--json"],
+        vec!["reduce-scatter", "--hosts", "8", "--size", "512KiB", "--seed", "3", "--json"],
+    ];
+    for args in &runs {
+        let text = cli_json(args);
+        assert_eq!(text, cli_json(args), "{args:?}: the same seed, another JSON");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["scenario"], args[0], "{v}");
+        for k in ["jct_us", "algbw_gbps", "busbw_gbps", "rank_completion_us_p50", "rank_completion_us_p99"] {
+            assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{args:?}: {k} in {v}");
+        }
+        assert!(v["rank_completion_us_max"].as_f64() == v["jct_us"].as_f64(), "the last rank ends the job: {v}");
+        for k in ["drops", "pauses", "retransmits"] {
+            assert!(v[k].is_u64(), "{args:?}: {k} in {v}");
+        }
+    }
+    let v: serde_json::Value = serde_json::from_str(&cli_json(&runs[0])).unwrap();
+    assert!(v["drops"].as_u64() > Some(0) && v["retransmits"].as_u64() > Some(0), "a lossy run: {v}");
+}

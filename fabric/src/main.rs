@@ -438,6 +438,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
             RoutingArg::Minhop => RoutingKind::MinHop,
             RoutingArg::Updn => RoutingKind::UpDown,
         },
+        agenda_threshold: None,
     };
     Ok(o)
 }

@@ -125,6 +125,10 @@ pub struct Options {
     pub ib: IbOptions,
     /// ib-ring: how the SM routes.
     pub routing: RoutingKind,
+    /// Each host engine's agenda threshold (`Endpoint::set_agenda_threshold`;
+    /// `None`: the engine's own): a run is the same either way, which
+    /// tests check, and only costs differ.
+    pub agenda_threshold: Option<usize>,
 }
 
 /// ib-ring's routing engine; Up*/Down* is rooted at the first switch.
@@ -155,6 +159,7 @@ impl Default for Options {
             link: LinkKind::Roce,
             ib: IbOptions::default(),
             routing: RoutingKind::MinHop,
+            agenda_threshold: None,
         }
     }
 }
@@ -345,6 +350,11 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
 /// host 0's HCA with every port starting in Init; the run then starts at
 /// time zero on the configured fabric.
 pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+    if let Some(qps) = o.agenda_threshold {
+        for h in &mut topo.hosts {
+            h.ep.set_agenda_threshold(qps);
+        }
+    }
     if o.link != LinkKind::Ib {
         return Ok(Fabric::new(topo, o.seed));
     }

@@ -104,6 +104,8 @@ pub struct Endpoint {
     /// or sending may have changed, and every QP's deadline by time (a
     /// cell: [`Endpoint::poll_timeout`] takes `&self`).
     agenda: RefCell<agenda::Agenda>,
+    /// The agenda is kept with more QPs than this ([`Endpoint::set_agenda_threshold`]).
+    walk_max_qps: usize,
     /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
     release: bool,
     events: VecDeque<AsyncEvent>,
@@ -173,6 +175,7 @@ impl Endpoint {
             tx_idle: false,
             deadline: Cell::new(None),
             agenda: RefCell::default(),
+            walk_max_qps: agenda::WALK_MAX_QPS,
             release: false,
             events: VecDeque::new(),
             ident_recovery: None,

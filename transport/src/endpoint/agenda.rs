@@ -38,19 +38,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// 1 % of all instructions at 6 QPs a host, 11 % at 14 and 34 % at 30,
 /// and loses nothing at 2 (docs/performance.md). 8 sits between.
 /// Crossing it either way is safe: QP creation and destruction mark
-/// every QP, so the agenda starts over whenever it comes into use.
+/// every QP, so the agenda starts over whenever it comes into use. Either
+/// way the same QPs send in the same order (`Endpoint::set_agenda_threshold`
+/// lets tests check it); only the cost differs.
 pub(super) const WALK_MAX_QPS: usize = 8;
-
-/// The threshold in force: [`WALK_MAX_QPS`]; this crate's unit tests may
-/// set another for their thread, before any endpoint has QPs.
-#[inline(always)]
-pub(super) fn walk_max_qps() -> usize {
-    #[cfg(test)]
-    if let Some(n) = tests::WALK_MAX.with(std::cell::Cell::get) {
-        return n;
-    }
-    WALK_MAX_QPS
-}
 
 /// Stale QPs listed one by one up to this many; past it, all are (a
 /// driver that never asks for its deadline must not grow the list).
@@ -178,11 +169,6 @@ mod tests {
     use crate::qp::{CqId, QpInitAttr, QpType};
     use crate::timers::Timer;
 
-    thread_local! {
-        /// [`walk_max_qps`] for this test thread, if set.
-        pub(super) static WALK_MAX: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-    }
-
     fn qps(nums: &[u32]) -> BTreeMap<u32, Qp> {
         nums.iter().map(|&n| (n, Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0))))).collect()
     }
@@ -247,7 +233,6 @@ mod tests {
         type Done = Vec<(Instant, u32, u64, crate::wr::WcStatus)>;
         use crate::sim::{bring_up, connect, LinkConfig, PairConfig, Sim};
         use crate::wr::{RecvWr, SendOp, SendWr, Sge};
-        WALK_MAX.with(|w| w.set(Some(walk_max)));
         let link = LinkConfig { loss: 0.02, reorder: 0.02, duplicate: 0.01, ..LinkConfig::default() };
         let cfg = PairConfig {
             cap: crate::qp::QpCap { max_send_wr: 64, max_recv_wr: 64, ..Default::default() },
@@ -255,6 +240,8 @@ mod tests {
         };
         let mut sim = Sim::new(seed, link);
         let (a, b) = connect(&mut sim, cfg);
+        sim.ep(a.ep).set_agenda_threshold(walk_max);
+        sim.ep(b.ep).set_agenda_threshold(walk_max);
         let mut qps = vec![(a.qpn, b.qpn)];
         for _ in 1..pairs {
             let mut make = |s: &crate::sim::Side| {
@@ -292,7 +279,6 @@ mod tests {
                 done.push((sim.now, w.qp_num, w.wr_id, w.status));
             }
         }
-        WALK_MAX.with(|w| w.set(None));
         let messages: u64 = (0..pairs as u64).map(|i| 4 + 3 * i).sum();
         assert_eq!(done.len() as u64, messages, "every request completes");
         assert!(done.iter().all(|d| d.3 == crate::wr::WcStatus::Success), "{done:?}");

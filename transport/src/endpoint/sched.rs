@@ -6,7 +6,7 @@
 //! packets and READ responses: a QP's owed CNPs leave first, and with
 //! DCQCN on its pacer gates its data packets.
 
-use super::{agenda, Endpoint};
+use super::Endpoint;
 use crate::events::AsyncEvent;
 use crate::framing::PayloadRef;
 use crate::qp::{AddressVector, QpParams};
@@ -165,10 +165,23 @@ impl Endpoint {
     }
 
     /// Whether the endpoint keeps its agenda (more than
-    /// [`agenda::WALK_MAX_QPS`] QPs) rather than walking every QP.
+    /// [`super::agenda::WALK_MAX_QPS`] QPs, or what [`Endpoint::set_agenda_threshold`]
+    /// set) rather than walking every QP.
     #[inline]
     pub(super) fn agenda_on(&self) -> bool {
-        self.qps.len() > agenda::walk_max_qps()
+        self.qps.len() > self.walk_max_qps
+    }
+
+    /// Walks every QP while the device has at most `qps` QPs, and keeps
+    /// the agenda past that (the engine's own threshold unless set): the
+    /// same packets leave in the same order either way, only the cost
+    /// differs. For tests that check that (0: always the agenda;
+    /// `usize::MAX`: never) and for measuring the cost. Safe at any time:
+    /// the agenda starts over.
+    #[doc(hidden)]
+    pub fn set_agenda_threshold(&mut self, qps: usize) {
+        self.walk_max_qps = qps;
+        self.touch();
     }
 
     /// Records that something happened which may give a QP packets to send
@@ -249,7 +262,7 @@ impl Endpoint {
             agenda.refresh(&self.qps);
             agenda.wake_due(now);
         }
-        let mut left = self.qps.len();
+        let (mut left, start) = (self.qps.len(), self.rr);
         loop {
             let qpn = if flush {
                 if left == 0 {
@@ -258,7 +271,29 @@ impl Endpoint {
                 left -= 1;
                 self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()).map(|(&k, _)| k)?
             } else {
-                self.agenda.get_mut().next_ready(self.rr, &self.qps)?
+                let Some(qpn) = self.agenda.get_mut().next_ready(self.rr, &self.qps) else {
+                    // Nothing: the walk would have asked every QP, from the
+                    // first at or after the cursor the round began with
+                    // round to the one before it (the last below that
+                    // cursor, or the last of all), and left the cursor past
+                    // that one, so that the next round begins there again.
+                    let before = self.qps.range(..start).next_back().or_else(|| self.qps.iter().next_back());
+                    if let Some((&before, _)) = before {
+                        (self.rr, self.burst) = (before.wrapping_add(1), 0);
+                    }
+                    return None;
+                };
+                // The walk would have asked the QPs skipped on the way, and
+                // each answer `None` ends the turn in progress: so does
+                // skipping them. (A QP in its turn stays ready until it
+                // answers `None`, so this is for one destroyed in its turn.)
+                if self.burst > 0 && qpn != self.rr {
+                    let first = self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next());
+                    if first.is_some_and(|(&k, _)| k != qpn) {
+                        self.burst = 0;
+                    }
+                }
+                qpn
             };
             let t = self.transmit_from(qpn, now, buf, flush);
             // Its deadline may have changed; one that sent may have more,

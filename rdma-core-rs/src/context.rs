@@ -58,11 +58,27 @@ pub(crate) struct ChannelState {
 /// completion received after that raises the event (libibverbs: the
 /// *next* completion), whatever the CQ still holds from before and
 /// whatever other CQs receive.
+///
+/// Armed for solicited completions only, the count is of those the engine
+/// marks so (solicited receives and errors): an unsolicited completion
+/// raises no event.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Arming {
     cq: CqId,
     channel: usize,
     received: u64,
+    solicited_only: bool,
+}
+
+impl Arming {
+    /// What this arming counts on `cq` now (see [`Arming`]).
+    fn count(&self, ep: &Endpoint, taken: &[u64]) -> u64 {
+        if self.solicited_only {
+            ep.cq_solicited(self.cq)
+        } else {
+            received(ep, taken, self.cq)
+        }
+    }
 }
 
 pub(crate) struct State {
@@ -176,11 +192,23 @@ impl State {
     }
 
     /// Arms `cq` for one event on `channel`, raised by the next completion
-    /// it receives (`ibv_req_notify_cq`). Arming an armed CQ changes nothing.
-    pub(crate) fn arm(&mut self, cq: CqId, channel: usize) {
-        if !self.armed.iter().any(|a| a.cq == cq) {
-            let received = received(&self.ep, &self.taken, cq);
-            self.armed.push(Arming { cq, channel, received });
+    /// it receives, or with `solicited_only` the next solicited or failed
+    /// one (`ibv_req_notify_cq`). Arming an armed CQ changes nothing,
+    /// except that asking for any completion widens a solicited-only
+    /// arming (as the kernel's "next completion" supersedes "solicited").
+    pub(crate) fn arm(&mut self, cq: CqId, channel: usize, solicited_only: bool) {
+        let (ep, taken) = (&self.ep, &self.taken);
+        match self.armed.iter_mut().find(|a| a.cq == cq) {
+            Some(a) if a.solicited_only && !solicited_only => {
+                *a = Arming { cq, channel: a.channel, received: 0, solicited_only: false };
+                a.received = a.count(ep, taken);
+            }
+            Some(_) => {}
+            None => {
+                let mut a = Arming { cq, channel, received: 0, solicited_only };
+                a.received = a.count(ep, taken);
+                self.armed.push(a);
+            }
         }
     }
 }
@@ -317,7 +345,7 @@ impl Inner {
     fn fire_channels(&self, st: &mut State) {
         let State { ep, armed, channels, taken, .. } = st;
         armed.retain(|a| {
-            let now = received(ep, taken, a.cq);
+            let now = a.count(ep, taken);
             if now == a.received {
                 return true;
             }

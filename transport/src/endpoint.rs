@@ -501,6 +501,13 @@ impl Endpoint {
         self.cqs.queued(cq)
     }
 
+    /// Completions delivered to `cq` since its creation that a CQ armed
+    /// for solicited events only is woken by: receives of messages whose
+    /// sender set the solicited-event bit, and every error (IBTA 11.4.2.2).
+    pub fn cq_solicited(&self, cq: CqId) -> u64 {
+        self.cqs.solicited(cq)
+    }
+
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
         self.srqs.create(pd, max_wr, limit)
     }

@@ -57,6 +57,9 @@ enum InMessage {
 /// One answer waiting to go out. READ responses and atomic ACKs name the
 /// responder resource they answer (its first PSN, `origin`): a replay of
 /// that resource takes the place of the answer still queued for it.
+/// `replay`: queued for a duplicate request only (no answer to it was
+/// queued any more), which may be a stale copy of a request the requester
+/// has long completed: it does not count against `max_dest_rd_atomic`.
 #[derive(Debug, Clone)]
 pub(crate) enum Response {
     Ack {
@@ -72,12 +75,14 @@ pub(crate) enum Response {
         first: bool,
         msn: u32,
         origin: Psn,
+        replay: bool,
     },
     Atomic {
         psn: Psn,
         orig: u64,
         msn: u32,
         origin: Psn,
+        replay: bool,
     },
     /// The answer to a FLUSH or an ATOMIC WRITE: an RDMA READ RESPONSE
     /// ONLY without payload (rxe_resp.c: `send_read_response_ack`).
@@ -89,6 +94,7 @@ pub(crate) enum Response {
         msn: u32,
         origin: Psn,
         rd_atomic: bool,
+        replay: bool,
     },
 }
 
@@ -103,7 +109,25 @@ impl Response {
         }
     }
 
-    /// Whether this answer counts against `max_dest_rd_atomic`.
+    /// Whether this answer was queued for a duplicate request only.
+    fn is_replay(&self) -> bool {
+        match self {
+            Response::Ack { .. } => false,
+            Response::Read { replay, .. } | Response::Atomic { replay, .. } | Response::Empty { replay, .. } => *replay,
+        }
+    }
+
+    fn set_replay(&mut self, to: bool) {
+        match self {
+            Response::Ack { .. } => {}
+            Response::Read { replay, .. } | Response::Atomic { replay, .. } | Response::Empty { replay, .. } => {
+                *replay = to
+            }
+        }
+    }
+
+    /// Whether this answer carries a READ or atomic result (or an ATOMIC
+    /// WRITE's): one of the `max_dest_rd_atomic` resources, unless a replay.
     fn holds_rd_atomic(&self) -> bool {
         match self {
             Response::Ack { .. } => false,
@@ -161,9 +185,13 @@ impl Responder {
         }
     }
 
-    /// READ responses and atomic ACKs queued: the responder resources in use.
+    /// READ responses and atomic ACKs queued for requests the requester
+    /// still waits for: the responder resources in use. Replays do not
+    /// count: a duplicate may be a stale copy of a request completed long
+    /// ago (a requester's repeat delayed on the way); replays are bounded
+    /// anyway, one per remembered resource.
     fn answers_queued(&self) -> usize {
-        self.out.iter().filter(|r| r.holds_rd_atomic()).count()
+        self.out.iter().filter(|r| r.holds_rd_atomic() && !r.is_replay()).count()
     }
 
     /// Queues a replay of a remembered resource. A resource is answered at
@@ -171,10 +199,12 @@ impl Responder {
     /// still queued for it that has not yet passed the PSN asked for, that
     /// answer covers the request; if it has, it restarts from that PSN
     /// (the requester missed what was sent).
-    fn replay(&mut self, answer: Response) {
+    fn replay(&mut self, mut answer: Response) {
         let origin = answer.origin();
         match self.out.iter_mut().find(|r| r.origin() == origin) {
             Some(queued) => {
+                // It stands for the answer it replaces.
+                answer.set_replay(queued.is_replay());
                 let (Response::Read { psn: at, first, .. }, Response::Read { psn: asked, .. }) =
                     (&mut *queued, &answer)
                 else {
@@ -485,13 +515,21 @@ impl Responder {
                     return;
                 }
                 let first = true;
-                let answer =
-                    Response::Read { psn, rkey: r.rkey, va: r.va, remaining: len, first, msn, origin: res.first };
+                let answer = Response::Read {
+                    psn,
+                    rkey: r.rkey,
+                    va: r.va,
+                    remaining: len,
+                    first,
+                    msn,
+                    origin: res.first,
+                    replay: true,
+                };
                 self.replay(answer);
             }
             Operation::CompareSwap | Operation::FetchAdd => match self.resources.find(psn) {
                 Some(Resource { first, what: Executed::Atomic { orig }, .. }) if first == psn => {
-                    self.replay(Response::Atomic { psn, orig, msn, origin: first });
+                    self.replay(Response::Atomic { psn, orig, msn, origin: first, replay: true });
                 }
                 _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
             },
@@ -502,7 +540,7 @@ impl Responder {
                     if first == psn && (what == Executed::Flush) == (p.info().operation == Operation::Flush) =>
                 {
                     let rd_atomic = what == Executed::AtomicWrite;
-                    self.replay(Response::Empty { psn, msn, origin: first, rd_atomic });
+                    self.replay(Response::Empty { psn, msn, origin: first, rd_atomic, replay: true });
                 }
                 _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
             },
@@ -693,6 +731,7 @@ impl Responder {
                     first: true,
                     msn,
                     origin: psn,
+                    replay: false,
                 });
                 self.epsn = psn.add(npsn);
                 return Ok(());
@@ -727,7 +766,7 @@ impl Responder {
                 self.resources.remember(atomic, qp.rd_atomic_capacity());
                 self.msn = (self.msn + 1) & 0xff_ffff;
                 let msn = self.msn;
-                self.out.push_back(Response::Atomic { psn, orig, msn, origin: psn });
+                self.out.push_back(Response::Atomic { psn, orig, msn, origin: psn, replay: false });
                 self.epsn = psn.next();
                 return Ok(());
             }
@@ -821,7 +860,7 @@ impl Responder {
         self.resources.remember(flushed, qp.rd_atomic_capacity());
         self.msn = (self.msn + 1) & 0xff_ffff;
         let msn = self.msn;
-        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: false });
+        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: false, replay: false });
         self.epsn = psn.next();
         Ok(())
     }
@@ -881,7 +920,7 @@ impl Responder {
         self.resources.remember(written, qp.rd_atomic_capacity());
         self.msn = (self.msn + 1) & 0xff_ffff;
         let msn = self.msn;
-        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: true });
+        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: true, replay: false });
         self.epsn = psn.next();
         Ok(())
     }

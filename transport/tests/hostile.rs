@@ -147,6 +147,36 @@ fn reads_past_max_dest_rd_atomic_are_refused() {
     assert_eq!(ep.poll_event(), Some(AsyncEvent::QpFatal(b.qpn)));
 }
 
+/// A stale copy of a READ the requester already completed (delayed on the
+/// way, then repeated to the responder) is answered again, but takes no
+/// responder resource from the READs really outstanding: an honest
+/// requester with all of `max_dest_rd_atomic` in flight meanwhile is not
+/// refused. (The one-hour soak under loss and reordering ended a READ run
+/// with NAK Invalid Request this way.)
+#[test]
+fn a_stale_duplicate_read_takes_no_resource_from_the_reads_in_flight() {
+    let cfg = PairConfig { max_rd_atomic: 2, ..PairConfig::default() };
+    let (mut sim, _a, b) = pair(cfg);
+    let ep = sim.ep(b.ep);
+    // READ 0 is answered and (at the requester) completed.
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN, 0, 64));
+    drain(ep, Instant::ZERO, usize::MAX);
+    // Its delayed copy arrives; then READs 1 and 2, the two in flight.
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN, 0, 64));
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN + 1, 0, 64));
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN + 2, 0, 64));
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 0, "an honest requester was refused");
+    let (n, _, pkts) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 3, "READ 0 again, READ 1 and READ 2");
+    assert!(pkts.iter().all(|p| syndrome_of(p).is_some_and(|s| s.is_ack())));
+    assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Rts);
+    // A third READ in flight is still one too many.
+    for psn in [EPSN + 3, EPSN + 4, EPSN + 5] {
+        ep.handle_packet(Instant::ZERO, &read_request(&b, psn, 0, 64));
+    }
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 1);
+}
+
 /// The limit is no limit for a requester that honours it: 1,000 READs
 /// through a responder that takes 4 at a time all complete.
 #[test]

@@ -582,6 +582,13 @@ impl Context {
         self.inner.lock().io.stats()
     }
 
+    /// The largest path MTU the device's link carries whole (what
+    /// [`crate::QueuePair::modify`] accepts): None on the UDP backend, where
+    /// the kernel fragments what does not fit.
+    pub fn max_path_mtu(&self) -> Option<rdma_transport::qp::Mtu> {
+        self.inner.lock().io.max_frame().map(crate::link::max_mtu_for_frame)
+    }
+
     /// The framing of the device's packets.
     pub fn link_kind(&self) -> rdma_transport::LinkKind {
         self.inner.device.config().link

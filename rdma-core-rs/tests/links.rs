@@ -121,6 +121,13 @@ fn roce_v1_and_native_ib_devices_carry_every_operation_in_process() {
         assert!(a.ctx.io_stats().datagrams_sent > 50, "{}: frames went through the link", link.name());
         if link == LinkKind::Ib {
             assert_eq!((a.ctx.lid(), b.ctx.lid()), (1, 2));
+            // Each side learned its peer's MAC once; the CRCs of the other
+            // frames were checked by the engine only, not twice.
+            for s in [&a, &b] {
+                let io = s.ctx.io_stats();
+                assert!(io.datagrams_received > 10, "frames came: {io:?}");
+                assert_eq!(io.lids_learned, 1, "the peer's LID learned once: {io:?}");
+            }
         } else {
             assert_eq!(a.ctx.lid(), 0, "RoCE has no LIDs");
             let gid = a.ctx.query_gid(0).unwrap().to_string();

@@ -218,6 +218,7 @@ impl QueuePair {
                 break;
             }
         }
+        self.ctx.inner.receive_before_send(&mut st)?;
         self.ctx.inner.doorbell(&mut st)?;
         self.ctx.inner.announce_completions(&mut st, before);
         result

@@ -295,6 +295,28 @@ impl Inner {
     }
 
     /// Sends what a post queued, and makes the leader look at its timers again.
+    /// On a frame link, hands the engine the frames waiting (up to a
+    /// progress round's worth) before a post's packets go out. A post
+    /// sends without receiving, and an application that keeps posting
+    /// (qperf's `uc_bi_bw` reposts every send as it completes) would
+    /// otherwise send far more per round than it receives: on a veth pair
+    /// both ends' packet sockets stayed full and dropped nearly every UC
+    /// message. Receiving first keeps each end's receiving paced with its
+    /// sending, as an HCA does both at once. The UDP backend keeps its post
+    /// path as it is (its latency is measured per system call).
+    pub(crate) fn receive_before_send(&self, st: &mut State) -> Result<()> {
+        if !st.io.is_frames() {
+            return Ok(());
+        }
+        let now = self.now();
+        for _ in 0..RX_BATCHES_PER_ROUND {
+            if st.io.receive(&mut st.ep, now)? < BATCH {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn doorbell(&self, st: &mut State) -> Result<()> {
         st.io.transmit(&mut st.ep, self.now())?;
         self.wake_flusher(st);
@@ -608,6 +630,13 @@ impl Context {
     /// The socket layer's counters (datagrams, system calls, injected faults).
     pub fn io_stats(&self) -> IoStats {
         self.inner.lock().io.stats()
+    }
+
+    /// The largest path MTU the device's link carries whole (what
+    /// [`crate::QueuePair::modify`] accepts): None on the UDP backend, where
+    /// the kernel fragments what does not fit.
+    pub fn max_path_mtu(&self) -> Option<rdma_transport::qp::Mtu> {
+        self.inner.lock().io.max_frame().map(crate::link::max_mtu_for_frame)
     }
 
     /// The framing of the device's packets.

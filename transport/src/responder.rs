@@ -57,9 +57,6 @@ enum InMessage {
 /// One answer waiting to go out. READ responses and atomic ACKs name the
 /// responder resource they answer (its first PSN, `origin`): a replay of
 /// that resource takes the place of the answer still queued for it.
-/// `replay`: queued for a duplicate request only (no answer to it was
-/// queued any more), which may be a stale copy of a request the requester
-/// has long completed: it does not count against `max_dest_rd_atomic`.
 #[derive(Debug, Clone)]
 pub(crate) enum Response {
     Ack {
@@ -75,6 +72,8 @@ pub(crate) enum Response {
         first: bool,
         msn: u32,
         origin: Psn,
+        /// Answers a duplicate of a request already answered once (see
+        /// [`Response::uses_new_resource`]).
         replay: bool,
     },
     Atomic {
@@ -109,30 +108,31 @@ impl Response {
         }
     }
 
-    /// Whether this answer was queued for a duplicate request only.
-    fn is_replay(&self) -> bool {
-        match self {
-            Response::Ack { .. } => false,
-            Response::Read { replay, .. } | Response::Atomic { replay, .. } | Response::Empty { replay, .. } => *replay,
-        }
-    }
-
-    fn set_replay(&mut self, to: bool) {
-        match self {
-            Response::Ack { .. } => {}
-            Response::Read { replay, .. } | Response::Atomic { replay, .. } | Response::Empty { replay, .. } => {
-                *replay = to
-            }
-        }
-    }
-
-    /// Whether this answer carries a READ or atomic result (or an ATOMIC
-    /// WRITE's): one of the `max_dest_rd_atomic` resources, unless a replay.
+    /// Whether this answer carries the result of a READ or atomic (one of
+    /// the `max_dest_rd_atomic` resources).
     fn holds_rd_atomic(&self) -> bool {
         match self {
             Response::Ack { .. } => false,
             Response::Read { .. } | Response::Atomic { .. } => true,
             Response::Empty { rd_atomic, .. } => *rd_atomic,
+        }
+    }
+
+    /// Whether this answer took a new responder resource, and so counts
+    /// against `max_dest_rd_atomic` while it waits: the first answer to a
+    /// READ or atomic does (its request is outstanding at the requester
+    /// until the answer gets there); a replay for a duplicate does not.
+    /// The requester may have completed the request a replay answers (its
+    /// first answer was on the way when the ACK timer fired) and posted
+    /// new ones in its place, within its limit; a resource is replayed at
+    /// most once at a time, so replays queued are bounded by the resources
+    /// remembered.
+    fn uses_new_resource(&self) -> bool {
+        match self {
+            Response::Ack { .. } => false,
+            Response::Read { replay, .. } | Response::Atomic { replay, .. } | Response::Empty { replay, .. } => {
+                self.holds_rd_atomic() && !replay
+            }
         }
     }
 }
@@ -185,13 +185,10 @@ impl Responder {
         }
     }
 
-    /// READ responses and atomic ACKs queued for requests the requester
-    /// still waits for: the responder resources in use. Replays do not
-    /// count: a duplicate may be a stale copy of a request completed long
-    /// ago (a requester's repeat delayed on the way); replays are bounded
-    /// anyway, one per remembered resource.
+    /// READ responses and atomic ACKs queued for requests answered for the
+    /// first time: the responder resources in use.
     fn answers_queued(&self) -> usize {
-        self.out.iter().filter(|r| r.holds_rd_atomic() && !r.is_replay()).count()
+        self.out.iter().filter(|r| r.uses_new_resource()).count()
     }
 
     /// Queues a replay of a remembered resource. A resource is answered at
@@ -199,19 +196,23 @@ impl Responder {
     /// still queued for it that has not yet passed the PSN asked for, that
     /// answer covers the request; if it has, it restarts from that PSN
     /// (the requester missed what was sent).
-    fn replay(&mut self, mut answer: Response) {
+    fn replay(&mut self, answer: Response) {
         let origin = answer.origin();
         match self.out.iter_mut().find(|r| r.origin() == origin) {
             Some(queued) => {
-                // It stands for the answer it replaces.
-                answer.set_replay(queued.is_replay());
-                let (Response::Read { psn: at, first, .. }, Response::Read { psn: asked, .. }) =
+                let (Response::Read { psn: at, first, replay, .. }, Response::Read { psn: asked, .. }) =
                     (&mut *queued, &answer)
                 else {
                     return; // an atomic's answer is still queued: it answers this too
                 };
                 if asked.diff(*at) < 0 {
+                    // It goes on as the answer it replaces: a first answer
+                    // restarted still holds its resource.
+                    let replay = *replay;
                     *queued = answer;
+                    if let Response::Read { replay: r, .. } = queued {
+                        *r = replay;
+                    }
                 } else if asked == at {
                     // Asked from exactly where the answer is: it goes on
                     // from there as the response to that request, anew.
@@ -618,7 +619,6 @@ impl Responder {
                 }
                 if info.position.ends() {
                     let mut wc = qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::Recv, end as u32);
-                    wc.solicited = p.bth().solicited();
                     if let Some(imm) = p.imm_dt() {
                         wc.imm_data = Some(imm);
                         wc.wc_flags |= wc_flags::WITH_IMM;
@@ -699,7 +699,6 @@ impl Responder {
                             qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32);
                         wc.imm_data = p.imm_dt();
                         wc.wc_flags |= wc_flags::WITH_IMM;
-                        wc.solicited = p.bth().solicited();
                         ctx.cqs.push(qp.recv_cq, wc);
                         ctx.cqs.pool.recycle(recv.sg_list);
                     }
@@ -1000,7 +999,6 @@ impl Responder {
         let mut wc = qp.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
         wc.src_qp = deth.src_qp();
         wc.sl = ctx.sl;
-        wc.solicited = p.bth().solicited();
         wc.wc_flags |= wc_flags::GRH;
         if let Some(imm) = p.imm_dt() {
             wc.imm_data = Some(imm);

@@ -12,7 +12,7 @@ use core::net::IpAddr;
 use core::time::Duration;
 use rdma_transport::sim::{connect, LinkConfig, PairConfig, Side, Sim};
 use rdma_transport::*;
-use rdma_wire::{BthRepr, NakCode, Opcode, Psn, RethRepr, RoceV2Packet, Syndrome, TransportRepr};
+use rdma_wire::{AtomicEthRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceV2Packet, Syndrome, TransportRepr};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -173,6 +173,54 @@ fn a_stale_duplicate_read_takes_no_resource_from_the_reads_in_flight() {
     // A third READ in flight is still one too many.
     for psn in [EPSN + 3, EPSN + 4, EPSN + 5] {
         ep.handle_packet(Instant::ZERO, &read_request(&b, psn, 0, 64));
+    }
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 1);
+}
+
+fn fetch_add(b: &Side, psn: u32, offset: u64) -> Vec<u8> {
+    let mut tr = TransportRepr::new(BthRepr::new(Opcode::RC_FETCH_ADD, b.qpn, Psn::new(psn)));
+    tr.atomic_eth = Some(AtomicEthRepr { va: b.va + offset, rkey: b.rkey, swap_add: 1, compare: 0 });
+    craft(&tr, &[])
+}
+
+/// Replays do not count against `max_dest_rd_atomic`: a requester whose
+/// ACK timer fired resends its 16 atomics (each answered again from its
+/// saved result, and queued behind a slow sender), then the first answers,
+/// already on their way, arrive, and it posts 16 new atomics, within its
+/// limit. Those must be executed, not refused as a 17th and more: the
+/// queued replays answer requests the requester has since completed.
+/// (qperf's `rc_fetch_add_mr` and `rc_compare_swap_mr` on two busy native
+/// IB devices: "Remote invalid request" after a local ACK timeout.)
+#[test]
+fn replayed_atomics_do_not_use_up_the_responder_resources() {
+    let (mut sim, _a, b) = pair(PairConfig::default());
+    let ep = sim.ep(b.ep);
+    for i in 0..16 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    let (n, _, _) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 16, "the 16 atomics answered");
+    // The timeout's go-back-N: all 16 again, answered again (not run again), not yet sent.
+    for i in 0..16 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    assert_eq!(ep.stats().duplicates, 16);
+    // 16 new ones, as the requester completed the first 16.
+    for i in 16..32 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 0, "no new atomic refused");
+    let (n, _, pkts) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 32, "16 replays and 16 new answers");
+    assert!(pkts.iter().all(|p| syndrome_of(p) == Some(Syndrome::ACK_UNLIMITED)), "no NAK");
+    assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Rts);
+    // Each atomic ran once: every counter is 1.
+    for i in 0..32 {
+        assert_eq!(read(&b, 8 * i, 8), 1u64.to_ne_bytes(), "counter {i}");
+    }
+    // A requester past the limit is still refused: 16 new ones queued, one more.
+    for i in 32..49 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
     }
     assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 1);
 }

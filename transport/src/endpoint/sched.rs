@@ -262,7 +262,7 @@ impl Endpoint {
             return match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
                 ReqOutcome::Idle => None,
                 ReqOutcome::Local(op) => {
-                    match crate::window::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
+                    match crate::window::verbs::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
                         Ok(()) => {
                             qp.local_done(&mut self.cqs);
                             continue; // the requests behind it may go now

@@ -1,5 +1,6 @@
 //! The client side: it drives the RDMA traffic and measures.
 
+pub use super::oob::OOB_TIMEOUT;
 use super::oob::{peer_text, Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, ProgressLine, Report};
@@ -9,9 +10,6 @@ use hdrhistogram::Histogram;
 use rdma_core_rs::*;
 use std::result::Result;
 use std::time::{Duration, Instant};
-
-/// How long to wait for the peer between phases.
-pub const OOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn expect_info(m: Msg) -> Result<SideInfo, PerfError> {
     match m {

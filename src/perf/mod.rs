@@ -300,12 +300,12 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
                 PerfError::Failed(m) => PerfError::Failed(format!("cannot reach the server at {addr}: {m}")),
                 other => other,
             })?;
-            client::run_perftest(cfg, &mut perftest::Link::over_cm(control, client::OOB_TIMEOUT))
+            client::run_perftest(cfg, &mut perftest::Link::over_cm(control, oob::OOB_TIMEOUT))
         }
         Role::Server if cfg.exchange == Exchange::RdmaCm => {
             let ctx = side::open_context(cfg.bind, cfg, cfg.device())?;
             let control = rdma_cm::Control::accept(&ctx, cfg)?;
-            server::run_perftest(cfg, &mut perftest::Link::over_cm(control, client::OOB_TIMEOUT))
+            server::run_perftest(cfg, &mut perftest::Link::over_cm(control, oob::OOB_TIMEOUT))
         }
         Role::Client(addr) => {
             let stream = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(10)).map_err(|e| {
@@ -313,7 +313,7 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
             })?;
             match cfg.exchange {
                 Exchange::Perftest | Exchange::RdmaCm => {
-                    client::run_perftest(cfg, &mut perftest::Link::new(stream, true, client::OOB_TIMEOUT)?)
+                    client::run_perftest(cfg, &mut perftest::Link::new(stream, true, oob::OOB_TIMEOUT)?)
                 }
                 Exchange::RdmaPerf => client::run(cfg, &mut oob::TcpOob::new(stream)?),
             }
@@ -337,7 +337,7 @@ pub fn run(cfg: &Config) -> Result<Report, PerfError> {
             tracing::info!(%from, "client connected");
             match cfg.exchange {
                 Exchange::Perftest | Exchange::RdmaCm => {
-                    server::run_perftest(cfg, &mut perftest::Link::new(stream, false, client::OOB_TIMEOUT)?)
+                    server::run_perftest(cfg, &mut perftest::Link::new(stream, false, oob::OOB_TIMEOUT)?)
                 }
                 Exchange::RdmaPerf => server::run(cfg, cfg.bind, &mut oob::TcpOob::new(stream)?),
             }

@@ -610,7 +610,7 @@ impl Session {
     pub fn shake(&self, link: &mut Link, order: &[usize]) -> Result<Vec<Dest>, PerfError> {
         let picked: Vec<Dest> = order.iter().map(|&k| self.mine[k]).collect();
         let mut idle = idle(&self.side);
-        Ok(link.hand_shakes(&picked, super::client::OOB_TIMEOUT, &mut idle)?)
+        Ok(link.hand_shakes(&picked, super::oob::OOB_TIMEOUT, &mut idle)?)
     }
 }
 

@@ -21,7 +21,7 @@
 //! 4. At the end the client disconnects every test connection (DREQ) and
 //!    waits for DISCONNECTED; the server answers, then both drop the rest.
 
-use super::client::OOB_TIMEOUT;
+use super::oob::OOB_TIMEOUT;
 use super::perftest::{Dest, Link};
 use super::side::{Layout, Side};
 use super::{Config, PerfError, TestKind};

@@ -2,7 +2,7 @@
 //! of send-bw) or stays passive while the engine serves WRITEs, READs and
 //! atomics, and checks what arrived.
 
-use super::client::OOB_TIMEOUT;
+use super::oob::OOB_TIMEOUT;
 use super::oob::{check_done, peer_text, Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, Report};

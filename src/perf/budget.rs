@@ -7,6 +7,7 @@
 //! checked against the budget before anything is allocated, in `u128` so
 //! that no product overflows on the way.
 
+pub use super::error::OverBudget;
 use super::side::Layout;
 use super::Config;
 
@@ -25,17 +26,6 @@ pub const WR_BYTES: u128 = 256;
 
 /// What one atomic target's bookkeeping costs on the client (its base value).
 pub const TARGET_BYTES: u128 = 16;
-
-/// A request that does not fit the memory budget.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} needs {asked} bytes, over the memory budget of {limit} bytes (--mem-budget raises it)")]
-pub struct OverBudget {
-    /// What was asked for, in the terms it was asked.
-    pub what: String,
-    /// The bytes it would take.
-    pub asked: u128,
-    pub limit: u64,
-}
 
 /// `Ok` when `asked` bytes fit `limit`.
 pub fn check(asked: u128, limit: u64, what: impl FnOnce() -> String) -> Result<(), OverBudget> {

@@ -10,7 +10,7 @@
 //! `--verify` every message in flight has its own slot, to be checked.
 
 use super::oob::SideInfo;
-use super::{Config, PerfError, TestKind};
+use super::{Config, PerfError};
 use rdma_core_rs::*;
 use std::net::IpAddr;
 use std::result::Result;
@@ -251,11 +251,6 @@ pub fn check(got: &[u8], q: usize, iter: u64, what: &str) -> Result<(), String> 
             Err(format!("{what}: QP {q} message {iter}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]))
         }
     }
-}
-
-/// The tests in which the server is passive (it only answers the engine).
-pub fn server_is_passive(t: TestKind) -> bool {
-    matches!(t, TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw | TestKind::ReadLat | TestKind::AtomicLat)
 }
 
 /// Records the first verification failure and keeps going.

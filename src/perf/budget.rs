@@ -8,11 +8,11 @@
 //! that no product overflows on the way.
 
 pub use super::error::OverBudget;
-use super::side::Layout;
+use super::layout::Layout;
 use super::Config;
 
 /// 1 GiB of registered memory per side. A default run registers at most
-/// 64 MiB of slots (`side::SLOT_MEMORY`), and the largest message `--size`
+/// 64 MiB of slots (`layout::SLOT_MEMORY`), and the largest message `--size`
 /// allows (1 GiB) still fits one QP's region, so every single-QP run works
 /// unchanged; what a hostile peer can make a side take is then about that
 /// much (plus a message's scratch buffer), not whatever it names.

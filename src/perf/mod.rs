@@ -8,6 +8,7 @@ pub mod budget;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod layout;
 pub mod oob;
 pub mod perftest;
 pub mod rdma_cm;

@@ -23,6 +23,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+pub use super::layout::{cycle_slots, stride, CACHE_LINE, CYCLE_BUFFER};
 use super::oob::SideInfo;
 use super::rdma_cm::{Control, TestConns};
 use super::side::{Layout, Side};
@@ -37,10 +38,6 @@ pub const VERSION_LEN: usize = 16;
 pub const KEY_MSG_LEN: usize = 108;
 /// A hand shake over the RDMA CM (`-R`): `struct pingpong_dest` in binary.
 pub const DEST_LEN: usize = 56;
-/// What this side announces as its cycle buffer (the page size) and cache line.
-pub const CYCLE_BUFFER: u32 = 4096;
-pub const CACHE_LINE: u32 = 64;
-
 /// One QP's entry of a hand shake (perftest's `pingpong_dest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dest {
@@ -214,22 +211,6 @@ pub fn mtu_from_enum(e: u8) -> Option<Mtu> {
         5 => 4096,
         _ => return None,
     })
-}
-
-/// perftest's `INC`: `size` rounded up to a whole number of cache lines.
-pub fn stride(size: usize, cache_line: usize) -> usize {
-    size.div_ceil(cache_line.max(1)) * cache_line.max(1)
-}
-
-/// How many targets a perftest client cycles through in the peer's buffer
-/// (`increase_rem_addr`): the messages that fit the cycle buffer, one if a
-/// message is more than half of it.
-pub fn cycle_slots(size: usize, cycle_buffer: usize, cache_line: usize) -> usize {
-    if size <= cycle_buffer / 2 {
-        (cycle_buffer / stride(size, cache_line)).max(1)
-    } else {
-        1
-    }
 }
 
 /// What a bandwidth test reports to the peer at the end.
@@ -531,7 +512,7 @@ pub fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> Sid
 /// lands `stride` bytes after message `i - 1`, within the cycle buffer.
 pub fn layout(cfg: &Config, cycle: usize, cache: usize) -> Layout {
     let slot_len = stride(cfg.size.max(8), cache);
-    let slots = super::side::slots_for(cfg).max(cycle_slots(cfg.size, cycle, cache));
+    let slots = super::layout::slots_for(cfg).max(cycle_slots(cfg.size, cycle, cache));
     Layout { slots, slot_len, buffers: slots }
 }
 

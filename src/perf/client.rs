@@ -456,7 +456,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
 
 /// The client against a perftest server (`ib_write_bw SERVER` style).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
-    let s = perftest::Session::connect(cfg, link)?;
+    let s = perftest::session::Session::connect(cfg, link)?;
     s.shake(link, &s.script.after)?;
     let (cfg, side, peer, script) = (&s.cfg, &s.side, &s.peer, &s.script);
     let run = traffic(cfg, side, peer, true)?;

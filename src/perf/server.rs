@@ -410,7 +410,7 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64], targets: usize) -> Resu
 /// The server against a perftest client (`rdma-perf write-bw` here,
 /// `ib_write_bw SERVER` there).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
-    let s = perftest::Session::connect(cfg, link)?;
+    let s = perftest::session::Session::connect(cfg, link)?;
     let (cfg, side, peer, script, mine) = (&s.cfg, &s.side, &s.peer, &s.script, &s.mine);
     // what the client reads carries this side's pattern; receives go up
     // before the last hand shake, as perftest's do

@@ -68,7 +68,7 @@ impl Endpoint {
         self.qps.values().any(|q| q.timers.is_armed(Timer::HeldAck))
     }
 
-    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`](super::MAX_PACKET)
     /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
     /// responses go before requests. Call it until it returns `None`: that
     /// ends a round, and held ACKs leave at the end of a round that sent

@@ -23,9 +23,10 @@ Not seen: what needs no path, such as a method called on a value
 brought in by `#[macro_use]`. A file whose `impl Foo` extends a type of
 another file names it (`use super::Foo`), so that edge is seen.
 
-Usage: scripts/module-cycles.py [--all] [--edges PATH] [--self-test]
+Usage: scripts/module-cycles.py [--all | --quiet] [--edges PATH] [--self-test]
   --all        print every crate's cycles in full (default: the enforced
                ones in full, the others one line each)
+  --quiet      print the enforced cycles only (scripts/check.sh)
   --edges PATH print the edges out of the files under PATH (a debugging aid)
   --self-test  check the checker on a small made-up workspace
 Exit status: 1 when a cycle touches a file under one of MUST_BE_ACYCLIC
@@ -501,7 +502,7 @@ def analyze(root, must):
     return out
 
 
-def report(root, results, show_all, out=sys.stdout):
+def report(root, results, show_all, out=sys.stdout, quiet=False):
     """Prints the cycles; returns (cycles, enforced cycles)."""
     def rel(p):
         return os.path.relpath(p, root)
@@ -510,6 +511,8 @@ def report(root, results, show_all, out=sys.stdout):
         for scc, enforced in sccs:
             total += 1
             failed += enforced
+            if quiet and not enforced:
+                continue
             tag = "must be acyclic" if enforced else "not enforced"
             print(f"{rel(root_file)}: a cycle of {len(scc)} files ({tag}): " + " ".join(rel(f) for f in scc), file=out)
             if not (enforced or show_all):
@@ -594,7 +597,7 @@ def main(argv):
                         print(f"{os.path.relpath(a, ROOT)} -> {os.path.relpath(b, ROOT)}    "
                               f"{os.path.relpath(a, ROOT)}:{line}: {text}")
         return 0
-    total, failed = report(ROOT, results, show_all)
+    total, failed = report(ROOT, results, show_all, quiet="--quiet" in argv)
     if total == 0:
         print("module-cycles: no cycles")
     elif failed:

@@ -44,6 +44,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 mod rx;
 mod sched;
+mod transmit;
 
 // Everything that lived in this file before the split stays reachable
 // at its old path.
@@ -51,7 +52,7 @@ pub use crate::cq::CqTable;
 pub use crate::events::AsyncEvent;
 pub use crate::srq::SrqTable;
 pub use crate::stats::{Drop, Stats};
-pub use sched::{Transmit, MAX_PACKET, TX_BURST};
+pub use transmit::{Transmit, MAX_PACKET, TX_BURST};
 
 /// The default partition, with full membership.
 pub const DEFAULT_PKEY: u16 = 0xffff;

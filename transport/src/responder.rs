@@ -619,6 +619,7 @@ impl Responder {
                 }
                 if info.position.ends() {
                     let mut wc = qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::Recv, end as u32);
+                    wc.solicited = p.bth().solicited();
                     if let Some(imm) = p.imm_dt() {
                         wc.imm_data = Some(imm);
                         wc.wc_flags |= wc_flags::WITH_IMM;
@@ -699,6 +700,7 @@ impl Responder {
                             qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32);
                         wc.imm_data = p.imm_dt();
                         wc.wc_flags |= wc_flags::WITH_IMM;
+                        wc.solicited = p.bth().solicited();
                         ctx.cqs.push(qp.recv_cq, wc);
                         ctx.cqs.pool.recycle(recv.sg_list);
                     }
@@ -999,6 +1001,7 @@ impl Responder {
         let mut wc = qp.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
         wc.src_qp = deth.src_qp();
         wc.sl = ctx.sl;
+        wc.solicited = p.bth().solicited();
         wc.wc_flags |= wc_flags::GRH;
         if let Some(imm) = p.imm_dt() {
             wc.imm_data = Some(imm);

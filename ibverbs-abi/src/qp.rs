@@ -8,7 +8,7 @@ use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Pd};
 use crate::srq::{Srq, SRQS};
 use libc::c_int;
-use rdma_core_rs::{Access, AddressVector, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
+use rdma_core_rs::{Access, AddressVector, Gid, LinkKind, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
 use std::sync::atomic::Ordering;
 
 pub static QPS: Registry = Registry::new();
@@ -402,8 +402,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// The engine's attributes for an `ibv_modify_qp` call.
-fn attr_of(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
+/// The engine's attributes for an `ibv_modify_qp` call on a device
+/// whose link is `link`.
+fn attr_of(link: LinkKind, a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
     use crate::abi::qp_mask as m;
     let has = |bit: c_int| mask & bit != 0;
     let unsupported = m::ALT_PATH | m::PATH_MIG_STATE | m::RATE_LIMIT;
@@ -445,8 +446,14 @@ fn attr_of(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
         q.sq_psn = Some(a.sq_psn);
     }
     if has(m::AV) {
-        q.av = Some(crate::ah::ah_of(&a.ah_attr)?.to_av());
-        if a.ah_attr.grh.sgid_index != 0 {
+        // Native IB: a LID route needs no GRH (qperf without -cm1,
+        // perftest without -g); its GRH fields mean nothing then.
+        if link == LinkKind::Ib && a.ah_attr.dlid == 0 {
+            tracing::warn!("ibv_modify_qp: a native IB address vector needs a DLID");
+            return Err(libc::EINVAL);
+        }
+        q.av = Some(crate::ah::av_of(link, &a.ah_attr)?);
+        if a.ah_attr.is_global != 0 && a.ah_attr.grh.sgid_index != 0 {
             return Err(libc::EINVAL);
         }
     }
@@ -548,7 +555,7 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         }
         // SAFETY: the caller's attributes.
         let a = unsafe { &*attr };
-        let qa = match attr_of(a, mask) {
+        let qa = match attr_of(q.engine.verbs.link_kind(), a, mask) {
             Ok(x) => x,
             Err(e) => return e,
         };

@@ -45,6 +45,7 @@ use std::collections::{BTreeMap, VecDeque};
 mod agenda;
 mod rx;
 mod sched;
+mod transmit;
 
 // Everything that lived in this file before the split stays reachable
 // at its old path.
@@ -52,7 +53,7 @@ pub use crate::cq::CqTable;
 pub use crate::events::AsyncEvent;
 pub use crate::srq::SrqTable;
 pub use crate::stats::{Drop, Stats};
-pub use sched::{Transmit, MAX_PACKET, TX_BURST};
+pub use transmit::{Transmit, MAX_PACKET, TX_BURST};
 
 /// The default partition, with full membership.
 pub const DEFAULT_PKEY: u16 = 0xffff;
@@ -508,6 +509,13 @@ impl Endpoint {
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqId) -> usize {
         self.cqs.queued(cq)
+    }
+
+    /// Completions delivered to `cq` since its creation that a CQ armed
+    /// for solicited events only is woken by: receives of messages whose
+    /// sender set the solicited-event bit, and every error (IBTA 11.4.2.2).
+    pub fn cq_solicited(&self, cq: CqId) -> u64 {
+        self.cqs.solicited(cq)
     }
 
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {

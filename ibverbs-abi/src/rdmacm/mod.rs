@@ -184,8 +184,10 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
         return Ok((o.ctx as *mut ibv_context, o.pd as *mut ibv_pd));
     }
     let devs = crate::device::devices().map_err(|_| libc::ENODEV)?;
-    let Some(dev) = devs.iter().find(|d| d.spec.addr.to_canonical() == ip) else {
-        tracing::info!(%ip, "no device has this address (SOFTROCE_DEVICES)");
+    // Native IB devices (ib:IFNAME) have no IP address here: the CM of this
+    // library does not reach them.
+    let Some(dev) = devs.iter().find(|d| d.spec.ip().map(|a| a.to_canonical()) == Some(ip)) else {
+        tracing::info!(%ip, "no RoCE v2 device has this address (SOFTROCE_DEVICES)");
         return Err(libc::ENODEV);
     };
     // SAFETY: a device of the list.
@@ -224,7 +226,9 @@ fn attach(i: &Id, ctx: *mut ibv_context, pd: *mut ibv_pd) {
 
 /// The device addresses of this process.
 fn device_addrs() -> Vec<IpAddr> {
-    crate::device::devices().map(|d| d.iter().map(|d| d.spec.addr.to_canonical()).collect()).unwrap_or_default()
+    crate::device::devices()
+        .map(|d| d.iter().filter_map(|d| d.spec.ip()).map(|a| a.to_canonical()).collect())
+        .unwrap_or_default()
 }
 
 /// The source for `dst` when none is given: the one the kernel routes

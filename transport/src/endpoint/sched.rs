@@ -6,52 +6,14 @@
 //! packets and READ responses: a QP's owed CNPs leave first, and with
 //! DCQCN on its pacer gates its data packets.
 
+use super::transmit::{Transmit, TX_BURST};
 use super::Endpoint;
 use crate::events::AsyncEvent;
-use crate::framing::PayloadRef;
 use crate::qp::{AddressVector, QpParams};
 use crate::requester::ReqOutcome;
 use crate::time::Instant;
 use crate::timers::Timer;
-use core::net::IpAddr;
 use core::time::Duration;
-
-/// A packet [`Endpoint::poll_transmit`] wrote.
-#[derive(Debug, Clone)]
-pub struct Transmit {
-    /// Bytes written, IP header through ICRC; without the payload when
-    /// `payload` is set.
-    pub len: usize,
-    pub dest: IpAddr,
-    pub src_port: u16,
-    /// A held ACK released by the packets sent before it in this round
-    /// (see [`Endpoint::set_ack_delay`]). [`Endpoint::poll_transmit_fresh`]
-    /// stops short of these, so that a driver can send the packets before
-    /// them first.
-    pub released_ack: bool,
-    /// The payload, when the packet carries it by reference (see
-    /// [`Endpoint::set_payload_by_reference`]): the buffer then holds the
-    /// headers and room for pad and ICRC, and the driver sends the
-    /// payload from the region and seals the packet.
-    pub payload: Option<PayloadRef>,
-}
-
-impl Transmit {
-    /// Bytes the packet takes on the wire from the IP header on.
-    pub fn wire_len(&self) -> usize {
-        self.len + self.payload.as_ref().map_or(0, |p| p.len)
-    }
-}
-
-/// Packets a QP sends in a row before the next QP's turn: runs long enough
-/// for a driver to hand the kernel as one segmented send (UDP GSO), short
-/// enough that no QP waits long.
-pub const TX_BURST: u32 = 16;
-
-/// A buffer this large holds any packet the engine writes (4 KiB MTU):
-/// the largest header stack, BTH and extension headers, payload, ICRC and
-/// native IB's VCRC.
-pub const MAX_PACKET: usize = crate::framing::MAX_FRAMING + 12 + 28 + 4096 + 4 + crate::framing::MAX_TRAILER;
 
 impl Endpoint {
     /// Lets a lone positive ACK wait up to `delay` for company: it leaves
@@ -106,7 +68,7 @@ impl Endpoint {
         self.qps.values().any(|q| q.timers.is_armed(Timer::HeldAck))
     }
 
-    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`](super::MAX_PACKET)
     /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
     /// responses go before requests. Call it until it returns `None`: that
     /// ends a round, and held ACKs leave at the end of a round that sent
@@ -384,7 +346,7 @@ impl Endpoint {
             return match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
                 ReqOutcome::Idle => None,
                 ReqOutcome::Local(op) => {
-                    match crate::window::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
+                    match crate::window::verbs::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
                         Ok(()) => {
                             qp.local_done(&mut self.cqs);
                             continue; // the requests behind it may go now

@@ -37,6 +37,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         mtu: Mtu::Mtu4096,
         gid_index: 0,
         tx_depth: 128,
+        qp_timeout: 14,
         atomic: AtomicType::FetchAndAdd,
         verify: false,
         faults: FaultConfig::default(),

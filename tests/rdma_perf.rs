@@ -27,6 +27,7 @@ fn config(test: TestKind) -> Config {
         mtu: Mtu::Mtu4096,
         gid_index: 0,
         tx_depth: 32,
+        qp_timeout: 14,
         atomic: AtomicType::FetchAndAdd,
         verify: true,
         faults: FaultConfig::default(),

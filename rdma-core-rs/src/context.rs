@@ -94,6 +94,41 @@ pub(crate) struct State {
     leader: bool,
     /// Waiters sleeping on the condition variable.
     followers: usize,
+    /// How long the device went without a round of progress.
+    gaps: ProgressGaps,
+}
+
+/// The intervals between the starts of two rounds of progress on a device
+/// (`Context::progress_gaps`). A requester's retransmission timer keeps
+/// running in its peer while this device makes no round: a gap longer
+/// than the peer's ACK timeout times its `retry_cnt + 1` ends the peer's
+/// QPs with RetryExcErr. What makes a gap: time the application spends
+/// outside the library, and time its thread waits for a core (a machine
+/// with more busy processes than cores).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgressGaps {
+    /// The longest interval.
+    pub longest: Duration,
+    /// Intervals of more than [`ProgressGaps::LONG`].
+    pub long: u64,
+    last: Option<Instant>,
+}
+
+impl ProgressGaps {
+    /// An interval counted in [`ProgressGaps::long`].
+    pub const LONG: Duration = Duration::from_millis(100);
+
+    fn round_at(&mut self, now: Instant, device: &str) {
+        if let Some(last) = self.last {
+            let gap = now.saturating_since(last);
+            if gap > Self::LONG {
+                self.long += 1;
+                tracing::debug!(device, gap_ms = gap.as_millis() as u64, "no round of progress for a while");
+            }
+            self.longest = self.longest.max(gap);
+        }
+        self.last = Some(now);
+    }
 }
 
 /// What handles the MADs a round of progress takes in (the device's RDMA
@@ -226,6 +261,7 @@ impl Inner {
     /// Returns whether any packet came or went.
     pub(crate) fn progress_locked(&self, st: &mut State) -> Result<bool> {
         let now = self.now();
+        st.gaps.round_at(now, self.device.name());
         let before = st.ep.completions_delivered();
         let mut moved = 0;
         for _ in 0..RX_BATCHES_PER_ROUND {
@@ -490,6 +526,7 @@ impl Context {
                 taken: Vec::new(),
                 leader: false,
                 followers: 0,
+                gaps: ProgressGaps::default(),
             }),
             wait_fds,
             kick: eventfd()?,
@@ -625,6 +662,11 @@ impl Context {
     /// second, if congestion control is on and the device has RC/UC QPs.
     pub fn min_qp_rate(&self) -> Option<u64> {
         self.inner.lock().ep.min_qp_rate()
+    }
+
+    /// How long this device went without a round of progress ([`ProgressGaps`]).
+    pub fn progress_gaps(&self) -> ProgressGaps {
+        self.inner.lock().gaps
     }
 
     /// The socket layer's counters (datagrams, system calls, injected faults).

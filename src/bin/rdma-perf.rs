@@ -99,6 +99,13 @@ struct Args {
     /// Fault injection: probability that a packet is swapped with the next.
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
+    /// The test QPs' local ACK timeout, 4.096 us x 2^N (perftest's -u): how
+    /// long a request waits for its ACK before it is sent again, 7 times at
+    /// most. 14 (67 ms) is perftest's and the RDMA CM's; on a machine with
+    /// more busy processes than cores, a peer that gets no core for longer
+    /// than 8 such timeouts ends the run with RetryExcErr.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    qp_timeout: u8,
     /// Fault injection: probability that a packet is sent twice.
     #[arg(long, default_value_t = 0.0)]
     duplicate: f64,
@@ -264,6 +271,7 @@ fn config(a: &Args) -> Result<Config, String> {
         mtu,
         gid_index: a.gid_index,
         tx_depth: a.tx_depth,
+        qp_timeout: a.qp_timeout,
         atomic: a.atomic,
         verify: a.verify,
         faults: FaultConfig {

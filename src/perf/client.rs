@@ -68,6 +68,7 @@ pub fn run(cfg: &Config, oob: &mut dyn Oob) -> Result<Report, PerfError> {
         Ok(r) => r,
         Err(e) => {
             let _ = oob.send(&Msg::Error(format!("the client failed: {e}")));
+            super::report::note_progress_gaps(&side.ctx);
             return Err(e);
         }
     };

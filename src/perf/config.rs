@@ -140,6 +140,8 @@ pub struct Config {
     pub mtu: Mtu,
     pub gid_index: u32,
     pub tx_depth: usize,
+    /// The test QPs' local ACK timeout exponent (`-u/--qp-timeout`).
+    pub qp_timeout: u8,
     pub atomic: AtomicType,
     pub verify: bool,
     pub faults: FaultConfig,

@@ -5,6 +5,22 @@ use rdma_core_rs::{Context, Stats};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
+/// On a failed run: says on stderr how long this process went without a
+/// round of progress, if over [`rdma_core_rs::ProgressGaps::LONG`]. A
+/// peer's QPs that ended with RetryExcErr waited that long for ACKs.
+pub fn note_progress_gaps(ctx: &Context) {
+    let g = ctx.progress_gaps();
+    if g.longest > rdma_core_rs::ProgressGaps::LONG {
+        eprintln!(
+            "rdma-perf: this process went up to {} ms without a round of progress ({} times over {} ms): its peer's \
+             requests waited as long for their ACKs (a peer gives up after 8 ACK timeouts: -u/--qp-timeout)",
+            g.longest.as_millis(),
+            g.long,
+            rdma_core_rs::ProgressGaps::LONG.as_millis()
+        );
+    }
+}
+
 /// The endpoint counters a run ends with.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Counters {
@@ -46,12 +62,19 @@ pub struct Counters {
     /// The lowest current DCQCN rate over the device's QPs at the end of
     /// the run, bits per second; `null` with DCQCN off.
     pub rate_bps: Option<u64>,
+    /// The longest interval between two rounds of progress on the device,
+    /// in milliseconds, and how many were over 100 ms
+    /// (`rdma_core_rs::ProgressGaps`): a process that waited that long
+    /// for a core left its peer's requests unanswered as long.
+    pub longest_progress_gap_ms: u64,
+    pub progress_gaps_over_100ms: u64,
 }
 
 impl Counters {
     pub fn of(ctx: &Context) -> Counters {
         let s: Stats = ctx.stats();
         let io = ctx.io_stats();
+        let gaps = ctx.progress_gaps();
         let icrc = s.drops_for(rdma_core_rs::DropReason::IcrcMismatch);
         Counters {
             packets_sent: s.packets_sent,
@@ -82,6 +105,8 @@ impl Counters {
             cnps_received: s.cnps_received,
             rate_cuts: s.rate_cuts,
             rate_bps: ctx.min_qp_rate(),
+            longest_progress_gap_ms: gaps.longest.as_millis() as u64,
+            progress_gaps_over_100ms: gaps.long,
         }
     }
 
@@ -109,6 +134,8 @@ impl Counters {
         self.cnps_sent += o.cnps_sent;
         self.cnps_received += o.cnps_received;
         self.rate_cuts += o.rate_cuts;
+        self.longest_progress_gap_ms = self.longest_progress_gap_ms.max(o.longest_progress_gap_ms);
+        self.progress_gaps_over_100ms += o.progress_gaps_over_100ms;
         self.rate_bps = match (self.rate_bps, o.rate_bps) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),

@@ -97,6 +97,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
         Ok(r) => r,
         Err(e) => {
             let _ = oob.send(&Msg::Error(format!("the server failed: {e}")));
+            super::report::note_progress_gaps(&side.ctx);
             return Err(e);
         }
     };

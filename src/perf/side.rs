@@ -128,6 +128,7 @@ impl Side {
             traffic_class: cfg.tos,
             pkey_index: cfg.pkey_index,
             dlid: peer.lid,
+            timeout: cfg.qp_timeout,
             ..ConnectOptions::default()
         };
         for (q, qp) in self.qps.iter().enumerate() {

@@ -42,6 +42,7 @@ pub fn connect_tests(cfg: &Config, link: &mut Link, layout: Layout) -> Result<(S
         // every REQ leaves before any answer is awaited, as perftest's do
         // (a server may wait for all of them before it accepts)
         for id in &ids {
+            id.set_ack_timeout(cfg.qp_timeout);
             id.connect(&param).map_err(cm_err("connect"))?;
         }
         for (q, slot) in ids.iter_mut().enumerate() {
@@ -55,6 +56,7 @@ pub fn connect_tests(cfg: &Config, link: &mut Link, layout: Layout) -> Result<(S
                         attempt += 1;
                         let id = resolve(&mut c.events, local(&c.ctx, cfg), server, cfg.tos)?;
                         side.remake_qp(q, &mut |pd, attr, _| id.create_qp(pd, attr).map_err(cm_err("create_qp")))?;
+                        id.set_ack_timeout(cfg.qp_timeout);
                         id.connect(&param).map_err(cm_err("connect"))?;
                         *slot = id;
                     }
@@ -90,6 +92,7 @@ pub fn connect_tests(cfg: &Config, link: &mut Link, layout: Layout) -> Result<(S
         let side =
             Side::on(ctx, cfg, layout, &mut |pd, attr, q| ids[q].create_qp(pd, attr).map_err(cm_err("create_qp")))?;
         for id in &ids {
+            id.set_ack_timeout(cfg.qp_timeout);
             id.accept(&param).map_err(cm_err("accept"))?;
         }
         for id in &ids {

@@ -11,9 +11,10 @@
 #   scripts/interop.sh --pingpong-iters N   ping-pong iterations (default 50)
 #   scripts/interop.sh --trixie   instead of all that, the rows against a Debian 13
 #                                 guest (SRLAB_GUEST=trixie: Linux 6.12, rdma-core 56):
-#                                 FLUSH, ATOMIC_WRITE and memory windows with
-#                                 SEND_WITH_INV both ways, the guest's tools
-#                                 (own namespace and run dir unless SRLAB_NS/SRLAB_RUN say)
+#                                 FLUSH, ATOMIC_WRITE, memory windows with
+#                                 SEND_WITH_INV and UD multicast (mckey) both
+#                                 ways, the guest's tools (own namespace and
+#                                 run dir unless SRLAB_NS/SRLAB_RUN say)
 #   scripts/interop.sh --trixie --guests 1   the same with one guest: the "rxe -> rxe"
 #                                 rows run its rxe0 against itself
 #
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
         --pingpong-iters) PINGPONG_ITERS=${2:?--pingpong-iters needs a count}; shift ;;
         --trixie) TRIXIE=1 ;;
         --guests) GUESTS=${2:?--guests needs 1 or 2}; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "interop: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -85,11 +86,12 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.log
 BIN="$ROOT/target/release"
 if [ $TRIXIE = 1 ]; then
-    echo "interop: building softroce-run, the drop-in libraries, scripts/lab/flush_atomic_write.c and mw_send_inv.c"
+    echo "interop: building softroce-run, the drop-in libraries, scripts/lab/flush_atomic_write.c, mw_send_inv.c and mckey_linger.c"
     (cd "$ROOT" && cargo build --release --quiet -p ibverbs-abi -p rdmacm-abi)
     mkdir -p "$ROOT/target/lab"
     cc -O2 -Wall -o "$ROOT/target/lab/flush_atomic_write" "$ROOT/scripts/lab/flush_atomic_write.c" -libverbs
     cc -O2 -Wall -o "$ROOT/target/lab/mw_send_inv" "$ROOT/scripts/lab/mw_send_inv.c" -libverbs
+    cc -O2 -Wall -shared -fPIC -o "$ROOT/target/lab/mckey_linger.so" "$ROOT/scripts/lab/mckey_linger.c" -ldl
 else
     echo "interop: building rdma-perf, the ping-pong examples, softroce-run and the drop-in libraries"
     (cd "$ROOT" && cargo build --release --quiet --bin rdma-perf --examples &&
@@ -935,10 +937,232 @@ EOF
     echo "${ROWS[-1]}"
 }
 
+# ------------------------------------------- UD multicast: mckey (--trixie)
+# Debian's mckey (rdmacm-utils: rdma_join_multicast, MULTICAST_JOIN, UD
+# SEND_WITH_IMM to QPN 0xFFFFFF with the join's Q_Key, rdma_leave_multicast):
+# Debian 12's over this project's libraries on the host (softroce-run), Debian
+# 13's on rxe 6.12. The receivers start first, each with MCKEY_QPS QPs (-c)
+# joined to the group; once the receiving side is a member of the IP group
+# (the kernel RDMA CM's IGMP join in a guest, our device's group socket on the
+# host), the sender (-s) joins, waits mckey's 3 s and sends MCKEY_COUNT
+# messages of MCKEY_SIZE bytes on its QP. A receiver exits 0 and prints "data
+# transfers complete" only once every one of its QPs has completed
+# MCKEY_COUNT receives (mckey polls each CQ until then: one lost message and
+# it waits until its timeout). The groups are administratively scoped
+# (239.88.0.0/24), the TTL mckey's 64: nothing routes them off the bridge.
+# rxe's sender runs with scripts/lab/mckey_linger.c preloaded: mckey destroys
+# its AH right after posting, and rxe looks the AH up only when it sends
+# (that file says why); our library copies the address at post time.
+MCKEY_COUNT=50 MCKEY_SIZE=1024 MCKEY_QPS=2
+
+# Waits until WHERE (host, or a guest's number) is a member of the IP group $2.
+wait_group() { # WHERE GROUP
+    local i
+    for i in $(seq 1 100); do
+        if [ "$1" = host ]; then
+            bash "$LAB" host ip maddr show dev srbr0 2>/dev/null | grep -Eq "inet +$2( |$)" && return 0
+        else
+            bash "$LAB" run "$1" "ip maddr show dev eth0" 10 2>/dev/null | grep -Eq "inet +$2( |$)" && return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# One mckey case: DIR (ours-client: our sender, rxe's receivers in guest 1;
+# ours-server: rxe's sender in guest 1, our receivers; rxe-rxe: guest 1's
+# sender, receivers in guest $RXE_PEER, for reference), IPv4.
+mckey_case() {
+    local dir=$1 name="lib:mckey" shown group lim=60 sk=1 rk=host
+    case "$dir" in
+        ours-client) shown="ours -> rxe" group=239.88.0.1 sk=host rk=1 ;;
+        ours-server) shown="rxe -> ours" group=239.88.0.2 ;;
+        *) shown="rxe -> rxe" group=239.88.0.3 rk=$RXE_PEER ;;
+    esac
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv4 1024' "$name" "$shown" | grep -Eq -- "$ONLY" || return 0
+    fi
+    local log="$OUT/mckey-$dir-ipv4" opts="-m $group -C $MCKEY_COUNT -S $MCKEY_SIZE" run id pid tx_rc rx_rc
+    run=$(lib_run 4)
+    local rx_log=$log.receiver.log tx_log=$log.sender.log
+    # the receivers, then the sender once they are members of the group
+    if [ "$rk" = host ]; then
+        bash "$LAB" host timeout $lim $run mckey $opts -c $MCKEY_QPS -b $HOST4 >"$rx_log" 2>&1 &
+        pid=$!
+    else
+        id=$(bash "$LAB" start "$rk" "timeout $lim mckey $opts -c $MCKEY_QPS -b $(bash "$LAB" guest-ip4 "$rk") &
+            echo \$! >/tmp/mckey.pid; wait \$!")
+    fi
+    if wait_group "$rk" "$group"; then
+        if [ "$sk" = host ]; then
+            bash "$LAB" host timeout $lim $run mckey $opts -s -b $HOST4 >"$tx_log" 2>&1
+        else
+            # (mckey_linger.so: rxe's requester sends what mckey posted before its AH goes)
+            bash "$LAB" run "$sk" "LD_PRELOAD=$MCKEY_LINGER timeout $lim mckey $opts -s -b $(bash "$LAB" guest-ip4 "$sk")" \
+                $((lim + 10)) >"$tx_log" 2>&1
+        fi
+        tx_rc=$?
+    else
+        tx_rc=125
+        echo "the receivers never joined $group" >"$tx_log"
+    fi
+    # a receiver still waiting after a failed sender waits for nobody: end it
+    if [ "$rk" = host ]; then
+        [ "$tx_rc" = 0 ] || kill "$pid" 2>/dev/null
+        wait "$pid"
+        rx_rc=$?
+    else
+        [ "$tx_rc" = 0 ] || bash "$LAB" run "$rk" 'kill $(cat /tmp/mckey.pid) 2>/dev/null' 10 >/dev/null
+        bash "$LAB" wait "$rk" "$id" $((lim + 10)) >"$rx_log" 2>&1
+        rx_rc=$?
+    fi
+    local joined result figure
+    joined=$(grep -c "^mckey: joined dgid: ::ffff:$group " "$rx_log")
+    if [ "$tx_rc" = 0 ] && [ "$rx_rc" = 0 ] && [ "$joined" = "$MCKEY_QPS" ] &&
+        grep -q '^initiating data transfers' "$tx_log" && grep -q '^data transfers complete' "$rx_log" &&
+        grep -q '^return status 0' "$rx_log"; then
+        result=PASS
+        figure="$MCKEY_COUNT x $MCKEY_SIZE B to $group: every one on each of the $MCKEY_QPS receiving QPs"
+        [ "$sk" = host ] || figure="$figure (rxe's mckey -s with mckey_linger.so)"
+    else
+        result=FAIL
+        FAILED=$((FAILED + 1))
+        figure="sender=$tx_rc receivers=$rx_rc (joined $joined of $MCKEY_QPS), see $log.*.log"
+    fi
+    ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" "$shown" IPv4 1024 "$result" "$figure")")
+    echo "${ROWS[-1]}"
+    if [ "$result" = FAIL ]; then
+        local side
+        for side in sender receiver; do
+            echo "    --- $side (last lines of $log.$side.log)"
+            tail -n 8 "$log.$side.log" 2>/dev/null | sed 's/^/    | /'
+        done
+    fi
+}
+
+# IPv6 groups: Linux's RDMA CM refuses to join one on RoCE v2
+# (cma_iboe_join_multicast: ENOTSUPP, 524), so mckey cannot run over IPv6
+# against rxe. The row checks that both sides refuse the join alike: mckey
+# as a receiver on each, to ff0e::88:1 from its IPv6 address.
+mckey_v6_case() {
+    local name="lib:mckey IPv6 group (refused)" log="$OUT/mckey-ipv6" ours_rc theirs_rc refused run
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv6 1024' "$name" "both" | grep -Eq -- "$ONLY" || return 0
+    fi
+    run=$(lib_run 6)
+    bash "$LAB" host timeout 30 $run mckey -m ff0e::88:1 -b "$HOST6" -C 5 >"$log.ours.log" 2>&1
+    ours_rc=$?
+    bash "$LAB" run 1 "timeout 30 mckey -m ff0e::88:1 -b $(bash "$LAB" guest-ip6 1) -C 5" 40 >"$log.theirs.log" 2>&1
+    theirs_rc=$?
+    refused=$(grep -l '^mckey: failure joining: Unknown error 524$' "$log.ours.log" "$log.theirs.log" | wc -l)
+    if [ "$refused" = 2 ] && [ "$ours_rc" = "$theirs_rc" ] && [ "$ours_rc" != 0 ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv6 1024 PASS \
+            "both refuse the join: ENOTSUPP (524), mckey exits $ours_rc on each side")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv6 1024 FAIL \
+            "ours=$ours_rc rxe=$theirs_rc, $refused of 2 refused with 524, see $log.*.log")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
+# The multicast packets and IGMP reports captured during the mckey rows,
+# each side's checked against what RoCE v2 and the kernel's RDMA CM make of
+# a join: to the group's IP address and its Ethernet multicast MAC
+# (01:00:5e + the low 23 bits), IP TTL 64 (the join's hop limit), BTH
+# opcode UD SEND_WITH_IMM, P_Key 0xFFFF, DQPN 0xFFFFFF, DETH Q_Key 0x01234567
+# (RDMA_UDP_QKEY), the IBTA's ICRC; and an IGMP membership report for each
+# group the side received on. The figure gives the UDP source ports seen.
+mckey_wire_case() { # PCAP
+    local name="mckey on the wire" out ok=0
+    if [ -n "$ONLY" ]; then
+        printf '%s %s IPv4 1024' "$name" "both" | grep -Eq -- "$ONLY" || return 0
+    fi
+    out=$(python3 - "$1" <<'PY' 2>&1
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+off = 24
+side = {w: {"pkts": 0, "bad": {}, "groups": set(), "sports": set(), "igmp": set()} for w in ("ours", "rxe")}
+def bad(s, what):
+    s["bad"][what] = s["bad"].get(what, 0) + 1
+while off + 16 <= len(data):
+    incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+    frame = data[off + 16:off + 16 + incl]
+    off += 16 + incl
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        continue
+    ip = frame[14:]
+    ihl = (ip[0] & 15) * 4
+    who = "ours" if ip[12:16] == bytes([10, 88, 0, 1]) else "rxe"
+    s = side[who]
+    if ip[9] == 2:  # IGMP: v3 reports (0x22) with their group records, v2 (0x16)
+        g = ip[ihl:]
+        if g[0] == 0x16:
+            s["igmp"].add(".".join(map(str, g[4:8])))
+        elif g[0] == 0x22:
+            at = 8
+            for _ in range(struct.unpack(">H", g[6:8])[0]):
+                rtype, aux, nsrc = g[at], g[at + 1], struct.unpack(">H", g[at + 2:at + 4])[0]
+                if rtype in (2, 4):  # MODE_IS_EXCLUDE, CHANGE_TO_EXCLUDE: a join
+                    s["igmp"].add(".".join(map(str, g[at + 4:at + 8])))
+                at += 8 + 4 * nsrc + 4 * aux
+        continue
+    if ip[9] != 17 or ip[16] >> 4 != 14 or struct.unpack(">H", ip[ihl + 2:ihl + 4])[0] != 4791:
+        continue
+    s["pkts"] += 1
+    s["groups"].add(".".join(map(str, ip[16:20])))
+    s["sports"].add(struct.unpack(">H", ip[ihl:ihl + 2])[0])
+    bth = ip[ihl + 8:]
+    if frame[0:6] != bytes([1, 0, 0x5E, ip[17] & 0x7F, ip[18], ip[19]]):
+        bad(s, "MAC")
+    if ip[8] != 64:
+        bad(s, f"TTL {ip[8]}")
+    if bth[0] != 0x65:
+        bad(s, f"opcode {bth[0]:#x}")
+    if bth[2:4] != b"\xff\xff":
+        bad(s, "P_Key")
+    if bth[5:8] != b"\xff\xff\xff":
+        bad(s, "DQPN")
+    if bth[12:16] != bytes.fromhex("01234567"):
+        bad(s, f"Q_Key {bth[12:16].hex()}")
+    m = bytearray(ip[:struct.unpack(">H", ip[2:4])[0]])
+    m[1], m[8], m[10:12], m[ihl + 6:ihl + 8], m[ihl + 12] = 0xFF, 0xFF, b"\xff\xff", b"\xff\xff", 0xFF
+    if struct.unpack("<I", bytes(m[-4:]))[0] != zlib.crc32(b"\xff" * 8 + bytes(m[:-4])):
+        bad(s, "ICRC")
+ok = True
+parts = []
+for w in ("ours", "rxe"):
+    s = side[w]
+    ports = sorted(s["sports"])
+    ports = ",".join(map(str, ports)) if len(ports) <= 3 else f"{len(ports)} ports {ports[0]}..{ports[-1]}"
+    parts.append(f"{w}: {s['pkts']} packets to {','.join(sorted(s['groups'])) or '-'}, "
+                 f"{'all right' if not s['bad'] else 'WRONG ' + str(s['bad'])}, UDP sport {ports or '-'}, "
+                 f"IGMP joins {','.join(sorted(s['igmp'])) or '-'}")
+    ok = ok and s["pkts"] > 0 and not s["bad"] and s["igmp"]
+# each group was joined (IGMP) by the side that received on it
+joined = side["ours"]["igmp"] | side["rxe"]["igmp"]
+sent = side["ours"]["groups"] | side["rxe"]["groups"]
+if sent - joined:
+    parts.append(f"no IGMP join for {','.join(sorted(sent - joined))}")
+    ok = False
+print("; ".join(parts))
+sys.exit(0 if ok else 1)
+PY
+) && ok=1
+    if [ $ok = 1 ]; then
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv4 1024 PASS "$out")")
+    else
+        FAILED=$((FAILED + 1))
+        ROWS+=("$(printf '%-34s %-12s %-5s %-5s %-5s %s' "$name" both IPv4 1024 FAIL "$out ($1)")")
+    fi
+    echo "${ROWS[-1]}"
+}
+
 trixie_cases() {
     local v mode dir pcap
     FA_GUEST=$(bash "$LAB" put "$ROOT/target/lab/flush_atomic_write")
     MW_GUEST=$(bash "$LAB" put "$ROOT/target/lab/mw_send_inv")
+    MCKEY_LINGER=$(bash "$LAB" put "$ROOT/target/lab/mckey_linger.so")
     trixie_guest_case
     for v in 4 6; do
         [ "$v" = 4 ] && bash "$LAB" capture start flush >/dev/null 2>&1
@@ -962,6 +1186,14 @@ trixie_cases() {
         fa_case "$mode" rxe-rxe 4
     done
     mw_case rxe-rxe 4
+    # UD multicast through the RDMA CM: mckey both ways and rxe against rxe, captured
+    bash "$LAB" capture start mckey >/dev/null 2>&1
+    for dir in ours-client ours-server rxe-rxe; do
+        mckey_case "$dir"
+    done
+    mckey_v6_case
+    pcap=$(bash "$LAB" capture stop mckey)
+    mckey_wire_case "$pcap"
     # Debian 12's ibv_rc_pingpong and perftest 4.5 over our libraries
     # against Debian 13's (perftest 25.01) on rxe 6.12
     lib_cases 1 4 1024 quick

@@ -15,15 +15,19 @@ use crate::host::{connect_with, Flow};
 use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
+use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
-use rdma_transport::{Instant, WcStatus, MAX_PACKET};
+use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
 use std::collections::HashMap;
 
 /// Packet counts over the whole run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub packets_switched: u64,
+    /// Packets put on a link (hosts' and switches'; not PFC or IB flow
+    /// control): the unit of simulated work the benchmarks divide by.
+    pub packet_hops: u64,
     pub unroutable: u64,
     pub events: u64,
     /// PFC frames sent with a non-zero time (XOFF and its refreshes), and with time 0 (XON).
@@ -49,6 +53,10 @@ pub struct Fabric {
     pub topo: Topology,
     pub flows: Vec<Flow>,
     flow_of: HashMap<(usize, u32), usize>,
+    /// Flows finished or failed: the loop's stop test, without a walk over every flow.
+    flows_done: usize,
+    /// Work besides the flows (a collective), if any: see [`Fabric::set_workload`].
+    workload: Option<Box<dyn Workload>>,
     pub(crate) rng: Rng,
     buf: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
@@ -91,6 +99,8 @@ impl Fabric {
             topo,
             flows: Vec::new(),
             flow_of: HashMap::new(),
+            flows_done: 0,
+            workload: None,
             rng: Rng::new(seed),
             buf: vec![0; MAX_PACKET],
             sm_inbox: Vec::new(),
@@ -161,7 +171,7 @@ impl Fabric {
             if self.deadlock.is_some() {
                 return;
             }
-            if stop_when_done && !self.flows.is_empty() && self.flows.iter().all(|f| f.finish.is_some() || f.failed) {
+            if stop_when_done && self.all_done() {
                 return;
             }
             let te = self.events.next_time();
@@ -180,7 +190,7 @@ impl Fabric {
             }
             self.now = self.now.max(t);
             self.counters.events += 1;
-            if self.counters.events % 8192 == 0 {
+            if self.counters.events % crate::progress::EVENTS_PER_CALL == 0 {
                 progress(self.now);
             }
             if te.is_some_and(|e| e <= t) {
@@ -190,6 +200,27 @@ impl Fabric {
                 self.fire_timers();
             }
         }
+    }
+
+    /// Every flow is finished or failed and the workload, if any, is done
+    /// (false while there is neither: a run of nothing runs its time).
+    fn all_done(&self) -> bool {
+        let work = !self.flows.is_empty() || self.workload.is_some();
+        work && self.flows_done == self.flows.len() && self.workload.as_ref().is_none_or(|w| w.done())
+    }
+
+    /// Installs `w`, which has posted its first work on the hosts: every
+    /// host is serviced so that it starts sending.
+    pub fn set_workload(&mut self, w: Box<dyn Workload>) {
+        self.workload = Some(w);
+        for h in 0..self.topo.hosts.len() {
+            self.service(h);
+        }
+    }
+
+    /// The workload, after a run.
+    pub fn take_workload(&mut self) -> Option<Box<dyn Workload>> {
+        self.workload.take()
     }
 
     /// Fires every host timer that is due, in host order. (Deadlines can
@@ -256,7 +287,9 @@ impl Fabric {
             }
             Event::FlowStart { flow } => {
                 let now = self.now;
+                let was_done = self.flows[flow].done();
                 self.flows[flow].top_up(&mut self.topo.hosts, now);
+                self.flows_done += usize::from(!was_done && self.flows[flow].done());
                 let src = self.flows[flow].src;
                 self.service(src);
             }
@@ -361,6 +394,7 @@ impl Fabric {
 
     /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
     pub(crate) fn launch_len(&mut self, node: usize, port: usize, packet: Vec<u8>, wire_len: usize) {
+        self.counters.packet_hops += 1;
         let p = &mut self.topo.ports[node][port];
         p.busy = true;
         let done = self.now + p.link.serialise(wire_len);
@@ -397,21 +431,15 @@ impl Fabric {
     fn pump(&mut self, h: usize) {
         let cq = self.topo.hosts[h].cq;
         for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
-            let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else { continue };
-            let flow = &mut self.flows[f];
-            flow.outstanding = flow.outstanding.saturating_sub(1);
-            if let Some(t) = flow.posted_at.pop_front() {
-                self.message_latency_ns.push((self.now - t).as_nanos() as u64);
-            }
-            if wc.status != WcStatus::Success {
-                flow.failed = true;
+            let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else {
+                if let Some(w) = self.workload.as_mut() {
+                    w.on_completion(h, &wc, &mut self.topo.hosts, self.now);
+                }
                 continue;
-            }
-            flow.completed += u64::from(wc.byte_len);
-            if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
-                flow.finish = Some(self.now);
-            }
-            flow.top_up(&mut self.topo.hosts, self.now);
+            };
+            let was_done = self.flows[f].done();
+            self.complete(f, &wc);
+            self.flows_done += usize::from(!was_done && self.flows[f].done());
         }
         if self.topo.ib.is_some() {
             return self.ib_host_send(h);
@@ -436,6 +464,24 @@ impl Fabric {
             return;
         }
         self.launch(node, 0, packet);
+    }
+
+    /// Flow `f`'s WRITE completed with `wc`: count it and post more.
+    fn complete(&mut self, f: usize, wc: &WorkCompletion) {
+        let flow = &mut self.flows[f];
+        flow.outstanding = flow.outstanding.saturating_sub(1);
+        if let Some(t) = flow.posted_at.pop_front() {
+            self.message_latency_ns.push((self.now - t).as_nanos() as u64);
+        }
+        if wc.status != WcStatus::Success {
+            flow.failed = true;
+            return;
+        }
+        flow.completed += u64::from(wc.byte_len);
+        if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
+            flow.finish = Some(self.now);
+        }
+        flow.top_up(&mut self.topo.hosts, self.now);
     }
 
     /// The next packet host `h`'s engine has to send, payload sealed in.

@@ -120,6 +120,11 @@ pub fn connect_with(
 }
 
 impl Flow {
+    /// Finished or failed: nothing more will happen to it.
+    pub fn done(&self) -> bool {
+        self.finish.is_some() || self.failed
+    }
+
     /// Posts WRITEs until the window is full or the flow's bytes are all posted.
     pub fn top_up(&mut self, hosts: &mut [Host], now: Instant) {
         while self.outstanding < WINDOW && self.size.is_none_or(|s| self.posted < s) {

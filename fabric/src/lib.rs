@@ -16,6 +16,9 @@
 //! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
+//! | [`workload`] | work besides flows that reacts to completions (collectives) |
+//! | [`collective`] | `run allreduce|allgather|reduce-scatter`: ring and tree collectives driven by WRITE completions |
+//! | [`progress`] | the progress line of long runs on stderr |
 //! | [`scenario_file`] | `run --file F.toml`: a scenario described in a file (keys are the flags) |
 //! | [`scenarios`] | the named runs of `rdma-fabric run` |
 //! | [`compare`] | `rdma-fabric compare`: one workload on IB and three RoCE fabrics |
@@ -25,6 +28,7 @@
 //! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 
 pub mod clock;
+pub mod collective;
 pub mod compare;
 pub mod fabric;
 #[doc(hidden)]
@@ -34,9 +38,11 @@ pub mod ib;
 pub mod link;
 pub mod pfc;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod scenario_file;
 pub mod scenarios;
 pub mod sm;
 pub mod switch;
 pub mod topology;
+pub mod workload;

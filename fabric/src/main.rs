@@ -1,6 +1,8 @@
 //! `rdma-fabric`: list and run the simulated-fabric scenarios.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use rdma_fabric::collective::report::Kind;
+use rdma_fabric::collective::{Algorithm, CollectiveOptions};
 use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,6 +36,12 @@ enum RoutingArg {
 enum LinkArg {
     Roce,
     Ib,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AlgorithmArg {
+    Ring,
+    Tree,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -138,6 +146,19 @@ struct RunArgs {
     /// ib-ring: the SM's routing engine (Up*/Down* rooted at the first switch).
     #[arg(long, value_enum, default_value = "minhop")]
     routing: RoutingArg,
+    /// allreduce, allgather, reduce-scatter: how the ranks exchange data.
+    #[arg(long, value_enum, default_value = "ring")]
+    algorithm: AlgorithmArg,
+    /// allreduce, allgather, reduce-scatter: the number of ranks, one per host (default 8).
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// allreduce, allgather, reduce-scatter: bytes, as nccl-tests counts
+    /// them (e.g. 65536, 64KiB, 4MiB, 1GiB; default 1MiB).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// No progress line on stderr (it is shown only on a terminal anyway).
+    #[arg(long)]
+    quiet: bool,
     #[arg(long)]
     json: bool,
     /// Write per-flow rates and the bottleneck queue over time to FILE.svg.
@@ -160,6 +181,75 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} is not between 1 ns and 60 s"));
     }
     Ok(Duration::from_nanos(ns as u64))
+}
+
+/// A byte count with an optional unit: B, KB/MB/GB (powers of 1000) or
+/// K/KiB, M/MiB, G/GiB (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let v: u64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4MiB or 65536"))?;
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KB" => 1000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        _ => return Err(format!("{s:?}: the unit must be B, KB, MB, GB, KiB, MiB or GiB")),
+    };
+    v.checked_mul(scale).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// The progress callback of a run: a line on stderr now and then, only
+/// on a terminal and without --quiet.
+fn progress_printer(quiet: bool) -> impl FnMut(rdma_transport::Instant, Duration) {
+    use std::io::IsTerminal;
+    let show = !quiet && std::io::stderr().is_terminal();
+    let mut meter = rdma_fabric::progress::Meter::new(std::time::Instant::now());
+    move |t, limit| {
+        if show {
+            if let Some(line) = meter.tick(std::time::Instant::now(), t, limit) {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// `run` of a collective: allreduce, allgather, reduce-scatter.
+fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
+    let c = CollectiveOptions {
+        kind,
+        algorithm: match args.algorithm {
+            AlgorithmArg::Ring => Algorithm::Ring,
+            AlgorithmArg::Tree => Algorithm::Tree,
+        },
+        hosts: args.hosts.unwrap_or(8),
+        size_bytes: args.size.unwrap_or(1 << 20),
+    };
+    if args.leaves.is_some() {
+        eprintln!("rdma-fabric: --leaves follows from --hosts and --hosts-per-leaf for collectives");
+        return ExitCode::from(2);
+    }
+    if let Some(p) = &args.plot {
+        eprintln!("rdma-fabric: --plot {} is not drawn for collectives", p.display());
+        return ExitCode::from(2);
+    }
+    let mut progress = progress_printer(args.quiet);
+    match rdma_fabric::collective::run(&c, o, &mut progress) {
+        Ok(r) if args.json => {
+            println!("{}", serde_json::to_string(&r).expect("a report serialises"));
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            print!("{}", r.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdma-fabric: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -199,8 +289,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            let quiet = args.quiet;
             let mut progress = |c: &str, t: rdma_transport::Instant, _: Duration| {
-                if t.as_nanos() == 0 {
+                if t.as_nanos() == 0 && !quiet {
                     eprintln!("rdma-fabric: {c}");
                 }
             };
@@ -242,21 +333,21 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let RunArgs { name, json, plot, .. } = *args;
+            if let Some(kind) = Kind::from_name(&args.name) {
+                return run_collective(kind, &args, &o);
+            }
+            if args.hosts.is_some() || args.size.is_some() || !matches!(args.algorithm, AlgorithmArg::Ring) {
+                eprintln!(
+                    "rdma-fabric: --hosts, --size and --algorithm are for allreduce, allgather and reduce-scatter"
+                );
+                return ExitCode::from(2);
+            }
+            let RunArgs { name, json, plot, quiet, .. } = *args;
             if let Some(Err(e)) = plot.as_deref().map(rdma_fabric::plot::check_path) {
                 eprintln!("rdma-fabric: {e}");
                 return ExitCode::from(2);
             }
-            // A progress line once a run has taken more than 2 s of wall time.
-            let started = std::time::Instant::now();
-            let mut last = started;
-            let mut progress = |t: rdma_transport::Instant, total: Duration| {
-                let now = std::time::Instant::now();
-                if now.duration_since(started).as_secs() >= 2 && now.duration_since(last).as_secs() >= 1 {
-                    last = now;
-                    eprintln!("rdma-fabric: {} us of {} us simulated", t.as_nanos() / 1000, total.as_micros());
-                }
-            };
+            let mut progress = progress_printer(quiet);
             match scenarios::run(&name, &o, &mut progress) {
                 Ok(r) => {
                     if let Some(path) = &plot {
@@ -347,6 +438,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
             RoutingArg::Minhop => RoutingKind::MinHop,
             RoutingArg::Updn => RoutingKind::UpDown,
         },
+        agenda_threshold: None,
     };
     Ok(o)
 }

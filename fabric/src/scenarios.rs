@@ -28,8 +28,14 @@ pub const SCENARIOS: &[(&str, &str)] = &[
 ("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
     ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines)"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
+    ("allreduce", "--hosts ranks all-reduce --size bytes, --algorithm ring (reduce-scatter + all-gather) or tree, steps driven by WRITE completions: JCT, algbw, busbw"),
+    ("allgather", "ring all-gather of --size bytes in all over --hosts ranks"),
+    ("reduce-scatter", "ring reduce-scatter of --size bytes over --hosts ranks"),
     ("parking-lot", "one long flow across --flows bottleneck links, each shared with a one-hop cross flow: how DCQCN shares a multi-bottleneck path"),
 ];
+
+/// The most hosts a fabric may have (addresses 10.0.0.1 up; IB LIDs stay unicast).
+pub const MAX_HOSTS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
@@ -119,6 +125,10 @@ pub struct Options {
     pub ib: IbOptions,
     /// ib-ring: how the SM routes.
     pub routing: RoutingKind,
+    /// Each host engine's agenda threshold (`Endpoint::set_agenda_threshold`;
+    /// `None`: the engine's own): a run is the same either way, which
+    /// tests check, and only costs differ.
+    pub agenda_threshold: Option<usize>,
 }
 
 /// ib-ring's routing engine; Up*/Down* is rooted at the first switch.
@@ -149,6 +159,7 @@ impl Default for Options {
             link: LinkKind::Roce,
             ib: IbOptions::default(),
             routing: RoutingKind::MinHop,
+            agenda_threshold: None,
         }
     }
 }
@@ -176,16 +187,15 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             ));
         }
         let hosts = leaves.saturating_mul(hosts_per_leaf);
-        if !(1..=16).contains(&leaves) || !(1..=16).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
+        if !(1..=128).contains(&leaves) || !(1..=64).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
             return Err(ScenarioError::BadOption(
-                "--leaves and --spines must be in 1..=16, --hosts-per-leaf in 1..=64".into(),
+                "--leaves must be in 1..=128, --spines in 1..=64, --hosts-per-leaf in 1..=64".into(),
             ));
         }
-        // Host addresses are 10.0.0.1 .. 10.0.0.255.
         let senders = if name == "incast" { o.fanin } else { o.flows };
-        if hosts > 255 || senders >= hosts {
+        if hosts > MAX_HOSTS || senders >= hosts {
             return Err(ScenarioError::BadOption(format!(
-                "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most 255"
+                "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most {MAX_HOSTS}"
             )));
         }
     }
@@ -236,6 +246,9 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
         }
         "ib-ring" => ib_ring(o, progress),
         "all-to-all" => all_to_all(o, progress),
+        "allreduce" | "allgather" | "reduce-scatter" => Err(ScenarioError::BadOption(format!(
+            "{name} is a collective: `rdma-fabric run {name}` runs it (collective::run); compare does not yet"
+        ))),
         _ => Err(ScenarioError::Unknown(name.to_string())),
     }
 }
@@ -308,7 +321,7 @@ pub fn rp_trajectory(o: &Options) -> Report {
     r
 }
 
-fn settings(o: &Options, buffer: u64) -> Settings {
+pub(crate) fn settings(o: &Options, buffer: u64) -> Settings {
     let link = Link::new(line_bps(o), Duration::from_micros(1));
     Settings {
         link,
@@ -336,7 +349,12 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
 /// routes) or, with `--sm`, by `rdma-sm` itself: a sweep over VL15 from
 /// host 0's HCA with every port starting in Init; the run then starts at
 /// time zero on the configured fabric.
-fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+    if let Some(qps) = o.agenda_threshold {
+        for h in &mut topo.hosts {
+            h.ep.set_agenda_threshold(qps);
+        }
+    }
     if o.link != LinkKind::Ib {
         return Ok(Fabric::new(topo, o.seed));
     }
@@ -493,6 +511,17 @@ fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
 /// leaf-spine (ECMP by 5-tuple on RoCE, by DLID on IB).
 fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
+    let (mut fab, s) = all_to_all_fabric(o)?;
+    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    Ok(r)
+}
+
+/// The fabric of `all-to-all` with its flows, not yet run (benches
+/// measure exactly what the command runs), and its settings.
+pub fn all_to_all_fabric(o: &Options) -> Result<(Fabric, Settings), ScenarioError> {
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let (leaves, spines, per) = match o.topology {
         TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => (leaves, spines, hosts_per_leaf),
@@ -506,11 +535,7 @@ fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Resul
             fab.add_flow(a, b, Some(o.flow_bytes), Instant::ZERO);
         }
     }
-    fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
-    let end = fab.now;
-    let mut r = measure(&fab, "all-to-all", o, Instant::ZERO, end, &s);
-    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
-    Ok(r)
+    Ok((fab, s))
 }
 
 /// §7: the minimal credit loop. Five switches in a ring; every distance-2

@@ -360,7 +360,8 @@ impl Topology {
 
     fn add_host(&mut self, s: &Settings) -> usize {
         let (n, h) = (self.nodes.len(), self.hosts.len());
-        let addr = Ipv4Addr::new(10, 0, (h >> 8) as u8, h as u8 + 1);
+        // 10.0.0.1 on, one address per host (past 10.0.0.255 into 10.0.1.x).
+        let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 1)) + h as u32);
         let mut host = Host::new(h, addr, s.seed, s.cc);
         host.ack_timeout = ack_timeout_for(s.link.rate_bps, s.buffer_bytes);
         self.hosts.push(host);

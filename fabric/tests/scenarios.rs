@@ -289,7 +289,8 @@ fn leaf_spine_spreads_flows_over_spines_and_replays() {
     for t in [
         TopologyKind::LeafSpine { leaves: 0, spines: 2, hosts_per_leaf: 8 },
         TopologyKind::LeafSpine { leaves: 2, spines: 2, hosts_per_leaf: 2 },
-        TopologyKind::LeafSpine { leaves: 16, spines: 2, hosts_per_leaf: 64 },
+        TopologyKind::LeafSpine { leaves: 128, spines: 2, hosts_per_leaf: 64 },
+        TopologyKind::LeafSpine { leaves: 129, spines: 2, hosts_per_leaf: 8 },
     ] {
         assert!(run("incast", &Options { topology: t, ..Options::default() }, &mut |_, _| {}).is_err());
     }

@@ -36,6 +36,7 @@ pub struct ibv_gid_entry {
     pub ndev_ifindex: u32,
 }
 
+pub const IBV_GID_TYPE_IB: u32 = 0;
 pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 
 #[repr(C)]

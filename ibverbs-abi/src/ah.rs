@@ -5,7 +5,7 @@ use crate::abi::*;
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Pd};
 use libc::c_int;
-use rdma_core_rs::{AddressHandle, AhAttr, Gid};
+use rdma_core_rs::{AddressHandle, AddressVector, AhAttr, Gid, LinkKind};
 
 pub static AHS: Registry = Registry::new();
 
@@ -36,18 +36,51 @@ pub(crate) fn ah_of(a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
     })
 }
 
+/// The address vector of an `ibv_ah_attr` on a device whose link is
+/// `link`. RoCE needs the GRH (the destination GID). Native IB routes by
+/// the DLID (`is_global = 0`: LRH-only packets, as qperf and perftest
+/// address without `-g`), with a GRH as well when `is_global`; a DLID
+/// outside 1..=0xBFFF (and not a multicast LID) is EINVAL.
+pub(crate) fn av_of(link: LinkKind, a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
+    if link != LinkKind::Ib {
+        return ah_of(a).map(|g| g.to_av());
+    }
+    let unicast = (1..=0xbfff).contains(&a.dlid);
+    // A multicast LID (0xC000 up to the permissive 0xFFFF) names a group.
+    if !unicast && !(0xc000..0xffff).contains(&a.dlid) {
+        tracing::warn!(dlid = a.dlid, "native IB address without a unicast or multicast DLID");
+        return Err(libc::EINVAL);
+    }
+    if a.is_global == 0 {
+        return Ok(AddressVector::lid(a.dlid, a.sl));
+    }
+    if a.grh.sgid_index != 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(AddressVector { dlid: a.dlid, sl: a.sl, ..ah_of(a)?.to_av() })
+}
+
 fn make_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> *mut ibv_ah {
     let mut held = Held::new();
     // SAFETY: pd_use checks the registry.
     let Some(p) = (unsafe { pd_use(pd, &mut held) }) else { return std::ptr::null_mut() };
-    let a = match ah_of(attr) {
-        Ok(a) => a,
+    let link = p.engine.verbs.link_kind();
+    let made = if link == LinkKind::Ib && !(attr.is_global != 0 && attr.dlid == 0) {
+        // A LID route (or a global one with its DLID).
+        av_of(link, attr).map(|av| p.verbs.create_ah_av(av))
+    } else {
+        // RoCE, or a global route on IB without a DLID: the port's path
+        // table gives the LID of the GID.
+        ah_of(attr).map(|a| p.verbs.create_ah(&a))
+    };
+    let made = match made {
+        Ok(m) => m,
         Err(e) => {
             set_errno(e);
             return std::ptr::null_mut();
         }
     };
-    let verbs = match p.verbs.create_ah(&a) {
+    let verbs = match made {
         Ok(v) => v,
         Err(e) => {
             tracing::debug!(error = %e, "ibv_create_ah refused");

@@ -18,6 +18,7 @@ use crate::abi::*;
 use crate::device::{dev_of, Dev};
 use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
 use crate::polls::{now_ns, PollClock, Polling};
+use crate::spec::DeviceLink;
 use rdma_core_rs::share::fork::{self, PerProcess};
 use rdma_core_rs::{AsyncEvent, DeviceConfig, Progress};
 use std::collections::{HashMap, VecDeque};
@@ -189,18 +190,32 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     // written for hardware count on that order (see DeviceConfig).
     // A child forked from here on opens devices of its own.
     fork::watch_forks();
-    let cfg = DeviceConfig {
-        progress: Progress::Manual,
-        scope_id: dev.spec.scope_id,
-        ack_before_requests: true,
-        shared: shared_ports(),
-        ..DeviceConfig::default()
+    let cfg = DeviceConfig { progress: Progress::Manual, ack_before_requests: true, ..DeviceConfig::default() };
+    let made = match &dev.spec.link {
+        DeviceLink::RoceV2 { addr, scope_id } => rdma_core_rs::Device::with_config(
+            &dev.spec.name,
+            *addr,
+            DeviceConfig { scope_id: *scope_id, shared: shared_ports(), ..cfg },
+        ),
+        // Raw frames on the interface: every process that opens it hears
+        // every frame and keeps those for its own QPs (QPNs are drawn at
+        // random), as processes share an HCA.
+        DeviceLink::Ib { netdev, lid } => rdma_core_rs::Device::on_netdev(
+            &dev.spec.name,
+            netdev,
+            DeviceConfig { link: rdma_core_rs::LinkKind::Ib, lid: lid.unwrap_or(0), ..cfg },
+        ),
     };
-    let verbs =
-        rdma_core_rs::Device::with_config(&dev.spec.name, dev.spec.addr, cfg).and_then(|d| d.open()).map_err(|e| {
-            tracing::warn!(device = %dev.spec.name, addr = %dev.spec.addr, error = %e, "cannot open the device");
-            crate::ffi::errno_of(&e)
-        })?;
+    let verbs = made.and_then(|d| d.open()).map_err(|e| {
+        let entry = crate::spec::to_entry(&dev.spec);
+        tracing::warn!(device = %entry, error = %e, "cannot open the device");
+        if dev.spec.is_ib() {
+            // Said once per open, as the RoCE devices' bind errors are not:
+            // a missing interface or capability is the user's to fix.
+            eprintln!("libibverbs (softroce): cannot open {entry}: {e}");
+        }
+        crate::ffi::errno_of(&e)
+    })?;
     let fd = event_fd().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
     let shared = Arc::new(AsyncShared {
         fd,
@@ -219,7 +234,7 @@ fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     })?;
     let e = Arc::new(Engine { verbs, shared, activity, idle: Mutex::new(Some(idle)) });
     engines.push((dev.spec.name.clone(), e.clone(), 1));
-    tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device engine started");
+    tracing::info!(device = %crate::spec::to_entry(&dev.spec), "device engine started");
     Ok(e)
 }
 
@@ -340,7 +355,7 @@ pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_cont
     let ctx = Box::leak(Box::new(Ctx { v, dev, engine, cmd }));
     let p = &mut ctx.v.context as *mut ibv_context;
     CONTEXTS.insert(p);
-    tracing::info!(device = %dev.spec.name, addr = %dev.spec.addr, "device opened");
+    tracing::info!(device = %crate::spec::to_entry(&dev.spec), "device opened");
     Ok(p)
 }
 

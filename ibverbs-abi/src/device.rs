@@ -28,7 +28,7 @@ fn make(spec: DeviceSpec, index: usize) -> &'static Dev {
     copy_cstr(&mut c.dev_name, &format!("uverbs{index}"));
     copy_cstr(&mut c.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
     copy_cstr(&mut c.ibdev_path, &format!("/sys/class/infiniband/{}", spec.name));
-    let guid_be = crate::sysfs::guid_of(spec.addr);
+    let guid_be = crate::sysfs::guid_be_of(&spec);
     Box::leak(Box::new(Dev { c, spec, guid_be }))
 }
 
@@ -228,22 +228,45 @@ pub unsafe extern "C" fn query_device_ex(
 /// keeps every packet within one datagram on any path.
 pub const ACTIVE_MTU: c_int = 3;
 
-/// The one port: active, RoCE (Ethernet link layer), one GID and one P_Key.
-fn port_attr() -> ibv_port_attr {
+/// `IBV_LINK_LAYER_INFINIBAND`.
+pub const LINK_LAYER_INFINIBAND: u8 = 1;
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const LINK_LAYER_ETHERNET: u8 = 2;
+
+/// The one port, one GID and one P_Key. RoCE v2: active, Ethernet link
+/// layer, LID 0. Native IB: InfiniBand link layer, the port's LID, SM
+/// LID, LMC and state (a subnet manager's, when one manages the port),
+/// and the largest MTU the interface carries (or the SM's, if smaller).
+fn port_attr(ctx: &Ctx) -> ibv_port_attr {
     // SAFETY: plain data, zero is valid.
     let mut p: ibv_port_attr = unsafe { std::mem::zeroed() };
     p.state = 4; // IBV_PORT_ACTIVE
     p.max_mtu = 5; // 4096
     p.active_mtu = ACTIVE_MTU;
     p.gid_tbl_len = GID_TABLE_LEN as c_int;
-    p.port_cap_flags = (1 << 16) /* CM_SUP */ | (1 << 26) /* IP_BASED_GIDS */;
+    p.port_cap_flags = crate::sysfs::port_cap_flags(ctx.dev.spec.is_ib());
     p.max_msg_sz = 1 << 31;
     p.pkey_tbl_len = 1;
     p.max_vl_num = 1;
     p.active_width = 1; // 1X
     p.active_speed = 1 << 5; // EDR-like; only printed
     p.phys_state = 5; // LinkUp
-    p.link_layer = 2; // IBV_LINK_LAYER_ETHERNET
+    p.link_layer = LINK_LAYER_ETHERNET;
+    if ctx.dev.spec.is_ib() {
+        let v = &ctx.engine.verbs;
+        let port = v.query_port();
+        p.link_layer = LINK_LAYER_INFINIBAND;
+        p.lid = port.lid;
+        p.sm_lid = port.sm_lid;
+        p.lmc = port.lmc;
+        p.state = c_int::from(port.state.code());
+        // What the link carries whole (modify_qp refuses more).
+        let link = v.max_path_mtu().map_or(5, |m| m as c_int);
+        p.max_mtu = link;
+        p.active_mtu = port.active_mtu.map_or(link, |m| (m as c_int).min(link));
+        // The P_Keys a subnet manager put in the port's table (at most 16).
+        p.pkey_tbl_len = (0..16u16).take_while(|&i| v.query_pkey(i).is_some()).count().max(1) as u16;
+    }
     p
 }
 
@@ -265,16 +288,14 @@ pub unsafe extern "C" fn query_port(
 ) -> c_int {
     guard("ibv_query_port", libc::EIO, || {
         // SAFETY: ctx_of checks the registry.
-        if unsafe { ctx_of(context) }.is_none() {
-            return libc::EINVAL;
-        }
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return libc::EINVAL };
         if let Err(e) = check_port(port) {
             return e;
         }
         if attr.is_null() {
             return libc::EINVAL;
         }
-        let p = port_attr();
+        let p = port_attr(ctx);
         let n = size.min(std::mem::size_of::<ibv_port_attr>());
         // SAFETY: the caller's buffer holds `size` bytes; we write at most that.
         unsafe { std::ptr::copy_nonoverlapping((&p as *const ibv_port_attr).cast::<u8>(), attr.cast::<u8>(), n) };
@@ -356,7 +377,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                     gid: ibv_gid { raw },
                     gid_index: index,
                     port_num: port,
-                    gid_type: IBV_GID_TYPE_ROCE_V2,
+                    gid_type: if ctx.dev.spec.is_ib() { IBV_GID_TYPE_IB } else { IBV_GID_TYPE_ROCE_V2 },
                     ndev_ifindex: 0,
                 };
                 // SAFETY: the caller's out-parameter, at least this large.
@@ -389,7 +410,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
 }
 
 /// rdma-core's private `ibv_query_gid_type` (ibv_devinfo uses it):
-/// IBV_GID_TYPE_SYSFS_ROCE_V2 (1) for our one GID.
+/// IBV_GID_TYPE_SYSFS_ROCE_V2 (1) for our one GID, or on native IB
+/// IBV_GID_TYPE_SYSFS_IB_ROCE_V1 (0).
 #[export_name = "softroce_ibv_query_gid_type"]
 pub unsafe extern "C" fn ibv_query_gid_type(
     context: *mut ibv_context,
@@ -405,7 +427,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
             return -1;
         }
         // SAFETY: the caller's out-parameter.
-        unsafe { *ty = 1 };
+        unsafe { *ty = if ctx.dev.spec.is_ib() { 0 } else { 1 } };
         0
     })
 }
@@ -414,12 +436,16 @@ pub unsafe extern "C" fn ibv_query_gid_type(
 pub unsafe extern "C" fn ibv_query_pkey(context: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int {
     guard("ibv_query_pkey", -1, || {
         // SAFETY: ctx_of checks the registry.
-        if unsafe { ctx_of(context) }.is_none() || port != 1 || index != 0 || pkey.is_null() {
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+        // The port's table: 0xFFFF alone, or what a subnet manager set
+        // (native IB on a managed port).
+        let key = u16::try_from(index).ok().and_then(|i| ctx.engine.verbs.query_pkey(i));
+        let Some(key) = key.filter(|_| port == 1 && !pkey.is_null()) else {
             set_errno(libc::EINVAL);
             return -1;
-        }
+        };
         // SAFETY: the caller's out-parameter.
-        unsafe { *pkey = 0xffffu16.to_be() };
+        unsafe { *pkey = key.to_be() };
         0
     })
 }
@@ -428,10 +454,15 @@ pub unsafe extern "C" fn ibv_query_pkey(context: *mut ibv_context, port: u8, ind
 pub unsafe extern "C" fn ibv_get_pkey_index(context: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     guard("ibv_get_pkey_index", -1, || {
         // SAFETY: ctx_of checks the registry.
-        if unsafe { ctx_of(context) }.is_none() || port != 1 || u16::from_be(pkey) != 0xffff {
-            set_errno(libc::EINVAL);
-            return -1;
+        let Some(ctx) = (unsafe { ctx_of(context) }) else { return -1 };
+        let want = u16::from_be(pkey);
+        let at = (0..16u16).map_while(|i| ctx.engine.verbs.query_pkey(i)).position(|k| k == want);
+        match at.filter(|_| port == 1) {
+            Some(i) => i as c_int,
+            None => {
+                set_errno(libc::EINVAL);
+                -1
+            }
         }
-        0
     })
 }

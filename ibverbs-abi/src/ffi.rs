@@ -49,6 +49,8 @@ pub fn errno_of(e: &rdma_core_rs::Error) -> i32 {
             std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
             std::io::ErrorKind::PermissionDenied => libc::EACCES,
             std::io::ErrorKind::OutOfMemory => libc::ENOMEM,
+            // A native IB device's network interface is not there.
+            std::io::ErrorKind::NotFound => libc::ENODEV,
             _ => libc::EIO,
         }),
         Error::InvalidArgument(_) | Error::WrongDevice(_) | Error::OutOfBounds { .. } => libc::EINVAL,

@@ -210,10 +210,10 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
 
 /// The contents of `/sys/class/REL` in the tree of this process's devices.
 fn our_sysfs_file(rel: &str) -> Option<Vec<u8>> {
-    use crate::sysfs::{class_tree, interface_of, Node};
+    use crate::sysfs::{class_tree, port_view, Node};
     let specs: Vec<_> = crate::device::devices().ok()?.iter().map(|d| d.spec.clone()).collect();
     let rel = rel.trim_end_matches('/');
-    class_tree(&specs, |d| interface_of(d.addr, d.scope_id)).into_iter().find_map(|e| match e.node {
+    class_tree(&specs, port_view).into_iter().find_map(|e| match e.node {
         Node::File(text) if e.path.as_os_str() == rel => Some(text.into_bytes()),
         _ => None,
     })

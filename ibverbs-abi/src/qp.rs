@@ -8,7 +8,7 @@ use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Pd};
 use crate::srq::{Srq, SRQS};
 use libc::c_int;
-use rdma_core_rs::{Access, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
+use rdma_core_rs::{Access, AddressVector, Gid, LinkKind, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
 use std::sync::atomic::Ordering;
 
 pub static QPS: Registry = Registry::new();
@@ -402,8 +402,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// The engine's attributes for an `ibv_modify_qp` call.
-fn attr_of(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
+/// The engine's attributes for an `ibv_modify_qp` call on a device
+/// whose link is `link`.
+fn attr_of(link: LinkKind, a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
     use crate::abi::qp_mask as m;
     let has = |bit: c_int| mask & bit != 0;
     let unsupported = m::ALT_PATH | m::PATH_MIG_STATE | m::RATE_LIMIT;
@@ -445,8 +446,14 @@ fn attr_of(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
         q.sq_psn = Some(a.sq_psn);
     }
     if has(m::AV) {
-        q.av = Some(crate::ah::ah_of(&a.ah_attr)?.to_av());
-        if a.ah_attr.grh.sgid_index != 0 {
+        // Native IB: a LID route needs no GRH (qperf without -cm1,
+        // perftest without -g); its GRH fields mean nothing then.
+        if link == LinkKind::Ib && a.ah_attr.dlid == 0 {
+            tracing::warn!("ibv_modify_qp: a native IB address vector needs a DLID");
+            return Err(libc::EINVAL);
+        }
+        q.av = Some(crate::ah::av_of(link, &a.ah_attr)?);
+        if a.ah_attr.is_global != 0 && a.ah_attr.grh.sgid_index != 0 {
             return Err(libc::EINVAL);
         }
     }
@@ -472,6 +479,72 @@ fn attr_of(a: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
     Ok(q)
 }
 
+/// The C form of an address vector (`ah_attr`): a GRH with the GID
+/// where the route is global (RoCE always), the LID and SL.
+fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
+    // SAFETY: plain data, zero is valid.
+    let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    a.port_num = 1;
+    a.dlid = av.dlid;
+    a.sl = av.sl;
+    if av.is_global() {
+        a.is_global = 1;
+        a.grh.dgid = ibv_gid { raw: Gid::from_ip(av.dest).0 };
+        a.grh.hop_limit = av.hop_limit;
+        a.grh.traffic_class = av.traffic_class;
+    }
+    a
+}
+
+/// The C attributes and mask of the engine's attributes (the inverse of
+/// `attr_of`): what `rdma_init_qp_attr` hands the application.
+pub(crate) fn c_attr_of(q: &QpAttr) -> (ibv_qp_attr, c_int) {
+    use crate::abi::qp_mask as m;
+    // SAFETY: plain data, zero is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut mask = 0;
+    let mut set = |bit: c_int, present: bool| {
+        if present {
+            mask |= bit;
+        }
+    };
+    set(m::STATE, q.qp_state.is_some());
+    set(m::PKEY_INDEX, q.pkey_index.is_some());
+    set(m::PORT, q.port_num.is_some());
+    set(m::ACCESS_FLAGS, q.qp_access_flags.is_some());
+    set(m::QKEY, q.qkey.is_some());
+    set(m::PATH_MTU, q.path_mtu.is_some());
+    set(m::DEST_QPN, q.dest_qp_num.is_some());
+    set(m::RQ_PSN, q.rq_psn.is_some());
+    set(m::SQ_PSN, q.sq_psn.is_some());
+    set(m::AV, q.av.is_some());
+    set(m::TIMEOUT, q.timeout.is_some());
+    set(m::RETRY_CNT, q.retry_cnt.is_some());
+    set(m::RNR_RETRY, q.rnr_retry.is_some());
+    set(m::MIN_RNR_TIMER, q.min_rnr_timer.is_some());
+    set(m::MAX_QP_RD_ATOMIC, q.max_rd_atomic.is_some());
+    set(m::MAX_DEST_RD_ATOMIC, q.max_dest_rd_atomic.is_some());
+    a.qp_state = q.qp_state.map_or(0, c_state);
+    a.pkey_index = q.pkey_index.unwrap_or(0);
+    a.port_num = q.port_num.unwrap_or(0);
+    a.qp_access_flags = q.qp_access_flags.map_or(0, |x| x.0);
+    a.qkey = q.qkey.unwrap_or(0);
+    a.path_mtu = q.path_mtu.map_or(0, |x| x as c_int);
+    a.dest_qp_num = q.dest_qp_num.unwrap_or(0);
+    a.rq_psn = q.rq_psn.unwrap_or(0);
+    a.sq_psn = q.sq_psn.unwrap_or(0);
+    if let Some(av) = &q.av {
+        a.ah_attr = ah_attr_of(av);
+    }
+    a.timeout = q.timeout.unwrap_or(0);
+    a.retry_cnt = q.retry_cnt.unwrap_or(0);
+    a.rnr_retry = q.rnr_retry.unwrap_or(0);
+    a.min_rnr_timer = q.min_rnr_timer.unwrap_or(0);
+    a.max_rd_atomic = q.max_rd_atomic.unwrap_or(0);
+    a.max_dest_rd_atomic = q.max_dest_rd_atomic.unwrap_or(0);
+    (a, mask)
+}
+
 #[export_name = "softroce_ibv_modify_qp"]
 pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     guard("ibv_modify_qp", libc::EIO, || {
@@ -482,7 +555,7 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         }
         // SAFETY: the caller's attributes.
         let a = unsafe { &*attr };
-        let qa = match attr_of(a, mask) {
+        let qa = match attr_of(q.engine.verbs.link_kind(), a, mask) {
             Ok(x) => x,
             Err(e) => return e,
         };
@@ -530,11 +603,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.qp_access_flags = p.access.0;
         a.cap = q.cap;
         if let Some(av) = p.av {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.port_num = 1;
-            a.ah_attr.grh.dgid = ibv_gid { raw: Gid::from_ip(av.dest).0 };
-            a.ah_attr.grh.hop_limit = av.hop_limit;
-            a.ah_attr.grh.traffic_class = av.traffic_class;
+            a.ah_attr = ah_attr_of(&av);
         }
         a.pkey_index = 0;
         a.max_rd_atomic = p.max_rd_atomic;

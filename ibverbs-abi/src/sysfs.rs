@@ -10,7 +10,7 @@
 //!
 //! Pure data: no file is written here.
 
-use crate::spec::DeviceSpec;
+use crate::spec::{DeviceLink, DeviceSpec};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -54,6 +54,84 @@ pub fn gid_of(addr: IpAddr) -> [u8; 16] {
     match addr {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// What a device's port is, as sysfs shows it: for RoCE v2 all of it
+/// follows from the address; for native IB from the interface (its MAC
+/// makes the GID and the GUID) and the LID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortView {
+    /// The network interface the device sits on (None: none found).
+    pub ifname: Option<String>,
+    /// GID index 0.
+    pub gid: [u8; 16],
+    /// The node (and port) GUID, in network order as `ibv_get_device_guid` returns it.
+    pub guid_be: u64,
+    /// Native IB: the port's LID and its subnet manager's LID. None: RoCE v2.
+    pub ib: Option<IbView>,
+}
+
+/// The LIDs of a native IB port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IbView {
+    pub lid: u16,
+    pub sm_lid: u16,
+}
+
+/// The MAC address of the network interface `netdev`, if it has one here.
+pub fn netdev_mac(netdev: &str) -> Option<[u8; 6]> {
+    rdma_core_rs::link::raw::interface_mac(netdev).ok()
+}
+
+/// The GUID of a native IB port on an interface with MAC `mac`: the
+/// EUI-64 of the MAC, as its port agent and the subnet manager name it.
+pub fn ib_guid_be(mac: [u8; 6]) -> u64 {
+    rdma_core_rs::link::ib_port::port_guid(mac).to_be()
+}
+
+/// The node GUID of the device `d` (network order): from the address
+/// for RoCE v2, from the interface's MAC for native IB (0 if the
+/// interface is not there).
+pub fn guid_be_of(d: &DeviceSpec) -> u64 {
+    match &d.link {
+        DeviceLink::RoceV2 { addr, .. } => guid_of(*addr),
+        DeviceLink::Ib { netdev, .. } => netdev_mac(netdev).map_or(0, ib_guid_be),
+    }
+}
+
+/// The port of `d` as it is now: for native IB the interface's MAC, and
+/// the LID given, else the subnet manager's (from the port agent's
+/// record, if ACTIVE), else the LID plan's. An interface that is not there
+/// gives the zero GID and GUID and LID 0 (opening the device then fails,
+/// naming it).
+pub fn port_view(d: &DeviceSpec) -> PortView {
+    match &d.link {
+        DeviceLink::RoceV2 { addr, scope_id } => {
+            PortView { ifname: interface_of(*addr, *scope_id), gid: gid_of(*addr), guid_be: guid_of(*addr), ib: None }
+        }
+        DeviceLink::Ib { netdev, lid } => {
+            let Some(mac) = netdev_mac(netdev) else {
+                return PortView {
+                    ifname: None,
+                    gid: [0; 16],
+                    guid_be: 0,
+                    ib: Some(IbView { lid: lid.unwrap_or(0), sm_lid: 0 }),
+                };
+            };
+            use rdma_core_rs::link::ib_port::{port_guid, IbPortRecord};
+            let record = IbPortRecord::read(port_guid(mac)).ok().flatten();
+            let ib = match (lid, &record) {
+                (Some(l), _) => IbView { lid: *l, sm_lid: 0 },
+                (None, Some(r)) => IbView { lid: r.lid, sm_lid: r.sm_lid },
+                (None, None) => IbView { lid: rdma_core_rs::link::default_lid(mac), sm_lid: 0 },
+            };
+            let gid = match rdma_core_rs::link::gid_of_mac(mac) {
+                IpAddr::V6(g) => g.octets(),
+                IpAddr::V4(g) => g.to_ipv6_mapped().octets(),
+            };
+            PortView { ifname: Some(netdev.clone()), gid, guid_be: ib_guid_be(mac), ib: Some(ib) }
+        }
     }
 }
 
@@ -133,16 +211,28 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
 /// the table.
 pub const GID_TABLE_LEN: u32 = 16;
 
-/// The tree for `devs` (device `i` is `uverbs{i}`), `ifname(dev)` naming
-/// each device's network interface (None: no `device/net/`).
-pub fn class_tree(devs: &[DeviceSpec], ifname: impl Fn(&DeviceSpec) -> Option<String>) -> Vec<Entry> {
+/// `ibv_query_port`'s `port_cap_flags`: CM_SUP (bit 16), and on RoCE
+/// IP_BASED_GIDS (bit 26).
+pub fn port_cap_flags(ib: bool) -> u32 {
+    if ib {
+        1 << 16
+    } else {
+        (1 << 16) | (1 << 26)
+    }
+}
+
+/// The tree for `devs` (device `i` is `uverbs{i}`), `port(dev)` saying
+/// what each device's port is ([`port_view`]; an `ifname` of None: no
+/// `device/net/`).
+pub fn class_tree(devs: &[DeviceSpec], port: impl Fn(&DeviceSpec) -> PortView) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut file = |path: String, text: String| out.push(Entry { path: path.into(), node: Node::File(text + "\n") });
     file("infiniband_verbs/abi_version".into(), "6".into());
     let mut links = Vec::new();
     for (i, d) in devs.iter().enumerate() {
+        let view = port(d);
         let dev = format!("infiniband/{}", d.name);
-        let guid = groups(&guid_of(d.addr).to_ne_bytes());
+        let guid = groups(&view.guid_be.to_ne_bytes());
         file(format!("{dev}/node_type"), "1: CA".into());
         file(format!("{dev}/node_guid"), guid.clone());
         file(format!("{dev}/sys_image_guid"), guid);
@@ -151,20 +241,25 @@ pub fn class_tree(devs: &[DeviceSpec], ifname: impl Fn(&DeviceSpec) -> Option<St
         let port = format!("{dev}/ports/1");
         file(format!("{port}/state"), "4: ACTIVE".into());
         file(format!("{port}/phys_state"), "5: LinkUp".into());
-        file(format!("{port}/link_layer"), "Ethernet".into());
+        let (layer, lids, gid_type) = match view.ib {
+            // As the kernel prints an IB port: "%s" of the link layer, LIDs "0x%x".
+            Some(ib) => ("InfiniBand", (ib.lid, ib.sm_lid), "IB/RoCE v1"),
+            None => ("Ethernet", (0, 0), "RoCE v2"),
+        };
+        file(format!("{port}/link_layer"), layer.into());
         file(format!("{port}/rate"), "25 Gb/sec (1X EDR)".into());
-        file(format!("{port}/lid"), "0x0".into());
-        file(format!("{port}/sm_lid"), "0x0".into());
+        file(format!("{port}/lid"), format!("{:#x}", lids.0));
+        file(format!("{port}/sm_lid"), format!("{:#x}", lids.1));
         file(format!("{port}/lid_mask_count"), "0".into());
         file(format!("{port}/sm_sl"), "0".into());
-        // CM_SUP | IP_BASED_GIDS, as ibv_query_port's port_cap_flags.
-        file(format!("{port}/cap_mask"), format!("0x{:08x}", (1u32 << 16) | (1 << 26)));
+        // As ibv_query_port's port_cap_flags: CM_SUP, and IP_BASED_GIDS on RoCE.
+        file(format!("{port}/cap_mask"), format!("0x{:08x}", port_cap_flags(view.ib.is_some())));
         file(format!("{port}/pkeys/0"), "0xffff".into());
         for g in 0..GID_TABLE_LEN {
-            let gid = if g == 0 { gid_of(d.addr) } else { [0; 16] };
+            let gid = if g == 0 { view.gid } else { [0; 16] };
             file(format!("{port}/gids/{g}"), groups(&gid));
         }
-        file(format!("{port}/gid_attrs/types/0"), "RoCE v2".into());
+        file(format!("{port}/gid_attrs/types/0"), gid_type.into());
         let verbs = format!("infiniband_verbs/uverbs{i}");
         file(format!("{verbs}/ibdev"), d.name.clone());
         file(format!("{verbs}/abi_version"), "1".into());
@@ -172,7 +267,7 @@ pub fn class_tree(devs: &[DeviceSpec], ifname: impl Fn(&DeviceSpec) -> Option<St
         // No NUMA node, as for a virtual device.
         file(format!("{dev}/device/numa_node"), "-1".into());
         links.push((format!("{verbs}/device"), PathBuf::from(format!("/sys/class/{dev}/device"))));
-        if let Some(ifname) = ifname(d) {
+        if let Some(ifname) = view.ifname {
             file(format!("{port}/gid_attrs/ndevs/0"), ifname.clone());
             links.push((format!("{dev}/device/net/{ifname}"), PathBuf::from(format!("/sys/class/net/{ifname}"))));
         }
@@ -196,7 +291,8 @@ mod tests {
     #[test]
     fn a_device_reads_as_rxe_does() {
         let devs = parse_list("rxe0=127.0.0.1,rxe1=10.1.2.3").unwrap();
-        let tree = class_tree(&devs, |d| (d.name == "rxe0").then(|| "lo".to_string()));
+        let tree =
+            class_tree(&devs, |d| PortView { ifname: (d.name == "rxe0").then(|| "lo".to_string()), ..port_view(d) });
         assert_eq!(file(&tree, "infiniband/rxe0/ports/1/gids/0"), Some("0000:0000:0000:0000:0000:ffff:7f00:0001\n"));
         assert_eq!(file(&tree, "infiniband/rxe0/ports/1/gids/15"), Some("0000:0000:0000:0000:0000:0000:0000:0000\n"));
         assert_eq!(file(&tree, "infiniband/rxe1/node_guid"), Some("0200:0aff:fe01:0203\n"));
@@ -210,6 +306,32 @@ mod tests {
         assert_eq!(net.len(), 1, "only rxe0 has an interface");
         assert_eq!(net[0].path, PathBuf::from("infiniband/rxe0/device/net/lo"));
         assert_eq!(net[0].node, Node::Link("/sys/class/net/lo".into()));
+    }
+
+    #[test]
+    fn a_native_ib_device_reads_as_an_ib_port() {
+        let devs = parse_list("mlx0=ib:ibq0a:0x0a01").unwrap();
+        let mac = [0x02, 0x88, 0, 0, 0x0a, 0x01];
+        let view = PortView {
+            ifname: Some("ibq0a".into()),
+            gid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x88, 0, 0xff, 0xfe, 0, 0x0a, 0x01],
+            guid_be: ib_guid_be(mac),
+            ib: Some(IbView { lid: 0x0a01, sm_lid: 0 }),
+        };
+        let tree = class_tree(&devs, |_| view.clone());
+        assert_eq!(file(&tree, "infiniband/mlx0/ports/1/link_layer"), Some("InfiniBand\n"));
+        assert_eq!(file(&tree, "infiniband/mlx0/ports/1/lid"), Some("0xa01\n"));
+        assert_eq!(file(&tree, "infiniband/mlx0/ports/1/sm_lid"), Some("0x0\n"));
+        assert_eq!(file(&tree, "infiniband/mlx0/ports/1/cap_mask"), Some("0x00010000\n"));
+        assert_eq!(file(&tree, "infiniband/mlx0/ports/1/gid_attrs/types/0"), Some("IB/RoCE v1\n"));
+        assert_eq!(file(&tree, "infiniband/mlx0/ports/1/gids/0"), Some("fe80:0000:0000:0000:0088:00ff:fe00:0a01\n"));
+        // The GUID is the port's EUI-64, the GID's interface identifier.
+        assert_eq!(file(&tree, "infiniband/mlx0/node_guid"), Some("0088:00ff:fe00:0a01\n"));
+        assert!(tree.iter().any(|e| e.path.as_os_str() == "infiniband/mlx0/device/net/ibq0a"));
+        // An interface that is not there: no GID, no GUID, the LID given.
+        let gone = port_view(&parse_list("x=ib:ibq-none0").unwrap()[0]);
+        assert_eq!((gone.gid, gone.guid_be, gone.ifname), ([0; 16], 0, None));
+        assert_eq!(port_view(&parse_list("x=ib:ibq-none0:7").unwrap()[0]).ib, Some(IbView { lid: 7, sm_lid: 0 }));
     }
 
     #[test]

@@ -21,7 +21,12 @@ fn help_names_the_syntax() {
     let o = run(&["--help"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success());
-    assert!(text.contains("usage: softroce-run [--device NAME=ADDR]... [--no-sysfs] -- COMMAND [ARGS]..."), "{text}");
+    assert!(
+        text.contains(
+            "usage: softroce-run [--device NAME=ADDR|NAME=ib:IFNAME[:LID]]... [--no-sysfs] -- COMMAND [ARGS]..."
+        ),
+        "{text}"
+    );
     assert!(text.contains("SOFTROCE_DEVICES"), "{text}");
 }
 
@@ -31,6 +36,9 @@ fn errors_say_what_was_wrong_and_exit_125() {
         (&["--device", "rxe0", "--", "true"][..], "--device: device entry \"rxe0\" is not NAME=ADDRESS"),
         (&["--device", "a=1.2.3.400", "--", "true"][..], "is not an IPv4 or IPv6 address"),
         (&["--device", "a=127.0.0.1", "--device", "a=127.0.0.2", "--", "true"][..], "given twice"),
+        (&["--device", "m=ib:", "--", "true"][..], "device m: \"\" is not a network interface name"),
+        (&["--device", "m=ib:veth0:0", "--", "true"][..], "device m: LID \"0\" is not a unicast LID (1 to 0xBFFF"),
+        (&["--device", "m=roce1:veth0", "--", "true"][..], "device m: unknown link kind \"roce1\""),
         (&["true"][..], "unexpected argument \"true\""),
         (&["--"][..], "no COMMAND after --"),
         (&["--", "/nonexistent/program"][..], "cannot run /nonexistent/program"),
@@ -60,6 +68,8 @@ fn the_command_gets_the_devices_and_the_library() {
         "a=127.0.0.1",
         "--device",
         "b=::1",
+        "--device",
+        "m=ib:lo:0x0a01",
         "--",
         "sh",
         "-c",
@@ -69,7 +79,7 @@ fn the_command_gets_the_devices_and_the_library() {
     // The command's exit status is softroce-run's: it replaced the launcher.
     assert_eq!(o.status.code(), Some(7), "{}", common::show(&o));
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("a=127.0.0.1,b=::1"));
+    assert_eq!(lines.next(), Some("a=127.0.0.1,b=::1,m=ib:lo:0xa01"));
     let dir = lines.next().expect("LD_LIBRARY_PATH").split(':').next().expect("a first entry").to_string();
     let lib = common::library().canonicalize().expect("the library exists");
     for name in ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"] {

@@ -69,11 +69,27 @@ pub(crate) struct ChannelState {
 /// completion received after that raises the event (libibverbs: the
 /// *next* completion), whatever the CQ still holds from before and
 /// whatever other CQs receive.
+///
+/// Armed for solicited completions only, the count is of those the engine
+/// marks so (solicited receives and errors): an unsolicited completion
+/// raises no event.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Arming {
     cq: CqId,
     channel: usize,
     received: u64,
+    solicited_only: bool,
+}
+
+impl Arming {
+    /// What this arming counts on `cq` now (see [`Arming`]).
+    fn count(&self, ep: &Endpoint, taken: &[u64]) -> u64 {
+        if self.solicited_only {
+            ep.cq_solicited(self.cq)
+        } else {
+            received(ep, taken, self.cq)
+        }
+    }
 }
 
 pub(crate) struct State {
@@ -190,11 +206,23 @@ impl State {
     }
 
     /// Arms `cq` for one event on `channel`, raised by the next completion
-    /// it receives (`ibv_req_notify_cq`). Arming an armed CQ changes nothing.
-    pub(crate) fn arm(&mut self, cq: CqId, channel: usize) {
-        if !self.armed.iter().any(|a| a.cq == cq) {
-            let received = received(&self.ep, &self.taken, cq);
-            self.armed.push(Arming { cq, channel, received });
+    /// it receives, or with `solicited_only` the next solicited or failed
+    /// one (`ibv_req_notify_cq`). Arming an armed CQ changes nothing,
+    /// except that asking for any completion widens a solicited-only
+    /// arming (as the kernel's "next completion" supersedes "solicited").
+    pub(crate) fn arm(&mut self, cq: CqId, channel: usize, solicited_only: bool) {
+        let (ep, taken) = (&self.ep, &self.taken);
+        match self.armed.iter_mut().find(|a| a.cq == cq) {
+            Some(a) if a.solicited_only && !solicited_only => {
+                *a = Arming { cq, channel: a.channel, received: 0, solicited_only: false };
+                a.received = a.count(ep, taken);
+            }
+            Some(_) => {}
+            None => {
+                let mut a = Arming { cq, channel, received: 0, solicited_only };
+                a.received = a.count(ep, taken);
+                self.armed.push(a);
+            }
         }
     }
 }
@@ -282,6 +310,28 @@ impl Inner {
     }
 
     /// Sends what a post queued, and makes the leader look at its timers again.
+    /// On a frame link, hands the engine the frames waiting (up to a
+    /// progress round's worth) before a post's packets go out. A post
+    /// sends without receiving, and an application that keeps posting
+    /// (qperf's `uc_bi_bw` reposts every send as it completes) would
+    /// otherwise send far more per round than it receives: on a veth pair
+    /// both ends' packet sockets stayed full and dropped nearly every UC
+    /// message. Receiving first keeps each end's receiving paced with its
+    /// sending, as an HCA does both at once. The UDP backend keeps its post
+    /// path as it is (its latency is measured per system call).
+    pub(crate) fn receive_before_send(&self, st: &mut State) -> Result<()> {
+        if !st.io.is_frames() {
+            return Ok(());
+        }
+        let now = self.now();
+        for _ in 0..RX_BATCHES_PER_ROUND {
+            if st.io.receive(&mut st.ep, now)? < BATCH {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn doorbell(&self, st: &mut State) -> Result<()> {
         st.io.transmit(&mut st.ep, self.now())?;
         self.wake_flusher(st);
@@ -332,7 +382,7 @@ impl Inner {
     fn fire_channels(&self, st: &mut State) {
         let State { ep, armed, channels, taken, .. } = st;
         armed.retain(|a| {
-            let now = received(ep, taken, a.cq);
+            let now = a.count(ep, taken);
             if now == a.received {
                 return true;
             }
@@ -596,6 +646,13 @@ impl Context {
     /// The socket layer's counters (datagrams, system calls, injected faults).
     pub fn io_stats(&self) -> IoStats {
         self.inner.lock().io.stats()
+    }
+
+    /// The largest path MTU the device's link carries whole (what
+    /// [`crate::QueuePair::modify`] accepts): None on the UDP backend, where
+    /// the kernel fragments what does not fit.
+    pub fn max_path_mtu(&self) -> Option<rdma_transport::qp::Mtu> {
+        self.inner.lock().io.max_frame().map(crate::link::max_mtu_for_frame)
     }
 
     /// The framing of the device's packets.

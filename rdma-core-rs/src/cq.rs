@@ -89,17 +89,17 @@ impl CompletionQueue {
     /// `ibv_req_notify_cq`: the next completion added to this CQ raises one
     /// event on its channel; completions it holds already raise none, nor
     /// do other CQs' (libibverbs' rule, which perftest's `-e` loops count
-    /// on: one event per completion). `solicited_only` is accepted and
-    /// treated as "any completion", which may wake a waiter more often,
-    /// never less.
-    pub fn req_notify(&self, _solicited_only: bool) -> Result<()> {
+    /// on: one event per completion). With `solicited_only` only a
+    /// receive whose sender set the solicited-event bit, or a completion in
+    /// error, raises it (IBTA 11.4.2.2, as rxe).
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         let Some(ch) = self.channel else {
             return Err(crate::Error::InvalidArgument(format!(
                 "CQ {} was created without a completion channel",
                 self.id.0
             )));
         };
-        self.ctx.inner.lock().arm(self.id, ch);
+        self.ctx.inner.lock().arm(self.id, ch, solicited_only);
         Ok(())
     }
 

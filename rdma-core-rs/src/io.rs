@@ -34,6 +34,12 @@ impl Io {
         }
     }
 
+    /// Whether this is a frame link (RoCE v1, native IB), not UDP.
+    #[inline]
+    pub(crate) fn is_frames(&self) -> bool {
+        matches!(self, Io::Frames(_))
+    }
+
     /// io_uring: receives reaped while sending.
     #[inline]
     pub(crate) fn receives_pending(&mut self) -> bool {

@@ -39,6 +39,10 @@ pub struct IoStats {
     pub injected_duplicates: u64,
     pub injected_reorders: u64,
     pub injected_corruptions: u64,
+    /// Native IB frames whose CRCs the frame driver checked to learn (or
+    /// move) the MAC of their SLID: one per peer while nothing changes,
+    /// not one per frame (the engine checks every frame's CRCs itself).
+    pub lids_learned: u64,
 }
 
 impl IoStats {

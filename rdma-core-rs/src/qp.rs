@@ -164,7 +164,7 @@ impl QueuePair {
         if let Some(mtu) = attr.path_mtu {
             // A frame link cannot carry frames over its interface's MTU:
             // refuse a path MTU that would make every full packet vanish.
-            let need = crate::link::ETH_HEADER + rdma_transport::MAX_PACKET - 4096 + mtu.bytes() as usize;
+            let need = crate::link::frame_for_mtu(mtu);
             if let Some(max) = st.io.max_frame().filter(|&max| need > max) {
                 return Err(Error::InvalidArgument(format!(
                     "QP {:#x}: path MTU {} makes {need}-byte frames; the link carries at most {max} \
@@ -218,6 +218,7 @@ impl QueuePair {
                 break;
             }
         }
+        self.ctx.inner.receive_before_send(&mut st)?;
         self.ctx.inner.doorbell(&mut st)?;
         self.ctx.inner.announce_completions(&mut st, before);
         result

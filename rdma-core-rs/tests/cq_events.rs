@@ -57,3 +57,50 @@ fn an_armed_cq_raises_its_event_only_for_completions_added_after_the_arming() {
     assert_eq!(ch.get_cq_event(WAIT).unwrap(), Some(rcq.id()));
     assert_eq!(ch.get_cq_event(NONE_WITHIN).unwrap(), None);
 }
+
+#[test]
+fn a_cq_armed_for_solicited_completions_wakes_only_for_a_solicited_message_or_an_error() {
+    let (a_ip, b_ip) = addresses();
+    let dev = Device::with_config("sol-a", a_ip, DeviceConfig::default()).unwrap();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (b, _) = Side::new("sol-b", b_ip, QpType::Rc, cfg, None);
+    let ctx = dev.open().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let (scq, rcq) = (ctx.create_cq(16, Some(&ch)).unwrap(), ctx.create_cq(16, Some(&ch)).unwrap());
+    let pd = ctx.alloc_pd().unwrap();
+    let qp = pd.create_qp(&QpInitAttr { recv_cq: &rcq, ..QpInitAttr::new(QpType::Rc, &scq) }).unwrap();
+    let mr = pd.reg_mr(64, Access::ALL).unwrap();
+    let opts = ConnectOptions::default();
+    qp.connect(5, &b.info(6), &opts).unwrap();
+    b.qp.connect(6, &PeerInfo { qpn: qp.qp_num(), psn: 5, gid: ctx.query_gid(0).unwrap() }, &opts).unwrap();
+    qp.post_recv(&(1..=4).map(|id| RecvWr { wr_id: id, sg_list: vec![mr.sge(0, 8).unwrap()] }).collect::<Vec<_>>())
+        .unwrap();
+    let b_send = |id, solicited| SendWr { solicited, ..SendWr::new(id, SendOp::Send, vec![b.mr.sge(0, 8).unwrap()]) };
+    let mut out = Vec::new();
+    let receive = |out: &mut Vec<WorkCompletion>| {
+        let n = rcq.wait(out, 4, WAIT).unwrap();
+        assert_eq!(n, 1, "the receive completed");
+    };
+
+    // An ordinary SEND completes a receive but raises no solicited event.
+    rcq.req_notify(true).unwrap();
+    b.qp.post_send(&[b_send(1, false)]).unwrap();
+    receive(&mut out);
+    assert_eq!(ch.get_cq_event(NONE_WITHIN).unwrap(), None, "an unsolicited SEND woke a solicited-only CQ");
+    // A SEND with the solicited-event bit does.
+    b.qp.post_send(&[b_send(2, true)]).unwrap();
+    assert_eq!(ch.get_cq_event(WAIT).unwrap(), Some(rcq.id()));
+    receive(&mut out);
+    // Asking for any completion widens a solicited-only arming.
+    rcq.req_notify(true).unwrap();
+    rcq.req_notify(false).unwrap();
+    b.qp.post_send(&[b_send(3, false)]).unwrap();
+    assert_eq!(ch.get_cq_event(WAIT).unwrap(), Some(rcq.id()));
+    receive(&mut out);
+    // An error wakes it too: the QP to ERR flushes the last receive.
+    rcq.req_notify(true).unwrap();
+    qp.modify(&QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() }).unwrap();
+    assert_eq!(ch.get_cq_event(WAIT).unwrap(), Some(rcq.id()), "a flushed receive is an error completion");
+    receive(&mut out);
+    assert_eq!(out.last().map(|w| w.status), Some(WcStatus::WrFlushErr));
+}

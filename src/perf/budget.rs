@@ -7,11 +7,12 @@
 //! checked against the budget before anything is allocated, in `u128` so
 //! that no product overflows on the way.
 
-use super::side::Layout;
+pub use super::error::OverBudget;
+use super::layout::Layout;
 use super::Config;
 
 /// 1 GiB of registered memory per side. A default run registers at most
-/// 64 MiB of slots (`side::SLOT_MEMORY`), and the largest message `--size`
+/// 64 MiB of slots (`layout::SLOT_MEMORY`), and the largest message `--size`
 /// allows (1 GiB) still fits one QP's region, so every single-QP run works
 /// unchanged; what a hostile peer can make a side take is then about that
 /// much (plus a message's scratch buffer), not whatever it names.
@@ -25,17 +26,6 @@ pub const WR_BYTES: u128 = 256;
 
 /// What one atomic target's bookkeeping costs on the client (its base value).
 pub const TARGET_BYTES: u128 = 16;
-
-/// A request that does not fit the memory budget.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} needs {asked} bytes, over the memory budget of {limit} bytes (--mem-budget raises it)")]
-pub struct OverBudget {
-    /// What was asked for, in the terms it was asked.
-    pub what: String,
-    /// The bytes it would take.
-    pub asked: u128,
-    pub limit: u64,
-}
 
 /// `Ok` when `asked` bytes fit `limit`.
 pub fn check(asked: u128, limit: u64, what: impl FnOnce() -> String) -> Result<(), OverBudget> {

@@ -1,5 +1,6 @@
 //! The client side: it drives the RDMA traffic and measures.
 
+pub use super::oob::OOB_TIMEOUT;
 use super::oob::{peer_text, Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, ProgressLine, Report};
@@ -9,9 +10,6 @@ use hdrhistogram::Histogram;
 use rdma_core_rs::*;
 use std::result::Result;
 use std::time::{Duration, Instant};
-
-/// How long to wait for the peer between phases.
-pub const OOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn expect_info(m: Msg) -> Result<SideInfo, PerfError> {
     match m {
@@ -458,7 +456,7 @@ fn latency(cfg: &Config, side: &Side, peer: &SideInfo, foreign: bool) -> Result<
 
 /// The client against a perftest server (`ib_write_bw SERVER` style).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
-    let s = perftest::Session::connect(cfg, link)?;
+    let s = perftest::session::Session::connect(cfg, link)?;
     s.shake(link, &s.script.after)?;
     let (cfg, side, peer, script) = (&s.cfg, &s.side, &s.peer, &s.script);
     let run = traffic(cfg, side, peer, true)?;

@@ -77,6 +77,9 @@ pub enum Msg {
 /// can make this side buffer.
 pub const MAX_LINE: usize = 1 << 20;
 
+/// How long to wait for the peer between phases.
+pub const OOB_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A message from the peer that could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum MsgError {

@@ -23,10 +23,13 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+pub use super::layout::{cycle_slots, stride, CACHE_LINE, CYCLE_BUFFER};
 use super::oob::SideInfo;
-use super::rdma_cm::{Control, TestConns};
+use super::rdma_cm::Control;
 use super::side::{Layout, Side};
 use super::{AtomicType, Config, PerfError, TestKind};
+
+pub mod session;
 
 /// The protocol revision this speaks (perftest 4.5's).
 pub const VERSION: &str = "6.06";
@@ -37,10 +40,6 @@ pub const VERSION_LEN: usize = 16;
 pub const KEY_MSG_LEN: usize = 108;
 /// A hand shake over the RDMA CM (`-R`): `struct pingpong_dest` in binary.
 pub const DEST_LEN: usize = 56;
-/// What this side announces as its cycle buffer (the page size) and cache line.
-pub const CYCLE_BUFFER: u32 = 4096;
-pub const CACHE_LINE: u32 = 64;
-
 /// One QP's entry of a hand shake (perftest's `pingpong_dest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dest {
@@ -214,22 +213,6 @@ pub fn mtu_from_enum(e: u8) -> Option<Mtu> {
         5 => 4096,
         _ => return None,
     })
-}
-
-/// perftest's `INC`: `size` rounded up to a whole number of cache lines.
-pub fn stride(size: usize, cache_line: usize) -> usize {
-    size.div_ceil(cache_line.max(1)) * cache_line.max(1)
-}
-
-/// How many targets a perftest client cycles through in the peer's buffer
-/// (`increase_rem_addr`): the messages that fit the cycle buffer, one if a
-/// message is more than half of it.
-pub fn cycle_slots(size: usize, cycle_buffer: usize, cache_line: usize) -> usize {
-    if size <= cycle_buffer / 2 {
-        (cycle_buffer / stride(size, cache_line)).max(1)
-    } else {
-        1
-    }
 }
 
 /// What a bandwidth test reports to the peer at the end.
@@ -531,7 +514,7 @@ pub fn peer_of(theirs: &[Dest], cfg: &Config, cycle: usize, cache: usize) -> Sid
 /// lands `stride` bytes after message `i - 1`, within the cycle buffer.
 pub fn layout(cfg: &Config, cycle: usize, cache: usize) -> Layout {
     let slot_len = stride(cfg.size.max(8), cache);
-    let slots = super::side::slots_for(cfg).max(cycle_slots(cfg.size, cycle, cache));
+    let slots = super::layout::slots_for(cfg).max(cycle_slots(cfg.size, cycle, cache));
     Layout { slots, slot_len, buffers: slots }
 }
 
@@ -540,78 +523,6 @@ pub fn layout(cfg: &Config, cycle: usize, cache: usize) -> Layout {
 /// than the last on its target).
 pub fn checkable(cfg: &Config) -> bool {
     cfg.test.is_atomic() && cfg.atomic == AtomicType::FetchAndAdd
-}
-
-/// A side set up against a perftest peer and connected to it: the agreed
-/// parameters, this side's resources and entries, the peer's QPs.
-pub struct Session {
-    /// The run's options with the agreed MTU (and `--verify` narrowed to
-    /// what a perftest peer lets one check).
-    pub cfg: Config,
-    pub side: Side,
-    pub mine: Vec<Dest>,
-    pub peer: SideInfo,
-    pub script: Script,
-    /// The agreed cycle buffer and cache line.
-    pub cycle: usize,
-    pub cache: usize,
-    /// With `-R`: the test QPs' connections over the RDMA CM.
-    pub conns: Option<TestConns>,
-}
-
-impl Session {
-    /// The set-up exchange, the resources, the hand shakes before the
-    /// connection, and the connection.
-    pub fn connect(cfg: &Config, link: &mut Link) -> Result<Session, PerfError> {
-        let (cycle, cache, mtu) = link.set_up(cfg.mtu)?;
-        let cfg = Config { mtu, verify: cfg.verify && checkable(cfg), ..cfg.clone() };
-        let device = cfg.device();
-        let layout = layout(&cfg, cycle, cache);
-        // The peer's page size cuts this side's buffers: say so if it is too much.
-        super::budget::check_side(&cfg, &layout).map_err(|mut e| {
-            e.what = format!("the peer's page of {cycle} bytes (cache line {cache}): {}", e.what);
-            e
-        })?;
-        let (side, conns) = if link.control().is_some() {
-            // -R: the QPs are made on CM IDs and connected over the CM now
-            let (side, conns) = super::rdma_cm::connect_tests(&cfg, link, layout)?;
-            (side, Some(conns))
-        } else {
-            (Side::open(cfg.bind, &cfg, device, layout)?, None)
-        };
-        // Over the CM the path MTU is the CM's (the REQ's), whatever was exchanged.
-        let cfg = match (&conns, side.qps.first()) {
-            (Some(_), Some(qp)) => Config { mtu: qp.query()?.1.mtu, ..cfg },
-            _ => cfg,
-        };
-        let script = Script::of(cfg.test, cfg.qps);
-        let mine = dests(&side)?;
-        let mut s = Session { peer: peer_of(&[], &cfg, cycle, cache), cfg, side, mine, script, cycle, cache, conns };
-        let theirs = s.shake(link, &s.script.before.clone())?;
-        s.peer = peer_of(&theirs[theirs.len() - s.cfg.qps..], &s.cfg, cycle, cache);
-        // the targets the peer's cycle buffer makes this side track
-        s.peer.check(s.cfg.qps, s.cfg.mem_budget)?;
-        if s.conns.is_none() {
-            s.side.connect(&s.peer, &s.cfg)?;
-        }
-        Ok(s)
-    }
-
-    /// With `-R`: the test connections and the control connection closed
-    /// as perftest closes them.
-    pub fn hang_up(&self, link: &mut Link) {
-        if let Some(c) = &self.conns {
-            c.hang_up(link);
-        }
-    }
-
-    /// The hand shakes of `order` (indices into this side's entries),
-    /// keeping the engine going meanwhile; the peer's entries.
-    pub fn shake(&self, link: &mut Link, order: &[usize]) -> Result<Vec<Dest>, PerfError> {
-        let picked: Vec<Dest> = order.iter().map(|&k| self.mine[k]).collect();
-        let mut idle = idle(&self.side);
-        Ok(link.hand_shakes(&picked, super::client::OOB_TIMEOUT, &mut idle)?)
-    }
 }
 
 /// What a side does while it waits for the peer's next message: keep its

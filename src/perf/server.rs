@@ -2,7 +2,8 @@
 //! of send-bw) or stays passive while the engine serves WRITEs, READs and
 //! atomics, and checks what arrived.
 
-use super::client::OOB_TIMEOUT;
+use super::config;
+use super::oob::OOB_TIMEOUT;
 use super::oob::{check_done, peer_text, Hello, Msg, Oob, SideInfo};
 use super::perftest::{self, BwReport, Link};
 use super::report::{Counters, Report};
@@ -90,7 +91,7 @@ pub fn run(cfg: &Config, addr: IpAddr, oob: &mut dyn Oob) -> Result<Report, Perf
     prepare(&cfg, &side)?;
     oob.send(&Msg::Ready)?;
     let start = Instant::now();
-    let result = serve(&cfg, &side, &peer, &mut until_done(oob, side::server_is_passive(cfg.test), cfg.qps));
+    let result = serve(&cfg, &side, &peer, &mut until_done(oob, config::server_is_passive(cfg.test), cfg.qps));
     let elapsed = start.elapsed();
     let (iters, mut verify_error) = match result {
         Ok(r) => r,
@@ -209,7 +210,7 @@ fn serve(
     let mut wcs = Vec::with_capacity(1024);
     let size = cfg.size;
     match cfg.test {
-        t if side::server_is_passive(t) => loop {
+        t if config::server_is_passive(t) => loop {
             if let Some(iters) = until(&[])? {
                 return Ok((iters, None));
             }
@@ -409,7 +410,7 @@ fn final_check(cfg: &Config, side: &Side, iters: &[u64], targets: usize) -> Resu
 /// The server against a perftest client (`rdma-perf write-bw` here,
 /// `ib_write_bw SERVER` there).
 pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> {
-    let s = perftest::Session::connect(cfg, link)?;
+    let s = perftest::session::Session::connect(cfg, link)?;
     let (cfg, side, peer, script, mine) = (&s.cfg, &s.side, &s.peer, &s.script, &s.mine);
     // what the client reads carries this side's pattern; receives go up
     // before the last hand shake, as perftest's do
@@ -420,7 +421,7 @@ pub fn run_perftest(cfg: &Config, link: &mut Link) -> Result<Report, PerfError> 
     let start = Instant::now();
     let (served, _) = {
         let mut until = |counts: &[u64]| -> Result<Option<Vec<u64>>, PerfError> {
-            if side::server_is_passive(cfg.test) {
+            if config::server_is_passive(cfg.test) {
                 // the client's hand shake after its traffic (or its closing one)
                 return Ok(link.poll_hand_shake(&mine[0])?.then(|| vec![iters; n]));
             }

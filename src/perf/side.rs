@@ -2,22 +2,15 @@
 //! cut into slots (per QP, one slot per message in flight), plus the data
 //! patterns `--verify` checks.
 //!
-//! Without `--verify` the slots of a bandwidth test share perftest's
-//! buffers, as ib_write_bw and its siblings lay them out: a message over
-//! half a page uses one buffer per QP for every message, smaller ones
-//! cycle through one page. The figures then compare with perftest's and
-//! with the raw UDP baselines, which also send from one buffer. With
-//! `--verify` every message in flight has its own slot, to be checked.
+//! How the region is cut is [`super::layout`]'s.
 
+pub use super::layout::{layout, slots_for, Layout};
 use super::oob::SideInfo;
-use super::{Config, PerfError, TestKind};
+use super::{Config, PerfError};
 use rdma_core_rs::*;
 use std::net::IpAddr;
 use std::result::Result;
 use std::sync::Arc;
-
-/// Memory a side registers at most for its slots (per QP it is less).
-const SLOT_MEMORY: usize = 64 << 20;
 
 /// Makes QP `q` of a side with its PD and attributes (on the RDMA CM: on
 /// the QP's CM ID).
@@ -45,16 +38,6 @@ pub struct Side {
 /// not given (it takes the device's maximum). A peer that announces fewer
 /// (a ConnectX announces 16) gets as many as it announces.
 pub const OUT_READS: u32 = 128;
-
-/// Slots per QP: a message in flight each, within the memory budget.
-pub fn slots_for(cfg: &Config) -> usize {
-    if cfg.test.is_latency() {
-        return 2; // slot 0 is what this side sends from, slot 1 what the peer fills
-    }
-    let slot_len = cfg.size.max(8);
-    let budget = (SLOT_MEMORY / cfg.qps / slot_len).max(1);
-    cfg.tx_depth.min(budget).max(1)
-}
 
 fn initial_psn(seed: u64) -> u32 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -180,29 +163,6 @@ pub fn remote_addr(peer: &SideInfo, q: usize, i: u64) -> u64 {
     peer.addrs[q].wrapping_add(slot)
 }
 
-/// How a side cuts its region: `slots` slots of `slot_len` bytes per QP,
-/// in `buffers` distinct buffers (slot `s` is buffer `s % buffers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
-    pub slots: usize,
-    pub slot_len: usize,
-    pub buffers: usize,
-}
-
-/// The layout of `cfg`'s own protocol: a slot per message in flight, and
-/// a buffer each with `--verify` or in a latency test; perftest's buffers
-/// otherwise (see the module's comment).
-pub fn layout(cfg: &Config) -> Layout {
-    let slots = slots_for(cfg);
-    let slot_len = cfg.size.max(8);
-    let buffers = if cfg.verify || cfg.test.is_latency() {
-        slots
-    } else {
-        super::perftest::cycle_slots(slot_len, super::perftest::CYCLE_BUFFER as usize, 1).min(slots)
-    };
-    Layout { slots, slot_len, buffers }
-}
-
 /// The bytes message `iter` of QP `q` carries: a stream no other message
 /// repeats, cheap to make and to check.
 pub fn pattern(buf: &mut [u8], q: usize, iter: u64) {
@@ -251,11 +211,6 @@ pub fn check(got: &[u8], q: usize, iter: u64, what: &str) -> Result<(), String> 
             Err(format!("{what}: QP {q} message {iter}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]))
         }
     }
-}
-
-/// The tests in which the server is passive (it only answers the engine).
-pub fn server_is_passive(t: TestKind) -> bool {
-    matches!(t, TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw | TestKind::ReadLat | TestKind::AtomicLat)
 }
 
 /// Records the first verification failure and keeps going.

@@ -66,11 +66,18 @@ pub struct Veth {
 impl Veth {
     /// The pair `tag` (one letter: each test of a binary its own).
     pub fn new(tag: &str) -> Result<Veth, String> {
+        Veth::named(&format!("srr{tag}"), &format!("sr{tag}"), 213)
+    }
+
+    /// A pair whose namespaces are `{ns}a{PID}` and `{ns}b{PID}`, whose
+    /// ends are `{dev}{PID}a` and `{dev}{PID}b` (at most 15 characters:
+    /// `dev` of up to 4), on 10.`net`.x.1/24 and .2 (x from the PID).
+    pub fn named(ns: &str, dev: &str, net: u8) -> Result<Veth, String> {
         let id = std::process::id() % 100_000;
-        let ns = Namespaces::make(&[&format!("srr{tag}a"), &format!("srr{tag}b")])?;
-        let dev = [format!("sr{tag}{id}a"), format!("sr{tag}{id}b")];
+        let ns = Namespaces::make(&[&format!("{ns}a"), &format!("{ns}b")])?;
+        let dev = [format!("{dev}{id}a"), format!("{dev}{id}b")];
         let sub = id % 250;
-        let addr = [format!("10.213.{sub}.1"), format!("10.213.{sub}.2")];
+        let addr = [format!("10.{net}.{sub}.1"), format!("10.{net}.{sub}.2")];
         ip(&["link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1]])?;
         for i in 0..2 {
             ip(&["link", "set", &dev[i], "netns", &ns.0[i]])?;

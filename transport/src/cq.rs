@@ -19,6 +19,9 @@ pub struct CqTable {
     overflowed: Vec<CqId>,
     overruns: u64,
     delivered: u64,
+    /// Per CQ: completions delivered that a solicited-only arming waits
+    /// for (solicited receives and errors), counted from its creation.
+    solicited: Vec<u64>,
     /// The buffers of finished work requests, for reuse (see [`WrPool`]):
     /// here because the completer and responder, which finish requests,
     /// reach the endpoint's state through this table.
@@ -30,6 +33,9 @@ impl CqTable {
         let errored = self.in_error.get(cq.0).copied().unwrap_or(true);
         match self.cqs.get_mut(cq.0) {
             Some((depth, q)) if q.len() < *depth && !errored => {
+                if wc.solicited || wc.status != crate::WcStatus::Success {
+                    self.solicited[cq.0] += 1;
+                }
                 q.push_back(wc);
                 self.delivered += 1;
             }
@@ -50,6 +56,7 @@ impl CqTable {
     pub(crate) fn create(&mut self, depth: usize) -> CqId {
         self.cqs.push((depth.max(1), VecDeque::new()));
         self.in_error.push(false);
+        self.solicited.push(0);
         CqId(self.cqs.len() - 1)
     }
 
@@ -98,6 +105,11 @@ impl CqTable {
     /// Completions lost to full or errored CQs.
     pub(crate) fn overruns(&self) -> u64 {
         self.overruns
+    }
+
+    /// Solicited receives and errors delivered to `cq` since its creation.
+    pub(crate) fn solicited(&self, cq: CqId) -> u64 {
+        self.solicited.get(cq.0).copied().unwrap_or(0)
     }
 
     /// Completions delivered.

@@ -39,11 +39,13 @@ use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::IdentRecovery;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 
+mod agenda;
 mod rx;
 mod sched;
+mod transmit;
 
 // Everything that lived in this file before the split stays reachable
 // at its old path.
@@ -51,7 +53,7 @@ pub use crate::cq::CqTable;
 pub use crate::events::AsyncEvent;
 pub use crate::srq::SrqTable;
 pub use crate::stats::{Drop, Stats};
-pub use sched::{Transmit, MAX_PACKET, TX_BURST};
+pub use transmit::{Transmit, MAX_PACKET, TX_BURST};
 
 /// The default partition, with full membership.
 pub const DEFAULT_PKEY: u16 = 0xffff;
@@ -99,6 +101,12 @@ pub struct Endpoint {
     tx_idle: bool,
     /// [`Endpoint::poll_timeout`]'s answer while nothing has changed.
     deadline: Cell<Option<Option<Instant>>>,
+    /// With more than [`agenda::WALK_MAX_QPS`] QPs: the QPs whose deadline
+    /// or sending may have changed, and every QP's deadline by time (a
+    /// cell: [`Endpoint::poll_timeout`] takes `&self`).
+    agenda: RefCell<agenda::Agenda>,
+    /// The agenda is kept with more QPs than this ([`Endpoint::set_agenda_threshold`]).
+    walk_max_qps: usize,
     /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
     release: bool,
     events: VecDeque<AsyncEvent>,
@@ -167,6 +175,8 @@ impl Endpoint {
             fresh_done: false,
             tx_idle: false,
             deadline: Cell::new(None),
+            agenda: RefCell::default(),
+            walk_max_qps: agenda::WALK_MAX_QPS,
             release: false,
             events: VecDeque::new(),
             ident_recovery: None,
@@ -501,6 +511,13 @@ impl Endpoint {
         self.cqs.queued(cq)
     }
 
+    /// Completions delivered to `cq` since its creation that a CQ armed
+    /// for solicited events only is woken by: receives of messages whose
+    /// sender set the solicited-event bit, and every error (IBTA 11.4.2.2).
+    pub fn cq_solicited(&self, cq: CqId) -> u64 {
+        self.cqs.solicited(cq)
+    }
+
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
         self.srqs.create(pd, max_wr, limit)
     }
@@ -683,6 +700,7 @@ impl Endpoint {
         qp.ecn_capable = self.ecn_capable;
         Self::attach_cc(&mut qp, self.cc);
         self.qps.insert(qpn, qp);
+        self.touch(); // the agenda indexes every QP anew
         Ok(qpn)
     }
 
@@ -786,7 +804,7 @@ impl Endpoint {
 
     /// `ibv_post_send`: checks the request against the QP and queues it.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
-        self.touch();
+        self.touch_qp(qpn);
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let t = qp.init.qp_type;
         let cap = qp.init.cap;
@@ -942,6 +960,7 @@ impl Endpoint {
     fn settle_cq_errors(&mut self) {
         while let Some(cq) = self.cqs.take_overflowed() {
             tracing::warn!(cq = cq.0, "completion queue overrun: the CQ and its QPs are in error");
+            self.touch();
             self.events.push_back(AsyncEvent::CqError(cq));
             for (&qpn, qp) in self.qps.iter_mut() {
                 if qp.state != QpState::Err && (qp.init.send_cq == cq || qp.init.recv_cq == cq) {
@@ -959,12 +978,19 @@ impl Endpoint {
         if let Some(cached) = self.deadline.get() {
             return cached;
         }
-        let t = self
-            .qps
-            .values()
-            .filter_map(Qp::next_deadline)
-            .chain(self.gsi.as_deref().and_then(Gsi::next_deadline))
-            .min();
+        let qps = if self.agenda_on() {
+            let mut agenda = self.agenda.borrow_mut();
+            agenda.refresh(&self.qps);
+            #[cfg(debug_assertions)]
+            {
+                let scan = self.qps.values().filter_map(Qp::next_deadline).min();
+                debug_assert_eq!(agenda.earliest(), scan, "a QP's deadline changed without touching it");
+            }
+            agenda.earliest()
+        } else {
+            self.qps.values().filter_map(Qp::next_deadline).min()
+        };
+        let t = qps.into_iter().chain(self.gsi.as_deref().and_then(Gsi::next_deadline)).min();
         self.deadline.set(Some(t));
         t
     }
@@ -974,20 +1000,21 @@ impl Endpoint {
     /// are sent again; a held ACK that is due leaves in the next round of
     /// [`Endpoint::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.touch();
-        for (&qpn, qp) in self.qps.iter_mut() {
-            if qp.timers.is_due(Timer::Retransmit, now) {
-                let was_error = qp.state == QpState::Err;
-                qp.handle_ack_timeout(&mut self.cqs, &mut self.stats);
-                if !was_error && qp.state == QpState::Err {
-                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+        self.touch_some();
+        if self.agenda_on() {
+            // Only QPs with a deadline due have work (every timer of a QP
+            // is in its deadline), in QPN order as the walk below goes.
+            let agenda = self.agenda.get_mut();
+            agenda.refresh(&self.qps);
+            for qpn in agenda.due(now) {
+                agenda.mark(qpn);
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    fire_timers(qpn, qp, now, &mut self.cqs, &mut self.stats, &mut self.events);
                 }
             }
-            if qp.timers.is_due(Timer::RnrWait, now) {
-                qp.timers.stop(Timer::RnrWait);
-            }
-            if let Some(cc) = qp.cc.as_deref_mut() {
-                cc.on_timer(now, &mut qp.stats, &mut self.stats);
+        } else {
+            for (&qpn, qp) in self.qps.iter_mut() {
+                fire_timers(qpn, qp, now, &mut self.cqs, &mut self.stats, &mut self.events);
             }
         }
         if let Some(g) = self.gsi.as_deref_mut() {
@@ -1066,4 +1093,31 @@ impl Endpoint {
 /// the endpoint beside it).
 pub(crate) fn gsi_in(slot: &mut Option<Box<Gsi>>, first: u64) -> &mut Gsi {
     slot.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
+}
+
+/// The timers of QP `qpn` that are due at `now` ([`Endpoint::handle_timeout`]):
+/// the ACK timer retransmits (or fails the QP), an RNR wait ends,
+/// congestion control's timers run.
+#[inline]
+fn fire_timers(
+    qpn: u32,
+    qp: &mut Qp,
+    now: Instant,
+    cqs: &mut CqTable,
+    stats: &mut Stats,
+    events: &mut VecDeque<AsyncEvent>,
+) {
+    if qp.timers.is_due(Timer::Retransmit, now) {
+        let was_error = qp.state == QpState::Err;
+        qp.handle_ack_timeout(cqs, stats);
+        if !was_error && qp.state == QpState::Err {
+            events.push_back(AsyncEvent::QpFatal(qpn));
+        }
+    }
+    if qp.timers.is_due(Timer::RnrWait, now) {
+        qp.timers.stop(Timer::RnrWait);
+    }
+    if let Some(cc) = qp.cc.as_deref_mut() {
+        cc.on_timer(now, &mut qp.stats, stats);
+    }
 }

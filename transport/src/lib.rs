@@ -17,7 +17,8 @@
 //! | [`completer`] | ACKs, NAKs and responses to completions, retries and timers |
 //! | [`responder`] | incoming requests: checks, execution, ACK/NAK, READ and atomic responses |
 //! | [`mcast`] | multicast groups: which UD QPs are attached to which MGID, rxe's limits |
-//! | [`memory`] | protection domains, memory regions and access checks |
+//! | [`memory`] | memory regions, their table by key and access checks |
+//! | `protection` | protection domains ([`Pd`]) and access rights ([`Access`]), which `memory` re-exports |
 //! | [`odp`] | fault-safe copies of on-demand (ODP) regions (docs/odp.md) |
 //! | [`framing`] | framing per link kind (RoCE v2, RoCE v1, native IB) and scatter/gather copies |
 //! | [`gsi`] | the GSI (QP1): the MAD agent (transaction IDs, retransmission, response matching, receive checks) and its packet framing |
@@ -42,6 +43,7 @@ pub mod memory;
 pub mod odp;
 pub mod paths;
 mod pool;
+mod protection;
 pub mod qp;
 pub mod requester;
 mod resources;

@@ -165,7 +165,7 @@ pub(crate) enum ReqOutcome {
     LocalError(WcStatus),
     /// The WQE at the cursor is a local operation (BIND_MW, LOCAL_INV)
     /// whose turn has come: the endpoint executes it on its memory table
-    /// (`crate::window::execute_local`), then `Qp::local_done` or
+    /// (`crate::window::verbs::execute_local`), then `Qp::local_done` or
     /// `Qp::fail_at_cursor`.
     Local(SendOp),
 }

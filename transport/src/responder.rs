@@ -72,12 +72,16 @@ pub(crate) enum Response {
         first: bool,
         msn: u32,
         origin: Psn,
+        /// Answers a duplicate of a request already answered once (see
+        /// [`Response::uses_new_resource`]).
+        replay: bool,
     },
     Atomic {
         psn: Psn,
         orig: u64,
         msn: u32,
         origin: Psn,
+        replay: bool,
     },
     /// The answer to a FLUSH or an ATOMIC WRITE: an RDMA READ RESPONSE
     /// ONLY without payload (rxe_resp.c: `send_read_response_ack`).
@@ -89,6 +93,7 @@ pub(crate) enum Response {
         msn: u32,
         origin: Psn,
         rd_atomic: bool,
+        replay: bool,
     },
 }
 
@@ -103,12 +108,31 @@ impl Response {
         }
     }
 
-    /// Whether this answer counts against `max_dest_rd_atomic`.
+    /// Whether this answer carries the result of a READ or atomic (one of
+    /// the `max_dest_rd_atomic` resources).
     fn holds_rd_atomic(&self) -> bool {
         match self {
             Response::Ack { .. } => false,
             Response::Read { .. } | Response::Atomic { .. } => true,
             Response::Empty { rd_atomic, .. } => *rd_atomic,
+        }
+    }
+
+    /// Whether this answer took a new responder resource, and so counts
+    /// against `max_dest_rd_atomic` while it waits: the first answer to a
+    /// READ or atomic does (its request is outstanding at the requester
+    /// until the answer gets there); a replay for a duplicate does not.
+    /// The requester may have completed the request a replay answers (its
+    /// first answer was on the way when the ACK timer fired) and posted
+    /// new ones in its place, within its limit; a resource is replayed at
+    /// most once at a time, so replays queued are bounded by the resources
+    /// remembered.
+    fn uses_new_resource(&self) -> bool {
+        match self {
+            Response::Ack { .. } => false,
+            Response::Read { replay, .. } | Response::Atomic { replay, .. } | Response::Empty { replay, .. } => {
+                self.holds_rd_atomic() && !replay
+            }
         }
     }
 }
@@ -161,9 +185,10 @@ impl Responder {
         }
     }
 
-    /// READ responses and atomic ACKs queued: the responder resources in use.
+    /// READ responses and atomic ACKs queued for requests answered for the
+    /// first time: the responder resources in use.
     fn answers_queued(&self) -> usize {
-        self.out.iter().filter(|r| r.holds_rd_atomic()).count()
+        self.out.iter().filter(|r| r.uses_new_resource()).count()
     }
 
     /// Queues a replay of a remembered resource. A resource is answered at
@@ -175,13 +200,19 @@ impl Responder {
         let origin = answer.origin();
         match self.out.iter_mut().find(|r| r.origin() == origin) {
             Some(queued) => {
-                let (Response::Read { psn: at, first, .. }, Response::Read { psn: asked, .. }) =
+                let (Response::Read { psn: at, first, replay, .. }, Response::Read { psn: asked, .. }) =
                     (&mut *queued, &answer)
                 else {
                     return; // an atomic's answer is still queued: it answers this too
                 };
                 if asked.diff(*at) < 0 {
+                    // It goes on as the answer it replaces: a first answer
+                    // restarted still holds its resource.
+                    let replay = *replay;
                     *queued = answer;
+                    if let Response::Read { replay: r, .. } = queued {
+                        *r = replay;
+                    }
                 } else if asked == at {
                     // Asked from exactly where the answer is: it goes on
                     // from there as the response to that request, anew.
@@ -485,13 +516,21 @@ impl Responder {
                     return;
                 }
                 let first = true;
-                let answer =
-                    Response::Read { psn, rkey: r.rkey, va: r.va, remaining: len, first, msn, origin: res.first };
+                let answer = Response::Read {
+                    psn,
+                    rkey: r.rkey,
+                    va: r.va,
+                    remaining: len,
+                    first,
+                    msn,
+                    origin: res.first,
+                    replay: true,
+                };
                 self.replay(answer);
             }
             Operation::CompareSwap | Operation::FetchAdd => match self.resources.find(psn) {
                 Some(Resource { first, what: Executed::Atomic { orig }, .. }) if first == psn => {
-                    self.replay(Response::Atomic { psn, orig, msn, origin: first });
+                    self.replay(Response::Atomic { psn, orig, msn, origin: first, replay: true });
                 }
                 _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
             },
@@ -502,7 +541,7 @@ impl Responder {
                     if first == psn && (what == Executed::Flush) == (p.info().operation == Operation::Flush) =>
                 {
                     let rd_atomic = what == Executed::AtomicWrite;
-                    self.replay(Response::Empty { psn, msn, origin: first, rd_atomic });
+                    self.replay(Response::Empty { psn, msn, origin: first, rd_atomic, replay: true });
                 }
                 _ => ctx.stats.drop(Drop::DuplicateUnknown, qp.num),
             },
@@ -580,6 +619,7 @@ impl Responder {
                 }
                 if info.position.ends() {
                     let mut wc = qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::Recv, end as u32);
+                    wc.solicited = p.bth().solicited();
                     if let Some(imm) = p.imm_dt() {
                         wc.imm_data = Some(imm);
                         wc.wc_flags |= wc_flags::WITH_IMM;
@@ -660,6 +700,7 @@ impl Responder {
                             qp.recv_completion(recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32);
                         wc.imm_data = p.imm_dt();
                         wc.wc_flags |= wc_flags::WITH_IMM;
+                        wc.solicited = p.bth().solicited();
                         ctx.cqs.push(qp.recv_cq, wc);
                         ctx.cqs.pool.recycle(recv.sg_list);
                     }
@@ -691,6 +732,7 @@ impl Responder {
                     first: true,
                     msn,
                     origin: psn,
+                    replay: false,
                 });
                 self.epsn = psn.add(npsn);
                 return Ok(());
@@ -725,7 +767,7 @@ impl Responder {
                 self.resources.remember(atomic, qp.rd_atomic_capacity());
                 self.msn = (self.msn + 1) & 0xff_ffff;
                 let msn = self.msn;
-                self.out.push_back(Response::Atomic { psn, orig, msn, origin: psn });
+                self.out.push_back(Response::Atomic { psn, orig, msn, origin: psn, replay: false });
                 self.epsn = psn.next();
                 return Ok(());
             }
@@ -819,7 +861,7 @@ impl Responder {
         self.resources.remember(flushed, qp.rd_atomic_capacity());
         self.msn = (self.msn + 1) & 0xff_ffff;
         let msn = self.msn;
-        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: false });
+        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: false, replay: false });
         self.epsn = psn.next();
         Ok(())
     }
@@ -879,7 +921,7 @@ impl Responder {
         self.resources.remember(written, qp.rd_atomic_capacity());
         self.msn = (self.msn + 1) & 0xff_ffff;
         let msn = self.msn;
-        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: true });
+        self.out.push_back(Response::Empty { psn, msn, origin: psn, rd_atomic: true, replay: false });
         self.epsn = psn.next();
         Ok(())
     }
@@ -959,6 +1001,7 @@ impl Responder {
         let mut wc = qp.recv_completion(recv.wr_id, status, WcOpcode::Recv, if ok { total as u32 } else { 0 });
         wc.src_qp = deth.src_qp();
         wc.sl = ctx.sl;
+        wc.solicited = p.bth().solicited();
         wc.wc_flags |= wc_flags::GRH;
         if let Some(imm) = p.imm_dt() {
             wc.imm_data = Some(imm);

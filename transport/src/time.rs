@@ -50,3 +50,14 @@ impl Sub for Instant {
 pub fn local_ack_timeout(exponent: u8) -> Option<Duration> {
     (exponent != 0).then(|| Duration::from_nanos(4096u64 << exponent.min(31)))
 }
+
+/// Durations as whole nanoseconds, at least 1 so that no periodic timer can
+/// stand still.
+pub(crate) fn period_ns(d: core::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+/// `t + ns`, or `None` past the end of time (a saturated timer would fire forever).
+pub(crate) fn later(t: Instant, ns: u64) -> Option<Instant> {
+    t.as_nanos().checked_add(ns).map(Instant::from_nanos)
+}

@@ -325,6 +325,10 @@ pub struct WorkCompletion {
     /// `wc.sl` of a UD receive: on native IB the LRH's service level, on
     /// RoCE the packet's [`roce_packet_type`]; 0 otherwise.
     pub sl: u8,
+    /// A receive whose message asked for a solicited event (the BTH's SE
+    /// bit on its last packet): with errors, what wakes a CQ armed for
+    /// solicited completions only (`ibv_req_notify_cq(cq, 1)`).
+    pub solicited: bool,
 }
 
 impl WorkCompletion {
@@ -340,6 +344,7 @@ impl WorkCompletion {
             invalidated_rkey: None,
             src_qp: 0,
             wc_flags: 0,
+            solicited: false,
             sl: 0,
         }
     }

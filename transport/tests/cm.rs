@@ -788,3 +788,110 @@ fn a_comm_id_prefix_marks_every_local_id_of_both_sides() {
     assert_eq!(a_prefix.apply(0xffff_ffff), 0x0bff_ffff);
     assert_eq!(CommIdPrefix { value: 1, bits: 0 }.apply(0x1234), 0x1234);
 }
+
+fn send_wr(wr_id: u64, lkey: u32, len: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Send,
+        sg_list: vec![Sge { addr: 0x1000, length: len, lkey }],
+        signaled: true,
+        solicited: false,
+        inline_data: None,
+        ud: None,
+        xrc_srqn: 0,
+    }
+}
+
+/// Takes `qpn` through INIT, RTR and RTS with the CM's attributes for
+/// `id`, as an rdma_cm application does with `rdma_init_qp_attr`;
+/// `rq_psn` is the PSN this side advertises (the RDMA CM's choice).
+fn move_qp(cm: &Cm, ep: &mut Endpoint, id: ConnId, qpn: u32, rq_psn: u32) {
+    for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let mut attr = cm.init_qp_attr(ep, id, state).unwrap_or_else(|e| panic!("{state:?} attributes: {e:?}"));
+        assert_eq!(attr.qp_state, Some(state));
+        if state == QpState::Rtr {
+            attr.rq_psn = Some(rq_psn);
+        }
+        ep.modify_qp(qpn, &attr).unwrap_or_else(|e| panic!("to {state:?}: {e:?}"));
+    }
+}
+
+#[test]
+fn a_qp_the_consumer_moves_connects_with_the_cms_attributes_and_is_never_touched_by_the_cm() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let external = |psn| ConnParams { consumer_moves_qp: true, ..params(psn) };
+    let id = a.cm.connect(sim.ep(0), a.qpn, B, SERVICE, b"ping", external(0x10)).unwrap();
+    assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Reset, "connect left the QP alone");
+    // Before the REP only INIT is known on the active side.
+    assert!(a.cm.init_qp_attr(sim.ep(0), id, QpState::Init).is_ok());
+    assert_eq!(a.cm.init_qp_attr(sim.ep(0), id, QpState::Rtr), Err(rdma_transport::cm::CmError::WrongState(id)));
+    let mut b_id = None;
+    sim.run_until(Duration::from_secs(5), |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        while let Some(e) = b.cm.poll_event() {
+            if let CmEvent::ConnectRequest { id, .. } = e {
+                // The passive application moves its QP before accepting.
+                move_qp(&b.cm, s.ep(1), id, b.qpn, 0x20);
+                b.cm.accept(s.ep(1), id, b.qpn, b"pong", external(0x20)).unwrap();
+                b_id = Some(id);
+            }
+            b.events.push(e);
+        }
+        while let Some(e) = a.cm.poll_event() {
+            if let CmEvent::ConnectResponse { id, .. } = e {
+                assert_eq!(s.ep(0).query_qp(a.qpn).unwrap().0, QpState::Reset, "the REP left the QP alone");
+                move_qp(&a.cm, s.ep(0), id, a.qpn, 0x10);
+                a.cm.establish(s.ep(0), id).unwrap();
+            }
+            a.events.push(e);
+        }
+        established(&b)
+    });
+    assert_eq!(a.events, vec![CmEvent::ConnectResponse { id, remote_qpn: b.qpn }], "no ESTABLISHED on the active side");
+    assert!(matches!(b.events[1], CmEvent::Established { qpn, remote_qpn, .. } if qpn == b.qpn && remote_qpn == a.qpn));
+    assert_eq!(a.cm.establish(sim.ep(0), id), Err(rdma_transport::cm::CmError::WrongState(id)), "a second establish");
+
+    // What the attributes carried: peers, depths (swapped and bounded), PSNs.
+    let (_, pa) = sim.ep(0).query_qp(a.qpn).unwrap();
+    let (_, pb) = sim.ep(1).query_qp(b.qpn).unwrap();
+    assert_eq!((pa.dest_qp, pb.dest_qp), (b.qpn, a.qpn));
+    assert_eq!((pa.max_rd_atomic, pa.max_dest_rd_atomic), (2, 2));
+    // B moved its QP before it accepted: the REQ's offer as it stands
+    // (A takes 4, issues 2), as Linux gives it in REQ_RCVD.
+    assert_eq!((pb.max_rd_atomic, pb.max_dest_rd_atomic), (4, 2));
+    assert_eq!(pb.av.map(|v| v.dest), Some(A));
+
+    // Data both ways: the PSNs agree.
+    for (from, to) in [(0, 1), (1, 0)] {
+        let (sender, receiver) = if from == 0 { (&a, &b) } else { (&b, &a) };
+        let recv = RecvWr { wr_id: 7, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: receiver.lkey }] };
+        sim.ep(to).post_recv(receiver.qpn, recv).unwrap();
+        sender.mem.write(0, b"external");
+        sim.ep(from).post_send(sender.qpn, send_wr(9, sender.lkey, 8)).unwrap();
+        let (mut ws, mut wr) = (Vec::new(), Vec::new());
+        sim.run_until(Duration::from_secs(1), |s| {
+            ws.extend(s.ep(from).poll_cq(sender.cq, 8));
+            wr.extend(s.ep(to).poll_cq(receiver.cq, 8));
+            !ws.is_empty() && !wr.is_empty()
+        });
+        assert_eq!((ws.len(), ws[0].status), (1, WcStatus::Success), "{from} -> {to}");
+        assert_eq!((wr[0].status, wr[0].byte_len), (WcStatus::Success, 8), "{from} -> {to}");
+    }
+
+    // A disconnect leaves both QPs where their owners put them.
+    a.cm.disconnect(sim.ep(0), id).unwrap();
+    sim.run_until(Duration::from_secs(5), |s| {
+        let now = s.now;
+        a.cm.process(now, s.ep(0));
+        b.cm.process(now, s.ep(1));
+        a.events.extend(std::iter::from_fn(|| a.cm.poll_event()));
+        b.events.extend(std::iter::from_fn(|| b.cm.poll_event()));
+        a.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }))
+            && b.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }))
+    });
+    assert!(b.events.contains(&CmEvent::Disconnected { id: b_id.unwrap() }));
+    assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Rts, "the CM moved A's QP");
+    assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Rts, "the CM moved B's QP");
+}

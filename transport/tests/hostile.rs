@@ -12,7 +12,7 @@ use core::net::IpAddr;
 use core::time::Duration;
 use rdma_transport::sim::{connect, LinkConfig, PairConfig, Side, Sim};
 use rdma_transport::*;
-use rdma_wire::{BthRepr, NakCode, Opcode, Psn, RethRepr, RoceV2Packet, Syndrome, TransportRepr};
+use rdma_wire::{AtomicEthRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RoceV2Packet, Syndrome, TransportRepr};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -145,6 +145,84 @@ fn reads_past_max_dest_rd_atomic_are_refused() {
     assert_eq!(syndrome_of(pkts.last().unwrap()), Some(Syndrome::Nak(NakCode::InvalidRequest)));
     assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Err);
     assert_eq!(ep.poll_event(), Some(AsyncEvent::QpFatal(b.qpn)));
+}
+
+/// A stale copy of a READ the requester already completed (delayed on the
+/// way, then repeated to the responder) is answered again, but takes no
+/// responder resource from the READs really outstanding: an honest
+/// requester with all of `max_dest_rd_atomic` in flight meanwhile is not
+/// refused. (The one-hour soak under loss and reordering ended a READ run
+/// with NAK Invalid Request this way.)
+#[test]
+fn a_stale_duplicate_read_takes_no_resource_from_the_reads_in_flight() {
+    let cfg = PairConfig { max_rd_atomic: 2, ..PairConfig::default() };
+    let (mut sim, _a, b) = pair(cfg);
+    let ep = sim.ep(b.ep);
+    // READ 0 is answered and (at the requester) completed.
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN, 0, 64));
+    drain(ep, Instant::ZERO, usize::MAX);
+    // Its delayed copy arrives; then READs 1 and 2, the two in flight.
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN, 0, 64));
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN + 1, 0, 64));
+    ep.handle_packet(Instant::ZERO, &read_request(&b, EPSN + 2, 0, 64));
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 0, "an honest requester was refused");
+    let (n, _, pkts) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 3, "READ 0 again, READ 1 and READ 2");
+    assert!(pkts.iter().all(|p| syndrome_of(p).is_some_and(|s| s.is_ack())));
+    assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Rts);
+    // A third READ in flight is still one too many.
+    for psn in [EPSN + 3, EPSN + 4, EPSN + 5] {
+        ep.handle_packet(Instant::ZERO, &read_request(&b, psn, 0, 64));
+    }
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 1);
+}
+
+fn fetch_add(b: &Side, psn: u32, offset: u64) -> Vec<u8> {
+    let mut tr = TransportRepr::new(BthRepr::new(Opcode::RC_FETCH_ADD, b.qpn, Psn::new(psn)));
+    tr.atomic_eth = Some(AtomicEthRepr { va: b.va + offset, rkey: b.rkey, swap_add: 1, compare: 0 });
+    craft(&tr, &[])
+}
+
+/// Replays do not count against `max_dest_rd_atomic`: a requester whose
+/// ACK timer fired resends its 16 atomics (each answered again from its
+/// saved result, and queued behind a slow sender), then the first answers,
+/// already on their way, arrive, and it posts 16 new atomics, within its
+/// limit. Those must be executed, not refused as a 17th and more: the
+/// queued replays answer requests the requester has since completed.
+/// (qperf's `rc_fetch_add_mr` and `rc_compare_swap_mr` on two busy native
+/// IB devices: "Remote invalid request" after a local ACK timeout.)
+#[test]
+fn replayed_atomics_do_not_use_up_the_responder_resources() {
+    let (mut sim, _a, b) = pair(PairConfig::default());
+    let ep = sim.ep(b.ep);
+    for i in 0..16 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    let (n, _, _) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 16, "the 16 atomics answered");
+    // The timeout's go-back-N: all 16 again, answered again (not run again), not yet sent.
+    for i in 0..16 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    assert_eq!(ep.stats().duplicates, 16);
+    // 16 new ones, as the requester completed the first 16.
+    for i in 16..32 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 0, "no new atomic refused");
+    let (n, _, pkts) = drain(ep, Instant::ZERO, usize::MAX);
+    assert_eq!(n, 32, "16 replays and 16 new answers");
+    assert!(pkts.iter().all(|p| syndrome_of(p) == Some(Syndrome::ACK_UNLIMITED)), "no NAK");
+    assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Rts);
+    // Each atomic ran once: every counter is 1.
+    for i in 0..32 {
+        assert_eq!(read(&b, 8 * i, 8), 1u64.to_ne_bytes(), "counter {i}");
+    }
+    // A requester past the limit is still refused: 16 new ones queued, one more.
+    for i in 32..49 {
+        ep.handle_packet(Instant::ZERO, &fetch_add(&b, EPSN + i, 8 * u64::from(i)));
+    }
+    assert_eq!(ep.stats().drops_for(Drop::TooManyReads), 1);
 }
 
 /// The limit is no limit for a requester that honours it: 1,000 READs

@@ -20,7 +20,7 @@
 //! The VCRC covers every byte from the first byte of the LRH through the
 //! last byte of the ICRC.
 
-use crc::{Algorithm, Crc};
+use crc::{Algorithm, Crc, Table};
 
 /// CRC-16/InfiniBand as the `crc` crate (and the CRC catalogue) describes
 /// algorithms. `check` is the CRC of b"123456789"; `residue` the
@@ -37,7 +37,12 @@ pub const CRC_16_IB: Algorithm<u16> = Algorithm {
     residue: 0xf6aa,
 };
 
-const CRC16: Crc<u16> = Crc::<u16>::new(&CRC_16_IB);
+/// Slice-by-16 tables (8 KiB): every native IB packet is covered once
+/// when it is sent and once when it is received, and the crate's default
+/// (a byte at a time, one 512-byte table) took 13 µs for a 2 KiB packet in
+/// a release build, 60% of a raw-IB receiver's CPU (perf, qperf `uc_bw`):
+/// slice-by-16 takes 0.9 µs.
+const CRC16: Crc<u16, Table<16>> = Crc::<u16, Table<16>>::new(&CRC_16_IB);
 
 /// The VCRC (or LPCRC) of `bytes`.
 pub fn vcrc(bytes: &[u8]) -> u16 {
@@ -80,8 +85,9 @@ mod tests {
     fn crate_matches_the_bitwise_definition() {
         assert_eq!(vcrc(b"123456789"), reference(b"123456789"));
         assert_eq!(vcrc(b"123456789"), CRC_16_IB.check);
-        let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
-        for len in [0, 1, 2, 7, 64, 1000] {
+        let data: Vec<u8> = (0..=255u8).cycle().take(4200).collect();
+        // Below, at and across the 16-byte slices, and whole packets up to a 4 KiB MTU's.
+        for len in [0, 1, 2, 7, 15, 16, 17, 31, 33, 64, 1000, 2100, 4200] {
             assert_eq!(vcrc(&data[..len]), reference(&data[..len]), "len {len}");
         }
     }

@@ -184,8 +184,10 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
         return Ok((o.ctx as *mut ibv_context, o.pd as *mut ibv_pd));
     }
     let devs = crate::device::devices().map_err(|_| libc::ENODEV)?;
-    let Some(dev) = devs.iter().find(|d| d.spec.addr.to_canonical() == ip) else {
-        tracing::info!(%ip, "no device has this address (SOFTROCE_DEVICES)");
+    // Native IB devices (ib:IFNAME) have no IP address here: the CM of this
+    // library does not reach them.
+    let Some(dev) = devs.iter().find(|d| d.spec.ip().map(|a| a.to_canonical()) == Some(ip)) else {
+        tracing::info!(%ip, "no RoCE v2 device has this address (SOFTROCE_DEVICES)");
         return Err(libc::ENODEV);
     };
     // SAFETY: a device of the list.
@@ -224,7 +226,9 @@ fn attach(i: &Id, ctx: *mut ibv_context, pd: *mut ibv_pd) {
 
 /// The device addresses of this process.
 fn device_addrs() -> Vec<IpAddr> {
-    crate::device::devices().map(|d| d.iter().map(|d| d.spec.addr.to_canonical()).collect()).unwrap_or_default()
+    crate::device::devices()
+        .map(|d| d.iter().filter_map(|d| d.spec.ip()).map(|a| a.to_canonical()).collect())
+        .unwrap_or_default()
 }
 
 /// The source for `dst` when none is given: the one the kernel routes
@@ -729,6 +733,9 @@ unsafe fn conn_param(p: *const rdma_conn_param, default: ConnParam) -> Result<Co
         retry_count: p.retry_count,
         rnr_retry_count: p.rnr_retry_count,
         srq: p.srq != 0,
+        // The application's own QP, on an ID without one (the CM ignores
+        // it on an ID with a QP, as librdmacm does).
+        qp_num: (p.qp_num != 0).then_some(p.qp_num & 0xff_ffff),
     })
 }
 
@@ -737,11 +744,14 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     guard("rdma_connect", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if get!(i, qp).is_null() && get!(i, qp_type) != IBV_QPT_UD {
-            // rdma_connect with conn_param->qp_num (a QP of the application's,
-            // then CONNECT_RESPONSE and rdma_establish) is not supported.
-            tracing::warn!("rdma_connect needs a QP made with rdma_create_qp");
-            return fail(libc::ENOSYS);
+        // SAFETY: the caller's parameters, or NULL.
+        let own = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
+        if get!(i, qp).is_null() && get!(i, qp_type) != IBV_QPT_UD && own == 0 {
+            // Neither rdma_create_qp's QP nor the application's own in
+            // conn_param->qp_num (which CONNECT_RESPONSE, rdma_init_qp_attr
+            // and rdma_establish then serve).
+            tracing::debug!("rdma_connect: no QP on the ID and none in conn_param->qp_num");
+            return fail(libc::EINVAL);
         }
         // NULL: the device maximum of each depth, 7 retries of each kind.
         let dflt = ConnParam { responder_resources: 0xff, initiator_depth: 0xff, ..ConnParam::default() };
@@ -766,12 +776,17 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
             // A UD accept may name the QP by number only (udaddy does both).
             // SAFETY: the caller's parameters, or NULL.
             let qpn = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
-            if get!(i, qp_type) != IBV_QPT_UD || qpn == 0 {
-                tracing::warn!("rdma_accept needs a QP made with rdma_create_qp");
-                return fail(libc::ENOSYS);
+            if qpn == 0 {
+                tracing::debug!("rdma_accept: no QP on the ID and none in conn_param->qp_num");
+                return fail(libc::EINVAL);
             }
-            if let Err(e) = i.cm.set_qp_num(Some(qpn)) {
-                return fail_cm("rdma_accept", &e);
+            // An RC QP of the application's own is named in the REP and
+            // moved by the application (rdma_init_qp_attr); a UD one is the
+            // SIDR reply's.
+            if get!(i, qp_type) == IBV_QPT_UD {
+                if let Err(e) = i.cm.set_qp_num(Some(qpn)) {
+                    return fail_cm("rdma_accept", &e);
+                }
             }
         }
         let (resp, init) = *i.req_depths.lock().unwrap_or_else(|e| e.into_inner());
@@ -1273,7 +1288,7 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_in
 }
 
 /// Calls this library does not provide: -1 with errno ENOSYS (SRQs on
-/// IDs, rsockets, QPs the application transitions itself, ECE).
+/// IDs, rsockets).
 macro_rules! not_supported {
     ($($name:ident => $export:literal),* $(,)?) => {$(
         #[export_name = $export]
@@ -1291,14 +1306,102 @@ not_supported!(
     rdma_destroy_srq => "softroce_rdma_destroy_srq_impl",
     rdma_create_qp_ex => "softroce_rdma_create_qp_ex_impl",
     rdma_create_srq_ex => "softroce_rdma_create_srq_ex_impl",
-    rdma_init_qp_attr => "softroce_rdma_init_qp_attr_impl",
-    rdma_establish => "softroce_rdma_establish_impl",
-    rdma_get_remote_ece => "softroce_rdma_get_remote_ece_impl",
-    rdma_set_local_ece => "softroce_rdma_set_local_ece_impl",
     rpoll => "softroce_rpoll_impl",
     rselect => "softroce_rselect_impl",
     rsocket => "softroce_rsocket_impl",
 );
+
+/// `rdma_init_qp_attr`: the attributes (and mask) that take the
+/// application's own QP to `qp_attr->qp_state` for this ID's connection.
+#[export_name = "softroce_rdma_init_qp_attr_impl"]
+pub unsafe extern "C" fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int {
+    guard("rdma_init_qp_attr", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        if attr.is_null() || mask.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes: the state asked for is in them.
+        let asked = unsafe { (*attr).qp_state };
+        let state = match asked {
+            1 => rdma_core_rs::QpState::Init,
+            2 => rdma_core_rs::QpState::Rtr,
+            3 => rdma_core_rs::QpState::Rts,
+            _ => return fail(libc::EINVAL),
+        };
+        match i.cm.init_qp_attr(state) {
+            Ok(q) => {
+                let (a, m) = crate::qp::c_attr_of(&q);
+                // SAFETY: the caller's out-parameters (checked non-NULL).
+                unsafe {
+                    attr.write(a);
+                    mask.write(m);
+                }
+                0
+            }
+            Err(e) => fail_cm("rdma_init_qp_attr", &e),
+        }
+    })
+}
+
+/// `rdma_establish`: the RTU for a connection of the application's own QP,
+/// after CONNECT_RESPONSE (EINVAL on an ID with a QP, as librdmacm).
+#[export_name = "softroce_rdma_establish_impl"]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    guard("rdma_establish", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        if !get!(i, qp).is_null() {
+            return fail(libc::EINVAL);
+        }
+        match i.cm.establish() {
+            Ok(()) => 0,
+            Err(e) => fail_cm("rdma_establish", &e),
+        }
+    })
+}
+
+/// `struct ibv_ece`.
+#[repr(C)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// `rdma_set_local_ece`: for an ID without a QP (EINVAL otherwise, as
+/// librdmacm); the vendor ID goes in the REQ or REP.
+#[export_name = "softroce_rdma_set_local_ece_impl"]
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard("rdma_set_local_ece", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        // SAFETY: the caller's ECE, or NULL.
+        let Some(e) = (unsafe { ece.as_ref() }) else { return fail(libc::EINVAL) };
+        if !get!(i, qp).is_null() {
+            return fail(libc::EINVAL);
+        }
+        i.cm.set_local_ece(e.vendor_id, e.options);
+        0
+    })
+}
+
+/// `rdma_get_remote_ece`: the peer's ECE from its REQ or REP (its vendor
+/// ID; options are not carried): for an ID without a QP, as librdmacm.
+#[export_name = "softroce_rdma_get_remote_ece_impl"]
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard("rdma_get_remote_ece", -1, || {
+        // SAFETY: id_of checks the registry.
+        let Some(i) = (unsafe { id_of(id) }) else { return -1 };
+        if ece.is_null() || !get!(i, qp).is_null() {
+            return fail(libc::EINVAL);
+        }
+        let (vendor_id, options) = i.cm.remote_ece();
+        // SAFETY: the caller's out-parameter (checked non-NULL).
+        unsafe { ece.write(ibv_ece { vendor_id, options, comp_mask: 0 }) };
+        0
+    })
+}
 
 #[export_name = "softroce_rdma_reject_ece_impl"]
 pub unsafe extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {

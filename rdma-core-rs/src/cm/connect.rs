@@ -3,7 +3,6 @@
 
 use super::device::CmDevice;
 use super::id::{depth, CmId, ConnParam, Phase, PortSpace, ACK_TIMEOUT, PATH_MTU};
-use super::route;
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 use rdma_transport::cm::{ConnId, ConnParams};
 use rdma_transport::{Mtu, QpAttr, QpState};
@@ -18,7 +17,8 @@ use std::sync::Arc;
 impl CmId {
     /// `rdma_connect`: sends the REQ (`cma_hdr` + up to 56 bytes of
     /// private data). ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR
-    /// follows.
+    /// follows; CONNECT_RESPONSE instead of ESTABLISHED for the
+    /// application's own QP ([`ConnParam::qp_num`]).
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
         if param.private_data.len() > REQ_USER_DATA_LEN {
             return Err(CmError::PrivateDataTooLong {
@@ -27,15 +27,17 @@ impl CmId {
                 what: "connect request",
             });
         }
-        let (dev, local, remote, qp, ps, tos, ack_timeout) = {
+        let (dev, local, remote, qp, own, ps, tos, ack_timeout, seq_num, ece) = {
             let g = self.shared.lock();
-            match (g.phase, &g.dev, g.local, g.remote, g.qpn()) {
+            let own = g.qpn().is_none() && param.qp_num.is_some();
+            match (g.phase, &g.dev, g.local, g.remote, g.qpn().or(param.qp_num)) {
                 (Phase::RouteResolved, Some(d), Some(l), Some(r), Some(q)) => {
-                    (d.clone(), l, r, q, g.ps, g.tos, g.ack_timeout.unwrap_or(ACK_TIMEOUT))
+                    let timeout = g.ack_timeout.unwrap_or(ACK_TIMEOUT);
+                    (d.clone(), l, r, q, own, g.ps, g.tos, timeout, g.seq_num, g.local_ece.0)
                 }
                 (Phase::RouteResolved, ..) => {
                     drop(g);
-                    return Err(self.wrong("connect", "with a QP (create_qp)"));
+                    return Err(self.wrong("connect", "with a QP (create_qp, or its own in qp_num)"));
                 }
                 _ => {
                     drop(g);
@@ -52,10 +54,12 @@ impl CmId {
             .map_err(|_| CmError::FamilyMismatch { src: local.ip(), dst: remote.ip() })?;
         pd[CMA_HDR_LEN..CMA_HDR_LEN + param.private_data.len()].copy_from_slice(&param.private_data);
         let params = ConnParams {
-            starting_psn: route::random_u32() & 0xff_ffff,
+            starting_psn: seq_num,
             responder_resources: depth(param.responder_resources),
             initiator_depth: depth(param.initiator_depth),
             path_mtu: PATH_MTU,
+            consumer_moves_qp: own,
+            vendor_id: ece,
             local_ack_timeout: ack_timeout,
             retry_count: param.retry_count.min(7),
             rnr_retry_count: param.rnr_retry_count.min(7),
@@ -69,6 +73,9 @@ impl CmId {
             let c = core.cm.connect(ep, qpn, remote.ip(), sid, &pd, params);
             if let Ok(c) = c {
                 core.conns.insert(c.0, me);
+                if own {
+                    self.shared.lock().own_qpn = Some(qpn);
+                }
                 self.sent(c, Phase::Connecting);
             }
             c
@@ -112,7 +119,8 @@ impl CmId {
 
     /// `rdma_accept` on the ID of a CONNECT_REQUEST: moves its QP to RTR
     /// and RTS and sends the REP (up to 196 bytes of private data).
-    /// ESTABLISHED follows when the RTU arrives.
+    /// ESTABLISHED follows when the RTU arrives. The application's own QP
+    /// ([`ConnParam::qp_num`]) is named in the REP and not moved.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         if param.private_data.len() > REP_PRIVATE_DATA_LEN {
             return Err(CmError::PrivateDataTooLong {
@@ -121,15 +129,17 @@ impl CmId {
                 what: "connect reply",
             });
         }
-        let (dev, conn, qp, tos, ps, ack_timeout) = {
+        let (dev, conn, qp, own, tos, ps, ack_timeout, seq_num, ece) = {
             let g = self.shared.lock();
-            match (g.phase, &g.dev, g.conn, g.qpn()) {
+            let own = g.qpn().is_none() && param.qp_num.is_some() && g.ps != PortSpace::Udp;
+            match (g.phase, &g.dev, g.conn, g.qpn().or(param.qp_num)) {
                 (Phase::ConnectRequest, Some(d), Some(c), Some(q)) => {
-                    (d.clone(), c, q, g.tos, g.ps, g.ack_timeout.unwrap_or(ACK_TIMEOUT))
+                    let timeout = g.ack_timeout.unwrap_or(ACK_TIMEOUT);
+                    (d.clone(), c, q, own, g.tos, g.ps, timeout, g.seq_num, g.local_ece.0)
                 }
                 (Phase::ConnectRequest, ..) => {
                     drop(g);
-                    return Err(self.wrong("accept", "with a QP (create_qp)"));
+                    return Err(self.wrong("accept", "with a QP (create_qp, or its own in qp_num)"));
                 }
                 _ => {
                     drop(g);
@@ -161,9 +171,11 @@ impl CmId {
             return Ok(());
         }
         let params = ConnParams {
-            starting_psn: route::random_u32() & 0xff_ffff,
+            starting_psn: seq_num,
             responder_resources: depth(param.responder_resources),
             initiator_depth: depth(param.initiator_depth),
+            consumer_moves_qp: own,
+            vendor_id: ece,
             // The passive side takes the REQ's path MTU (the CM takes the
             // smaller of the two): the REP carries none, and the active side
             // sends at the MTU it asked for (a kernel peer on a 9000-byte
@@ -178,6 +190,9 @@ impl CmId {
         let r = dev.with_cm(|ep, core| {
             let r = core.cm.accept(ep, conn, qpn, &param.private_data, params);
             if r.is_ok() {
+                if own {
+                    self.shared.lock().own_qpn = Some(qpn);
+                }
                 self.sent(conn, Phase::Connecting);
             }
             r

@@ -70,6 +70,17 @@ impl CmDevice {
                     }
                     self.emit(core, id, Phase::Connected, EventType::Established, 0, param, false);
                 }
+                IbEvent::ConnectResponse { id, remote_qpn } => {
+                    // The application moves its own QP, then rdma_establish.
+                    let mut param = EventParam { qp_num: remote_qpn, ..EventParam::default() };
+                    if let Some(pd) = core.cm.rep_private_data(id) {
+                        param.private_data = pd.to_vec();
+                    }
+                    if let Some((init, resp)) = core.cm.negotiated_depths(id) {
+                        (param.initiator_depth, param.responder_resources) = (init, resp);
+                    }
+                    self.emit(core, id, Phase::Connecting, EventType::ConnectResponse, 0, param, false);
+                }
                 IbEvent::Rejected { id, reason, private_data } => {
                     let param = EventParam { private_data: private_data.to_vec(), ..EventParam::default() };
                     self.emit(core, id, Phase::Idle, EventType::Rejected, i32::from(reason.0), param, true);

@@ -71,6 +71,13 @@ pub struct ConnParam {
     /// RNR retries the peer makes (7: forever).
     pub rnr_retry_count: u8,
     pub srq: bool,
+    /// The application's own QP (librdmacm's `conn_param.qp_num` on an ID
+    /// without a QP, an "external QP"): the CM names it in the REQ or REP
+    /// and never moves it. The application takes it through INIT, RTR and
+    /// RTS with [`CmId::init_qp_attr`]; the active side then gets
+    /// CONNECT_RESPONSE instead of ESTABLISHED and calls
+    /// [`CmId::establish`]. Ignored on an ID with a QP.
+    pub qp_num: Option<u32>,
 }
 
 impl Default for ConnParam {
@@ -84,6 +91,7 @@ impl Default for ConnParam {
             retry_count: 7,
             rnr_retry_count: 7,
             srq: false,
+            qp_num: None,
         }
     }
 }
@@ -147,6 +155,16 @@ pub(crate) struct IdInner {
     /// The service this ID claimed on a shared port (`bind_addr`), given
     /// back when it goes.
     pub(crate) claimed: Option<u64>,
+    /// The PSN this ID advertises in its REQ or REP and receives from,
+    /// drawn when the ID is made (the kernel's `id_priv->seq_num`):
+    /// [`CmId::init_qp_attr`] gives it before the REP exists.
+    pub(crate) seq_num: u32,
+    /// The application's own QP, named in connect or accept
+    /// ([`ConnParam::qp_num`]): the CM never moves it.
+    pub(crate) own_qpn: Option<u32>,
+    /// `rdma_set_local_ece`: (vendor ID, options); the vendor ID goes in
+    /// the REQ or REP.
+    pub(crate) local_ece: (u32, u32),
 }
 
 impl IdInner {
@@ -176,6 +194,9 @@ impl IdShared {
                 tos: 0,
                 ack_timeout: None,
                 claimed: None,
+                seq_num: route::random_u32() & 0xff_ffff,
+                own_qpn: None,
+                local_ece: (0, 0),
             }),
         })
     }
@@ -324,6 +345,90 @@ impl CmId {
     /// connects or accepts, as the kernel's `rdma_set_ack_timeout`.
     pub fn set_ack_timeout(&self, timeout: u8) {
         self.shared.lock().ack_timeout = Some(timeout.min(31));
+    }
+
+    /// `rdma_init_qp_attr`: the attributes that take a QP of this ID's
+    /// connection to `state` (INIT, RTR or RTS), for an application that
+    /// moves its own QP ([`ConnParam::qp_num`]). Before a connection
+    /// exists only INIT is known (no remote access for RC, the RDMA CM's
+    /// Q_Key for UD); RTR and RTS once the request (passive) or the reply
+    /// (active, CONNECT_RESPONSE) is in. As the kernel's: RTR receives
+    /// from this ID's PSN, RTS takes `set_ack_timeout`'s timeout.
+    pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
+        let (dev, conn, ps, seq_num, ack_timeout) = {
+            let g = self.shared.lock();
+            (g.dev.clone(), g.conn, g.ps, g.seq_num, g.ack_timeout)
+        };
+        let dev = dev.ok_or_else(|| self.wrong("init_qp_attr", "bound to a device"))?;
+        let mut attr = match (conn, ps) {
+            (Some(conn), PortSpace::Tcp | PortSpace::Other(_)) => {
+                let r = dev.with_cm(|ep, core| core.cm.init_qp_attr(ep, conn, state))?;
+                r.map_err(|_| self.wrong("init_qp_attr", "past the request (passive) or the reply (active)"))?
+            }
+            _ => {
+                let mut a = QpAttr { qp_state: Some(state), ..QpAttr::default() };
+                match (state, ps) {
+                    (QpState::Init, PortSpace::Udp) => {
+                        (a.pkey_index, a.port_num, a.qkey) = (Some(0), Some(1), Some(RDMA_UDP_QKEY))
+                    }
+                    (QpState::Init, _) => {
+                        (a.pkey_index, a.port_num, a.qp_access_flags) = (Some(0), Some(1), Some(Access::NONE))
+                    }
+                    (QpState::Rtr, PortSpace::Udp) => {}
+                    (QpState::Rts, PortSpace::Udp) => a.sq_psn = Some(seq_num),
+                    _ => return Err(self.wrong("init_qp_attr", "connecting (RTR and RTS follow the peer's answer)")),
+                }
+                a
+            }
+        };
+        if state == QpState::Rtr && attr.rq_psn.is_some() {
+            attr.rq_psn = Some(seq_num);
+        }
+        if let (QpState::Rts, Some(t), Some(_)) = (state, ack_timeout, attr.timeout) {
+            attr.timeout = Some(t);
+        }
+        Ok(attr)
+    }
+
+    /// `rdma_establish`: after CONNECT_RESPONSE, with the application's own
+    /// QP in RTS, sends the RTU. The connection is up; no event follows.
+    pub fn establish(&self) -> Result<()> {
+        let (dev, conn) = {
+            let g = self.shared.lock();
+            match (&g.dev, g.conn, g.qp.is_some() || g.ext_qpn.is_some()) {
+                (Some(d), Some(c), false) => (d.clone(), c),
+                _ => {
+                    drop(g);
+                    return Err(self.wrong("establish", "with its own QP after CONNECT_RESPONSE"));
+                }
+            }
+        };
+        let r = dev.with_cm(|ep, core| {
+            let r = core.cm.establish(ep, conn);
+            if r.is_ok() {
+                self.shared.lock().phase = Phase::Connected;
+            }
+            r
+        })?;
+        r.map_err(|_| self.wrong("establish", "after CONNECT_RESPONSE"))
+    }
+
+    /// `rdma_set_local_ece`: the ECE (vendor ID, options) this ID offers;
+    /// the vendor ID travels in the REQ or REP (options are not sent).
+    pub fn set_local_ece(&self, vendor_id: u32, options: u32) {
+        self.shared.lock().local_ece = (vendor_id, options);
+    }
+
+    /// `rdma_get_remote_ece`: the peer's ECE from its REQ or REP: (vendor
+    /// ID, 0); (0, 0) before one arrived or from a peer that sends none.
+    pub fn remote_ece(&self) -> (u32, u32) {
+        let (dev, conn) = {
+            let g = self.shared.lock();
+            (g.dev.clone(), g.conn)
+        };
+        let (Some(dev), Some(conn)) = (dev, conn) else { return (0, 0) };
+        let vendor = dev.with_cm(|_, core| core.cm.remote_vendor_id(conn)).ok().flatten();
+        (vendor.unwrap_or(0), 0)
     }
 
     pub(super) fn wrong(&self, call: &'static str, needs: &'static str) -> CmError {

@@ -551,3 +551,78 @@ fn an_id_bound_then_resolved_keeps_its_address_and_port() {
     let wrong = other.resolve_addr(Some(addr(13, 3)), SocketAddr::new(addr(13, 1), 9013), Duration::from_secs(2));
     assert!(matches!(wrong, Err(CmError::WrongState { call: "resolve_addr", .. })), "{wrong:?}");
 }
+
+#[test]
+fn an_application_moves_its_own_qp_with_init_qp_attr_and_the_active_side_establishes() {
+    // rdma_cm's "external QP": QPs the CM only names (ConnParam::qp_num);
+    // each side moves its own with init_qp_attr, the active side gets
+    // CONNECT_RESPONSE and sends the RTU with establish.
+    use crate::{Access, QpState, RecvWr, SendOp, SendWr, WcStatus};
+    fast();
+    let sch = EventChannel::new();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(addr(11, 1), 9011)).unwrap();
+    listen.listen(8).unwrap();
+    let cch = EventChannel::new();
+    let id = cch.create_id(PortSpace::Tcp);
+    id.resolve_addr(Some(addr(11, 2)), SocketAddr::new(addr(11, 1), 9011), Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::AddrResolved);
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    expect(&cch, EventType::RouteResolved);
+    // A QP, CQ and memory of the application's own on `id`'s device.
+    let own = |id: &CmId| {
+        let ctx = id.context().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16, None).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        (qp, cq, mr)
+    };
+    let move_qp = |id: &CmId, qp: &crate::QueuePair| {
+        for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            let attr = id.init_qp_attr(state).unwrap_or_else(|e| panic!("{state:?}: {e}"));
+            qp.modify(&attr).unwrap_or_else(|e| panic!("to {state:?}: {e}"));
+        }
+    };
+    let (cqp, ccq, cmr) = own(&id);
+    assert!(id.init_qp_attr(QpState::Init).is_ok(), "INIT is known before connecting");
+    assert!(id.init_qp_attr(QpState::Rtr).is_err(), "RTR needs the peer's answer");
+    assert!(id.establish().is_err(), "nothing to establish yet");
+    id.connect(&ConnParam { qp_num: Some(cqp.qp_num()), ..ConnParam::default() }).unwrap();
+
+    let req = expect(&sch, EventType::ConnectRequest);
+    assert_eq!(req.param.qp_num, cqp.qp_num(), "the REQ names the client's own QP");
+    let (sqp, scq, smr) = own(&req.id);
+    move_qp(&req.id, &sqp);
+    sqp.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![smr.sge(0, 64).unwrap()] }]).unwrap();
+    req.id.accept(&ConnParam { qp_num: Some(sqp.qp_num()), ..ConnParam::default() }).unwrap();
+
+    let resp = expect(&cch, EventType::ConnectResponse);
+    assert_eq!(resp.param.qp_num, sqp.qp_num());
+    assert_eq!(cqp.query().unwrap().0, QpState::Reset, "the CM left the client's QP alone");
+    move_qp(&id, &cqp);
+    id.establish().unwrap();
+    assert!(id.establish().is_err(), "once");
+    expect(&sch, EventType::Established);
+
+    cmr.write(0, b"own qp").unwrap();
+    cqp.post_send(&[SendWr::new(9, SendOp::Send, vec![cmr.sge(0, 6).unwrap()])]).unwrap();
+    let mut wcs = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while wcs.is_empty() && std::time::Instant::now() < deadline {
+        scq.poll(&mut wcs, 4).unwrap();
+    }
+    assert_eq!(wcs.len(), 1, "the server's receive completed");
+    assert_eq!((wcs[0].wr_id, wcs[0].status, wcs[0].byte_len), (7, WcStatus::Success, 6));
+    let mut got = [0u8; 6];
+    smr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"own qp");
+    let mut sent = Vec::new();
+    ccq.poll(&mut sent, 4).unwrap();
+
+    id.disconnect().unwrap();
+    expect(&cch, EventType::Disconnected);
+    expect(&sch, EventType::Disconnected);
+    assert_eq!(cqp.query().unwrap().0, QpState::Rts, "the client's QP is the application's to move");
+    assert_eq!(sqp.query().unwrap().0, QpState::Rts, "the server's too");
+}

@@ -97,14 +97,15 @@ impl FrameIo {
             }
             // Learn only from packets addressed to this port's LID whose
             // CRCs hold: a frame for another port, or a corrupted one, must
-            // not move where our packets go.
-            if self.kind == LinkKind::Ib
-                && packet.len() >= 8
-                && packet[2..4] == ep.lid().to_be_bytes()
-                && crcs_hold(packet)
-            {
+            // not move where our packets go. The CRCs (which the engine
+            // checks again) are computed only for a frame that would move
+            // the table, not for every frame from a peer already known.
+            if self.kind == LinkKind::Ib && packet.len() >= 8 && packet[2..4] == ep.lid().to_be_bytes() {
                 let slid = u16::from_be_bytes([packet[6], packet[7]]);
-                self.lids.insert(slid, meta.src);
+                if self.lids.get(&slid) != Some(&meta.src) && crcs_hold(packet) {
+                    self.stats.lids_learned += 1;
+                    self.lids.insert(slid, meta.src);
+                }
             }
             tracing::trace!(len = packet.len(), src = ?meta.src, "frame received");
             ep.handle_packet(now, packet);

@@ -158,6 +158,22 @@ pub fn default_lid(mac: Mac) -> u16 {
     u16::from_be_bytes([mac[4] & 0x3f, mac[5]]).max(1)
 }
 
+/// The largest frame (Ethernet header included) a packet of a QP with
+/// path MTU `mtu` can make: a full payload under the largest header stack.
+pub fn frame_for_mtu(mtu: rdma_transport::qp::Mtu) -> usize {
+    ETH_HEADER + rdma_transport::MAX_PACKET - 4096 + mtu.bytes() as usize
+}
+
+/// The largest path MTU whose packets fit frames of `max_frame` bytes
+/// (Ethernet header included); 256, the smallest, if none does.
+pub fn max_mtu_for_frame(max_frame: usize) -> rdma_transport::qp::Mtu {
+    use rdma_transport::qp::Mtu;
+    [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512]
+        .into_iter()
+        .find(|&m| frame_for_mtu(m) <= max_frame)
+        .unwrap_or(Mtu::Mtu256)
+}
+
 /// The EtherType of the frames that carry packets of `kind`.
 pub fn ethertype(kind: LinkKind) -> Option<u16> {
     match kind {
@@ -170,6 +186,17 @@ pub fn ethertype(kind: LinkKind) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_largest_mtu_is_the_one_modify_qp_accepts() {
+        use rdma_transport::qp::Mtu;
+        // A 1500-byte interface (1514-byte frames) carries 1024, as rxe's.
+        assert_eq!(max_mtu_for_frame(ETH_HEADER + 1500), Mtu::Mtu1024);
+        assert_eq!(max_mtu_for_frame(frame_for_mtu(Mtu::Mtu2048)), Mtu::Mtu2048);
+        assert_eq!(max_mtu_for_frame(frame_for_mtu(Mtu::Mtu2048) - 1), Mtu::Mtu1024);
+        assert_eq!(max_mtu_for_frame(ETH_HEADER + 9000), Mtu::Mtu4096);
+        assert_eq!(max_mtu_for_frame(100), Mtu::Mtu256);
+    }
 
     #[test]
     fn eui64_gids_and_macs_round_trip() {

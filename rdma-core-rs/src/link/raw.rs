@@ -104,8 +104,17 @@ impl RawLink {
             if let Err(e) = setsockopt(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1) {
                 tracing::debug!(error = %e, "PACKET_IGNORE_OUTGOING refused: own frames are filtered by MAC");
             }
-            setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER)?;
-            setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER)
+            // As the UDP backend's sockets: the FORCE variants pass
+            // net.core.[rw]mem_max (4 MiB here, and a fresh network
+            // namespace's own default is smaller) for whoever has
+            // CAP_NET_ADMIN, as root opening a raw link does; the plain
+            // ones, capped there, for anyone else.
+            for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+                if setsockopt(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
+                    setsockopt(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER)?;
+                }
+            }
+            Ok(())
         };
         if let Err(e) = setup() {
             // SAFETY: the fd is ours until pnet takes it.

@@ -27,14 +27,3 @@ pub use notification::{cnp_repr, cnp_transport_bytes, NotificationPoint, CNP_TRA
 pub use pacer::Pacer;
 pub use params::{DcqcnParams, NpMode, RpVariant};
 pub use reaction::ReactionPoint;
-
-/// Durations as whole nanoseconds, at least 1 so that no periodic timer can
-/// stand still.
-pub(crate) fn period_ns(d: core::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-}
-
-/// `t + ns`, or `None` past the end of time (a saturated timer would fire forever).
-pub(crate) fn later(t: crate::Instant, ns: u64) -> Option<crate::Instant> {
-    t.as_nanos().checked_add(ns).map(crate::Instant::from_nanos)
-}

@@ -4,7 +4,7 @@
 use rdma_wire::{CnpRepr, Error};
 
 use super::params::{DcqcnParams, NpMode};
-use super::{later, period_ns};
+use crate::time::{later, period_ns};
 use crate::Instant;
 
 /// BTH (12) plus the 16 reserved bytes; the ICRC follows on the wire.

@@ -12,7 +12,7 @@
 
 use super::fixed::Alpha;
 use super::params::{DcqcnParams, RpVariant};
-use super::{later, period_ns};
+use crate::time::{later, period_ns};
 use crate::Instant;
 
 /// DCQCN reaction-point state of one QP. Rates in bits per second.

@@ -23,6 +23,13 @@
 //! A passive connection whose QP receives the peer's data before the RTU
 //! is established then (IB's "communication established").
 //!
+//! The consumer may move its QP itself (rdma_cm's "external QP":
+//! [`ConnParams::consumer_moves_qp`]): the CM then names the QP in its
+//! messages and never modifies it; [`Cm::init_qp_attr`] gives the
+//! attributes for each state (Linux's `ib_cm_init_qp_attr`), the active
+//! side gets [`CmEvent::ConnectResponse`] for the REP and sends the RTU
+//! with [`Cm::establish`].
+//!
 //! Not here yet: LAP/APR (not used on RoCE), and a real time-wait (a
 //! fixed [`CmConfig::timewait`] instead of the packet lifetime).
 
@@ -62,6 +69,9 @@ pub enum CmEvent {
     },
     /// The QP is in RTS and connected to `remote_qpn`.
     Established { id: ConnId, qpn: u32, remote_qpn: u32 },
+    /// Active, the consumer moving its QP: the REP arrived. Take the QP
+    /// to RTR and RTS ([`Cm::init_qp_attr`]), then [`Cm::establish`].
+    ConnectResponse { id: ConnId, remote_qpn: u32 },
     Rejected {
         id: ConnId,
         reason: RejReason,
@@ -161,6 +171,12 @@ pub struct ConnParams {
     pub traffic_class: u8,
     /// Access flags given to the QP at INIT if the CM moves it there.
     pub access: Access,
+    /// The consumer moves the QP through its states (with
+    /// [`Cm::init_qp_attr`]); the CM never modifies it, not even to ERR.
+    pub consumer_moves_qp: bool,
+    /// The vendor ID field of our REQ or REP: where Linux carries the
+    /// ECE vendor ID (`rdma_set_local_ece`).
+    pub vendor_id: u32,
 }
 
 impl Default for ConnParams {
@@ -177,6 +193,110 @@ impl Default for ConnParams {
             hop_limit: 64,
             traffic_class: 0,
             access: Access::ALL,
+            consumer_moves_qp: false,
+            vendor_id: 0,
+        }
+    }
+}
+
+/// The values a connection's QP takes at INIT, RTR and RTS, as the REQ
+/// and REP settle them (what Linux's `ib_cm_init_qp_attr` reads from its
+/// cm_id): the CM applies them itself, or hands them to a consumer that
+/// moves its own QP.
+#[derive(Debug, Clone, Copy)]
+struct QpPlan {
+    access: Access,
+    path_mtu: Mtu,
+    /// Ours: the PSN we advertised and receive from.
+    rq_psn: u32,
+    /// The peer's advertised PSN, which we send from.
+    sq_psn: u32,
+    max_dest_rd_atomic: u8,
+    max_rd_atomic: u8,
+    min_rnr_timer: u8,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    hop_limit: u8,
+    traffic_class: u8,
+}
+
+impl QpPlan {
+    /// The attributes (and only those) that take the QP to `state`:
+    /// INIT, RTR or RTS; `None` for any other state.
+    fn attr(&self, ep: &Endpoint, peer: IpAddr, remote_qpn: u32, state: QpState) -> Option<QpAttr> {
+        Some(match state {
+            QpState::Init => QpAttr {
+                qp_state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port_num: Some(1),
+                qp_access_flags: Some(self.access),
+                ..QpAttr::default()
+            },
+            QpState::Rtr => QpAttr {
+                qp_state: Some(QpState::Rtr),
+                path_mtu: Some(self.path_mtu),
+                dest_qp_num: Some(remote_qpn),
+                rq_psn: Some(self.rq_psn),
+                av: Some(AddressVector {
+                    hop_limit: self.hop_limit,
+                    traffic_class: self.traffic_class,
+                    ..ep.route(peer)
+                }),
+                max_dest_rd_atomic: Some(self.max_dest_rd_atomic),
+                min_rnr_timer: Some(self.min_rnr_timer),
+                ..QpAttr::default()
+            },
+            QpState::Rts => QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(self.sq_psn),
+                timeout: Some(self.timeout),
+                retry_cnt: Some(self.retry_cnt),
+                rnr_retry: Some(self.rnr_retry),
+                max_rd_atomic: Some(self.max_rd_atomic),
+                ..QpAttr::default()
+            },
+            _ => return None,
+        })
+    }
+
+    /// Passive: what the REQ asks for, before the consumer's answer
+    /// (Linux's values in REQ_RCVD: the REQ's depths swapped, its MTU,
+    /// its PSN to send from; our receive PSN is the consumer's to pick).
+    fn from_req(req: &ReqRepr, min_rnr_timer: u8) -> QpPlan {
+        QpPlan {
+            access: Access::ALL,
+            path_mtu: mtu_from_wire(req.path_mtu).unwrap_or(Mtu::Mtu1024),
+            rq_psn: 0,
+            sq_psn: req.starting_psn,
+            max_dest_rd_atomic: req.initiator_depth,
+            max_rd_atomic: req.responder_resources,
+            min_rnr_timer,
+            timeout: req.primary_path.local_ack_timeout,
+            retry_cnt: req.retry_count,
+            rnr_retry: req.rnr_retry_count,
+            hop_limit: req.primary_path.hop_limit,
+            traffic_class: req.primary_path.traffic_class,
+        }
+    }
+
+    /// Active: what our REQ offered and the REP answered (swapped: the
+    /// peer's responder resources are our initiator depth).
+    fn from_rep(p: &ConnParams, rep: &RepRepr) -> QpPlan {
+        QpPlan {
+            access: p.access,
+            path_mtu: p.path_mtu,
+            // rdma_cm: we receive from the PSN we advertised.
+            rq_psn: p.starting_psn,
+            sq_psn: rep.starting_psn,
+            max_dest_rd_atomic: rep.initiator_depth,
+            max_rd_atomic: rep.responder_resources,
+            min_rnr_timer: p.min_rnr_timer,
+            timeout: p.local_ack_timeout,
+            retry_cnt: p.retry_count,
+            rnr_retry: rep.rnr_retry_count,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
         }
     }
 }
@@ -225,6 +345,9 @@ pub const MAX_CONNECTIONS: usize = 1 << 16;
 enum State {
     /// Active: REQ sent, waiting for REP or REJ.
     ReqSent,
+    /// Active, the consumer moving its QP: REP reported, waiting for
+    /// `establish` (which sends the RTU).
+    RepRcvd,
     /// Passive: REQ reported, waiting for `accept`/`reject`.
     ReqRcvd,
     /// Passive: REP sent, waiting for RTU.
@@ -264,6 +387,10 @@ struct Conn {
     drep: Option<[u8; MAD_LEN]>,
     /// Active: the REP's private data, for the consumer.
     rep_private_data: Option<Box<[u8; REP_PRIVATE_DATA_LEN]>>,
+    /// What the QP takes, once the REQ (passive) or REP (active) settled it.
+    plan: Option<QpPlan>,
+    /// The vendor ID of the peer's REQ or REP (its ECE vendor ID).
+    remote_vendor_id: u32,
     /// The peer's CA GUID (from its REQ or REP): with its QPN, what stale
     /// connections are recognised by.
     remote_ca_guid: u64,
@@ -481,6 +608,58 @@ impl Cm {
         Some((c.initiator_depth, c.params.responder_resources))
     }
 
+    /// The attributes that take connection `id`'s QP to `state` (INIT,
+    /// RTR or RTS), as Linux's `ib_cm_init_qp_attr` gives them: INIT from
+    /// the start; RTR and RTS once the REQ (passive) or the REP (active)
+    /// is in. For a consumer that moves its own QP; the receive PSN of a
+    /// passive side before its `accept` is 0 (the consumer picks it: the
+    /// RDMA CM puts its ID's PSN there, as Linux's `rdma_init_qp_attr`).
+    pub fn init_qp_attr(&self, ep: &Endpoint, id: ConnId, state: QpState) -> Result<QpAttr, CmError> {
+        let c = &self.conns[self.find(id)?];
+        let ready = matches!(c.state, State::ReqRcvd | State::RepRcvd | State::RepSent | State::Established);
+        match (state, c.plan) {
+            (QpState::Init, None) if c.state == State::ReqSent => Ok(QpAttr {
+                qp_state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port_num: Some(1),
+                qp_access_flags: Some(c.params.access),
+                ..QpAttr::default()
+            }),
+            (QpState::Init | QpState::Rtr | QpState::Rts, Some(plan)) if ready => {
+                plan.attr(ep, c.peer, c.remote_qpn, state).ok_or(CmError::WrongState(id))
+            }
+            _ => Err(CmError::WrongState(id)),
+        }
+    }
+
+    /// Active, the consumer moving its QP: after [`CmEvent::ConnectResponse`]
+    /// (and the QP in RTS), sends the RTU. The connection is established;
+    /// no event follows (librdmacm's `rdma_establish`).
+    pub fn establish(&mut self, ep: &mut Endpoint, id: ConnId) -> Result<(), CmError> {
+        let i = self.find(id)?;
+        let c = &self.conns[i];
+        if c.state != State::RepRcvd {
+            return Err(CmError::WrongState(id));
+        }
+        let rtu = emit(
+            c.tid,
+            CmMessage::Rtu(RtuRepr {
+                local_comm_id: c.local_id,
+                remote_comm_id: c.remote_id,
+                private_data: [0; RTU_PRIVATE_DATA_LEN],
+            }),
+        );
+        self.send(ep, c.peer, rtu, false);
+        self.conns[i].state = State::Established;
+        Ok(())
+    }
+
+    /// The vendor ID of the peer's REQ (passive) or REP (active): its ECE
+    /// vendor ID, 0 from a peer that sets none.
+    pub fn remote_vendor_id(&self, id: ConnId) -> Option<u32> {
+        Some(self.conns.iter().find(|c| c.local_id == id.0)?.remote_vendor_id)
+    }
+
     /// Forgets a connection at once, whatever its state (the consumer
     /// destroyed its ID): no event, no message. The QP is the consumer's.
     pub fn forget(&mut self, id: ConnId) {
@@ -538,6 +717,7 @@ impl Cm {
         Ok(())
     }
 
+    /// `qpn` to ERR, unless `None` (no QP, or the consumer's to move).
     fn to_err(ep: &mut Endpoint, qpn: Option<u32>) {
         if let Some(q) = qpn {
             let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
@@ -557,13 +737,15 @@ impl Cm {
         params: ConnParams,
     ) -> Result<ConnId, CmError> {
         let private_data = pad::<REQ_PRIVATE_DATA_LEN>(private_data).ok_or(CmError::PrivateDataTooLong)?;
-        Self::to_init(ep, qpn, params.access)?;
+        if !params.consumer_moves_qp {
+            Self::to_init(ep, qpn, params.access)?;
+        }
         let local_id = self.alloc_id();
         let exp = timeout_exp(self.config.response_timeout);
         let ib = ep.link() == crate::framing::LinkKind::Ib;
         let req = ReqRepr {
             local_comm_id: local_id,
-            vendor_id: 0,
+            vendor_id: params.vendor_id & 0xff_ffff,
             service_id,
             local_ca_guid: self.config.ca_guid,
             local_qkey: 0,
@@ -621,6 +803,8 @@ impl Cm {
             reply: None,
             drep: None,
             rep_private_data: None,
+            plan: None,
+            remote_vendor_id: 0,
             remote_ca_guid: 0,
             initiator_depth: 0,
         });
@@ -650,39 +834,31 @@ impl Cm {
         let (peer, tid, remote_id) = (c.peer, c.tid, c.remote_id);
         // Checked on receipt of the REQ.
         let mtu = mtu_from_wire(req.path_mtu).unwrap_or(Mtu::Mtu1024).min_by_bytes(params.path_mtu);
-        let rtr = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(mtu),
-            dest_qp_num: Some(req.local_qpn),
-            rq_psn: Some(params.starting_psn),
-            av: Some(AddressVector {
-                hop_limit: req.primary_path.hop_limit,
-                traffic_class: req.primary_path.traffic_class,
-                ..ep.route(peer)
-            }),
-            max_dest_rd_atomic: Some(responder_resources),
-            min_rnr_timer: Some(params.min_rnr_timer),
-            ..QpAttr::default()
+        let plan = QpPlan {
+            access: params.access,
+            path_mtu: mtu,
+            rq_psn: params.starting_psn,
+            max_dest_rd_atomic: responder_resources,
+            max_rd_atomic: initiator_depth,
+            ..QpPlan::from_req(&req, params.min_rnr_timer)
         };
-        // RTS before the REP leaves, as librdmacm does: the active side may
-        // send as soon as it has the REP, before our RTU arrives.
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(req.starting_psn),
-            timeout: Some(req.primary_path.local_ack_timeout),
-            retry_cnt: Some(req.retry_count),
-            rnr_retry: Some(req.rnr_retry_count),
-            max_rd_atomic: Some(initiator_depth),
-            ..QpAttr::default()
-        };
-        let moved = Self::to_init(ep, qpn, params.access)
-            .and_then(|_| Ok(ep.modify_qp(qpn, &rtr)?))
-            .and_then(|_| Ok(ep.modify_qp(qpn, &rts)?));
-        if let Err(e) = moved {
-            // The consumer's QP is not usable: the peer must not wait.
-            self.send(ep, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
-            self.conns.remove(i);
-            return Err(e);
+        if !params.consumer_moves_qp {
+            // RTS before the REP leaves, as librdmacm does: the active side
+            // may send as soon as it has the REP, before our RTU arrives.
+            let remote_qpn = req.local_qpn;
+            let moved = Self::to_init(ep, qpn, params.access).and_then(|_| {
+                for state in [QpState::Rtr, QpState::Rts] {
+                    let attr = plan.attr(ep, peer, remote_qpn, state).expect("RTR and RTS have attributes");
+                    ep.modify_qp(qpn, &attr)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = moved {
+                // The consumer's QP is not usable: the peer must not wait.
+                self.send(ep, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
+                self.conns.remove(i);
+                return Err(e);
+            }
         }
         let rep = emit(
             tid,
@@ -691,7 +867,7 @@ impl Cm {
                 remote_comm_id: remote_id,
                 local_qkey: 0,
                 local_qpn: qpn,
-                vendor_id: 0,
+                vendor_id: params.vendor_id & 0xff_ffff,
                 local_eecn: 0,
                 starting_psn: params.starting_psn,
                 responder_resources,
@@ -715,6 +891,7 @@ impl Cm {
         c.state = State::RepSent;
         c.reply = Some(rep);
         c.params = params;
+        c.plan = Some(plan);
         c.initiator_depth = initiator_depth;
         Ok(())
     }
@@ -770,7 +947,7 @@ impl Cm {
         if c.state != State::Established {
             return Err(CmError::WrongState(id));
         }
-        Self::to_err(ep, c.qpn);
+        Self::to_err(ep, c.moved_qpn());
         let dreq = emit(
             0,
             CmMessage::Dreq(DreqRepr {
@@ -786,6 +963,18 @@ impl Cm {
         c.dreq_tid = tid;
         c.state = State::DreqSent;
         Ok(())
+    }
+}
+
+impl Conn {
+    /// The QP the CM moves (to ERR, on the way out): none where the
+    /// consumer moves its own.
+    fn moved_qpn(&self) -> Option<u32> {
+        if self.params.consumer_moves_qp {
+            None
+        } else {
+            self.qpn
+        }
     }
 }
 

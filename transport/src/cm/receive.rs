@@ -75,8 +75,8 @@ impl Cm {
         let c = &self.conns[i];
         let id = ConnId(c.local_id);
         match c.state {
-            State::ReqSent | State::RepSent => {
-                Self::to_err(ep, c.qpn);
+            State::ReqSent | State::RepSent | State::RepRcvd => {
+                Self::to_err(ep, c.moved_qpn());
                 self.events.push_back(CmEvent::TimedOut { id });
                 self.conns.remove(i);
             }
@@ -107,9 +107,9 @@ impl Cm {
                 _ => self.stats.unexpected += 1,
             },
             CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
-                Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent) => {
+                Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent | State::RepRcvd) => {
                     let c = self.conns.remove(i);
-                    Self::to_err(ep, c.qpn);
+                    Self::to_err(ep, c.moved_qpn());
                     let private_data = Box::new(rej.private_data);
                     self.events.push_back(CmEvent::Rejected {
                         id: ConnId(c.local_id),
@@ -247,6 +247,8 @@ impl Cm {
             reply: None,
             drep: None,
             rep_private_data: None,
+            plan: Some(QpPlan::from_req(&req, ConnParams::default().min_rnr_timer)),
+            remote_vendor_id: req.vendor_id,
             remote_ca_guid: req.local_ca_guid,
             initiator_depth: 0,
         });
@@ -277,51 +279,47 @@ impl Cm {
             State::ReqSent => {}
             // Our RTU was lost: the peer repeats its REP.
             State::Established if c.remote_id == rep.local_comm_id => return self.send(ep, from, rtu, false),
+            // The consumer has not established yet: the RTU is on its way.
+            State::RepRcvd if c.remote_id == rep.local_comm_id => return,
             _ => {
                 self.stats.unexpected += 1;
                 return;
             }
         }
-        let (Some(qpn), p) = (c.qpn, c.params) else { return };
+        let Some(qpn) = c.qpn else { return };
         let id = ConnId(c.local_id);
-        // Swapped: the peer's responder resources are our initiator depth.
-        let rtr = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(p.path_mtu),
-            dest_qp_num: Some(rep.local_qpn),
-            // rdma_cm: we receive from the PSN we advertised.
-            rq_psn: Some(p.starting_psn),
-            av: Some(AddressVector { hop_limit: p.hop_limit, traffic_class: p.traffic_class, ..ep.route(from) }),
-            max_dest_rd_atomic: Some(rep.initiator_depth),
-            min_rnr_timer: Some(p.min_rnr_timer),
-            ..QpAttr::default()
-        };
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(rep.starting_psn),
-            timeout: Some(p.local_ack_timeout),
-            retry_cnt: Some(p.retry_count),
-            rnr_retry: Some(rep.rnr_retry_count),
-            max_rd_atomic: Some(rep.responder_resources),
-            ..QpAttr::default()
-        };
-        if ep.modify_qp(qpn, &rtr).and_then(|_| ep.modify_qp(qpn, &rts)).is_err() {
-            // The REP's values do not fit the QP: refuse it, do not panic.
-            Self::to_err(ep, Some(qpn));
-            self.send(ep, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
-            self.conns.remove(i);
-            self.events.push_back(CmEvent::QpError { id });
-            return;
+        let plan = QpPlan::from_rep(&c.params, &rep);
+        let consumer_moves_qp = c.params.consumer_moves_qp;
+        if !consumer_moves_qp {
+            let moved = [QpState::Rtr, QpState::Rts].into_iter().try_for_each(|state| {
+                let attr = plan.attr(ep, from, rep.local_qpn, state).expect("RTR and RTS have attributes");
+                ep.modify_qp(qpn, &attr)
+            });
+            if moved.is_err() {
+                // The REP's values do not fit the QP: refuse it, do not panic.
+                Self::to_err(ep, Some(qpn));
+                self.send(ep, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
+                self.conns.remove(i);
+                self.events.push_back(CmEvent::QpError { id });
+                return;
+            }
+            self.send(ep, from, rtu, false);
         }
-        self.send(ep, from, rtu, false);
         let c = &mut self.conns[i];
         c.remote_id = rep.local_comm_id;
         c.remote_qpn = rep.local_qpn;
         c.remote_ca_guid = rep.local_ca_guid;
+        c.remote_vendor_id = rep.vendor_id;
         c.rep_private_data = Some(Box::new(rep.private_data));
-        c.state = State::Established;
+        c.plan = Some(plan);
         c.initiator_depth = rep.responder_resources;
-        self.events.push_back(CmEvent::Established { id, qpn, remote_qpn: rep.local_qpn });
+        if consumer_moves_qp {
+            c.state = State::RepRcvd;
+            self.events.push_back(CmEvent::ConnectResponse { id, remote_qpn: rep.local_qpn });
+        } else {
+            c.state = State::Established;
+            self.events.push_back(CmEvent::Established { id, qpn, remote_qpn: rep.local_qpn });
+        }
     }
 
     fn on_rtu(&mut self, i: usize) {
@@ -359,7 +357,7 @@ impl Cm {
         }
         match c.state {
             State::Established | State::DreqSent => {
-                Self::to_err(ep, c.qpn);
+                Self::to_err(ep, c.moved_qpn());
                 self.send(ep, from, drep, false);
                 let id = ConnId(c.local_id);
                 let c = &mut self.conns[i];

@@ -77,7 +77,8 @@ impl Endpoint {
     }
 
     fn receive(&mut self, now: Instant, l3: &[u8]) {
-        self.touch();
+        // The QP it reaches, if any, is marked in `deliver`/`receive_cnp`.
+        self.touch_some();
         self.stats.packets_received += 1;
         match self.framer.link {
             LinkKind::RoceV2 => self.receive_roce_v2(now, l3),
@@ -281,10 +282,14 @@ impl Endpoint {
         sl: u8,
     ) {
         let bth = t.bth();
+        let agenda_on = self.agenda_on();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
         };
+        if agenda_on {
+            self.agenda.get_mut().mark(qpn);
+        }
         if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
             self.stats.drop(Drop::PkeyMismatch, qpn);
             return;
@@ -354,6 +359,8 @@ impl Endpoint {
                 if let Err(e) = self.mrs.invalidate(rkey, pd, Some(qpn)) {
                     tracing::warn!(qpn, error = %e, "a checked invalidation failed");
                 }
+                // A region other QPs may use changed.
+                self.agenda.get_mut().mark_all();
             }
         }
         if !was_error && qp.state == QpState::Err {
@@ -396,6 +403,9 @@ impl Endpoint {
     /// rate; anything else is dropped with its reason, so that a stray or
     /// forged CNP cannot slow a QP it does not belong to.
     fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
+        if self.agenda_on() {
+            self.agenda.get_mut().mark(qpn);
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;

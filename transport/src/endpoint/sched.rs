@@ -6,52 +6,14 @@
 //! packets and READ responses: a QP's owed CNPs leave first, and with
 //! DCQCN on its pacer gates its data packets.
 
+use super::transmit::{Transmit, TX_BURST};
 use super::Endpoint;
 use crate::events::AsyncEvent;
-use crate::framing::PayloadRef;
 use crate::qp::{AddressVector, QpParams};
 use crate::requester::ReqOutcome;
 use crate::time::Instant;
 use crate::timers::Timer;
-use core::net::IpAddr;
 use core::time::Duration;
-
-/// A packet [`Endpoint::poll_transmit`] wrote.
-#[derive(Debug, Clone)]
-pub struct Transmit {
-    /// Bytes written, IP header through ICRC; without the payload when
-    /// `payload` is set.
-    pub len: usize,
-    pub dest: IpAddr,
-    pub src_port: u16,
-    /// A held ACK released by the packets sent before it in this round
-    /// (see [`Endpoint::set_ack_delay`]). [`Endpoint::poll_transmit_fresh`]
-    /// stops short of these, so that a driver can send the packets before
-    /// them first.
-    pub released_ack: bool,
-    /// The payload, when the packet carries it by reference (see
-    /// [`Endpoint::set_payload_by_reference`]): the buffer then holds the
-    /// headers and room for pad and ICRC, and the driver sends the
-    /// payload from the region and seals the packet.
-    pub payload: Option<PayloadRef>,
-}
-
-impl Transmit {
-    /// Bytes the packet takes on the wire from the IP header on.
-    pub fn wire_len(&self) -> usize {
-        self.len + self.payload.as_ref().map_or(0, |p| p.len)
-    }
-}
-
-/// Packets a QP sends in a row before the next QP's turn: runs long enough
-/// for a driver to hand the kernel as one segmented send (UDP GSO), short
-/// enough that no QP waits long.
-pub const TX_BURST: u32 = 16;
-
-/// A buffer this large holds any packet the engine writes (4 KiB MTU):
-/// the largest header stack, BTH and extension headers, payload, ICRC and
-/// native IB's VCRC.
-pub const MAX_PACKET: usize = crate::framing::MAX_FRAMING + 12 + 28 + 4096 + 4 + crate::framing::MAX_TRAILER;
 
 impl Endpoint {
     /// Lets a lone positive ACK wait up to `delay` for company: it leaves
@@ -106,7 +68,7 @@ impl Endpoint {
         self.qps.values().any(|q| q.timers.is_armed(Timer::HeldAck))
     }
 
-    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`]
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`](super::MAX_PACKET)
     /// bytes). QPs take turns of up to [`TX_BURST`] packets; within a QP,
     /// responses go before requests. Call it until it returns `None`: that
     /// ends a round, and held ACKs leave at the end of a round that sent
@@ -153,8 +115,9 @@ impl Endpoint {
 
     /// Whether the last round found nothing and no timer is due yet: a
     /// poll then costs this comparison. Otherwise the QPs are about to be
-    /// walked, and sending arms timers (a QP that fails stops its own), so
-    /// the cached deadline is dropped.
+    /// asked, and sending arms timers (a QP that fails stops its own), so
+    /// the cached deadline is dropped (with the agenda, each asked QP's
+    /// deadline is computed again).
     pub(super) fn idle_until_later(&mut self, now: Instant) -> bool {
         if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
             return true;
@@ -163,11 +126,48 @@ impl Endpoint {
         false
     }
 
+    /// Whether the endpoint keeps its agenda (more than
+    /// [`super::agenda::WALK_MAX_QPS`] QPs, or what [`Endpoint::set_agenda_threshold`]
+    /// set) rather than walking every QP.
+    #[inline]
+    pub(super) fn agenda_on(&self) -> bool {
+        self.qps.len() > self.walk_max_qps
+    }
+
+    /// Walks every QP while the device has at most `qps` QPs, and keeps
+    /// the agenda past that (the engine's own threshold unless set): the
+    /// same packets leave in the same order either way, only the cost
+    /// differs. For tests that check that (0: always the agenda;
+    /// `usize::MAX`: never) and for measuring the cost. Safe at any time:
+    /// the agenda starts over.
+    #[doc(hidden)]
+    pub fn set_agenda_threshold(&mut self, qps: usize) {
+        self.walk_max_qps = qps;
+        self.touch();
+    }
+
     /// Records that something happened which may give a QP packets to send
     /// or change a timer: the next `poll_transmit` looks at every QP again,
     /// and `poll_timeout` recomputes. Every `&mut self` entry point that
     /// can do either calls it; posting a receive and polling a CQ cannot.
+    /// It marks every QP in the agenda, even without one in use: that is
+    /// how the agenda starts over when QP creation puts it in use.
     pub(super) fn touch(&mut self) {
+        self.touch_some();
+        self.agenda.get_mut().mark_all();
+    }
+
+    /// [`Endpoint::touch`] for an entry point that changed QP `qpn` only.
+    pub(super) fn touch_qp(&mut self, qpn: u32) {
+        self.touch_some();
+        if self.agenda_on() {
+            self.agenda.get_mut().mark(qpn);
+        }
+    }
+
+    /// [`Endpoint::touch`] for an entry point that marks the QPs it
+    /// changes in the agenda itself (a received packet, a timer).
+    pub(super) fn touch_some(&mut self) {
         self.tx_idle = false;
         self.fresh_done = false;
         self.deadline.set(None);
@@ -184,6 +184,11 @@ impl Endpoint {
                 return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
             }
         }
+        if self.agenda_on() {
+            return self.next_packet_agenda(now, buf, flush);
+        }
+        // Every QP in turn from the cursor: a device with few QPs (see
+        // `agenda::WALK_MAX_QPS`) has no agenda to say which may send.
         for _ in 0..self.qps.len() {
             let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,
@@ -206,7 +211,86 @@ impl Endpoint {
         None
     }
 
+    /// [`Endpoint::next_packet`] with the agenda: only the QPs that may
+    /// have something are asked, those touched since they last had
+    /// nothing and those whose deadline has passed. The others would
+    /// answer `None`, so the turns come out as a walk over all. A round
+    /// that releases held ACKs (`flush`) asks every QP: any may hold one.
+    /// (Not inlined: the walk above stays as lean as before the agenda.)
+    #[inline(never)]
+    fn next_packet_agenda(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        let agenda = self.agenda.get_mut();
+        if !flush {
+            agenda.refresh(&self.qps);
+            agenda.wake_due(now);
+        }
+        let (mut left, start) = (self.qps.len(), self.rr);
+        loop {
+            let qpn = if flush {
+                if left == 0 {
+                    return None;
+                }
+                left -= 1;
+                self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()).map(|(&k, _)| k)?
+            } else {
+                let Some(qpn) = self.agenda.get_mut().next_ready(self.rr, &self.qps) else {
+                    // Nothing: the walk would have asked every QP, from the
+                    // first at or after the cursor the round began with
+                    // round to the one before it (the last below that
+                    // cursor, or the last of all), and left the cursor past
+                    // that one, so that the next round begins there again.
+                    let before = self.qps.range(..start).next_back().or_else(|| self.qps.iter().next_back());
+                    if let Some((&before, _)) = before {
+                        (self.rr, self.burst) = (before.wrapping_add(1), 0);
+                    }
+                    return None;
+                };
+                // The walk would have asked the QPs skipped on the way, and
+                // each answer `None` ends the turn in progress: so does
+                // skipping them. (A QP in its turn stays ready until it
+                // answers `None`, so this is for one destroyed in its turn.)
+                if self.burst > 0 && qpn != self.rr {
+                    let first = self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next());
+                    if first.is_some_and(|(&k, _)| k != qpn) {
+                        self.burst = 0;
+                    }
+                }
+                qpn
+            };
+            let t = self.transmit_from(qpn, now, buf, flush);
+            // Its deadline may have changed; one that sent may have more,
+            // one of the ready that had nothing leaves them.
+            let agenda = self.agenda.get_mut();
+            agenda.mark_stale(qpn);
+            match t {
+                Some(t) => {
+                    if flush {
+                        agenda.sent(qpn);
+                    }
+                    self.burst += 1;
+                    if self.burst >= TX_BURST {
+                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                    } else {
+                        self.rr = qpn;
+                    }
+                    return Some(t);
+                }
+                None => {
+                    if !flush {
+                        agenda.idle(qpn);
+                    }
+                    (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                }
+            }
+        }
+    }
+
     /// The next packet of one QP: a response first, else a request.
+    /// Inlined into both of its callers: the walk of a device with few
+    /// QPs is the per-packet path that must stay as fast as before the
+    /// agenda (a call here cost a one-QP device about 50 instructions a
+    /// packet, `scripts/callgrind.sh`), and the agenda's is the fabric's.
+    #[inline(always)]
     fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn).expect("key from the map");
         // Congestion control: owed CNPs first, then the pacer's gate on
@@ -262,7 +346,7 @@ impl Endpoint {
             return match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
                 ReqOutcome::Idle => None,
                 ReqOutcome::Local(op) => {
-                    match crate::window::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
+                    match crate::window::verbs::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {
                         Ok(()) => {
                             qp.local_done(&mut self.cqs);
                             continue; // the requests behind it may go now

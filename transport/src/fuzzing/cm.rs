@@ -221,6 +221,9 @@ pub fn cm_receive_report(data: &[u8]) -> CmReport {
     let mut free: Vec<u32> = (0..6).map(|_| ep.create_qp(QpInitAttr::new(QpType::Rc, pd, cq)).expect("a QP")).collect();
     // A QP the consumer never gives the CM: nothing may move it.
     let bystander = ep.create_qp(QpInitAttr::new(QpType::Rc, pd, cq)).expect("a QP");
+    // QPs handed to the CM for the consumer to move (rdma_cm's external
+    // QPs): the CM must never move them either.
+    let mut external: HashSet<u32> = HashSet::new();
     let mut now = Instant::ZERO;
     let mut waiting: Vec<(ConnId, u64)> = Vec::new();
     let mut accepted: HashSet<u32> = HashSet::new();
@@ -268,8 +271,16 @@ pub fn cm_receive_report(data: &[u8]) -> CmReport {
                     let (id, _) = waiting.remove(0);
                     if op & 0x40 != 0 {
                         if let Some(qpn) = free.pop() {
-                            if cm.accept(&mut ep, id, qpn, b"", ConnParams::default()).is_ok() {
+                            let params = ConnParams { consumer_moves_qp: op & 0x80 != 0, ..ConnParams::default() };
+                            if params.consumer_moves_qp {
+                                external.insert(qpn);
+                            }
+                            if cm.accept(&mut ep, id, qpn, b"", params).is_ok() {
                                 accepted.insert(id.0);
+                                // What the consumer would move its QP with.
+                                for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+                                    assert!(cm.init_qp_attr(&ep, id, state).is_ok(), "no {state:?} attributes");
+                                }
                             }
                         }
                     } else {
@@ -279,7 +290,14 @@ pub fn cm_receive_report(data: &[u8]) -> CmReport {
                 2 => {
                     if let Some(qpn) = free.pop() {
                         let peer = PEERS[1];
-                        let params = ConnParams { access: Access::ALL, ..ConnParams::default() };
+                        let params = ConnParams {
+                            access: Access::ALL,
+                            consumer_moves_qp: op & 0x80 != 0,
+                            ..ConnParams::default()
+                        };
+                        if params.consumer_moves_qp {
+                            external.insert(qpn);
+                        }
                         if let Ok(id) = cm.connect(&mut ep, qpn, peer, SERVICES[0], b"", params) {
                             connected.insert(id.0, peer);
                         }
@@ -338,6 +356,16 @@ pub fn cm_receive_report(data: &[u8]) -> CmReport {
                     established.remove(&id.0);
                     waiting.retain(|w| w.0 != id);
                 }
+                CmEvent::ConnectResponse { id, .. } => {
+                    let answered = connected.get(&id.0).is_some_and(|&p| reps.contains(&(p, id.0)));
+                    assert!(answered, "connection {id:?} got a connect response without a REP");
+                    for state in [QpState::Rtr, QpState::Rts] {
+                        assert!(cm.init_qp_attr(&ep, id, state).is_ok(), "no {state:?} attributes after the REP");
+                    }
+                    assert_eq!(cm.establish(&mut ep, id), Ok(()), "establish after the connect response");
+                    established.insert(id.0);
+                    report.established += 1;
+                }
                 CmEvent::SidrRequest { id, service_id, .. } => waiting.push((id, service_id)),
                 CmEvent::SidrReply { .. } => {}
             }
@@ -348,6 +376,9 @@ pub fn cm_receive_report(data: &[u8]) -> CmReport {
         assert!(cm.connections() <= bound, "{} connections (bound {bound})", cm.connections());
         let bystander_state = ep.query_qp(bystander).map(|q| q.0);
         assert_eq!(bystander_state, Ok(QpState::Reset), "a QP the CM was never given moved");
+        for &q in &external {
+            assert_eq!(ep.query_qp(q).map(|s| s.0), Ok(QpState::Reset), "the CM moved the consumer's QP {q}");
+        }
     }
     assert!(sent <= 17 * 8 * (steps + 1), "{sent} packets for {steps} steps");
     CmReport { steps, packets_sent: sent, ..report }

@@ -23,7 +23,7 @@ const LIBRARY_ENV: &str = "SOFTROCE_LIBRARY";
 const RDMACM_ENV: &str = "SOFTROCE_RDMACM_LIBRARY";
 
 const USAGE: &str = "\
-usage: softroce-run [--device NAME=ADDR]... [--no-sysfs] -- COMMAND [ARGS]...
+usage: softroce-run [--device NAME=ADDR|NAME=ib:IFNAME[:LID]]... [--no-sysfs] -- COMMAND [ARGS]...
 
 Runs COMMAND with this project's libibverbs.so.1 and librdmacm.so.1 in
 place of rdma-core's, so that unmodified RDMA applications (ibv_rc_pingpong,
@@ -34,6 +34,11 @@ without a kernel module.
                        (IPv4, or IPv6 with an optional %SCOPE); repeat for
                        more. Default: SOFTROCE_DEVICES if set, else
                        rxe0=127.0.0.1
+  --device NAME=ib:IFNAME[:LID]
+                       a native InfiniBand device NAME on the network
+                       interface IFNAME (raw frames; root), at port LID
+                       LID (default: the subnet manager's, else the low
+                       14 bits of the interface's MAC)
   --no-sysfs           do not present the devices in /sys/class/infiniband
                        and /dev/infiniband (see below)
   -h, --help           this text
@@ -44,7 +49,7 @@ libfabric and rdma-core's tests look for. They live in a private mount
 namespace of the command and its children (a user namespace too when not
 run as root: the command keeps its uid); nothing on the host changes.
 
-Environment: SOFTROCE_DEVICES (the device list, NAME=ADDR,NAME=ADDR...),
+Environment: SOFTROCE_DEVICES (the device list, NAME=ADDR,NAME=ib:IFNAME...),
 SOFTROCE_LOG (a tracing filter such as debug: the library logs to stderr),
 SOFTROCE_LIBRARY (the library to use; default: libibverbs_abi.so beside
 this program), SOFTROCE_RDMACM_LIBRARY (the librdmacm to use; default:
@@ -52,7 +57,10 @@ librdmacm_abi.so beside the library or this program).
 
 Example, two devices and a ping-pong between them:
   softroce-run --device rxe0=127.0.0.1 -- ibv_rc_pingpong -d rxe0 -g 0 &
-  softroce-run --device rxe1=127.0.0.2 -- ibv_rc_pingpong -d rxe1 -g 0 127.0.0.1";
+  softroce-run --device rxe1=127.0.0.2 -- ibv_rc_pingpong -d rxe1 -g 0 127.0.0.1
+Native IB, addressed by LID (no -g), across a veth pair va/vb:
+  ip netns exec a softroce-run --device mlx0=ib:va -- ibv_rc_pingpong -d mlx0 &
+  ip netns exec b softroce-run --device mlx0=ib:vb -- ibv_rc_pingpong -d mlx0 ADDR-OF-va";
 
 #[derive(Debug, thiserror::Error)]
 enum RunError {
@@ -103,7 +111,7 @@ fn parse(args: Vec<OsString>) -> Result<Option<Args>, RunError> {
             }
             "--no-sysfs" => sysfs = false,
             "--device" | "-d" => {
-                let v = it.next().ok_or_else(|| RunError::Usage(format!("{s} needs NAME=ADDR")))?;
+                let v = it.next().ok_or_else(|| RunError::Usage(format!("{s} needs NAME=ADDR or NAME=ib:IFNAME")))?;
                 devices.push(spec::parse_entry(&v.to_string_lossy())?);
             }
             _ if s.starts_with("--device=") => devices.push(spec::parse_entry(&s["--device=".len()..])?),

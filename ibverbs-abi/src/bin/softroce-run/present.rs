@@ -18,7 +18,7 @@
 //! our entries are added. Nothing on the host changes.
 
 use ibverbs_abi::spec::DeviceSpec;
-use ibverbs_abi::sysfs::{class_tree, interface_of, Node};
+use ibverbs_abi::sysfs::{class_tree, port_view, Node};
 use std::ffi::CString;
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -42,7 +42,7 @@ pub enum PresentError {
 /// thread (unshare of a user namespace requires it), before exec.
 pub fn present(devices: &[DeviceSpec]) -> Result<(), PresentError> {
     enter_namespace()?;
-    let tree = class_tree(devices, |d| interface_of(d.addr, d.scope_id));
+    let tree = class_tree(devices, port_view);
     cover("/sys/class", &["infiniband", "infiniband_verbs"], |root| {
         for e in &tree {
             let path = root.join(&e.path);

@@ -1,0 +1,133 @@
+//! What a collective run reports: the job completion time, algorithm and
+//! bus bandwidth as nccl-tests defines them, the tail across ranks, and
+//! what the fabric did (drops, pauses, retransmissions).
+
+use serde::Serialize;
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+impl Kind {
+    /// The scenario name of `rdma-fabric run`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::AllReduce => "allreduce",
+            Kind::AllGather => "allgather",
+            Kind::ReduceScatter => "reduce-scatter",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        [Kind::AllReduce, Kind::AllGather, Kind::ReduceScatter].into_iter().find(|k| k.name() == name)
+    }
+
+    /// nccl-tests' bus bandwidth factor for `n` ranks: what each rank's
+    /// link must carry relative to the algorithm bandwidth, so that the bus
+    /// bandwidth compares with the link rate whatever `n` (2(n-1)/n for
+    /// all-reduce, (n-1)/n for all-gather and reduce-scatter).
+    pub fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Kind::AllReduce => 2.0 * (n - 1.0) / n,
+            Kind::AllGather | Kind::ReduceScatter => (n - 1.0) / n,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CollectiveReport {
+    pub scenario: String,
+    pub algorithm: String,
+    pub hosts: usize,
+    /// nccl-tests' size: the all-reduce buffer, all-gather's whole output,
+    /// reduce-scatter's whole input.
+    pub size_bytes: u64,
+    pub seed: u64,
+    pub link: String,
+    pub pfc: bool,
+    pub dcqcn: bool,
+    /// Time until the last rank finished (`None`: not all did).
+    pub jct_us: Option<f64>,
+    /// size / JCT, in Gb/s.
+    pub algbw_gbps: Option<f64>,
+    /// algbw × the bus factor ([`Kind::bus_factor`]), in Gb/s.
+    pub busbw_gbps: Option<f64>,
+    /// The ring's α-β lower bound: every step moves its chunk (with its
+    /// headers) over one link at line rate and crosses at least two links.
+    pub lower_bound_us: Option<f64>,
+    /// When ranks finished, across ranks.
+    pub rank_completion_us_p50: Option<f64>,
+    pub rank_completion_us_p99: Option<f64>,
+    pub rank_completion_us_max: Option<f64>,
+    pub ranks_unfinished: usize,
+    /// A WRITE completed in error (its QP ran out of retries).
+    pub failed: bool,
+    pub drops: u64,
+    pub pauses: u64,
+    pub retransmits: u64,
+    pub ecn_marks: u64,
+    pub cnps: u64,
+    pub packet_hops: u64,
+    pub simulated_us: f64,
+}
+
+/// (algbw, busbw) in Gb/s for `size` bytes in `jct_us`.
+pub fn bandwidths(kind: Kind, n: usize, size: u64, jct_us: f64) -> (f64, f64) {
+    let algbw = size as f64 * 8.0 / (jct_us * 1e3);
+    (algbw, algbw * kind.bus_factor(n))
+}
+
+impl CollectiveReport {
+    /// The readable summary of `rdma-fabric run` without `--json`.
+    pub fn table(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
+        let rows = [
+            ("scenario", format!("{} ({})", self.scenario, self.algorithm)),
+            ("hosts", self.hosts.to_string()),
+            ("size_bytes", self.size_bytes.to_string()),
+            ("seed", self.seed.to_string()),
+            ("fabric", format!("{} pfc={} dcqcn={}", self.link, self.pfc, self.dcqcn)),
+            ("jct_us", f(self.jct_us)),
+            ("lower_bound_us", f(self.lower_bound_us)),
+            ("algbw_gbps", f(self.algbw_gbps)),
+            ("busbw_gbps", f(self.busbw_gbps)),
+            (
+                "rank_completion_us",
+                format!(
+                    "p50 {} p99 {} max {}",
+                    f(self.rank_completion_us_p50),
+                    f(self.rank_completion_us_p99),
+                    f(self.rank_completion_us_max)
+                ),
+            ),
+            ("ranks_unfinished", self.ranks_unfinished.to_string()),
+            ("drops", self.drops.to_string()),
+            ("pauses", self.pauses.to_string()),
+            ("retransmits", self.retransmits.to_string()),
+            ("ecn_marks", self.ecn_marks.to_string()),
+            ("cnps", self.cnps.to_string()),
+        ];
+        rows.iter().map(|(k, v)| format!("{k:<20}{v}\n")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bandwidths_follow_nccl_tests() {
+        // 1 GB in 1 s: 8 Gb/s; all-reduce on 8 ranks moves 2·7/8 of it per link.
+        let (alg, bus) = bandwidths(Kind::AllReduce, 8, 1_000_000_000, 1e6);
+        assert!((alg - 8.0).abs() < 1e-9 && (bus - 14.0).abs() < 1e-9);
+        let (_, bus) = bandwidths(Kind::AllGather, 4, 1_000_000_000, 1e6);
+        assert!((bus - 6.0).abs() < 1e-9);
+        assert_eq!(Kind::from_name("reduce-scatter"), Some(Kind::ReduceScatter));
+        assert_eq!(Kind::from_name("alltoall"), None);
+    }
+}

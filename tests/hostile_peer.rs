@@ -343,3 +343,91 @@ fn a_write_with_immediate_is_retried_after_an_rnr_nak() {
     t.mr.read(0, &mut back).unwrap();
     assert_eq!(&back, b"with imm");
 }
+
+/// Issue 32: while one QP replays an executed 16 MiB READ (4,096 packets
+/// at a 4 KiB MTU) on request of 250 duplicate READs, a WRITE to another
+/// QP of the device is ACKed within 0.2 s (it was measured at 1.26 s). The
+/// duplicates come one a millisecond, so that each restarts the replay,
+/// which keeps the first QP sending throughout. And that QP is not starved
+/// either: once the duplicates stop, its replay ends whole.
+#[test]
+fn another_qp_is_acked_while_one_replays_a_16_mib_read() {
+    let ip = |h| IpAddr::V4(Ipv4Addr::new(127, 0, 77, h));
+    let (dev, me, other) = (ip(1), ip(2), ip(3));
+    let config = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let device = Device::with_config("hostile-replay-16m", dev, config).expect("device");
+    let ctx = device.open().expect("open");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4096, None).unwrap();
+    let mr = pd.reg_mr(16 << 20, Access::ALL).unwrap();
+    let mr2 = pd.reg_mr(4096, Access::ALL).unwrap();
+    let connect = |peer: IpAddr, qpn: u32| {
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let info = PeerInfo { qpn, psn: EPSN, gid: Gid::from_ip(peer) };
+        let mtu = Mtu::from_bytes(4096).unwrap();
+        qp.connect(0x9000, &info, &ConnectOptions { mtu, ..ConnectOptions::default() }).unwrap();
+        qp
+    };
+    let qp = connect(me, ATTACKER_QPN);
+    let qp2 = connect(other, ATTACKER_QPN + 1);
+    let atk = Attacker::new(me, dev);
+    let atk2 = Attacker::new(other, dev);
+    let (qpn, va, rkey) = (qp.qp_num(), mr.addr(), mr.rkey());
+    let is_last = |d: &[u8]| {
+        rdma_wire::TransportPacket::new_checked(d).is_ok_and(|t| t.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_LAST)
+    };
+    // The READ, executed and answered once.
+    atk.read(qpn, EPSN, va, rkey, 16 << 20);
+    let mut buf = vec![0u8; 65536];
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(10), "the READ was not answered");
+        if atk.sock.recv(&mut buf).is_ok_and(|n| is_last(&buf[..n])) {
+            break;
+        }
+    }
+    let sent_once = ctx.stats().packets_sent;
+    // The attacker: 250 duplicates, one a millisecond, reading what comes
+    // back meanwhile; then what is left until it has been quiet a while.
+    let attacker = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        let (mut lasts_after, mut received) = (0, 0);
+        atk.sock.set_read_timeout(Some(Duration::from_micros(200))).unwrap();
+        for _ in 0..250 {
+            atk.read(qpn, EPSN, va, rkey, 16 << 20);
+            let tick = Instant::now();
+            while tick.elapsed() < Duration::from_millis(1) {
+                received += usize::from(atk.sock.recv(&mut buf).is_ok());
+            }
+        }
+        atk.sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let mut quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_millis(500) {
+            if let Ok(n) = atk.sock.recv(&mut buf) {
+                received += 1;
+                lasts_after += usize::from(is_last(&buf[..n]));
+                quiet = Instant::now();
+            }
+        }
+        (received, lasts_after)
+    });
+    let mut waits = Vec::new();
+    for i in 0..9 {
+        std::thread::sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        atk2.write(qp2.qp_num(), EPSN + i, mr2.addr(), mr2.rkey(), b"urgent", None);
+        let ack = atk2.next_ack(Duration::from_secs(5));
+        waits.push(start.elapsed());
+        assert_eq!(ack, Some((Syndrome::ACK_UNLIMITED, EPSN + i)));
+    }
+    let (received, lasts_after) = attacker.join().expect("the attacker");
+    let replayed = ctx.stats().packets_sent - sent_once;
+    // The first QP was busy replaying throughout the WRITEs, and its
+    // replay ended whole once the duplicates stopped.
+    assert!(replayed >= 2 * 4096, "the duplicates made the device replay only {replayed} packets");
+    assert!(received > 0 && lasts_after >= 1, "the replay did not end: {received} packets, {lasts_after} LASTs");
+    assert_eq!(ctx.stats().duplicates, 250);
+    eprintln!("ACK waits {waits:?}; the first QP replayed {replayed} packets meanwhile");
+    let worst = waits.iter().max().expect("nine WRITEs");
+    assert!(*worst < Duration::from_millis(200), "an unrelated WRITE's ACK took {waits:?}");
+}

@@ -305,8 +305,11 @@ impl Topology {
 
     /// Turns every link into an IB link: hosts get LIDs 1.. in host order,
     /// switches the LIDs after them, and each switch an LFT with the same
-    /// next hops as its IP routes (an ECMP group picks by DLID, as opensm
-    /// spreads destinations over equal-cost ports).
+    /// next hops as its IP routes. Where there are several (an ECMP group),
+    /// the destinations are spread as opensm's min-hop does: in LID order,
+    /// each to the equal-cost port with the fewest routes so far (ties to
+    /// the first). (DLID mod group size would send every host of a rail
+    /// switch, whose LIDs are R apart, up one spine.)
     pub fn make_ib(&mut self, cfg: &IbConfig) {
         let mut next = 1u16;
         self.lids = vec![0; self.nodes.len()];
@@ -330,9 +333,17 @@ impl Topology {
             let Node::Switch(i) = *node else { continue };
             let sw = &mut self.switches[i];
             let mut ib = IbSwitch::new(self.ident[n].ib_port.clone(), cfg.sl2vl);
-            for (addr, &lid) in &self.lid_of {
+            let mut by_lid: Vec<(u16, Ipv4Addr)> = self.lid_of.iter().map(|(&a, &l)| (l, a)).collect();
+            by_lid.sort_unstable();
+            let mut routes_on = vec![0u32; self.ports[n].len()];
+            for (lid, addr) in &by_lid {
+                let (lid, addr) = (*lid, addr);
                 let port = match sw.ecmp.get(addr) {
-                    Some(g) if !g.is_empty() => Some(g[usize::from(lid) % g.len()]),
+                    Some(g) if !g.is_empty() => {
+                        let p = *g.iter().min_by_key(|&&p| routes_on[p]).expect("not empty");
+                        routes_on[p] += 1;
+                        Some(p)
+                    }
                     _ => sw.routes.get(addr).copied(),
                 };
                 if let Some(p) = port {

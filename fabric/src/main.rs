@@ -402,11 +402,20 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // Each fabric's runs get the progress line of `run`, under its name.
+            let mut current = String::new();
             let quiet = args.quiet;
-            let mut progress = |c: &str, t: rdma_transport::Instant, _: Duration| {
-                if t.as_nanos() == 0 && !quiet {
-                    eprintln!("rdma-fabric: {c}");
+            let mut line = progress_printer(quiet);
+            let show = !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let mut progress = |c: &str, t: rdma_transport::Instant, limit: Duration| {
+                if c != current {
+                    current = c.to_string();
+                    line = progress_printer(quiet);
+                    if show {
+                        eprintln!("rdma-fabric: {c}");
+                    }
                 }
+                line(t, limit);
             };
             if let Some(kind) = Kind::from_name(&args.name) {
                 return compare_collective(kind, &args, &o, &mut progress);

@@ -1,7 +1,11 @@
 //! `rdma-fabric compare SCENARIO`: the same workload on the IB fabric
 //! (credits, no congestion control: IB CC is not modelled) and on the
 //! RoCE v2 fabric with PFC only, PFC + DCQCN, and neither; one row each.
+//! A collective (`compare allreduce|allgather|reduce-scatter`) gets its
+//! own table: JCT, bandwidths, the tail across ranks.
 
+use crate::collective::report::CollectiveReport;
+use crate::collective::CollectiveOptions;
 use crate::report::Report;
 use crate::scenarios::{run, LinkKind, Options, ScenarioError};
 use core::time::Duration;
@@ -97,6 +101,85 @@ pub fn compare(
             run(name, &o, &mut |t, d| progress(c, t, d)).map(|report| Row { config: c, report })
         })
         .collect()
+}
+
+/// One configuration's run of a collective.
+#[derive(Debug, Clone)]
+pub struct CollectiveRow {
+    pub config: &'static str,
+    pub report: CollectiveReport,
+}
+
+/// Runs collective `c` on every configuration.
+pub fn compare_collective(
+    c: &CollectiveOptions,
+    base: &Options,
+    progress: &mut dyn FnMut(&str, Instant, Duration),
+) -> Result<Vec<CollectiveRow>, ScenarioError> {
+    CONFIGS
+        .iter()
+        .map(|&cfg| {
+            let o = options(cfg, base);
+            crate::collective::run(c, &o, &mut |t, d| progress(cfg, t, d))
+                .map(|report| CollectiveRow { config: cfg, report })
+        })
+        .collect()
+}
+
+/// The comparison table of a collective.
+pub fn collective_table(rows: &[CollectiveRow]) -> String {
+    let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
+    let Some(first) = rows.first().map(|r| &r.report) else { return String::new() };
+    let mut s = format!(
+        "compare {} ({}): {} ranks, {} bytes, {}; four fabrics\n",
+        first.scenario,
+        first.algorithm,
+        first.hosts,
+        first.size_bytes,
+        first.topology_line()
+    );
+    s += &format!(
+        "{:<15} {:>10} {:>7} {:>7} {:>10} {:>10} {:>10} {:>7} {:>14} {:>7} {:>7} {:>6}\n",
+        "fabric",
+        "JCT us",
+        "algbw",
+        "busbw",
+        "rank p50",
+        "p99",
+        "max us",
+        "drops",
+        "pauses|stalls",
+        "retx",
+        "OOS",
+        "CNPs"
+    );
+    for r in rows {
+        let rep = &r.report;
+        let stalls = match rep.credit_stalls {
+            Some(c) => format!("{c} stalls"),
+            None => format!("{} pauses", rep.pauses),
+        };
+        s += &format!(
+            "{:<15} {:>10} {:>7} {:>7} {:>10} {:>10} {:>10} {:>7} {:>14} {:>7} {:>7} {:>6}\n",
+            r.config,
+            f(rep.jct_us, 1),
+            f(rep.algbw_gbps, 2),
+            f(rep.busbw_gbps, 2),
+            f(rep.rank_completion_us_p50, 1),
+            f(rep.rank_completion_us_p99, 1),
+            f(rep.rank_completion_us_max, 1),
+            rep.drops,
+            stalls,
+            rep.retransmits,
+            rep.out_of_sequence,
+            rep.cnps
+        );
+        if rep.ranks_unfinished > 0 || rep.failed {
+            s += &format!("  {}: {} ranks unfinished, failed {}\n", r.config, rep.ranks_unfinished, rep.failed);
+        }
+    }
+    s += "algbw and busbw in Gb/s (nccl-tests' definitions); OOS: packets receivers dropped as out of sequence\n";
+    s
 }
 
 /// Aggregate goodput of a run, Gb/s.

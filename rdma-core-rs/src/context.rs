@@ -105,9 +105,11 @@ pub(crate) struct State {
     leader: bool,
     /// Waiters sleeping on the condition variable.
     followers: usize,
-<<<<<<< HEAD
     /// How long the device went without a round of progress.
     gaps: ProgressGaps,
+    /// Polls answered from completions already queued, without a round of
+    /// progress, since the last round (see [`SATISFIED_POLLS`]).
+    pub(crate) polls_without_progress: u32,
 }
 
 /// The intervals between the starts of two rounds of progress on a device
@@ -141,11 +143,6 @@ impl ProgressGaps {
         }
         self.last = Some(now);
     }
-=======
-    /// Polls answered from completions already queued, without a round of
-    /// progress, since the last round (see [`SATISFIED_POLLS`]).
-    pub(crate) polls_without_progress: u32,
->>>>>>> main
 }
 
 /// What handles the MADs a round of progress takes in (the device's RDMA
@@ -544,11 +541,8 @@ impl Context {
                 taken: Vec::new(),
                 leader: false,
                 followers: 0,
-<<<<<<< HEAD
                 gaps: ProgressGaps::default(),
-=======
                 polls_without_progress: 0,
->>>>>>> main
             }),
             wait_fds,
             kick: eventfd()?,

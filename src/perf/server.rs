@@ -242,7 +242,10 @@ fn serve(
                     if cfg.verify && i != expected as u32 {
                         note(
                             &mut verify_error,
-                            Err(format!("send-bw: QP {q} receive {expected} brought message {i}, not {}", expected as u32)),
+                            Err(format!(
+                                "send-bw: QP {q} receive {expected} brought message {i}, not {}",
+                                expected as u32
+                            )),
                         );
                     } else if cfg.verify {
                         if wc.byte_len as usize != size {

@@ -4,7 +4,8 @@
 
 use super::registry::{Locked, Registry, State, UNKNOWN};
 use super::steer::{self, Steering};
-use super::{fork, keeper, ShareError};
+use super::error::ShareError;
+use super::{fork, keeper};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;

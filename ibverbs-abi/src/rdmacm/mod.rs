@@ -127,7 +127,7 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
         return Err(libc::ENODEV);
     };
     // SAFETY: a device of the list.
-    let ctx = unsafe { crate::context::ibv_open_device(&dev.c as *const ibv_device as *mut ibv_device) };
+    let ctx = unsafe { crate::open::ibv_open_device(&dev.c as *const ibv_device as *mut ibv_device) };
     if ctx.is_null() {
         // Its errno: EADDRINUSE when another process has the address.
         return Err(std::io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::ENODEV));

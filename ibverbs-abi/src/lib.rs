@@ -30,6 +30,7 @@ mod ah;
 mod context;
 mod cq;
 mod cq_ex;
+mod cq_ex_state;
 mod device;
 mod ffi;
 mod mcast;

@@ -41,6 +41,3 @@ impl From<ShareError> for io::Error {
         io::Error::new(kind, e)
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -39,3 +39,6 @@ pub mod steer;
 pub use error::ShareError;
 pub use member::{Member, Services};
 pub use steer::SteerError;
+
+#[cfg(test)]
+mod tests;

@@ -29,7 +29,7 @@ Usage: scripts/module-cycles.py [--all | --quiet] [--edges PATH] [--self-test]
   --quiet      print the enforced cycles only (scripts/check.sh)
   --edges PATH print the edges out of the files under PATH (a debugging aid)
   --self-test  check the checker on a small made-up workspace
-Exit status: 1 when a cycle touches a file under one of MUST_BE_ACYCLIC
+Exit status: 1 when a crate has a cycle that is not one of STILL_TO_BREAK
 (or a self-test check fails), 0 otherwise.
 """
 
@@ -37,9 +37,22 @@ import os
 import re
 import sys
 
-# Cycles touching files under these paths (relative to the repository root)
-# fail the check. Add a crate once its cycles are gone.
-MUST_BE_ACYCLIC = ["transport/src/", "src/perf/"]
+# Every crate of the workspace must be acyclic. The cycles below are the
+# ones not yet broken (issue 31): a cycle fails the check unless all its
+# files are in one of these sets, so a new cycle, or one that grows, fails
+# anywhere. Take a set out once its cycle is gone.
+STILL_TO_BREAK = [
+    # the UDP driver's modules and the context that owns it (io.rs's enum Io)
+    {"rdma-core-rs/src/" + f for f in (
+        "context.rs", "device.rs", "io.rs", "pd.rs", "udp/connected.rs", "udp/faults.rs", "udp/mod.rs",
+        "udp/multicast.rs", "udp/recv.rs", "udp/send.rs", "udp/shared_port.rs", "udp/uring.rs")},
+    # the CM's device, IDs and event channels, whose types hold each other
+    {"rdma-core-rs/src/cm/" + f for f in ("device.rs", "event.rs", "id.rs", "mod.rs", "multicast.rs", "route.rs")},
+    # the C library's QPs, whose create calls fill in the ops table of their
+    # extended form (qp_ex.rs), which uses them in turn; and the XRC domain
+    # type, held by QPs and SRQs, in xrc.rs
+    {"ibverbs-abi/src/" + f for f in ("mw.rs", "post.rs", "qp.rs", "qp_ex.rs", "srq.rs", "xrc.rs")},
+]
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -488,15 +501,18 @@ def targets(root, d):
     return [r for r in roots if os.path.isfile(r)]
 
 
-def analyze(root, must):
-    """[(target, edges, [(scc, enforced)])] for every target of the workspace at `root`."""
+def analyze(root, known):
+    """[(target, edges, [(scc, enforced)])] for every target of the workspace
+    at `root`; a cycle is enforced unless its files are all in one of the
+    sets of `known` (paths relative to `root`)."""
     out = []
     for d in crate_dirs(root):
         for root_file in targets(root, d):
             edges = graph(load_crate(root_file))
             sccs = []
             for scc in tarjan(edges):
-                enforced = any(os.path.relpath(f, root).startswith(p) for f in scc for p in must)
+                files = {os.path.relpath(f, root) for f in scc}
+                enforced = not any(files <= k for k in known)
                 sccs.append((scc, enforced))
             out.append((root_file, edges, sccs))
     return out
@@ -513,7 +529,7 @@ def report(root, results, show_all, out=sys.stdout, quiet=False):
             failed += enforced
             if quiet and not enforced:
                 continue
-            tag = "must be acyclic" if enforced else "not enforced"
+            tag = "must be acyclic" if enforced else "still to break"
             print(f"{rel(root_file)}: a cycle of {len(scc)} files ({tag}): " + " ".join(rel(f) for f in scc), file=out)
             if not (enforced or show_all):
                 continue
@@ -556,7 +572,8 @@ def self_test():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-        [(_, edges, sccs)] = analyze(root, ["a/src/"])
+        [(_, edges, sccs)] = analyze(root, [])
+        [(_, _, known)] = analyze(root, [{"a/src/p.rs", "a/src/p/c.rs", "a/src/other.rs"}])
 
         def e(a, b):
             return os.path.join(root, "a/src", b) in edges[os.path.join(root, "a/src", a)]
@@ -573,6 +590,7 @@ def self_test():
             ("one cycle, p.rs and p/c.rs, enforced",
              [([os.path.relpath(f, root) for f in scc], enf) for scc, enf in sccs]
              == [(["a/src/p.rs", "a/src/p/c.rs"], True)]),
+            ("a cycle inside a set still to break is not enforced", [enf for _, enf in known] == [False]),
         ]
         buf = io.StringIO()
         report(root, [(os.path.join(root, "a/src/lib.rs"), edges, sccs)], False, buf)
@@ -587,7 +605,7 @@ def main(argv):
     if "--self-test" in argv:
         return self_test()
     show_all = "--all" in argv
-    results = analyze(ROOT, MUST_BE_ACYCLIC)
+    results = analyze(ROOT, STILL_TO_BREAK)
     if "--edges" in argv:
         under = argv[argv.index("--edges") + 1]
         for _, edges, _ in results:
@@ -601,10 +619,10 @@ def main(argv):
     if total == 0:
         print("module-cycles: no cycles")
     elif failed:
-        print(f"module-cycles: {failed} cycle(s) in code that must be acyclic ({', '.join(MUST_BE_ACYCLIC)}): "
+        print(f"module-cycles: {failed} new cycle(s) (every crate must be acyclic): "
               "move what both sides need into a module of its own")
     else:
-        print(f"module-cycles: {total} cycle(s), none in {', '.join(MUST_BE_ACYCLIC)}")
+        print(f"module-cycles: {total} cycle(s), each one of STILL_TO_BREAK (scripts/module-cycles.py)")
     return 1 if failed else 0
 
 

@@ -15,7 +15,7 @@
 //! (`polls.rs`) lets it rest without watching the device.
 
 use crate::abi::*;
-use crate::device::{dev_of, Dev};
+use crate::device::Dev;
 use crate::ffi::{event_fd, guard, set_errno, signal_fd, wait_fd, Registry};
 use crate::polls::{now_ns, PollClock, Polling};
 use crate::spec::DeviceLink;
@@ -164,20 +164,6 @@ pub unsafe fn ctx_of<'a>(p: *const ibv_context) -> Option<&'a Ctx> {
     Some(unsafe { &*(p.cast::<u8>().sub(CONTEXT_OFFSET).cast::<Ctx>()) })
 }
 
-fn ops() -> ibv_context_ops {
-    // SAFETY: all-NULL function pointers are valid Options.
-    let mut o: ibv_context_ops = unsafe { std::mem::zeroed() };
-    o.poll_cq = Some(crate::cq::poll_cq);
-    o.req_notify_cq = Some(crate::cq::req_notify_cq);
-    o.post_send = Some(crate::post::post_send);
-    o.post_recv = Some(crate::post::post_recv);
-    o.post_srq_recv = Some(crate::post::post_srq_recv);
-    o.alloc_mw = Some(crate::mw::alloc_mw);
-    o.bind_mw = Some(crate::mw::bind_mw);
-    o.dealloc_mw = Some(crate::mw::dealloc_mw);
-    o
-}
-
 /// The engine of `dev`: the one already open, or a new one.
 fn engine(dev: &'static Dev) -> Result<Arc<Engine>, i32> {
     let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
@@ -293,7 +279,7 @@ fn file_id(fd: RawFd) -> Option<(u64, u64)> {
 }
 
 /// A fresh command descriptor: a memfd (whose inode no other file has).
-fn cmd_file() -> Result<OwnedFd, i32> {
+pub(crate) fn cmd_file() -> Result<OwnedFd, i32> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain syscall with a constant name; the fd is owned from here on.
     let fd = unsafe { libc::memfd_create(c"softroce-context".as_ptr(), libc::MFD_CLOEXEC) };
@@ -311,34 +297,19 @@ pub(crate) fn device_of_cmd_fd(fd: RawFd) -> Option<&'static Dev> {
     files.iter().find(|f| f.0 == id).map(|f| f.1)
 }
 
-fn open(dev: &'static Dev) -> Result<*mut ibv_context, i32> {
-    open_with(dev, cmd_file()?)
-}
-
 /// Opens `dev` with `cmd` as its command descriptor (a new one, or the one
-/// `ibv_import_device` was given, which the context then owns and closes).
-pub(crate) fn open_with(dev: &'static Dev, cmd: OwnedFd) -> Result<*mut ibv_context, i32> {
+/// `ibv_import_device` was given, which the context then owns and closes),
+/// and `v` and `ops` as its verbs (`ops.rs` has them; `open.rs` passes them).
+pub(crate) fn open_with(
+    dev: &'static Dev,
+    cmd: OwnedFd,
+    mut v: verbs_context,
+    ops: ibv_context_ops,
+) -> Result<*mut ibv_context, i32> {
     let engine = engine(dev)?;
-    // SAFETY: all-NULL pointers and zero sizes are valid for verbs_context.
-    let mut v: verbs_context = unsafe { std::mem::zeroed() };
-    v.query_port = Some(crate::device::query_port);
-    v.query_device_ex = Some(crate::device::query_device_ex);
-    v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
-    v.open_xrcd = Some(crate::xrc::open_xrcd);
-    v.close_xrcd = Some(crate::xrc::close_xrcd);
-    v.create_srq_ex = Some(crate::xrc::create_srq_ex);
-    v.get_srq_num = Some(crate::xrc::get_srq_num);
-    v.open_qp = Some(crate::xrc::open_qp);
-    v.advise_mr = Some(crate::pd::advise_mr);
-    v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
-    v.query_rt_values = Some(crate::cq_ex::query_rt_values);
-    v.alloc_td = Some(crate::pd::alloc_td);
-    v.dealloc_td = Some(crate::pd::dealloc_td);
-    v.alloc_parent_domain = Some(crate::pd::alloc_parent_domain);
-    v.sz = std::mem::size_of::<verbs_context>();
     v.context = ibv_context {
         device: &dev.c as *const ibv_device as *mut ibv_device,
-        ops: ops(),
+        ops,
         cmd_fd: cmd.as_raw_fd(),
         async_fd: engine.shared.fd.as_raw_fd(),
         num_comp_vectors: 1,
@@ -497,20 +468,6 @@ fn deliver(shared: &AsyncShared, ev: AsyncEvent) {
     }
 }
 
-#[export_name = "softroce_ibv_open_device"]
-pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    guard("ibv_open_device", std::ptr::null_mut(), || {
-        let Some(dev) = dev_of(device) else {
-            set_errno(libc::ENODEV);
-            return std::ptr::null_mut();
-        };
-        open(dev).unwrap_or_else(|e| {
-            set_errno(e);
-            std::ptr::null_mut()
-        })
-    })
-}
-
 #[export_name = "softroce_ibv_close_device"]
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> libc::c_int {
     guard("ibv_close_device", -1, || {
@@ -532,44 +489,6 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> libc::c_
         release(&ctx.dev.spec.name);
         tracing::info!(device = %ctx.dev.spec.name, "device closed");
         0
-    })
-}
-
-/// `ibv_import_device`: another context of the device whose context's
-/// `cmd_fd` this is (the application's dup of it, usually), in this process;
-/// on success the new context owns the descriptor and closes it at
-/// `ibv_close_device`, as rdma-core's does. A descriptor of no context of
-/// this process (another process's: each has its own engine) is EOPNOTSUPP.
-#[export_name = "softroce_ibv_import_device"]
-pub unsafe extern "C" fn ibv_import_device(cmd_fd: libc::c_int) -> *mut ibv_context {
-    guard("ibv_import_device", std::ptr::null_mut(), || {
-        let Some(dev) = device_of_cmd_fd(cmd_fd) else {
-            tracing::debug!(cmd_fd, "ibv_import_device: not the command descriptor of a context of this process");
-            set_errno(libc::EOPNOTSUPP);
-            return std::ptr::null_mut();
-        };
-        // Our own copy, so that a failure leaves the caller's descriptor open.
-        // SAFETY: fcntl on a descriptor fstat just accepted.
-        let copy = unsafe { libc::fcntl(cmd_fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if copy < 0 {
-            set_errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE));
-            return std::ptr::null_mut();
-        }
-        use std::os::fd::FromRawFd;
-        // SAFETY: a fresh descriptor we own.
-        let owned = unsafe { OwnedFd::from_raw_fd(copy) };
-        match open_with(dev, owned) {
-            Ok(ctx) => {
-                // SAFETY: the caller's descriptor, now ours to close.
-                unsafe { libc::close(cmd_fd) };
-                tracing::debug!(device = %dev.spec.name, "device context imported");
-                ctx
-            }
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        }
     })
 }
 

@@ -34,7 +34,7 @@ pub struct Cq {
     scratch: Mutex<Vec<WorkCompletion>>,
     /// For `ibv_create_cq_ex`'s CQs (None for the others): what the
     /// extended polling took from the engine and has yet to hand out.
-    pub(crate) ex_state: Option<crate::cq_ex::ExState>,
+    pub(crate) ex_state: Option<crate::cq_ex_state::ExState>,
     /// QPs using this CQ (destroying it before them is EBUSY).
     pub users: Users,
     /// The channel it reports to; its use is held until this CQ goes.
@@ -167,7 +167,7 @@ pub(crate) unsafe fn create(
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
-    ex: Option<(ibv_cq_ex_ops, crate::cq_ex::ExState)>,
+    ex: Option<(ibv_cq_ex_ops, crate::cq_ex_state::ExState)>,
 ) -> *mut ibv_cq {
     // SAFETY: ctx_of checks the registry.
     let Some(ctx) = (unsafe { ctx_of(context) }) else { return std::ptr::null_mut() };
@@ -218,7 +218,7 @@ pub(crate) unsafe fn create(
     held.keep();
     let (ex, ex_state) = match ex {
         Some((ops, state)) => (ops, Some(state)),
-        None => (crate::cq_ex::no_ops(), None),
+        None => (no_ops(), None),
     };
     let cq = Box::into_raw(Box::new(Cq {
         c,
@@ -402,4 +402,31 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         c.c.cqe.store(depth as c_int, Ordering::Release);
         0
     })
+}
+
+/// The function table of a plain CQ: none.
+pub(crate) fn no_ops() -> ibv_cq_ex_ops {
+    ibv_cq_ex_ops {
+        comp_mask: 0,
+        status: 0.into(),
+        wr_id: 0.into(),
+        start_poll: None,
+        next_poll: None,
+        end_poll: None,
+        read_opcode: None,
+        read_vendor_err: None,
+        read_byte_len: None,
+        read_imm_data: None,
+        read_qp_num: None,
+        read_src_qp: None,
+        read_wc_flags: None,
+        read_slid: None,
+        read_sl: None,
+        read_dlid_path_bits: None,
+        read_completion_ts: None,
+        read_cvlan: None,
+        read_flow_tag: None,
+        read_tm_info: None,
+        read_completion_wallclock_ns: None,
+    }
 }

@@ -25,65 +25,11 @@
 
 use crate::abi::*;
 use crate::context::ctx_of;
-use crate::cq::{to_c, Cq};
+use crate::cq::{no_ops, to_c, Cq};
+use crate::cq_ex_state::{ExState, Stamped, REFILL};
 use crate::device::MAX_CQE;
 use crate::ffi::{errno_of, guard, set_errno};
 use libc::{c_int, c_uint};
-use rdma_core_rs::WorkCompletion;
-use std::cell::UnsafeCell;
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
-/// How many completions one refill takes from the engine.
-const REFILL: usize = 16;
-
-/// A completion and when the library took it from the engine.
-#[derive(Clone, Copy)]
-struct Stamped<W> {
-    wc: W,
-    monotonic_ns: u64,
-    wallclock_ns: u64,
-}
-
-/// The polling state of an extended CQ.
-pub struct ExState {
-    /// Taken from the engine, not yet handed out.
-    pending: Mutex<VecDeque<Stamped<WorkCompletion>>>,
-    /// The completion `read_*` read (between start_poll and end_poll).
-    current: UnsafeCell<Stamped<ibv_wc>>,
-    /// Completions taken per refill, reused.
-    scratch: Mutex<Vec<WorkCompletion>>,
-    /// The parent domain it was made in (`IBV_CQ_INIT_ATTR_MASK_PD`), whose
-    /// use it holds until destroyed, as mlx5 counts it.
-    pub(crate) parent_domain: Option<&'static crate::pd::Pd>,
-}
-
-// SAFETY: `current` is written and read only by the thread that holds the
-// CQ between ibv_start_poll and ibv_end_poll (libibverbs' contract).
-unsafe impl Sync for ExState {}
-
-impl ExState {
-    fn new(parent_domain: Option<&'static crate::pd::Pd>) -> ExState {
-        // SAFETY: plain data, zero is valid.
-        let zero: Stamped<ibv_wc> = unsafe { std::mem::zeroed() };
-        ExState {
-            pending: Mutex::new(VecDeque::new()),
-            current: UnsafeCell::new(zero),
-            scratch: Mutex::new(Vec::with_capacity(REFILL)),
-            parent_domain,
-        }
-    }
-
-    /// Moves up to `max` pending completions, oldest first, into `out`
-    /// (for `ibv_poll_cq` on an extended CQ).
-    pub(crate) fn take_pending(&self, out: &mut Vec<WorkCompletion>, max: usize) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        while out.len() < max {
-            let Some(s) = p.pop_front() else { break };
-            out.push(s.wc);
-        }
-    }
-}
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -162,33 +108,6 @@ pub unsafe extern "C" fn create_cq_ex(context: *mut ibv_context, attr: *mut ibv_
         }
         cq.cast()
     })
-}
-
-/// The function table of a plain CQ: none.
-pub fn no_ops() -> ibv_cq_ex_ops {
-    ibv_cq_ex_ops {
-        comp_mask: 0,
-        status: 0.into(),
-        wr_id: 0.into(),
-        start_poll: None,
-        next_poll: None,
-        end_poll: None,
-        read_opcode: None,
-        read_vendor_err: None,
-        read_byte_len: None,
-        read_imm_data: None,
-        read_qp_num: None,
-        read_src_qp: None,
-        read_wc_flags: None,
-        read_slid: None,
-        read_sl: None,
-        read_dlid_path_bits: None,
-        read_completion_ts: None,
-        read_cvlan: None,
-        read_flow_tag: None,
-        read_tm_info: None,
-        read_completion_wallclock_ns: None,
-    }
 }
 
 /// The function table of an extended CQ with `wc_flags`: the readers of

@@ -14,7 +14,7 @@ use crate::send_queue::SendQueue;
 use crate::time::{local_ack_timeout, Instant};
 use crate::timers::{Timer, Timers};
 use crate::wr::{SendOp, SendWr, WcStatus};
-use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, Psn, RethRepr, TransportRepr};
+use rdma_wire::{AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, Psn, RethRepr, Transport, TransportRepr};
 
 /// The requester asks for an ACK at least this often (and on the last
 /// packet of every message), so that the sender's window keeps moving.
@@ -87,51 +87,53 @@ pub(crate) fn packets_for(len: u64, mtu: u32) -> u32 {
 fn data_opcode(t: QpType, op: &SendOp, k: u32, n: u32) -> Opcode {
     let (first, only) = (k == 0, n == 1);
     let last = k + 1 == n;
-    // Offsets within the RC table (IBTA table 38); UC adds 0x20.
-    let code = match op {
+    // The RC opcode (IBTA table 38); UC and XRC put their service's high
+    // bits over the same low five bits.
+    let rc = match op {
         SendOp::Send => match (only, first, last) {
-            (true, ..) => 0x04,
-            (_, true, _) => 0x00,
-            (_, _, true) => 0x02,
-            _ => 0x01,
+            (true, ..) => Opcode::RC_SEND_ONLY,
+            (_, true, _) => Opcode::RC_SEND_FIRST,
+            (_, _, true) => Opcode::RC_SEND_LAST,
+            _ => Opcode::RC_SEND_MIDDLE,
         },
         SendOp::SendWithImm { .. } => match (only, first, last) {
-            (true, ..) => 0x05,
-            (_, true, _) => 0x00,
-            (_, _, true) => 0x03,
-            _ => 0x01,
+            (true, ..) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+            (_, true, _) => Opcode::RC_SEND_FIRST,
+            (_, _, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+            _ => Opcode::RC_SEND_MIDDLE,
         },
         SendOp::SendWithInv { .. } => match (only, first, last) {
-            (true, ..) => 0x17,
-            (_, true, _) => 0x00,
-            (_, _, true) => 0x16,
-            _ => 0x01,
+            (true, ..) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+            (_, true, _) => Opcode::RC_SEND_FIRST,
+            (_, _, true) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+            _ => Opcode::RC_SEND_MIDDLE,
         },
         SendOp::RdmaWrite { .. } => match (only, first, last) {
-            (true, ..) => 0x0a,
-            (_, true, _) => 0x06,
-            (_, _, true) => 0x08,
-            _ => 0x07,
+            (true, ..) => Opcode::RC_RDMA_WRITE_ONLY,
+            (_, true, _) => Opcode::RC_RDMA_WRITE_FIRST,
+            (_, _, true) => Opcode::RC_RDMA_WRITE_LAST,
+            _ => Opcode::RC_RDMA_WRITE_MIDDLE,
         },
         SendOp::RdmaWriteWithImm { .. } => match (only, first, last) {
-            (true, ..) => 0x0b,
-            (_, true, _) => 0x06,
-            (_, _, true) => 0x09,
-            _ => 0x07,
+            (true, ..) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            (_, true, _) => Opcode::RC_RDMA_WRITE_FIRST,
+            (_, _, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+            _ => Opcode::RC_RDMA_WRITE_MIDDLE,
         },
-        SendOp::RdmaRead { .. } => 0x0c,
-        SendOp::CompareSwap { .. } => 0x13,
-        SendOp::FetchAdd { .. } => 0x14,
-        SendOp::Flush { .. } => 0x1c,
-        SendOp::AtomicWrite { .. } => 0x1d,
+        SendOp::RdmaRead { .. } => Opcode::RC_RDMA_READ_REQUEST,
+        SendOp::CompareSwap { .. } => Opcode::RC_COMPARE_SWAP,
+        SendOp::FetchAdd { .. } => Opcode::RC_FETCH_ADD,
+        SendOp::Flush { .. } => Opcode::RC_FLUSH,
+        SendOp::AtomicWrite { .. } => Opcode::RC_ATOMIC_WRITE,
         // Local operations never reach the wire (`Requester::transmit`).
         SendOp::LocalInv { .. } | SendOp::BindMw { .. } => unreachable!("a local operation has no opcode"),
     };
     match t {
-        QpType::Rc => Opcode(code),
-        QpType::XrcSend | QpType::XrcRecv => Opcode(0xa0 | code),
-        QpType::Uc => Opcode(0x20 | code),
-        QpType::Ud => Opcode(if matches!(op, SendOp::SendWithImm { .. }) { 0x65 } else { 0x64 }),
+        QpType::Rc => rc,
+        QpType::XrcSend | QpType::XrcRecv => rc.on(Transport::Xrc),
+        QpType::Uc => rc.on(Transport::Uc),
+        QpType::Ud if matches!(op, SendOp::SendWithImm { .. }) => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+        QpType::Ud => Opcode::UD_SEND_ONLY,
     }
 }
 

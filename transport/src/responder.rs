@@ -29,7 +29,7 @@ use crate::timers::{Timer, Timers};
 use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,
-    TransportPacket, TransportRepr,
+    Transport, TransportPacket, TransportRepr,
 };
 use std::collections::VecDeque;
 
@@ -1095,8 +1095,8 @@ impl Responder {
             }
         };
         if qp.qp_type == QpType::XrcRecv {
-            // The XRC transport's responses: the RC codes with bits 0b101.
-            tr.bth.opcode = Opcode(0xa0 | tr.bth.opcode.0);
+            // The XRC transport's responses: the RC codes under XRC's prefix.
+            tr.bth.opcode = tr.bth.opcode.on(Transport::Xrc);
         }
         // Where a READ response's bytes are, as `check_read_source` found
         // them (the region still allows it). They travel by reference when

@@ -22,6 +22,13 @@ mod f {
 /// The byte of the BTH that the ICRC treats as variant (set to all ones).
 pub const BTH_VARIANT_BYTE: usize = f::ECN;
 
+/// Bytes of padding that bring `payload_len` to a multiple of four: the
+/// value of the BTH's PadCnt field.
+#[inline]
+pub const fn pad_for(payload_len: usize) -> usize {
+    (4 - payload_len % 4) % 4
+}
+
 impl<T: AsRef<[u8]>> Bth<T> {
     pub fn opcode(&self) -> Opcode {
         Opcode(self.b()[f::OPCODE])

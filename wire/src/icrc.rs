@@ -231,7 +231,7 @@ pub fn roce_v2_split(headers: &[u8], payload: &[u8]) -> Result<u32> {
     hasher.update(&m.bytes[..m.len]);
     hasher.update(&headers[m.consumed..]);
     hasher.update(payload);
-    hasher.update(&[0u8; 3][..crate::transport_packet::pad_for(payload.len())]);
+    hasher.update(&[0u8; 3][..crate::bth::pad_for(payload.len())]);
     Ok(hasher.finalize())
 }
 

@@ -75,7 +75,7 @@ pub mod xrceth;
 
 pub use aeth::{Aeth, AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
 pub use atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
-pub use bth::{Bth, BthRepr};
+pub use bth::{pad_for, Bth, BthRepr};
 pub use cm::{
     CmMadRepr, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr,
     SidrRepRepr, SidrReqRepr,
@@ -98,6 +98,6 @@ pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{IbPacket, IbRepr, IpRepr, RoceV1Packet, RoceV1Repr, RoceV2Packet, RoceV2Repr};
 pub use psn::Psn;
 pub use reth::{Reth, RethRepr};
-pub use transport_packet::{pad_for, TransportPacket, TransportRepr};
+pub use transport_packet::{TransportPacket, TransportRepr};
 pub use udp::{Udp, UdpRepr, ROCE_V2_PORT};
 pub use xrceth::XrcEth;

@@ -33,6 +33,18 @@ impl Transport {
             Transport::Xrc => "XRC",
         }
     }
+
+    /// The service's top three opcode bits, in place: RC 0x00, UC 0x20,
+    /// UD 0x60, CNP 0x80, XRC 0xA0.
+    pub const fn prefix(self) -> u8 {
+        match self {
+            Transport::Rc => 0x00,
+            Transport::Uc => 0x20,
+            Transport::Ud => 0x60,
+            Transport::Cnp => 0x80,
+            Transport::Xrc => 0xa0,
+        }
+    }
 }
 
 /// What a packet does.
@@ -430,6 +442,13 @@ pub static OPCODE_TABLE: [Option<OpcodeInfo>; 256] = {
 };
 
 impl Opcode {
+    /// This RC opcode on another service: UC and XRC reuse RC's operation
+    /// codes (the low five bits) under their own prefix.
+    #[inline]
+    pub const fn on(self, service: Transport) -> Opcode {
+        Opcode(service.prefix() | self.0)
+    }
+
     /// The table entry, or `None` for a reserved or unimplemented opcode.
     #[inline]
     pub fn info(self) -> Option<&'static OpcodeInfo> {
@@ -511,6 +530,16 @@ mod tests {
         let aw = Opcode::RC_ATOMIC_WRITE.info().unwrap();
         assert_eq!((aw.headers, aw.ext_len(), aw.has_payload, aw.is_request), (HeaderSet::RETH, 16, true, true));
         assert_eq!((flush.name, aw.name), ("RC_FLUSH", "RC_ATOMIC_WRITE"));
+    }
+
+    #[test]
+    fn services_reuse_rc_codes_under_their_prefix() {
+        assert_eq!(Opcode::RC_SEND_FIRST.on(Transport::Uc), Opcode::UC_SEND_FIRST);
+        assert_eq!(Opcode::RC_RDMA_WRITE_ONLY.on(Transport::Xrc), Opcode::XRC_RDMA_WRITE_ONLY);
+        assert_eq!(Opcode::RC_ACKNOWLEDGE.on(Transport::Xrc), Opcode::XRC_ACKNOWLEDGE);
+        for (op, info) in Opcode::all() {
+            assert_eq!(op.0 & 0xe0, info.transport.prefix(), "{}", info.name);
+        }
     }
 
     #[test]

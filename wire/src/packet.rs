@@ -7,11 +7,12 @@
 //! | [`RoceV1Packet`] | GRH (Ethernet type 0x8915), transport packet |
 //! | [`IbPacket`] | LRH, GRH if LNH says so, transport packet, VCRC |
 
+use crate::bth::pad_for;
 use crate::error::check_len;
 use crate::ipv4::{Ipv4, Ipv4Repr, PROTOCOL_UDP};
 use crate::ipv6::{Grh, GrhRepr, Ipv6, Ipv6Repr, NEXT_HEADER_IBA};
 use crate::lrh::{Lnh, Lrh, LrhRepr};
-use crate::transport_packet::{finish_with_icrc, pad_for, TransportPacket, TransportRepr, ICRC_LEN};
+use crate::transport_packet::{finish_with_icrc, TransportPacket, TransportRepr, ICRC_LEN};
 
 const BTH_LEN: usize = 12;
 use crate::opcode::OpcodeInfo;

@@ -12,6 +12,7 @@
 
 use crate::error::check_len;
 use crate::field::*;
+use crate::mad::{Mad, MadHeaderRepr, BASE_VERSION};
 use crate::{Error, Result};
 
 pub const SMP_LEN: usize = 256;
@@ -51,52 +52,39 @@ header_view!(
     Smp, SMP_LEN, "SMP"
 );
 
+/// The first 24 bytes of an SMP are the common MAD header ([`Mad`],
+/// [`MadHeaderRepr`]); what follows is the SMP's own: the M_Key, the
+/// directed route's LIDs, the attribute and the two paths. A DR SMP uses
+/// the header's class-specific field as its hop pointer and hop count, and
+/// bit 15 of its status as the direction.
 impl<T: AsRef<[u8]>> Smp<T> {
-    pub fn base_version(&self) -> u8 {
-        self.b()[0]
-    }
-    pub fn mgmt_class(&self) -> u8 {
-        self.b()[1]
-    }
-    pub fn class_version(&self) -> u8 {
-        self.b()[2]
-    }
-    /// Byte 3: the response bit (0x80) and the method.
-    pub fn method(&self) -> u8 {
-        self.b()[3]
-    }
-    /// The whole status word (a DR SMP's D bit included).
-    pub fn status_word(&self) -> u16 {
-        u16_at(self.b(), 4)
+    /// The common MAD header (method, status word, transaction and
+    /// attribute IDs, ...).
+    pub fn mad(&self) -> Mad<&[u8]> {
+        Mad::new_unchecked(self.b())
     }
     pub fn is_directed(&self) -> bool {
-        self.mgmt_class() == CLASS_DIRECTED_ROUTE
+        self.mad().mgmt_class() == CLASS_DIRECTED_ROUTE
     }
     /// DR only: set on the return trip.
     pub fn direction(&self) -> bool {
-        self.is_directed() && self.status_word() & DIRECTION != 0
+        self.is_directed() && self.mad().status() & DIRECTION != 0
     }
+    /// The status, without a DR SMP's direction bit.
     pub fn status(&self) -> u16 {
         if self.is_directed() {
-            self.status_word() & !DIRECTION
+            self.mad().status() & !DIRECTION
         } else {
-            self.status_word()
+            self.mad().status()
         }
     }
+    /// DR: the high byte of the class-specific field.
     pub fn hop_ptr(&self) -> u8 {
-        self.b()[6]
+        (self.mad().class_specific() >> 8) as u8
     }
+    /// DR: the low byte of the class-specific field.
     pub fn hop_cnt(&self) -> u8 {
-        self.b()[7]
-    }
-    pub fn tid(&self) -> u64 {
-        u64_at(self.b(), 8)
-    }
-    pub fn attr_id(&self) -> u16 {
-        u16_at(self.b(), 16)
-    }
-    pub fn attr_mod(&self) -> u32 {
-        u32_at(self.b(), 20)
+        self.mad().class_specific() as u8
     }
     pub fn mkey(&self) -> u64 {
         u64_at(self.b(), 24)
@@ -122,17 +110,12 @@ impl<T: AsRef<[u8]>> Smp<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Smp<T> {
-    pub fn set_method(&mut self, v: u8) {
-        self.bm()[3] = v
-    }
-    pub fn set_status_word(&mut self, v: u16) {
-        set_u16(self.bm(), 4, v)
+    /// The common MAD header, to write (`set_method`, `set_status`, ...).
+    pub fn mad_mut(&mut self) -> Mad<&mut [u8]> {
+        Mad::new_unchecked(self.bm())
     }
     pub fn set_hop_ptr(&mut self, v: u8) {
         self.bm()[6] = v
-    }
-    pub fn set_attr_mod(&mut self, v: u32) {
-        set_u32(self.bm(), 20, v)
     }
     pub fn set_dr_slid(&mut self, v: u16) {
         set_u16(self.bm(), 32, v)
@@ -204,13 +187,15 @@ impl SmpRepr {
     }
 
     pub fn parse<T: AsRef<[u8]>>(s: &Smp<T>) -> Result<SmpRepr> {
-        if s.base_version() != 1 {
-            return Err(Error::BadVersion { header: "SMP", version: s.base_version() });
+        let m = s.mad();
+        if m.base_version() != BASE_VERSION {
+            return Err(Error::BadVersion { header: "SMP", version: m.base_version() });
         }
-        if s.class_version() != SMP_CLASS_VERSION {
-            return Err(Error::BadVersion { header: "SMP class", version: s.class_version() });
+        let h = MadHeaderRepr::parse(&m)?;
+        if h.class_version != SMP_CLASS_VERSION {
+            return Err(Error::BadVersion { header: "SMP class", version: h.class_version });
         }
-        let dr = match s.mgmt_class() {
+        let dr = match h.mgmt_class {
             CLASS_LID_ROUTED => None,
             CLASS_DIRECTED_ROUTE => {
                 if s.hop_cnt() > 63 || s.hop_ptr() > 64 {
@@ -229,15 +214,39 @@ impl SmpRepr {
             c => return Err(Error::InvalidField { header: "SMP", field: "management class", value: c.into() }),
         };
         Ok(SmpRepr {
-            method: s.method(),
+            method: h.method,
             status: s.status(),
-            tid: s.tid(),
-            attr_id: s.attr_id(),
-            attr_mod: s.attr_mod(),
+            tid: h.transaction_id,
+            attr_id: h.attribute_id,
+            attr_mod: h.attribute_modifier,
             mkey: s.mkey(),
             dr,
             data: s.data().try_into().expect("64 bytes"),
         })
+    }
+
+    /// The common MAD header of this SMP: LID-routed, or directed with
+    /// the hop pointer and count in the class-specific field and the
+    /// direction in bit 15 of the status.
+    pub fn mad_header(&self) -> MadHeaderRepr {
+        let (mgmt_class, status, class_specific) = match &self.dr {
+            None => (CLASS_LID_ROUTED, self.status, 0),
+            Some(dr) => {
+                let d = if dr.returning { DIRECTION } else { 0 };
+                (CLASS_DIRECTED_ROUTE, (self.status & !DIRECTION) | d, u16::from_be_bytes([dr.hop_ptr, dr.hop_cnt]))
+            }
+        };
+        MadHeaderRepr {
+            base_version: BASE_VERSION,
+            mgmt_class,
+            class_version: SMP_CLASS_VERSION,
+            method: self.method,
+            status,
+            class_specific,
+            transaction_id: self.tid,
+            attribute_id: self.attr_id,
+            attribute_modifier: self.attr_mod,
+        }
     }
 
     /// Writes the 256 bytes.
@@ -245,30 +254,14 @@ impl SmpRepr {
         check_len("SMP", buf, SMP_LEN)?;
         let b = &mut buf[..SMP_LEN];
         b.fill(0);
-        b[0] = 1;
-        b[2] = SMP_CLASS_VERSION;
-        b[3] = self.method;
-        set_u64(b, 8, self.tid);
-        set_u16(b, 16, self.attr_id);
-        set_u32(b, 20, self.attr_mod);
+        self.mad_header().emit(&mut Mad::new_unchecked(&mut *b));
         set_u64(b, 24, self.mkey);
         b[64..128].copy_from_slice(&self.data);
-        match &self.dr {
-            None => {
-                b[1] = CLASS_LID_ROUTED;
-                set_u16(b, 4, self.status);
-            }
-            Some(dr) => {
-                b[1] = CLASS_DIRECTED_ROUTE;
-                let d = if dr.returning { DIRECTION } else { 0 };
-                set_u16(b, 4, (self.status & !DIRECTION) | d);
-                b[6] = dr.hop_ptr;
-                b[7] = dr.hop_cnt;
-                set_u16(b, 32, dr.dr_slid);
-                set_u16(b, 34, dr.dr_dlid);
-                b[128..192].copy_from_slice(&dr.initial_path);
-                b[192..256].copy_from_slice(&dr.return_path);
-            }
+        if let Some(dr) = &self.dr {
+            set_u16(b, 32, dr.dr_slid);
+            set_u16(b, 34, dr.dr_dlid);
+            b[128..192].copy_from_slice(&dr.initial_path);
+            b[192..256].copy_from_slice(&dr.return_path);
         }
         Ok(())
     }
@@ -910,7 +903,7 @@ mod tests {
         assert_eq!(&s[128..131], &[0, 1, 3]);
         // The return trip: D bit over the status.
         let mut v = Smp::new_checked(s).unwrap();
-        v.set_status_word(DIRECTION | status::UNSUPPORTED_ATTRIBUTE);
+        v.mad_mut().set_status(DIRECTION | status::UNSUPPORTED_ATTRIBUTE);
         assert!(v.direction());
         assert_eq!(v.status(), status::UNSUPPORTED_ATTRIBUTE);
     }

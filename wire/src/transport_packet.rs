@@ -4,7 +4,7 @@
 
 use crate::aeth::{Aeth, AethRepr};
 use crate::atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
-use crate::bth::{Bth, BthRepr};
+use crate::bth::{pad_for, Bth, BthRepr};
 use crate::deth::{Deth, DethRepr};
 use crate::error::check_len;
 use crate::feth::{Feth, FethRepr};
@@ -16,12 +16,6 @@ use crate::{Error, Icrc, Result};
 
 /// Length of the ICRC field.
 pub const ICRC_LEN: usize = 4;
-
-/// Bytes of padding that bring `payload_len` to a multiple of four.
-#[inline]
-pub const fn pad_for(payload_len: usize) -> usize {
-    (4 - payload_len % 4) % 4
-}
 
 /// A checked view of a transport packet, from the BTH through the ICRC.
 #[derive(Debug, Clone, Copy)]

@@ -151,7 +151,7 @@ impl SmpTransport for IbsimClient {
                 }
                 let status = u32::from_be_bytes(r[16..20].try_into().expect("4 bytes"));
                 let v = Smp::new_checked(&r[32..]).map_err(|e| SmError::Transport(e.to_string()))?;
-                if v.tid() != req.tid {
+                if v.mad().transaction_id() != req.tid {
                     continue; // a trap or a stale answer
                 }
                 if status == ETIMEDOUT {

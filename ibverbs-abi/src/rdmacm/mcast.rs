@@ -8,13 +8,13 @@
 //! send-only (librdmacm's `ucma_process_join`); a failed attach turns the
 //! event into MULTICAST_ERROR. Leaving detaches the QP.
 
-use super::{fail, fail_cm, id_of, Id};
+use super::errno::{fail, fail_cm};
+use super::id::{id_of, Id, Joined};
 use crate::abi::*;
 use crate::rdmacm::abi::*;
 use libc::{c_int, c_void};
 use rdma_core_rs::cm::CmError;
 use rdma_core_rs::Gid;
-use std::net::SocketAddr;
 
 /// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`, `_JOIN_FLAGS`, `_RESERVED` (rdma_cma.h).
 const ATTR_ADDRESS: u32 = 1;
@@ -34,14 +34,6 @@ pub struct rdma_cm_join_mc_attr_ex {
     pub comp_mask: u32,
     pub join_flags: u32,
     pub addr: *mut libc::sockaddr,
-}
-
-/// A group an ID joined (librdmacm's `struct cma_multicast`).
-pub(super) struct Joined {
-    addr: SocketAddr,
-    mgid: Gid,
-    context: *mut c_void,
-    send_only: bool,
 }
 
 fn join(i: &Id, addr: *const libc::sockaddr, flags: u32, context: *mut c_void) -> c_int {

@@ -36,11 +36,15 @@
 
 pub mod abi;
 mod addr;
+mod errno;
+mod id;
 
 use self::abi::*;
+use self::errno::{cm_errno, fail, fail_cm};
+use self::id::{id_of, Id, IDS};
 use crate::abi::*;
 use crate::context::ctx_of;
-use crate::ffi::{errno_of, guard, live, set_errno, Registry};
+use crate::ffi::{guard, live, set_errno, Registry};
 use libc::{c_char, c_int, c_void};
 use rdma_core_rs::cm::{self, CmError, CmEvent, CmId, ConnParam, EventChannel, EventType, PortSpace};
 use rdma_core_rs::share::fork::PerProcess;
@@ -53,7 +57,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 static CHANNELS: Registry = Registry::new();
-static IDS: Registry = Registry::new();
 static EVENTS: Registry = Registry::new();
 
 /// Rust CM IDs (by [`CmId::key`]) to the C IDs that hold them.
@@ -74,43 +77,6 @@ static OPEN: Mutex<PerProcess<Vec<Open>>> = Mutex::new(PerProcess::new(Vec::new(
 struct Channel {
     c: rdma_event_channel,
     ch: EventChannel,
-}
-
-/// A CM ID: the C struct first (an `UnsafeCell`, which has its layout), so
-/// the application's pointer is the box's. The C fields are written only
-/// by the calls on this ID, which librdmacm's rules keep to one thread at a
-/// time; the thread that takes events reads only fields that do not change
-/// after creation (`qp_type`, `context`, `ps`, a listener's `verbs`).
-#[repr(C)]
-struct Id {
-    c: UnsafeCell<rdma_cm_id>,
-    cm: CmId,
-    /// `rdma_bind_addr`'s address, used by `rdma_listen` or `rdma_resolve_addr`.
-    bound: Mutex<Option<SocketAddr>>,
-    /// A CONNECT_REQUEST's depths (already from our side), what
-    /// `rdma_accept(id, NULL)` answers with.
-    req_depths: Mutex<(u8, u8)>,
-    /// The completion channels and CQs `rdma_create_qp` made because the
-    /// application gave none (as librdmacm does), to destroy with the QP.
-    own_cqs: Mutex<Vec<(*mut ibv_comp_channel, *mut ibv_cq)>>,
-    /// Synchronous (librdmacm's `id_priv->sync`): `c.channel` is the ID's
-    /// own, and the calls wait for their events (see the module's doc).
-    sync: AtomicBool,
-    /// A passive `rdma_create_ep`'s QP attributes: `rdma_get_request`
-    /// makes each new ID's QP with them (librdmacm's `id_priv->qp_init_attr`).
-    ep_qp_attr: Mutex<Option<ibv_qp_init_attr>>,
-    /// The multicast groups joined (`mcast.rs`).
-    mcast: Mutex<Vec<mcast::Joined>>,
-}
-
-impl Id {
-    fn c(&self) -> *mut rdma_cm_id {
-        self.c.get()
-    }
-
-    fn bound(&self) -> Option<SocketAddr> {
-        *self.bound.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// Reads a field of an ID's C struct.
@@ -141,38 +107,8 @@ struct Event {
 
 // SAFETY: the raw pointers in the C structs are the application's or this
 // library's registered objects, reached only through the registries.
-unsafe impl Send for Id {}
-unsafe impl Sync for Id {}
 unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
-
-fn cm_errno(e: &CmError) -> c_int {
-    match e {
-        CmError::Verbs(v) => errno_of(v),
-        CmError::NoDevice(..) => libc::ENODEV,
-        CmError::AddrInUse { .. } => libc::EADDRINUSE,
-        CmError::NoRoute(..) => libc::EHOSTUNREACH,
-        CmError::Unsupported(_) => libc::ENOSYS,
-        CmError::Ipv6Multicast(_) => 524, // the kernel's ENOTSUPP
-        CmError::NotMulticast(_) => libc::EINVAL,
-        CmError::Timeout(_) => libc::EAGAIN,
-        CmError::WrongState { .. }
-        | CmError::PrivateDataTooLong { .. }
-        | CmError::FamilyMismatch { .. }
-        | CmError::Cm { .. } => libc::EINVAL,
-    }
-}
-
-/// -1 with errno `e` (librdmacm's error convention).
-fn fail(e: c_int) -> c_int {
-    set_errno(e);
-    -1
-}
-
-fn fail_cm(call: &str, e: &CmError) -> c_int {
-    tracing::debug!(call, error = %e, "refused");
-    fail(cm_errno(e))
-}
 
 /// The device of local address `ip`: its context, opened on first use and
 /// handed to the CM.
@@ -191,7 +127,7 @@ fn open_device(ip: IpAddr) -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
         return Err(libc::ENODEV);
     };
     // SAFETY: a device of the list.
-    let ctx = unsafe { crate::context::ibv_open_device(&dev.c as *const ibv_device as *mut ibv_device) };
+    let ctx = unsafe { crate::open::ibv_open_device(&dev.c as *const ibv_device as *mut ibv_device) };
     if ctx.is_null() {
         // Its errno: EADDRINUSE when another process has the address.
         return Err(std::io::Error::last_os_error().raw_os_error().filter(|&e| e != 0).unwrap_or(libc::ENODEV));
@@ -248,13 +184,6 @@ fn source_for(dst: IpAddr) -> Result<IpAddr, c_int> {
         }
     }
     devs.into_iter().find(|d| d.is_ipv4() == dst.is_ipv4()).ok_or(libc::ENODEV)
-}
-
-/// # Safety
-/// `p` may be anything; dereferenced only if it is a live ID.
-unsafe fn id_of<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
-    // SAFETY: registered IDs are leaked boxes, freed only after removal.
-    unsafe { live(&IDS, p.cast::<Id>(), "rdma_cm_id") }
 }
 
 /// # Safety

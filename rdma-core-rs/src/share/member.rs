@@ -2,9 +2,10 @@
 //! in the kernel's array, the services it listens on, and the keeper
 //! thread that takes dead members out.
 
+use super::error::ShareError;
 use super::registry::{Locked, Registry, State, UNKNOWN};
 use super::steer::{self, Steering};
-use super::{fork, keeper, ShareError};
+use super::{fork, keeper};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;

@@ -16,7 +16,7 @@
 //!   rewritten whole (written to a temporary file, then renamed over) under
 //!   the mutex.
 
-use super::ShareError;
+use super::error::ShareError;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;

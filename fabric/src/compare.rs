@@ -1,9 +1,10 @@
 //! `rdma-fabric compare SCENARIO`: the same workload on the IB fabric
 //! (credits, no congestion control: IB CC is not modelled) and on the
-//! RoCE v2 fabric with PFC only, PFC + DCQCN, and neither; one row each.
+//! RoCE v2 fabric with PFC only, PFC + DCQCN (or the `--cc` chosen:
+//! TIMELY), and neither; one row each.
 
 use crate::report::Report;
-use crate::scenarios::{run, LinkKind, Options, ScenarioError};
+use crate::scenarios::{run, Cc, LinkKind, Options, ScenarioError};
 use core::time::Duration;
 use rdma_transport::Instant;
 use rdma_wire::{
@@ -15,13 +16,17 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// The four fabrics compared.
 pub const CONFIGS: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-dcqcn", "roce-lossy"];
 
+/// The fabrics compared when `base` asks for TIMELY: its row in DCQCN's place.
+const CONFIGS_TIMELY: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-timely", "roce-lossy"];
+
 /// The options of one configuration.
 pub fn options(config: &str, base: &Options) -> Options {
     match config {
-        "ib" => Options { link: LinkKind::Ib, pfc: false, dcqcn: false, ..*base },
-        "roce-pfc" => Options { link: LinkKind::Roce, pfc: true, dcqcn: false, ..*base },
-        "roce-pfc-dcqcn" => Options { link: LinkKind::Roce, pfc: true, dcqcn: true, ..*base },
-        _ => Options { link: LinkKind::Roce, pfc: false, dcqcn: false, ..*base },
+        "ib" => Options { link: LinkKind::Ib, pfc: false, cc: Cc::None, ..*base },
+        "roce-pfc" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::None, ..*base },
+        "roce-pfc-dcqcn" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Dcqcn, ..*base },
+        "roce-pfc-timely" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Timely, ..*base },
+        _ => Options { link: LinkKind::Roce, pfc: false, cc: Cc::None, ..*base },
     }
 }
 
@@ -90,7 +95,8 @@ pub fn compare(
     base: &Options,
     progress: &mut dyn FnMut(&str, Instant, Duration),
 ) -> Result<Vec<Row>, ScenarioError> {
-    CONFIGS
+    let configs = if base.cc == Cc::Timely { CONFIGS_TIMELY } else { CONFIGS };
+    configs
         .iter()
         .map(|&c| {
             let o = options(c, base);

@@ -157,14 +157,66 @@ struct Args {
     /// DCQCN congestion control on this side's device: paper (Zhu et al.
     /// 2015) or nvidia (CX-4+ firmware defaults), starting from --line-rate,
     /// or off. CNPs for CE-marked data are sent either way.
-    #[arg(long = "dcqcn", default_value = "off", value_parser = parse_dcqcn)]
-    dcqcn: Dcqcn,
-    /// The line rate DCQCN starts from and never exceeds, Gb/s: the NIC's
+    #[arg(long = "dcqcn", value_parser = parse_dcqcn)]
+    dcqcn: Option<Dcqcn>,
+    /// The congestion controller on this side's device: dcqcn (the
+    /// --dcqcn preset, paper if none is given), timely (from RTT samples
+    /// alone: nothing asked of the network) or none (the default).
+    #[arg(long = "cc", value_parser = parse_cc)]
+    cc: Option<CcChoice>,
+    /// TIMELY: the path's RTT without queues, µs (the gradient's unit).
+    #[arg(long = "min-rtt-us", default_value_t = 50)]
+    min_rtt_us: u64,
+    /// The line rate the controller starts from and never exceeds, Gb/s: the NIC's
     /// speed (set it near the path's when a slow bottleneck is under study).
     #[arg(long = "line-rate", default_value_t = 100.0, value_parser = parse_line_rate)]
     line_rate: f64,
     #[command(flatten)]
     link: softroce::backend::LinkArgs,
+}
+
+/// `--cc`'s value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CcChoice {
+    Dcqcn,
+    Timely,
+    None,
+}
+
+fn parse_cc(s: &str) -> Result<CcChoice, String> {
+    match s {
+        "dcqcn" => Ok(CcChoice::Dcqcn),
+        "timely" => Ok(CcChoice::Timely),
+        "none" => Ok(CcChoice::None),
+        _ => Err(format!("{s:?}: expected dcqcn, timely or none")),
+    }
+}
+
+/// The controller `--cc` and `--dcqcn` ask for together: `--dcqcn` alone
+/// keeps its meaning; with `--cc` it may only name DCQCN's preset (or be
+/// off when `--cc` is not dcqcn).
+fn controller(
+    cc: Option<CcChoice>,
+    dcqcn: Option<Dcqcn>,
+    line_rate_gbps: f64,
+    min_rtt: std::time::Duration,
+) -> Result<Option<std::sync::Arc<dyn rdma_core_rs::ControllerFactory>>, String> {
+    use std::sync::Arc;
+    let bps = (line_rate_gbps * 1e9) as u64;
+    Ok(match (cc, dcqcn) {
+        (Some(CcChoice::Dcqcn), Some(Dcqcn::Off)) => return Err("--cc dcqcn and --dcqcn off contradict".into()),
+        (Some(CcChoice::Timely | CcChoice::None), Some(Dcqcn::Paper | Dcqcn::Nvidia)) => {
+            return Err("--dcqcn names a preset, --cc another algorithm: give one of them".into())
+        }
+        (Some(CcChoice::Dcqcn), d) => d.unwrap_or(Dcqcn::Paper).params(line_rate_gbps).map(|p| Arc::new(p) as Arc<_>),
+        (Some(CcChoice::Timely), _) => Some(Arc::new(rdma_core_rs::TimelyParams {
+            // Real sockets wake late: as DCQCN's (see `PACER_BURST`).
+            pacer_burst: PACER_BURST,
+            ..rdma_core_rs::TimelyParams::new(bps, min_rtt)
+        })),
+        (Some(CcChoice::None), _) => None,
+        (None, d) => d.unwrap_or(Dcqcn::Off).params(line_rate_gbps).map(|p| Arc::new(p) as Arc<_>),
+    })
 }
 
 /// `--dcqcn`'s value: a preset, or off.
@@ -295,7 +347,7 @@ fn config(a: &Args) -> Result<Config, String> {
         tos: a.tos,
         pkey_index: a.pkey_index,
         ecn_capable: !a.no_ecn,
-        dcqcn: a.dcqcn.params(a.line_rate),
+        cc: controller(a.cc, a.dcqcn, a.line_rate, Duration::from_micros(a.min_rtt_us))?,
         link: a.link.clone(),
     })
 }

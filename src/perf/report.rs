@@ -39,12 +39,12 @@ pub struct Counters {
     /// Received packets that carried an ECN Congestion Experienced mark.
     pub ecn_ce_received: u64,
     /// CNPs sent for CE-marked data, CNPs received for this side's QPs,
-    /// and the rate cuts they caused (DCQCN on: `--dcqcn`).
+    /// and the rate cuts the congestion controller made (`--cc`, `--dcqcn`).
     pub cnps_sent: u64,
     pub cnps_received: u64,
     pub rate_cuts: u64,
-    /// The lowest current DCQCN rate over the device's QPs at the end of
-    /// the run, bits per second; `null` with DCQCN off.
+    /// The lowest current rate over the device's QPs at the end of the
+    /// run, bits per second; `null` without a congestion controller.
     pub rate_bps: Option<u64>,
 }
 

@@ -153,7 +153,7 @@ fn measure(fab: &mut Fabric, c: &CollectiveOptions, o: &Options, bound: Option<D
         seed: o.seed,
         link: if o.link == LinkKind::Ib { "ib" } else { "roce" }.to_string(),
         pfc: o.pfc,
-        dcqcn: o.dcqcn,
+        dcqcn: o.cc == crate::scenarios::Cc::Dcqcn,
         jct_us,
         algbw_gbps: bw.map(|b| b.0),
         busbw_gbps: bw.map(|b| b.1),

@@ -384,3 +384,48 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_core_rs::{DcqcnParams, TimelyParams};
+
+    fn pick(cc: Option<CcChoice>, dcqcn: Option<Dcqcn>) -> Result<Option<&'static str>, String> {
+        let f = controller(cc, dcqcn, 10.0, Duration::from_micros(40))?;
+        Ok(f.map(|f| f.name()))
+    }
+
+    /// `--dcqcn` alone keeps its meaning; `--cc` picks the algorithm and
+    /// `--dcqcn` may only agree with it.
+    #[test]
+    fn cc_and_dcqcn_combine_or_refuse() {
+        assert_eq!(pick(None, None), Ok(None), "off by default");
+        assert_eq!(pick(None, Some(Dcqcn::Paper)), Ok(Some("dcqcn")));
+        assert_eq!(pick(Some(CcChoice::Dcqcn), None), Ok(Some("dcqcn")));
+        assert_eq!(pick(Some(CcChoice::Timely), Some(Dcqcn::Off)), Ok(Some("timely")));
+        assert_eq!(pick(Some(CcChoice::None), None), Ok(None));
+        assert!(pick(Some(CcChoice::Dcqcn), Some(Dcqcn::Off)).is_err());
+        assert!(pick(Some(CcChoice::Timely), Some(Dcqcn::Nvidia)).is_err());
+        assert!(pick(Some(CcChoice::None), Some(Dcqcn::Paper)).is_err());
+        assert!(parse_cc("swift").is_err());
+    }
+
+    /// The parameters behind each choice: DCQCN's preset (paper unless
+    /// `--dcqcn` names one) and TIMELY's, both at --line-rate with the
+    /// sockets' pacer allowance.
+    #[test]
+    fn each_choice_carries_its_parameters() {
+        let f = controller(Some(CcChoice::Dcqcn), Some(Dcqcn::Nvidia), 10.0, Duration::ZERO).unwrap().unwrap();
+        let want = DcqcnParams { pacer_burst: PACER_BURST, ..DcqcnParams::nvidia(10_000_000_000) };
+        assert_eq!(f.as_any().downcast_ref::<DcqcnParams>(), Some(&want));
+        let f = controller(Some(CcChoice::Dcqcn), None, 10.0, Duration::ZERO).unwrap().unwrap();
+        assert_eq!(
+            f.as_any().downcast_ref::<DcqcnParams>().map(|p| p.variant),
+            Some(rdma_transport::cc::RpVariant::Paper)
+        );
+        let f = controller(Some(CcChoice::Timely), None, 10.0, Duration::from_micros(40)).unwrap().unwrap();
+        let want =
+            TimelyParams { pacer_burst: PACER_BURST, ..TimelyParams::new(10_000_000_000, Duration::from_micros(40)) };
+        assert_eq!(f.as_any().downcast_ref::<TimelyParams>(), Some(&want));
+    }
+}

@@ -2,7 +2,11 @@
 //! (credits, no congestion control: IB CC is not modelled) and on the
 //! RoCE v2 fabric with PFC only, PFC + DCQCN (or the `--cc` chosen:
 //! TIMELY), and neither; one row each.
+//! A collective (`compare allreduce|allgather|reduce-scatter`) gets its
+//! own table: JCT, bandwidths, the tail across ranks.
 
+use crate::collective::report::CollectiveReport;
+use crate::collective::CollectiveOptions;
 use crate::report::Report;
 use crate::scenarios::{run, Cc, LinkKind, Options, ScenarioError};
 use core::time::Duration;
@@ -18,6 +22,15 @@ pub const CONFIGS: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-dcqcn", "roce-lossy"
 
 /// The fabrics compared when `base` asks for TIMELY: its row in DCQCN's place.
 const CONFIGS_TIMELY: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-timely", "roce-lossy"];
+
+/// The fabrics compared for `base`: TIMELY's row in DCQCN's place when it asks for TIMELY.
+fn configs(base: &Options) -> [&'static str; 4] {
+    if base.cc == Cc::Timely {
+        CONFIGS_TIMELY
+    } else {
+        CONFIGS
+    }
+}
 
 /// The options of one configuration.
 pub fn options(config: &str, base: &Options) -> Options {
@@ -95,14 +108,92 @@ pub fn compare(
     base: &Options,
     progress: &mut dyn FnMut(&str, Instant, Duration),
 ) -> Result<Vec<Row>, ScenarioError> {
-    let configs = if base.cc == Cc::Timely { CONFIGS_TIMELY } else { CONFIGS };
-    configs
+    configs(base)
         .iter()
         .map(|&c| {
             let o = options(c, base);
             run(name, &o, &mut |t, d| progress(c, t, d)).map(|report| Row { config: c, report })
         })
         .collect()
+}
+
+/// One configuration's run of a collective.
+#[derive(Debug, Clone)]
+pub struct CollectiveRow {
+    pub config: &'static str,
+    pub report: CollectiveReport,
+}
+
+/// Runs collective `c` on every configuration.
+pub fn compare_collective(
+    c: &CollectiveOptions,
+    base: &Options,
+    progress: &mut dyn FnMut(&str, Instant, Duration),
+) -> Result<Vec<CollectiveRow>, ScenarioError> {
+    configs(base)
+        .iter()
+        .map(|&cfg| {
+            let o = options(cfg, base);
+            crate::collective::run(c, &o, &mut |t, d| progress(cfg, t, d))
+                .map(|report| CollectiveRow { config: cfg, report })
+        })
+        .collect()
+}
+
+/// The comparison table of a collective.
+pub fn collective_table(rows: &[CollectiveRow]) -> String {
+    let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
+    let Some(first) = rows.first().map(|r| &r.report) else { return String::new() };
+    let mut s = format!(
+        "compare {} ({}): {} ranks, {} bytes, {}; four fabrics\n",
+        first.scenario,
+        first.algorithm,
+        first.hosts,
+        first.size_bytes,
+        first.topology_line()
+    );
+    s += &format!(
+        "{:<15} {:>10} {:>7} {:>7} {:>10} {:>10} {:>10} {:>7} {:>14} {:>7} {:>7} {:>6}\n",
+        "fabric",
+        "JCT us",
+        "algbw",
+        "busbw",
+        "rank p50",
+        "p99",
+        "max us",
+        "drops",
+        "pauses|stalls",
+        "retx",
+        "OOS",
+        "CNPs"
+    );
+    for r in rows {
+        let rep = &r.report;
+        let stalls = match rep.credit_stalls {
+            Some(c) => format!("{c} stalls"),
+            None => format!("{} pauses", rep.pauses),
+        };
+        s += &format!(
+            "{:<15} {:>10} {:>7} {:>7} {:>10} {:>10} {:>10} {:>7} {:>14} {:>7} {:>7} {:>6}\n",
+            r.config,
+            f(rep.jct_us, 1),
+            f(rep.algbw_gbps, 2),
+            f(rep.busbw_gbps, 2),
+            f(rep.rank_completion_us_p50, 1),
+            f(rep.rank_completion_us_p99, 1),
+            f(rep.rank_completion_us_max, 1),
+            rep.drops,
+            stalls,
+            rep.retransmits,
+            rep.out_of_sequence,
+            rep.cnps
+        );
+        if rep.ranks_unfinished > 0 || rep.failed {
+            s += &format!("  {}: {} ranks unfinished, failed {}\n", r.config, rep.ranks_unfinished, rep.failed);
+        }
+    }
+    s += "algbw and busbw in Gb/s (nccl-tests' definitions); OOS: packets receivers dropped as out of sequence\n";
+    s
 }
 
 /// Aggregate goodput of a run, Gb/s.

@@ -11,10 +11,11 @@
 //! | [`clock`] | the event queue on the virtual clock |
 //! | [`link`] | a link direction: rate and delay |
 //! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
+//! | [`multipath`] | `--multipath ecmp\|spray\|adaptive`: how a switch picks among equal-cost next hops |
 //! | [`switch`] | routing and ECMP, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
 //! | [`host`] | an endpoint behind a NIC port, and flows of RDMA WRITEs |
 //! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
-//! | [`topology`] | incast, victim, ring, leaf-spine (ECMP) and dumbbell, routes by destination IP; ports' pause state |
+//! | [`topology`] | incast, victim, ring, leaf-spine (ECMP, oversubscription), rail-optimized and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
 //! | [`workload`] | work besides flows that reacts to completions (collectives) |
 //! | [`collective`] | `run allreduce|allgather|reduce-scatter`: ring and tree collectives driven by WRITE completions |
@@ -36,6 +37,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod ib;
 pub mod link;
+pub mod multipath;
 pub mod pfc;
 pub mod plot;
 pub mod progress;

@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_fabric::collective::report::Kind;
 use rdma_fabric::collective::{Algorithm, CollectiveOptions};
+use rdma_fabric::multipath::Multipath;
 use rdma_fabric::scenarios::{self, Cc, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -54,8 +55,22 @@ enum AlgorithmArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum TopologyArg {
+    /// Every host on one switch.
     Incast,
+    /// Leaves of --hosts-per-leaf hosts, each joined to every spine.
     LeafSpine,
+    /// --servers servers of --rails NICs; NIC i of every server on rail switch i, rails joined by spines.
+    RailOptimized,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum MultipathArg {
+    /// Per flow: the 5-tuple hash (RoCE), the SM's LFT entry per DLID (IB).
+    Ecmp,
+    /// Per packet, at random among the equal-cost ports (seeded per switch).
+    Spray,
+    /// Per packet, the equal-cost port with the shortest queue (InfiniBand AR, Spectrum-X).
+    Adaptive,
 }
 
 #[derive(Subcommand)]
@@ -71,7 +86,10 @@ enum Cmd {
     IbsimServe { netfile: std::path::PathBuf },
     /// Run one scenario on IB and on RoCE v2 (PFC only, PFC + DCQCN, neither)
     /// and print a table; --link, --pfc and --dcqcn are set per row
-    /// (--cc timely puts TIMELY in DCQCN's row).
+    /// (--cc timely puts TIMELY in DCQCN's row). A
+    /// collective (allreduce, allgather, reduce-scatter) prints JCT, algbw,
+    /// busbw and the tail across ranks, and --plot FILE.svg draws when the
+    /// ranks finished on each fabric.
     #[command(args_override_self = true)]
     Compare(Box<RunArgs>),
 }
@@ -127,13 +145,36 @@ struct RunArgs {
     /// pfc-deadlock: route one flow the other way round the ring, breaking the cycle.
     #[arg(long)]
     reroute: bool,
-    /// dcqcn-fairness and incast: one switch (incast) or leaf-spine with ECMP.
+    /// dcqcn-fairness, incast, all-to-all and the collectives: one switch
+    /// (incast), leaf-spine, or rail-optimized.
     #[arg(long, value_enum, default_value = "incast")]
     topology: TopologyArg,
+    /// leaf-spine and rail-optimized: a leaf's host links over its uplinks,
+    /// e.g. 2 for 2:1. Every link runs at --line-rate, so this sets the
+    /// spines (one uplink from each leaf to each): hosts per leaf / RATIO
+    /// (servers / RATIO on rails), which must be a whole number.
+    #[arg(long, value_name = "RATIO")]
+    oversubscription: Option<f64>,
+    /// rail-optimized: NICs per server, one rail switch each (default 4).
+    #[arg(long)]
+    rails: Option<usize>,
+    /// rail-optimized: servers (default --hosts / --rails, else 4).
+    #[arg(long)]
+    servers: Option<usize>,
+    /// rail-optimized collectives: each channel leaves a server on one NIC
+    /// and enters the next on the following NIC (NCCL_CROSS_NIC=1), so it
+    /// crosses the spines; default: the same NIC, staying on its rail.
+    #[arg(long = "cross-nic")]
+    cross_nic: bool,
+    /// leaf-spine and rail-optimized: how switches pick among equal-cost
+    /// next hops, on RoCE and IB alike. Per packet (spray, adaptive)
+    /// reorders a QP's packets, which the go-back-N receiver NAKs.
+    #[arg(long, value_enum, default_value = "ecmp")]
+    multipath: MultipathArg,
     /// leaf-spine: leaf switches (default 2).
     #[arg(long)]
     leaves: Option<usize>,
-    /// leaf-spine: spine switches (default 2).
+    /// leaf-spine: spine switches (default 2; rail-optimized: --servers, full bisection).
     #[arg(long)]
     spines: Option<usize>,
     /// leaf-spine: hosts per leaf (default 8).
@@ -232,7 +273,7 @@ fn progress_printer(quiet: bool) -> impl FnMut(rdma_transport::Instant, Duration
 
 /// `run` of a collective: allreduce, allgather, reduce-scatter.
 fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
-    let c = CollectiveOptions {
+    let mut c = CollectiveOptions {
         kind,
         algorithm: match args.algorithm {
             AlgorithmArg::Ring => Algorithm::Ring,
@@ -240,17 +281,30 @@ fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
         },
         hosts: args.hosts.unwrap_or(8),
         size_bytes: args.size.unwrap_or(1 << 20),
+        cross_nic: args.cross_nic,
     };
+    if let TopologyKind::RailOptimized { servers, rails, .. } = o.topology {
+        c.hosts = args.hosts.unwrap_or(servers * rails);
+    }
     if args.leaves.is_some() {
         eprintln!("rdma-fabric: --leaves follows from --hosts and --hosts-per-leaf for collectives");
         return ExitCode::from(2);
     }
-    if let Some(p) = &args.plot {
-        eprintln!("rdma-fabric: --plot {} is not drawn for collectives", p.display());
+    if let Some(Err(e)) = args.plot.as_deref().map(rdma_fabric::plot::check_path) {
+        eprintln!("rdma-fabric: {e}");
         return ExitCode::from(2);
     }
     let mut progress = progress_printer(args.quiet);
-    match rdma_fabric::collective::run(&c, o, &mut progress) {
+    let r = rdma_fabric::collective::run(&c, o, &mut progress);
+    if let (Ok(r), Some(path)) = (&r, &args.plot) {
+        let caption = format!("{} ({}), {} ranks: when each rank finished", r.scenario, r.algorithm, r.hosts);
+        let lines = [(r.topology_line(), r.rank_completion_us.clone())];
+        if let Err(e) = rdma_fabric::plot::write_cdfs(&caption, "time (us)", &lines, path) {
+            eprintln!("rdma-fabric: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    match r {
         Ok(r) if args.json => {
             println!("{}", serde_json::to_string(&r).expect("a report serialises"));
             ExitCode::SUCCESS
@@ -264,6 +318,65 @@ fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `compare` of a collective: the four fabrics' table (or JSON) and,
+/// with --plot, when the ranks finished on each.
+fn compare_collective(
+    kind: Kind,
+    args: &RunArgs,
+    o: &Options,
+    progress: &mut dyn FnMut(&str, rdma_transport::Instant, Duration),
+) -> ExitCode {
+    let mut c = CollectiveOptions {
+        kind,
+        algorithm: match args.algorithm {
+            AlgorithmArg::Ring => Algorithm::Ring,
+            AlgorithmArg::Tree => Algorithm::Tree,
+        },
+        hosts: args.hosts.unwrap_or(8),
+        size_bytes: args.size.unwrap_or(1 << 20),
+        cross_nic: args.cross_nic,
+    };
+    if let TopologyKind::RailOptimized { servers, rails, .. } = o.topology {
+        c.hosts = args.hosts.unwrap_or(servers * rails);
+    }
+    if let Some(Err(e)) = args.plot.as_deref().map(rdma_fabric::plot::check_path) {
+        eprintln!("rdma-fabric: {e}");
+        return ExitCode::from(2);
+    }
+    let rows = match rdma_fabric::compare::compare_collective(&c, o, progress) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rdma-fabric: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let (Some(path), Some(first)) = (&args.plot, rows.first()) {
+        let r = &first.report;
+        let caption = format!(
+            "{} ({}), {} ranks, {} B, {}: when each rank finished",
+            r.scenario,
+            r.algorithm,
+            r.hosts,
+            r.size_bytes,
+            r.topology_line()
+        );
+        let lines: Vec<(String, Vec<f64>)> =
+            rows.iter().map(|row| (row.config.to_string(), row.report.rank_completion_us.clone())).collect();
+        if let Err(e) = rdma_fabric::plot::write_cdfs(&caption, "time (us)", &lines, path) {
+            eprintln!("rdma-fabric: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if args.json {
+        let v: Vec<serde_json::Value> =
+            rows.iter().map(|r| serde_json::json!({ "fabric": r.config, "report": r.report })).collect();
+        println!("{}", serde_json::json!({ "scenario": args.name, "rows": v }));
+    } else {
+        print!("{}", rdma_fabric::compare::collective_table(&rows));
+    }
+    ExitCode::SUCCESS
 }
 
 fn main() -> ExitCode {
@@ -303,12 +416,24 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // Each fabric's runs get the progress line of `run`, under its name.
+            let mut current = String::new();
             let quiet = args.quiet;
-            let mut progress = |c: &str, t: rdma_transport::Instant, _: Duration| {
-                if t.as_nanos() == 0 && !quiet {
-                    eprintln!("rdma-fabric: {c}");
+            let mut line = progress_printer(quiet);
+            let show = !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let mut progress = |c: &str, t: rdma_transport::Instant, limit: Duration| {
+                if c != current {
+                    current = c.to_string();
+                    line = progress_printer(quiet);
+                    if show {
+                        eprintln!("rdma-fabric: {c}");
+                    }
                 }
+                line(t, limit);
             };
+            if let Some(kind) = Kind::from_name(&args.name) {
+                return compare_collective(kind, &args, &o, &mut progress);
+            }
             let rows = match rdma_fabric::compare::compare(&args.name, &o, &mut progress) {
                 Ok(r) => r,
                 Err(e) => {
@@ -350,9 +475,14 @@ fn main() -> ExitCode {
             if let Some(kind) = Kind::from_name(&args.name) {
                 return run_collective(kind, &args, &o);
             }
-            if args.hosts.is_some() || args.size.is_some() || !matches!(args.algorithm, AlgorithmArg::Ring) {
+            if args.hosts.is_some()
+                || args.size.is_some()
+                || args.cross_nic
+                || !matches!(args.algorithm, AlgorithmArg::Ring)
+            {
                 eprintln!(
-                    "rdma-fabric: --hosts, --size and --algorithm are for allreduce, allgather and reduce-scatter"
+                    "rdma-fabric: --hosts, --size, --algorithm and --cross-nic are for allreduce, allgather and \
+                     reduce-scatter"
                 );
                 return ExitCode::from(2);
             }
@@ -413,16 +543,44 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         fc_corrupt,
         routing,
         sm,
+        oversubscription,
+        rails,
+        servers,
+        multipath,
+        hosts,
         ..
     } = *args;
+    // The spines: given, or from the oversubscription of `down` host links a leaf.
+    let spines_for = |down: usize, default: usize| -> Result<usize, String> {
+        let Some(ratio) = oversubscription else { return Ok(spines.unwrap_or(default)) };
+        let n = rdma_fabric::topology::spines_for_oversubscription(down, ratio)?;
+        match spines {
+            Some(s) if s != n => Err(format!("--spines {s} is not what --oversubscription {ratio} gives ({n})")),
+            _ => Ok(n),
+        }
+    };
     let topology = match topology {
-        TopologyArg::LeafSpine => TopologyKind::LeafSpine {
-            leaves: leaves.unwrap_or(2),
-            spines: spines.unwrap_or(2),
-            hosts_per_leaf: hosts_per_leaf.unwrap_or(8),
-        },
-        TopologyArg::Incast if leaves.or(spines).or(hosts_per_leaf).is_some() => {
-            return Err("--leaves, --spines and --hosts-per-leaf need --topology leaf-spine".into());
+        TopologyArg::LeafSpine if rails.or(servers).is_some() => {
+            return Err("--rails and --servers need --topology rail-optimized".into());
+        }
+        TopologyArg::LeafSpine => {
+            let per = hosts_per_leaf.unwrap_or(8);
+            TopologyKind::LeafSpine { leaves: leaves.unwrap_or(2), spines: spines_for(per, 2)?, hosts_per_leaf: per }
+        }
+        TopologyArg::RailOptimized if leaves.or(hosts_per_leaf).is_some() => {
+            return Err("rail-optimized: --rails are the leaves and --servers the hosts per leaf".into());
+        }
+        TopologyArg::RailOptimized => {
+            let rails = rails.unwrap_or(4);
+            let servers = servers.or(hosts.map(|h| h / rails.max(1))).unwrap_or(4);
+            TopologyKind::RailOptimized { servers, rails, spines: spines_for(servers, servers)? }
+        }
+        TopologyArg::Incast
+            if leaves.or(spines).or(hosts_per_leaf).or(rails).or(servers).is_some() || oversubscription.is_some() =>
+        {
+            return Err("--leaves, --spines, --hosts-per-leaf, --rails, --servers and --oversubscription need \
+                        --topology leaf-spine or rail-optimized"
+                .into());
         }
         TopologyArg::Incast => TopologyKind::Incast,
     };
@@ -462,6 +620,11 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         routing: match routing {
             RoutingArg::Minhop => RoutingKind::MinHop,
             RoutingArg::Updn => RoutingKind::UpDown,
+        },
+        multipath: match multipath {
+            MultipathArg::Ecmp => Multipath::Ecmp,
+            MultipathArg::Spray => Multipath::Spray,
+            MultipathArg::Adaptive => Multipath::Adaptive,
         },
         agenda_threshold: None,
     };

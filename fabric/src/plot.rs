@@ -1,6 +1,7 @@
 //! `rdma-fabric run --plot FILE.svg`: per-flow rates and the bottleneck
-//! queue over time, as two panels of one SVG. Only SVG: the bitmap
-//! backend would need system fonts and image libraries.
+//! queue over time, as two panels of one SVG; for `compare` of a
+//! collective, when the ranks finished on each fabric (a CDF per fabric).
+//! Only SVG: the bitmap backend would need system fonts and image libraries.
 
 use crate::report::{Report, Series};
 use plotters::prelude::*;
@@ -92,6 +93,56 @@ pub fn write_series(caption: &str, s: &Series, path: &Path) -> Result<(), PlotEr
             .draw_series(LineSeries::new(s.queue.iter().map(|&(t, q)| (t, q / 1000.0)), &BLACK))
             .map_err(|e| err(&e))?;
     }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// Writes one line per labelled set of times: the fraction of its values
+/// at or below each time (an empirical CDF), e.g. when each rank of a
+/// collective finished, one line per fabric.
+pub fn write_cdfs(caption: &str, x_desc: &str, lines: &[(String, Vec<f64>)], path: &Path) -> Result<(), PlotError> {
+    check_path(path)?;
+    let name = path.display().to_string();
+    if lines.iter().all(|(_, v)| v.is_empty()) {
+        return Err(PlotError::Empty);
+    }
+    let err = |e: &dyn std::fmt::Display| PlotError::Draw(name.clone(), e.to_string());
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let x_max = lines.iter().flat_map(|(_, v)| v).copied().fold(1.0, f64::max) * 1.05;
+    let x_min = lines.iter().flat_map(|(_, v)| v).copied().fold(x_max, f64::min) * 0.95;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(x_min..x_max, 0.0..1.02)
+        .map_err(|e| err(&e))?;
+    chart.configure_mesh().x_desc(x_desc).y_desc("fraction done").draw().map_err(|e| err(&e))?;
+    for (i, (label, v)) in lines.iter().enumerate() {
+        let mut v = v.clone();
+        v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        let n = v.len().max(1) as f64;
+        // A step function: 0 until the first value, up 1/n at each.
+        let mut pts = vec![(x_min, 0.0)];
+        for (k, &x) in v.iter().enumerate() {
+            pts.push((x, k as f64 / n));
+            pts.push((x, (k + 1) as f64 / n));
+        }
+        let c = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()
+        .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

@@ -111,6 +111,13 @@ pub struct Report {
     /// Leaf-spine: data packets each spine forwarded (how ECMP spread the flows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spine_data_packets: Option<Vec<u64>>,
+    /// Two-tier fabrics: how switches picked among equal-cost next hops
+    /// (`--multipath`), and the packets receivers dropped as out of
+    /// sequence (reordering or loss; each gap costs a NAK and a resend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multipath: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_sequence: Option<u64>,
     /// WRITE post-to-completion latency (messages of up to 64 KiB), µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_us_p50: Option<f64>,
@@ -205,6 +212,9 @@ impl Report {
         }
         if let Some(sp) = &self.spine_data_packets {
             s += &format!("spine data packets  {sp:?}\n");
+        }
+        if let (Some(m), Some(o)) = (self.multipath, self.out_of_sequence) {
+            s += &format!("multipath           {m} ({o} packets out of sequence at receivers)\n");
         }
         if let Some(ib) = &self.ib {
             s += &format!("link                ib (credit stalls {}, overruns {})\n", ib.credit_stalls, ib.overruns);

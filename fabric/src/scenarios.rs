@@ -5,6 +5,7 @@ use crate::fabric::Fabric;
 use crate::ib::routing::Routing;
 use crate::ib::{IbConfig, IbPort};
 use crate::link::Link;
+use crate::multipath::Multipath;
 use crate::pfc::PfcConfig;
 use crate::report::{
     jain, percentile, thin, IbReport, PausedPort, Point, PortRef, Report, Series, VlPeak, MAX_SERIES_POINTS,
@@ -26,9 +27,9 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("incast", "N:1 incast of finite flows into a small switch buffer, DCQCN on or off, PFC on or off"),
     ("pfc-deadlock", "three switches in a ring, routes forming a cyclic buffer dependency: PFC deadlocks (--reroute breaks the cycle)"),
 ("ib-ring", "five IB switches in a ring, host i writing to i+2 and i-2: min-hop routes deadlock on credits, Up*/Down* (--routing updn) do not"),
-    ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines)"),
+    ("all-to-all", "every host writes --flow-kb to every other host on a leaf-spine (default 2 leaves x 4 hosts, 2 spines) or --topology rail-optimized"),
     ("victim", "an uncongested flow sharing an uplink with an incast: slowed by PFC pauses, relieved by DCQCN"),
-    ("allreduce", "--hosts ranks all-reduce --size bytes, --algorithm ring (reduce-scatter + all-gather) or tree, steps driven by WRITE completions: JCT, algbw, busbw"),
+    ("allreduce", "--hosts ranks all-reduce --size bytes, --algorithm ring (reduce-scatter + all-gather) or tree, steps driven by WRITE completions: JCT, algbw, busbw (on rails: a channel per rail, as NCCL)"),
     ("allgather", "ring all-gather of --size bytes in all over --hosts ranks"),
     ("reduce-scatter", "ring reduce-scatter of --size bytes over --hosts ranks"),
     ("parking-lot", "one long flow across --flows bottleneck links, each shared with a one-hop cross flow: how DCQCN shares a multi-bottleneck path"),
@@ -101,7 +102,49 @@ pub enum TopologyKind {
     /// Every host on one switch.
     Incast,
     /// `leaves` leaves of `hosts_per_leaf` hosts, each leaf joined to every spine; ECMP by 5-tuple hash.
+    /// The oversubscription is hosts_per_leaf : spines (every link the same rate).
     LeafSpine { leaves: usize, spines: usize, hosts_per_leaf: usize },
+    /// `servers` servers of `rails` NICs, NIC i of each on rail switch i,
+    /// the rail switches joined by `spines` spines ([`Topology::rail_optimized`]).
+    RailOptimized { servers: usize, rails: usize, spines: usize },
+}
+
+impl TopologyKind {
+    /// The name `--topology` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TopologyKind::Incast => "single-switch",
+            TopologyKind::LeafSpine { .. } => "leaf-spine",
+            TopologyKind::RailOptimized { .. } => "rail-optimized",
+        }
+    }
+
+    /// Checks a two-tier fabric's sizes: (leaves, hosts per leaf, spines).
+    pub fn check_two_tier(self) -> Result<(), ScenarioError> {
+        let (leaves, per_leaf, spines) = match self {
+            TopologyKind::Incast => return Ok(()),
+            TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => (leaves, hosts_per_leaf, spines),
+            TopologyKind::RailOptimized { servers, rails, spines } => (rails, servers, spines),
+        };
+        let ok = match self {
+            TopologyKind::RailOptimized { .. } => {
+                (1..=64).contains(&leaves) && (2..=512).contains(&per_leaf) && (1..=512).contains(&spines)
+            }
+            _ => (1..=128).contains(&leaves) && (1..=64).contains(&per_leaf) && (1..=64).contains(&spines),
+        };
+        if !ok {
+            return Err(ScenarioError::BadOption(match self {
+                TopologyKind::RailOptimized { .. } => {
+                    "--rails must be in 1..=64, --servers in 2..=512, --spines in 1..=512".into()
+                }
+                _ => "--leaves must be in 1..=128, --spines in 1..=64, --hosts-per-leaf in 1..=64".into(),
+            }));
+        }
+        if leaves.saturating_mul(per_leaf) > MAX_HOSTS {
+            return Err(ScenarioError::BadOption(format!("at most {MAX_HOSTS} hosts")));
+        }
+        Ok(())
+    }
 }
 
 /// The link layer of every link of a run.
@@ -169,6 +212,8 @@ pub struct Options {
     pub ib: IbOptions,
     /// ib-ring: how the SM routes.
     pub routing: RoutingKind,
+    /// How switches pick among equal-cost next hops (two-tier fabrics).
+    pub multipath: Multipath,
     /// Each host engine's agenda threshold (`Endpoint::set_agenda_threshold`;
     /// `None`: the engine's own): a run is the same either way, which
     /// tests check, and only costs differ.
@@ -203,6 +248,7 @@ impl Default for Options {
             link: LinkKind::Roce,
             ib: IbOptions::default(),
             routing: RoutingKind::MinHop,
+            multipath: Multipath::Ecmp,
             agenda_threshold: None,
         }
     }
@@ -224,20 +270,19 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     if o.reroute && name != "pfc-deadlock" {
         return Err(ScenarioError::BadOption("--reroute is for pfc-deadlock only".into()));
     }
-    if let TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } = o.topology {
+    if let TopologyKind::LeafSpine { leaves: a, hosts_per_leaf: b, .. }
+    | TopologyKind::RailOptimized { rails: a, servers: b, .. } = o.topology
+    {
+        let t = o.topology.name();
         if !matches!(name, "dcqcn-fairness" | "incast" | "all-to-all") {
-            return Err(ScenarioError::BadOption(
-                "--topology leaf-spine is for dcqcn-fairness, incast and all-to-all".into(),
-            ));
+            return Err(ScenarioError::BadOption(format!(
+                "--topology {t} is for dcqcn-fairness, incast, all-to-all and the collectives"
+            )));
         }
-        let hosts = leaves.saturating_mul(hosts_per_leaf);
-        if !(1..=128).contains(&leaves) || !(1..=64).contains(&spines) || !(1..=64).contains(&hosts_per_leaf) {
-            return Err(ScenarioError::BadOption(
-                "--leaves must be in 1..=128, --spines in 1..=64, --hosts-per-leaf in 1..=64".into(),
-            ));
-        }
+        o.topology.check_two_tier()?;
+        let hosts = a * b;
         let senders = if name == "incast" { o.fanin } else { o.flows };
-        if hosts > MAX_HOSTS || senders >= hosts {
+        if senders >= hosts {
             return Err(ScenarioError::BadOption(format!(
                 "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most {MAX_HOSTS}"
             )));
@@ -258,6 +303,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     if o.headroom_bytes.is_some() && !o.pfc {
         return Err(ScenarioError::BadOption("--headroom-kb needs --pfc on".into()));
     }
+    check_multipath(o)?;
     match name {
         "rp-trajectory" if o.cc == Cc::Timely => {
             Err(ScenarioError::BadOption("rp-trajectory is DCQCN's reaction point: no --cc timely".into()))
@@ -300,6 +346,26 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     }
 }
 
+/// `--multipath` other than ECMP needs equal-cost paths (a two-tier
+/// fabric) and, on IB, the fabric's own AR groups (not an SM sweep's).
+pub(crate) fn check_multipath(o: &Options) -> Result<(), ScenarioError> {
+    if o.multipath == Multipath::Ecmp {
+        return Ok(());
+    }
+    let m = o.multipath.name();
+    if o.topology == TopologyKind::Incast {
+        return Err(ScenarioError::BadOption(format!(
+            "--multipath {m} needs equal-cost paths: --topology leaf-spine or rail-optimized"
+        )));
+    }
+    if o.link == LinkKind::Ib && o.ib.sm {
+        return Err(ScenarioError::BadOption(format!(
+            "--multipath {m} on IB uses the fabric's AR groups; rdma-sm (--sm) programs LFTs only"
+        )));
+    }
+    Ok(())
+}
+
 fn line_bps(o: &Options) -> u64 {
     (o.line_rate_gbps * 1e9).round() as u64
 }
@@ -339,6 +405,8 @@ fn empty_report(name: &str, o: &Options) -> Report {
         deadlock_us: None,
         deadlock_ports: None,
         spine_data_packets: None,
+        multipath: None,
+        out_of_sequence: None,
         latency_us_p50: None,
         latency_us_p99: None,
         latency_us_p999: None,
@@ -385,9 +453,18 @@ pub(crate) fn settings(o: &Options, buffer: u64) -> Settings {
 fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
     match o.topology {
         TopologyKind::Incast => Topology::incast(senders, s),
+        _ => two_tier(o.topology, s),
+    }
+}
+
+/// A leaf-spine or rail-optimized fabric (sizes checked by the caller).
+pub(crate) fn two_tier(t: TopologyKind, s: &Settings) -> Topology {
+    match t {
+        TopologyKind::RailOptimized { servers, rails, spines } => Topology::rail_optimized(servers, rails, spines, s),
         TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => {
             Topology::leaf_spine(leaves, spines, hosts_per_leaf, s)
         }
+        TopologyKind::Incast => Topology::leaf_spine(2, 2, 4, s),
     }
 }
 
@@ -397,6 +474,8 @@ fn build(o: &Options, senders: usize, s: &Settings) -> Topology {
 /// host 0's HCA with every port starting in Init; the run then starts at
 /// time zero on the configured fabric.
 pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
+    check_multipath(o)?;
+    topo.set_multipath(o.multipath, o.seed);
     if let Some(qps) = o.agenda_threshold {
         for h in &mut topo.hosts {
             h.ep.set_agenda_threshold(qps);
@@ -555,7 +634,9 @@ fn ib_report(fab: &Fabric, cfg: &IbConfig) -> IbReport {
 }
 
 /// Every host writes `flow_bytes` to every other host at once, on a
-/// leaf-spine (ECMP by 5-tuple on RoCE, by DLID on IB).
+/// leaf-spine (the default: 2 leaves of 4 hosts, 2 spines) or a
+/// rail-optimized fabric; ECMP by 5-tuple on RoCE, by DLID on IB, unless
+/// `--multipath` sprays or routes adaptively.
 fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
     let dur = o.duration.unwrap_or(Duration::from_millis(20));
     let (mut fab, s) = all_to_all_fabric(o)?;
@@ -570,11 +651,8 @@ fn all_to_all(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Resul
 /// measure exactly what the command runs), and its settings.
 pub fn all_to_all_fabric(o: &Options) -> Result<(Fabric, Settings), ScenarioError> {
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
-    let (leaves, spines, per) = match o.topology {
-        TopologyKind::LeafSpine { leaves, spines, hosts_per_leaf } => (leaves, spines, hosts_per_leaf),
-        TopologyKind::Incast => (2, 2, 4),
-    };
-    let topo = Topology::leaf_spine(leaves, spines, per, &s);
+    o.topology.check_two_tier()?;
+    let topo = two_tier(o.topology, &s);
     let n = topo.hosts.len();
     let mut fab = fabric(topo, o)?;
     for a in 0..n {
@@ -674,8 +752,9 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.ib = Some(ib);
     }
     if !fab.topo.spines.is_empty() {
-        let sent = |&sw: &usize| fab.topo.switches[sw].egress.iter().map(|e| e.data_sent).sum();
-        r.spine_data_packets = Some(fab.topo.spines.iter().map(sent).collect());
+        r.spine_data_packets = Some(spine_data_packets(fab));
+        r.multipath = Some(o.multipath.name());
+        r.out_of_sequence = Some(out_of_sequence(fab));
     }
     let finite = fab.flows.iter().any(|f| f.size.is_some());
     let capacity_bps = s.link.rate_bps as f64;
@@ -728,6 +807,20 @@ fn measure(fab: &Fabric, name: &str, o: &Options, from: Instant, to: Instant, s:
         r.convergence_us = conv;
     }
     r
+}
+
+/// Data packets each spine forwarded.
+pub(crate) fn spine_data_packets(fab: &Fabric) -> Vec<u64> {
+    let sent = |&sw: &usize| fab.topo.switches[sw].egress.iter().map(|e| e.data_sent).sum();
+    fab.topo.spines.iter().map(sent).collect()
+}
+
+/// Packets the receivers' engines dropped for a PSN past the one they
+/// expected (each gap answered by one PSN sequence error NAK): what
+/// reordering, as well as loss, costs a go-back-N receiver.
+pub(crate) fn out_of_sequence(fab: &Fabric) -> u64 {
+    let oos = rdma_transport::Drop::PsnOutOfSequence;
+    fab.topo.hosts.iter().map(|h| h.ep.stats().drops_for(oos)).sum()
 }
 
 /// Per-flow rates per window and the bottleneck queue over the whole run, thinned.

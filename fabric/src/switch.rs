@@ -12,6 +12,7 @@
 //! those ingress limits rather than by the egress drop-tail (as in a shared
 //! buffer with reserved headroom); control stays lossy under the port limit.
 
+use crate::multipath::{pick, Multipath};
 use crate::pfc::PfcConfig;
 use rdma_transport::sim::{mark_ce, Rng};
 use rustc_hash::FxHashMap;
@@ -146,8 +147,13 @@ pub struct Switch {
     pub queued_bytes: u64,
     /// (Fx hashing: addresses are few, fixed and not chosen by a peer; SipHash was 15 % of a 512-host run.)
     pub routes: FxHashMap<Ipv4Addr, usize>,
-    /// Equal-cost next hops, where there is more than one: chosen by [`flow_hash`].
+    /// Equal-cost next hops, where there is more than one: chosen by
+    /// [`Self::multipath`] (per flow by [`flow_hash`] by default).
     pub ecmp: FxHashMap<Ipv4Addr, Vec<usize>>,
+    pub multipath: Multipath,
+    /// This switch's own generator for spraying: seeded per switch, so a
+    /// run replays and one switch's draws do not shift another's.
+    pub spray_rng: Rng,
     pub egress: Vec<Egress>,
     pub ingress: Vec<Ingress>,
     pub pfc: Option<PfcConfig>,
@@ -164,6 +170,8 @@ impl Switch {
             queued_bytes: 0,
             routes: FxHashMap::default(),
             ecmp: FxHashMap::default(),
+            multipath: Multipath::Ecmp,
+            spray_rng: Rng::new(0),
             egress: (0..ports).map(|_| Egress::default()).collect(),
             ingress: vec![Ingress::default(); ports],
             pfc: None,
@@ -171,13 +179,16 @@ impl Switch {
         }
     }
 
-    /// The egress port for `packet`: one of its ECMP group by 5-tuple hash,
-    /// else the single route.
-    pub fn route(&self, packet: &[u8]) -> Option<usize> {
+    /// The egress port for `packet`: one of its equal-cost group as
+    /// [`Self::multipath`] picks (by 5-tuple hash, at random, or the port
+    /// with the fewest queued bytes), else the single route.
+    pub fn route(&mut self, packet: &[u8]) -> Option<usize> {
         let dst = ipv4_dst(packet)?;
         if let (Some(g), Some(h)) = (self.ecmp.get(&dst), flow_hash(packet)) {
             if !g.is_empty() {
-                return Some(g[(h % g.len() as u64) as usize]);
+                let egress = &self.egress;
+                let load = |p: usize| egress[p].data_bytes + egress[p].control_bytes;
+                return Some(pick(self.multipath, g, h, load, &mut self.spray_rng));
             }
         }
         self.routes.get(&dst).copied()

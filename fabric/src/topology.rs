@@ -6,9 +6,11 @@ use crate::ib::netfile::{NetError, NetNode};
 use crate::ib::routing::{Node as RNode, Routing, RoutingError, Subnet};
 use crate::ib::{IbConfig, IbPort, IbSwitch, PortMgmt};
 use crate::link::Link;
+use crate::multipath::Multipath;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
 use rdma_transport::cc::ControllerFactory;
+use rdma_transport::sim::Rng;
 use rdma_transport::{AddressVector, Instant, LinkKind};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
@@ -77,6 +79,23 @@ impl Port {
     }
 }
 
+/// The spines a two-tier fabric needs for `down` host links per leaf to
+/// have `ratio`:1 oversubscription with one uplink per spine and every
+/// link at the same rate. Real fabrics oversubscribe this way, by how many
+/// of a switch's (equal-speed) ports go up, e.g. 48 down and 16 up for
+/// 3:1, rather than with slower uplinks: one switch ASIC and one optic
+/// per tier, and the same serialisation delay on every hop.
+pub fn spines_for_oversubscription(down: usize, ratio: f64) -> Result<usize, String> {
+    let spines = down as f64 / ratio;
+    let n = spines.round();
+    if !(ratio.is_finite() && ratio > 0.0) || n < 1.0 || (spines - n).abs() > 1e-9 {
+        return Err(format!(
+            "--oversubscription {ratio}: {down} host links a leaf over {ratio} is not a whole number of spines"
+        ));
+    }
+    Ok(n as usize)
+}
+
 /// The parts a topology is built from.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -106,8 +125,12 @@ pub struct Topology {
     pub receivers: Vec<usize>,
     /// (switch index, port) whose queue and link are the bottleneck under study.
     pub bottleneck: (usize, usize),
-    /// Switch indices of the spines (leaf-spine only).
+    /// Switch indices of the leaves and of the spines (two-tier fabrics only).
+    pub leaves: Vec<usize>,
     pub spines: Vec<usize>,
+    /// Rail-optimized: NICs per server (host h is NIC h % rails of server
+    /// h / rails); 0 on other topologies.
+    pub rails: usize,
     /// IB: the LID of each node (0: none yet), and of each host address
     /// (what a path record would tell a host).
     pub lids: Vec<u16>,
@@ -154,7 +177,9 @@ impl Topology {
             senders: Vec::new(),
             receivers: Vec::new(),
             bottleneck: (0, 0),
+            leaves: Vec::new(),
             spines: Vec::new(),
+            rails: 0,
             lids: Vec::new(),
             lid_of: HashMap::new(),
             ib: None,
@@ -281,8 +306,11 @@ impl Topology {
 
     /// Turns every link into an IB link: hosts get LIDs 1.. in host order,
     /// switches the LIDs after them, and each switch an LFT with the same
-    /// next hops as its IP routes (an ECMP group picks by DLID, as opensm
-    /// spreads destinations over equal-cost ports).
+    /// next hops as its IP routes. Where there are several (an ECMP group),
+    /// the destinations are spread as opensm's min-hop does: in LID order,
+    /// each to the equal-cost port with the fewest routes so far (ties to
+    /// the first). (DLID mod group size would send every host of a rail
+    /// switch, whose LIDs are R apart, up one spine.)
     pub fn make_ib(&mut self, cfg: &IbConfig) {
         let mut next = 1u16;
         self.lids = vec![0; self.nodes.len()];
@@ -306,13 +334,24 @@ impl Topology {
             let Node::Switch(i) = *node else { continue };
             let sw = &mut self.switches[i];
             let mut ib = IbSwitch::new(self.ident[n].ib_port.clone(), cfg.sl2vl);
-            for (addr, &lid) in &self.lid_of {
+            let mut by_lid: Vec<(u16, Ipv4Addr)> = self.lid_of.iter().map(|(&a, &l)| (l, a)).collect();
+            by_lid.sort_unstable();
+            let mut routes_on = vec![0u32; self.ports[n].len()];
+            for (lid, addr) in &by_lid {
+                let (lid, addr) = (*lid, addr);
                 let port = match sw.ecmp.get(addr) {
-                    Some(g) if !g.is_empty() => Some(g[usize::from(lid) % g.len()]),
+                    Some(g) if !g.is_empty() => {
+                        let p = *g.iter().min_by_key(|&&p| routes_on[p]).expect("not empty");
+                        routes_on[p] += 1;
+                        Some(p)
+                    }
                     _ => sw.routes.get(addr).copied(),
                 };
                 if let Some(p) = port {
                     ib.set_route(lid, p);
+                }
+                if let Some(g) = sw.ecmp.get(addr).filter(|g| g.len() > 1) {
+                    ib.set_ar_group(lid, g.clone());
                 }
             }
             sw.ib = Some(ib);
@@ -529,13 +568,39 @@ impl Topology {
     /// Leaf-spine: `leaves` leaf switches with `per_leaf` hosts each, every
     /// leaf joined to each of `spines` spine switches; a leaf reaches a host
     /// on another leaf over any spine, chosen per packet by the 5-tuple hash
-    /// (so per flow). Host h is on leaf h / per_leaf. Receiver: host 0;
-    /// senders: every other host, those on other leaves first. The
-    /// bottleneck is leaf 0's port to host 0.
+    /// (so per flow) unless [`Self::set_multipath`] says otherwise. Host h
+    /// is on leaf h / per_leaf. Receiver: host 0; senders: every other host,
+    /// those on other leaves first. The bottleneck is leaf 0's port to host 0.
+    /// Every link has the same rate, so the oversubscription of a leaf is
+    /// per_leaf : spines ([`Self::oversubscription`]).
     pub fn leaf_spine(leaves: usize, spines: usize, per_leaf: usize, s: &Settings) -> Topology {
+        let leaf_of: Vec<usize> = (0..leaves * per_leaf).map(|h| h / per_leaf).collect();
+        Topology::two_tier(leaves, spines, &leaf_of, s)
+    }
+
+    /// Rail-optimized (NVIDIA DGX SuperPOD style): `servers` servers of
+    /// `rails` NICs each; NIC i of every server is cabled to rail switch i,
+    /// and the rail switches are leaves joined by `spines` spines. Host h
+    /// is NIC h % rails of server h / rails (ranks numbered server-major,
+    /// as launchers number GPUs), so it hangs off rail switch h % rails:
+    /// traffic between the same NIC of two servers stays on its rail
+    /// switch, and only traffic between rails crosses a spine.
+    pub fn rail_optimized(servers: usize, rails: usize, spines: usize, s: &Settings) -> Topology {
+        let leaf_of: Vec<usize> = (0..servers * rails).map(|h| h % rails).collect();
+        let mut t = Topology::two_tier(rails, spines, &leaf_of, s);
+        t.rails = rails;
+        t
+    }
+
+    /// Two tiers: leaves 0.. (switches 0..leaves), spines after them, every
+    /// leaf joined once to every spine (leaf ports 0..spines go up), then
+    /// host h on leaf `leaf_of[h]`. Equal-cost groups up from a leaf to
+    /// every host on another leaf: all its spine ports.
+    fn two_tier(leaves: usize, spines: usize, leaf_of: &[usize], s: &Settings) -> Topology {
         let mut t = Topology::empty();
         let leaf: Vec<usize> = (0..leaves).map(|_| t.add_switch(s)).collect();
         let spine: Vec<usize> = (0..spines).map(|_| t.add_switch(s)).collect();
+        t.leaves = (0..leaves).collect();
         t.spines = (leaves..leaves + spines).collect();
         for &l in &leaf {
             for &sp in &spine {
@@ -543,32 +608,55 @@ impl Topology {
             }
         }
         let mut port0 = 0;
-        for (i, &l) in leaf.iter().enumerate() {
-            for j in 0..per_leaf {
-                t.add_host(s);
-                let h = t.nodes.len() - 1;
-                let (port, _) = t.join(l, h, s.link);
-                if i == 0 && j == 0 {
-                    port0 = port;
-                }
+        for (h, &l) in leaf_of.iter().enumerate() {
+            t.add_host(s);
+            let node = t.nodes.len() - 1;
+            let (port, _) = t.join(leaf[l], node, s.link);
+            if h == 0 {
+                port0 = port;
             }
         }
         let n = t.hosts.len();
+        let home = leaf_of.first().copied().unwrap_or(0);
         t.receivers.push(0);
-        t.senders.extend((per_leaf..n).chain(1..per_leaf.min(n)));
-        t.bottleneck = (0, port0);
+        t.senders.extend((0..n).filter(|&h| leaf_of[h] != home).chain((1..n).filter(|&h| leaf_of[h] == home)));
+        t.bottleneck = (home, port0);
         t.route();
         // Up from a leaf: every spine is an equal-cost next hop (ports 0..spines).
-        for h in 0..n {
-            let addr = t.hosts[h].addr;
-            for (i, &l) in leaf.iter().enumerate() {
-                if i != h / per_leaf && spines > 1 {
+        if spines > 1 {
+            for (h, &lh) in leaf_of.iter().enumerate() {
+                let addr = t.hosts[h].addr;
+                for (_, &l) in leaf.iter().enumerate().filter(|&(i, _)| i != lh) {
                     let Node::Switch(sw) = t.nodes[l] else { continue };
                     t.switches[sw].ecmp.insert(addr, (0..spines).collect());
                 }
             }
         }
         t
+    }
+
+    /// The oversubscription of leaf switch `leaf` (an index into
+    /// [`Self::switches`]): the capacity of its links to hosts over that of
+    /// its links to switches (1.0: full bisection; `None`: no uplink).
+    pub fn oversubscription(&self, leaf: usize) -> Option<f64> {
+        let node = self.nodes.iter().position(|n| *n == Node::Switch(leaf))?;
+        let (mut down, mut up) = (0u64, 0u64);
+        for p in &self.ports[node] {
+            match self.nodes[p.peer] {
+                Node::Host(_) => down += p.link.rate_bps,
+                Node::Switch(_) => up += p.link.rate_bps,
+            }
+        }
+        (up > 0).then(|| down as f64 / up as f64)
+    }
+
+    /// Sets how every switch picks among equal-cost next hops, each with
+    /// its own generator drawn from `seed` (used only by spraying).
+    pub fn set_multipath(&mut self, mode: Multipath, seed: u64) {
+        for (i, sw) in self.switches.iter_mut().enumerate() {
+            sw.multipath = mode;
+            sw.spray_rng = Rng::new(seed ^ 0x5b7a_u64.wrapping_mul(i as u64 + 1).rotate_left(17));
+        }
     }
 
     /// A parking lot: `hops` + 1 switches in a chain. One long flow's

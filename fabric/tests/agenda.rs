@@ -17,7 +17,7 @@ fn both(o: &Options, run: impl Fn(&Options) -> String) -> (String, String) {
 }
 
 fn collective(kind: Kind, algorithm: Algorithm, hosts: usize, size_bytes: u64, o: &Options) -> String {
-    let c = CollectiveOptions { kind, algorithm, hosts, size_bytes };
+    let c = CollectiveOptions { kind, algorithm, hosts, size_bytes, cross_nic: false };
     serde_json::to_string(&collective::run(&c, o, &mut |_, _| {}).unwrap()).unwrap()
 }
 

@@ -7,7 +7,7 @@ use rdma_fabric::collective::{run, Algorithm, CollectiveOptions};
 use rdma_fabric::scenarios::{Cc, Options};
 
 fn go(kind: Kind, algorithm: Algorithm, hosts: usize, size: u64, o: &Options) -> CollectiveReport {
-    let c = CollectiveOptions { kind, algorithm, hosts, size_bytes: size };
+    let c = CollectiveOptions { kind, algorithm, hosts, size_bytes: size, cross_nic: false };
     let r = run(&c, o, &mut |_, _| {}).expect("a valid collective");
     assert_eq!((r.ranks_unfinished, r.failed), (0, false), "{r:?}");
     r

@@ -4,7 +4,7 @@
 use crate::abi::*;
 use crate::context::{ctx_of, Ctx};
 use crate::ffi::{copy_cstr, guard, set_errno};
-use crate::spec::{self, DeviceSpec};
+use crate::spec::{self, DeviceLink, DeviceSpec};
 use libc::{c_char, c_int, c_uint};
 use std::sync::OnceLock;
 
@@ -15,6 +15,23 @@ pub struct Dev {
     pub spec: DeviceSpec,
     /// The node GUID, in network order as `ibv_get_device_guid` returns it.
     pub guid_be: u64,
+    /// RoCE: the active MTU, from the interface's MTU when first asked.
+    active_mtu: OnceLock<c_int>,
+}
+
+impl Dev {
+    /// The active MTU of a RoCE port, as rxe derives it from the MTU of
+    /// the interface its address is on (4096 on `lo`, 1024 on a 1500-byte
+    /// Ethernet link); 1024 if the interface is not found. Looked up once:
+    /// rxe too fixes it when the device is made (and on an MTU change).
+    pub fn roce_active_mtu(&self) -> c_int {
+        *self.active_mtu.get_or_init(|| match &self.spec.link {
+            DeviceLink::RoceV2 { addr, scope_id } => crate::sysfs::interface_of(*addr, *scope_id)
+                .and_then(|i| crate::sysfs::netdev_mtu(&i))
+                .map_or(ACTIVE_MTU, crate::sysfs::rxe_active_mtu),
+            DeviceLink::Ib { .. } => ACTIVE_MTU,
+        })
+    }
 }
 
 static DEVICES: OnceLock<Result<Vec<&'static Dev>, spec::SpecError>> = OnceLock::new();
@@ -29,7 +46,7 @@ fn make(spec: DeviceSpec, index: usize) -> &'static Dev {
     copy_cstr(&mut c.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
     copy_cstr(&mut c.ibdev_path, &format!("/sys/class/infiniband/{}", spec.name));
     let guid_be = crate::sysfs::guid_be_of(&spec);
-    Box::leak(Box::new(Dev { c, spec, guid_be }))
+    Box::leak(Box::new(Dev { c, spec, guid_be, active_mtu: OnceLock::new() }))
 }
 
 /// The devices of this process, made once from the environment and kept
@@ -224,8 +241,8 @@ pub unsafe extern "C" fn query_device_ex(
     })
 }
 
-/// IBV_MTU_1024: what rxe reports on a 1500-byte Ethernet link, and what
-/// keeps every packet within one datagram on any path.
+/// IBV_MTU_1024: what rxe reports on a 1500-byte Ethernet link; the
+/// active MTU of a RoCE device whose interface is not found.
 pub const ACTIVE_MTU: c_int = 3;
 
 /// `IBV_LINK_LAYER_INFINIBAND`.
@@ -242,7 +259,7 @@ fn port_attr(ctx: &Ctx) -> ibv_port_attr {
     let mut p: ibv_port_attr = unsafe { std::mem::zeroed() };
     p.state = 4; // IBV_PORT_ACTIVE
     p.max_mtu = 5; // 4096
-    p.active_mtu = ACTIVE_MTU;
+    p.active_mtu = ctx.dev.roce_active_mtu();
     p.gid_tbl_len = GID_TABLE_LEN as c_int;
     p.port_cap_flags = crate::sysfs::port_cap_flags(ctx.dev.spec.is_ib());
     p.max_msg_sz = 1 << 31;

@@ -184,6 +184,25 @@ pub fn interface_of(addr: IpAddr, scope_id: u32) -> Option<String> {
     found.or_else(|| if addr.is_loopback() { loopback.or_else(|| Some("lo".into())) } else { None })
 }
 
+/// The MTU of the network interface `ifname` (sysfs), if it is there.
+pub fn netdev_mtu(ifname: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu")).ok()?.trim().parse().ok()
+}
+
+/// The largest IB MTU (as `enum ibv_mtu`: 1 = 256 ... 5 = 4096) whose
+/// packets fit an interface of MTU `netdev_mtu`, as rxe sets its port's
+/// active MTU: it takes its 80 bytes of headers (RXE_MAX_HDR_LENGTH) off
+/// first, so a 1500-byte link gives 1024 and `lo` (65536) 4096.
+pub fn rxe_active_mtu(netdev_mtu: u32) -> libc::c_int {
+    match netdev_mtu.saturating_sub(80) {
+        4096.. => 5,
+        2048.. => 4,
+        1024.. => 3,
+        512.. => 2,
+        _ => 1,
+    }
+}
+
 /// The address of an AF_INET/AF_INET6 sockaddr, None for other families.
 ///
 /// # Safety
@@ -338,6 +357,24 @@ mod tests {
     fn the_guid_matches_the_library() {
         let a: IpAddr = "127.0.0.1".parse().unwrap();
         assert_eq!(guid_of(a).to_ne_bytes(), [0x02, 0x00, 127, 0xff, 0xfe, 0, 0, 1]);
+    }
+
+    #[test]
+    fn the_active_mtu_follows_the_interface_as_rxe_sets_it() {
+        // rxe: the netdev MTU less 80 bytes of headers, rounded down to an IB MTU.
+        assert_eq!(rxe_active_mtu(1500), 3);
+        assert_eq!(rxe_active_mtu(1104), 3);
+        assert_eq!(rxe_active_mtu(1103), 2);
+        assert_eq!(rxe_active_mtu(2128), 4);
+        assert_eq!(rxe_active_mtu(4175), 4);
+        assert_eq!(rxe_active_mtu(4176), 5);
+        assert_eq!(rxe_active_mtu(9000), 5);
+        assert_eq!(rxe_active_mtu(65536), 5);
+        assert_eq!(rxe_active_mtu(576), 1);
+        assert_eq!(rxe_active_mtu(0), 1);
+        if let Some(m) = netdev_mtu("lo") {
+            assert!(m >= 1280, "lo's MTU {m}");
+        }
     }
 
     #[test]

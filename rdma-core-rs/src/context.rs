@@ -4,9 +4,10 @@
 //! All state sits behind one mutex. Progress (receive what is waiting,
 //! fire due timers, send what the engine has) runs inside the
 //! application's calls: every post sends at once, every poll and wait
-//! receives. Blocking waits sleep in `poll(2)` on the device's socket, one
-//! waiter at a time (the leader); other waiters sleep on a condition
-//! variable and are woken after each round of progress. With
+//! receives (except a poll the CQ's queued completions already satisfy:
+//! [`SATISFIED_POLLS`]). Blocking waits sleep in `poll(2)` on the
+//! device's socket, one waiter at a time (the leader); other waiters sleep
+//! on a condition variable and are woken after each round of progress. With
 //! [`Progress::Thread`] a background thread is the permanent leader.
 
 use crate::device::{Backend, Device, Gid, Progress};
@@ -34,6 +35,16 @@ const RX_BATCHES_PER_ROUND: usize = 8;
 /// datagrams than the socket buffer holds, and still a bound under a flood
 /// (what arrives during the drain came after the call began anyway).
 const MAX_DRAIN_CALLS: usize = 1024;
+
+/// How many polls in a row a CQ answers from the completions it already
+/// holds, without a round of progress (`CompletionQueue::poll`): a poll
+/// that asks for no more than the CQ holds gets the same answer either way
+/// (the oldest completions), so the receive call, the timers and the sends
+/// a round makes can wait for the next poll that finds the CQ short. On
+/// that round the packet that came in the meantime is taken. The bound
+/// keeps a loop that posts a UD send before each poll (its completion is
+/// always there) from leaving the socket unread.
+pub const SATISFIED_POLLS: u32 = 8;
 
 /// The longest a waiter sleeps without looking again.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -94,6 +105,9 @@ pub(crate) struct State {
     leader: bool,
     /// Waiters sleeping on the condition variable.
     followers: usize,
+    /// Polls answered from completions already queued, without a round of
+    /// progress, since the last round (see [`SATISFIED_POLLS`]).
+    pub(crate) polls_without_progress: u32,
 }
 
 /// What handles the MADs a round of progress takes in (the device's RDMA
@@ -225,6 +239,7 @@ impl Inner {
     /// One round of progress: receive, fire timers, send, notify channels.
     /// Returns whether any packet came or went.
     pub(crate) fn progress_locked(&self, st: &mut State) -> Result<bool> {
+        st.polls_without_progress = 0;
         let now = self.now();
         let before = st.ep.completions_delivered();
         let mut moved = 0;
@@ -493,6 +508,7 @@ impl Context {
                 taken: Vec::new(),
                 leader: false,
                 followers: 0,
+                polls_without_progress: 0,
             }),
             wait_fds,
             kick: eventfd()?,

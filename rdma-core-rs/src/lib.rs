@@ -74,7 +74,7 @@ pub mod udp;
 mod xrc;
 
 pub use connect::{ConnectOptions, PeerInfo};
-pub use context::{poll_readable, Context};
+pub use context::{poll_readable, Context, SATISFIED_POLLS};
 pub use cq::{CompChannel, CompletionQueue};
 pub use device::{
     device_cap, device_cap_ex, devices, odp, Backend, Device, DeviceConfig, Gid, OdpCaps, PortAttr, Progress,

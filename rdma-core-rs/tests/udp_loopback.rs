@@ -505,3 +505,74 @@ fn a_reply_leaves_alone_and_the_ack_it_releases_after_it() {
         "a reply and its ACK in two system calls: {before:?} -> {after:?}"
     );
 }
+
+/// A poll that the completions a CQ already holds satisfy answers from
+/// them without a round of progress (no receive call: the peer's packet
+/// waiting in the socket stays there), and the next poll that finds the
+/// CQ short takes that packet. At most `SATISFIED_POLLS` polls in a row
+/// skip the round: a loop that posts a UD send before each poll (its
+/// completion is always there) still has its socket read. Manual
+/// progress, one thread: nothing else reads the sockets. Addresses
+/// 127.0.77.11 and .12.
+#[test]
+fn a_poll_the_queued_completions_satisfy_makes_no_receive_call() {
+    let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+    let ip = |h: u8| std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 77, h));
+    let (a, _) = Side::new("satisfied-a", ip(11), QpType::Ud, cfg.clone(), None);
+    let (b, _) = Side::new("satisfied-b", ip(12), QpType::Ud, cfg, None);
+    let opts = ConnectOptions::default();
+    a.qp.connect(1, &b.info(0), &opts).unwrap();
+    b.qp.connect(2, &a.info(0), &opts).unwrap();
+    let recvs: Vec<RecvWr> = (0..4u64)
+        .map(|i| RecvWr { wr_id: 100 + i, sg_list: vec![b.mr.sge(i as usize * 1024, 40 + 64).unwrap()] })
+        .collect();
+    b.qp.post_recv(&recvs).unwrap();
+    let to_b = a.pd.create_ah(&AhAttr::new(b.ctx.query_gid(0).unwrap())).unwrap();
+    let to_a = b.pd.create_ah(&AhAttr::new(a.ctx.query_gid(0).unwrap())).unwrap();
+    let send = |from: &Side, ah: &AddressHandle, qpn: u32, wr_id: u64| {
+        let mut wr = SendWr::new(wr_id, SendOp::Send, vec![from.mr.sge(0, 64).unwrap()]);
+        wr.ud = Some(ah.ud_dest(qpn, opts.qkey));
+        from.qp.post_send(&[wr]).unwrap();
+    };
+    let recv_calls = || b.ctx.io_stats().recv_syscalls;
+    let mut out = Vec::new();
+
+    // a's packet waits in b's socket (b makes no progress of its own).
+    send(&a, &to_b, b.qp.qp_num(), 1);
+    // b's UD send completes at its post: b's CQ holds that completion.
+    send(&b, &to_a, a.qp.qp_num(), 2);
+    let before = recv_calls();
+    assert_eq!(b.cq.poll(&mut out, 1).unwrap(), 1);
+    assert_eq!(out[0].wr_id, 2, "the send's completion");
+    assert_eq!(recv_calls(), before, "a poll the queued completion satisfies makes no receive call");
+    // Now the CQ is short: the round takes a's packet.
+    out.clear();
+    let deadline = std::time::Instant::now() + WAIT.unwrap();
+    while b.cq.poll(&mut out, 1).unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "a's packet never arrived: {:?}", b.ctx.stats());
+    }
+    assert_eq!((out[0].wr_id, out[0].status), (100, WcStatus::Success), "a's packet, received");
+    assert!(recv_calls() > before, "the poll that found the CQ short received");
+
+    // A poll asking for more than the CQ holds makes its round.
+    send(&b, &to_a, a.qp.qp_num(), 3);
+    let before = recv_calls();
+    out.clear();
+    assert_eq!(b.cq.poll(&mut out, 2).unwrap(), 1);
+    assert_eq!(recv_calls(), before + 1, "a poll for 2 of 1 queued receives");
+
+    // Post, poll, post, poll...: every poll is satisfied, yet one in
+    // SATISFIED_POLLS + 1 makes a round.
+    let before = recv_calls();
+    for i in 0..SATISFIED_POLLS as u64 {
+        send(&b, &to_a, a.qp.qp_num(), 10 + i);
+        out.clear();
+        assert_eq!(b.cq.poll(&mut out, 1).unwrap(), 1);
+    }
+    assert_eq!(recv_calls(), before, "{SATISFIED_POLLS} satisfied polls in a row, no receive call");
+    send(&b, &to_a, a.qp.qp_num(), 99);
+    out.clear();
+    assert_eq!(b.cq.poll(&mut out, 1).unwrap(), 1);
+    assert_eq!(out[0].wr_id, 99);
+    assert!(recv_calls() > before, "the poll after {SATISFIED_POLLS} satisfied ones made a round");
+}

@@ -6,15 +6,20 @@
 //! ranks, and the fabric's drops, pauses and retransmissions.
 //!
 //! The hosts sit on one switch (`--topology incast`, the default: every
-//! rank one hop from every other) or on a leaf-spine of `--hosts-per-leaf`
-//! hosts per leaf and `--spines` spines (`--hosts` a multiple of it).
+//! rank one hop from every other), on a leaf-spine of `--hosts-per-leaf`
+//! hosts per leaf and `--spines` spines (`--hosts` a multiple of it), or
+//! on a rail-optimized fabric of `--rails` NICs per server, where each
+//! rail runs its own channel as NCCL does ([`rails`]).
 
 pub mod driver;
+pub mod rails;
 pub mod report;
 pub mod schedule;
 
 use crate::fabric::Fabric;
-use crate::scenarios::{fabric, settings, LinkKind, Options, ScenarioError, TopologyKind, MAX_HOSTS};
+use crate::scenarios::{
+    fabric, out_of_sequence, settings, spine_data_packets, LinkKind, Options, ScenarioError, TopologyKind, MAX_HOSTS,
+};
 use crate::topology::Topology;
 use core::time::Duration;
 use driver::Collective;
@@ -49,6 +54,41 @@ pub struct CollectiveOptions {
     pub algorithm: Algorithm,
     pub hosts: usize,
     pub size_bytes: u64,
+    /// Rail-optimized: each channel leaves a server on one NIC and enters
+    /// the next on another (`NCCL_CROSS_NIC=1`), so it changes rail ([`rails`]).
+    pub cross_nic: bool,
+}
+
+impl Default for CollectiveOptions {
+    fn default() -> CollectiveOptions {
+        CollectiveOptions {
+            kind: Kind::AllReduce,
+            algorithm: Algorithm::Ring,
+            hosts: 8,
+            size_bytes: 1 << 20,
+            cross_nic: false,
+        }
+    }
+}
+
+/// The schedule of a collective of `size` bytes over `servers` x `rails`
+/// NICs of a rail-optimized fabric: one channel per rail ([`rails`]).
+pub fn rail_schedule(
+    kind: Kind,
+    algorithm: Algorithm,
+    servers: usize,
+    rails: usize,
+    cross_nic: bool,
+    size: u64,
+) -> schedule::Schedule {
+    let n = servers * rails;
+    let chunk = rails::ring_chunk(size, servers, rails);
+    let per_channel = size.div_ceil(rails as u64);
+    schedule::on_groups(n, &rails::channels(servers, rails, cross_nic), |_| match (kind, algorithm) {
+        (Kind::AllReduce, Algorithm::Tree) => schedule::tree_allreduce(servers, per_channel, TREE_CHUNK),
+        (Kind::AllReduce, Algorithm::Ring) => schedule::ring_of_chunks(servers, chunk, 2 * (n - 1)),
+        _ => schedule::ring_of_chunks(servers, chunk, n - 1),
+    })
 }
 
 /// Runs one collective on the fabric `o` describes; `progress` hears the
@@ -77,9 +117,19 @@ pub fn run(
     if o.headroom_bytes.is_some() && !o.pfc {
         return bad("--headroom-kb needs --pfc on".into());
     }
+    if c.cross_nic && !matches!(o.topology, TopologyKind::RailOptimized { .. }) {
+        return bad("--cross-nic is for --topology rail-optimized".into());
+    }
     let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
     let topo = match o.topology {
         TopologyKind::Incast => Topology::incast(c.hosts - 1, &s),
+        TopologyKind::RailOptimized { servers, rails, spines } => {
+            if servers * rails != c.hosts {
+                return bad(format!("--hosts {} is not --servers {servers} x --rails {rails}", c.hosts));
+            }
+            o.topology.check_two_tier()?;
+            Topology::rail_optimized(servers, rails, spines, &s)
+        }
         TopologyKind::LeafSpine { spines, hosts_per_leaf, .. } => {
             if c.hosts % hosts_per_leaf != 0 || !(1..=64).contains(&spines) || hosts_per_leaf == 0 {
                 return bad(format!(
@@ -91,16 +141,22 @@ pub fn run(
         }
     };
     let mut fab = fabric(topo, o)?;
-    let sched = match (c.kind, c.algorithm) {
-        (Kind::AllReduce, Algorithm::Ring) => schedule::ring_allreduce(c.hosts, c.size_bytes),
-        (Kind::AllReduce, Algorithm::Tree) => schedule::tree_allreduce(c.hosts, c.size_bytes, TREE_CHUNK),
+    let sched = match (o.topology, c.kind, c.algorithm) {
+        (TopologyKind::RailOptimized { servers, rails, .. }, kind, alg) => {
+            rail_schedule(kind, alg, servers, rails, c.cross_nic, c.size_bytes)
+        }
+        (_, Kind::AllReduce, Algorithm::Ring) => schedule::ring_allreduce(c.hosts, c.size_bytes),
+        (_, Kind::AllReduce, Algorithm::Tree) => schedule::tree_allreduce(c.hosts, c.size_bytes, TREE_CHUNK),
         _ => schedule::ring_gather(c.hosts, c.size_bytes),
     };
     let steps = sched.first().map_or(0, Vec::len);
-    let bound = (c.algorithm == Algorithm::Ring).then(|| ring_bound(c, steps, o, &fab));
+    // A ring step's chunk: the first send of any rank's first step.
+    let chunk = sched.iter().find_map(|st| st.first()?.sends.first().map(|s| s.1)).unwrap_or(0);
+    let bound = (c.algorithm == Algorithm::Ring).then(|| ring_bound(chunk, steps, o, &fab));
     // Generous: a run that has not finished by then is stuck or hopeless.
     let limit = o.duration.unwrap_or_else(|| {
-        let scale = bound.unwrap_or_else(|| ring_bound(c, 2 * (c.hosts - 1), o, &fab));
+        let ring_chunk = c.size_bytes.div_ceil(c.hosts as u64);
+        let scale = bound.unwrap_or_else(|| ring_bound(ring_chunk, 2 * (c.hosts - 1), o, &fab));
         (Duration::from_millis(10) + scale * 50).min(Duration::from_secs(60))
     });
     let work = Collective::start(sched, &mut fab.topo, Instant::ZERO);
@@ -110,12 +166,12 @@ pub fn run(
 }
 
 /// The ring's lower bound (α-β): each of `steps` steps moves a chunk of
-/// size/n, with its headers, over a link at line rate, and its last packet
-/// crosses two links (two propagation delays and one more serialisation).
-fn ring_bound(c: &CollectiveOptions, steps: usize, o: &Options, fab: &Fabric) -> Duration {
+/// `chunk` bytes (size/n; on rails size/(R·n)), with its headers, over a
+/// link at line rate, and its last packet crosses two links (two
+/// propagation delays and one more serialisation).
+fn ring_bound(chunk: u64, steps: usize, o: &Options, fab: &Fabric) -> Duration {
     let link = fab.topo.ports[fab.topo.host_nodes[0]][0].link;
     let header = if o.link == LinkKind::Ib { 26 } else { 44 };
-    let chunk = c.size_bytes.div_ceil(c.hosts as u64);
     let per_step =
         link.serialise(wire_bytes(chunk, header) as usize) + link.delay * 2 + link.serialise(1024 + header as usize);
     per_step * steps as u32
@@ -144,7 +200,10 @@ fn measure(fab: &mut Fabric, c: &CollectiveOptions, o: &Options, bound: Option<D
     let bw = jct_us.map(|j| bandwidths(c.kind, c.hosts, c.size_bytes, j));
     let p = |q| crate::report::percentile(&done, q);
     let switches = &fab.topo.switches;
-    let ib_drops: u64 = fab.topo.ports.iter().flatten().filter_map(|p| p.ib.as_ref()).map(|ib| ib.counters.drops).sum();
+    let ib_ports = || fab.topo.ports.iter().flatten().filter_map(|p| p.ib.as_ref());
+    let ib_drops: u64 = ib_ports().map(|ib| ib.counters.drops).sum();
+    let two_tier = !fab.topo.spines.is_empty();
+    let oversubscription = fab.topo.leaves.first().and_then(|&l| fab.topo.oversubscription(l));
     CollectiveReport {
         scenario: c.kind.name().to_string(),
         algorithm: c.algorithm.name().to_string(),
@@ -152,6 +211,11 @@ fn measure(fab: &mut Fabric, c: &CollectiveOptions, o: &Options, bound: Option<D
         size_bytes: c.size_bytes,
         seed: o.seed,
         link: if o.link == LinkKind::Ib { "ib" } else { "roce" }.to_string(),
+        topology: o.topology.name().to_string(),
+        oversubscription,
+        rails: (fab.topo.rails > 0).then_some(fab.topo.rails),
+        cross_nic: c.cross_nic,
+        multipath: o.multipath.name().to_string(),
         pfc: o.pfc,
         dcqcn: o.cc == crate::scenarios::Cc::Dcqcn,
         jct_us,
@@ -165,9 +229,15 @@ fn measure(fab: &mut Fabric, c: &CollectiveOptions, o: &Options, bound: Option<D
         failed,
         drops: switches.iter().flat_map(|sw| &sw.egress).map(|e| e.drops).sum::<u64>() + ib_drops,
         pauses: fab.counters.pauses,
+        credit_stalls: fab.topo.ib.as_ref().map(|_| ib_ports().map(|ib| ib.counters.credit_stalls).sum()),
         retransmits: fab.topo.hosts.iter().map(|h| h.ep.stats().retransmits).sum(),
         ecn_marks: switches.iter().flat_map(|sw| &sw.egress).map(|e| e.marks).sum(),
         cnps: fab.topo.hosts.iter().map(|h| h.ep.stats().cnps_sent).sum(),
+        out_of_sequence: out_of_sequence(fab),
+        naks: fab.topo.hosts.iter().map(|h| h.ep.stats().naks_sent).sum(),
+        timeouts: fab.topo.hosts.iter().map(|h| h.ep.stats().timeouts).sum(),
+        spine_data_packets: two_tier.then(|| spine_data_packets(fab)),
+        rank_completion_us: done.clone(),
         packet_hops: fab.counters.packet_hops,
         simulated_us: us(fab.now),
     }
@@ -188,12 +258,19 @@ mod tests {
     #[test]
     fn bad_options_are_errors_naming_the_flag() {
         let mut p = |_, _| {};
-        let c = CollectiveOptions { kind: Kind::AllReduce, algorithm: Algorithm::Ring, hosts: 1, size_bytes: 1 };
+        let c = CollectiveOptions {
+            kind: Kind::AllReduce,
+            algorithm: Algorithm::Ring,
+            hosts: 1,
+            size_bytes: 1,
+            cross_nic: false,
+        };
         let e = run(&c, &Options::default(), &mut p).unwrap_err();
         assert!(e.to_string().contains("--hosts 1"), "{e}");
         let c = CollectiveOptions { hosts: 4, size_bytes: 0, ..c };
         assert!(run(&c, &Options::default(), &mut p).unwrap_err().to_string().contains("--size"));
-        let c = CollectiveOptions { kind: Kind::AllGather, algorithm: Algorithm::Tree, hosts: 4, size_bytes: 4096 };
+        let c =
+            CollectiveOptions { kind: Kind::AllGather, algorithm: Algorithm::Tree, hosts: 4, size_bytes: 4096, ..c };
         assert!(run(&c, &Options::default(), &mut p).unwrap_err().to_string().contains("tree"));
         let o = Options {
             topology: TopologyKind::LeafSpine { leaves: 2, spines: 2, hosts_per_leaf: 3 },

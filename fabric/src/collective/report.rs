@@ -49,6 +49,16 @@ pub struct CollectiveReport {
     pub size_bytes: u64,
     pub seed: u64,
     pub link: String,
+    /// `single-switch`, `leaf-spine` or `rail-optimized`.
+    pub topology: String,
+    /// Two-tier fabrics: a leaf's host-link capacity over its uplink capacity.
+    pub oversubscription: Option<f64>,
+    /// Rail-optimized: NICs (rails) per server, and whether each channel
+    /// changed NIC between servers (`--cross-nic`).
+    pub rails: Option<usize>,
+    pub cross_nic: bool,
+    /// How switches picked among equal-cost next hops: ecmp, spray, adaptive.
+    pub multipath: String,
     pub pfc: bool,
     pub dcqcn: bool,
     /// Time until the last rank finished (`None`: not all did).
@@ -69,9 +79,23 @@ pub struct CollectiveReport {
     pub failed: bool,
     pub drops: u64,
     pub pauses: u64,
+    /// IB: times a port's head packet waited for credit (IB's pauses).
+    pub credit_stalls: Option<u64>,
     pub retransmits: u64,
     pub ecn_marks: u64,
     pub cnps: u64,
+    /// Packets the receivers dropped as out of sequence (a gap: loss or
+    /// reordering), the PSN sequence error NAKs they sent, and the
+    /// senders' ACK timeouts.
+    pub out_of_sequence: u64,
+    pub naks: u64,
+    pub timeouts: u64,
+    /// Two-tier fabrics: data packets each spine forwarded.
+    pub spine_data_packets: Option<Vec<u64>>,
+    /// When each rank finished, µs, in rank order (finished ranks only;
+    /// for plots, not in the JSON).
+    #[serde(skip)]
+    pub rank_completion_us: Vec<f64>,
     pub packet_hops: u64,
     pub simulated_us: f64,
 }
@@ -92,6 +116,7 @@ impl CollectiveReport {
             ("size_bytes", self.size_bytes.to_string()),
             ("seed", self.seed.to_string()),
             ("fabric", format!("{} pfc={} dcqcn={}", self.link, self.pfc, self.dcqcn)),
+            ("topology", self.topology_line()),
             ("jct_us", f(self.jct_us)),
             ("lower_bound_us", f(self.lower_bound_us)),
             ("algbw_gbps", f(self.algbw_gbps)),
@@ -109,10 +134,30 @@ impl CollectiveReport {
             ("drops", self.drops.to_string()),
             ("pauses", self.pauses.to_string()),
             ("retransmits", self.retransmits.to_string()),
+            ("out_of_sequence", format!("{} (naks {}, timeouts {})", self.out_of_sequence, self.naks, self.timeouts)),
             ("ecn_marks", self.ecn_marks.to_string()),
             ("cnps", self.cnps.to_string()),
         ];
-        rows.iter().map(|(k, v)| format!("{k:<20}{v}\n")).collect()
+        let mut s: String = rows.iter().map(|(k, v)| format!("{k:<20}{v}\n")).collect();
+        if let Some(c) = self.credit_stalls {
+            s += &format!("{:<20}{c}\n", "credit_stalls");
+        }
+        if let Some(sp) = &self.spine_data_packets {
+            s += &format!("{:<20}{sp:?}\n", "spine_data_packets");
+        }
+        s
+    }
+
+    /// The topology, its oversubscription, rails and multipath, in a line.
+    pub fn topology_line(&self) -> String {
+        let mut t = self.topology.clone();
+        if let Some(r) = self.rails {
+            t += &format!(" rails={r}{}", if self.cross_nic { " cross-nic" } else { "" });
+        }
+        if let Some(o) = self.oversubscription {
+            t += &format!(" oversubscription={o}:1");
+        }
+        t + &format!(" multipath={}", self.multipath)
     }
 }
 

@@ -32,7 +32,13 @@ pub fn ring_gather(n: usize, size: u64) -> Schedule {
 }
 
 fn ring(n: usize, size: u64, steps: usize) -> Schedule {
-    let chunk = size.div_ceil(n as u64);
+    ring_of_chunks(n, size.div_ceil(n as u64), steps)
+}
+
+/// A ring of `n` ranks that sends `chunk` bytes to the next rank in each
+/// of `steps` steps (one channel of a ring whose other hops are not on
+/// this fabric: see `collective::rails`).
+pub fn ring_of_chunks(n: usize, chunk: u64, steps: usize) -> Schedule {
     (0..n)
         .map(|r| {
             let step = Step { sends: vec![((r + 1) % n, chunk)], recvs: vec![(r + n - 1) % n] };
@@ -84,6 +90,25 @@ fn split(size: u64, chunk: u64) -> Vec<u64> {
         v.push(size % chunk);
     }
     v
+}
+
+/// One schedule over `hosts` hosts made of a schedule per group: group g
+/// (its hosts, in rank order, disjoint from the others) runs `of(g)`,
+/// whose rank i is host `groups[g][i]`. Hosts in no group have no steps.
+pub fn on_groups(hosts: usize, groups: &[Vec<usize>], of: impl Fn(usize) -> Schedule) -> Schedule {
+    let mut all = vec![Vec::new(); hosts];
+    for (g, members) in groups.iter().enumerate() {
+        for (i, steps) in of(g).into_iter().enumerate() {
+            all[members[i]] = steps
+                .into_iter()
+                .map(|st| Step {
+                    sends: st.sends.into_iter().map(|(p, b)| (members[p], b)).collect(),
+                    recvs: st.recvs.into_iter().map(|p| members[p]).collect(),
+                })
+                .collect();
+        }
+    }
+    all
 }
 
 /// Messages each ordered pair (from, to) carries over the whole schedule.
@@ -139,6 +164,15 @@ mod tests {
         assert!(s[4][..3].iter().all(|st| st.sends == vec![(1, 1000)]));
         assert_eq!(split(2500, 1000), vec![1000, 1000, 500]);
         assert_eq!(split(0, 1000), vec![0]);
+    }
+
+    #[test]
+    fn groups_run_their_own_schedules_on_their_hosts() {
+        // Two rings of two over hosts {0, 2} and {1, 3}.
+        let s = on_groups(4, &[vec![0, 2], vec![1, 3]], |_| ring_of_chunks(2, 100, 2));
+        assert!(balanced(&s));
+        assert_eq!(s[1][0], Step { sends: vec![(3, 100)], recvs: vec![3] });
+        assert_eq!(messages(&s).keys().copied().collect::<Vec<_>>(), vec![(0, 2), (1, 3), (2, 0), (3, 1)]);
     }
 
     #[test]

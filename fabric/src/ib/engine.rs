@@ -9,6 +9,7 @@ use crate::fabric::Fabric;
 use crate::ib::capture::{Captured, ERF_INFINIBAND, ERF_INFINIBAND_LINK};
 use crate::ib::credit::{self, blocks, fc_packet, receive_fc, FC_LEN};
 use crate::ib::{frame, Queued, SL2VL_DROP, VL15};
+use crate::multipath::{pick, Multipath};
 use crate::topology::Node;
 use rdma_transport::Instant;
 
@@ -211,8 +212,9 @@ impl Fabric {
             }
             Node::Switch(sw) => {
                 self.counters.packets_switched += 1;
+                let out = self.ib_next_hop(node, sw, lrh.dlid);
                 let ibs = self.topo.switches[sw].ib.as_ref().expect("an IB switch");
-                let out = ibs.route(lrh.dlid).filter(|&o| o < self.topo.ports[node].len());
+                let out = out.filter(|&o| o < self.topo.ports[node].len());
                 let vl = out.map(|o| ibs.sl2vl[port][o][usize::from(lrh.sl & 0xf)]);
                 let (Some(out), Some(vl)) = (out, vl) else {
                     self.counters.unroutable += 1;
@@ -230,6 +232,25 @@ impl Fabric {
                 oib.out[usize::from(vl)].push_back(q);
                 self.ib_send(node, out);
             }
+        }
+    }
+
+    /// The output of switch `sw` (node `node`) towards `dlid`: its LFT
+    /// entry, or with `--multipath spray|adaptive` a port of the DLID's AR
+    /// group, the LFT's port standing for the flow's own (ECMP) choice.
+    fn ib_next_hop(&mut self, node: usize, sw: usize, dlid: u16) -> Option<usize> {
+        let (switches, ports) = (&mut self.topo.switches, &self.topo.ports[node]);
+        let s = &mut switches[sw];
+        let ibs = s.ib.as_ref().expect("an IB switch");
+        let lft = ibs.route(dlid);
+        match ibs.ar_group(dlid) {
+            Some(g) if s.multipath != Multipath::Ecmp => {
+                let home = g.iter().position(|&p| Some(p) == lft).unwrap_or(0) as u64;
+                let load =
+                    |p: usize| ports.get(p).and_then(|q| q.ib.as_ref()).map_or(u64::MAX, |ib| ib.queued_packets());
+                Some(pick(s.multipath, g, home, load, &mut s.spray_rng))
+            }
+            _ => lft,
         }
     }
 

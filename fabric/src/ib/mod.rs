@@ -175,6 +175,11 @@ impl IbPort {
         self.out.iter().flatten().map(|q| q.frame.len() as u64).sum()
     }
 
+    /// Packets queued for the link on data VLs (adaptive routing's load).
+    pub fn queued_packets(&self) -> u64 {
+        self.out.iter().map(|q| q.len() as u64).sum()
+    }
+
     pub fn has_data(&self) -> bool {
         self.out.iter().any(|q| !q.is_empty())
     }
@@ -245,6 +250,10 @@ impl PortMgmt {
 pub struct IbSwitch {
     /// DLID -> IB output port; [`LFT_DROP`] where there is none.
     pub lft: Vec<u8>,
+    /// DLID -> the fabric ports of its adaptive-routing group, where it has
+    /// more than one equal-cost port (as an SM programs AR groups beside
+    /// the LFT); used only with `--multipath spray|adaptive`.
+    pub ar_groups: Vec<Vec<usize>>,
     /// SL2VL per (fabric input port, fabric output port).
     pub sl2vl: Vec<Vec<[u8; 16]>>,
     pub ib_port: Vec<u8>,
@@ -259,6 +268,7 @@ impl IbSwitch {
         let ports = ib_port.len();
         IbSwitch {
             lft: Vec::new(),
+            ar_groups: Vec::new(),
             sl2vl: vec![vec![sl2vl; ports]; ports],
             ib_port,
             port0: PortMgmt { state: 4, ..PortMgmt::fresh() },
@@ -276,6 +286,20 @@ impl IbSwitch {
     pub fn route(&self, dlid: u16) -> Option<usize> {
         let p = self.lft.get(usize::from(dlid)).copied().filter(|&p| p != LFT_DROP && p != 0)?;
         self.fabric_port(p)
+    }
+
+    /// The adaptive-routing group of `dlid`, if it has one.
+    pub fn ar_group(&self, dlid: u16) -> Option<&[usize]> {
+        self.ar_groups.get(usize::from(dlid)).map(Vec::as_slice).filter(|g| g.len() > 1)
+    }
+
+    /// Makes `ports` the adaptive-routing group of `dlid`.
+    pub fn set_ar_group(&mut self, dlid: u16, ports: Vec<usize>) {
+        let i = usize::from(dlid);
+        if self.ar_groups.len() <= i {
+            self.ar_groups.resize(i + 1, Vec::new());
+        }
+        self.ar_groups[i] = ports;
     }
 
     /// Routes `dlid` out of fabric port `port`.

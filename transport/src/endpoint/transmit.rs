@@ -44,7 +44,9 @@ impl Transmit {
 
 /// Packets a QP sends in a row before the next QP's turn: runs long enough
 /// for a driver to hand the kernel as one segmented send (UDP GSO), short
-/// enough that no QP waits long.
+/// enough that no QP waits long. It bounds what a QP with a packet to send
+/// waits for: one turn of each QP with packets (docs/design.md, "Transmit
+/// arbitration between QPs"; `transport/tests/fair_tx.rs`).
 pub const TX_BURST: u32 = 16;
 
 /// A buffer this large holds any packet the engine writes (4 KiB MTU):

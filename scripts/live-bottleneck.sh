@@ -6,21 +6,27 @@
 # the simulated fabric's figures for the same parameters beside them.
 #
 #   sudo scripts/live-bottleneck.sh [--flows N] [--rate-mbps R] [--seconds S]
-#                                   [--dcqcn paper|nvidia|off] [--out DIR]
+#                                   [--dcqcn paper|nvidia|off] [--cc timely|none]
+#                                   [--min-rtt-us U] [--out DIR]
 #
+# --cc timely runs TIMELY (RTT samples only) in the senders instead of DCQCN,
+# with --min-rtt-us as the path's unloaded RTT (default 200: the router's own
+# forwarding on a busy 2-core host); the simulated figures are TIMELY's too.
 # Needs root (it creates and removes its own namespaces, named bn-*-PID).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FLOWS=2 RATE=500 SECONDS_RUN=12 DCQCN=paper OUT=target/live-bottleneck
+FLOWS=2 RATE=500 SECONDS_RUN=12 DCQCN=paper CC= MIN_RTT_US=200 OUT=target/live-bottleneck
 while [ $# -gt 0 ]; do
     case $1 in
     --flows) FLOWS=$2; shift 2 ;;
     --rate-mbps) RATE=$2; shift 2 ;;
     --seconds) SECONDS_RUN=$2; shift 2 ;;
     --dcqcn) DCQCN=$2; shift 2 ;;
+    --cc) CC=$2; shift 2 ;;
+    --min-rtt-us) MIN_RTT_US=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h | --help) sed -n 2,12p "$0"; exit 0 ;;
+    -h | --help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "live-bottleneck: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -54,7 +60,10 @@ ROUTER=$!
 for _ in $(seq 100); do [ -e "$READY" ] && break; sleep 0.1; done
 [ -e "$READY" ] || { cat "$OUT/router.log" >&2; exit 1; }
 
-echo "live-bottleneck: $FLOWS flow(s) through $RATE Mb/s, DCQCN $DCQCN (line rate $LINE_GBPS Gb/s), ${SECONDS_RUN}s"
+# The senders' congestion control: --dcqcn's preset, or --cc's algorithm.
+CC_ARGS=(--dcqcn "$DCQCN")
+[ -n "$CC" ] && CC_ARGS=(--cc "$CC" --min-rtt-us "$MIN_RTT_US") && DCQCN=$CC
+echo "live-bottleneck: $FLOWS flow(s) through $RATE Mb/s, congestion control $DCQCN (line rate $LINE_GBPS Gb/s), ${SECONDS_RUN}s"
 for i in $(seq 1 "$FLOWS"); do
     ip netns exec "$R" $BIN/rdma-perf write-bw --bind "10.77.2.$i" -p $((18600 + i)) --json --quiet \
         >"$OUT/server$i.json" 2>"$OUT/server$i.log" &
@@ -63,7 +72,7 @@ sleep 0.5
 CLIENTS=()
 for i in $(seq 1 "$FLOWS"); do
     ip netns exec "$L" $BIN/rdma-perf write-bw "10.77.2.$i" --bind "10.77.1.$i" -p $((18600 + i)) \
-        -D "$SECONDS_RUN" --dcqcn "$DCQCN" --line-rate "$LINE_GBPS" --json --quiet \
+        -D "$SECONDS_RUN" "${CC_ARGS[@]}" --line-rate "$LINE_GBPS" --json --quiet \
         >"$OUT/client$i.json" 2>"$OUT/client$i.log" &
     CLIENTS+=($!)
 done
@@ -72,7 +81,10 @@ wait "$ROUTER" || { cat "$OUT/router.log" >&2; exit 1; }
 
 # The simulated fabric, same rate, flows, preset and RED (rdma-fabric's defaults are the paper's).
 SIM=$OUT/simulated.json
-if [ "$DCQCN" != off ]; then
+if [ "$DCQCN" = timely ]; then
+    $BIN/rdma-fabric run dcqcn-fairness --flows "$FLOWS" --line-rate "$(awk "BEGIN { print $RATE / 1000 }")" \
+        --cc timely --duration 200ms --json >"$SIM"
+elif [ "$DCQCN" != off ] && [ "$DCQCN" != none ]; then
     $BIN/rdma-fabric run dcqcn-fairness --flows "$FLOWS" --line-rate "$(awk "BEGIN { print $RATE / 1000 }")" \
         --preset "$DCQCN" --duration 200ms --json >"$SIM"
 fi

@@ -57,7 +57,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         tos: 0,
         pkey_index: 0,
         ecn_capable: true,
-        dcqcn: None,
+        cc: None,
         link: crate::backend::LinkArgs::default(),
     }
 }

@@ -47,7 +47,7 @@ fn config(test: TestKind) -> Config {
         tos: 0,
         pkey_index: 0,
         ecn_capable: true,
-        dcqcn: None,
+        cc: None,
         link: softroce::backend::LinkArgs::default(),
     }
 }

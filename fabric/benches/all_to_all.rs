@@ -29,7 +29,7 @@ fn run(hosts: usize) -> (f64, f64, u64, f64) {
     let o = Options {
         topology: TopologyKind::LeafSpine { leaves: hosts / 8, spines: 4, hosts_per_leaf: 8 },
         flow_bytes: 16 * 1024,
-        dcqcn: std::env::var_os("FABRIC_BENCH_DCQCN_OFF").is_none(),
+        cc: rdma_fabric::scenarios::Cc::from_dcqcn(std::env::var_os("FABRIC_BENCH_DCQCN_OFF").is_none()),
         ..Options::default()
     };
     let (started, cpu) = (std::time::Instant::now(), cpu_time());

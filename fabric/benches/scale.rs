@@ -31,7 +31,7 @@ fn fabric(leaves: usize, spines: usize, per_leaf: usize) -> Fabric {
         red: Red::PAPER,
         buffer_bytes: 1_000_000,
         shared_buffer_bytes: None,
-        cc: Some(DcqcnParams::paper(RATE)),
+        cc: Some(std::sync::Arc::new(DcqcnParams::paper(RATE))),
         seed: 1,
         pfc: None,
     };

@@ -1,13 +1,14 @@
 //! `rdma-fabric compare SCENARIO`: the same workload on the IB fabric
 //! (credits, no congestion control: IB CC is not modelled) and on the
-//! RoCE v2 fabric with PFC only, PFC + DCQCN, and neither; one row each.
+//! RoCE v2 fabric with PFC only, PFC + DCQCN (or the `--cc` chosen:
+//! TIMELY), and neither; one row each.
 //! A collective (`compare allreduce|allgather|reduce-scatter`) gets its
 //! own table: JCT, bandwidths, the tail across ranks.
 
 use crate::collective::report::CollectiveReport;
 use crate::collective::CollectiveOptions;
 use crate::report::Report;
-use crate::scenarios::{run, LinkKind, Options, ScenarioError};
+use crate::scenarios::{run, Cc, LinkKind, Options, ScenarioError};
 use core::time::Duration;
 use rdma_transport::Instant;
 use rdma_wire::{
@@ -19,13 +20,26 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// The four fabrics compared.
 pub const CONFIGS: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-dcqcn", "roce-lossy"];
 
+/// The fabrics compared when `base` asks for TIMELY: its row in DCQCN's place.
+const CONFIGS_TIMELY: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-timely", "roce-lossy"];
+
+/// The fabrics compared for `base`: TIMELY's row in DCQCN's place when it asks for TIMELY.
+fn configs(base: &Options) -> [&'static str; 4] {
+    if base.cc == Cc::Timely {
+        CONFIGS_TIMELY
+    } else {
+        CONFIGS
+    }
+}
+
 /// The options of one configuration.
 pub fn options(config: &str, base: &Options) -> Options {
     match config {
-        "ib" => Options { link: LinkKind::Ib, pfc: false, dcqcn: false, ..*base },
-        "roce-pfc" => Options { link: LinkKind::Roce, pfc: true, dcqcn: false, ..*base },
-        "roce-pfc-dcqcn" => Options { link: LinkKind::Roce, pfc: true, dcqcn: true, ..*base },
-        _ => Options { link: LinkKind::Roce, pfc: false, dcqcn: false, ..*base },
+        "ib" => Options { link: LinkKind::Ib, pfc: false, cc: Cc::None, ..*base },
+        "roce-pfc" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::None, ..*base },
+        "roce-pfc-dcqcn" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Dcqcn, ..*base },
+        "roce-pfc-timely" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Timely, ..*base },
+        _ => Options { link: LinkKind::Roce, pfc: false, cc: Cc::None, ..*base },
     }
 }
 
@@ -94,7 +108,7 @@ pub fn compare(
     base: &Options,
     progress: &mut dyn FnMut(&str, Instant, Duration),
 ) -> Result<Vec<Row>, ScenarioError> {
-    CONFIGS
+    configs(base)
         .iter()
         .map(|&c| {
             let o = options(c, base);
@@ -116,7 +130,7 @@ pub fn compare_collective(
     base: &Options,
     progress: &mut dyn FnMut(&str, Instant, Duration),
 ) -> Result<Vec<CollectiveRow>, ScenarioError> {
-    CONFIGS
+    configs(base)
         .iter()
         .map(|&cfg| {
             let o = options(cfg, base);

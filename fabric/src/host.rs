@@ -1,7 +1,7 @@
 //! A host: a real `rdma_transport::Endpoint` behind one NIC port, and the
 //! flows (RC QPs doing RDMA WRITEs) it sends or receives.
 
-use rdma_transport::cc::DcqcnParams;
+use rdma_transport::cc::ControllerFactory;
 use rdma_transport::sim::{bring_up_av, PairConfig};
 use rdma_transport::{
     Access, AddressVector, CqId, Endpoint, Instant, Mtu, QpInitAttr, QpType, RegionMemory, SendOp, SendWr, Sge,
@@ -46,9 +46,9 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn new(index: usize, addr: Ipv4Addr, seed: u64, cc: Option<DcqcnParams>) -> Host {
+    pub fn new(index: usize, addr: Ipv4Addr, seed: u64, cc: Option<std::sync::Arc<dyn ControllerFactory>>) -> Host {
         let mut ep = Endpoint::with_seed(IpAddr::V4(addr), seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        ep.set_congestion_control(cc);
+        ep.set_controller(cc);
         let pd = ep.alloc_pd();
         let cq = ep.create_cq(65536);
         let va = 0x7f00_0000_0000 + (index as u64) * 0x1_0000_0000;

@@ -4,7 +4,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_fabric::collective::report::Kind;
 use rdma_fabric::collective::{Algorithm, CollectiveOptions};
 use rdma_fabric::multipath::Multipath;
-use rdma_fabric::scenarios::{self, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
+use rdma_fabric::scenarios::{self, Cc, IbOptions, LinkKind, Options, Preset, RoutingKind, TopologyKind, SCENARIOS};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -19,6 +19,14 @@ struct Cli {
 enum PresetArg {
     Paper,
     Nvidia,
+}
+
+/// `--cc`: the congestion controller of every host.
+#[derive(Clone, Copy, ValueEnum)]
+enum CcArg {
+    Dcqcn,
+    Timely,
+    None,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -77,7 +85,8 @@ enum Cmd {
     /// infiniband-diags under libumad2sim; runs until killed.
     IbsimServe { netfile: std::path::PathBuf },
     /// Run one scenario on IB and on RoCE v2 (PFC only, PFC + DCQCN, neither)
-    /// and print a table; --link, --pfc and --dcqcn are set per row. A
+    /// and print a table; --link, --pfc and --dcqcn are set per row
+    /// (--cc timely puts TIMELY in DCQCN's row). A
     /// collective (allreduce, allgather, reduce-scatter) prints JCT, algbw,
     /// busbw and the tail across ranks, and --plot FILE.svg draws when the
     /// ranks finished on each fabric.
@@ -109,8 +118,13 @@ struct RunArgs {
     /// incast: the number of senders.
     #[arg(long, default_value_t = 8)]
     fanin: usize,
-    #[arg(long, value_enum, default_value = "on")]
-    dcqcn: OnOff,
+    /// DCQCN on every host (the older spelling of --cc dcqcn / --cc none; default on).
+    #[arg(long, value_enum)]
+    dcqcn: Option<OnOff>,
+    /// The congestion controller of every host: dcqcn (with --preset),
+    /// timely (RTT samples only) or none; default: --dcqcn's choice.
+    #[arg(long, value_enum)]
+    cc: Option<CcArg>,
     /// incast: bytes per flow, in KiB.
     #[arg(long = "flow-kb", default_value_t = 256)]
     flow_kb: u64,
@@ -511,6 +525,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         flows,
         fanin,
         dcqcn,
+        cc,
         flow_kb,
         buffer_kb,
         shared_buffer_kb,
@@ -569,6 +584,16 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         }
         TopologyArg::Incast => TopologyKind::Incast,
     };
+    let cc = match (cc, dcqcn) {
+        (Some(CcArg::Dcqcn), Some(OnOff::Off)) => return Err("--cc dcqcn and --dcqcn off contradict".into()),
+        (Some(CcArg::Timely | CcArg::None), Some(OnOff::On)) => {
+            return Err("--dcqcn on contradicts --cc: give one of them".into())
+        }
+        (Some(CcArg::Dcqcn), _) => Cc::Dcqcn,
+        (Some(CcArg::Timely), _) => Cc::Timely,
+        (Some(CcArg::None), _) => Cc::None,
+        (None, d) => Cc::from_dcqcn(!matches!(d, Some(OnOff::Off))),
+    };
     let o = Options {
         seed,
         duration,
@@ -579,7 +604,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         },
         flows,
         fanin,
-        dcqcn: matches!(dcqcn, OnOff::On),
+        cc,
         flow_bytes: flow_kb.saturating_mul(1024),
         buffer_bytes: buffer_kb.map(|k| k.saturating_mul(1000)),
         shared_buffer_bytes: shared_buffer_kb.map(|k| k.saturating_mul(1000)),

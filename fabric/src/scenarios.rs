@@ -16,7 +16,7 @@ use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
 use core::time::Duration;
-use rdma_transport::cc::{DcqcnParams, ReactionPoint};
+use rdma_transport::cc::{ControllerFactory, DcqcnParams, ReactionPoint, TimelyParams};
 use rdma_transport::sim::Rng;
 use rdma_transport::Instant;
 
@@ -49,6 +49,49 @@ impl Preset {
         match self {
             Preset::Paper => DcqcnParams::paper(line_rate_bps),
             Preset::Nvidia => DcqcnParams::nvidia(line_rate_bps),
+        }
+    }
+}
+
+/// The congestion controller every host's RC QPs run (`--cc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cc {
+    /// No rate control (`--dcqcn off`, `--cc none`); CNPs are still sent.
+    None,
+    /// DCQCN with [`Options::preset`]'s parameters.
+    Dcqcn,
+    /// TIMELY, from RTT samples alone (ECN marks and CNPs are ignored).
+    Timely,
+}
+
+/// TIMELY's unloaded RTT in the fabric: the gradient's unit. A host-switch-
+/// host path at 1 µs per link is about 4.5 µs; a leaf-spine one twice that.
+pub const TIMELY_MIN_RTT: Duration = Duration::from_micros(10);
+
+impl Cc {
+    /// The old `--dcqcn on|off`.
+    pub fn from_dcqcn(on: bool) -> Cc {
+        if on {
+            Cc::Dcqcn
+        } else {
+            Cc::None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cc::None => "none",
+            Cc::Dcqcn => "dcqcn",
+            Cc::Timely => "timely",
+        }
+    }
+
+    /// What makes each QP's controller at `line_rate_bps`.
+    pub fn factory(self, preset: Preset, line_rate_bps: u64) -> Option<std::sync::Arc<dyn ControllerFactory>> {
+        match self {
+            Cc::None => None,
+            Cc::Dcqcn => Some(std::sync::Arc::new(preset.params(line_rate_bps))),
+            Cc::Timely => Some(std::sync::Arc::new(TimelyParams::new(line_rate_bps, TIMELY_MIN_RTT))),
         }
     }
 }
@@ -151,7 +194,8 @@ pub struct Options {
     pub preset: Preset,
     pub flows: usize,
     pub fanin: usize,
-    pub dcqcn: bool,
+    /// The congestion controller of every host.
+    pub cc: Cc,
     pub flow_bytes: u64,
     pub buffer_bytes: Option<u64>,
     /// A switch-wide buffer the ports share, on top of each port's limit.
@@ -193,7 +237,7 @@ impl Default for Options {
             preset: Preset::Paper,
             flows: 2,
             fanin: 8,
-            dcqcn: true,
+            cc: Cc::Dcqcn,
             flow_bytes: 256 * 1024,
             buffer_bytes: None,
             shared_buffer_bytes: None,
@@ -261,6 +305,9 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     }
     check_multipath(o)?;
     match name {
+        "rp-trajectory" if o.cc == Cc::Timely => {
+            Err(ScenarioError::BadOption("rp-trajectory is DCQCN's reaction point: no --cc timely".into()))
+        }
         "rp-trajectory" => Ok(rp_trajectory(o)),
         "dcqcn-fairness" => {
             if !(1..=64).contains(&o.flows) {
@@ -397,7 +444,7 @@ pub(crate) fn settings(o: &Options, buffer: u64) -> Settings {
         red: Red::PAPER,
         buffer_bytes: buffer,
         shared_buffer_bytes: o.shared_buffer_bytes,
-        cc: o.dcqcn.then(|| o.preset.params(line_bps(o))),
+        cc: o.cc.factory(o.preset, line_bps(o)),
         seed: o.seed,
     }
 }

@@ -9,7 +9,7 @@ use crate::link::Link;
 use crate::multipath::Multipath;
 use crate::pfc::PfcConfig;
 use crate::switch::{Red, Switch};
-use rdma_transport::cc::DcqcnParams;
+use rdma_transport::cc::ControllerFactory;
 use rdma_transport::sim::Rng;
 use rdma_transport::{AddressVector, Instant, LinkKind};
 use std::collections::{HashMap, VecDeque};
@@ -97,7 +97,7 @@ pub fn spines_for_oversubscription(down: usize, ratio: f64) -> Result<usize, Str
 }
 
 /// The parts a topology is built from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub link: Link,
     pub red: Red,
@@ -105,7 +105,8 @@ pub struct Settings {
     pub buffer_bytes: u64,
     /// A switch-wide pool the ports share ([`Switch::shared_bytes`]).
     pub shared_buffer_bytes: Option<u64>,
-    pub cc: Option<DcqcnParams>,
+    /// What makes each host QP's congestion controller; `None`: none.
+    pub cc: Option<std::sync::Arc<dyn ControllerFactory>>,
     pub seed: u64,
     /// PFC on every switch ingress for the data priority; hosts always honour pause.
     pub pfc: Option<PfcConfig>,
@@ -401,7 +402,7 @@ impl Topology {
         let (n, h) = (self.nodes.len(), self.hosts.len());
         // 10.0.0.1 on, one address per host (past 10.0.0.255 into 10.0.1.x).
         let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 1)) + h as u32);
-        let mut host = Host::new(h, addr, s.seed, s.cc);
+        let mut host = Host::new(h, addr, s.seed, s.cc.clone());
         host.ack_timeout = ack_timeout_for(s.link.rate_bps, s.buffer_bytes);
         self.hosts.push(host);
         let guid = 0x100000 + 2 * h as u64;

@@ -8,7 +8,7 @@
 
 use rdma_fabric::collective::report::Kind;
 use rdma_fabric::collective::{self, Algorithm, CollectiveOptions};
-use rdma_fabric::scenarios::{self, Options, TopologyKind};
+use rdma_fabric::scenarios::{self, Cc, Options, TopologyKind};
 
 /// The JSON of one run with the agenda always (threshold 0) and never.
 fn both(o: &Options, run: impl Fn(&Options) -> String) -> (String, String) {
@@ -31,7 +31,7 @@ fn a_ring_all_reduce_over_leaves_is_the_same_with_and_without_the_agenda() {
     // nothing must leave the cursor where the walk leaves it.
     let leaf_spine = TopologyKind::LeafSpine { leaves: 4, spines: 2, hosts_per_leaf: 4 };
     for dcqcn in [true, false] {
-        let o = Options { topology: leaf_spine, dcqcn, ..Options::default() };
+        let o = Options { topology: leaf_spine, cc: Cc::from_dcqcn(dcqcn), ..Options::default() };
         let (agenda, walk) = both(&o, |o| collective(Kind::AllReduce, Algorithm::Ring, 16, 256 << 10, o));
         assert_eq!(agenda, walk, "dcqcn {dcqcn}");
     }
@@ -39,7 +39,7 @@ fn a_ring_all_reduce_over_leaves_is_the_same_with_and_without_the_agenda() {
 
 #[test]
 fn a_lossy_tree_all_reduce_is_the_same_with_and_without_the_agenda() {
-    let o = Options { dcqcn: false, buffer_bytes: Some(20_000), seed: 2, ..Options::default() };
+    let o = Options { cc: Cc::None, buffer_bytes: Some(20_000), seed: 2, ..Options::default() };
     let (agenda, walk) = both(&o, |o| collective(Kind::AllReduce, Algorithm::Tree, 7, 512 << 10, o));
     assert!(agenda.contains("\"retransmits\":") && !agenda.contains("\"retransmits\":0,"), "lossy: {agenda}");
     assert_eq!(agenda, walk);
@@ -53,12 +53,12 @@ fn all_to_all_and_incast_are_the_same_with_and_without_the_agenda() {
             topology: leaf_spine,
             flow_bytes: 32 << 10,
             buffer_bytes: Some(40_000),
-            dcqcn,
+            cc: Cc::from_dcqcn(dcqcn),
             ..Options::default()
         };
         let (agenda, walk) = both(&o, |o| scenario("all-to-all", o));
         assert_eq!(agenda, walk, "all-to-all, dcqcn {dcqcn}");
-        let o = Options { fanin: 6, flow_bytes: 64 << 10, dcqcn, ..Options::default() };
+        let o = Options { fanin: 6, flow_bytes: 64 << 10, cc: Cc::from_dcqcn(dcqcn), ..Options::default() };
         let (agenda, walk) = both(&o, |o| scenario("incast", o));
         assert_eq!(agenda, walk, "incast, dcqcn {dcqcn}");
     }

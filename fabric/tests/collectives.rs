@@ -4,7 +4,7 @@
 
 use rdma_fabric::collective::report::{CollectiveReport, Kind};
 use rdma_fabric::collective::{run, Algorithm, CollectiveOptions};
-use rdma_fabric::scenarios::Options;
+use rdma_fabric::scenarios::{Cc, Options};
 
 fn go(kind: Kind, algorithm: Algorithm, hosts: usize, size: u64, o: &Options) -> CollectiveReport {
     let c = CollectiveOptions { kind, algorithm, hosts, size_bytes: size, cross_nic: false };
@@ -69,7 +69,7 @@ fn the_same_seed_gives_the_same_report() {
 /// retransmits and takes longer; PFC pauses instead and loses nothing.
 #[test]
 fn lossy_roce_retransmits_where_pfc_pauses() {
-    let base = Options { dcqcn: false, buffer_bytes: Some(20_000), ..Options::default() };
+    let base = Options { cc: Cc::None, buffer_bytes: Some(20_000), ..Options::default() };
     let lossy = go(Kind::AllReduce, Algorithm::Tree, 7, 1 << 20, &base);
     let pfc = go(Kind::AllReduce, Algorithm::Tree, 7, 1 << 20, &Options { pfc: true, ..base });
     assert!(lossy.drops > 0 && lossy.retransmits > 0, "{lossy:?}");

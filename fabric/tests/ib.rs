@@ -7,7 +7,7 @@ use rdma_fabric::fabric::Fabric;
 use rdma_fabric::ib::credit::MODULO;
 use rdma_fabric::ib::IbConfig;
 use rdma_fabric::link::Link;
-use rdma_fabric::scenarios::{run, IbOptions, LinkKind, Options};
+use rdma_fabric::scenarios::{run, Cc, IbOptions, LinkKind, Options};
 use rdma_fabric::switch::Red;
 use rdma_fabric::topology::{Settings, Topology};
 use rdma_transport::Instant;
@@ -22,7 +22,7 @@ fn ib(o: Options) -> Options {
 
 #[test]
 fn incast_16_drops_nothing_on_ib_and_drops_on_roce_without_pfc() {
-    let base = Options { fanin: 16, dcqcn: false, ..Options::default() };
+    let base = Options { fanin: 16, cc: Cc::None, ..Options::default() };
     let r = go("incast", ib(base));
     let i = r.ib.as_ref().expect("an IB report");
     assert_eq!((r.drops, r.retransmits, r.flows_unfinished), (0, 0, 0), "{r:?}");
@@ -47,7 +47,7 @@ fn incast_16_drops_nothing_on_ib_and_drops_on_roce_without_pfc() {
 fn lost_and_corrupted_fc_packets_recover() {
     let o = ib(Options {
         fanin: 8,
-        dcqcn: false,
+        cc: Cc::None,
         ib: IbOptions { fc_loss: 0.3, fc_corrupt: 0.2, ..IbOptions::default() },
         ..Options::default()
     });
@@ -150,7 +150,7 @@ fn vl15_is_dropped_when_full_and_never_blocks_data() {
 fn one_flow(credits: u16) -> f64 {
     let o = ib(Options {
         flows: 1,
-        dcqcn: false,
+        cc: Cc::None,
         duration: Some(Duration::from_millis(2)),
         ib: IbOptions { buffer_blocks: credits, ..IbOptions::default() },
         ..Options::default()
@@ -216,10 +216,10 @@ fn compare_runs_one_workload_on_four_fabrics() {
 #[test]
 fn scenarios_run_on_a_fabric_rdma_sm_configured() {
     let sm = IbOptions { sm: true, ..IbOptions::default() };
-    let r = go("incast", ib(Options { fanin: 8, flow_bytes: 64 << 10, dcqcn: false, ib: sm, ..Options::default() }));
+    let r = go("incast", ib(Options { fanin: 8, flow_bytes: 64 << 10, cc: Cc::None, ib: sm, ..Options::default() }));
     assert_eq!((r.drops, r.flows_unfinished), (0, 0), "{r:?}");
     // The same incast with preset tables: the same outcome within a few percent.
-    let preset = go("incast", ib(Options { fanin: 8, flow_bytes: 64 << 10, dcqcn: false, ..Options::default() }));
+    let preset = go("incast", ib(Options { fanin: 8, flow_bytes: 64 << 10, cc: Cc::None, ..Options::default() }));
     let (a, b) = (r.fct_us_p99.unwrap(), preset.fct_us_p99.unwrap());
     assert!((a - b).abs() / b < 0.05, "{a} vs {b}");
     let ls = Options {

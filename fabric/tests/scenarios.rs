@@ -1,7 +1,7 @@
 //! The oracles of issue 19 that this slice can check.
 
 use core::time::Duration;
-use rdma_fabric::scenarios::{run, Options, Preset};
+use rdma_fabric::scenarios::{run, Cc, Options, Preset};
 use rdma_fabric::switch::Red;
 use rdma_transport::sim::Rng;
 
@@ -92,8 +92,8 @@ fn slow_links_time_out_only_on_loss() {
 
 #[test]
 fn incast_drops_far_less_with_dcqcn() {
-    let off = go("incast", Options { fanin: 8, dcqcn: false, ..Options::default() });
-    let on = go("incast", Options { fanin: 8, dcqcn: true, ..Options::default() });
+    let off = go("incast", Options { fanin: 8, cc: Cc::None, ..Options::default() });
+    let on = go("incast", Options { fanin: 8, cc: Cc::Dcqcn, ..Options::default() });
     assert_eq!((off.flows_unfinished, on.flows_unfinished), (0, 0));
     assert!(off.drops > 500, "{off:?}");
     assert!(on.drops * 2 < off.drops, "on {} off {}", on.drops, off.drops);
@@ -114,8 +114,14 @@ fn same_seed_same_json() {
 }
 
 fn incast_pfc(fanin: usize, flow_kb: u64, dcqcn: bool, headroom: Option<u64>) -> rdma_fabric::report::Report {
-    let o =
-        Options { fanin, flow_bytes: flow_kb * 1024, dcqcn, pfc: true, headroom_bytes: headroom, ..Options::default() };
+    let o = Options {
+        fanin,
+        flow_bytes: flow_kb * 1024,
+        cc: Cc::from_dcqcn(dcqcn),
+        pfc: true,
+        headroom_bytes: headroom,
+        ..Options::default()
+    };
     go("incast", o)
 }
 
@@ -175,7 +181,7 @@ fn victim_is_slowed_by_pfc_and_relieved_by_dcqcn() {
     // Seed 1, 10 ms, second half: 8.95 Gb/s under PFC alone (about C/4, as
     // the reference predicts), 25.1 Gb/s with DCQCN too, 34.6 with neither
     // (at the cost of 9145 drops).
-    let v = |pfc, dcqcn| go("victim", Options { fanin: 4, pfc, dcqcn, ..Options::default() });
+    let v = |pfc, dcqcn| go("victim", Options { fanin: 4, pfc, cc: Cc::from_dcqcn(dcqcn), ..Options::default() });
     let alone = v(true, false);
     let both = v(true, true);
     let neither = v(false, false);
@@ -238,7 +244,7 @@ fn pfc_deadlock_is_detected_and_breaking_the_cycle_avoids_it() {
     // Seed 1, 40G, DCQCN off: every ring ingress passes XOFF within ~100 µs
     // with transit data for the next, paused, hop; 200 µs later nothing has
     // been delivered and the three clockwise ring ports are paused with data.
-    let o = Options { pfc: true, dcqcn: false, duration: Some(Duration::from_millis(2)), ..Options::default() };
+    let o = Options { pfc: true, cc: Cc::None, duration: Some(Duration::from_millis(2)), ..Options::default() };
     let r = go("pfc-deadlock", o);
     assert_eq!(r.deadlock, Some(true), "{r:?}");
     let at = r.deadlock_us.unwrap();
@@ -252,7 +258,7 @@ fn pfc_deadlock_is_detected_and_breaking_the_cycle_avoids_it() {
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("\"deadlock\":true") && json.contains("\"deadlock_ports\":[{\"node\":\"switch"), "{json}");
     // DCQCN does not save it: the cycle closes before any rate cut lands.
-    assert_eq!(go("pfc-deadlock", Options { dcqcn: true, ..o }).deadlock, Some(true));
+    assert_eq!(go("pfc-deadlock", Options { cc: Cc::Dcqcn, ..o }).deadlock, Some(true));
 
     // One flow sent the other way round, or PFC off: no deadlock, all flows move.
     for (what, o) in [("rerouted", Options { reroute: true, ..o }), ("PFC off", Options { pfc: false, ..o })] {
@@ -351,7 +357,7 @@ fn parking_lot_penalises_the_long_flow_but_keeps_every_link_busy() {
 /// every switch).
 #[test]
 fn a_shared_buffer_smaller_than_the_port_limit_drops_more() {
-    let base = Options { fanin: 8, dcqcn: false, ..Options::default() };
+    let base = Options { fanin: 8, cc: Cc::None, ..Options::default() };
     let own = go("incast", base);
     let pooled = go("incast", Options { shared_buffer_bytes: Some(150_000), ..base });
     assert!(pooled.drops > own.drops, "pooled {} vs own {}", pooled.drops, own.drops);

@@ -12,7 +12,7 @@ use rdma_fabric::ib::IbConfig;
 use rdma_fabric::link::Link;
 use rdma_fabric::multipath::Multipath;
 use rdma_fabric::report::Report;
-use rdma_fabric::scenarios::{run, LinkKind, Options, TopologyKind};
+use rdma_fabric::scenarios::{run, Cc, LinkKind, Options, TopologyKind};
 use rdma_fabric::switch::Red;
 use rdma_fabric::topology::{spines_for_oversubscription, Node, Settings, Topology};
 
@@ -167,7 +167,7 @@ fn one_flow(multipath: Multipath, link: LinkKind, seed: u64) -> Report {
         seed,
         link,
         multipath,
-        dcqcn: false,
+        cc: Cc::None,
         topology: TopologyKind::LeafSpine { leaves: 2, spines: 4, hosts_per_leaf: 2 },
         duration: Some(Duration::from_micros(300)),
         ..Options::default()

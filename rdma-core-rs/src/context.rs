@@ -501,7 +501,10 @@ impl Context {
         ep.set_ack_delay(cfg.ack_delay);
         ep.set_ack_before_requests(cfg.ack_before_requests);
         ep.set_ecn_capable(cfg.ecn_capable);
-        ep.set_congestion_control(cfg.congestion_control);
+        match &cfg.controller {
+            Some(f) => ep.set_controller(Some(f.clone())),
+            None => ep.set_congestion_control(cfg.congestion_control),
+        }
         let io = match &cfg.backend {
             Backend::Udp => {
                 ep.set_ipv4_ident_unknown(true); // see crate::udp

@@ -162,6 +162,9 @@ pub struct DeviceConfig {
     /// counted. The notification point (CNPs sent for CE-marked data) runs
     /// either way.
     pub congestion_control: Option<rdma_transport::cc::DcqcnParams>,
+    /// Any congestion controller (`Endpoint::set_controller`): TIMELY,
+    /// or DCQCN as a factory. When set it replaces `congestion_control`.
+    pub controller: Option<std::sync::Arc<dyn rdma_transport::cc::ControllerFactory>>,
     /// Shares the device's UDP port with the other processes of the host
     /// that open it (as on a NIC: one address, one GID; see
     /// [`crate::share`]): each process binds the port with `SO_REUSEPORT`,
@@ -198,6 +201,7 @@ impl Default for DeviceConfig {
             io_driver: IoDriver::Sockets,
             ecn_capable: true,
             congestion_control: None,
+            controller: None,
             shared: false,
         }
     }

@@ -85,7 +85,7 @@ pub use io_stats::IoStats;
 pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
 pub use pd::{AdviseMr, MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
-pub use rdma_transport::cc::DcqcnParams;
+pub use rdma_transport::cc::{ControllerFactory, DcqcnParams, TimelyParams};
 /// Multicast: why an attach or detach was refused, the multicast QPN.
 pub use rdma_transport::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
 pub use rdma_transport::qp::{QpParams, QpStats};

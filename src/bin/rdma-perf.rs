@@ -164,14 +164,66 @@ struct Args {
     /// DCQCN congestion control on this side's device: paper (Zhu et al.
     /// 2015) or nvidia (CX-4+ firmware defaults), starting from --line-rate,
     /// or off. CNPs for CE-marked data are sent either way.
-    #[arg(long = "dcqcn", default_value = "off", value_parser = parse_dcqcn)]
-    dcqcn: Dcqcn,
-    /// The line rate DCQCN starts from and never exceeds, Gb/s: the NIC's
+    #[arg(long = "dcqcn", value_parser = parse_dcqcn)]
+    dcqcn: Option<Dcqcn>,
+    /// The congestion controller on this side's device: dcqcn (the
+    /// --dcqcn preset, paper if none is given), timely (from RTT samples
+    /// alone: nothing asked of the network) or none (the default).
+    #[arg(long = "cc", value_parser = parse_cc)]
+    cc: Option<CcChoice>,
+    /// TIMELY: the path's RTT without queues, µs (the gradient's unit).
+    #[arg(long = "min-rtt-us", default_value_t = 50)]
+    min_rtt_us: u64,
+    /// The line rate the controller starts from and never exceeds, Gb/s: the NIC's
     /// speed (set it near the path's when a slow bottleneck is under study).
     #[arg(long = "line-rate", default_value_t = 100.0, value_parser = parse_line_rate)]
     line_rate: f64,
     #[command(flatten)]
     link: softroce::backend::LinkArgs,
+}
+
+/// `--cc`'s value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CcChoice {
+    Dcqcn,
+    Timely,
+    None,
+}
+
+fn parse_cc(s: &str) -> Result<CcChoice, String> {
+    match s {
+        "dcqcn" => Ok(CcChoice::Dcqcn),
+        "timely" => Ok(CcChoice::Timely),
+        "none" => Ok(CcChoice::None),
+        _ => Err(format!("{s:?}: expected dcqcn, timely or none")),
+    }
+}
+
+/// The controller `--cc` and `--dcqcn` ask for together: `--dcqcn` alone
+/// keeps its meaning; with `--cc` it may only name DCQCN's preset (or be
+/// off when `--cc` is not dcqcn).
+fn controller(
+    cc: Option<CcChoice>,
+    dcqcn: Option<Dcqcn>,
+    line_rate_gbps: f64,
+    min_rtt: std::time::Duration,
+) -> Result<Option<std::sync::Arc<dyn rdma_core_rs::ControllerFactory>>, String> {
+    use std::sync::Arc;
+    let bps = (line_rate_gbps * 1e9) as u64;
+    Ok(match (cc, dcqcn) {
+        (Some(CcChoice::Dcqcn), Some(Dcqcn::Off)) => return Err("--cc dcqcn and --dcqcn off contradict".into()),
+        (Some(CcChoice::Timely | CcChoice::None), Some(Dcqcn::Paper | Dcqcn::Nvidia)) => {
+            return Err("--dcqcn names a preset, --cc another algorithm: give one of them".into())
+        }
+        (Some(CcChoice::Dcqcn), d) => d.unwrap_or(Dcqcn::Paper).params(line_rate_gbps).map(|p| Arc::new(p) as Arc<_>),
+        (Some(CcChoice::Timely), _) => Some(Arc::new(rdma_core_rs::TimelyParams {
+            // Real sockets wake late: as DCQCN's (see `PACER_BURST`).
+            pacer_burst: PACER_BURST,
+            ..rdma_core_rs::TimelyParams::new(bps, min_rtt)
+        })),
+        (Some(CcChoice::None), _) => None,
+        (None, d) => d.unwrap_or(Dcqcn::Off).params(line_rate_gbps).map(|p| Arc::new(p) as Arc<_>),
+    })
 }
 
 /// `--dcqcn`'s value: a preset, or off.
@@ -303,7 +355,7 @@ fn config(a: &Args) -> Result<Config, String> {
         tos: a.tos,
         pkey_index: a.pkey_index,
         ecn_capable: !a.no_ecn,
-        dcqcn: a.dcqcn.params(a.line_rate),
+        cc: controller(a.cc, a.dcqcn, a.line_rate, Duration::from_micros(a.min_rtt_us))?,
         link: a.link.clone(),
     })
 }
@@ -338,5 +390,50 @@ fn main() -> ExitCode {
             eprintln!("rdma-perf: {} failed: {e}", cfg.test);
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_core_rs::{DcqcnParams, TimelyParams};
+
+    fn pick(cc: Option<CcChoice>, dcqcn: Option<Dcqcn>) -> Result<Option<&'static str>, String> {
+        let f = controller(cc, dcqcn, 10.0, Duration::from_micros(40))?;
+        Ok(f.map(|f| f.name()))
+    }
+
+    /// `--dcqcn` alone keeps its meaning; `--cc` picks the algorithm and
+    /// `--dcqcn` may only agree with it.
+    #[test]
+    fn cc_and_dcqcn_combine_or_refuse() {
+        assert_eq!(pick(None, None), Ok(None), "off by default");
+        assert_eq!(pick(None, Some(Dcqcn::Paper)), Ok(Some("dcqcn")));
+        assert_eq!(pick(Some(CcChoice::Dcqcn), None), Ok(Some("dcqcn")));
+        assert_eq!(pick(Some(CcChoice::Timely), Some(Dcqcn::Off)), Ok(Some("timely")));
+        assert_eq!(pick(Some(CcChoice::None), None), Ok(None));
+        assert!(pick(Some(CcChoice::Dcqcn), Some(Dcqcn::Off)).is_err());
+        assert!(pick(Some(CcChoice::Timely), Some(Dcqcn::Nvidia)).is_err());
+        assert!(pick(Some(CcChoice::None), Some(Dcqcn::Paper)).is_err());
+        assert!(parse_cc("swift").is_err());
+    }
+
+    /// The parameters behind each choice: DCQCN's preset (paper unless
+    /// `--dcqcn` names one) and TIMELY's, both at --line-rate with the
+    /// sockets' pacer allowance.
+    #[test]
+    fn each_choice_carries_its_parameters() {
+        let f = controller(Some(CcChoice::Dcqcn), Some(Dcqcn::Nvidia), 10.0, Duration::ZERO).unwrap().unwrap();
+        let want = DcqcnParams { pacer_burst: PACER_BURST, ..DcqcnParams::nvidia(10_000_000_000) };
+        assert_eq!(f.as_any().downcast_ref::<DcqcnParams>(), Some(&want));
+        let f = controller(Some(CcChoice::Dcqcn), None, 10.0, Duration::ZERO).unwrap().unwrap();
+        assert_eq!(
+            f.as_any().downcast_ref::<DcqcnParams>().map(|p| p.variant),
+            Some(rdma_transport::cc::RpVariant::Paper)
+        );
+        let f = controller(Some(CcChoice::Timely), None, 10.0, Duration::from_micros(40)).unwrap().unwrap();
+        let want =
+            TimelyParams { pacer_burst: PACER_BURST, ..TimelyParams::new(10_000_000_000, Duration::from_micros(40)) };
+        assert_eq!(f.as_any().downcast_ref::<TimelyParams>(), Some(&want));
     }
 }

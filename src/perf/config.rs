@@ -178,8 +178,9 @@ pub struct Config {
     pub pkey_index: u16,
     /// Data packets leave ECN-capable (`DeviceConfig::ecn_capable`; `--no-ecn`).
     pub ecn_capable: bool,
-    /// DCQCN on this side's device (`DeviceConfig::congestion_control`; `--dcqcn`).
-    pub dcqcn: Option<rdma_core_rs::DcqcnParams>,
+    /// The congestion controller of this side's device
+    /// (`DeviceConfig::controller`; `--cc`, `--dcqcn`); `None`: none.
+    pub cc: Option<std::sync::Arc<dyn rdma_core_rs::ControllerFactory>>,
     /// The backend (`--backend`, `--netdev`, `--lid`, `--pcap`).
     pub link: crate::backend::LinkArgs,
 }
@@ -196,7 +197,7 @@ impl Config {
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,
             ecn_capable: self.ecn_capable,
-            congestion_control: self.dcqcn,
+            controller: self.cc.clone(),
             ..rdma_core_rs::DeviceConfig::default()
         }
     }

@@ -55,12 +55,12 @@ pub struct Counters {
     /// Received packets that carried an ECN Congestion Experienced mark.
     pub ecn_ce_received: u64,
     /// CNPs sent for CE-marked data, CNPs received for this side's QPs,
-    /// and the rate cuts they caused (DCQCN on: `--dcqcn`).
+    /// and the rate cuts the congestion controller made (`--cc`, `--dcqcn`).
     pub cnps_sent: u64,
     pub cnps_received: u64,
     pub rate_cuts: u64,
-    /// The lowest current DCQCN rate over the device's QPs at the end of
-    /// the run, bits per second; `null` with DCQCN off.
+    /// The lowest current rate over the device's QPs at the end of the
+    /// run, bits per second; `null` without a congestion controller.
     pub rate_bps: Option<u64>,
     /// The longest interval between two rounds of progress on the device,
     /// in milliseconds, and how many were over 100 ms

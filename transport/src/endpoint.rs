@@ -21,8 +21,8 @@
 //! device's fields stay private to it); the tables and counters it owns
 //! are in `cq.rs`, `pool.rs`, `srq.rs`, `stats.rs` and `events.rs`.
 
-use crate::cc::wired::{QpCc, RateControl};
-use crate::cc::DcqcnParams;
+use crate::cc::wired::QpCc;
+use crate::cc::{ControllerFactory, DcqcnParams};
 use crate::error::{DeregError, VerbsError};
 use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
@@ -115,10 +115,10 @@ pub struct Endpoint {
     pkeys: Vec<u16>,
     /// New QPs send data packets ECN-capable ([`Endpoint::set_ecn_capable`]).
     ecn_capable: bool,
-    /// DCQCN reaction points and pacers on RC/UC QPs ([`Endpoint::set_congestion_control`]).
-    cc: Option<DcqcnParams>,
+    /// What makes each RC/UC QP's congestion controller ([`Endpoint::set_controller`]).
+    cc: Option<std::sync::Arc<dyn ControllerFactory>>,
     /// The notification point's settings (CNP interval and mode, CNP DSCP):
-    /// those of `cc` when it is on, else [`DEFAULT_NP`].
+    /// those `cc` brings (DCQCN's), else [`DEFAULT_NP`].
     np_params: DcqcnParams,
     /// QP1, created by the first MAD sent or received.
     gsi: Option<Box<Gsi>>,
@@ -200,39 +200,51 @@ impl Endpoint {
     /// interval, mode and CNP DSCP while on, [`DEFAULT_NP`] while off.
     /// Turning it on again starts every QP over at line rate.
     pub fn set_congestion_control(&mut self, params: Option<DcqcnParams>) {
+        self.set_controller(params.map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn ControllerFactory>));
+    }
+
+    /// Puts every RC/UC QP, existing and new, under a congestion
+    /// controller that `factory` makes (`None`, the default: no rate
+    /// control). Each QP gets its own controller and a pacer that holds
+    /// its data packets (requests and READ responses; never ACKs, NAKs or
+    /// CNPs) to the controller's rate. The notification point (CNPs sent
+    /// for CE-marked data) runs either way, with the settings the factory
+    /// brings ([`ControllerFactory::notification_point`]: DCQCN's) or
+    /// [`DEFAULT_NP`]. Setting it again starts every QP over.
+    pub fn set_controller(&mut self, factory: Option<std::sync::Arc<dyn ControllerFactory>>) {
         self.touch();
-        self.cc = params;
-        self.np_params = params.unwrap_or(DEFAULT_NP);
+        self.np_params = factory.as_ref().and_then(|f| f.notification_point()).unwrap_or(DEFAULT_NP);
+        self.cc = factory;
         for qp in self.qps.values_mut() {
-            Self::attach_cc(qp, params);
+            Self::attach_cc(qp, self.cc.as_ref());
         }
     }
 
-    /// The DCQCN parameters in force, if congestion control is on.
+    /// The factory in force, if a controller runs.
+    pub fn controller(&self) -> Option<&dyn ControllerFactory> {
+        self.cc.as_deref()
+    }
+
+    /// The DCQCN parameters in force, if DCQCN is the controller.
     pub fn congestion_control(&self) -> Option<&DcqcnParams> {
-        self.cc.as_ref()
+        self.cc.as_deref()?.as_any().downcast_ref()
     }
 
-    /// A QP's current DCQCN rate in bits per second, if congestion control is on.
+    /// A QP's current rate in bits per second, if a controller runs.
     pub fn qp_rate(&self, qpn: u32) -> Option<u64> {
-        self.qps.get(&qpn)?.cc.as_ref()?.rate.as_ref().map(|rc| rc.rp.rate())
+        self.qps.get(&qpn)?.cc.as_ref()?.rate_bps()
     }
 
-    /// The lowest current DCQCN rate over the QPs, if congestion control is on.
+    /// The lowest current rate over the QPs, if a controller runs.
     pub fn min_qp_rate(&self) -> Option<u64> {
-        self.qps.values().filter_map(|q| q.cc.as_ref()?.rate.as_ref().map(|rc| rc.rp.rate())).min()
+        self.qps.values().filter_map(|q| q.cc.as_ref()?.rate_bps()).min()
     }
 
-    fn attach_cc(qp: &mut Qp, params: Option<DcqcnParams>) {
+    fn attach_cc(qp: &mut Qp, factory: Option<&std::sync::Arc<dyn ControllerFactory>>) {
         if qp.init.qp_type == QpType::Ud {
             return;
         }
-        let rate = params.map(RateControl::new);
-        match qp.cc.as_deref_mut() {
-            Some(c) => (c.rate, c.paced_until) = (rate, None),
-            None if rate.is_some() => qp.cc = Some(Box::new(QpCc { rate, ..QpCc::default() })),
-            None => {}
-        }
+        QpCc::attach(&mut qp.cc, factory, &mut qp.timers);
     }
 
     /// Sets the port's P_Key table (at most [`MAX_PKEYS`] entries, none 0
@@ -698,7 +710,7 @@ impl Endpoint {
         self.next_qpn = next(qpn);
         let mut qp = Qp::new(qpn, init);
         qp.ecn_capable = self.ecn_capable;
-        Self::attach_cc(&mut qp, self.cc);
+        Self::attach_cc(&mut qp, self.cc.as_ref());
         self.qps.insert(qpn, qp);
         self.touch(); // the agenda indexes every QP anew
         Ok(qpn)
@@ -1117,7 +1129,8 @@ fn fire_timers(
     if qp.timers.is_due(Timer::RnrWait, now) {
         qp.timers.stop(Timer::RnrWait);
     }
-    if let Some(cc) = qp.cc.as_deref_mut() {
-        cc.on_timer(now, &mut qp.stats, stats);
+    let due = [Timer::Cnp, Timer::RateControl, Timer::Paced].into_iter().any(|t| qp.timers.is_due(t, now));
+    if let Some(cc) = qp.cc.as_deref_mut().filter(|_| due) {
+        cc.on_timer(now, &mut qp.stats, stats, &mut qp.timers);
     }
 }

@@ -64,10 +64,10 @@ pub struct Qp {
 }
 
 impl Qp {
-    /// The QP's next deadline: its own timers' and congestion control's.
+    /// The QP's next deadline: its timer table's earliest (congestion
+    /// control's deadlines included).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let cc = self.cc.as_deref().and_then(crate::cc::wired::QpCc::next_timer);
-        self.timers.next().into_iter().chain(cc).min()
+        self.timers.next()
     }
 
     pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {
@@ -236,6 +236,10 @@ impl Qp {
             self.req = Requester::new(Psn::new(0));
             self.resp = Responder::new(Psn::new(0));
             self.timers = Timers::default();
+            // Congestion control outlives a reset: its deadlines stay armed.
+            if let Some(cc) = self.cc.as_deref() {
+                cc.arm(&mut self.timers);
+            }
             self.rq.clear();
         }
         if to == Rts && from == Rtr {

@@ -48,6 +48,12 @@ pub struct Requester {
 }
 
 impl Requester {
+    /// Whether the packet the requester sent last asked for an ACK
+    /// (its counter of packets since an AckReq starts over on one).
+    pub(crate) fn asked_for_ack(&self) -> bool {
+        self.since_ack_req == 0
+    }
+
     pub fn new(sq_psn: Psn) -> Requester {
         Requester {
             sq: SendQueue::new(sq_psn),

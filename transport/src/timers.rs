@@ -3,9 +3,10 @@
 //! ([`crate::Endpoint::handle_timeout`]), instead of finding loose
 //! fields.
 //!
-//! Congestion control keeps the timers of its notification and reaction
-//! points with them (`cc::wired::QpCc::next_timer`); a QP's next deadline
-//! is the earlier of the two ([`crate::qp::Qp::next_deadline`]).
+//! Congestion control's deadlines are here too (a deferred CNP, the
+//! controller's own timers, the end of a pacing wait): `cc::wired::QpCc`
+//! re-arms them whenever it changes, so a QP's next deadline is this
+//! table's earliest ([`crate::qp::Qp::next_deadline`]).
 
 use crate::time::Instant;
 
@@ -21,10 +22,19 @@ pub enum Timer {
     /// A lone ACK held back for company (`Endpoint::set_ack_delay`): it
     /// leaves with the next packet, or by this time.
     HeldAck,
+    /// The notification point's deferred CNP (marks arrived inside the
+    /// CNP interval; it leaves when the interval ends).
+    Cnp,
+    /// The congestion controller's next timer (DCQCN's rate increases and
+    /// decrease checks).
+    RateControl,
+    /// The pacer held a data packet until then.
+    Paced,
 }
 
 impl Timer {
-    pub const ALL: [Timer; 3] = [Timer::Retransmit, Timer::RnrWait, Timer::HeldAck];
+    pub const ALL: [Timer; 6] =
+        [Timer::Retransmit, Timer::RnrWait, Timer::HeldAck, Timer::Cnp, Timer::RateControl, Timer::Paced];
 
     fn index(self) -> usize {
         self as usize

@@ -217,7 +217,7 @@ fn measure(fab: &mut Fabric, c: &CollectiveOptions, o: &Options, bound: Option<D
         cross_nic: c.cross_nic,
         multipath: o.multipath.name().to_string(),
         pfc: o.pfc,
-        dcqcn: o.dcqcn,
+        dcqcn: o.cc == crate::scenarios::Cc::Dcqcn,
         jct_us,
         algbw_gbps: bw.map(|b| b.0),
         busbw_gbps: bw.map(|b| b.1),

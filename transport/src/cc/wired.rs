@@ -1,29 +1,43 @@
 //! The congestion-control state the engine keeps per RC/UC QP: its
 //! notification point (made on the first CE-marked data packet), the CNPs
-//! it owes, and, with congestion control on, its reaction point and pacer.
-//! A QP that has seen no CE mark and runs without congestion control has
-//! none of it (`Qp::cc` is `None`): the send path then checks one `Option`.
+//! it owes, and, with a controller configured, the controller, the pacer
+//! that holds the QP to the controller's rate and, for a controller that
+//! reads delay, the RTT sampler. A QP that has seen no CE mark and runs
+//! without a controller has none of it (`Qp::cc` is `None`): the send
+//! path then checks one `Option`.
+//!
+//! Every method that changes a deadline re-arms the QP's timer table
+//! ([`QpCc::arm`]), so the table alone says when the QP has work.
 
-use super::{DcqcnParams, NotificationPoint, Pacer, ReactionPoint};
+use std::sync::Arc;
+
+use rdma_wire::Psn;
+
+use super::controller::{Controller, ControllerFactory, Event};
+use super::{DcqcnParams, NotificationPoint, Pacer, RttSampler};
 use crate::stats::{QpStats, Stats};
+use crate::timers::{Timer, Timers};
 use crate::Instant;
 
-/// The reaction point and the pacer that holds the QP to its rate.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The controller and the pacer that holds the QP to its rate.
+#[derive(Debug)]
 pub(crate) struct RateControl {
-    pub rp: ReactionPoint,
+    pub ctl: Box<dyn Controller>,
     pub pacer: Pacer,
+    /// Send times of timed packets, when the controller reads RTTs.
+    pub rtt: Option<Box<RttSampler>>,
 }
 
 impl RateControl {
-    pub fn new(params: DcqcnParams) -> RateControl {
-        let rp = ReactionPoint::new(params);
-        let pacer = Pacer::with_burst(rp.rate(), params.pacer_burst);
-        RateControl { rp, pacer }
+    pub fn new(factory: &dyn ControllerFactory) -> RateControl {
+        let ctl = factory.build();
+        let pacer = Pacer::with_burst(ctl.rate_bps(), factory.pacer_burst());
+        let rtt = ctl.wants_rtt().then(Box::default);
+        RateControl { ctl, pacer, rtt }
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct QpCc {
     pub np: Option<NotificationPoint>,
     /// CNPs decided and not yet handed to `poll_transmit`.
@@ -34,72 +48,127 @@ pub(crate) struct QpCc {
 }
 
 impl QpCc {
+    /// Congestion control for a QP under `factory` (`None`: none).
+    pub fn attach(slot: &mut Option<Box<QpCc>>, factory: Option<&Arc<dyn ControllerFactory>>, timers: &mut Timers) {
+        let rate = factory.map(|f| RateControl::new(f.as_ref()));
+        match slot.as_deref_mut() {
+            Some(c) => (c.rate, c.paced_until) = (rate, None),
+            None if rate.is_some() => *slot = Some(Box::new(QpCc { rate, ..QpCc::default() })),
+            None => {}
+        }
+        if let Some(cc) = slot.as_deref() {
+            cc.arm(timers);
+        }
+    }
+
+    /// Puts this state's deadlines into the QP's timer table.
+    pub fn arm(&self, timers: &mut Timers) {
+        timers.set_opt(Timer::Cnp, self.np.as_ref().and_then(NotificationPoint::next_timer));
+        timers.set_opt(Timer::RateControl, self.rate.as_ref().and_then(|rc| rc.ctl.next_timer()));
+        timers.set_opt(Timer::Paced, self.paced_until);
+    }
+
     /// A CE-marked data packet arrived: the NP decides whether a CNP is due.
-    pub fn on_ce_marked(&mut self, now: Instant, params: &DcqcnParams) {
+    pub fn on_ce_marked(&mut self, now: Instant, params: &DcqcnParams, timers: &mut Timers) {
         let np = self.np.get_or_insert_with(|| NotificationPoint::new(params));
         if np.on_ce_marked(now) {
             self.cnps_due = self.cnps_due.saturating_add(1);
         }
+        if let Some(rc) = self.rate.as_mut() {
+            rc.ctl.on_event(now, Event::CeMarked);
+        }
+        self.arm(timers);
     }
 
     /// A CNP for this QP arrived (counted by the caller).
-    pub fn on_cnp(&mut self, now: Instant, qp: &mut QpStats, dev: &mut Stats) {
+    pub fn on_cnp(&mut self, now: Instant, qp: &mut QpStats, dev: &mut Stats, timers: &mut Timers) {
         if let Some(rc) = self.rate.as_mut() {
-            rc.rp.on_cnp(now);
+            rc.ctl.on_event(now, Event::Cnp);
             Self::follow(rc, now, qp, dev);
+            self.arm(timers);
+        }
+    }
+
+    /// A response naming `psn` acknowledged `packets` more PSNs.
+    pub fn on_ack(&mut self, now: Instant, psn: Psn, packets: u32, qp: &mut QpStats, dev: &mut Stats, t: &mut Timers) {
+        if let Some(rc) = self.rate.as_mut() {
+            let rtt = rc.rtt.as_mut().and_then(|s| s.on_response(psn, now));
+            rc.ctl.on_event(now, Event::Ack { packets, rtt });
+            Self::follow(rc, now, qp, dev);
+            self.arm(t);
         }
     }
 
     /// Whether a data packet may leave now; if not, remembers when it may.
-    pub fn data_may_leave(&mut self, now: Instant) -> bool {
+    pub fn data_may_leave(&mut self, now: Instant, timers: &mut Timers) -> bool {
         let Some(rc) = self.rate.as_ref() else { return true };
         let at = rc.pacer.next_send_at(now);
         if at <= now {
             return true;
         }
         self.paced_until = Some(at);
+        timers.set(Timer::Paced, at);
         false
     }
 
-    /// A data packet of `bytes` (IP header through ICRC) left at `now`.
-    pub fn on_data_sent(&mut self, now: Instant, bytes: usize, qp: &mut QpStats, dev: &mut Stats) {
+    /// Whether the requester's packets should be timed for RTT samples.
+    pub fn times_packets(&self) -> bool {
+        self.rate.as_ref().is_some_and(|rc| rc.rtt.is_some())
+    }
+
+    /// A data packet of `bytes` (IP header through ICRC) left at `now`;
+    /// `timed`: a request's PSN, and whether it asks for an ACK.
+    pub fn on_data_sent(
+        &mut self,
+        now: Instant,
+        bytes: usize,
+        timed: Option<(Psn, bool)>,
+        qp: &mut QpStats,
+        dev: &mut Stats,
+        timers: &mut Timers,
+    ) {
         if let Some(rc) = self.rate.as_mut() {
             rc.pacer.on_sent(now, bytes);
-            rc.rp.on_bytes_sent(bytes as u64, now);
+            if let (Some(s), Some((psn, ack_req))) = (rc.rtt.as_mut(), timed) {
+                s.on_sent(psn, ack_req, now);
+            }
+            rc.ctl.on_event(now, Event::Sent { bytes: bytes as u64 });
             Self::follow(rc, now, qp, dev);
+            timers.set_opt(Timer::RateControl, rc.ctl.next_timer());
         }
     }
 
-    /// The next time [`QpCc::on_timer`] has work.
-    pub fn next_timer(&self) -> Option<Instant> {
-        let np = self.np.as_ref().and_then(NotificationPoint::next_timer);
-        let rp = self.rate.as_ref().and_then(|rc| rc.rp.next_timer());
-        [np, rp, self.paced_until].into_iter().flatten().min()
-    }
-
-    /// Fires what is due at `now`: a deferred CNP, the RP's timers, the
-    /// end of a pacing wait (the caller then looks at the QP again).
-    pub fn on_timer(&mut self, now: Instant, qp: &mut QpStats, dev: &mut Stats) {
+    /// Fires what is due at `now`: a deferred CNP, the controller's
+    /// timers, the end of a pacing wait (the caller then looks at the QP
+    /// again).
+    pub fn on_timer(&mut self, now: Instant, qp: &mut QpStats, dev: &mut Stats, timers: &mut Timers) {
         if let Some(np) = self.np.as_mut().filter(|np| np.next_timer().is_some_and(|t| t <= now)) {
             if np.on_timer(now) {
                 self.cnps_due = self.cnps_due.saturating_add(1);
             }
         }
-        if let Some(rc) = self.rate.as_mut().filter(|rc| rc.rp.next_timer().is_some_and(|t| t <= now)) {
-            rc.rp.on_timer(now);
+        if let Some(rc) = self.rate.as_mut().filter(|rc| rc.ctl.next_timer().is_some_and(|t| t <= now)) {
+            rc.ctl.on_timer(now);
             Self::follow(rc, now, qp, dev);
         }
         if self.paced_until.is_some_and(|t| t <= now) {
             self.paced_until = None;
         }
+        self.arm(timers);
     }
 
-    /// The pacer takes the RP's rate; new cuts are counted.
+    /// The controller's current rate, if one runs.
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.rate.as_ref().map(|rc| rc.ctl.rate_bps())
+    }
+
+    /// The pacer takes the controller's rate; new cuts are counted.
     fn follow(rc: &mut RateControl, now: Instant, qp: &mut QpStats, dev: &mut Stats) {
-        if rc.pacer.rate() != rc.rp.rate() {
-            rc.pacer.set_rate(now, rc.rp.rate());
+        let rate = rc.ctl.rate_bps();
+        if rc.pacer.rate() != rate {
+            rc.pacer.set_rate(now, rate);
         }
-        let cuts = rc.rp.rate_cuts();
+        let cuts = rc.ctl.rate_cuts();
         dev.rate_cuts += cuts.saturating_sub(qp.rate_cuts);
         qp.rate_cuts = cuts;
     }

@@ -332,10 +332,20 @@ impl Endpoint {
             && qp.params.av.is_some()
             && !matches!(op, Operation::Acknowledge | Operation::AtomicAcknowledge)
         {
-            qp.cc.get_or_insert_with(Default::default).on_ce_marked(now, &self.np_params);
+            qp.cc.get_or_insert_with(Default::default).on_ce_marked(now, &self.np_params, &mut qp.timers);
         }
         if is_response {
+            // A controller hears of positive answers only: a NAK's PSN
+            // names what did not arrive, and times nothing.
+            let comp = qp.cc.as_deref().and_then(|cc| cc.rate.as_ref()).map(|_| qp.req.sq.comp_psn());
             qp.handle_response(now, t, &self.mrs, &mut self.cqs, &mut self.stats);
+            if let (Some(comp), Some(cc)) = (comp, qp.cc.as_deref_mut()) {
+                let positive = op != Operation::Acknowledge || t.aeth().is_some_and(|a| a.syndrome().is_ack());
+                if positive {
+                    let acked = qp.req.sq.comp_psn().distance_from(comp);
+                    cc.on_ack(now, t.bth().psn(), acked, &mut qp.stats, &mut self.stats, &mut qp.timers);
+                }
+            }
         } else {
             if let Some(xrcd) = qp.xrcd {
                 // The XRC SRQ the XRCETH names, if it is one of this QP's
@@ -427,7 +437,7 @@ impl Endpoint {
         qp.stats.cnps_received += 1;
         tracing::debug!(qpn, "CNP received");
         if let Some(cc) = qp.cc.as_deref_mut() {
-            cc.on_cnp(now, &mut qp.stats, &mut self.stats);
+            cc.on_cnp(now, &mut qp.stats, &mut self.stats, &mut qp.timers);
         }
     }
 }

@@ -307,7 +307,7 @@ impl Endpoint {
                 }
             }
             if cc.rate.is_some() {
-                paced = Some((cc.data_may_leave(now), qp.resp.read_first()));
+                paced = Some((cc.data_may_leave(now, &mut qp.timers), qp.resp.read_first()));
             }
         }
         // A READ response waiting for the pacer holds the responses behind it (they are in order).
@@ -327,7 +327,7 @@ impl Endpoint {
         if let Some((len, dest, payload)) = response {
             if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
                 let bytes = len + payload.as_ref().map_or(0, |p| p.len);
-                cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
+                cc.on_data_sent(now, bytes, None, &mut qp.stats, &mut self.stats, &mut qp.timers);
             }
             self.stats.packets_sent += 1;
             if qp.fail_after_fatal_response(&mut self.cqs) {
@@ -343,6 +343,12 @@ impl Endpoint {
             return None;
         }
         loop {
+            // A delay-based controller times the packet: its PSN, read
+            // before the requester moves the cursor past it.
+            let timed_psn = match (paced, qp.cc.as_deref()) {
+                (Some(_), Some(cc)) if cc.times_packets() => qp.req.sq.at_cursor().map(|c| c.3),
+                _ => None,
+            };
             return match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
                 ReqOutcome::Idle => None,
                 ReqOutcome::Local(op) => {
@@ -376,7 +382,8 @@ impl Endpoint {
                     qp.complete_sent(&mut self.cqs);
                     if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
                         let bytes = len + payload.as_ref().map_or(0, |p| p.len);
-                        cc.on_data_sent(now, bytes, &mut qp.stats, &mut self.stats);
+                        let timed = timed_psn.map(|psn| (psn, qp.req.asked_for_ack()));
+                        cc.on_data_sent(now, bytes, timed, &mut qp.stats, &mut self.stats, &mut qp.timers);
                     }
                     self.stats.packets_sent += 1;
                     Some(Transmit { len, dest, src_port: qp.src_port, released_ack: false, payload })

@@ -271,21 +271,29 @@ fn progress_printer(quiet: bool) -> impl FnMut(rdma_transport::Instant, Duration
     }
 }
 
-/// `run` of a collective: allreduce, allgather, reduce-scatter.
-fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
-    let mut c = CollectiveOptions {
+/// What `run` and `compare` of a collective ask for: the flags, with
+/// 8 ranks and 1 MiB by default (one rank per NIC on a rail-optimized
+/// topology).
+fn collective_options(kind: Kind, args: &RunArgs, o: &Options) -> CollectiveOptions {
+    let default_hosts = match o.topology {
+        TopologyKind::RailOptimized { servers, rails, .. } => servers * rails,
+        _ => 8,
+    };
+    CollectiveOptions {
         kind,
         algorithm: match args.algorithm {
             AlgorithmArg::Ring => Algorithm::Ring,
             AlgorithmArg::Tree => Algorithm::Tree,
         },
-        hosts: args.hosts.unwrap_or(8),
+        hosts: args.hosts.unwrap_or(default_hosts),
         size_bytes: args.size.unwrap_or(1 << 20),
         cross_nic: args.cross_nic,
-    };
-    if let TopologyKind::RailOptimized { servers, rails, .. } = o.topology {
-        c.hosts = args.hosts.unwrap_or(servers * rails);
     }
+}
+
+/// `run` of a collective: allreduce, allgather, reduce-scatter.
+fn run_collective(kind: Kind, args: &RunArgs, o: &Options) -> ExitCode {
+    let c = collective_options(kind, args, o);
     if args.leaves.is_some() {
         eprintln!("rdma-fabric: --leaves follows from --hosts and --hosts-per-leaf for collectives");
         return ExitCode::from(2);
@@ -328,19 +336,7 @@ fn compare_collective(
     o: &Options,
     progress: &mut dyn FnMut(&str, rdma_transport::Instant, Duration),
 ) -> ExitCode {
-    let mut c = CollectiveOptions {
-        kind,
-        algorithm: match args.algorithm {
-            AlgorithmArg::Ring => Algorithm::Ring,
-            AlgorithmArg::Tree => Algorithm::Tree,
-        },
-        hosts: args.hosts.unwrap_or(8),
-        size_bytes: args.size.unwrap_or(1 << 20),
-        cross_nic: args.cross_nic,
-    };
-    if let TopologyKind::RailOptimized { servers, rails, .. } = o.topology {
-        c.hosts = args.hosts.unwrap_or(servers * rails);
-    }
+    let c = collective_options(kind, args, o);
     if let Some(Err(e)) = args.plot.as_deref().map(rdma_fabric::plot::check_path) {
         eprintln!("rdma-fabric: {e}");
         return ExitCode::from(2);

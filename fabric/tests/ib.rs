@@ -6,10 +6,8 @@ use core::time::Duration;
 use rdma_fabric::fabric::Fabric;
 use rdma_fabric::ib::credit::MODULO;
 use rdma_fabric::ib::IbConfig;
-use rdma_fabric::link::Link;
 use rdma_fabric::scenarios::{run, Cc, IbOptions, LinkKind, Options};
-use rdma_fabric::switch::Red;
-use rdma_fabric::topology::{Settings, Topology};
+use rdma_fabric::topology::Topology;
 use rdma_transport::Instant;
 
 fn go(name: &str, o: Options) -> rdma_fabric::report::Report {
@@ -58,15 +56,7 @@ fn lost_and_corrupted_fc_packets_recover() {
 }
 
 fn ib_incast(n: usize, cfg: &IbConfig) -> Fabric {
-    let s = Settings {
-        link: Link::new(40_000_000_000, Duration::from_micros(1)),
-        red: Red::PAPER,
-        buffer_bytes: 300_000,
-        shared_buffer_bytes: None,
-        cc: None,
-        seed: 1,
-        pfc: None,
-    };
+    let s = rdma_fabric::sm::fabric_transport::default_settings();
     let mut t = Topology::incast(n, &s);
     t.make_ib(cfg);
     Fabric::new(t, 1)

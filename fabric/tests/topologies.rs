@@ -9,24 +9,12 @@ use core::time::Duration;
 use rdma_fabric::collective::report::{CollectiveReport, Kind};
 use rdma_fabric::collective::{run as run_collective, Algorithm, CollectiveOptions};
 use rdma_fabric::ib::IbConfig;
-use rdma_fabric::link::Link;
 use rdma_fabric::multipath::Multipath;
 use rdma_fabric::report::Report;
 use rdma_fabric::scenarios::{run, Cc, LinkKind, Options, TopologyKind};
-use rdma_fabric::switch::Red;
-use rdma_fabric::topology::{spines_for_oversubscription, Node, Settings, Topology};
+use rdma_fabric::topology::{spines_for_oversubscription, Node, Topology};
 
-fn settings() -> Settings {
-    Settings {
-        link: Link::new(40_000_000_000, Duration::from_micros(1)),
-        red: Red::PAPER,
-        buffer_bytes: 300_000,
-        shared_buffer_bytes: None,
-        cc: None,
-        seed: 1,
-        pfc: None,
-    }
-}
+use rdma_fabric::sm::fabric_transport::default_settings as settings;
 
 /// Every path a packet from host `src` to host `dst` may take, following
 /// each switch's route or any port of its equal-cost group (or, on IB,

@@ -146,6 +146,21 @@ impl Endpoint {
         self.touch();
     }
 
+    /// Moves the round robin on after QP `qpn` was asked for a packet: one
+    /// that sent keeps its turn for a burst of [`TX_BURST`] packets, one
+    /// that had nothing passes the turn on at once.
+    #[inline]
+    fn turn_taken(&mut self, qpn: u32, sent: bool) {
+        if sent {
+            self.burst += 1;
+            if self.burst < TX_BURST {
+                self.rr = qpn;
+                return;
+            }
+        }
+        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+    }
+
     /// Records that something happened which may give a QP packets to send
     /// or change a timer: the next `poll_transmit` looks at every QP again,
     /// and `poll_timeout` recomputes. Every `&mut self` entry point that
@@ -196,16 +211,10 @@ impl Endpoint {
             };
             match self.transmit_from(qpn, now, buf, flush) {
                 Some(t) => {
-                    // Stay on this QP for a burst, then give the next its turn.
-                    self.burst += 1;
-                    if self.burst >= TX_BURST {
-                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
-                    } else {
-                        self.rr = qpn;
-                    }
+                    self.turn_taken(qpn, true);
                     return Some(t);
                 }
-                None => (self.rr, self.burst) = (qpn.wrapping_add(1), 0),
+                None => self.turn_taken(qpn, false),
             }
         }
         None
@@ -267,19 +276,14 @@ impl Endpoint {
                     if flush {
                         agenda.sent(qpn);
                     }
-                    self.burst += 1;
-                    if self.burst >= TX_BURST {
-                        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
-                    } else {
-                        self.rr = qpn;
-                    }
+                    self.turn_taken(qpn, true);
                     return Some(t);
                 }
                 None => {
                     if !flush {
                         agenda.idle(qpn);
                     }
-                    (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+                    self.turn_taken(qpn, false);
                 }
             }
         }

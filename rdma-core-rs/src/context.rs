@@ -125,6 +125,9 @@ pub struct ProgressGaps {
     pub longest: Duration,
     /// Intervals of more than [`ProgressGaps::LONG`].
     pub long: u64,
+    /// Rounds of progress made so far (whether or not they made a system
+    /// call: an io_uring receive reaps what the kernel queued without one).
+    pub rounds: u64,
     last: Option<Instant>,
 }
 
@@ -133,6 +136,7 @@ impl ProgressGaps {
     pub const LONG: Duration = Duration::from_millis(100);
 
     fn round_at(&mut self, now: Instant, device: &str) {
+        self.rounds += 1;
         if let Some(last) = self.last {
             let gap = now.saturating_since(last);
             if gap > Self::LONG {

@@ -17,6 +17,7 @@ use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
 use crate::workload::Workload;
 use core::time::Duration;
+use rdma_transport::cc::HopTelemetry;
 use rdma_transport::sim::Rng;
 use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
 use std::collections::HashMap;
@@ -84,6 +85,9 @@ pub struct Fabric {
     pub deadlock: Option<Deadlock>,
     /// Total bytes delivered at the last window boundary, and when it last grew.
     last_delivered: (u64, Instant),
+    /// In-band network telemetry for HPCC ([`Fabric::enable_int`]): what
+    /// each host's ACKs echo.
+    int: Option<crate::int::EchoTable>,
 }
 
 impl Fabric {
@@ -116,11 +120,19 @@ impl Fabric {
             deadlock_window: None,
             deadlock: None,
             last_delivered: (0, Instant::ZERO),
+            int: None,
         };
         if ib {
             f.start_ib();
         }
         f
+    }
+
+    /// Turns on in-band network telemetry (HPCC's INT, see [`crate::int`]):
+    /// switches stamp data packets, hosts echo the stamps in their ACKs and
+    /// hand echoes to the QP's controller. RoCE only.
+    pub fn enable_int(&mut self) {
+        self.int = Some(crate::int::EchoTable::default());
     }
 
     /// Connects a flow from host `src` to host `dst` (host indices) of
@@ -254,6 +266,10 @@ impl Fabric {
             }
             Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
+                    let mut packet = packet;
+                    if self.int.is_some() {
+                        self.int_arrive(h, &mut packet);
+                    }
                     if ecn_capable(&packet) {
                         if let Some(src) = ipv4_src(&packet) {
                             *self.topo.hosts[h].rx_data_bytes.entry(src).or_default() += packet.len() as u64;
@@ -397,6 +413,7 @@ impl Fabric {
         self.counters.packet_hops += 1;
         let p = &mut self.topo.ports[node][port];
         p.busy = true;
+        p.tx_bytes += wire_len as u64;
         let done = self.now + p.link.serialise(wire_len);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.events.schedule(done, Event::PortFree { node, port });
@@ -412,7 +429,17 @@ impl Fabric {
             return self.launch_pfc(node, port, frame);
         }
         let paused = p.data_paused(self.now);
-        if let Some((p, resume)) = self.topo.switches[sw].dequeue(port, paused, &mut self.rng) {
+        if let Some((mut p, resume)) = self.topo.switches[sw].dequeue(port, paused, &mut self.rng) {
+            if self.int.is_some() {
+                let link = &self.topo.ports[node][port];
+                let hop = HopTelemetry {
+                    queue_bytes: self.topo.switches[sw].egress[port].data_bytes(),
+                    tx_bytes: link.tx_bytes,
+                    timestamp: self.now,
+                    rate_bps: link.link.rate_bps,
+                };
+                crate::int::stamp(&mut p, hop);
+            }
             self.launch(node, port, p);
             if let Some(in_port) = resume {
                 self.send_pfc(node, in_port, 0);
@@ -491,7 +518,7 @@ impl Fabric {
         let tx = ep.poll_transmit(self.now, &mut self.buf);
         self.timers.set(h, ep.poll_timeout());
         let tx = tx?;
-        Some(match &tx.payload {
+        let mut packet = match &tx.payload {
             None => self.buf[..tx.len].to_vec(),
             Some(p) => {
                 let mut payload = vec![0u8; p.len];
@@ -499,7 +526,40 @@ impl Fabric {
                 p.seal(&mut self.buf[..tx.len], &payload);
                 [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
             }
-        })
+        };
+        if let Some(table) = self.int.as_ref() {
+            // An ACK echoes the last stamps from the QP it acknowledges.
+            match crate::int::qpn_psn(&packet).filter(|_| crate::int::is_ack(&packet)) {
+                Some((qpn, _)) => {
+                    let peer = [packet[16], packet[17], packet[18], packet[19]];
+                    let hops = table.latest(h, peer, qpn).to_vec();
+                    crate::int::echo(&mut packet, &hops);
+                }
+                None => crate::int::start(&mut packet),
+            }
+        }
+        Some(packet)
+    }
+
+    /// A packet with an INT trailer reached host `h`: the trailer comes
+    /// off; a data packet's stamps are kept for the ACKs to its sender, an
+    /// ACK's echo goes to the QP it is for.
+    fn int_arrive(&mut self, h: usize, packet: &mut Vec<u8>) {
+        let Some(trailer) = crate::int::strip(packet) else {
+            debug_assert!(false, "a packet on an INT fabric without a trailer");
+            return;
+        };
+        let Some((qpn, psn)) = crate::int::qpn_psn(packet) else { return };
+        let ep = &mut self.topo.hosts[h].ep;
+        if trailer.echo {
+            ep.congestion_telemetry(self.now, qpn, psn, &trailer.hops);
+        } else if ecn_capable(packet) {
+            let Ok((_, params)) = ep.query_qp(qpn) else { return };
+            let peer = [packet[12], packet[13], packet[14], packet[15]];
+            if let Some(table) = self.int.as_mut() {
+                table.remember(h, peer, params.dest_qp, trailer.hops);
+            }
+        }
     }
 
     /// Data bytes waiting at output `port` of switch `sw`.

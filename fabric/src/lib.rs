@@ -36,6 +36,7 @@ pub mod fabric;
 pub mod fuzzing;
 pub mod host;
 pub mod ib;
+pub mod int;
 pub mod link;
 pub mod multipath;
 pub mod pfc;

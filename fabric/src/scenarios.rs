@@ -16,7 +16,7 @@ use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
 use core::time::Duration;
-use rdma_transport::cc::{ControllerFactory, DcqcnParams, ReactionPoint, TimelyParams};
+use rdma_transport::cc::{ControllerFactory, DcqcnParams, HpccParams, ReactionPoint, TimelyParams};
 use rdma_transport::sim::Rng;
 use rdma_transport::Instant;
 
@@ -32,6 +32,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("allreduce", "--hosts ranks all-reduce --size bytes, --algorithm ring (reduce-scatter + all-gather) or tree, steps driven by WRITE completions: JCT, algbw, busbw (on rails: a channel per rail, as NCCL)"),
     ("allgather", "ring all-gather of --size bytes in all over --hosts ranks"),
     ("reduce-scatter", "ring reduce-scatter of --size bytes over --hosts ranks"),
+    ("mixed", "two long flows and a Poisson stream of short ones (4/16/64 KiB, 30 % of the link) into one receiver: the short flows' FCT, which standing queues make long"),
     ("parking-lot", "one long flow across --flows bottleneck links, each shared with a one-hop cross flow: how DCQCN shares a multi-bottleneck path"),
 ];
 
@@ -62,11 +63,19 @@ pub enum Cc {
     Dcqcn,
     /// TIMELY, from RTT samples alone (ECN marks and CNPs are ignored).
     Timely,
+    /// HPCC, from in-band telemetry the switches stamp ([`crate::int`]).
+    Hpcc,
 }
 
 /// TIMELY's unloaded RTT in the fabric: the gradient's unit. A host-switch-
 /// host path at 1 µs per link is about 4.5 µs; a leaf-spine one twice that.
 pub const TIMELY_MIN_RTT: Duration = Duration::from_micros(10);
+
+/// HPCC's T, the base RTT (the same path estimate as TIMELY's), and N,
+/// the most concurrent flows expected on a link, which sets W_AI =
+/// W_init·(1 − η)/N (the paper's rule; the value of N is ours).
+pub const HPCC_BASE_RTT: Duration = TIMELY_MIN_RTT;
+pub const HPCC_EXPECTED_FLOWS: u32 = 100;
 
 impl Cc {
     /// The old `--dcqcn on|off`.
@@ -83,6 +92,7 @@ impl Cc {
             Cc::None => "none",
             Cc::Dcqcn => "dcqcn",
             Cc::Timely => "timely",
+            Cc::Hpcc => "hpcc",
         }
     }
 
@@ -92,6 +102,7 @@ impl Cc {
             Cc::None => None,
             Cc::Dcqcn => Some(std::sync::Arc::new(preset.params(line_rate_bps))),
             Cc::Timely => Some(std::sync::Arc::new(TimelyParams::new(line_rate_bps, TIMELY_MIN_RTT))),
+            Cc::Hpcc => Some(std::sync::Arc::new(HpccParams::new(line_rate_bps, HPCC_BASE_RTT, HPCC_EXPECTED_FLOWS))),
         }
     }
 }
@@ -274,14 +285,14 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     | TopologyKind::RailOptimized { rails: a, servers: b, .. } = o.topology
     {
         let t = o.topology.name();
-        if !matches!(name, "dcqcn-fairness" | "incast" | "all-to-all") {
+        if !matches!(name, "dcqcn-fairness" | "incast" | "mixed" | "all-to-all") {
             return Err(ScenarioError::BadOption(format!(
                 "--topology {t} is for dcqcn-fairness, incast, all-to-all and the collectives"
             )));
         }
         o.topology.check_two_tier()?;
         let hosts = a * b;
-        let senders = if name == "incast" { o.fanin } else { o.flows };
+        let senders = if matches!(name, "incast" | "mixed") { o.fanin } else { o.flows };
         if senders >= hosts {
             return Err(ScenarioError::BadOption(format!(
                 "leaf-spine has {hosts} hosts: it needs more than the {senders} senders and at most {MAX_HOSTS}"
@@ -305,8 +316,8 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     }
     check_multipath(o)?;
     match name {
-        "rp-trajectory" if o.cc == Cc::Timely => {
-            Err(ScenarioError::BadOption("rp-trajectory is DCQCN's reaction point: no --cc timely".into()))
+        "rp-trajectory" if matches!(o.cc, Cc::Timely | Cc::Hpcc) => {
+            Err(ScenarioError::BadOption(format!("rp-trajectory is DCQCN's reaction point: no --cc {}", o.cc.name())))
         }
         "rp-trajectory" => Ok(rp_trajectory(o)),
         "dcqcn-fairness" => {
@@ -328,6 +339,15 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
             victim(o, progress)
         }
         "pfc-deadlock" => pfc_deadlock(o, progress),
+        "mixed" => {
+            if !(3..=64).contains(&o.fanin) {
+                return Err(ScenarioError::BadOption(format!(
+                    "--fanin {} is not in 3..=64 (2 long flows + short)",
+                    o.fanin
+                )));
+            }
+            mixed(o, progress)
+        }
         "parking-lot" => {
             if !(1..=16).contains(&o.flows) {
                 return Err(ScenarioError::BadOption(format!(
@@ -482,7 +502,16 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
         }
     }
     if o.link != LinkKind::Ib {
-        return Ok(Fabric::new(topo, o.seed));
+        let mut f = Fabric::new(topo, o.seed);
+        if o.cc == Cc::Hpcc {
+            f.enable_int();
+        }
+        return Ok(f);
+    }
+    if o.cc == Cc::Hpcc {
+        return Err(ScenarioError::BadOption(
+            "--cc hpcc needs switches that stamp INT: RoCE fabrics only (IB has credits instead)".into(),
+        ));
     }
     if !o.ib.sm {
         topo.make_ib(&o.ib.config());
@@ -553,6 +582,49 @@ fn incast(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Re
     fab.run(Instant::ZERO + dur, true, &mut |t| progress(t, dur));
     let end = fab.now;
     Ok(measure(&fab, "incast", o, Instant::ZERO, end, &s))
+}
+
+/// Short flows behind long ones (HPCC's point, §5 of the paper: the FCT
+/// of short flows is the queue they wait behind): senders 0 and 1 send
+/// long flows to the receiver from time zero; the other `fanin` - 2
+/// senders take turns starting short flows of 4, 16 or 64 KiB (equally
+/// likely) at Poisson arrivals that add 30 % of the link's rate, over the
+/// first 80 % of the run. FCT percentiles are the short flows'.
+fn mixed(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<Report, ScenarioError> {
+    const SIZES: [u64; 3] = [4096, 16384, 65536];
+    const LOAD: f64 = 0.3;
+    let dur = o.duration.unwrap_or(Duration::from_millis(5));
+    let s = settings(o, o.buffer_bytes.unwrap_or(300_000));
+    let topo = build(o, o.fanin, &s);
+    let mut fab = fabric(topo, o)?;
+    let dst = fab.topo.receivers[0];
+    let senders = fab.topo.senders.clone();
+    for &src in &senders[..2] {
+        fab.add_flow(src, dst, None, Instant::ZERO);
+    }
+    let mean_bytes = SIZES.iter().sum::<u64>() as f64 / SIZES.len() as f64;
+    let per_sec = s.link.rate_bps as f64 * LOAD / 8.0 / mean_bytes;
+    let mut rng = Rng::new(o.seed ^ 0x6d_6978_6564);
+    let (mut t, end, mut i) = (0.0f64, dur.as_secs_f64() * 0.8, 0usize);
+    loop {
+        // Exponential gaps: -ln(U) / λ with U in (0, 1].
+        let u = (rng.below(1 << 53) + 1) as f64 / (1u64 << 53) as f64;
+        t += -u.ln() / per_sec;
+        if t > end {
+            break;
+        }
+        let src = senders[2 + i % (senders.len() - 2)];
+        let size = SIZES[rng.below(SIZES.len() as u64) as usize];
+        fab.add_flow(src, dst, Some(size), Instant::ZERO + Duration::from_secs_f64(t));
+        i += 1;
+    }
+    fab.run(Instant::ZERO + dur, false, &mut |t| progress(t, dur));
+    let end = fab.now;
+    let mut r = measure(&fab, "mixed", o, Instant::ZERO, end, &s);
+    // The two long flows never finish: they are not short flows left over.
+    r.flows_unfinished = r.flows_unfinished.saturating_sub(2);
+    (r.jain, r.jain_min_window, r.convergence_us) = (None, None, None);
+    Ok(r)
 }
 
 /// §3.4 2: long flows VS→VR (the victim, flow 0), H2→R2 and `fanin` - 1

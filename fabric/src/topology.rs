@@ -41,6 +41,8 @@ pub struct Port {
     pub pfc_out: VecDeque<Vec<u8>>,
     /// The IB link layer of this port (`--link ib`).
     pub ib: Option<IbPort>,
+    /// Bytes this port has put on its link (INT's txBytes).
+    pub tx_bytes: u64,
 }
 
 impl Port {
@@ -55,6 +57,7 @@ impl Port {
             paused_from: Instant::ZERO,
             pfc_out: VecDeque::new(),
             ib: None,
+            tx_bytes: 0,
         }
     }
 

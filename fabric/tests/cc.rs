@@ -1,5 +1,6 @@
 //! Congestion control behind the seam, in the fabric: TIMELY from RTT
-//! samples alone, and the `--cc` choice beside the older `--dcqcn`.
+//! samples alone, HPCC from the telemetry the switches stamp, and the
+//! `--cc` choice beside the older `--dcqcn`.
 
 use rdma_fabric::scenarios::{run, Cc, Options};
 
@@ -63,4 +64,69 @@ fn compare_puts_the_chosen_algorithm_in_the_congestion_controlled_row() {
     };
     assert_eq!(rows(&[]), ["ib", "roce-pfc", "roce-pfc-dcqcn", "roce-lossy"]);
     assert_eq!(rows(&["--cc", "timely"]), ["ib", "roce-pfc", "roce-pfc-timely", "roce-lossy"]);
+    assert_eq!(rows(&["--cc", "hpcc"]), ["ib", "roce-pfc", "roce-pfc-hpcc", "roce-lossy"]);
+}
+
+/// Four long flows through one 40G bottleneck under HPCC: the switches'
+/// stamps come back in the ACKs and the senders hold the link near η =
+/// 0.95 with next to no queue (the paper's point: a queue of a few
+/// packets where rate control without telemetry keeps hundreds of KB),
+/// shared fairly, nothing lost. Without INT reaching the senders nothing
+/// would cut their rates and the queue would be none's.
+#[test]
+fn hpcc_runs_the_link_near_eta_with_next_to_no_queue() {
+    let base = Options { flows: 4, ..Options::default() };
+    let none = go("dcqcn-fairness", Options { cc: Cc::None, ..base });
+    let hpcc = go("dcqcn-fairness", Options { cc: Cc::Hpcc, ..base });
+    let (q_none, q_hpcc) = (none.queue_p50_bytes.unwrap(), hpcc.queue_p50_bytes.unwrap());
+    assert!(q_none > 400_000, "the reference queue: {q_none} B");
+    assert!(q_hpcc <= 8_192, "HPCC's median queue is a packet or two: {q_hpcc} B");
+    let tf = hpcc.throughput_fraction.unwrap();
+    assert!((0.85..=0.99).contains(&tf), "near η = 0.95 of the link: {tf}");
+    assert!(hpcc.jain.unwrap() > 0.95, "{:?}", hpcc.jain);
+    assert_eq!((hpcc.drops, hpcc.retransmits), (0, 0));
+}
+
+/// An 8:1 incast of 256 KiB flows: HPCC, which sees the queue itself,
+/// finishes every flow sooner than DCQCN, which waits for ECN marks and
+/// CNPs and then cuts too deep (the paper's headline: shorter FCTs than
+/// DCQCN). Every flow finishing also says the INT trailer never reached
+/// an engine: an engine drops a packet whose ICRC does not check.
+#[test]
+fn hpcc_finishes_an_incast_sooner_than_dcqcn() {
+    let base = Options { fanin: 8, flow_bytes: 256 * 1024, ..Options::default() };
+    let dcqcn = go("incast", Options { cc: Cc::Dcqcn, ..base });
+    let hpcc = go("incast", Options { cc: Cc::Hpcc, ..base });
+    let (d, h) = (dcqcn.fct_us_p99.unwrap(), hpcc.fct_us_p99.unwrap());
+    assert!(h < d * 0.8, "HPCC's FCT p99 {h} us against DCQCN's {d} us");
+    assert_eq!(hpcc.flows_unfinished, 0, "every flow finished");
+}
+
+/// HPCC needs switches that stamp INT: an IB fabric refuses it, by name.
+#[test]
+fn hpcc_on_an_ib_fabric_is_refused() {
+    let out = cli(&["run", "incast", "--link", "ib", "--cc", "hpcc", "--quiet"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hpcc"));
+}
+
+/// Short flows behind two long ones (`mixed`, PFC on as the paper runs
+/// it): HPCC keeps the queue the short flows wait behind at a packet or
+/// so, and their FCT tail is shorter than under DCQCN and under no
+/// control (the paper's headline, in miniature).
+#[test]
+fn hpcc_shortens_the_short_flows_tail_behind_long_ones() {
+    let base = Options { fanin: 8, pfc: true, ..Options::default() };
+    let none = go("mixed", Options { cc: Cc::None, ..base });
+    let dcqcn = go("mixed", Options { cc: Cc::Dcqcn, ..base });
+    let hpcc = go("mixed", Options { cc: Cc::Hpcc, ..base });
+    for r in [&none, &dcqcn, &hpcc] {
+        assert_eq!((r.flows_unfinished, r.drops), (0, 0), "every short flow finished, nothing lost");
+        assert!(r.flows.len() > 100, "a stream of short flows: {}", r.flows.len());
+    }
+    let p99 = |r: &rdma_fabric::report::Report| r.fct_us_p99.unwrap();
+    assert!(p99(&hpcc) < 0.8 * p99(&dcqcn), "HPCC {} us, DCQCN {} us", p99(&hpcc), p99(&dcqcn));
+    assert!(p99(&hpcc) < 0.8 * p99(&none), "HPCC {} us, none {} us", p99(&hpcc), p99(&none));
+    let (q_none, q_hpcc) = (none.queue_p50_bytes.unwrap(), hpcc.queue_p50_bytes.unwrap());
+    assert!(q_hpcc * 10 < q_none, "median queue: HPCC {q_hpcc} B, none {q_none} B");
 }

@@ -195,7 +195,13 @@ fn parse_cc(s: &str) -> Result<CcChoice, String> {
         "dcqcn" => Ok(CcChoice::Dcqcn),
         "timely" => Ok(CcChoice::Timely),
         "none" => Ok(CcChoice::None),
-        _ => Err(format!("{s:?}: expected dcqcn, timely or none")),
+        // HPCC's input is telemetry that switches stamp into packets: no
+        // socket path has it. Said here rather than run without input.
+        "hpcc" => Err("hpcc needs in-band telemetry from the switches on the path, which real sockets do not \
+                       carry: run it in the simulated fabric (rdma-fabric run NAME --cc hpcc); here use dcqcn, \
+                       timely or none"
+            .into()),
+        _ => Err(format!("{s:?}: expected dcqcn, timely or none (hpcc: rdma-fabric only)")),
     }
 }
 

@@ -22,7 +22,7 @@
 //! are in `cq.rs`, `pool.rs`, `srq.rs`, `stats.rs` and `events.rs`.
 
 use crate::cc::wired::QpCc;
-use crate::cc::{ControllerFactory, DcqcnParams};
+use crate::cc::{ControllerFactory, DcqcnParams, HopTelemetry};
 use crate::error::{DeregError, VerbsError};
 use crate::framing::{Framer, LinkKind};
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
@@ -38,7 +38,7 @@ use crate::window::{MemoryWindow, MwId, MwType};
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
-use rdma_wire::IdentRecovery;
+use rdma_wire::{IdentRecovery, Psn};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -233,6 +233,20 @@ impl Endpoint {
     /// A QP's current rate in bits per second, if a controller runs.
     pub fn qp_rate(&self, qpn: u32) -> Option<u64> {
         self.qps.get(&qpn)?.cc.as_ref()?.rate_bps()
+    }
+
+    /// In-band network telemetry for QP `qpn`, echoed by the response
+    /// naming `acked` that arrived at `now` (the fabric's NIC model hands
+    /// it over before the response itself, as HPCC's NIC does). Returns
+    /// whether a controller took it: false for an unknown QP or one
+    /// without a controller.
+    pub fn congestion_telemetry(&mut self, now: Instant, qpn: u32, acked: Psn, hops: &[HopTelemetry]) -> bool {
+        let Some(qp) = self.qps.get_mut(&qpn) else { return false };
+        let next = qp.req.sq.next_psn();
+        let Some(cc) = qp.cc.as_deref_mut().filter(|c| c.rate.is_some()) else { return false };
+        cc.on_telemetry(now, hops, (acked, next), &mut qp.stats, &mut self.stats, &mut qp.timers);
+        self.touch_qp(qpn);
+        true
     }
 
     /// The lowest current rate over the QPs, if a controller runs.

@@ -21,6 +21,7 @@ use core::time::Duration;
 
 use super::params::DcqcnParams;
 use crate::Instant;
+use rdma_wire::Psn;
 
 /// What happened to a QP that its controller may react to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,15 +40,20 @@ pub enum Event<'a> {
     /// the notification point answers it with a CNP whatever runs here).
     CeMarked,
     /// In-band network telemetry that a response echoed, one entry per
-    /// hop. Nothing sends it yet: it is the place for HPCC, whose
-    /// switches stamp data packets and whose receivers echo the stamps.
-    Telemetry(&'a [HopTelemetry]),
+    /// hop (HPCC: switches stamp data packets, receivers echo the stamps;
+    /// the simulated fabric does both, see `rdma_fabric::int`). `acked`
+    /// is the PSN the response names, `next` the next PSN the QP will
+    /// send: HPCC moves its reference window once per round trip, when
+    /// an ACK passes the `next` of the last move.
+    Telemetry { hops: &'a [HopTelemetry], acked: Psn, next: Psn },
 }
 
 /// One hop's in-band telemetry as HPCC (Li et al., SIGCOMM 2019) defines
 /// it: what the egress port had queued and had sent when the packet left,
-/// when, and at what line rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// when, and at what line rate. `tx_bytes` and `timestamp` are compared
+/// between two echoes only, so a narrow wire encoding may wrap them
+/// (see `rdma_fabric::int`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HopTelemetry {
     pub queue_bytes: u64,
     pub tx_bytes: u64,

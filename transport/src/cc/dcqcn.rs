@@ -24,7 +24,7 @@ impl Controller for Dcqcn {
             Event::Cnp => self.rp.on_cnp(now),
             // DCQCN reads neither ACKs nor delay; the receiver's CE marks
             // go to the notification point, not here.
-            Event::Ack { .. } | Event::CeMarked | Event::Telemetry(_) => {}
+            Event::Ack { .. } | Event::CeMarked | Event::Telemetry { .. } => {}
         }
     }
 

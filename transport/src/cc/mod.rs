@@ -20,12 +20,14 @@
 //! | [`dcqcn`] | the reaction point behind the seam; `DcqcnParams` as its factory |
 //! | [`notification`] | the notification point (receiver): CNP pacing and the CNP's headers |
 //! | [`timely`] | TIMELY: rate from RTT samples, nothing asked of switches |
+//! | [`hpcc`] | HPCC: a window from in-band telemetry that switches stamp and receivers echo |
 //! | [`rtt`] | RTT samples from the engine's clock: send times of packets that ask for an ACK |
 //! | [`pacer`] | when the next packet may leave at the current rate, in exact nanoseconds |
 
 pub mod controller;
 pub mod dcqcn;
 pub mod fixed;
+pub mod hpcc;
 pub mod notification;
 pub mod pacer;
 pub mod params;
@@ -37,6 +39,7 @@ pub(crate) mod wired;
 pub use controller::{Controller, ControllerFactory, Event, HopTelemetry};
 pub use dcqcn::Dcqcn;
 pub use fixed::{Alpha, Gain};
+pub use hpcc::{Hpcc, HpccParams};
 pub use notification::{cnp_repr, cnp_transport_bytes, NotificationPoint, CNP_TRANSPORT_LEN};
 pub use pacer::Pacer;
 pub use params::{DcqcnParams, NpMode, RpVariant};

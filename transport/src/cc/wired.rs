@@ -99,6 +99,25 @@ impl QpCc {
         }
     }
 
+    /// In-band telemetry a response naming `acked` echoed, while the QP's
+    /// next PSN is `next` (HPCC's input).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_telemetry(
+        &mut self,
+        now: Instant,
+        hops: &[super::HopTelemetry],
+        (acked, next): (Psn, Psn),
+        qp: &mut QpStats,
+        dev: &mut Stats,
+        t: &mut Timers,
+    ) {
+        if let Some(rc) = self.rate.as_mut() {
+            rc.ctl.on_event(now, Event::Telemetry { hops, acked, next });
+            Self::follow(rc, now, qp, dev);
+            self.arm(t);
+        }
+    }
+
     /// Whether a data packet may leave now; if not, remembers when it may.
     pub fn data_may_leave(&mut self, now: Instant, timers: &mut Timers) -> bool {
         let Some(rc) = self.rate.as_ref() else { return true };

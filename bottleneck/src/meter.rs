@@ -5,6 +5,7 @@
 
 use rdma_fabric::report::{jain, percentile, thin, Series, MAX_SERIES_POINTS};
 use rdma_fabric::switch::Red;
+use rdma_wire::{Opcode, ROCE_V2_PORT};
 use serde::Serialize;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -14,12 +15,9 @@ use std::time::Duration;
 pub struct Roce {
     pub src: IpAddr,
     pub dst: IpAddr,
-    /// The BTH opcode (0x81: CNP).
-    pub opcode: u8,
+    /// The BTH opcode.
+    pub opcode: Opcode,
 }
-
-const ROCE_V2_PORT: u16 = 4791;
-const CNP_OPCODE: u8 = 0x81;
 
 /// The RoCE v2 view of an IP packet, or `None` for anything else (the
 /// out-of-band TCP connections, ICMP, ...).
@@ -42,7 +40,7 @@ pub fn roce(packet: &[u8]) -> Option<Roce> {
         }
         _ => return None,
     };
-    (u16::from_be_bytes([l4[2], l4[3]]) == ROCE_V2_PORT).then_some(Roce { src, dst, opcode: l4[8] })
+    (u16::from_be_bytes([l4[2], l4[3]]) == ROCE_V2_PORT).then_some(Roce { src, dst, opcode: Opcode(l4[8]) })
 }
 
 /// Counters and series, filled by the router's threads under one lock.
@@ -134,7 +132,7 @@ impl Meter {
     /// A packet went back from the receivers to the senders.
     pub fn reverse(&mut self, packet: &[u8]) {
         self.reverse_packets += 1;
-        if roce(packet).is_some_and(|r| r.opcode == CNP_OPCODE) {
+        if roce(packet).is_some_and(|r| r.opcode == Opcode::CNP) {
             self.cnps += 1;
         }
     }
@@ -342,23 +340,27 @@ impl LiveReport {
 mod tests {
     use super::*;
 
-    fn roce_v4(src: [u8; 4], dst: [u8; 4], opcode: u8, len: usize) -> Vec<u8> {
+    fn roce_v4(src: [u8; 4], dst: [u8; 4], opcode: Opcode, len: usize) -> Vec<u8> {
         let mut p = vec![0u8; len.max(20 + 8 + 12)];
         p[0] = 0x45;
         p[9] = 17;
         p[12..16].copy_from_slice(&src);
         p[16..20].copy_from_slice(&dst);
         p[22..24].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
-        p[28] = opcode;
+        p[28] = opcode.0;
         p
     }
 
     #[test]
     fn classifies_roce_and_cnps() {
-        let p = roce_v4([10, 0, 0, 1], [10, 0, 0, 2], 0x0a, 100);
+        let p = roce_v4([10, 0, 0, 1], [10, 0, 0, 2], Opcode::RC_RDMA_WRITE_ONLY, 100);
         assert_eq!(
             roce(&p),
-            Some(Roce { src: "10.0.0.1".parse().unwrap(), dst: "10.0.0.2".parse().unwrap(), opcode: 0x0a })
+            Some(Roce {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                opcode: Opcode::RC_RDMA_WRITE_ONLY
+            })
         );
         let mut tcp = p.clone();
         tcp[9] = 6;
@@ -366,16 +368,16 @@ mod tests {
         assert_eq!(roce(&p[..30]), None, "too short for a BTH");
         assert_eq!(roce(&[]), None);
         let mut m = Meter::new(Duration::from_millis(10));
-        m.reverse(&roce_v4([10, 0, 0, 2], [10, 0, 0, 1], 0x81, 60));
-        m.reverse(&roce_v4([10, 0, 0, 2], [10, 0, 0, 1], 0x11, 60));
+        m.reverse(&roce_v4([10, 0, 0, 2], [10, 0, 0, 1], Opcode::CNP, 60));
+        m.reverse(&roce_v4([10, 0, 0, 2], [10, 0, 0, 1], Opcode::RC_ACKNOWLEDGE, 60));
         assert_eq!((m.cnps, m.reverse_packets), (1, 2));
     }
 
     #[test]
     fn report_measures_rates_fairness_and_the_queue() {
         let mut m = Meter::new(Duration::from_millis(10));
-        let a = roce_v4([10, 0, 0, 1], [10, 0, 1, 1], 0x0a, 1000);
-        let b = roce_v4([10, 0, 0, 2], [10, 0, 1, 2], 0x0a, 1000);
+        let a = roce_v4([10, 0, 0, 1], [10, 0, 1, 1], Opcode::RC_RDMA_WRITE_ONLY, 1000);
+        let b = roce_v4([10, 0, 0, 2], [10, 0, 1, 2], Opcode::RC_RDMA_WRITE_ONLY, 1000);
         // Two seconds: flow a at 8 Mb/s throughout, flow b at 8 Mb/s only in the second.
         for ms in 0..=2000u64 {
             let t = Duration::from_millis(ms);

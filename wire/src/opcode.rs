@@ -285,6 +285,7 @@ opcodes! {
     XRC_RDMA_WRITE_ONLY = 0xaa;
     XRC_RDMA_READ_REQUEST = 0xac;
     XRC_ACKNOWLEDGE = 0xb1;
+    XRC_ATOMIC_ACKNOWLEDGE = 0xb2;
 }
 
 /// The operation half of the table: the low five bits as the RC service

@@ -6,6 +6,7 @@
 //! control packets on their own SL, writing ICRC and VCRC for it.
 
 use rdma_wire::lrh::{Lrh, LrhRepr};
+use rdma_wire::Opcode;
 
 pub const LRH_LEN: usize = 8;
 pub const VCRC_LEN: usize = 2;
@@ -56,9 +57,9 @@ fn reseal(frame: &mut [u8]) {
 }
 
 /// The BTH opcode of a data-VL frame.
-fn opcode(frame: &[u8]) -> Option<u8> {
+fn opcode(frame: &[u8]) -> Option<Opcode> {
     let global = frame.get(1)? & 0x3 == LNH_GLOBAL;
-    frame.get(LRH_LEN + if global { GRH_LEN } else { 0 }).copied()
+    frame.get(LRH_LEN + if global { GRH_LEN } else { 0 }).copied().map(Opcode)
 }
 
 /// Whether a frame carries data (a request or a READ response), not a
@@ -66,7 +67,16 @@ fn opcode(frame: &[u8]) -> Option<u8> {
 /// puts on its data and control SLs, as the RoCE fabric tells them by
 /// their ECN-capable transport.
 pub fn is_data(frame: &[u8]) -> bool {
-    !matches!(opcode(frame), None | Some(0x11 | 0x12 | 0x81 | 0xb1 | 0xb2))
+    !matches!(
+        opcode(frame),
+        None | Some(
+            Opcode::RC_ACKNOWLEDGE
+                | Opcode::RC_ATOMIC_ACKNOWLEDGE
+                | Opcode::CNP
+                | Opcode::XRC_ACKNOWLEDGE
+                | Opcode::XRC_ATOMIC_ACKNOWLEDGE
+        )
+    )
 }
 
 /// What a frame costs on the wire: all of it (LRH .. VCRC).

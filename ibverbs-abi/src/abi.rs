@@ -850,8 +850,10 @@ pub type WrQp = *mut ibv_qp_ex;
 /// application writes `wr_id` and `wr_flags` before each `ibv_wr_*` call
 /// (hence the cells), and calls the posting functions through the
 /// pointers. `wr_flush` is rdma-core 45's addition at the end: rdma-core
-/// 44's header does not have it, a newer one finds it filled.
+/// 44's header does not have it, a newer one finds it filled. The default
+/// has no functions: a QP made without `ibv_wr_*` operations.
 #[repr(C)]
+#[derive(Default)]
 pub struct ibv_qp_ex_ops {
     pub comp_mask: u64,
     pub wr_id: std::cell::UnsafeCell<u64>,

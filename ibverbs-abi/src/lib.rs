@@ -49,6 +49,7 @@ pub mod rdmacm;
 pub mod spec;
 mod srq;
 pub mod sysfs;
+mod wr_batch;
 mod xrc;
 
 /// Logs to stderr when `SOFTROCE_LOG` is set (an `EnvFilter`, e.g. `debug`).

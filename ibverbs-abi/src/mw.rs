@@ -1,15 +1,14 @@
-//! Memory windows: `ibv_alloc_mw`, `ibv_dealloc_mw` and `ibv_bind_mw`
-//! (through `context->ops`, as verbs.h calls them), and the bind and
-//! invalidate work requests `post.rs` and `qp_ex.rs` make. The engine does
-//! the binding, the checks and the invalidation (docs/memory-windows.md).
+//! Memory windows: `ibv_alloc_mw` and `ibv_dealloc_mw` (through
+//! `context->ops`, as verbs.h calls them), and the bind operation that
+//! `post.rs` (`ibv_bind_mw`, `ibv_post_send`) and `qp_ex.rs` post. The
+//! engine does the binding, the checks and the invalidation
+//! (docs/memory-windows.md).
 
 use crate::abi::*;
-use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
+use crate::ffi::{guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Mr, Pd, MRS};
-use crate::qp::{Qp, QPS};
 use libc::{c_int, c_void};
-use rdma_core_rs::{Access, MemoryWindow, MwType, SendOp, SendWr};
-use std::sync::atomic::Ordering;
+use rdma_core_rs::{Access, MemoryWindow, MwType, SendOp};
 
 pub static MWS: Registry = Registry::new();
 
@@ -103,36 +102,5 @@ pub(crate) fn bind_op(mw: &Mw, rkey: u32, info: &ibv_mw_bind_info) -> Result<Sen
         addr: info.addr,
         length: info.length,
         access: Access(info.mw_access_flags & remote),
-    })
-}
-
-/// `ops.bind_mw`, what the inline `ibv_bind_mw` calls once it checked the
-/// window's type and PD: posts the bind on `qp` with the next key
-/// (`ibv_inc_rkey`), which `mw->rkey` takes now, as rxe's provider sets it.
-pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw_bind) -> c_int {
-    guard("ibv_bind_mw", libc::EIO, || {
-        // SAFETY: `live` checks the registries.
-        let (Some(q), Some(m)) = (unsafe { live(&QPS, qp.cast::<Qp>(), "ibv_qp") }, unsafe { mw_of(mw.cast()) }) else {
-            return libc::EINVAL;
-        };
-        if bind.is_null() || m.verbs.mw_type() != MwType::Type1 {
-            return libc::EINVAL;
-        }
-        // SAFETY: the caller's request.
-        let b = unsafe { &*bind };
-        let new = rdma_core_rs::inc_rkey(m.c.rkey.load(Ordering::Relaxed));
-        let op = match bind_op(m, new, &b.bind_info) {
-            Ok(op) => op,
-            Err(e) => return e,
-        };
-        let mut wr = SendWr::new(b.wr_id, op, Vec::new());
-        wr.signaled = b.send_flags & IBV_SEND_SIGNALED != 0;
-        match q.verbs.post_send(&[wr]) {
-            Ok(()) => {
-                m.c.rkey.store(new, Ordering::Relaxed);
-                0
-            }
-            Err(e) => errno_of(&e),
-        }
     })
 }

@@ -15,7 +15,7 @@ pub(crate) fn context_ops() -> ibv_context_ops {
     o.post_recv = Some(crate::post::post_recv);
     o.post_srq_recv = Some(crate::post::post_srq_recv);
     o.alloc_mw = Some(crate::mw::alloc_mw);
-    o.bind_mw = Some(crate::mw::bind_mw);
+    o.bind_mw = Some(crate::post::bind_mw);
     o.dealloc_mw = Some(crate::mw::dealloc_mw);
     o
 }
@@ -30,9 +30,9 @@ pub(crate) fn extended_verbs() -> verbs_context {
     v.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
     v.open_xrcd = Some(crate::xrc::open_xrcd);
     v.close_xrcd = Some(crate::xrc::close_xrcd);
-    v.create_srq_ex = Some(crate::xrc::create_srq_ex);
-    v.get_srq_num = Some(crate::xrc::get_srq_num);
-    v.open_qp = Some(crate::xrc::open_qp);
+    v.create_srq_ex = Some(crate::srq::create_srq_ex);
+    v.get_srq_num = Some(crate::srq::get_srq_num);
+    v.open_qp = Some(crate::qp::open_qp);
     v.advise_mr = Some(crate::pd::advise_mr);
     v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     v.query_rt_values = Some(crate::cq_ex::query_rt_values);

@@ -10,7 +10,8 @@ use crate::ffi::{errno_of, guard, live};
 use crate::qp::{Qp, QPS};
 use crate::srq::{Srq, SRQS};
 use libc::c_int;
-use rdma_core_rs::{RecvWr, SendOp, SendWr, Sge, VerbsError};
+use rdma_core_rs::{MwType, RecvWr, SendOp, SendWr, Sge, VerbsError};
+use std::sync::atomic::Ordering;
 
 /// The scatter/gather list of a work request.
 ///
@@ -254,5 +255,38 @@ pub unsafe extern "C" fn post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, 
         let (wrs, ptrs, badwr) = unsafe { collect(wr, |w| w.next, recv_wr_of) };
         let posted = if wrs.is_empty() { Ok(()) } else { s.verbs.post_recv(&wrs) };
         finish(posted, &ptrs, badwr, bad)
+    })
+}
+
+/// `ops.bind_mw`, what the inline `ibv_bind_mw` calls once it checked the
+/// window's type and PD: posts the bind on `qp` with the next key
+/// (`ibv_inc_rkey`), which `mw->rkey` takes now, as rxe's provider sets it.
+pub unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw_bind) -> c_int {
+    guard("ibv_bind_mw", libc::EIO, || {
+        // SAFETY: `live` checks the registries.
+        let (Some(q), Some(m)) =
+            (unsafe { live(&QPS, qp.cast::<Qp>(), "ibv_qp") }, unsafe { crate::mw::mw_of(mw.cast()) })
+        else {
+            return libc::EINVAL;
+        };
+        if bind.is_null() || m.verbs.mw_type() != MwType::Type1 {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's request.
+        let b = unsafe { &*bind };
+        let new = rdma_core_rs::inc_rkey(m.c.rkey.load(Ordering::Relaxed));
+        let op = match crate::mw::bind_op(m, new, &b.bind_info) {
+            Ok(op) => op,
+            Err(e) => return e,
+        };
+        let mut wr = SendWr::new(b.wr_id, op, Vec::new());
+        wr.signaled = b.send_flags & IBV_SEND_SIGNALED != 0;
+        match q.verbs.post_send(&[wr]) {
+            Ok(()) => {
+                m.c.rkey.store(new, Ordering::Relaxed);
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
     })
 }

@@ -7,6 +7,7 @@ use crate::device::{MAX_INLINE_DATA, MAX_QP_WR, MAX_SGE};
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry};
 use crate::pd::{pd_use, Pd};
 use crate::srq::{Srq, SRQS};
+use crate::xrc::xrcd_use;
 use libc::c_int;
 use rdma_core_rs::{Access, AddressVector, Gid, LinkKind, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair};
 use std::sync::atomic::Ordering;
@@ -25,7 +26,7 @@ pub struct Qp {
     pub c: ibv_qp,
     pub(crate) ex: ibv_qp_ex_ops,
     /// The requests `ibv_wr_start` .. `ibv_wr_complete` collect.
-    pub(crate) batch: std::sync::Mutex<crate::qp_ex::Batch>,
+    pub(crate) batch: std::sync::Mutex<crate::wr_batch::Batch>,
     /// The `ibv_wr_*` operations it was made for (0: it has no `ibv_qp_ex`).
     pub(crate) send_ops: u64,
     pub(crate) verbs: QueuePair,
@@ -125,13 +126,15 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
             return std::ptr::null_mut();
         }
         // SAFETY: the caller's attributes.
-        unsafe { create(pd, &mut *init, 0, None) }
+        unsafe { create(pd, &mut *init, (0, ibv_qp_ex_ops::default()), None) }
     })
 }
 
 /// `ibv_create_qp`, and `ibv_create_qp_ex` once its extended attributes are
 /// checked: a QP on `pd` as `init` asks (its `cap` rewritten with what was
-/// made), with `ibv_wr_*` posting functions for `send_ops` (0: none); the
+/// made), with the `ibv_wr_*` posting functions `ex` for the operations
+/// `send_ops` (0 and the default table: none; `qp_ex::ops` makes the
+/// table, so that this module need not know the posting functions); the
 /// PD must be of `context` when one is given (`ibv_create_qp_ex`).
 ///
 /// # Safety
@@ -139,7 +142,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
 pub(crate) unsafe fn create(
     pd: *mut ibv_pd,
     init: &mut ibv_qp_init_attr,
-    send_ops: u64,
+    (send_ops, ex): (u64, ibv_qp_ex_ops),
     context: Option<*mut ibv_context>,
 ) -> *mut ibv_qp {
     // The uses of the PD, CQs and SRQ are taken with their lookups, so
@@ -277,7 +280,7 @@ pub(crate) unsafe fn create(
     held.keep();
     register(Qp {
         c: cq,
-        ex: crate::qp_ex::ops(send_ops),
+        ex,
         batch: Default::default(),
         send_ops,
         verbs,
@@ -345,7 +348,7 @@ pub(crate) fn create_xrc_recv(
     let cap = ibv_qp_cap { max_send_wr: 0, max_recv_wr: 0, max_send_sge: 0, max_recv_sge: 0, max_inline_data: 0 };
     Ok(register(Qp {
         c,
-        ex: crate::qp_ex::ops(0),
+        ex: ibv_qp_ex_ops::default(),
         batch: Default::default(),
         send_ops: 0,
         verbs,
@@ -642,5 +645,33 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
             return std::ptr::null_mut();
         }
         qp.cast()
+    })
+}
+
+/// `verbs_context.open_qp`: another handle to an XRC_RECV QP of a domain.
+pub unsafe extern "C" fn open_qp(context: *mut ibv_context, attr: *mut ibv_qp_open_attr) -> *mut ibv_qp {
+    guard("ibv_open_qp", std::ptr::null_mut(), || {
+        use qp_open_attr_mask as m;
+        // SAFETY: the caller's attributes.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        let need = m::NUM | m::XRCD | m::TYPE;
+        if a.comp_mask & need != need || a.comp_mask & !(need | m::CONTEXT) != 0 || a.qp_type != IBV_QPT_XRC_RECV {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: checked against the registry.
+        let Some(x) = (unsafe { xrcd_use(a.xrcd) }) else { return std::ptr::null_mut() };
+        let qp_context = if a.comp_mask & m::CONTEXT != 0 { a.qp_context } else { std::ptr::null_mut() };
+        match crate::qp::create_xrc_recv(x, context, qp_context, Some(a.qp_num)) {
+            Ok(q) => q,
+            Err(e) => {
+                x.users.put();
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
     })
 }

@@ -23,24 +23,9 @@ use crate::ah::{Ah, AHS};
 use crate::ffi::{guard, live, set_errno};
 use crate::post::post_engine;
 use crate::qp::{Qp, QPS};
+use crate::wr_batch::Batch;
 use libc::{c_int, c_void};
 use rdma_core_rs::{SendOp, SendWr, Sge};
-
-/// The requests of one `ibv_wr_start` .. `ibv_wr_complete`.
-#[derive(Default)]
-pub struct Batch {
-    open: bool,
-    wrs: Vec<SendWr>,
-    /// The first mistake in the batch: `ibv_wr_complete` returns it.
-    error: Option<c_int>,
-}
-
-impl Batch {
-    fn fail(&mut self, errno: c_int, why: &str) {
-        tracing::debug!(errno, why, "ibv_wr_* batch refused");
-        self.error.get_or_insert(errno);
-    }
-}
 
 /// The operations each QP type may be made for (rxe's provider: RC all of
 /// its verbs, FLUSH and ATOMIC_WRITE included, UC sends, writes and the
@@ -145,7 +130,7 @@ pub unsafe extern "C" fn create_qp_ex(context: *mut ibv_context, attr: *mut ibv_
         // SAFETY: same layout for the leading fields (checked in tests/header.rs).
         let init = unsafe { &mut *attr.cast::<ibv_qp_init_attr>() };
         // SAFETY: create checks every object against its registry.
-        unsafe { crate::qp::create(a.pd, init, send_ops, Some(context)) }
+        unsafe { crate::qp::create(a.pd, init, (send_ops, ops(send_ops)), Some(context)) }
     })
 }
 

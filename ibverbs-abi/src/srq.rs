@@ -2,12 +2,14 @@
 
 use crate::abi::*;
 use crate::context::with_objects;
+use crate::cq::{Cq, CQS};
 use crate::device::{MAX_QP_WR, MAX_SGE};
 use crate::ffi::{errno_of, guard, live, set_errno, Held, Registry, Shared, Users};
 use crate::pd::{pd_use, Pd};
+use crate::xrc::{Xrcd, XRCDS};
 use libc::c_int;
 use rdma_core_rs::SharedReceiveQueue;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub static SRQS: Registry = Registry::new();
 
@@ -150,6 +152,109 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             x.users.put();
             c.users.put();
         }
+        0
+    })
+}
+
+/// `verbs_context.create_srq_ex`: a basic SRQ as `ibv_create_srq`, or an
+/// XRC SRQ (PD, XRCD and CQ required). Tag matching SRQs are not supported.
+pub unsafe extern "C" fn create_srq_ex(context: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
+    guard("ibv_create_srq_ex", std::ptr::null_mut(), || {
+        use srq_init_attr_mask as m;
+        // SAFETY: the caller's attributes.
+        let Some(a) = (unsafe { attr.as_mut() }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        let refuse = |errno: c_int, why: &str| {
+            tracing::warn!(errno, why, comp_mask = a.comp_mask, "ibv_create_srq_ex refused");
+            set_errno(errno);
+            std::ptr::null_mut()
+        };
+        if a.comp_mask & !(m::TYPE | m::PD | m::CQ | m::XRCD | m::TM) != 0 {
+            return refuse(libc::EINVAL, "unknown comp_mask bits");
+        }
+        let srq_type = if a.comp_mask & m::TYPE != 0 { a.srq_type } else { IBV_SRQT_BASIC };
+        if a.comp_mask & m::PD == 0 {
+            return refuse(libc::EINVAL, "no PD");
+        }
+        match srq_type {
+            IBV_SRQT_BASIC => {
+                // SAFETY: `ibv_srq_init_attr_ex` begins with `ibv_srq_init_attr`.
+                return unsafe { crate::srq::ibv_create_srq(a.pd, attr.cast()) };
+            }
+            IBV_SRQT_XRC => {}
+            IBV_SRQT_TM => return refuse(libc::EOPNOTSUPP, "tag matching SRQs are not supported"),
+            _ => return refuse(libc::EINVAL, "unknown srq_type"),
+        }
+        if a.comp_mask & (m::XRCD | m::CQ) != (m::XRCD | m::CQ) {
+            return refuse(libc::EINVAL, "an XRC SRQ needs an XRCD and a CQ");
+        }
+        if a.attr.max_wr == 0 || a.attr.max_wr > crate::device::MAX_QP_WR || a.attr.max_sge > crate::device::MAX_SGE {
+            return refuse(libc::EINVAL, "max_wr or max_sge out of range");
+        }
+        let mut held = Held::new();
+        // SAFETY: the lookups check their registries.
+        let Some(p) = (unsafe { pd_use(a.pd, &mut held) }) else { return std::ptr::null_mut() };
+        let Some(x) = (unsafe { XRCDS.acquire(a.xrcd.cast::<Xrcd>(), "ibv_xrcd") }) else {
+            return std::ptr::null_mut();
+        };
+        held.push(&x.users);
+        let Some(cq) = (unsafe { CQS.acquire(a.cq.cast::<Cq>(), "ibv_cq") }) else {
+            return std::ptr::null_mut();
+        };
+        held.push(&cq.users);
+        // SAFETY: registered objects are leaked boxes, 'static until
+        // destroyed, which the uses taken above prevent (EBUSY).
+        let (x, cq): (&'static Xrcd, &'static Cq) = unsafe { (&*(x as *const Xrcd), &*(cq as *const Cq)) };
+        if !p.of_device(context) || !Arc::ptr_eq(&x.engine, &p.engine) {
+            return refuse(libc::EINVAL, "the PD, XRCD and CQ must be of this device");
+        }
+        let srq = match p.verbs.create_xrc_srq(&x.verbs, &cq.verbs, a.attr.max_wr, 0) {
+            Ok(s) => s,
+            Err(e) => return refuse(errno_of(&e), "refused by the engine"),
+        };
+        a.attr.srq_limit = 0;
+        a.attr.max_sge = a.attr.max_sge.max(1);
+        let verbs = srq.srq().clone();
+        let id = verbs.id();
+        let c = ibv_srq {
+            context: p.c.context,
+            srq_context: a.srq_context,
+            pd: a.pd,
+            handle: id as u32,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            events_completed: 0,
+        };
+        held.keep();
+        let s = Box::into_raw(Box::new(Srq {
+            c,
+            verbs,
+            pd: p,
+            attr: Mutex::new(a.attr),
+            xrc: Some((srq, x, cq)),
+            users: Default::default(),
+        }));
+        with_objects(&p.engine, |o| {
+            o.srqs.insert(id, s as usize);
+        });
+        SRQS.insert(s);
+        s.cast()
+    })
+}
+
+/// `verbs_context.get_srq_num`.
+pub unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    guard("ibv_get_srq_num", libc::EIO, || {
+        // SAFETY: `live` checks the registry.
+        let Some(s) = (unsafe { live(&SRQS, srq.cast::<Srq>(), "ibv_srq") }) else { return libc::EINVAL };
+        let Some((x, _, _)) = &s.xrc else { return libc::EINVAL };
+        if srq_num.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { srq_num.write(x.srq_num()) };
         0
     })
 }

@@ -41,6 +41,10 @@ pub struct Requester {
     pub(crate) retries: RetryBudget,
     /// Packets since the last one that asked for an ACK.
     since_ack_req: u32,
+    /// Ask for an ACK on every packet: a window-based controller (HPCC)
+    /// runs, which moves its window and reads its telemetry per ACK, and
+    /// whose window would otherwise wait for an ACK only its edge asks for.
+    pub(crate) ack_each: bool,
     /// Counted at the endpoint; kept here to tell the driver.
     pub retransmits: u64,
     /// When this QP last sent a request packet (see [`Requester::sent_lately`]).
@@ -59,6 +63,7 @@ impl Requester {
             sq: SendQueue::new(sq_psn),
             retries: RetryBudget::default(),
             since_ack_req: 0,
+            ack_each: false,
             retransmits: 0,
             last_sent: None,
         }
@@ -284,7 +289,7 @@ impl Requester {
         let info = opcode.info().expect("requester opcodes are in the table");
         let last = info.position.ends() || !info.has_payload;
         self.since_ack_req += 1;
-        let ack_req = t.reliable() && (last || self.since_ack_req >= ACK_REQ_EVERY);
+        let ack_req = t.reliable() && (last || self.ack_each || self.since_ack_req >= ACK_REQ_EVERY);
         if ack_req {
             self.since_ack_req = 0;
         }

@@ -78,6 +78,14 @@ pub trait Controller: Debug + Send {
     /// How many times the rate was cut so far (the engine's `rate_cuts`).
     fn rate_cuts(&self) -> u64;
 
+    /// A cap on the bytes a QP may have sent and not yet seen
+    /// acknowledged, besides the rate (HPCC's window); `None`: no cap.
+    /// The engine counts whole packets of the path MTU from the oldest
+    /// unacknowledged PSN to the next one it would send.
+    fn window_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether [`Event::Ack`] should carry RTT samples: timing the
     /// packets costs a little on every data packet, so only controllers
     /// that read the samples ask for them.

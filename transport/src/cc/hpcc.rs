@@ -28,10 +28,9 @@
 //!   R = W / T;  L = ack.L
 //! ```
 //!
-//! W stays within [one MTU's worth, W_init = line rate · T]. Here the
-//! window sets the pacing rate only; the engine does not also cap the
-//! bytes in flight at W (the paper's NIC does both): see
-//! docs/congestion-control.md.
+//! W stays within [1 KiB, W_init = line rate · T]. As the paper's NIC,
+//! the QP both paces at W/T and keeps at most W bytes unacknowledged
+//! ([`Controller::window_bytes`]).
 
 use core::any::Any;
 use core::time::Duration;
@@ -241,6 +240,10 @@ impl Controller for Hpcc {
 
     fn rate_cuts(&self) -> u64 {
         self.cuts
+    }
+
+    fn window_bytes(&self) -> Option<u64> {
+        Some(self.window as u64)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -176,6 +176,11 @@ impl QpCc {
         self.arm(timers);
     }
 
+    /// The controller's cap on unacknowledged bytes, if it has one.
+    pub fn window_bytes(&self) -> Option<u64> {
+        self.rate.as_ref().and_then(|rc| rc.ctl.window_bytes())
+    }
+
     /// The controller's current rate, if one runs.
     pub fn rate_bps(&self) -> Option<u64> {
         self.rate.as_ref().map(|rc| rc.ctl.rate_bps())

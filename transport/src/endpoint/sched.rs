@@ -346,6 +346,20 @@ impl Endpoint {
         if paced.is_some_and(|(may, _)| !may) {
             return None;
         }
+        // A window (HPCC's): no new request packet while a window's worth
+        // is unacknowledged. Counted to the cursor, so that a go-back-N
+        // pass, which moves the cursor back, is never held by it; the ACK
+        // that opens the window touches the QP again.
+        let window = paced.and(qp.cc.as_deref()).and_then(|cc| cc.window_bytes());
+        qp.req.ack_each = window.is_some();
+        if let Some(w) = window {
+            if let Some((_, _, _, psn)) = qp.req.sq.at_cursor() {
+                let unacked = u64::from(psn.distance_from(qp.req.sq.comp_psn()));
+                if unacked * u64::from(qp.params.mtu.bytes()) >= w.max(1) {
+                    return None;
+                }
+            }
+        }
         loop {
             // A delay-based controller times the packet: its PSN, read
             // before the requester moves the cursor past it.

@@ -39,12 +39,12 @@ use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
 use rdma_wire::{IdentRecovery, Psn};
-use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 
 mod agenda;
 mod rx;
 mod sched;
+mod scheduler;
 mod transmit;
 
 // Everything that lived in this file before the split stays reachable
@@ -82,33 +82,8 @@ pub struct Endpoint {
     /// XRC domains: whether each is open.
     xrcds: Vec<bool>,
     stats: Stats,
-    /// Round-robin cursor over QPs for transmission.
-    rr: u32,
-    /// Packets the QP at `rr` has sent in its current turn.
-    burst: u32,
-    /// How long a lone ACK may wait for other packets to leave with.
-    ack_delay: Duration,
-    /// A held ACK leaves ahead of its QP's next request (see
-    /// [`Endpoint::set_ack_before_requests`]).
-    ack_before_requests: bool,
-    /// `poll_transmit` has handed out a packet since it last returned `None`.
-    sending: bool,
-    /// The last `poll_transmit_fresh` found no new packet on any QP.
-    fresh_done: bool,
-    /// The last round of `poll_transmit` found nothing to send and nothing
-    /// has happened since that could change it (see [`Endpoint::touch`]):
-    /// an idle poll then costs a comparison, not a walk over every QP.
-    tx_idle: bool,
-    /// [`Endpoint::poll_timeout`]'s answer while nothing has changed.
-    deadline: Cell<Option<Option<Instant>>>,
-    /// With more than [`agenda::WALK_MAX_QPS`] QPs: the QPs whose deadline
-    /// or sending may have changed, and every QP's deadline by time (a
-    /// cell: [`Endpoint::poll_timeout`] takes `&self`).
-    agenda: RefCell<agenda::Agenda>,
-    /// The agenda is kept with more QPs than this ([`Endpoint::set_agenda_threshold`]).
-    walk_max_qps: usize,
-    /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
-    release: bool,
+    /// The transmit scheduler's state (see [`scheduler::Scheduler`]).
+    sched: scheduler::Scheduler,
     events: VecDeque<AsyncEvent>,
     ident_recovery: Option<IdentRecovery>,
     /// The port's P_Key table (`ibv_query_pkey`); a QP's `pkey_index` picks one.
@@ -167,17 +142,7 @@ impl Endpoint {
             srqs: SrqTable::default(),
             xrcds: Vec::new(),
             stats: Stats::default(),
-            rr: 0,
-            burst: 0,
-            ack_delay: Duration::ZERO,
-            ack_before_requests: false,
-            sending: false,
-            fresh_done: false,
-            tx_idle: false,
-            deadline: Cell::new(None),
-            agenda: RefCell::default(),
-            walk_max_qps: agenda::WALK_MAX_QPS,
-            release: false,
+            sched: scheduler::Scheduler::new(),
             events: VecDeque::new(),
             ident_recovery: None,
             pkeys: vec![DEFAULT_PKEY],
@@ -1001,11 +966,11 @@ impl Endpoint {
     /// The next time [`Endpoint::handle_timeout`] has work, or when a
     /// waiting QP may send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if let Some(cached) = self.deadline.get() {
+        if let Some(cached) = self.sched.deadline.get() {
             return cached;
         }
         let qps = if self.agenda_on() {
-            let mut agenda = self.agenda.borrow_mut();
+            let mut agenda = self.sched.agenda.borrow_mut();
             agenda.refresh(&self.qps);
             #[cfg(debug_assertions)]
             {
@@ -1017,7 +982,7 @@ impl Endpoint {
             self.qps.values().filter_map(Qp::next_deadline).min()
         };
         let t = qps.into_iter().chain(self.gsi.as_deref().and_then(Gsi::next_deadline)).min();
-        self.deadline.set(Some(t));
+        self.sched.deadline.set(Some(t));
         t
     }
 
@@ -1030,7 +995,7 @@ impl Endpoint {
         if self.agenda_on() {
             // Only QPs with a deadline due have work (every timer of a QP
             // is in its deadline), in QPN order as the walk below goes.
-            let agenda = self.agenda.get_mut();
+            let agenda = self.sched.agenda.get_mut();
             agenda.refresh(&self.qps);
             for qpn in agenda.due(now) {
                 agenda.mark(qpn);

@@ -288,7 +288,7 @@ impl Endpoint {
             return;
         };
         if agenda_on {
-            self.agenda.get_mut().mark(qpn);
+            self.sched.agenda.get_mut().mark(qpn);
         }
         if bth.pkey() & 0x7fff != qp.params.pkey & 0x7fff {
             self.stats.drop(Drop::PkeyMismatch, qpn);
@@ -370,7 +370,7 @@ impl Endpoint {
                     tracing::warn!(qpn, error = %e, "a checked invalidation failed");
                 }
                 // A region other QPs may use changed.
-                self.agenda.get_mut().mark_all();
+                self.sched.agenda.get_mut().mark_all();
             }
         }
         if !was_error && qp.state == QpState::Err {
@@ -414,7 +414,7 @@ impl Endpoint {
     /// forged CNP cannot slow a QP it does not belong to.
     fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
         if self.agenda_on() {
-            self.agenda.get_mut().mark(qpn);
+            self.sched.agenda.get_mut().mark(qpn);
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);

@@ -29,14 +29,14 @@ impl Endpoint {
     pub fn set_ack_delay(&mut self, delay: Duration) {
         self.touch();
         // An ACK already held is due `delay` after it was first held.
-        let old = u64::try_from(self.ack_delay.as_nanos()).unwrap_or(u64::MAX);
+        let old = u64::try_from(self.sched.ack_delay.as_nanos()).unwrap_or(u64::MAX);
         for qp in self.qps.values_mut() {
             if let Some(due) = qp.timers.get(Timer::HeldAck) {
                 let since = Instant::from_nanos(due.as_nanos().saturating_sub(old));
                 qp.timers.set(Timer::HeldAck, since + delay);
             }
         }
-        self.ack_delay = delay;
+        self.sched.ack_delay = delay;
     }
 
     /// With an ACK delay, whether a held ACK leaves ahead of its QP's next
@@ -49,7 +49,7 @@ impl Endpoint {
     /// on.
     pub fn set_ack_before_requests(&mut self, on: bool) {
         self.touch();
-        self.ack_before_requests = on;
+        self.sched.ack_before_requests = on;
     }
 
     /// Lets every held ACK leave in the next round of `poll_transmit`
@@ -57,7 +57,7 @@ impl Endpoint {
     /// or to stop driving the endpoint for a while.
     pub fn release_acks(&mut self) {
         self.touch();
-        self.release = true;
+        self.sched.release = true;
     }
 
     /// Whether some QP holds a lone ACK back for company (see
@@ -77,18 +77,22 @@ impl Endpoint {
         if self.idle_until_later(now) {
             return None;
         }
-        let first = if std::mem::take(&mut self.fresh_done) { None } else { self.next_packet(now, buf, self.release) };
+        let first = if std::mem::take(&mut self.sched.fresh_done) {
+            None
+        } else {
+            self.next_packet(now, buf, self.sched.release)
+        };
         let t = first.or_else(|| {
-            if self.sending && !self.ack_delay.is_zero() {
+            if self.sched.sending && !self.sched.ack_delay.is_zero() {
                 self.next_packet(now, buf, true)
             } else {
                 None
             }
         });
-        self.sending = t.is_some();
-        self.tx_idle = t.is_none();
+        self.sched.sending = t.is_some();
+        self.sched.tx_idle = t.is_none();
         if t.is_none() {
-            self.release = false;
+            self.sched.release = false;
         }
         self.settle_cq_errors();
         t
@@ -103,12 +107,12 @@ impl Endpoint {
             return None;
         }
         // The round is not over: `sending` stays as it is for the release.
-        let t = self.next_packet(now, buf, self.release);
+        let t = self.next_packet(now, buf, self.sched.release);
         if t.is_some() {
-            self.sending = true;
+            self.sched.sending = true;
         }
         // Every QP was just asked: the next `poll_transmit` need not ask again.
-        self.fresh_done = t.is_none();
+        self.sched.fresh_done = t.is_none();
         self.settle_cq_errors();
         t
     }
@@ -119,10 +123,10 @@ impl Endpoint {
     /// the cached deadline is dropped (with the agenda, each asked QP's
     /// deadline is computed again).
     pub(super) fn idle_until_later(&mut self, now: Instant) -> bool {
-        if self.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
+        if self.sched.tx_idle && self.poll_timeout().is_none_or(|d| now < d) {
             return true;
         }
-        self.deadline.set(None);
+        self.sched.deadline.set(None);
         false
     }
 
@@ -131,7 +135,7 @@ impl Endpoint {
     /// set) rather than walking every QP.
     #[inline]
     pub(super) fn agenda_on(&self) -> bool {
-        self.qps.len() > self.walk_max_qps
+        self.qps.len() > self.sched.walk_max_qps
     }
 
     /// Walks every QP while the device has at most `qps` QPs, and keeps
@@ -142,7 +146,7 @@ impl Endpoint {
     /// the agenda starts over.
     #[doc(hidden)]
     pub fn set_agenda_threshold(&mut self, qps: usize) {
-        self.walk_max_qps = qps;
+        self.sched.walk_max_qps = qps;
         self.touch();
     }
 
@@ -152,13 +156,13 @@ impl Endpoint {
     #[inline]
     fn turn_taken(&mut self, qpn: u32, sent: bool) {
         if sent {
-            self.burst += 1;
-            if self.burst < TX_BURST {
-                self.rr = qpn;
+            self.sched.burst += 1;
+            if self.sched.burst < TX_BURST {
+                self.sched.rr = qpn;
                 return;
             }
         }
-        (self.rr, self.burst) = (qpn.wrapping_add(1), 0);
+        (self.sched.rr, self.sched.burst) = (qpn.wrapping_add(1), 0);
     }
 
     /// Records that something happened which may give a QP packets to send
@@ -169,23 +173,23 @@ impl Endpoint {
     /// how the agenda starts over when QP creation puts it in use.
     pub(super) fn touch(&mut self) {
         self.touch_some();
-        self.agenda.get_mut().mark_all();
+        self.sched.agenda.get_mut().mark_all();
     }
 
     /// [`Endpoint::touch`] for an entry point that changed QP `qpn` only.
     pub(super) fn touch_qp(&mut self, qpn: u32) {
         self.touch_some();
         if self.agenda_on() {
-            self.agenda.get_mut().mark(qpn);
+            self.sched.agenda.get_mut().mark(qpn);
         }
     }
 
     /// [`Endpoint::touch`] for an entry point that marks the QPs it
     /// changes in the agenda itself (a received packet, a timer).
     pub(super) fn touch_some(&mut self) {
-        self.tx_idle = false;
-        self.fresh_done = false;
-        self.deadline.set(None);
+        self.sched.tx_idle = false;
+        self.sched.fresh_done = false;
+        self.sched.deadline.set(None);
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
@@ -205,7 +209,7 @@ impl Endpoint {
         // Every QP in turn from the cursor: a device with few QPs (see
         // `agenda::WALK_MAX_QPS`) has no agenda to say which may send.
         for _ in 0..self.qps.len() {
-            let qpn = match self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()) {
+            let qpn = match self.qps.range(self.sched.rr..).next().or_else(|| self.qps.iter().next()) {
                 Some((&k, _)) => k,
                 None => return None,
             };
@@ -228,21 +232,21 @@ impl Endpoint {
     /// (Not inlined: the walk above stays as lean as before the agenda.)
     #[inline(never)]
     fn next_packet_agenda(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
-        let agenda = self.agenda.get_mut();
+        let agenda = self.sched.agenda.get_mut();
         if !flush {
             agenda.refresh(&self.qps);
             agenda.wake_due(now);
         }
-        let (mut left, start) = (self.qps.len(), self.rr);
+        let (mut left, start) = (self.qps.len(), self.sched.rr);
         loop {
             let qpn = if flush {
                 if left == 0 {
                     return None;
                 }
                 left -= 1;
-                self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next()).map(|(&k, _)| k)?
+                self.qps.range(self.sched.rr..).next().or_else(|| self.qps.iter().next()).map(|(&k, _)| k)?
             } else {
-                let Some(qpn) = self.agenda.get_mut().next_ready(self.rr, &self.qps) else {
+                let Some(qpn) = self.sched.agenda.get_mut().next_ready(self.sched.rr, &self.qps) else {
                     // Nothing: the walk would have asked every QP, from the
                     // first at or after the cursor the round began with
                     // round to the one before it (the last below that
@@ -250,7 +254,7 @@ impl Endpoint {
                     // that one, so that the next round begins there again.
                     let before = self.qps.range(..start).next_back().or_else(|| self.qps.iter().next_back());
                     if let Some((&before, _)) = before {
-                        (self.rr, self.burst) = (before.wrapping_add(1), 0);
+                        (self.sched.rr, self.sched.burst) = (before.wrapping_add(1), 0);
                     }
                     return None;
                 };
@@ -258,10 +262,10 @@ impl Endpoint {
                 // each answer `None` ends the turn in progress: so does
                 // skipping them. (A QP in its turn stays ready until it
                 // answers `None`, so this is for one destroyed in its turn.)
-                if self.burst > 0 && qpn != self.rr {
-                    let first = self.qps.range(self.rr..).next().or_else(|| self.qps.iter().next());
+                if self.sched.burst > 0 && qpn != self.sched.rr {
+                    let first = self.qps.range(self.sched.rr..).next().or_else(|| self.qps.iter().next());
                     if first.is_some_and(|(&k, _)| k != qpn) {
-                        self.burst = 0;
+                        self.sched.burst = 0;
                     }
                 }
                 qpn
@@ -269,7 +273,7 @@ impl Endpoint {
             let t = self.transmit_from(qpn, now, buf, flush);
             // Its deadline may have changed; one that sent may have more,
             // one of the ready that had nothing leaves them.
-            let agenda = self.agenda.get_mut();
+            let agenda = self.sched.agenda.get_mut();
             agenda.mark_stale(qpn);
             match t {
                 Some(t) => {
@@ -319,14 +323,14 @@ impl Endpoint {
         // Asked for, a held ACK leaves ahead of a request about to go (not
         // one the window, an RNR wait or the pacer holds).
         let ack_first = flush
-            || (self.ack_before_requests
+            || (self.sched.ack_before_requests
                 && qp.timers.is_armed(Timer::HeldAck)
                 && paced.is_none_or(|(may, _)| may)
                 && qp.request_ready(now));
         let response = if held {
             None
         } else {
-            qp.responder_transmit(now, (self.ack_delay, ack_first), &self.mrs, &self.framer, buf)
+            qp.responder_transmit(now, (self.sched.ack_delay, ack_first), &self.mrs, &self.framer, buf)
         };
         if let Some((len, dest, payload)) = response {
             if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
@@ -340,7 +344,7 @@ impl Endpoint {
             }
             // Past the first pass of a round only held lone ACKs are left
             // (anything else left in that pass); a release sends anything.
-            let released_ack = flush && !self.release;
+            let released_ack = flush && !self.sched.release;
             return Some(Transmit { len, dest, src_port: qp.src_port, released_ack, payload });
         }
         if paced.is_some_and(|(may, _)| !may) {

@@ -21,6 +21,7 @@
 //! device's fields stay private to it); the tables and counters it owns
 //! are in `cq.rs`, `pool.rs`, `srq.rs`, `stats.rs` and `events.rs`.
 
+use crate::cc::settings::CcSettings;
 use crate::cc::wired::QpCc;
 use crate::cc::{ControllerFactory, DcqcnParams, HopTelemetry};
 use crate::error::{DeregError, VerbsError};
@@ -88,13 +89,8 @@ pub struct Endpoint {
     ident_recovery: Option<IdentRecovery>,
     /// The port's P_Key table (`ibv_query_pkey`); a QP's `pkey_index` picks one.
     pkeys: Vec<u16>,
-    /// New QPs send data packets ECN-capable ([`Endpoint::set_ecn_capable`]).
-    ecn_capable: bool,
-    /// What makes each RC/UC QP's congestion controller ([`Endpoint::set_controller`]).
-    cc: Option<std::sync::Arc<dyn ControllerFactory>>,
-    /// The notification point's settings (CNP interval and mode, CNP DSCP):
-    /// those `cc` brings (DCQCN's), else [`DEFAULT_NP`].
-    np_params: DcqcnParams,
+    /// Congestion control for the QPs, existing and new.
+    cc: CcSettings,
     /// QP1, created by the first MAD sent or received.
     gsi: Option<Box<Gsi>>,
     /// Where the GSI's own transaction IDs start: drawn at random, as the
@@ -107,10 +103,7 @@ pub struct Endpoint {
     mcast: McastTable,
 }
 
-/// The notification point's settings while congestion control is off:
-/// NVIDIA's firmware defaults (a CNP at once, then none for 4 µs per QP;
-/// DSCP 48). The line rate in it is unused.
-pub const DEFAULT_NP: DcqcnParams = DcqcnParams::nvidia(100_000_000_000);
+pub use crate::cc::settings::DEFAULT_NP;
 
 impl Endpoint {
     /// A device bound to `local`, its RoCE v2 GID, whose QP numbers and
@@ -146,9 +139,7 @@ impl Endpoint {
             events: VecDeque::new(),
             ident_recovery: None,
             pkeys: vec![DEFAULT_PKEY],
-            ecn_capable: true,
-            cc: None,
-            np_params: DEFAULT_NP,
+            cc: CcSettings::default(),
             gsi: None,
             gsi_first_tid,
             paths: PathTable::default(),
@@ -178,21 +169,21 @@ impl Endpoint {
     /// [`DEFAULT_NP`]. Setting it again starts every QP over.
     pub fn set_controller(&mut self, factory: Option<std::sync::Arc<dyn ControllerFactory>>) {
         self.touch();
-        self.np_params = factory.as_ref().and_then(|f| f.notification_point()).unwrap_or(DEFAULT_NP);
-        self.cc = factory;
+        self.cc.np = factory.as_ref().and_then(|f| f.notification_point()).unwrap_or(DEFAULT_NP);
+        self.cc.factory = factory;
         for qp in self.qps.values_mut() {
-            Self::attach_cc(qp, self.cc.as_ref());
+            Self::attach_cc(qp, self.cc.factory.as_ref());
         }
     }
 
     /// The factory in force, if a controller runs.
     pub fn controller(&self) -> Option<&dyn ControllerFactory> {
-        self.cc.as_deref()
+        self.cc.factory.as_deref()
     }
 
     /// The DCQCN parameters in force, if DCQCN is the controller.
     pub fn congestion_control(&self) -> Option<&DcqcnParams> {
-        self.cc.as_deref()?.as_any().downcast_ref()
+        self.cc.factory.as_deref()?.as_any().downcast_ref()
     }
 
     /// A QP's current rate in bits per second, if a controller runs.
@@ -259,7 +250,7 @@ impl Endpoint {
     /// (see [`crate::AddressVector::for_data`]); ACKs and NAKs never are.
     /// On by default. Applies to every QP, existing and new.
     pub fn set_ecn_capable(&mut self, on: bool) {
-        self.ecn_capable = on;
+        self.cc.ecn_capable = on;
         for qp in self.qps.values_mut() {
             qp.ecn_capable = on;
         }
@@ -688,8 +679,8 @@ impl Endpoint {
         }
         self.next_qpn = next(qpn);
         let mut qp = Qp::new(qpn, init);
-        qp.ecn_capable = self.ecn_capable;
-        Self::attach_cc(&mut qp, self.cc.as_ref());
+        qp.ecn_capable = self.cc.ecn_capable;
+        Self::attach_cc(&mut qp, self.cc.factory.as_ref());
         self.qps.insert(qpn, qp);
         self.touch(); // the agenda indexes every QP anew
         Ok(qpn)

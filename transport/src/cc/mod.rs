@@ -22,6 +22,7 @@
 //! | [`timely`] | TIMELY: rate from RTT samples, nothing asked of switches |
 //! | [`hpcc`] | HPCC: a window from in-band telemetry that switches stamp and receivers echo |
 //! | [`rtt`] | RTT samples from the engine's clock: send times of packets that ask for an ACK |
+//! | `settings` | a device's settings: the factory, the notification point's, ECN-capable data |
 //! | [`pacer`] | when the next packet may leave at the current rate, in exact nanoseconds |
 
 pub mod controller;
@@ -33,6 +34,7 @@ pub mod pacer;
 pub mod params;
 pub mod reaction;
 pub mod rtt;
+pub(crate) mod settings;
 pub mod timely;
 pub(crate) mod wired;
 

@@ -332,7 +332,7 @@ impl Endpoint {
             && qp.params.av.is_some()
             && !matches!(op, Operation::Acknowledge | Operation::AtomicAcknowledge)
         {
-            qp.cc.get_or_insert_with(Default::default).on_ce_marked(now, &self.np_params, &mut qp.timers);
+            qp.cc.get_or_insert_with(Default::default).on_ce_marked(now, &self.cc.np, &mut qp.timers);
         }
         if is_response {
             // A controller hears of positive answers only: a NAK's PSN

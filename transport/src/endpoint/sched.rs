@@ -307,7 +307,7 @@ impl Endpoint {
         if let Some(cc) = qp.cc.as_deref_mut() {
             if cc.cnps_due > 0 {
                 cc.cnps_due -= 1;
-                if let Some(t) = cnp_transmit(&qp.params, qp.src_port, &self.framer, self.np_params.cnp_dscp, buf) {
+                if let Some(t) = cnp_transmit(&qp.params, qp.src_port, &self.framer, self.cc.np.cnp_dscp, buf) {
                     self.stats.packets_sent += 1;
                     self.stats.cnps_sent += 1;
                     qp.stats.cnps_sent += 1;

@@ -31,6 +31,7 @@ use crate::mcast::{McastError, McastTable};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
 use crate::paths::PathTable;
 use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, XrcdId};
+use crate::qpn_alloc::QpnAllocator;
 use crate::rng::Rng;
 use crate::stats::QpStats;
 use crate::time::Instant;
@@ -61,13 +62,6 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 /// Entries a port's P_Key table can hold.
 pub const MAX_PKEYS: usize = 16;
 
-/// The lowest QPN a created QP gets (below are the special QPs).
-const FIRST_QPN: u32 = 0x11;
-/// The first QPN is drawn from this many numbers above [`FIRST_QPN`].
-const QPN_START_SPREAD: u32 = 1 << 22;
-/// One past the highest QPN a created QP gets (0xFFFFFF is multicast's).
-const QPN_END: u32 = 0xff_ffff;
-
 /// One soft RDMA device.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -75,9 +69,8 @@ pub struct Endpoint {
     mrs: MemoryTable,
     next_pd: u32,
     qps: BTreeMap<u32, Qp>,
-    next_qpn: u32,
-    /// The QPNs this device may hand out ([`Endpoint::set_qpn_range`]).
-    qpn_range: std::ops::Range<u32>,
+    /// The QPNs this device hands out ([`Endpoint::set_qpn_range`]).
+    qpns: QpnAllocator,
     cqs: CqTable,
     srqs: SrqTable,
     /// XRC domains: whether each is open.
@@ -119,18 +112,14 @@ impl Endpoint {
     }
 
     fn with_rng(local: IpAddr, mut rng: Rng) -> Endpoint {
-        // QPs 0 and 1 are the SMI and GSI, and rxe numbers from 0x11; the
-        // first QPN is drawn at random above that, so that a blind peer
-        // cannot guess it (defence in depth, like the keys').
-        let next_qpn = FIRST_QPN + rng.below(u64::from(QPN_START_SPREAD)) as u32;
+        let qpns = QpnAllocator::new(&mut rng);
         let gsi_first_tid = rng.next_u64();
         Endpoint {
             framer: Framer::roce_v2(local),
             mrs: MemoryTable::with_rng(rng),
             next_pd: 1,
             qps: BTreeMap::new(),
-            next_qpn,
-            qpn_range: FIRST_QPN..QPN_END,
+            qpns,
             cqs: CqTable::default(),
             srqs: SrqTable::default(),
             xrcds: Vec::new(),
@@ -652,32 +641,17 @@ impl Endpoint {
     /// process has a range of its own, by which the host steers packets.
     /// Fails if a QP exists already, or the range holds no QPN.
     pub fn set_qpn_range(&mut self, range: std::ops::Range<u32>) -> Result<(), VerbsError> {
-        let range = range.start.max(FIRST_QPN)..range.end.min(QPN_END);
-        if range.is_empty() || !self.qps.is_empty() {
-            let attr = if range.is_empty() { "qpn range (empty)" } else { "qpn range (QPs exist)" };
-            return Err(VerbsError::InvalidAttribute { qpn: 0, attr, value: u64::from(range.start) });
-        }
-        self.next_qpn = range.start + (self.next_qpn - FIRST_QPN) % (range.end - range.start);
-        self.qpn_range = range;
-        Ok(())
+        self.qpns.set_range(range, !self.qps.is_empty())
     }
 
     /// The QPNs this device hands out.
     pub fn qpn_range(&self) -> std::ops::Range<u32> {
-        self.qpn_range.clone()
+        self.qpns.range()
     }
 
     fn insert_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
-        let range = self.qpn_range.clone();
-        if self.qps.len() >= range.len() {
-            return Err(VerbsError::QpnsExhausted { start: range.start, end: range.end });
-        }
-        let next = |q: u32| if q + 1 >= range.end { range.start } else { q + 1 };
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = next(qpn);
-        }
-        self.next_qpn = next(qpn);
+        let qps = &self.qps;
+        let qpn = self.qpns.allocate(qps.len(), |q| qps.contains_key(&q))?;
         let mut qp = Qp::new(qpn, init);
         qp.ecn_capable = self.cc.ecn_capable;
         Self::attach_cc(&mut qp, self.cc.factory.as_ref());

@@ -45,6 +45,7 @@ pub mod paths;
 mod pool;
 mod protection;
 pub mod qp;
+mod qpn_alloc;
 pub mod requester;
 mod resources;
 pub mod responder;

@@ -1,8 +1,9 @@
 //! Connections on a CM ID: `rdma_connect` (REQ, or SIDR_REQ for UD),
 //! `rdma_accept`, `rdma_reject`, `rdma_disconnect`.
 
-use super::device::CmDevice;
-use super::id::{depth, CmId, ConnParam, Phase, PortSpace, ACK_TIMEOUT, PATH_MTU};
+use super::id::{depth, ACK_TIMEOUT, PATH_MTU};
+use super::objects::CmDevice;
+use super::objects::{CmId, ConnParam, Phase, PortSpace};
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 use rdma_transport::cm::{ConnId, ConnParams};
 use rdma_transport::{Mtu, QpAttr, QpState};

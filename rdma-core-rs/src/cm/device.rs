@@ -6,20 +6,20 @@
 //! Lock order: the device's engine state, then [`Core`], then an ID, then
 //! a channel. Nothing here takes the engine state while holding a later one.
 
-use super::id::IdShared;
+use super::objects::{Buried, CmDevice, Core, IdShared, Listener};
 use super::route;
 use super::{CmError, Result};
 use crate::context::{Context, MadService, State};
 use crate::device::{devices, Device};
 use crate::share::fork::PerProcess;
 use crate::share::steer::SLOT_BITS;
-use crate::share::{Services, ShareError};
+use crate::share::ShareError;
 use rdma_transport::cm::{Cm, CmConfig, CommIdPrefix, ConnId};
 use rdma_transport::Endpoint;
 use rdma_wire::cma::service_id_parts;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The CM's timers, for every device opened after [`set_options`].
@@ -77,53 +77,6 @@ pub fn attach_context(ctx: &Context) -> Result<()> {
     }
     reg.push(CmDevice::start(ctx.clone()));
     Ok(())
-}
-
-/// A listening ID and where it listens, or (`listening` false) an ID
-/// bound to the port that has not called `listen` yet.
-pub(super) struct Listener {
-    pub(super) id: Weak<IdShared>,
-    pub(super) addr: IpAddr,
-    pub(super) listening: bool,
-}
-
-/// A REQ (or SIDR_REQ) for a port an ID has bound but not listened on yet,
-/// kept until that ID listens (then reported) or goes (then refused).
-pub(super) struct HeldRequest {
-    pub(super) conn: ConnId,
-    pub(super) from: IpAddr,
-    pub(super) service_id: u64,
-    pub(super) remote_qpn: Option<u32>,
-    pub(super) private_data: Vec<u8>,
-}
-
-pub(crate) struct Core {
-    pub(crate) cm: Cm,
-    /// Connections by the CM's communication ID.
-    pub(crate) conns: HashMap<u32, Weak<IdShared>>,
-    pub(super) listeners: HashMap<u64, Vec<Listener>>,
-    /// Requests for bound ports not yet listened on (see [`HeldRequest`]).
-    pub(super) held: Vec<HeldRequest>,
-}
-
-/// A connection whose ID the application dropped.
-pub(super) struct Buried {
-    pub(super) conn: ConnId,
-    pub(super) connected: bool,
-    /// A request reported and never answered.
-    pub(super) requested: bool,
-    pub(super) ud: bool,
-}
-
-pub(crate) struct CmDevice {
-    pub(crate) ctx: Context,
-    pub(crate) addr: IpAddr,
-    /// Where REQs for this process's ports are steered, on a shared port.
-    services: Option<Services>,
-    core: Mutex<Core>,
-    /// Dropped IDs' connections, for the next round (innermost lock: it is
-    /// taken from `Drop`, which may run anywhere).
-    pub(super) graveyard: Mutex<Vec<Buried>>,
 }
 
 /// The CA GUID of a device: the EUI-64 of a locally administered MAC made

@@ -3,9 +3,9 @@
 //! `cma_hdr`'s address), the new ID of a CONNECT_REQUEST, the events'
 //! parameters; and the connections of IDs the application dropped.
 
-use super::device::{CmDevice, Core};
-use super::event::{CmEvent, EventParam, EventType};
-use super::id::{CmId, IdShared, Phase, PortSpace};
+use super::objects::{CmDevice, Core};
+use super::objects::{CmEvent, EventParam, EventType};
+use super::objects::{CmId, IdShared, Phase, PortSpace};
 use super::REQ_USER_DATA_LEN;
 use rdma_transport::cm::{CmEvent as IbEvent, ConnId};
 use rdma_transport::Endpoint;
@@ -199,7 +199,7 @@ impl CmDevice {
             // Bound, not yet listening: kept until the ID listens (see
             // `CmDevice::bind`). The peer's repeats meanwhile get MRAs.
             tracing::debug!(peer = %from, service_id, "request for a port bound but not yet listened on: held");
-            core.held.push(super::device::HeldRequest {
+            core.held.push(super::objects::HeldRequest {
                 conn,
                 from,
                 service_id,

@@ -1,34 +1,11 @@
 //! Event channels and events (`rdma_event_channel`, `rdma_cm_event`).
 
-use super::device::CmDevice;
-use super::id::{CmId, IdShared, PortSpace};
+use super::objects::{ChannelShared, CmDevice, CmEvent, CmId, EventType, IdShared, PortSpace};
 use super::{CmError, Result};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
-
-/// `enum rdma_cm_event_type`, with librdmacm's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum EventType {
-    AddrResolved = 0,
-    AddrError = 1,
-    RouteResolved = 2,
-    RouteError = 3,
-    ConnectRequest = 4,
-    ConnectResponse = 5,
-    ConnectError = 6,
-    Unreachable = 7,
-    Rejected = 8,
-    Established = 9,
-    Disconnected = 10,
-    DeviceRemoval = 11,
-    MulticastJoin = 12,
-    MulticastError = 13,
-    AddrChange = 14,
-    TimewaitExit = 15,
-}
 
 impl EventType {
     /// `rdma_event_str`.
@@ -60,59 +37,9 @@ impl std::fmt::Display for EventType {
     }
 }
 
-/// `rdma_cm_event.param`: the connection parameters of CONNECT_REQUEST
-/// and ESTABLISHED, the private data of every connection event, the UD
-/// peer of an ESTABLISHED on RDMA_PS_UDP.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EventParam {
-    /// As the message carried it: fixed length, zero-padded (56 bytes
-    /// for a REQ, 196 for a REP, 148 for a REJ), as librdmacm reports it.
-    pub private_data: Vec<u8>,
-    /// Already swapped for this side (a REQ's initiator depth is the
-    /// responder resources asked of us).
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub srq: bool,
-    /// The peer's QPN.
-    pub qp_num: u32,
-    /// UD (SIDR): the peer's Q_Key.
-    pub qkey: u32,
-    /// MULTICAST_JOIN: the group's MGID.
-    pub mgid: Option<crate::device::Gid>,
-}
-
-/// An event (`struct rdma_cm_event`). [`CmEvent::ack`] or dropping it is
-/// `rdma_ack_cm_event`.
-#[derive(Debug, Clone)]
-pub struct CmEvent {
-    pub event: EventType,
-    /// For CONNECT_REQUEST, a new ID for the connection; else the ID the
-    /// event is about.
-    pub id: CmId,
-    /// For CONNECT_REQUEST, the listening ID.
-    pub listen_id: Option<CmId>,
-    /// 0, or what went wrong: the REJ reason for REJECTED, `-ETIMEDOUT`
-    /// (-110) for UNREACHABLE, as librdmacm reports them.
-    pub status: i32,
-    pub param: EventParam,
-}
-
 impl CmEvent {
     /// `rdma_ack_cm_event`: nothing to release here beyond the value.
     pub fn ack(self) {}
-}
-
-pub(crate) struct ChannelShared {
-    queue: Mutex<VecDeque<CmEvent>>,
-    /// An eventfd (semaphore mode) counting the queued events, for
-    /// channels made with [`EventChannel::with_fd`]: written and read
-    /// under the queue's lock, so its count is the queue's length.
-    fd: Option<OwnedFd>,
-    ready: Condvar,
-    /// The devices of this channel's IDs: what a waiter drives.
-    devices: Mutex<Vec<Weak<CmDevice>>>,
 }
 
 impl ChannelShared {

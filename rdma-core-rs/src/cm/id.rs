@@ -1,13 +1,14 @@
 //! CM IDs (`rdma_cm_id`): the socket-like object of the RDMA CM.
 
-use super::device::CmDevice;
-use super::event::{ChannelShared, CmEvent, EventChannel, EventParam, EventType};
+use super::event::EventChannel;
+use super::objects::{
+    ChannelShared, CmDevice, CmEvent, CmId, ConnParam, EventParam, EventType, IdInner, IdShared, Phase, PortSpace,
+};
 use super::route;
 use super::{CmError, Result, RDMA_UDP_QKEY};
 use crate::context::Context;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpInitAttr, QueuePair};
-use rdma_transport::cm::ConnId;
 use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
 use rdma_wire::cma::{service_id, RdmaPs};
 use std::net::{IpAddr, SocketAddr};
@@ -26,17 +27,6 @@ pub(super) const PATH_MTU: Mtu = Mtu::Mtu1024;
 /// about 67 ms), and what the REQ asks the peer to use.
 pub(super) const ACK_TIMEOUT: u8 = 14;
 
-/// `enum rdma_port_space`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PortSpace {
-    /// RDMA_PS_TCP: reliable connected QPs.
-    Tcp,
-    /// RDMA_PS_UDP: unreliable datagram QPs, resolved with SIDR.
-    Udp,
-    /// Another port space, by number (RDMA_PS_IB 0x13F, ...).
-    Other(u16),
-}
-
 impl PortSpace {
     pub fn ps(self) -> RdmaPs {
         match self {
@@ -53,31 +43,6 @@ impl PortSpace {
             RdmaPs(n) => PortSpace::Other(n),
         }
     }
-}
-
-/// `struct rdma_conn_param`. 0xFF in the two depths means the device
-/// maximum ([`MAX_RD_ATOMIC`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnParam {
-    /// Up to 56 bytes in a connect, 196 in an accept.
-    pub private_data: Vec<u8>,
-    /// RDMA READs/atomics we accept at once from the peer.
-    pub responder_resources: u8,
-    /// RDMA READs/atomics we issue at once.
-    pub initiator_depth: u8,
-    pub flow_control: bool,
-    /// Transport retries (at most 7); ignored on accept.
-    pub retry_count: u8,
-    /// RNR retries the peer makes (7: forever).
-    pub rnr_retry_count: u8,
-    pub srq: bool,
-    /// The application's own QP (librdmacm's `conn_param.qp_num` on an ID
-    /// without a QP, an "external QP"): the CM names it in the REQ or REP
-    /// and never moves it. The application takes it through INIT, RTR and
-    /// RTS with [`CmId::init_qp_attr`]; the active side then gets
-    /// CONNECT_RESPONSE instead of ESTABLISHED and calls
-    /// [`CmId::establish`]. Ignored on an ID with a QP.
-    pub qp_num: Option<u32>,
 }
 
 impl Default for ConnParam {
@@ -104,22 +69,6 @@ pub(super) fn depth(v: u8) -> u8 {
     }
 }
 
-/// Where an ID is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Idle,
-    AddrResolved,
-    RouteResolved,
-    Bound,
-    Listening,
-    /// Passive: reported in a CONNECT_REQUEST, not yet accepted.
-    ConnectRequest,
-    /// Active: REQ sent. Passive: REP sent.
-    Connecting,
-    Connected,
-    Disconnected,
-}
-
 impl Phase {
     fn name(self) -> &'static str {
         match self {
@@ -136,46 +85,11 @@ impl Phase {
     }
 }
 
-pub(crate) struct IdInner {
-    pub(crate) ps: PortSpace,
-    pub(crate) channel: Arc<ChannelShared>,
-    pub(crate) dev: Option<Arc<CmDevice>>,
-    pub(crate) local: Option<SocketAddr>,
-    pub(crate) remote: Option<SocketAddr>,
-    pub(crate) phase: Phase,
-    pub(crate) conn: Option<ConnId>,
-    pub(crate) qp: Option<Arc<QueuePair>>,
-    /// The number of a QP made elsewhere on this ID's device and handed to
-    /// the CM with [`CmId::set_qp_num`] (when `qp` is None).
-    pub(crate) ext_qpn: Option<u32>,
-    pub(crate) tos: u8,
-    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the local ACK timeout (4.096 us x
-    /// 2^t) the CM gives the QP at RTS; [`ACK_TIMEOUT`] when not set.
-    pub(crate) ack_timeout: Option<u8>,
-    /// The service this ID claimed on a shared port (`bind_addr`), given
-    /// back when it goes.
-    pub(crate) claimed: Option<u64>,
-    /// The PSN this ID advertises in its REQ or REP and receives from,
-    /// drawn when the ID is made (the kernel's `id_priv->seq_num`):
-    /// [`CmId::init_qp_attr`] gives it before the REP exists.
-    pub(crate) seq_num: u32,
-    /// The application's own QP, named in connect or accept
-    /// ([`ConnParam::qp_num`]): the CM never moves it.
-    pub(crate) own_qpn: Option<u32>,
-    /// `rdma_set_local_ece`: (vendor ID, options); the vendor ID goes in
-    /// the REQ or REP.
-    pub(crate) local_ece: (u32, u32),
-}
-
 impl IdInner {
     /// The QP the CM drives: made by [`CmId::create_qp`] or handed over.
     pub(crate) fn qpn(&self) -> Option<u32> {
         self.qp.as_ref().map(|q| q.qp_num()).or(self.ext_qpn)
     }
-}
-
-pub(crate) struct IdShared {
-    inner: Mutex<IdInner>,
 }
 
 impl IdShared {
@@ -220,12 +134,6 @@ impl Drop for IdShared {
             dev.release_service(service);
         }
     }
-}
-
-/// A CM ID. Cheap to clone: clones are the same ID (events name it).
-#[derive(Clone)]
-pub struct CmId {
-    pub(super) shared: Arc<IdShared>,
 }
 
 impl std::fmt::Debug for CmId {

@@ -35,66 +35,23 @@
 //!   while the application is busy with its data.
 
 mod connect;
+mod constants;
 mod device;
 mod dispatch;
+mod error;
 mod event;
 mod id;
 mod multicast;
+mod objects;
 mod route;
 
+pub use constants::{RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 pub use device::{attach_context, set_options, CmOptions};
-pub use event::{CmEvent, EventChannel, EventParam, EventType};
-pub use id::{CmId, ConnParam, PortSpace};
+pub use error::{CmError, Result};
+pub use event::EventChannel;
 pub use multicast::mgid_of;
+pub use objects::{CmEvent, CmId, ConnParam, EventParam, EventType, PortSpace};
 pub use rdma_wire::cm::RejReason;
-
-/// `RDMA_UDP_QKEY`: the Q_Key of every UD QP the RDMA CM sets up.
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
-
-/// User private data a REQ carries after the 36-byte `cma_hdr`.
-pub const REQ_USER_DATA_LEN: usize = rdma_wire::cm::REQ_PRIVATE_DATA_LEN - rdma_wire::cma::CMA_HDR_LEN;
-
-/// User private data a SIDR_REQ (RDMA_PS_UDP connect) carries after the `cma_hdr`.
-pub const SIDR_USER_DATA_LEN: usize = rdma_wire::cm::SIDR_REQ_PRIVATE_DATA_LEN - rdma_wire::cma::CMA_HDR_LEN;
-
-/// What went wrong in an RDMA CM call. Every variant names the call or
-/// the value at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum CmError {
-    #[error(transparent)]
-    Verbs(#[from] crate::Error),
-    /// The call does not fit where the ID is (e.g. `connect` before
-    /// `resolve_route`).
-    #[error("{call} needs a CM ID {needs}, but this one is {state}")]
-    WrongState { call: &'static str, needs: &'static str, state: &'static str },
-    #[error("private data of {len} bytes is more than the {max} a {what} carries")]
-    PrivateDataTooLong { len: usize, max: usize, what: &'static str },
-    #[error("{0} is not a local address this stack can use: {1}")]
-    NoDevice(std::net::IpAddr, String),
-    /// No route to the peer (`rdma_resolve_route`).
-    #[error("no route to {0}: {1}")]
-    NoRoute(std::net::IpAddr, String),
-    #[error("the source {src} and destination {dst} are of different address families")]
-    FamilyMismatch { src: std::net::IpAddr, dst: std::net::IpAddr },
-    #[error("port {port} of {addr} is already bound by another CM ID")]
-    AddrInUse { addr: std::net::IpAddr, port: u16 },
-    #[error("{0}")]
-    Unsupported(&'static str),
-    /// `join_multicast` of an address that is not an IPv4 multicast one.
-    #[error("{0} is not a multicast address")]
-    NotMulticast(std::net::IpAddr),
-    /// The kernel's RDMA CM does not join IPv6 groups on RoCE v2 (ENOTSUPP).
-    #[error("multicast group {0}: IPv6 groups are not supported on RoCE v2 (as the kernel's RDMA CM)")]
-    Ipv6Multicast(std::net::IpAddr),
-    /// The CM state machine refused the call.
-    #[error("the connection manager refused {call}: {detail}")]
-    Cm { call: &'static str, detail: String },
-    /// Waiting for an event ran out of time.
-    #[error("no CM event within {0:?}")]
-    Timeout(std::time::Duration),
-}
-
-pub type Result<T> = std::result::Result<T, CmError>;
 
 #[cfg(test)]
 mod tests;

@@ -6,8 +6,8 @@
 //! is the caller's (librdmacm attaches `id->qp` when the event is read),
 //! and so is leaving: the UDP backend joins the IP group with the attach.
 
-use super::event::{CmEvent, EventParam, EventType};
-use super::id::{CmId, Phase, PortSpace};
+use super::objects::{CmEvent, EventParam, EventType};
+use super::objects::{CmId, Phase, PortSpace};
 use super::{CmError, Result, RDMA_UDP_QKEY};
 use crate::device::Gid;
 use std::net::IpAddr;

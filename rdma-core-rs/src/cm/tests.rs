@@ -1,7 +1,8 @@
 //! The RDMA CM API in one process: two devices on loopback addresses of
 //! their own, each with its UDP socket, talking through QP1.
 
-use super::device::{set_options, CmDevice, CmOptions};
+use super::device::{set_options, CmOptions};
+use super::objects::CmDevice;
 use super::*;
 use crate::{QpInitAttr, QpType};
 use std::net::{IpAddr, SocketAddr};
@@ -427,7 +428,7 @@ fn an_rtu_handled_before_accept_returns_leaves_the_id_connected_and_its_disconne
             return; // another test's accept
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while id.shared.lock().phase != super::id::Phase::Connected && std::time::Instant::now() < deadline {
+        while id.shared.lock().phase != super::objects::Phase::Connected && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
     }

@@ -218,6 +218,7 @@ fn measure(fab: &mut Fabric, c: &CollectiveOptions, o: &Options, bound: Option<D
         multipath: o.multipath.name().to_string(),
         pfc: o.pfc,
         dcqcn: o.cc == crate::scenarios::Cc::Dcqcn,
+        cc: o.cc.name().to_string(),
         jct_us,
         algbw_gbps: bw.map(|b| b.0),
         busbw_gbps: bw.map(|b| b.1),

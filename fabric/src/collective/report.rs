@@ -60,7 +60,9 @@ pub struct CollectiveReport {
     /// How switches picked among equal-cost next hops: ecmp, spray, adaptive.
     pub multipath: String,
     pub pfc: bool,
+    /// Whether DCQCN ran (kept for older readers), and the controller that ran.
     pub dcqcn: bool,
+    pub cc: String,
     /// Time until the last rank finished (`None`: not all did).
     pub jct_us: Option<f64>,
     /// size / JCT, in Gb/s.
@@ -115,7 +117,7 @@ impl CollectiveReport {
             ("hosts", self.hosts.to_string()),
             ("size_bytes", self.size_bytes.to_string()),
             ("seed", self.seed.to_string()),
-            ("fabric", format!("{} pfc={} dcqcn={}", self.link, self.pfc, self.dcqcn)),
+            ("fabric", format!("{} pfc={} cc={}", self.link, self.pfc, self.cc)),
             ("topology", self.topology_line()),
             ("jct_us", f(self.jct_us)),
             ("lower_bound_us", f(self.lower_bound_us)),

@@ -164,7 +164,7 @@ impl QueuePair {
         if let Some(mtu) = attr.path_mtu {
             // A frame link cannot carry frames over its interface's MTU:
             // refuse a path MTU that would make every full packet vanish.
-            let need = crate::link::frame_for_mtu(mtu);
+            let need = rdma_link::frame_for_mtu(mtu);
             if let Some(max) = st.io.max_frame().filter(|&max| need > max) {
                 return Err(Error::InvalidArgument(format!(
                     "QP {:#x}: path MTU {} makes {need}-byte frames; the link carries at most {max} \

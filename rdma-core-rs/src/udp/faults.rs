@@ -1,10 +1,10 @@
-//! The UDP driver's fault injector: the shared dice of [`crate::faults`],
+//! The UDP driver's fault injector: the shared dice of [`rdma_link::faults`],
 //! with a reordered packet held per source port together with its
 //! address, TOS and TTL.
 
 use super::IpMarks;
-use crate::faults::{Fate, FaultConfig, FaultDice};
 use crate::io_stats::IoStats;
+use rdma_link::faults::{Fate, FaultConfig, FaultDice};
 use std::net::IpAddr;
 
 /// Where a packet goes: its destination and the TOS and TTL it leaves with.

@@ -220,7 +220,7 @@ pub struct UdpIo {
     batch: Option<Box<send::Batch>>,
     faults: Option<Faults>,
     /// `DeviceConfig::pcap`: every packet sent and received, recorded.
-    capture: Option<crate::link::capture::IpTap>,
+    capture: Option<rdma_link::capture::IpTap>,
     offloads: Offloads,
     /// Whether send sockets connect to their first peer (see [`connected`]).
     connect: bool,
@@ -467,7 +467,7 @@ impl UdpIo {
         } else {
             open_driver(cfg.io_driver, &rx, capacity)?
         };
-        let capture = cfg.pcap.as_deref().map(crate::link::capture::IpTap::create).transpose()?;
+        let capture = cfg.pcap.as_deref().map(rdma_link::capture::IpTap::create).transpose()?;
         let mcast = multicast::Groups::new(match &driver {
             Driver::Uring(u) => u.fd(),
             Driver::Sockets(_) => -1,

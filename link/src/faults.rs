@@ -4,12 +4,20 @@
 //! corruption (one flipped bit, which the receiver's ICRC or VCRC check
 //! catches). Seeded, so a run's decisions repeat.
 //!
-//! This is the part both injectors share: the configuration, the dice and
-//! the counts. Each backend holds a reordered packet its own way: the UDP
-//! driver's `udp::faults::Faults` (per source port, with the packet's
-//! address) and [`crate::link::faults::FaultLink`] over any frame link.
+//! One injector for every link: the configuration ([`FaultConfig`]), the
+//! dice ([`FaultDice`]) and the counts ([`FaultCounts`]) are shared, so a
+//! seed gives the same decisions for the same packets on any backend.
+//! Each backend holds a reordered packet its own way: [`FaultLink`] over
+//! any frame link (one frame held back until the next has left; a
+//! corruption flips a bit after the Ethernet header), and the UDP
+//! driver's injector in the verbs crate (`rdma_core_rs::udp`, per source
+//! port, with the packet's address).
 
+pub use crate::FaultCounts;
+use crate::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
 use rdma_transport::sim::Rng;
+use std::io;
+use std::os::fd::RawFd;
 
 /// Probabilities, each per packet, and the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -39,19 +47,9 @@ impl FaultConfig {
     }
 }
 
-/// What an injector did, by kind (a device reports them in its
-/// `IoStats`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultCounts {
-    pub losses: u64,
-    pub duplicates: u64,
-    pub reorders: u64,
-    pub corruptions: u64,
-}
-
 /// The fate of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fate {
+pub enum Fate {
     /// Dropped.
     Lose,
     /// Held back, to leave after the next packet.
@@ -64,21 +62,22 @@ pub(crate) enum Fate {
 /// duplication), so that a seed gives the same decisions for the same
 /// packets on either backend.
 #[derive(Debug)]
-pub(crate) struct FaultDice {
+pub struct FaultDice {
     cfg: FaultConfig,
     rng: Rng,
-    pub(crate) counts: FaultCounts,
+    /// What it decided so far.
+    pub counts: FaultCounts,
 }
 
 impl FaultDice {
-    pub(crate) fn new(cfg: FaultConfig) -> FaultDice {
+    pub fn new(cfg: FaultConfig) -> FaultDice {
         FaultDice { cfg, rng: Rng::new(cfg.seed), counts: FaultCounts::default() }
     }
 
     /// Decides the fate of `body` (the bytes a corruption may flip: what
     /// follows the UDP or Ethernet header). `may_hold`: nothing is held
     /// now (one packet at most waits).
-    pub(crate) fn roll(&mut self, body: &mut [u8], may_hold: bool) -> Fate {
+    pub fn roll(&mut self, body: &mut [u8], may_hold: bool) -> Fate {
         if self.rng.chance(self.cfg.loss) {
             self.counts.losses += 1;
             return Fate::Lose;
@@ -97,6 +96,76 @@ impl FaultDice {
             self.counts.duplicates += 1;
         }
         Fate::Send { duplicate }
+    }
+}
+
+/// A link that damages what it is given to send, as configured.
+#[derive(Debug)]
+pub struct FaultLink<L> {
+    inner: L,
+    dice: FaultDice,
+    held: Option<Vec<u8>>,
+}
+
+impl<L: Link> FaultLink<L> {
+    pub fn new(inner: L, cfg: FaultConfig) -> FaultLink<L> {
+        FaultLink { inner, dice: FaultDice::new(cfg), held: None }
+    }
+
+    /// What it did so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.dice.counts
+    }
+}
+
+impl<L: Link> Link for FaultLink<L> {
+    fn caps(&self) -> LinkCaps {
+        self.inner.caps()
+    }
+    fn mac(&self) -> Mac {
+        self.inner.mac()
+    }
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        let mut f = frame.to_vec();
+        let body = f.get_mut(ETH_HEADER..).unwrap_or_default();
+        match self.dice.roll(body, self.held.is_none()) {
+            // Lost; a frame held back still leaves after it, as the UDP
+            // injector's does.
+            Fate::Lose => {}
+            Fate::Hold => {
+                self.held = Some(f);
+                return Ok(());
+            }
+            Fate::Send { duplicate } => {
+                self.inner.send(&f)?;
+                if duplicate {
+                    self.inner.send(&f)?;
+                }
+            }
+        }
+        if let Some(h) = self.held.take() {
+            self.inner.send(&h)?;
+        }
+        Ok(())
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>> {
+        self.inner.recv(buf)
+    }
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+    /// The end of a burst also ends a reordering: a frame still held goes
+    /// now, after the burst's others (as the UDP injector does), instead of
+    /// waiting for a next frame that may never come (which would make it a
+    /// loss).
+    fn flush(&mut self) -> io::Result<()> {
+        if let Some(h) = self.held.take() {
+            self.inner.send(&h)?;
+        }
+        self.inner.flush()
+    }
+    fn fault_counts(&self) -> FaultCounts {
+        self.dice.counts
     }
 }
 

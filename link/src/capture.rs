@@ -18,7 +18,7 @@
 //! ([`Link::flush`]: a capture is whole on disk as soon as the traffic
 //! stops, whoever holds the device then), and when the link is dropped.
 
-use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use crate::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
 use rdma_transport::capture::CaptureWriter;
 use rdma_transport::LinkKind;
 use std::fs::File;
@@ -153,7 +153,7 @@ impl<L: Link> CaptureLink<L> {
     pub fn new(inner: L, path: &Path) -> io::Result<CaptureLink<L>> {
         let kind = inner.caps().kind;
         let sink = PcapSink::create(path, kind)?;
-        let ethertype = super::ethertype(kind).unwrap_or(0).to_be_bytes();
+        let ethertype = crate::ethertype(kind).unwrap_or(0).to_be_bytes();
         Ok(CaptureLink { inner, sink, ethertype, dirty: false })
     }
 
@@ -196,7 +196,7 @@ impl<L: Link> Link for CaptureLink<L> {
         }
         self.inner.flush()
     }
-    fn fault_counts(&self) -> crate::faults::FaultCounts {
+    fn fault_counts(&self) -> crate::FaultCounts {
         self.inner.fault_counts()
     }
 }

@@ -5,13 +5,14 @@
 //! catches). Seeded, so a run's decisions repeat.
 //!
 //! One injector for every link: the configuration ([`FaultConfig`]), the
-//! dice ([`FaultDice`]) and the counts ([`FaultCounts`]) are shared, so a
+//! dice (`FaultDice`) and the counts ([`FaultCounts`]) are shared, so a
 //! seed gives the same decisions for the same packets on any backend.
-//! Each backend holds a reordered packet its own way: [`FaultLink`] over
-//! any frame link (one frame held back until the next has left; a
-//! corruption flips a bit after the Ethernet header), and the UDP
-//! driver's injector in the verbs crate (`rdma_core_rs::udp`, per source
-//! port, with the packet's address).
+//! Each kind of link holds a reordered packet its own way: [`FaultLink`]
+//! over any frame link (one frame held back until the next has left; a
+//! corruption flips a bit after the Ethernet header), and
+//! [`DatagramFaults`] for the UDP driver, whose datagrams leave by source
+//! port (one held back, with where it goes, until the next from its port;
+//! a corruption flips a bit after the UDP header).
 
 pub use crate::FaultCounts;
 use crate::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
@@ -49,7 +50,7 @@ impl FaultConfig {
 
 /// The fate of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Dropped.
     Lose,
     /// Held back, to leave after the next packet.
@@ -62,22 +63,21 @@ pub enum Fate {
 /// duplication), so that a seed gives the same decisions for the same
 /// packets on either backend.
 #[derive(Debug)]
-pub struct FaultDice {
+pub(crate) struct FaultDice {
     cfg: FaultConfig,
     rng: Rng,
-    /// What it decided so far.
-    pub counts: FaultCounts,
+    pub(crate) counts: FaultCounts,
 }
 
 impl FaultDice {
-    pub fn new(cfg: FaultConfig) -> FaultDice {
+    pub(crate) fn new(cfg: FaultConfig) -> FaultDice {
         FaultDice { cfg, rng: Rng::new(cfg.seed), counts: FaultCounts::default() }
     }
 
     /// Decides the fate of `body` (the bytes a corruption may flip: what
     /// follows the UDP or Ethernet header). `may_hold`: nothing is held
     /// now (one packet at most waits).
-    pub fn roll(&mut self, body: &mut [u8], may_hold: bool) -> Fate {
+    pub(crate) fn roll(&mut self, body: &mut [u8], may_hold: bool) -> Fate {
         if self.rng.chance(self.cfg.loss) {
             self.counts.losses += 1;
             return Fate::Lose;
@@ -169,6 +169,60 @@ impl<L: Link> Link for FaultLink<L> {
     }
 }
 
+/// The injector of the UDP driver, which sends datagrams, not frames:
+/// the same dice, with a reordered datagram held together with where it
+/// goes (`D`: its destination and the TOS and TTL it leaves with) and its
+/// UDP source port, and released after the next datagram from that port
+/// (or at the end of the burst, [`DatagramFaults::take_held`]).
+#[derive(Debug)]
+pub struct DatagramFaults<D> {
+    dice: FaultDice,
+    held: Option<(Vec<u8>, D, u16)>,
+}
+
+impl<D: Copy> DatagramFaults<D> {
+    pub fn new(cfg: FaultConfig) -> DatagramFaults<D> {
+        DatagramFaults { dice: FaultDice::new(cfg), held: None }
+    }
+
+    /// Decides the fate of one datagram (`body`: what follows its UDP
+    /// header), to leave for `dest` from source port `port`; returns what
+    /// to send now, in order.
+    pub fn apply(&mut self, body: &mut [u8], dest: D, port: u16) -> Vec<(Vec<u8>, D)> {
+        let mut out = Vec::new();
+        match self.dice.roll(body, self.held.is_none()) {
+            Fate::Hold => {
+                self.held = Some((body.to_vec(), dest, port));
+                return out;
+            }
+            Fate::Lose => {}
+            Fate::Send { duplicate } => {
+                out.push((body.to_vec(), dest));
+                if duplicate {
+                    out.push((body.to_vec(), dest));
+                }
+            }
+        }
+        // Whether this one left or was lost, one held from its port follows.
+        if self.held.as_ref().is_some_and(|h| h.2 == port) {
+            let (b, d, _) = self.held.take().expect("checked");
+            out.push((b, d));
+        }
+        out
+    }
+
+    /// A datagram still held at the end of a burst: its bytes, where it
+    /// goes and its source port.
+    pub fn take_held(&mut self) -> Option<(Vec<u8>, D, u16)> {
+        self.held.take()
+    }
+
+    /// What it did so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.dice.counts
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +267,17 @@ mod tests {
         let mut d = FaultDice::new(FaultConfig { reorder: 1.0, ..FaultConfig::default() });
         assert_eq!(d.roll(&mut [0u8; 4], false), Fate::Send { duplicate: false });
         assert_eq!(d.roll(&mut [0u8; 4], true), Fate::Hold);
+    }
+
+    #[test]
+    fn a_held_datagram_follows_the_next_from_its_port() {
+        let mut f = DatagramFaults::new(FaultConfig { reorder: 1.0, ..FaultConfig::default() });
+        assert!(f.apply(&mut [1], 'a', 7).is_empty(), "held");
+        // Another port's datagram leaves alone (nothing more may be held).
+        assert_eq!(f.apply(&mut [2], 'b', 8), vec![(vec![2], 'b')]);
+        assert_eq!(f.apply(&mut [3], 'c', 7), vec![(vec![3], 'c'), (vec![1], 'a')]);
+        assert!(f.apply(&mut [4], 'd', 7).is_empty(), "held again");
+        assert_eq!(f.take_held(), Some((vec![4], 'd', 7)));
+        assert_eq!(f.counts().reorders, 2);
     }
 }

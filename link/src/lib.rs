@@ -25,8 +25,8 @@
 //!   `Link` (yet: issue 31) because the kernel writes the IP and UDP
 //!   headers that the engine's packets start with: it talks to the engine
 //!   in datagrams, runs of segments and scattered payloads, which a frame
-//!   interface would force it to give up. It shares this crate's fault
-//!   dice ([`faults::FaultDice`]) and capture ([`capture::IpTap`]). An
+//!   interface would force it to give up. It takes this crate's fault
+//!   injector ([`faults::DatagramFaults`]) and capture ([`capture::IpTap`]). An
 //!   enum keeps its calls direct (no vtable on the path the round-trip
 //!   figures measure).
 //!

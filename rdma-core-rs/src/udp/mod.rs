@@ -52,7 +52,6 @@
 //! per round of sending.
 
 mod connected;
-mod faults;
 mod multicast;
 mod recv;
 mod send;
@@ -64,7 +63,7 @@ pub(crate) use recv::{split_datagram, RxMeta};
 
 use crate::io_stats::IoStats;
 use crate::DeviceConfig;
-use faults::Faults;
+use rdma_link::faults::DatagramFaults;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
@@ -218,7 +217,8 @@ pub struct UdpIo {
     shifts: send::ShiftCache,
     /// The messages of a round of sending (see `send::Batch`).
     batch: Option<Box<send::Batch>>,
-    faults: Option<Faults>,
+    /// The fault injector (rdma-link's, the frame links' dice), when one is configured.
+    faults: Option<DatagramFaults<(IpAddr, IpMarks)>>,
     /// `DeviceConfig::pcap`: every packet sent and received, recorded.
     capture: Option<rdma_link::capture::IpTap>,
     offloads: Offloads,
@@ -455,7 +455,7 @@ impl UdpIo {
         if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
             tracing::warn!(error = %e, "cannot receive the TOS of datagrams: ECN marks will not be seen");
         }
-        let faults = Some(cfg.faults).filter(|f| f.is_active()).map(Faults::new);
+        let faults = Some(cfg.faults).filter(|f| f.is_active()).map(DatagramFaults::new);
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };

@@ -280,4 +280,66 @@ mod tests {
         assert_eq!(f.take_held(), Some((vec![4], 'd', 7)));
         assert_eq!(f.counts().reorders, 2);
     }
+
+    /// A 60-byte RoCE v1 frame from `src` to `dst` whose body is `tag`.
+    fn frame(dst: Mac, src: Mac, tag: u8) -> Vec<u8> {
+        let mut f = vec![tag; 60];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&src);
+        f[12..14].copy_from_slice(&0x8915u16.to_be_bytes());
+        f
+    }
+
+    /// The tags of the frames waiting at `link`, in order.
+    fn tags(link: &mut impl Link) -> Vec<u8> {
+        let mut buf = [0u8; 128];
+        std::iter::from_fn(|| link.recv(&mut buf).unwrap().map(|m| buf[m.len - 1])).collect()
+    }
+
+    #[test]
+    fn a_fault_link_holds_a_reordered_frame_until_the_next_or_the_end_of_the_burst() {
+        use crate::inproc::InProcessLink;
+        use rdma_transport::LinkKind;
+        let (ma, mb) = ([2, 0, 0, 0, 7, 1], [2, 0, 0, 0, 7, 2]);
+        let a = InProcessLink::join("faults-reorder-test", ma, LinkKind::RoceV1).unwrap();
+        let mut b = InProcessLink::join("faults-reorder-test", mb, LinkKind::RoceV1).unwrap();
+        let mut a = FaultLink::new(a, FaultConfig { reorder: 1.0, ..FaultConfig::default() });
+        assert_eq!(a.caps().kind, LinkKind::RoceV1, "the wrapper declares what it wraps");
+        a.send(&frame(mb, ma, 1)).unwrap();
+        assert!(tags(&mut b).is_empty(), "held");
+        a.send(&frame(mb, ma, 2)).unwrap();
+        assert_eq!(tags(&mut b), [2, 1], "the held frame follows the next");
+        a.send(&frame(mb, ma, 3)).unwrap();
+        assert!(tags(&mut b).is_empty());
+        a.flush().unwrap();
+        assert_eq!(tags(&mut b), [3], "the end of a burst releases it");
+        assert_eq!(a.fault_counts(), FaultCounts { reorders: 2, ..FaultCounts::default() });
+        assert_eq!(a.fault_counts(), a.counts());
+    }
+
+    #[test]
+    fn a_fault_link_loses_duplicates_and_corrupts_as_configured() {
+        use crate::inproc::InProcessLink;
+        use rdma_transport::LinkKind;
+        let (ma, mb) = ([2, 0, 0, 0, 8, 1], [2, 0, 0, 0, 8, 2]);
+        let join = |mac| InProcessLink::join("faults-dice-test", mac, LinkKind::RoceV1).unwrap();
+        let mut b = join(mb);
+        let mut lossy = FaultLink::new(join(ma), FaultConfig { loss: 1.0, ..FaultConfig::default() });
+        lossy.send(&frame(mb, ma, 1)).unwrap();
+        assert_eq!((tags(&mut b), lossy.fault_counts().losses), (vec![], 1));
+        drop(lossy);
+        let mut twice = FaultLink::new(join(ma), FaultConfig { duplicate: 1.0, ..FaultConfig::default() });
+        twice.send(&frame(mb, ma, 2)).unwrap();
+        assert_eq!((tags(&mut b), twice.fault_counts().duplicates), (vec![2, 2], 1));
+        drop(twice);
+        let mut flips = FaultLink::new(join(ma), FaultConfig { corrupt: 1.0, seed: 3, ..FaultConfig::default() });
+        let sent = frame(mb, ma, 4);
+        flips.send(&sent).unwrap();
+        let mut buf = [0u8; 128];
+        let m = b.recv(&mut buf).unwrap().expect("a corrupted frame still leaves");
+        let got = &buf[..m.len];
+        assert_eq!(got[..ETH_HEADER], sent[..ETH_HEADER], "the Ethernet header is left alone");
+        let bits: u32 = got.iter().zip(&sent).map(|(x, y)| (x ^ y).count_ones()).sum();
+        assert_eq!((bits, flips.fault_counts().corruptions), (1, 1), "one bit flipped");
+    }
 }

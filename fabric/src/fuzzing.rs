@@ -6,7 +6,7 @@
 use crate::sm::ca_sma::{mtu_code_for, CaSma};
 use crate::sm::port_agent::answer;
 use crate::sm::raw_transport::smp_of_eth_frame;
-use rdma_core_rs::link::{Mac, ETH_HEADER};
+use rdma_link::{Mac, ETH_HEADER};
 use rdma_wire::ethernet::ETHERTYPE_IB;
 use rdma_wire::mad::method;
 use rdma_wire::smp::{attr, port_state, status, SmpRepr, PERMISSIVE_LID, SMP_LEN};

@@ -12,16 +12,16 @@
 
 use crate::device::{Backend, Device, Gid, Progress};
 use crate::error::Result;
+use crate::frames::FrameIo;
 use crate::io::Io;
 use crate::io_stats::IoStats;
-use crate::link::capture::CaptureLink;
-use crate::link::faults::FaultLink;
-use crate::link::frames::FrameIo;
-use crate::link::inproc::InProcessLink;
-use crate::link::raw::RawLink;
-use crate::link::Link;
 use crate::pd::ProtectionDomain;
 use crate::udp::{UdpIo, BATCH};
+use rdma_link::capture::CaptureLink;
+use rdma_link::faults::FaultLink;
+use rdma_link::inproc::InProcessLink;
+use rdma_link::raw::RawLink;
+use rdma_link::Link;
 use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats, WorkCompletion};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -701,7 +701,7 @@ impl Context {
     /// [`crate::QueuePair::modify`] accepts): None on the UDP backend, where
     /// the kernel fragments what does not fit.
     pub fn max_path_mtu(&self) -> Option<rdma_transport::qp::Mtu> {
-        self.inner.lock().io.max_frame().map(crate::link::max_mtu_for_frame)
+        self.inner.lock().io.max_frame().map(rdma_link::max_mtu_for_frame)
     }
 
     /// The framing of the device's packets.
@@ -746,7 +746,7 @@ fn open_link(device: &Device, backend: &Backend) -> Result<Box<dyn Link>> {
     let mut link: Box<dyn Link> = match backend {
         Backend::Netdev(netdev) => Box::new(RawLink::open(netdev, cfg.link)?),
         Backend::InProcess(fabric) => {
-            let mac = crate::link::mac_of_gid(device.addr()).ok_or_else(|| {
+            let mac = rdma_link::mac_of_gid(device.addr()).ok_or_else(|| {
                 crate::Error::InvalidArgument(format!("device {}: its GID is not made from a MAC", device.name()))
             })?;
             Box::new(InProcessLink::join(fabric, mac, cfg.link)?)

@@ -12,8 +12,8 @@
 //! it), or on an in-process fabric ([`Device::in_process`]).
 
 use crate::error::{Error, Result};
-use crate::faults::FaultConfig;
 use crate::udp::IoDriver;
+use rdma_link::faults::FaultConfig;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
@@ -214,7 +214,7 @@ pub struct Device {
     addr: IpAddr,
     config: DeviceConfig,
     /// Native IB on a managed port: what its agent published.
-    port: Option<crate::link::ib_port::IbPortRecord>,
+    port: Option<rdma_link::ib_port::IbPortRecord>,
 }
 
 /// What `ibv_query_port` reports of a device's port.
@@ -225,7 +225,7 @@ pub struct PortAttr {
     /// The subnet manager's LID (0: none).
     pub sm_lid: u16,
     pub lmc: u8,
-    pub state: crate::link::ib_port::PortState,
+    pub state: rdma_link::ib_port::PortState,
     /// The MTU the subnet manager's configuration leaves active, if known.
     pub active_mtu: Option<rdma_transport::qp::Mtu>,
 }
@@ -253,7 +253,7 @@ impl Device {
         name: &str,
         addr: IpAddr,
         config: DeviceConfig,
-        port: Option<crate::link::ib_port::IbPortRecord>,
+        port: Option<rdma_link::ib_port::IbPortRecord>,
     ) -> Result<Device> {
         if addr.is_unspecified() || addr.is_multicast() {
             return Err(Error::InvalidArgument(format!(
@@ -275,13 +275,13 @@ impl Device {
     ///
     /// Native IB with `config.lid` 0 takes the LID a subnet manager gave
     /// the port, from the record its port agent publishes
-    /// ([`crate::link::ib_port`]; an error naming the interface if the
+    /// ([`rdma_link::ib_port`]; an error naming the interface if the
     /// port is not ACTIVE yet), or without an agent the LID plan's
-    /// ([`crate::link::default_lid`]). A LID given (`--lid`) wins, and
+    /// ([`rdma_link::default_lid`]). A LID given (`--lid`) wins, and
     /// the record is not read.
     pub fn on_netdev(name: &str, netdev: &str, config: DeviceConfig) -> Result<Device> {
-        use crate::link::ib_port::{self, IbPortRecord};
-        let mac = crate::link::raw::interface_mac(netdev)?;
+        use rdma_link::ib_port::{self, IbPortRecord};
+        let mac = rdma_link::raw::interface_mac(netdev)?;
         let mut config = DeviceConfig { backend: Backend::Netdev(netdev.to_string()), ..config };
         let mut port = None;
         if config.link == rdma_transport::LinkKind::Ib && config.lid == 0 {
@@ -289,15 +289,15 @@ impl Device {
             port = IbPortRecord::read(guid).map_err(std::io::Error::from)?;
             config.lid = match &port {
                 Some(r) => r.usable_lid().map_err(std::io::Error::from)?,
-                None => crate::link::default_lid(mac),
+                None => rdma_link::default_lid(mac),
             };
             tracing::debug!(netdev, lid = config.lid, managed = port.is_some(), "IB port LID");
         }
-        Device::make(name, crate::link::gid_of_mac(mac), config, port)
+        Device::make(name, rdma_link::gid_of_mac(mac), config, port)
     }
 
     /// The port as its agent published it (native IB on a managed port).
-    pub fn ib_port(&self) -> Option<&crate::link::ib_port::IbPortRecord> {
+    pub fn ib_port(&self) -> Option<&rdma_link::ib_port::IbPortRecord> {
         self.port.as_ref()
     }
 
@@ -317,7 +317,7 @@ impl Device {
                 lid: self.lid(),
                 sm_lid: 0,
                 lmc: 0,
-                state: crate::link::ib_port::PortState::Active,
+                state: rdma_link::ib_port::PortState::Active,
                 active_mtu: None,
             },
         }
@@ -325,9 +325,9 @@ impl Device {
 
     /// A device that sends `config.link` frames on the in-process fabric
     /// `fabric`, with the MAC address `mac` (its GID is made from it).
-    pub fn in_process(name: &str, fabric: &str, mac: crate::link::Mac, config: DeviceConfig) -> Result<Device> {
+    pub fn in_process(name: &str, fabric: &str, mac: rdma_link::Mac, config: DeviceConfig) -> Result<Device> {
         let config = DeviceConfig { backend: Backend::InProcess(fabric.to_string()), ..config };
-        Device::with_config(name, crate::link::gid_of_mac(mac), config)
+        Device::with_config(name, rdma_link::gid_of_mac(mac), config)
     }
 
     /// `ibv_get_device_name`.
@@ -385,7 +385,7 @@ fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> 
     if config.link == LinkKind::Ib && !(1..=0xbfff).contains(&config.lid) {
         return bad(format!("LID {} is not a unicast LID (1 to 0xBFFF); pass --lid", config.lid));
     }
-    if config.backend != Backend::Udp && crate::link::mac_of_gid(addr).is_none() {
+    if config.backend != Backend::Udp && rdma_link::mac_of_gid(addr).is_none() {
         return bad(format!("{addr} is not a link-local EUI-64 GID made from a MAC"));
     }
     Ok(())

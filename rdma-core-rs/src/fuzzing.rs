@@ -191,18 +191,18 @@ struct ReplayLink {
     sent: usize,
 }
 
-impl crate::link::Link for ReplayLink {
-    fn caps(&self) -> crate::link::LinkCaps {
-        crate::link::LinkCaps { kind: self.kind, max_frame: 1 << 16, segmentation_offload: false, by_reference: false }
+impl rdma_link::Link for ReplayLink {
+    fn caps(&self) -> rdma_link::LinkCaps {
+        rdma_link::LinkCaps { kind: self.kind, max_frame: 1 << 16, segmentation_offload: false, by_reference: false }
     }
-    fn mac(&self) -> crate::link::Mac {
+    fn mac(&self) -> rdma_link::Mac {
         [2, 0, 0, 0, 0, 1]
     }
     fn send(&mut self, _frame: &[u8]) -> std::io::Result<()> {
         self.sent += 1;
         Ok(())
     }
-    fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<crate::link::FrameMeta>> {
+    fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<rdma_link::FrameMeta>> {
         let Some(f) = self.frames.pop_front() else { return Ok(None) };
         let n = f.len().min(buf.len());
         buf[..n].copy_from_slice(&f[..n]);
@@ -211,12 +211,7 @@ impl crate::link::Link for ReplayLink {
         if let Some(s) = f.get(6..12) {
             src.copy_from_slice(s);
         }
-        Ok(Some(crate::link::FrameMeta {
-            len: n,
-            src,
-            arrival: std::time::SystemTime::UNIX_EPOCH,
-            traffic_class: None,
-        }))
+        Ok(Some(rdma_link::FrameMeta { len: n, src, arrival: std::time::SystemTime::UNIX_EPOCH, traffic_class: None }))
     }
     fn fd(&self) -> std::os::fd::RawFd {
         -1
@@ -249,7 +244,7 @@ pub fn frame_receive(data: &[u8]) {
     use rdma_wire::{IbPacket, RoceV1Packet};
     let Some((&flags, mut rest)) = data.split_first() else { return };
     let kind = if flags & frame_flags::IB != 0 { LinkKind::Ib } else { LinkKind::RoceV1 };
-    let ethertype = crate::link::ethertype(kind).expect("a frame kind");
+    let ethertype = rdma_link::ethertype(kind).expect("a frame kind");
     let mut frames = std::collections::VecDeque::new();
     while rest.len() >= 2 && frames.len() < FRAME_RECEIVE_MAX_FRAMES {
         let n = usize::from(u16::from_le_bytes([rest[0], rest[1]])).min(rest.len() - 2);
@@ -281,10 +276,10 @@ pub fn frame_receive(data: &[u8]) {
             },
         }
     }
-    let mut ep = Endpoint::with_seed(crate::link::gid_of_mac([2, 0, 0, 0, 0, 1]), 1);
+    let mut ep = Endpoint::with_seed(rdma_link::gid_of_mac([2, 0, 0, 0, 0, 1]), 1);
     ep.set_link(kind, 1);
     let link = ReplayLink { frames, kind, sent: 0 };
-    let mut io = crate::link::frames::FrameIo::new(Box::new(link)).expect("a frame link");
+    let mut io = crate::frames::FrameIo::new(Box::new(link)).expect("a frame link");
     let now = Instant::from_nanos(0);
     while io.receive(&mut ep, now).expect("a replay link cannot fail") > 0 {}
     let s = ep.stats();
@@ -319,7 +314,7 @@ fn fix_crcs(kind: rdma_transport::LinkKind, p: &mut [u8]) {
             if RoceV1Packet::new_checked(&*p).is_err() {
                 return;
             }
-            let std::net::IpAddr::V6(me) = crate::link::gid_of_mac([2, 0, 0, 0, 0, 1]) else { return };
+            let std::net::IpAddr::V6(me) = rdma_link::gid_of_mac([2, 0, 0, 0, 0, 1]) else { return };
             p[24..40].copy_from_slice(&me.octets());
             let Ok(q) = RoceV1Packet::new_checked(&*p) else { return };
             let end = 40 + usize::from(q.grh().payload_len());

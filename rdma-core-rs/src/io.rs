@@ -1,9 +1,9 @@
 //! A device's backend: the UDP driver of RoCE v2, or the frame driver of
-//! a [`crate::link::Link`] (RoCE v1, native IB). A closed enum rather
+//! a [`rdma_link::Link`] (RoCE v1, native IB). A closed enum rather
 //! than a trait object: see [`crate::link`] for why, and for the seam.
 
+use crate::frames::FrameIo;
 use crate::io_stats::IoStats;
-use crate::link::frames::FrameIo;
 use crate::udp::{IoDriver, Offloads, UdpIo};
 use rdma_transport::{Endpoint, Instant};
 use std::io;

@@ -2,7 +2,7 @@
 //! the frame driver and the fault injectors all count into it without
 //! depending on one another.
 
-use crate::faults::FaultCounts;
+use rdma_link::faults::FaultCounts;
 
 /// Counters of a device's backend, UDP or frames (the engine counts the
 /// rest).

@@ -59,12 +59,11 @@ mod context;
 mod cq;
 mod device;
 mod error;
-pub mod faults;
+mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 mod io;
 mod io_stats;
-pub mod link;
 mod mcast;
 mod mw;
 mod pd;
@@ -80,11 +79,13 @@ pub use device::{
     device_cap, device_cap_ex, devices, odp, Backend, Device, DeviceConfig, Gid, OdpCaps, PortAttr, Progress,
 };
 pub use error::{Error, Result};
-pub use faults::FaultConfig;
 pub use io_stats::IoStats;
 pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
 pub use pd::{AdviseMr, MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
+/// The links, every backend behind one seam (the crate `rdma-link`).
+pub use rdma_link as link;
+pub use rdma_link::faults::FaultConfig;
 pub use rdma_transport::cc::{ControllerFactory, DcqcnParams, TimelyParams};
 /// Multicast: why an attach or detach was refused, the multicast QPN.
 pub use rdma_transport::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};

@@ -34,7 +34,6 @@ pub struct QueuePair {
     pub(crate) ctx: Context,
     qpn: u32,
     qp_type: QpType,
-    src_port: u16,
 }
 
 fn same_device(ctx: &Context, other: &Context, what: &'static str) -> Result<()> {
@@ -93,7 +92,7 @@ impl QueuePair {
             st.io.want_hop_limits();
         }
         tracing::debug!(qpn, port, ?qp_type, "QP created");
-        Ok(QueuePair { ctx: ctx.clone(), qpn, qp_type, src_port: port })
+        Ok(QueuePair { ctx: ctx.clone(), qpn, qp_type })
     }
 }
 
@@ -153,9 +152,11 @@ impl QueuePair {
         self.qp_type
     }
 
-    /// The UDP source port this QP's packets leave from.
+    /// The UDP source port this QP's packets leave from (the engine's,
+    /// which the backend reserved when the QP was made).
     pub fn src_port(&self) -> u16 {
-        self.src_port
+        // The engine's QP lives as long as this handle (destroyed on drop).
+        self.ctx.inner.lock().ep.qp_src_port(self.qpn).expect("a live QP has a source port")
     }
 
     /// `ibv_modify_qp`: the fields set in `attr` are the attribute mask.
@@ -164,7 +165,7 @@ impl QueuePair {
         if let Some(mtu) = attr.path_mtu {
             // A frame link cannot carry frames over its interface's MTU:
             // refuse a path MTU that would make every full packet vanish.
-            let need = crate::link::frame_for_mtu(mtu);
+            let need = rdma_link::frame_for_mtu(mtu);
             if let Some(max) = st.io.max_frame().filter(|&max| need > max) {
                 return Err(Error::InvalidArgument(format!(
                     "QP {:#x}: path MTU {} makes {need}-byte frames; the link carries at most {max} \
@@ -252,8 +253,11 @@ impl Drop for QueuePair {
         for (gid, _) in st.ep.mcast_groups_of(self.qpn) {
             st.io.leave_group(gid);
         }
+        let port = st.ep.qp_src_port(self.qpn);
         let _ = st.ep.destroy_qp(self.qpn);
-        st.io.release_port(self.src_port);
+        if let Ok(port) = port {
+            st.io.release_port(port);
+        }
     }
 }
 

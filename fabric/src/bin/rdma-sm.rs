@@ -295,8 +295,8 @@ fn agent(netdev: &str) -> ExitCode {
     let r = PortAgent::open(netdev).and_then(|mut a| {
         eprintln!(
             "rdma-sm: port agent on {netdev}, port GUID {}, record {}",
-            rdma_core_rs::link::ib_port::guid_text(a.guid()),
-            rdma_core_rs::link::ib_port::record_path(a.guid()).display()
+            rdma_link::ib_port::guid_text(a.guid()),
+            rdma_link::ib_port::record_path(a.guid()).display()
         );
         a.run(&STOP)
     });

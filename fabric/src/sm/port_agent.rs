@@ -4,15 +4,15 @@
 //! answers the SMPs that reach the port as VL15 frames on the interface
 //! (directed route and LID-routed) and those the SM on this same port
 //! sends through the agent's local socket, and publishes the state for the
-//! devices opened on the interface ([`rdma_core_rs::link::ib_port`]). It
+//! devices opened on the interface ([`rdma_link::ib_port`]). It
 //! removes the record and the socket when it stops.
 
 use super::ca_sma::{mtu_code_for, CaSma};
 use super::raw_transport::{eth_frame, smp_of_eth_frame};
 use crate::ib::sma::smp_frame;
-use rdma_core_rs::link::ib_port::{self, IbPortRecord, PortState};
-use rdma_core_rs::link::raw::RawLink;
-use rdma_core_rs::link::{Link, Mac, ETH_HEADER};
+use rdma_link::ib_port::{self, IbPortRecord, PortState};
+use rdma_link::raw::RawLink;
+use rdma_link::{Link, Mac, ETH_HEADER};
 use rdma_transport::LinkKind;
 use rdma_wire::smp::{Smp, SmpRepr, PERMISSIVE_LID, SMP_LEN};
 use std::os::fd::AsRawFd;

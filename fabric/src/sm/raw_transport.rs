@@ -8,9 +8,9 @@
 
 use super::{SmError, SmpTransport};
 use crate::ib::sma::{parse_smp_frame, smp_frame};
-use rdma_core_rs::link::capture::CaptureLink;
-use rdma_core_rs::link::raw::RawLink;
-use rdma_core_rs::link::{ib_port, Link, Mac, BROADCAST, ETH_HEADER};
+use rdma_link::capture::CaptureLink;
+use rdma_link::raw::RawLink;
+use rdma_link::{ib_port, Link, Mac, BROADCAST, ETH_HEADER};
 use rdma_transport::LinkKind;
 use rdma_wire::ethernet::ETHERTYPE_IB;
 use rdma_wire::mad::method;

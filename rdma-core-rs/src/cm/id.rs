@@ -404,7 +404,7 @@ impl CmId {
     /// `rdma_resolve_route`: on RoCE the path follows from the addresses
     /// (GIDs, hop limit 64, P_Key 0xFFFF, MTU 1024); on native IB the
     /// peer's LID is the one its GID is known at, else the LID plan's
-    /// ([`crate::link::default_lid`] of the MAC in its EUI-64 GID).
+    /// ([`rdma_link::default_lid`] of the MAC in its EUI-64 GID).
     /// ROUTE_RESOLVED follows.
     pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
         let (dev, remote) = {

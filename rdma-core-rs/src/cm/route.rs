@@ -22,18 +22,18 @@ pub(crate) fn source_for(dst: IpAddr) -> std::io::Result<IpAddr> {
 /// administrator to ask for a path record, the peer's LID is the one its
 /// port agent published, when the peer's port is managed by an agent on
 /// this host (the other end of a veth pair in another namespace: see
-/// [`crate::link::ib_port`]) and ACTIVE; else the LID plan's.
+/// [`rdma_link::ib_port`]) and ACTIVE; else the LID plan's.
 pub(crate) fn resolve_lid(ep: &mut Endpoint, gid: IpAddr) -> Result<()> {
     if ep.link() != LinkKind::Ib || ep.path_lid(gid).is_some() {
         return Ok(());
     }
-    let mac = crate::link::mac_of_gid(gid).ok_or_else(|| {
+    let mac = rdma_link::mac_of_gid(gid).ok_or_else(|| {
         CmError::NoRoute(gid, "on native IB the peer must be named by its EUI-64 GID (fe80::…), whose MAC gives its LID; this stack has no subnet administrator to ask for a path".into())
     })?;
-    use crate::link::ib_port::{port_guid, IbPortRecord, PortState};
+    use rdma_link::ib_port::{port_guid, IbPortRecord, PortState};
     let lid = match IbPortRecord::read(port_guid(mac)) {
         Ok(Some(r)) if r.state == PortState::Active => r.lid,
-        _ => crate::link::default_lid(mac),
+        _ => rdma_link::default_lid(mac),
     };
     ep.set_path(gid, lid);
     Ok(())

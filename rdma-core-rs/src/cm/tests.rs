@@ -286,9 +286,9 @@ fn connect_over(link: rdma_transport::LinkKind, n: u8, port: u16) {
         attach_context(&ctx).unwrap();
         (d.addr(), ctx)
     };
-    let (sa, sctx) = mk(1, crate::link::default_lid([2, 0, 10, n, 0, 1]));
+    let (sa, sctx) = mk(1, rdma_link::default_lid([2, 0, 10, n, 0, 1]));
     let (ca, cctx) = mk(2, 0x77);
-    assert!(sa.is_ipv6() && crate::link::mac_of_gid(sa).is_some(), "raw devices are named by their EUI-64 GID");
+    assert!(sa.is_ipv6() && rdma_link::mac_of_gid(sa).is_some(), "raw devices are named by their EUI-64 GID");
     let sch = EventChannel::new();
     let listen = sch.create_id(PortSpace::Tcp);
     listen.bind_addr(SocketAddr::new(sa, port)).unwrap();

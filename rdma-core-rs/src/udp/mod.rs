@@ -52,7 +52,6 @@
 //! per round of sending.
 
 mod connected;
-mod faults;
 mod multicast;
 mod recv;
 mod send;
@@ -64,7 +63,7 @@ pub(crate) use recv::{split_datagram, RxMeta};
 
 use crate::io_stats::IoStats;
 use crate::DeviceConfig;
-use faults::Faults;
+use rdma_link::faults::DatagramFaults;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
@@ -218,9 +217,10 @@ pub struct UdpIo {
     shifts: send::ShiftCache,
     /// The messages of a round of sending (see `send::Batch`).
     batch: Option<Box<send::Batch>>,
-    faults: Option<Faults>,
+    /// The fault injector (rdma-link's, the frame links' dice), when one is configured.
+    faults: Option<DatagramFaults<(IpAddr, IpMarks)>>,
     /// `DeviceConfig::pcap`: every packet sent and received, recorded.
-    capture: Option<crate::link::capture::IpTap>,
+    capture: Option<rdma_link::capture::IpTap>,
     offloads: Offloads,
     /// Whether send sockets connect to their first peer (see [`connected`]).
     connect: bool,
@@ -455,7 +455,7 @@ impl UdpIo {
         if let Err(e) = setsockopt_int(rx.as_raw_fd(), level, name, 1) {
             tracing::warn!(error = %e, "cannot receive the TOS of datagrams: ECN marks will not be seen");
         }
-        let faults = Some(cfg.faults).filter(|f| f.is_active()).map(Faults::new);
+        let faults = Some(cfg.faults).filter(|f| f.is_active()).map(DatagramFaults::new);
         // Injected faults act on single packets, so they send one by one.
         let offloads = Offloads { gso: offload && faults.is_none(), gro };
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
@@ -467,7 +467,7 @@ impl UdpIo {
         } else {
             open_driver(cfg.io_driver, &rx, capacity)?
         };
-        let capture = cfg.pcap.as_deref().map(crate::link::capture::IpTap::create).transpose()?;
+        let capture = cfg.pcap.as_deref().map(rdma_link::capture::IpTap::create).transpose()?;
         let mcast = multicast::Groups::new(match &driver {
             Driver::Uring(u) => u.fd(),
             Driver::Sockets(_) => -1,

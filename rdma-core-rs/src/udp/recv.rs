@@ -247,7 +247,7 @@ pub(super) fn deliver(
     meta: RxMeta,
     local: IpAddr,
     stats: &mut IoStats,
-    tap: &mut Option<crate::link::capture::IpTap>,
+    tap: &mut Option<rdma_link::capture::IpTap>,
 ) {
     split_datagram(buf, at, len, seg, meta, local, stats, |packet| {
         if let Some(t) = tap {

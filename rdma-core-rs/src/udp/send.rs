@@ -165,7 +165,9 @@ impl UdpIo {
             let marks = IpMarks::of(&self.tx_bufs[i]);
             let body = &mut self.tx_bufs[i][hl + 8..t.len];
             // Through the port's first socket, each packet with its TOS.
-            for (bytes, to) in f.apply(body, (t.dest, marks), t.src_port, &mut self.stats) {
+            let out = f.apply(body, (t.dest, marks), t.src_port);
+            self.stats.set_faults(f.counts());
+            for (bytes, to) in out {
                 if let Some(s) = self.tx.get(&t.src_port).map(|p| &p.sockets[0]) {
                     send_one(s, &bytes, to, self.scope_id, &mut self.stats);
                 }

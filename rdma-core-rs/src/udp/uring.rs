@@ -242,7 +242,7 @@ impl Uring {
         now: Instant,
         local: IpAddr,
         stats: &mut IoStats,
-        tap: &mut Option<crate::link::capture::IpTap>,
+        tap: &mut Option<rdma_link::capture::IpTap>,
     ) -> io::Result<usize> {
         if self.ring.submission().taskrun() {
             stats.recv_syscalls += 1;
@@ -287,7 +287,7 @@ impl Uring {
         len: usize,
         ep: &mut Endpoint,
         now: Instant,
-        (local, stats, tap): (IpAddr, &mut IoStats, &mut Option<crate::link::capture::IpTap>),
+        (local, stats, tap): (IpAddr, &mut IoStats, &mut Option<rdma_link::capture::IpTap>),
     ) {
         let hdr = &*self.recv_hdr;
         let buf = self.bufs.buffer(bid);

@@ -4,7 +4,7 @@
 //! needs no root and no network interface: `rdma-perf --loopback
 //! --backend roce1|ib` runs both ends over it.
 
-use super::{FrameMeta, Link, LinkCaps, Mac, BROADCAST, ETH_HEADER};
+use crate::{FrameMeta, Link, LinkCaps, Mac, BROADCAST, ETH_HEADER};
 use rdma_transport::LinkKind;
 use std::collections::{BTreeMap, VecDeque};
 use std::io;

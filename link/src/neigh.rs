@@ -3,7 +3,7 @@
 //! RDMA CM names peers by IP address, a frame link needs their MAC (and
 //! from it their EUI-64 GID).
 
-use super::Mac;
+use crate::Mac;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};

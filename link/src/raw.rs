@@ -8,7 +8,7 @@
 //! frames are addressed to the interface's MAC, or broadcast), and 8 MiB
 //! socket buffers. Opening one needs `CAP_NET_RAW` (root).
 
-use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use crate::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender, NetworkInterface};
 use rdma_transport::LinkKind;
 use std::io;

@@ -1,4 +1,7 @@
-//! The link seam: what a device's packets travel over.
+//! The links: what a device's packets travel over, every backend behind
+//! one seam, apart from the verbs and the engine's driver (which live in
+//! `rdma-core-rs`), so that a tool that only moves frames (the subnet
+//! manager, `rdma-sm`) needs nothing else.
 //!
 //! Two levels, each chosen for what it carries:
 //!
@@ -13,20 +16,27 @@
 //!   and two wrappers over any link, [`capture::CaptureLink`] (pcap/ERF
 //!   recording) and [`faults::FaultLink`] (loss, duplication, reordering,
 //!   corruption).
-//! - The device's backend (`crate::io::Io`) is a closed enum of two
-//!   drivers, each a loop between the engine and the link: the UDP driver
-//!   of RoCE v2 ([`crate::udp::UdpIo`], unchanged: GSO/GRO, io_uring,
-//!   connected sockets, by-reference payloads) and `frames::FrameIo`,
-//!   the one driver of every frame link (RoCE v1 and native IB framing).
-//!   The UDP driver is no `Link` because the kernel writes the IP and
-//!   UDP headers that the engine's packets start with: it talks to the
-//!   engine in datagrams, runs of segments and scattered payloads, which
-//!   a frame interface would force it to give up. An enum keeps its calls
-//!   direct (no vtable on the path the round-trip figures measure).
+//! - The device's backend (`rdma_core_rs`'s `io::Io`) is a closed enum of
+//!   two drivers, each a loop between the engine and the link: the UDP
+//!   driver of RoCE v2 (`rdma_core_rs::udp::UdpIo`, unchanged: GSO/GRO,
+//!   io_uring, connected sockets, by-reference payloads) and the frame
+//!   driver (`rdma_core_rs`'s `frames::FrameIo`), the one driver of every
+//!   frame link (RoCE v1 and native IB framing). The UDP driver is no
+//!   `Link` (yet: issue 31) because the kernel writes the IP and UDP
+//!   headers that the engine's packets start with: it talks to the engine
+//!   in datagrams, runs of segments and scattered payloads, which a frame
+//!   interface would force it to give up. It takes this crate's fault
+//!   injector ([`faults::DatagramFaults`]) and capture ([`capture::IpTap`]). An
+//!   enum keeps its calls direct (no vtable on the path the round-trip
+//!   figures measure).
+//!
+//! Besides the links: the IB port record a port agent publishes
+//! ([`ib_port`]), neighbour (ARP) resolution ([`neigh`]), and the
+//! addressing rules every frame link shares (EUI-64 GIDs of MACs, the LID
+//! plan, frame sizes per MTU, EtherTypes).
 
 pub mod capture;
 pub mod faults;
-pub(crate) mod frames;
 pub mod ib_port;
 pub mod inproc;
 pub mod neigh;
@@ -45,6 +55,16 @@ pub const BROADCAST: Mac = [0xff; 6];
 
 /// Bytes of the Ethernet header the frame links use (untagged).
 pub const ETH_HEADER: usize = 14;
+
+/// What a fault injector did, by kind ([`Link::fault_counts`]; a device
+/// reports them in its `IoStats`). The injector is [`faults`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    pub losses: u64,
+    pub duplicates: u64,
+    pub reorders: u64,
+    pub corruptions: u64,
+}
 
 /// What a link can do, declared rather than found out by special cases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,8 +113,8 @@ pub trait Link: Send {
     }
     /// What a fault injector in this link (or under it) did; none by
     /// default.
-    fn fault_counts(&self) -> crate::faults::FaultCounts {
-        crate::faults::FaultCounts::default()
+    fn fault_counts(&self) -> FaultCounts {
+        FaultCounts::default()
     }
 }
 
@@ -117,7 +137,7 @@ impl Link for Box<dyn Link> {
     fn flush(&mut self) -> io::Result<()> {
         (**self).flush()
     }
-    fn fault_counts(&self) -> crate::faults::FaultCounts {
+    fn fault_counts(&self) -> FaultCounts {
         (**self).fault_counts()
     }
 }

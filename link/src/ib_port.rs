@@ -13,9 +13,9 @@
 //! the interface's MAC, the same identifier as in the port's GID.
 //!
 //! No file: nobody manages the port, and the device takes its LID from
-//! the LID plan ([`super::default_lid`]) or `--lid`, as before.
+//! the LID plan ([`crate::default_lid`]) or `--lid`, as before.
 
-use super::Mac;
+use crate::Mac;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -181,7 +181,7 @@ mod tests {
         let mac = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
         let g = port_guid(mac);
         assert_eq!(guid_text(g), "0x505400fffe123456");
-        let gid = super::super::gid_of_mac(mac).to_string();
+        let gid = crate::gid_of_mac(mac).to_string();
         assert_eq!(gid, "fe80::5054:ff:fe12:3456", "the GUID is the GID's interface identifier");
         let dir = std::env::temp_dir().join(format!("ib-port-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -18,7 +18,7 @@
 //! ([`Link::flush`]: a capture is whole on disk as soon as the traffic
 //! stops, whoever holds the device then), and when the link is dropped.
 
-use super::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use crate::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
 use rdma_transport::capture::CaptureWriter;
 use rdma_transport::LinkKind;
 use std::fs::File;
@@ -153,7 +153,7 @@ impl<L: Link> CaptureLink<L> {
     pub fn new(inner: L, path: &Path) -> io::Result<CaptureLink<L>> {
         let kind = inner.caps().kind;
         let sink = PcapSink::create(path, kind)?;
-        let ethertype = super::ethertype(kind).unwrap_or(0).to_be_bytes();
+        let ethertype = crate::ethertype(kind).unwrap_or(0).to_be_bytes();
         Ok(CaptureLink { inner, sink, ethertype, dirty: false })
     }
 
@@ -196,7 +196,56 @@ impl<L: Link> Link for CaptureLink<L> {
         }
         self.inner.flush()
     }
-    fn fault_counts(&self) -> crate::faults::FaultCounts {
+    fn fault_counts(&self) -> crate::FaultCounts {
         self.inner.fault_counts()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inproc::InProcessLink;
+
+    fn frame(dst: Mac, src: Mac, ethertype: u16, tag: u8) -> Vec<u8> {
+        let mut f = vec![tag; 60];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&src);
+        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    /// The records of a classic pcap file: its link type and each record's bytes.
+    fn read_pcap(bytes: &[u8]) -> (u32, Vec<Vec<u8>>) {
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        assert_eq!(word(0), 0xa1b2_c3d4, "classic pcap, microseconds");
+        let (link_type, mut at, mut records) = (word(20), 24, Vec::new());
+        while at < bytes.len() {
+            let len = word(at + 8) as usize;
+            records.push(bytes[at + 16..at + 16 + len].to_vec());
+            at += 16 + len;
+        }
+        (link_type, records)
+    }
+
+    #[test]
+    fn a_capture_link_records_the_frames_of_its_ethertype_both_ways() {
+        let (ma, mb) = ([2, 0, 0, 0, 9, 1], [2, 0, 0, 0, 9, 2]);
+        let path = std::env::temp_dir().join(format!("capture-link-test-{}.pcap", std::process::id()));
+        let a = InProcessLink::join("capture-test", ma, LinkKind::RoceV1).unwrap();
+        let mut b = InProcessLink::join("capture-test", mb, LinkKind::RoceV1).unwrap();
+        let mut a = CaptureLink::new(a, &path).unwrap();
+        let (sent, arp, back) = (frame(mb, ma, 0x8915, 1), frame(mb, ma, 0x0806, 2), frame(ma, mb, 0x8915, 3));
+        a.send(&sent).unwrap();
+        a.send(&arp).unwrap();
+        b.send(&back).unwrap();
+        let mut buf = [0u8; 128];
+        let m = a.recv(&mut buf).unwrap().expect("the frame from b");
+        assert_eq!((m.src, &buf[..m.len]), (mb, &back[..]), "the wrapper passes frames through");
+        a.flush().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let (link_type, records) = read_pcap(&bytes);
+        assert_eq!(link_type, rdma_transport::capture::LINKTYPE_ETHERNET);
+        assert_eq!(records, [sent, back], "the ARP frame is not the device's");
     }
 }

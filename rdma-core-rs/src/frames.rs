@@ -11,8 +11,8 @@
 //! destinations. The engine drops packets for another LID
 //! (`Drop::LidMismatch`).
 
-use super::{ethertype, mac_of_gid, Link, Mac, BROADCAST, ETH_HEADER};
 use crate::io_stats::IoStats;
+use rdma_link::{ethertype, mac_of_gid, Link, Mac, BROADCAST, ETH_HEADER};
 use rdma_transport::{Endpoint, Instant, LinkKind, MAX_PACKET};
 use std::collections::HashMap;
 use std::io;

@@ -52,11 +52,11 @@ pub struct Fabric {
     pub(crate) events: EventQueue,
     pub topo: Topology,
     pub flows: Vec<Flow>,
-    flow_of: HashMap<(usize, u32), usize>,
+    pub(crate) flow_of: HashMap<(usize, u32), usize>,
     /// Flows finished or failed: the loop's stop test, without a walk over every flow.
-    flows_done: usize,
+    pub(crate) flows_done: usize,
     /// Work besides the flows (a collective), if any: see [`Fabric::set_workload`].
-    workload: Option<Box<dyn Workload>>,
+    pub(crate) workload: Option<Box<dyn Workload>>,
     pub(crate) rng: Rng,
     buf: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
@@ -66,7 +66,7 @@ pub struct Fabric {
     /// Post-to-completion time of every WRITE, ns.
     pub message_latency_ns: Vec<u64>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
-    held: Vec<Option<Vec<u8>>>,
+    pub(crate) held: Vec<Option<Vec<u8>>>,
     /// Every host's next engine deadline, refreshed whenever the loop has
     /// touched its endpoint (all of that ends in [`Fabric::service`]).
     timers: HostTimers,
@@ -83,7 +83,16 @@ pub struct Fabric {
     pub deadlock_window: Option<Duration>,
     pub deadlock: Option<Deadlock>,
     /// Total bytes delivered at the last window boundary, and when it last grew.
-    last_delivered: (u64, Instant),
+    pub(crate) last_delivered: (u64, Instant),
+    /// `Some(n)`: run the partitioned loop ([`crate::parallel`]) on `n`
+    /// threads; `None`: the single event queue below. The partitioned
+    /// loop gives the same results for every `n`, but not the same as
+    /// the single queue (its own random streams, tie order and stop test).
+    pub threads: Option<usize>,
+    /// The partitions' random generators, kept between runs.
+    pub(crate) part_rngs: Vec<Rng>,
+    /// The seed of the run, from which each partition's generator is drawn.
+    pub(crate) seed: u64,
 }
 
 impl Fabric {
@@ -116,6 +125,9 @@ impl Fabric {
             deadlock_window: None,
             deadlock: None,
             last_delivered: (0, Instant::ZERO),
+            threads: None,
+            part_rngs: Vec::new(),
+            seed,
         };
         if ib {
             f.start_ib();
@@ -158,7 +170,10 @@ impl Fabric {
     /// Runs until virtual time `until`, or until every finite flow is done
     /// when `stop_when_done`. `progress` is told the virtual time now and then.
     pub fn run(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
-        self.run_events(until, stop_when_done, progress);
+        match self.threads {
+            Some(n) => self.run_partitioned(until, stop_when_done, n, progress),
+            None => self.run_events(until, stop_when_done, progress),
+        }
         self.account_pauses();
     }
 
@@ -204,7 +219,7 @@ impl Fabric {
 
     /// Every flow is finished or failed and the workload, if any, is done
     /// (false while there is neither: a run of nothing runs its time).
-    fn all_done(&self) -> bool {
+    pub(crate) fn all_done(&self) -> bool {
         let work = !self.flows.is_empty() || self.workload.is_some();
         work && self.flows_done == self.flows.len() && self.workload.as_ref().is_none_or(|w| w.done())
     }
@@ -433,7 +448,7 @@ impl Fabric {
         for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
             let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else {
                 if let Some(w) = self.workload.as_mut() {
-                    w.on_completion(h, &wc, &mut self.topo.hosts, self.now);
+                    w.on_completion(h, &wc, &mut self.topo.hosts[h], self.now);
                 }
                 continue;
             };

@@ -218,6 +218,10 @@ pub struct Options {
     /// `None`: the engine's own): a run is the same either way, which
     /// tests check, and only costs differ.
     pub agenda_threshold: Option<usize>,
+    /// `Some(n)`: the partitioned loop on `n` threads (`--threads`, RoCE
+    /// only; [`crate::parallel`]): the same results for every `n`, not the
+    /// single queue's. `None`: the single event queue.
+    pub threads: Option<usize>,
 }
 
 /// ib-ring's routing engine; Up*/Down* is rooted at the first switch.
@@ -250,6 +254,7 @@ impl Default for Options {
             routing: RoutingKind::MinHop,
             multipath: Multipath::Ecmp,
             agenda_threshold: None,
+            threads: None,
         }
     }
 }
@@ -475,6 +480,12 @@ pub(crate) fn two_tier(t: TopologyKind, s: &Settings) -> Topology {
 /// time zero on the configured fabric.
 pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
     check_multipath(o)?;
+    if o.threads.is_some() && o.link == LinkKind::Ib {
+        return Err(ScenarioError::BadOption("--threads runs RoCE fabrics only (not --link ib yet)".into()));
+    }
+    if o.threads == Some(0) {
+        return Err(ScenarioError::BadOption("--threads 0: give at least one".into()));
+    }
     topo.set_multipath(o.multipath, o.seed);
     if let Some(qps) = o.agenda_threshold {
         for h in &mut topo.hosts {
@@ -482,7 +493,9 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
         }
     }
     if o.link != LinkKind::Ib {
-        return Ok(Fabric::new(topo, o.seed));
+        let mut fab = Fabric::new(topo, o.seed);
+        fab.threads = o.threads;
+        return Ok(fab);
     }
     if !o.ib.sm {
         topo.make_ib(&o.ib.config());

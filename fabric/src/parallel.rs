@@ -1,0 +1,851 @@
+//! `--threads N`: the event loop as a conservative parallel discrete-event
+//! simulation (docs/parallel-simulation.md).
+//!
+//! The nodes are split into partitions by pod ([`partition`]): every
+//! switch with hosts on it (a leaf, a rail switch, the one switch of an
+//! incast) is a partition with its hosts; switches without hosts (spines)
+//! are dealt round-robin to those partitions. Each partition has its own
+//! event queue, host timers, random generator (drawn from the seed and the
+//! partition's number, never from the thread count), counters, NIC holds
+//! and latency samples. A packet or PFC frame put on a link to another
+//! partition is a message; it arrives no sooner than the link's delay
+//! after it was sent, so the shortest delay across a partition boundary is
+//! the lookahead.
+//!
+//! Time goes in windows [T, E), E = min(T + lookahead, next sample time,
+//! end of run): every partition runs its events before E, on whichever
+//! thread holds it (partition p on thread p mod N); then one thread, the
+//! others waiting at a barrier, hands each message to its receiver's queue
+//! in the order (source partition, order sent) (the queue orders by time,
+//! then by that), takes the samples that fall at E, looks for a deadlock
+//! and decides whether to stop. Nothing a partition does in a window
+//! depends on another partition's work in that window, so the partitions
+//! can run in any order on any number of threads: the same seed gives the
+//! same run, byte for byte, with one thread or sixteen.
+//!
+//! What is global in the single-queue loop, and where it lives here:
+//!
+//! | state | here |
+//! |---|---|
+//! | the event queue and its sequence numbers | one queue per partition; messages merged at the barrier in (time, source partition, order sent) |
+//! | the random generator (RED marking at dequeue) | one per partition, from the seed and the partition's number; kept between runs |
+//! | host timers | per partition (its hosts'), fired in host order |
+//! | counters, message latencies, NIC holds | per partition, summed or joined in partition order at the end |
+//! | flows | each flow is its sender's partition's (its completions arrive there); flows done counted per partition |
+//! | the workload (a collective) | one, behind a lock: its calls for different hosts commute ([`crate::workload::Workload`]) |
+//! | samples, per-window bytes, deadlock detection, the stop test | at the barrier, on one thread, every partition stopped |
+//!
+//! It gives the same results for every thread count, not the single
+//! queue's: the partitions draw their own random numbers, events at the
+//! same instant in one partition may run in another order, a sample at T
+//! sees every event before T and none at T, and a run that stops when its
+//! work is done runs to the end of the window in which it finished (its
+//! time is still that of the last completion). RoCE fabrics only: the IB
+//! link layer's events (credits, VL15) are not partitioned yet.
+
+use crate::clock::{Event, EventQueue, HostTimers};
+use crate::fabric::{Counters, Deadlock, Fabric};
+use crate::host::{Flow, Host};
+use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
+use crate::switch::{ecn_capable, ipv4_src, Admit, Switch};
+use crate::topology::{Node, Port, Topology};
+use crate::workload::Workload;
+use core::time::Duration;
+use rdma_transport::sim::Rng;
+use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
+use std::any::Any;
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex, MutexGuard};
+
+/// How the nodes are split into partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partitioning {
+    /// The partition of each node.
+    pub of_node: Vec<usize>,
+    pub parts: usize,
+    /// The shortest propagation delay of a link between two partitions
+    /// (`None`: no link crosses; one partition).
+    pub lookahead: Option<Duration>,
+}
+
+/// One partition per switch with hosts on it (a pod: the switch and its
+/// hosts, in switch order); switches without hosts (spines) dealt
+/// round-robin to them. A fabric whose boundary would cross a link of no
+/// delay (no lookahead) is one partition.
+pub fn partition(topo: &Topology) -> Partitioning {
+    let n = topo.nodes.len();
+    let is_host = |node: usize| matches!(topo.nodes[node], Node::Host(_));
+    let mut of_node = vec![usize::MAX; n];
+    let mut parts = 0;
+    for node in (0..n).filter(|&x| !is_host(x)) {
+        if topo.ports[node].iter().any(|p| is_host(p.peer)) {
+            of_node[node] = parts;
+            parts += 1;
+        }
+    }
+    let parts = parts.max(1);
+    let hostless = (0..n).filter(|&x| !is_host(x) && of_node[x] == usize::MAX).collect::<Vec<_>>();
+    for (i, node) in hostless.into_iter().enumerate() {
+        of_node[node] = i % parts;
+    }
+    for node in (0..n).filter(|&x| is_host(x)) {
+        let up = topo.ports[node].first().map(|p| of_node[p.peer]);
+        of_node[node] = up.filter(|&p| p != usize::MAX).unwrap_or(0);
+    }
+    let mut lookahead: Option<Duration> = None;
+    for (a, ports) in topo.ports.iter().enumerate() {
+        for p in ports.iter().filter(|p| of_node[a] != of_node[p.peer]) {
+            lookahead = Some(lookahead.map_or(p.link.delay, |l| l.min(p.link.delay)));
+        }
+    }
+    if lookahead == Some(Duration::ZERO) {
+        return Partitioning { of_node: vec![0; n], parts: 1, lookahead: None };
+    }
+    Partitioning { of_node, parts, lookahead }
+}
+
+/// Partition `p`'s generator: from the seed and `p` alone.
+fn part_rng(seed: u64, p: usize) -> Rng {
+    Rng::new(seed ^ (p as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29) ^ 0x9a27_17e5)
+}
+
+// The world is handed to several threads as raw pointers; what they point
+// at must be able to move between threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Host>();
+    send::<Switch>();
+    send::<Port>();
+    send::<Flow>();
+    send::<Event>();
+};
+
+/// The nodes and flows, shared by the partitions. A partition reaches only
+/// its own hosts, switches, ports and flows (its sender's) while a window
+/// runs; the barrier phase, with every other thread waiting, reads any.
+struct World<'a> {
+    hosts: *mut Host,
+    switches: *mut Switch,
+    ports: *mut Vec<Port>,
+    flows: *mut Flow,
+    /// Lengths of the four, for bounds checks.
+    lens: [usize; 4],
+    nodes: &'a [Node],
+    host_nodes: &'a [usize],
+    flow_of: &'a HashMap<(usize, u32), usize>,
+    of_node: &'a [usize],
+    /// Each host's (VA, rkey), for a flow's WRITEs to it.
+    remote: Vec<(u64, u32)>,
+    workload: Mutex<Option<Box<dyn Workload>>>,
+}
+
+// SAFETY: the pointers are to elements that are `Send` (checked above);
+// the window protocol gives each element to one thread at a time (its
+// partition's, or the barrier phase's, ordered by the barrier), which is
+// what the accessors below assume.
+unsafe impl Sync for World<'_> {}
+
+/// The accessors: `part` is the partition asking (`None`: the barrier
+/// phase). Each returns a reference the caller must drop before asking for
+/// the same element again.
+#[allow(clippy::mut_from_ref)] // Disjoint by partition; see `World`.
+impl World<'_> {
+    fn host(&self, part: usize, h: usize) -> &mut Host {
+        assert!(h < self.lens[0]);
+        debug_assert_eq!(self.of_node[self.host_nodes[h]], part, "host {h} is another partition's");
+        // SAFETY: in bounds; host h is this partition's alone during the window.
+        unsafe { &mut *self.hosts.add(h) }
+    }
+
+    fn switch(&self, part: usize, node: usize, sw: usize) -> &mut Switch {
+        assert!(sw < self.lens[1]);
+        debug_assert_eq!(self.of_node[node], part, "switch {sw} is another partition's");
+        // SAFETY: as `host`.
+        unsafe { &mut *self.switches.add(sw) }
+    }
+
+    fn port(&self, part: usize, node: usize, port: usize) -> &mut Port {
+        assert!(node < self.lens[2]);
+        debug_assert_eq!(self.of_node[node], part, "node {node} is another partition's");
+        // SAFETY: as `host`; a node's ports go with the node.
+        let ports: &mut Vec<Port> = unsafe { &mut *self.ports.add(node) };
+        &mut ports[port]
+    }
+
+    fn flow(&self, part: usize, f: usize) -> &mut Flow {
+        assert!(f < self.lens[3]);
+        // SAFETY: as `host`; a flow is its sender's partition's.
+        let flow = unsafe { &mut *self.flows.add(f) };
+        debug_assert_eq!(self.of_node[self.host_nodes[flow.src]], part, "flow {f} is another partition's");
+        flow
+    }
+
+    // The barrier phase's views, every partition stopped.
+
+    fn peek_host(&self, h: usize) -> &Host {
+        assert!(h < self.lens[0]);
+        // SAFETY: in bounds; no partition runs during the barrier phase.
+        unsafe { &*self.hosts.add(h) }
+    }
+
+    fn peek_switch(&self, sw: usize) -> &Switch {
+        assert!(sw < self.lens[1]);
+        // SAFETY: as `peek_host`.
+        unsafe { &*self.switches.add(sw) }
+    }
+
+    fn peek_ports(&self, node: usize) -> &[Port] {
+        assert!(node < self.lens[2]);
+        // SAFETY: as `peek_host`.
+        unsafe { &*self.ports.add(node) }
+    }
+
+    fn peek_flow(&self, f: usize) -> &Flow {
+        assert!(f < self.lens[3]);
+        // SAFETY: as `peek_host`.
+        unsafe { &*self.flows.add(f) }
+    }
+
+    fn workload(&self) -> MutexGuard<'_, Option<Box<dyn Workload>>> {
+        self.workload.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One partition's own state.
+#[derive(Debug)]
+struct Part {
+    id: usize,
+    now: Instant,
+    /// The end of the window being run: a message must arrive no sooner.
+    end: Instant,
+    events: EventQueue,
+    timers: HostTimers,
+    rng: Rng,
+    counters: Counters,
+    buf: Vec<u8>,
+    held: Vec<Option<Vec<u8>>>,
+    /// Events for other partitions: (partition, time, event), in the order sent.
+    outbox: Vec<(usize, Instant, Event)>,
+    flows_done: usize,
+    /// When a flow of this partition last finished or its workload last
+    /// heard a completion: the run's time if it stops when done.
+    done_at: Instant,
+    message_latency_ns: Vec<u64>,
+}
+
+impl Part {
+    /// Runs every event and timer before `end`.
+    fn run_window(&mut self, w: &World, end: Instant) {
+        self.end = end;
+        loop {
+            let te = self.events.next_time();
+            let tt = self.timers.earliest();
+            let Some(t) = te.into_iter().chain(tt).min() else { return };
+            if t >= end {
+                return;
+            }
+            self.now = self.now.max(t);
+            self.counters.events += 1;
+            if te.is_some_and(|e| e <= t) {
+                let (_, ev) = self.events.pop().expect("peeked");
+                self.handle(w, ev);
+            } else {
+                self.fire_timers(w);
+            }
+        }
+    }
+
+    /// `ev` at `at` for `node`: into this queue, or a message to its partition.
+    fn schedule(&mut self, w: &World, node: usize, at: Instant, ev: Event) {
+        let p = w.of_node[node];
+        if p == self.id {
+            return self.events.schedule(at, ev);
+        }
+        assert!(
+            at >= self.end,
+            "a message for partition {p} at {} ns, inside the window ending at {} ns: the lookahead is wrong",
+            at.as_nanos(),
+            self.end.as_nanos()
+        );
+        self.outbox.push((p, at, ev));
+    }
+
+    fn fire_timers(&mut self, w: &World) {
+        let now = self.now;
+        let mut due = Vec::new();
+        while let Some(h) = self.timers.pop_due(now) {
+            due.push(h);
+        }
+        due.sort_unstable();
+        for h in due {
+            w.host(self.id, h).ep.handle_timeout(now);
+            self.service(w, h);
+        }
+    }
+
+    fn handle(&mut self, w: &World, ev: Event) {
+        let me = self.id;
+        match ev {
+            Event::Arrive { node, port: in_port, packet } => match w.nodes[node] {
+                Node::Host(h) => {
+                    let host = w.host(me, h);
+                    if ecn_capable(&packet) {
+                        if let Some(src) = ipv4_src(&packet) {
+                            *host.rx_data_bytes.entry(src).or_default() += packet.len() as u64;
+                        }
+                    }
+                    host.ep.handle_packet(self.now, &packet);
+                    self.service(w, h);
+                }
+                Node::Switch(sw) => {
+                    self.counters.packets_switched += 1;
+                    let s = w.switch(me, node, sw);
+                    match s.admit(packet, in_port) {
+                        Admit::Queued { port, pause } => {
+                            if pause {
+                                let g = s.ingress[in_port].generation;
+                                self.send_pause(w, node, in_port);
+                                self.schedule_refresh(w, node, in_port, g);
+                            }
+                            self.switch_send(w, node, sw, port)
+                        }
+                        Admit::Dropped => {}
+                        Admit::Unroutable => self.counters.unroutable += 1,
+                    }
+                }
+            },
+            Event::PortFree { node, port } => {
+                w.port(me, node, port).busy = false;
+                self.wake(w, node, port);
+            }
+            Event::FlowStart { flow } => {
+                let now = self.now;
+                let f = w.flow(me, flow);
+                let (was_done, src, remote) = (f.done(), f.src, w.remote[f.dst]);
+                f.top_up_on(w.host(me, src), remote, now);
+                if !was_done && f.done() {
+                    self.flow_done();
+                }
+                self.service(w, src);
+            }
+            Event::Pfc { node, port, frame } => self.receive_pfc(w, node, port, &frame),
+            Event::Unpause { node, port } => self.wake(w, node, port),
+            Event::PfcRefresh { node, port, generation } => {
+                let Node::Switch(sw) = w.nodes[node] else { return };
+                let ing = w.switch(me, node, sw).ingress[port];
+                if ing.xoff && ing.generation == generation {
+                    self.send_pause(w, node, port);
+                    self.schedule_refresh(w, node, port, generation);
+                }
+            }
+            Event::Sample => unreachable!("samples are the barrier's"),
+            Event::FlowControl { .. } | Event::FcPeriod { .. } | Event::Sma { .. } => {
+                unreachable!("--threads runs RoCE fabrics only")
+            }
+        }
+    }
+
+    fn flow_done(&mut self) {
+        self.flows_done += 1;
+        self.done_at = self.done_at.max(self.now);
+    }
+
+    fn wake(&mut self, w: &World, node: usize, port: usize) {
+        match w.nodes[node] {
+            Node::Host(h) => self.service(w, h),
+            Node::Switch(sw) => self.switch_send(w, node, sw, port),
+        }
+    }
+
+    fn pause_quanta(&self, w: &World, node: usize) -> u16 {
+        match w.nodes[node] {
+            Node::Switch(sw) => w.switch(self.id, node, sw).pfc.map_or(0, |p| p.pause_quanta),
+            Node::Host(_) => 0,
+        }
+    }
+
+    fn send_pause(&mut self, w: &World, node: usize, port: usize) {
+        let q = self.pause_quanta(w, node);
+        self.send_pfc(w, node, port, q);
+    }
+
+    fn send_pfc(&mut self, w: &World, node: usize, port: usize, quanta: u16) {
+        let mac = [2, 0, 0, 0, (node >> 8) as u8, node as u8];
+        let frame = PfcFrame::single(mac, DATA_PRIORITY, quanta).emit();
+        if quanta == 0 {
+            self.counters.resumes += 1;
+        } else {
+            self.counters.pauses += 1;
+        }
+        w.port(self.id, node, port).pfc_out.push_back(frame.to_vec());
+        self.wake(w, node, port);
+    }
+
+    fn schedule_refresh(&mut self, w: &World, node: usize, port: usize, generation: u64) {
+        let d = quanta_to_duration(self.pause_quanta(w, node), w.port(self.id, node, port).link.rate_bps);
+        let at = self.now + (d / 2).max(Duration::from_nanos(1));
+        self.schedule(w, node, at, Event::PfcRefresh { node, port, generation });
+    }
+
+    fn receive_pfc(&mut self, w: &World, node: usize, port: usize, frame: &[u8]) {
+        let f = match PfcFrame::parse(frame) {
+            Ok(f) => f,
+            Err(_) => {
+                self.counters.pfc_malformed += 1;
+                return;
+            }
+        };
+        if f.class_enable & (1 << DATA_PRIORITY) == 0 {
+            return;
+        }
+        let p = w.port(self.id, node, port);
+        let d = quanta_to_duration(f.times[DATA_PRIORITY], p.link.rate_bps);
+        p.pause(self.now, d);
+        if d.is_zero() {
+            self.wake(w, node, port);
+        } else {
+            self.schedule(w, node, self.now + d, Event::Unpause { node, port });
+        }
+    }
+
+    fn launch_pfc(&mut self, w: &World, node: usize, port: usize, frame: Vec<u8>) {
+        let p = w.port(self.id, node, port);
+        p.busy = true;
+        let done = self.now + p.link.serialise(WIRE_LEN);
+        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
+        self.schedule(w, node, done, Event::PortFree { node, port });
+        self.schedule(w, peer, done + delay, Event::Pfc { node: peer, port: peer_port, frame });
+    }
+
+    fn launch(&mut self, w: &World, node: usize, port: usize, packet: Vec<u8>) {
+        self.counters.packet_hops += 1;
+        let p = w.port(self.id, node, port);
+        p.busy = true;
+        let done = self.now + p.link.serialise(packet.len());
+        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
+        self.schedule(w, node, done, Event::PortFree { node, port });
+        self.schedule(w, peer, done + delay, Event::Arrive { node: peer, port: peer_port, packet });
+    }
+
+    fn switch_send(&mut self, w: &World, node: usize, sw: usize, port: usize) {
+        let p = w.port(self.id, node, port);
+        if p.busy {
+            return;
+        }
+        if let Some(frame) = p.pfc_out.pop_front() {
+            return self.launch_pfc(w, node, port, frame);
+        }
+        let paused = p.data_paused(self.now);
+        if let Some((p, resume)) = w.switch(self.id, node, sw).dequeue(port, paused, &mut self.rng) {
+            self.launch(w, node, port, p);
+            if let Some(in_port) = resume {
+                self.send_pfc(w, node, in_port, 0);
+            }
+        }
+    }
+
+    fn service(&mut self, w: &World, h: usize) {
+        self.pump(w, h);
+        let t = w.host(self.id, h).ep.poll_timeout();
+        self.timers.set(h, t);
+    }
+
+    fn pump(&mut self, w: &World, h: usize) {
+        let me = self.id;
+        let cq = w.host(me, h).cq;
+        for wc in w.host(me, h).ep.poll_cq(cq, 64) {
+            let Some(&f) = w.flow_of.get(&(h, wc.qp_num)) else {
+                if let Some(wl) = w.workload().as_mut() {
+                    wl.on_completion(h, &wc, w.host(me, h), self.now);
+                    self.done_at = self.done_at.max(self.now);
+                }
+                continue;
+            };
+            let was_done = w.flow(me, f).done();
+            self.complete(w, f, &wc);
+            if !was_done && w.flow(me, f).done() {
+                self.flow_done();
+            }
+        }
+        let node = w.host_nodes[h];
+        let port = w.port(me, node, 0);
+        if port.busy {
+            return;
+        }
+        let paused = port.data_paused(self.now);
+        if let Some(p) = self.held[h].take() {
+            if paused {
+                self.held[h] = Some(p);
+            } else {
+                self.launch(w, node, 0, p);
+            }
+            return;
+        }
+        let Some(packet) = self.pull(w, h) else { return };
+        if paused && ecn_capable(&packet) {
+            self.held[h] = Some(packet);
+            return;
+        }
+        self.launch(w, node, 0, packet);
+    }
+
+    fn complete(&mut self, w: &World, f: usize, wc: &WorkCompletion) {
+        let now = self.now;
+        let flow = w.flow(self.id, f);
+        flow.outstanding = flow.outstanding.saturating_sub(1);
+        if let Some(t) = flow.posted_at.pop_front() {
+            self.message_latency_ns.push((now - t).as_nanos() as u64);
+        }
+        if wc.status != WcStatus::Success {
+            flow.failed = true;
+            return;
+        }
+        flow.completed += u64::from(wc.byte_len);
+        if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
+            flow.finish = Some(now);
+        }
+        let (src, remote) = (flow.src, w.remote[flow.dst]);
+        flow.top_up_on(w.host(self.id, src), remote, now);
+    }
+
+    fn pull(&mut self, w: &World, h: usize) -> Option<Vec<u8>> {
+        let ep = &mut w.host(self.id, h).ep;
+        let tx = ep.poll_transmit(self.now, &mut self.buf);
+        self.timers.set(h, ep.poll_timeout());
+        let tx = tx?;
+        Some(match &tx.payload {
+            None => self.buf[..tx.len].to_vec(),
+            Some(p) => {
+                let mut payload = vec![0u8; p.len];
+                p.memory.read(p.offset, &mut payload);
+                p.seal(&mut self.buf[..tx.len], &payload);
+                [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
+            }
+        })
+    }
+}
+
+/// What the barrier phase keeps: the samples and the deadlock watch.
+struct Watch<'a> {
+    queue_samples: &'a mut Vec<(Instant, u64)>,
+    windows: &'a mut Vec<(Instant, Vec<u64>)>,
+    deadlock: &'a mut Option<Deadlock>,
+    last_delivered: &'a mut (u64, Instant),
+    deadlock_window: Option<Duration>,
+    window: Duration,
+    bottleneck: (usize, usize),
+}
+
+impl Watch<'_> {
+    /// [`Fabric`]'s sample at `now`, read from the stopped partitions.
+    fn sample(&mut self, w: &World, now: Instant) {
+        let (sw, port) = self.bottleneck;
+        self.queue_samples.push((now, w.peek_switch(sw).egress[port].data_bytes()));
+        let win = self.window.as_nanos() as u64;
+        if win > 0 && now.as_nanos() % win == 0 {
+            let d: Vec<u64> = (0..w.lens[3])
+                .map(|f| {
+                    let f = w.peek_flow(f);
+                    let src = w.peek_host(f.src).addr;
+                    w.peek_host(f.dst).rx_data_bytes.get(&src).copied().unwrap_or(0)
+                })
+                .collect();
+            let total = d.iter().sum();
+            self.windows.push((now, d));
+            self.check_deadlock(w, now, total);
+        }
+    }
+
+    fn check_deadlock(&mut self, w: &World, now: Instant, delivered: u64) {
+        let Some(window) = self.deadlock_window else { return };
+        if delivered != self.last_delivered.0 {
+            *self.last_delivered = (delivered, now);
+            return;
+        }
+        if now - self.last_delivered.1 < window {
+            return;
+        }
+        let mut ports = Vec::new();
+        for (node, n) in w.nodes.iter().enumerate() {
+            let Node::Switch(sw) = *n else { continue };
+            let s = w.peek_switch(sw);
+            for (port, p) in w.peek_ports(node).iter().enumerate().filter(|&(p, _)| s.has_data(p)) {
+                if !p.data_paused(now) {
+                    return;
+                }
+                ports.push((node, port));
+            }
+        }
+        if !ports.is_empty() {
+            *self.deadlock = Some(Deadlock { at: now, ports });
+        }
+    }
+}
+
+fn lock(p: &Mutex<Part>) -> MutexGuard<'_, Part> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Fabric {
+    /// [`Fabric::run`] as a partitioned simulation on `threads` threads
+    /// (see the module's documentation).
+    pub(crate) fn run_partitioned(
+        &mut self,
+        until: Instant,
+        stop_when_done: bool,
+        threads: usize,
+        progress: &mut dyn FnMut(Instant),
+    ) {
+        assert!(self.topo.ib.is_none(), "--threads runs RoCE fabrics only");
+        let plan = partition(&self.topo);
+        let n = plan.parts;
+        let threads = threads.clamp(1, n);
+        if self.part_rngs.len() != n {
+            self.part_rngs = (0..n).map(|p| part_rng(self.seed, p)).collect();
+        }
+        let hosts = self.topo.hosts.len();
+        let mut parts: Vec<Part> = (0..n)
+            .map(|id| Part {
+                id,
+                now: self.now,
+                end: self.now,
+                events: EventQueue::default(),
+                timers: HostTimers::new(hosts),
+                rng: self.part_rngs[id].clone(),
+                counters: Counters::default(),
+                buf: vec![0; MAX_PACKET],
+                held: vec![None; hosts],
+                outbox: Vec::new(),
+                flows_done: 0,
+                done_at: self.now,
+                message_latency_ns: Vec::new(),
+            })
+            .collect();
+        // The queue so far, to the partitions, in its order.
+        let mut next_sample = None;
+        while let Some((t, ev)) = self.events.pop() {
+            let node = match &ev {
+                Event::Arrive { node, .. }
+                | Event::Pfc { node, .. }
+                | Event::Unpause { node, .. }
+                | Event::PfcRefresh { node, .. }
+                | Event::PortFree { node, .. } => *node,
+                Event::FlowStart { flow } => self.topo.host_nodes[self.flows[*flow].src],
+                Event::Sample => {
+                    next_sample = next_sample.or(Some(t));
+                    continue;
+                }
+                Event::FlowControl { .. } | Event::FcPeriod { .. } | Event::Sma { .. } => {
+                    unreachable!("--threads runs RoCE fabrics only")
+                }
+            };
+            parts[plan.of_node[node]].events.schedule(t, ev);
+        }
+        for h in 0..hosts {
+            let p = &mut parts[plan.of_node[self.topo.host_nodes[h]]];
+            p.timers.set(h, self.topo.hosts[h].ep.poll_timeout());
+            p.held[h] = self.held[h].take();
+        }
+        let flows_done_before = self.flows_done;
+        let sample_every = self.sample_every.max(Duration::from_nanos(1));
+        let start = self.now;
+        let parts: Vec<Mutex<Part>> = parts.into_iter().map(Mutex::new).collect();
+        let workload = self.workload.take();
+        let has_workload = workload.is_some();
+        let nflows = self.flows.len();
+        let remote = self.topo.hosts.iter().map(|h| (h.va, h.rkey)).collect();
+        let topo = &mut self.topo;
+        let world = World {
+            hosts: topo.hosts.as_mut_ptr(),
+            switches: topo.switches.as_mut_ptr(),
+            ports: topo.ports.as_mut_ptr(),
+            flows: self.flows.as_mut_ptr(),
+            lens: [topo.hosts.len(), topo.switches.len(), topo.ports.len(), nflows],
+            nodes: &topo.nodes,
+            host_nodes: &topo.host_nodes,
+            flow_of: &self.flow_of,
+            of_node: &plan.of_node,
+            remote,
+            workload: Mutex::new(workload),
+        };
+        let mut watch = Watch {
+            queue_samples: &mut self.queue_samples,
+            windows: &mut self.windows,
+            deadlock: &mut self.deadlock,
+            last_delivered: &mut self.last_delivered,
+            deadlock_window: self.deadlock_window,
+            window: self.window,
+            bottleneck: topo.bottleneck,
+        };
+        let barrier = Barrier::new(threads);
+        let end_ns = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+        // Thread k's share of a window: partitions k, k + threads, ...
+        let share = |k: usize, end: Instant| {
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                for p in (k..n).step_by(threads) {
+                    lock(&parts[p]).run_window(&world, end);
+                }
+            }));
+            if let Err(e) = r {
+                panicked.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+            }
+        };
+        let now = std::thread::scope(|s| {
+            for k in 1..threads {
+                let (barrier, end_ns, stop, share) = (&barrier, &end_ns, &stop, &share);
+                s.spawn(move || loop {
+                    barrier.wait();
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    share(k, Instant::from_nanos(end_ns.load(Ordering::Acquire)));
+                    barrier.wait();
+                });
+            }
+            let mut t = start;
+            let mut events = 0u64;
+            let now = loop {
+                // Every event before t has run; every partition is stopped.
+                let done = || {
+                    let flows_done = flows_done_before + parts.iter().map(|p| lock(p).flows_done).sum::<usize>();
+                    let wl = world.workload();
+                    (nflows > 0 || has_workload) && flows_done == nflows && wl.as_ref().is_none_or(|w| w.done())
+                };
+                if stop_when_done && done() {
+                    break parts.iter().map(|p| lock(p).done_at).max().unwrap_or(t);
+                }
+                if t > until {
+                    break until;
+                }
+                if let Some(s) = next_sample.filter(|&s| s <= t) {
+                    watch.sample(&world, t);
+                    let mut next = s + sample_every;
+                    while next <= t {
+                        next += sample_every;
+                    }
+                    next_sample = Some(next);
+                }
+                if watch.deadlock.is_some() {
+                    break t;
+                }
+                let mut end = until + Duration::from_nanos(1);
+                if let Some(l) = plan.lookahead {
+                    end = end.min(t + l);
+                }
+                if let Some(s) = next_sample {
+                    end = end.min(s);
+                }
+                end_ns.store(end.as_nanos(), Ordering::Release);
+                barrier.wait();
+                share(0, end);
+                barrier.wait();
+                if panicked.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                    break t;
+                }
+                // Messages to their partitions: by source, in the order sent.
+                for p in &parts {
+                    let out = std::mem::take(&mut lock(p).outbox);
+                    for (dst, at, ev) in out {
+                        lock(&parts[dst]).events.schedule(at, ev);
+                    }
+                }
+                let total: u64 = parts.iter().map(|p| lock(p).counters.events).sum();
+                for _ in events / crate::progress::EVENTS_PER_CALL..total / crate::progress::EVENTS_PER_CALL {
+                    progress(end);
+                }
+                events = total;
+                t = end;
+            };
+            stop.store(true, Ordering::Release);
+            barrier.wait();
+            now
+        });
+        if let Some(e) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            std::panic::resume_unwind(e);
+        }
+        // Back to the single queue's state, so that a later run goes on.
+        self.workload = world.workload.into_inner().unwrap_or_else(|e| e.into_inner());
+        self.now = now;
+        let mut left = Vec::new();
+        for (i, p) in parts.into_iter().enumerate() {
+            let mut p = p.into_inner().unwrap_or_else(|e| e.into_inner());
+            let c = p.counters;
+            let sc = &mut self.counters;
+            sc.packets_switched += c.packets_switched;
+            sc.packet_hops += c.packet_hops;
+            sc.unroutable += c.unroutable;
+            sc.events += c.events;
+            sc.pauses += c.pauses;
+            sc.resumes += c.resumes;
+            sc.pfc_malformed += c.pfc_malformed;
+            self.flows_done += p.flows_done;
+            self.message_latency_ns.append(&mut p.message_latency_ns);
+            for (h, held) in p.held.into_iter().enumerate().filter(|(_, x)| x.is_some()) {
+                self.held[h] = held;
+            }
+            self.part_rngs[i] = p.rng;
+            let mut k = 0;
+            while let Some((t, ev)) = p.events.pop() {
+                left.push((t, i, k, ev));
+                k += 1;
+            }
+        }
+        left.sort_by_key(|&(t, i, k, _)| (t, i, k));
+        for (t, _, _, ev) in left {
+            self.events.schedule(t, ev);
+        }
+        if let Some(t) = next_sample {
+            self.events.schedule(t, Event::Sample);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::Link;
+    use crate::switch::Red;
+    use crate::topology::Settings;
+
+    fn settings() -> Settings {
+        Settings {
+            link: Link::new(40_000_000_000, Duration::from_micros(1)),
+            red: Red::PAPER,
+            buffer_bytes: 300_000,
+            shared_buffer_bytes: None,
+            cc: None,
+            seed: 1,
+            pfc: None,
+        }
+    }
+
+    #[test]
+    fn a_leaf_spine_partitions_by_pod_with_spines_dealt_round_robin() {
+        let t = Topology::leaf_spine(4, 2, 3, &settings());
+        let p = partition(&t);
+        assert_eq!(p.parts, 4);
+        assert_eq!(p.lookahead, Some(Duration::from_micros(1)));
+        // Leaves are switches 0..4, spines 4..6: nodes in that order.
+        assert_eq!(&p.of_node[..6], &[0, 1, 2, 3, 0, 1]);
+        for (h, &node) in t.host_nodes.iter().enumerate() {
+            assert_eq!(p.of_node[node], h / 3, "host {h} is in its leaf's partition");
+        }
+        let one = partition(&Topology::incast(4, &settings()));
+        assert_eq!((one.parts, one.lookahead), (1, None));
+    }
+
+    #[test]
+    fn partition_generators_differ_and_do_not_depend_on_threads() {
+        let a: Vec<u64> = (0..4).map(|p| part_rng(7, p).next_u64()).collect();
+        let b: Vec<u64> = (0..4).map(|p| part_rng(7, p).next_u64()).collect();
+        assert_eq!(a, b);
+        let mut d = a.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert_eq!(d.len(), 4);
+    }
+}

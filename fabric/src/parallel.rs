@@ -56,8 +56,8 @@ use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
 use std::any::Any;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 /// How the nodes are split into partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,6 +269,7 @@ impl Part {
             at.as_nanos(),
             self.end.as_nanos()
         );
+        self.counters.messages += 1;
         self.outbox.push((p, at, ev));
     }
 
@@ -584,6 +585,44 @@ impl Watch<'_> {
     }
 }
 
+/// A barrier that waits by spinning first: a window is short (a link
+/// delay of simulated time, tens to hundreds of microseconds of work),
+/// and waking a thread that slept on a condition variable costs a
+/// scheduling delay, twice a window (std's `Barrier` was 10 % slower on
+/// the 128-host all-to-all of docs/performance.md).
+struct SpinBarrier {
+    n: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(n: usize) -> SpinBarrier {
+        SpinBarrier { n, arrived: AtomicUsize::new(0), generation: AtomicUsize::new(0) }
+    }
+
+    fn wait(&self) {
+        let g = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            // Reset before releasing: the others come back only after the release.
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        // Spin a few microseconds, yield a while, then nap: more threads
+        // than free cores must not burn the cores the others need.
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == g {
+            match spins {
+                0..500 => std::hint::spin_loop(),
+                500..550 => std::thread::yield_now(),
+                _ => std::thread::sleep(Duration::from_micros(20)),
+            }
+            spins = spins.saturating_add(1);
+        }
+    }
+}
+
 fn lock(p: &Mutex<Part>) -> MutexGuard<'_, Part> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -679,7 +718,7 @@ impl Fabric {
             window: self.window,
             bottleneck: topo.bottleneck,
         };
-        let barrier = Barrier::new(threads);
+        let barrier = SpinBarrier::new(threads);
         let end_ns = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
         let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
@@ -694,6 +733,7 @@ impl Fabric {
                 panicked.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
             }
         };
+        let mut windows = 0;
         let now = std::thread::scope(|s| {
             for k in 1..threads {
                 let (barrier, end_ns, stop, share) = (&barrier, &end_ns, &stop, &share);
@@ -758,6 +798,7 @@ impl Fabric {
                     progress(end);
                 }
                 events = total;
+                windows += 1;
                 t = end;
             };
             stop.store(true, Ordering::Release);
@@ -770,6 +811,7 @@ impl Fabric {
         // Back to the single queue's state, so that a later run goes on.
         self.workload = world.workload.into_inner().unwrap_or_else(|e| e.into_inner());
         self.now = now;
+        self.counters.windows += windows;
         let mut left = Vec::new();
         for (i, p) in parts.into_iter().enumerate() {
             let mut p = p.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -782,6 +824,7 @@ impl Fabric {
             sc.pauses += c.pauses;
             sc.resumes += c.resumes;
             sc.pfc_malformed += c.pfc_malformed;
+            sc.messages += c.messages;
             self.flows_done += p.flows_done;
             self.message_latency_ns.append(&mut p.message_latency_ns);
             for (h, held) in p.held.into_iter().enumerate().filter(|(_, x)| x.is_some()) {

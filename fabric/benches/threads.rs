@@ -32,8 +32,8 @@ struct Run {
     cpu: f64,
     /// What must not depend on the thread count.
     fingerprint: String,
-    messages: Option<u64>,
-    windows: Option<u64>,
+    /// (messages across partitions, packet-hops, windows), where known.
+    crossing: Option<(u64, u64, u64)>,
 }
 
 fn options(hosts: usize, threads: usize) -> Options {
@@ -52,7 +52,7 @@ fn all_to_all(hosts: usize, threads: usize) -> Run {
     let (wall, cpu) = (started.elapsed().as_secs_f64(), (cpu_time() - cpu).as_secs_f64());
     let c = fab.counters;
     let fingerprint = format!("{:?} {} {} {:?}", fab.now, c.packet_hops, c.events, fab.delivered());
-    Run { wall, cpu, fingerprint, messages: Some(c.messages), windows: Some(c.windows) }
+    Run { wall, cpu, fingerprint, crossing: Some((c.messages, c.packet_hops, c.windows)) }
 }
 
 fn allreduce(hosts: usize, threads: usize) -> Run {
@@ -67,7 +67,7 @@ fn allreduce(hosts: usize, threads: usize) -> Run {
     let r = run_collective(&c, &options(hosts, threads), &mut |_, _| {}).expect("the collective runs");
     let (wall, cpu) = (started.elapsed().as_secs_f64(), (cpu_time() - cpu).as_secs_f64());
     assert_eq!(r.ranks_unfinished, 0);
-    Run { wall, cpu, fingerprint: serde_json::to_string(&r).unwrap(), messages: None, windows: None }
+    Run { wall, cpu, fingerprint: serde_json::to_string(&r).unwrap(), crossing: None }
 }
 
 fn env_list(name: &str, default: &str) -> Vec<usize> {
@@ -93,7 +93,7 @@ fn main() {
     for (name, f) in workloads {
         let (mut wall, mut cpu) = (vec![Vec::new(); threads.len()], vec![Vec::new(); threads.len()]);
         let mut first: Option<String> = None;
-        let mut crossing = (None, None);
+        let mut crossing = None;
         for round in 0..rounds {
             for (i, &t) in threads.iter().enumerate() {
                 let r = f(hosts, t);
@@ -107,7 +107,7 @@ fn main() {
                 assert_eq!(&r.fingerprint, fp, "{name}: {t} threads gave another run");
                 wall[i].push(r.wall);
                 cpu[i].push(r.cpu);
-                crossing = (r.messages, r.windows);
+                crossing = r.crossing;
             }
         }
         for (i, &t) in threads.iter().enumerate() {
@@ -117,9 +117,10 @@ fn main() {
                 w.0, w.1, w.2, c.0, c.1, c.2
             );
         }
-        if let (Some(m), Some(w)) = crossing {
+        if let Some((m, hops, w)) = crossing {
             println!(
-                "{name} {hosts} hosts: {m} messages across partitions, {w} windows; same run on every thread count"
+                "{name} {hosts} hosts: {m} messages across partitions of {hops} packet-hops ({:.1} %), {w} windows; the same run on every thread count",
+                100.0 * m as f64 / hops.max(1) as f64
             );
         }
     }

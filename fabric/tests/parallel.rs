@@ -132,3 +132,32 @@ fn threads_are_roce_only_and_at_least_one() {
     let zero = Options { topology: leaf_spine(), threads: Some(0), ..Options::default() };
     assert!(run("all-to-all", &zero, &mut |_, _| {}).unwrap_err().to_string().contains("--threads 0"));
 }
+
+/// What `rdma-fabric run ...` prints, as text.
+fn cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-fabric")).arg("run").args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The check through the command line: the same seed gives the
+/// same JSON with 1 thread and with 16 (8 partitions here: 8 leaves of 2
+/// hosts, so 16 threads are clamped to 8, each with a partition).
+#[test]
+fn the_command_line_prints_the_same_json_with_1_and_16_threads() {
+    let a2a = "all-to-all --topology leaf-spine --leaves 8 --hosts-per-leaf 2 --spines 2 --flow-kb 8 --seed 7 --json";
+    let args: Vec<&str> = a2a.split(' ').collect();
+    let with = |t: &str| cli(&[&args[..], &["--threads", t]].concat());
+    let one = with("1");
+    for t in ["3", "16"] {
+        assert_eq!(with(t), one, "--threads {t}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(v["flows_unfinished"], 0, "{v}");
+    let e = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-fabric"))
+        .args(["run", "all-to-all", "--topology", "leaf-spine", "--link", "ib", "--threads", "2"])
+        .output()
+        .unwrap();
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("--threads"));
+}

@@ -14,8 +14,8 @@
 //!
 //! Time goes in windows [T, E), E = min(T + lookahead, next sample time,
 //! end of run): every partition runs its events before E, on whichever
-//! thread holds it (partition p on thread p mod N); then one thread, the
-//! others waiting at a barrier, hands each message to its receiver's queue
+//! thread holds it (partition p on thread p mod N); then the last thread
+//! to reach the barrier, the others waiting, hands each message to its receiver's queue
 //! in the order (source partition, order sent) (the queue orders by time,
 //! then by that), takes the samples that fall at E, looks for a deadlock
 //! and decides whether to stop. Nothing a partition does in a window
@@ -56,7 +56,7 @@ use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
 use std::any::Any;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// How the nodes are split into partitions.
@@ -585,11 +585,14 @@ impl Watch<'_> {
     }
 }
 
-/// A barrier that waits by spinning first: a window is short (a link
-/// delay of simulated time, tens to hundreds of microseconds of work),
-/// and waking a thread that slept on a condition variable costs a
-/// scheduling delay, twice a window (std's `Barrier` was 10 % slower on
-/// the 128-host all-to-all of docs/performance.md).
+/// A barrier whose last arrival does the window's serial work before it
+/// releases the others (one crossing a window, and the serial work done
+/// by a thread that is running, not one that must be woken), and that
+/// waits by spinning first: a window is short (a link delay of simulated
+/// time, tens to hundreds of microseconds of work), and waking a thread
+/// that slept on a condition variable costs a scheduling delay (std's
+/// `Barrier`, twice a window, was 10 % slower on the 128-host all-to-all
+/// of docs/performance.md).
 struct SpinBarrier {
     n: usize,
     arrived: AtomicUsize,
@@ -601,9 +604,11 @@ impl SpinBarrier {
         SpinBarrier { n, arrived: AtomicUsize::new(0), generation: AtomicUsize::new(0) }
     }
 
-    fn wait(&self) {
+    /// Waits for all; the last to arrive runs `leader`, then releases the others.
+    fn wait(&self, leader: &dyn Fn()) {
         let g = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            leader();
             // Reset before releasing: the others come back only after the release.
             self.arrived.store(0, Ordering::Relaxed);
             self.generation.fetch_add(1, Ordering::Release);
@@ -621,6 +626,21 @@ impl SpinBarrier {
             spins = spins.saturating_add(1);
         }
     }
+}
+
+/// What the barrier's leader decides, every partition stopped.
+struct Ctl<'a> {
+    /// Every event before `t` has run.
+    t: Instant,
+    /// The window to run next: [t, end).
+    end: Instant,
+    next_sample: Option<Instant>,
+    /// The run's time, once it is over.
+    stop: Option<Instant>,
+    /// Events run so far, windows run.
+    events: u64,
+    windows: u64,
+    watch: Watch<'a>,
 }
 
 fn lock(p: &Mutex<Part>) -> MutexGuard<'_, Part> {
@@ -709,7 +729,7 @@ impl Fabric {
             remote,
             workload: Mutex::new(workload),
         };
-        let mut watch = Watch {
+        let watch = Watch {
             queue_samples: &mut self.queue_samples,
             windows: &mut self.windows,
             deadlock: &mut self.deadlock,
@@ -719,9 +739,9 @@ impl Fabric {
             bottleneck: topo.bottleneck,
         };
         let barrier = SpinBarrier::new(threads);
-        let end_ns = AtomicU64::new(0);
-        let stop = AtomicBool::new(false);
         let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+        let ctl = Mutex::new(Ctl { t: start, end: start, next_sample, stop: None, events: 0, windows: 0, watch });
+        let lock_ctl = || ctl.lock().unwrap_or_else(|e| e.into_inner());
         // Thread k's share of a window: partitions k, k + threads, ...
         let share = |k: usize, end: Instant| {
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -733,85 +753,104 @@ impl Fabric {
                 panicked.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
             }
         };
-        let mut windows = 0;
-        let now = std::thread::scope(|s| {
+        // At c.t, every event before it run and every partition stopped:
+        // the samples, the stop test, and the next window.
+        let decide = |c: &mut Ctl| {
+            let t = c.t;
+            let flows_done = flows_done_before + parts.iter().map(|p| lock(p).flows_done).sum::<usize>();
+            let work_done = (nflows > 0 || has_workload)
+                && flows_done == nflows
+                && world.workload().as_ref().is_none_or(|w| w.done());
+            if stop_when_done && work_done {
+                c.stop = Some(parts.iter().map(|p| lock(p).done_at).max().unwrap_or(t));
+                return;
+            }
+            if t > until {
+                c.stop = Some(until);
+                return;
+            }
+            if let Some(s) = c.next_sample.filter(|&s| s <= t) {
+                c.watch.sample(&world, t);
+                let mut next = s + sample_every;
+                while next <= t {
+                    next += sample_every;
+                }
+                c.next_sample = Some(next);
+            }
+            if c.watch.deadlock.is_some() {
+                c.stop = Some(t);
+                return;
+            }
+            let mut end = until + Duration::from_nanos(1);
+            if let Some(l) = plan.lookahead {
+                end = end.min(t + l);
+            }
+            if let Some(s) = c.next_sample {
+                end = end.min(s);
+            }
+            c.end = end;
+        };
+        // The last thread to reach the barrier, the others waiting: the
+        // messages to their partitions (by source, in the order sent),
+        // then the decision at the window's end.
+        let leader = || {
+            let mut c = lock_ctl();
+            if panicked.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                c.stop = Some(c.t);
+                return;
+            }
+            for p in &parts {
+                let out = std::mem::take(&mut lock(p).outbox);
+                for (dst, at, ev) in out {
+                    lock(&parts[dst]).events.schedule(at, ev);
+                }
+            }
+            c.events = parts.iter().map(|p| lock(p).counters.events).sum();
+            c.windows += 1;
+            c.t = c.end;
+            decide(&mut c);
+        };
+        decide(&mut lock_ctl());
+        // Each thread: read the window, run its share, meet the others.
+        let next_window = || {
+            let c = lock_ctl();
+            (c.stop, c.end, c.t, c.events)
+        };
+        std::thread::scope(|s| {
             for k in 1..threads {
-                let (barrier, end_ns, stop, share) = (&barrier, &end_ns, &stop, &share);
+                let (barrier, share, leader, next_window) = (&barrier, &share, &leader, &next_window);
                 s.spawn(move || loop {
-                    barrier.wait();
-                    if stop.load(Ordering::Acquire) {
+                    let (stop, end, ..) = next_window();
+                    if stop.is_some() {
                         return;
                     }
-                    share(k, Instant::from_nanos(end_ns.load(Ordering::Acquire)));
-                    barrier.wait();
+                    share(k, end);
+                    barrier.wait(leader);
                 });
             }
-            let mut t = start;
-            let mut events = 0u64;
-            let now = loop {
-                // Every event before t has run; every partition is stopped.
-                let done = || {
-                    let flows_done = flows_done_before + parts.iter().map(|p| lock(p).flows_done).sum::<usize>();
-                    let wl = world.workload();
-                    (nflows > 0 || has_workload) && flows_done == nflows && wl.as_ref().is_none_or(|w| w.done())
-                };
-                if stop_when_done && done() {
-                    break parts.iter().map(|p| lock(p).done_at).max().unwrap_or(t);
+            let mut calls = 0;
+            loop {
+                let (stop, end, t, events) = next_window();
+                for _ in calls..events / crate::progress::EVENTS_PER_CALL {
+                    progress(t);
                 }
-                if t > until {
-                    break until;
+                calls = events / crate::progress::EVENTS_PER_CALL;
+                if stop.is_some() {
+                    return;
                 }
-                if let Some(s) = next_sample.filter(|&s| s <= t) {
-                    watch.sample(&world, t);
-                    let mut next = s + sample_every;
-                    while next <= t {
-                        next += sample_every;
-                    }
-                    next_sample = Some(next);
-                }
-                if watch.deadlock.is_some() {
-                    break t;
-                }
-                let mut end = until + Duration::from_nanos(1);
-                if let Some(l) = plan.lookahead {
-                    end = end.min(t + l);
-                }
-                if let Some(s) = next_sample {
-                    end = end.min(s);
-                }
-                end_ns.store(end.as_nanos(), Ordering::Release);
-                barrier.wait();
                 share(0, end);
-                barrier.wait();
-                if panicked.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
-                    break t;
-                }
-                // Messages to their partitions: by source, in the order sent.
-                for p in &parts {
-                    let out = std::mem::take(&mut lock(p).outbox);
-                    for (dst, at, ev) in out {
-                        lock(&parts[dst]).events.schedule(at, ev);
-                    }
-                }
-                let total: u64 = parts.iter().map(|p| lock(p).counters.events).sum();
-                for _ in events / crate::progress::EVENTS_PER_CALL..total / crate::progress::EVENTS_PER_CALL {
-                    progress(end);
-                }
-                events = total;
-                windows += 1;
-                t = end;
-            };
-            stop.store(true, Ordering::Release);
-            barrier.wait();
-            now
+                barrier.wait(&leader);
+            }
         });
         if let Some(e) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
             std::panic::resume_unwind(e);
         }
         // Back to the single queue's state, so that a later run goes on.
         self.workload = world.workload.into_inner().unwrap_or_else(|e| e.into_inner());
-        self.now = now;
-        self.counters.windows += windows;
+        let c = ctl.into_inner().unwrap_or_else(|e| e.into_inner());
+        self.now = c.stop.expect("a run ends with a decision to stop");
+        self.counters.windows += c.windows;
+        let next_sample = c.next_sample;
         let mut left = Vec::new();
         for (i, p) in parts.into_iter().enumerate() {
             let mut p = p.into_inner().unwrap_or_else(|e| e.into_inner());

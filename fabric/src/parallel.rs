@@ -921,6 +921,30 @@ mod tests {
     }
 
     #[test]
+    fn the_barrier_leader_sees_every_thread_s_round_and_runs_once_a_round() {
+        use std::sync::atomic::AtomicU64;
+        const THREADS: usize = 4;
+        const ROUNDS: u64 = 2000;
+        let barrier = SpinBarrier::new(THREADS);
+        let work = AtomicU64::new(0);
+        let seen = Mutex::new(Vec::new());
+        let leader = || seen.lock().unwrap().push(work.load(Ordering::Relaxed));
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..ROUNDS {
+                        work.fetch_add(1, Ordering::Relaxed);
+                        barrier.wait(&leader);
+                    }
+                });
+            }
+        });
+        let seen = seen.into_inner().unwrap();
+        let want: Vec<u64> = (1..=ROUNDS).map(|r| r * THREADS as u64).collect();
+        assert_eq!(seen, want, "the leader runs once a round, after every thread's work of that round");
+    }
+
+    #[test]
     fn partition_generators_differ_and_do_not_depend_on_threads() {
         let a: Vec<u64> = (0..4).map(|p| part_rng(7, p).next_u64()).collect();
         let b: Vec<u64> = (0..4).map(|p| part_rng(7, p).next_u64()).collect();

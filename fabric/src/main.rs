@@ -187,7 +187,6 @@ struct RunArgs {
     /// dealt among them) on N threads, in windows of the link delay: the
     /// same JSON for every N, but not the single event queue's (its own
     /// random streams and tie order). Default: the single event queue.
-    /// RoCE only.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// --link ib: configure the fabric with rdma-sm (a sweep over VL15) instead of preset LIDs and LFTs.

@@ -40,12 +40,22 @@
 //! same instant in one partition may run in another order, a sample at T
 //! sees every event before T and none at T, and a run that stops when its
 //! work is done runs to the end of the window in which it finished (its
-//! time is still that of the last completion). RoCE fabrics only: the IB
-//! link layer's events (credits, VL15) are not partitioned yet.
+//! time is still that of the last completion). With one partition (one
+//! switch) it draws from the fabric's own generator and is the single
+//! queue's run (`fabric/tests/parallel.rs` checks it, byte for byte).
+//!
+//! RoCE and InfiniBand: IB's flow-control packets cross partitions as
+//! messages, as data does; the SMA is not partitioned (a partitioned run
+//! starts on a configured fabric, `--sm` sweeps before it, and a VL15
+//! packet during it is dropped and counted), and frames are not captured.
 
 use crate::clock::{Event, EventQueue, HostTimers};
 use crate::fabric::{Counters, Deadlock, Fabric};
 use crate::host::{Flow, Host};
+use crate::ib::credit::{blocks, fc_packet, receive_fc, FC_LEN};
+use crate::ib::engine::HOST_AHEAD;
+use crate::ib::{frame, IbConfig, Queued, SL2VL_DROP, VL15};
+use crate::multipath::{pick, Multipath};
 use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit, Switch};
 use crate::topology::{Node, Port, Topology};
@@ -55,6 +65,7 @@ use rdma_transport::sim::Rng;
 use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
 use std::any::Any;
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -138,6 +149,12 @@ struct World<'a> {
     of_node: &'a [usize],
     /// Each host's (VA, rkey), for a flow's WRITEs to it.
     remote: Vec<(u64, u32)>,
+    /// IB: the link layer's settings; per LID, the host's address (`None`:
+    /// a switch's) and the P_Key its port sends with (`None`: no IB port),
+    /// so that a receiver need not look at another partition's node.
+    ib: Option<&'a IbConfig>,
+    lid_addr: HashMap<u16, Option<Ipv4Addr>>,
+    lid_pkey: HashMap<u16, Option<u16>>,
     workload: Mutex<Option<Box<dyn Workload>>>,
 }
 
@@ -164,6 +181,13 @@ impl World<'_> {
         debug_assert_eq!(self.of_node[node], part, "switch {sw} is another partition's");
         // SAFETY: as `host`.
         unsafe { &mut *self.switches.add(sw) }
+    }
+
+    fn ports_of(&self, part: usize, node: usize) -> &mut Vec<Port> {
+        assert!(node < self.lens[2]);
+        debug_assert_eq!(self.of_node[node], part, "node {node} is another partition's");
+        // SAFETY: as `host`; a node's ports go with the node.
+        unsafe { &mut *self.ports.add(node) }
     }
 
     fn port(&self, part: usize, node: usize, port: usize) -> &mut Port {
@@ -289,6 +313,15 @@ impl Part {
     fn handle(&mut self, w: &World, ev: Event) {
         let me = self.id;
         match ev {
+            Event::Arrive { node, port, packet } if w.port(me, node, port).ib.is_some() => {
+                self.ib_arrive(w, node, port, packet)
+            }
+            Event::FlowControl { node, port, frame } => self.ib_receive_fc(w, node, port, &frame),
+            Event::FcPeriod { node, port } => self.ib_fc_period(w, node, port),
+            Event::PortFree { node, port } if w.port(me, node, port).ib.is_some() => {
+                w.port(me, node, port).busy = false;
+                self.ib_wake(w, node, port);
+            }
             Event::Arrive { node, port: in_port, packet } => match w.nodes[node] {
                 Node::Host(h) => {
                     let host = w.host(me, h);
@@ -342,9 +375,7 @@ impl Part {
                 }
             }
             Event::Sample => unreachable!("samples are the barrier's"),
-            Event::FlowControl { .. } | Event::FcPeriod { .. } | Event::Sma { .. } => {
-                unreachable!("--threads runs RoCE fabrics only")
-            }
+            Event::Sma { .. } => unreachable!("VL15 is dropped on arrival: the SMA is not partitioned"),
         }
     }
 
@@ -421,10 +452,16 @@ impl Part {
     }
 
     fn launch(&mut self, w: &World, node: usize, port: usize, packet: Vec<u8>) {
+        let len = packet.len();
+        self.launch_len(w, node, port, packet, len);
+    }
+
+    /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
+    fn launch_len(&mut self, w: &World, node: usize, port: usize, packet: Vec<u8>, wire_len: usize) {
         self.counters.packet_hops += 1;
         let p = w.port(self.id, node, port);
         p.busy = true;
-        let done = self.now + p.link.serialise(packet.len());
+        let done = self.now + p.link.serialise(wire_len);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.schedule(w, node, done, Event::PortFree { node, port });
         self.schedule(w, peer, done + delay, Event::Arrive { node: peer, port: peer_port, packet });
@@ -469,6 +506,9 @@ impl Part {
             if !was_done && w.flow(me, f).done() {
                 self.flow_done();
             }
+        }
+        if w.ib.is_some() {
+            return self.ib_host_send(w, h);
         }
         let node = w.host_nodes[h];
         let port = w.port(me, node, 0);
@@ -528,6 +568,226 @@ impl Part {
     }
 }
 
+/// The IB link layer, as `ib/engine.rs` runs it on the single queue.
+impl Part {
+    fn ib_fc_period(&mut self, w: &World, node: usize, port: usize) {
+        let Some(cfg) = w.ib else { return };
+        let Some(ib) = w.port(self.id, node, port).ib.as_mut() else { return };
+        ib.fc_dirty = (1u16 << ib.vls.len()) - 1;
+        self.schedule(w, node, self.now + cfg.fc_period, Event::FcPeriod { node, port });
+        self.ib_wake(w, node, port);
+    }
+
+    fn ib_wake(&mut self, w: &World, node: usize, port: usize) {
+        match w.nodes[node] {
+            Node::Host(h) => self.ib_host_send(w, h),
+            Node::Switch(_) => self.ib_send(w, node, port),
+        }
+    }
+
+    fn ib_send(&mut self, w: &World, node: usize, port: usize) {
+        let me = self.id;
+        let p = w.port(me, node, port);
+        if p.busy {
+            return;
+        }
+        let Some(ib) = p.ib.as_mut() else { return };
+        if ib.fc_dirty != 0 {
+            let vl = ib.fc_dirty.trailing_zeros() as u8;
+            ib.fc_dirty &= !(1 << vl);
+            let init = ib.fc_init;
+            if vl as usize + 1 == ib.vls.len() {
+                ib.fc_init = false;
+            }
+            let frame = fc_packet(vl, &ib.vls[usize::from(vl)], init);
+            ib.counters.fc_sent += 1;
+            return self.launch_fc(w, node, port, frame);
+        }
+        let next = match ib.vl15_out.pop_front() {
+            Some(q) => Some(q),
+            None => ib.next_data().map(|(_, q)| q),
+        };
+        let Some(q) = next else { return };
+        if let Some((in_port, in_vl)) = q.from {
+            if let Some(iib) = w.port(me, node, in_port).ib.as_mut() {
+                if let Some(c) = iib.vls.get_mut(usize::from(in_vl)) {
+                    c.rx.free(q.blocks);
+                    iib.fc_dirty |= 1 << in_vl;
+                }
+            }
+            if let Node::Switch(sw) = w.nodes[node] {
+                w.switch(me, node, sw).egress[port].data_sent += 1;
+            }
+            if in_port != port {
+                self.ib_send(w, node, in_port);
+            }
+        }
+        self.launch_len(w, node, port, q.frame, q.wire_len);
+    }
+
+    fn launch_fc(&mut self, w: &World, node: usize, port: usize, mut frame: [u8; FC_LEN]) {
+        let (loss, corrupt) = w.ib.map_or((0.0, 0.0), |c| (c.fc_loss, c.fc_corrupt));
+        let p = w.port(self.id, node, port);
+        p.busy = true;
+        let done = self.now + p.link.serialise(FC_LEN);
+        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
+        self.schedule(w, node, done, Event::PortFree { node, port });
+        if self.rng.chance(loss) {
+            if let Some(ib) = w.port(self.id, node, port).ib.as_mut() {
+                ib.counters.fc_lost += 1;
+            }
+            return;
+        }
+        if self.rng.chance(corrupt) {
+            frame[(self.rng.below(FC_LEN as u64)) as usize] ^= 1 << self.rng.below(8);
+        }
+        self.schedule(w, peer, done + delay, Event::FlowControl { node: peer, port: peer_port, frame });
+    }
+
+    fn ib_receive_fc(&mut self, w: &World, node: usize, port: usize, frame: &[u8]) {
+        let Some(ib) = w.port(self.id, node, port).ib.as_mut() else { return };
+        match receive_fc(frame, &mut ib.vls) {
+            Ok(_) => ib.counters.fc_received += 1,
+            Err(_) => {
+                ib.counters.fc_bad += 1;
+                return;
+            }
+        }
+        self.ib_wake(w, node, port);
+    }
+
+    fn ib_host_send(&mut self, w: &World, h: usize) {
+        let node = w.host_nodes[h];
+        loop {
+            let p = w.port(self.id, node, 0);
+            let Some(ib) = p.ib.as_ref() else { return };
+            if p.busy || ib.fc_dirty != 0 || ib.can_send_data() {
+                break;
+            }
+            let held: usize = ib.out.iter().map(|q| q.len()).sum();
+            if held >= HOST_AHEAD {
+                break;
+            }
+            let Some(f) = self.pull(w, h) else { break };
+            self.ib_host_enqueue(w, node, f);
+        }
+        self.ib_send(w, node, 0);
+    }
+
+    fn ib_host_enqueue(&mut self, w: &World, node: usize, mut f: Vec<u8>) {
+        let cfg = w.ib.expect("an IB fabric");
+        let sl = if frame::is_data(&f) { cfg.data_sl } else { cfg.control_sl };
+        let dlid = frame::lrh(&f).map_or(0, |l| l.dlid);
+        let ib = w.port(self.id, node, 0).ib.as_mut().expect("an IB port");
+        let vl = ib.sl2vl[usize::from(sl & 0xf)];
+        if dlid == 0 || usize::from(vl) >= ib.out.len() {
+            ib.counters.drops += 1;
+            return;
+        }
+        frame::set_sl_vl(&mut f, sl, vl);
+        let wire_len = frame::wire_len(&f);
+        ib.out[usize::from(vl)].push_back(Queued { frame: f, from: None, blocks: blocks(wire_len), wire_len });
+    }
+
+    fn ib_arrive(&mut self, w: &World, node: usize, port: usize, mut f: Vec<u8>) {
+        let me = self.id;
+        let Some(lrh) = frame::lrh(&f) else {
+            if let Some(ib) = w.port(me, node, port).ib.as_mut() {
+                ib.counters.drops += 1;
+            }
+            return;
+        };
+        let wire_len = frame::wire_len(&f);
+        let n = blocks(wire_len);
+        let ib = w.port(me, node, port).ib.as_mut().expect("an IB port");
+        if lrh.vl == VL15 {
+            // The SMA is not partitioned: a run with --threads starts on a
+            // configured fabric, and an SMP during it is dropped, counted.
+            ib.counters.vl15_dropped += 1;
+            return;
+        }
+        let Some(c) = ib.vls.get_mut(usize::from(lrh.vl)) else {
+            ib.counters.drops += 1;
+            return;
+        };
+        if !c.rx.arrive(n) {
+            return;
+        }
+        match w.nodes[node] {
+            Node::Host(h) => {
+                c.rx.free(n);
+                ib.fc_dirty |= 1 << lrh.vl;
+                if !self.pkey_ok(w, lrh.slid, node, port) {
+                    w.port(me, node, port).ib.as_mut().expect("an IB port").counters.pkey_violations += 1;
+                    self.ib_send(w, node, port);
+                    return;
+                }
+                let host = w.host(me, h);
+                if frame::is_data(&f) {
+                    if let Some(&Some(src)) = w.lid_addr.get(&lrh.slid) {
+                        *host.rx_data_bytes.entry(src).or_default() += wire_len as u64;
+                    }
+                }
+                host.ep.handle_packet(self.now, &f);
+                self.service(w, h);
+            }
+            Node::Switch(sw) => {
+                self.counters.packets_switched += 1;
+                let out = self.ib_next_hop(w, node, sw, lrh.dlid);
+                let ibs = w.switch(me, node, sw).ib.as_ref().expect("an IB switch");
+                let out = out.filter(|&o| o < w.ports_of(me, node).len());
+                let vl = out.map(|o| ibs.sl2vl[port][o][usize::from(lrh.sl & 0xf)]);
+                let (Some(out), Some(vl)) = (out, vl) else {
+                    self.counters.unroutable += 1;
+                    self.ib_drop(w, node, port, lrh.vl, n);
+                    return;
+                };
+                let oib = w.port(me, node, out).ib.as_mut().expect("an IB port");
+                if vl == SL2VL_DROP || usize::from(vl) >= oib.out.len() {
+                    oib.counters.drops += 1;
+                    self.ib_drop(w, node, port, lrh.vl, n);
+                    return;
+                }
+                frame::set_vl(&mut f, vl);
+                let q = Queued { frame: f, from: Some((port, lrh.vl)), blocks: blocks(wire_len), wire_len };
+                oib.out[usize::from(vl)].push_back(q);
+                self.ib_send(w, node, out);
+            }
+        }
+    }
+
+    fn ib_next_hop(&mut self, w: &World, node: usize, sw: usize, dlid: u16) -> Option<usize> {
+        let s = w.switch(self.id, node, sw);
+        let ports: &[Port] = w.ports_of(self.id, node);
+        let ibs = s.ib.as_ref().expect("an IB switch");
+        let lft = ibs.route(dlid);
+        match ibs.ar_group(dlid) {
+            Some(g) if s.multipath != Multipath::Ecmp => {
+                let home = g.iter().position(|&p| Some(p) == lft).unwrap_or(0) as u64;
+                let load =
+                    |p: usize| ports.get(p).and_then(|q| q.ib.as_ref()).map_or(u64::MAX, |ib| ib.queued_packets());
+                Some(pick(s.multipath, g, home, load, &mut s.spray_rng))
+            }
+            _ => lft,
+        }
+    }
+
+    /// [`Fabric`]'s P_Key check, the sender's P_Key from the table.
+    fn pkey_ok(&self, w: &World, slid: u16, node: usize, port: usize) -> bool {
+        let Some(&Some(key)) = w.lid_pkey.get(&slid) else { return true };
+        let Some(rp) = w.port(self.id, node, port).ib.as_ref() else { return true };
+        rp.mgmt.pkeys.iter().any(|&k| rdma_wire::smp::pkeys_match(key, k))
+    }
+
+    fn ib_drop(&mut self, w: &World, node: usize, port: usize, vl: u8, n: u16) {
+        let ib = w.port(self.id, node, port).ib.as_mut().expect("an IB port");
+        ib.counters.drops += 1;
+        ib.vls[usize::from(vl)].rx.free(n);
+        ib.fc_dirty |= 1 << vl;
+        self.ib_send(w, node, port);
+    }
+}
+
 /// What the barrier phase keeps: the samples and the deadlock watch.
 struct Watch<'a> {
     queue_samples: &'a mut Vec<(Instant, u64)>,
@@ -537,13 +797,17 @@ struct Watch<'a> {
     deadlock_window: Option<Duration>,
     window: Duration,
     bottleneck: (usize, usize),
+    /// The bottleneck switch's node.
+    bottleneck_node: Option<usize>,
 }
 
 impl Watch<'_> {
     /// [`Fabric`]'s sample at `now`, read from the stopped partitions.
     fn sample(&mut self, w: &World, now: Instant) {
         let (sw, port) = self.bottleneck;
-        self.queue_samples.push((now, w.peek_switch(sw).egress[port].data_bytes()));
+        let ib = self.bottleneck_node.and_then(|n| w.peek_ports(n)[port].ib.as_ref());
+        let q = ib.map_or_else(|| w.peek_switch(sw).egress[port].data_bytes(), |ib| ib.queued_bytes());
+        self.queue_samples.push((now, q));
         let win = self.window.as_nanos() as u64;
         if win > 0 && now.as_nanos() % win == 0 {
             let d: Vec<u64> = (0..w.lens[3])
@@ -566,6 +830,12 @@ impl Watch<'_> {
             return;
         }
         if now - self.last_delivered.1 < window {
+            return;
+        }
+        if w.ib.is_some() {
+            if let Some(ports) = ib_blocked_ports(w).filter(|p| !p.is_empty()) {
+                *self.deadlock = Some(Deadlock { at: now, ports });
+            }
             return;
         }
         let mut ports = Vec::new();
@@ -643,6 +913,25 @@ struct Ctl<'a> {
     watch: Watch<'a>,
 }
 
+/// [`Fabric`]'s IB deadlock test over the stopped partitions: data queued
+/// at switch outputs and no head packet with credit anywhere.
+fn ib_blocked_ports(w: &World) -> Option<Vec<(usize, usize)>> {
+    let mut ports = Vec::new();
+    for (node, n) in w.nodes.iter().enumerate() {
+        let Node::Switch(_) = n else { continue };
+        for (port, p) in w.peek_ports(node).iter().enumerate() {
+            let Some(ib) = &p.ib else { continue };
+            if ib.has_data() {
+                if ib.can_send_data() {
+                    return None;
+                }
+                ports.push((node, port));
+            }
+        }
+    }
+    Some(ports)
+}
+
 fn lock(p: &Mutex<Part>) -> MutexGuard<'_, Part> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -657,12 +946,17 @@ impl Fabric {
         threads: usize,
         progress: &mut dyn FnMut(Instant),
     ) {
-        assert!(self.topo.ib.is_none(), "--threads runs RoCE fabrics only");
+        assert!(self.ib_capture.is_none(), "--threads does not capture IB frames");
         let plan = partition(&self.topo);
         let n = plan.parts;
         let threads = threads.clamp(1, n);
         if self.part_rngs.len() != n {
-            self.part_rngs = (0..n).map(|p| part_rng(self.seed, p)).collect();
+            // One partition draws from the fabric's own generator, as the
+            // single queue does; several, each from its own.
+            self.part_rngs = match n {
+                1 => vec![self.rng.clone()],
+                _ => (0..n).map(|p| part_rng(self.seed, p)).collect(),
+            };
         }
         let hosts = self.topo.hosts.len();
         let mut parts: Vec<Part> = (0..n)
@@ -690,15 +984,15 @@ impl Fabric {
                 | Event::Pfc { node, .. }
                 | Event::Unpause { node, .. }
                 | Event::PfcRefresh { node, .. }
-                | Event::PortFree { node, .. } => *node,
+                | Event::PortFree { node, .. }
+                | Event::FlowControl { node, .. }
+                | Event::FcPeriod { node, .. } => *node,
                 Event::FlowStart { flow } => self.topo.host_nodes[self.flows[*flow].src],
                 Event::Sample => {
                     next_sample = next_sample.or(Some(t));
                     continue;
                 }
-                Event::FlowControl { .. } | Event::FcPeriod { .. } | Event::Sma { .. } => {
-                    unreachable!("--threads runs RoCE fabrics only")
-                }
+                Event::Sma { .. } => panic!("--threads: an SMP is still on its way (the SMA is not partitioned)"),
             };
             parts[plan.of_node[node]].events.schedule(t, ev);
         }
@@ -715,6 +1009,18 @@ impl Fabric {
         let has_workload = workload.is_some();
         let nflows = self.flows.len();
         let remote = self.topo.hosts.iter().map(|h| (h.va, h.rkey)).collect();
+        let (mut lid_addr, mut lid_pkey) = (HashMap::new(), HashMap::new());
+        for (node, &lid) in self.topo.lids.iter().enumerate().filter(|(_, &l)| l != 0) {
+            let addr = match self.topo.nodes[node] {
+                Node::Host(h) => Some(self.topo.hosts[h].addr),
+                Node::Switch(_) => None,
+            };
+            lid_addr.entry(lid).or_insert(addr);
+            let pkey = self.topo.ports[node].first().and_then(|p| p.ib.as_ref()).map(|ib| ib.mgmt.pkeys[0]);
+            lid_pkey.entry(lid).or_insert(pkey);
+        }
+        let (bsw, _) = self.topo.bottleneck;
+        let bottleneck_node = self.topo.nodes.iter().position(|n| *n == Node::Switch(bsw));
         let topo = &mut self.topo;
         let world = World {
             hosts: topo.hosts.as_mut_ptr(),
@@ -727,6 +1033,9 @@ impl Fabric {
             flow_of: &self.flow_of,
             of_node: &plan.of_node,
             remote,
+            ib: topo.ib.as_ref(),
+            lid_addr,
+            lid_pkey,
             workload: Mutex::new(workload),
         };
         let watch = Watch {
@@ -737,6 +1046,7 @@ impl Fabric {
             deadlock_window: self.deadlock_window,
             window: self.window,
             bottleneck: topo.bottleneck,
+            bottleneck_node,
         };
         let barrier = SpinBarrier::new(threads);
         let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
@@ -875,6 +1185,9 @@ impl Fabric {
                 left.push((t, i, k, ev));
                 k += 1;
             }
+        }
+        if n == 1 {
+            self.rng = self.part_rngs[0].clone();
         }
         left.sort_by_key(|&(t, i, k, _)| (t, i, k));
         for (t, _, _, ev) in left {

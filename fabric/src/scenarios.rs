@@ -218,8 +218,8 @@ pub struct Options {
     /// `None`: the engine's own): a run is the same either way, which
     /// tests check, and only costs differ.
     pub agenda_threshold: Option<usize>,
-    /// `Some(n)`: the partitioned loop on `n` threads (`--threads`, RoCE
-    /// only; [`crate::parallel`]): the same results for every `n`, not the
+    /// `Some(n)`: the partitioned loop on `n` threads (`--threads`;
+    /// [`crate::parallel`]): the same results for every `n`, not the
     /// single queue's. `None`: the single event queue.
     pub threads: Option<usize>,
 }
@@ -480,9 +480,6 @@ pub(crate) fn two_tier(t: TopologyKind, s: &Settings) -> Topology {
 /// time zero on the configured fabric.
 pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
     check_multipath(o)?;
-    if o.threads.is_some() && o.link == LinkKind::Ib {
-        return Err(ScenarioError::BadOption("--threads runs RoCE fabrics only (not --link ib yet)".into()));
-    }
     if o.threads == Some(0) {
         return Err(ScenarioError::BadOption("--threads 0: give at least one".into()));
     }
@@ -499,7 +496,9 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
     }
     if !o.ib.sm {
         topo.make_ib(&o.ib.config());
-        return Ok(Fabric::new(topo, o.seed));
+        let mut fab = Fabric::new(topo, o.seed);
+        fab.threads = o.threads;
+        return Ok(fab);
     }
     topo.make_ib_unconfigured(&o.ib.config());
     let sm_node = topo.host_nodes[0];
@@ -511,7 +510,9 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
     for p in topo.ports.iter_mut().flatten() {
         p.busy = false;
     }
-    Ok(Fabric::new(topo, o.seed))
+    let mut fab = Fabric::new(topo, o.seed);
+    fab.threads = o.threads;
+    Ok(fab)
 }
 
 /// Long flows from every sender to one receiver, started within 10 µs of
@@ -695,6 +696,7 @@ fn ib_ring(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<R
     let topo = Topology::ib_ring(N, &s, &o.ib.config(), &routing)
         .map_err(|e| ScenarioError::BadOption(format!("routing: {e}")))?;
     let mut fab = Fabric::new(topo, o.seed);
+    fab.threads = o.threads;
     fab.deadlock_window = Some(Duration::from_micros(200));
     for i in 0..N {
         fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);

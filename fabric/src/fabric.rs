@@ -35,8 +35,8 @@ pub struct Counters {
     pub resumes: u64,
     /// Received frames that did not parse as PFC.
     pub pfc_malformed: u64,
-    /// `--threads`: events sent to another partition (packets and PFC
-    /// frames crossing a partition boundary), and synchronisation windows
+    /// `--threads`: events sent to another partition (packets, PFC frames
+    /// and IB flow-control packets crossing a partition boundary), and synchronisation windows
     /// run; both 0 on the single queue.
     pub messages: u64,
     pub windows: u64,

@@ -28,12 +28,13 @@
 //! | state | here |
 //! |---|---|
 //! | the event queue and its sequence numbers | one queue per partition; messages merged at the barrier in (time, source partition, order sent) |
-//! | the random generator (RED marking at dequeue) | one per partition, from the seed and the partition's number; kept between runs |
+//! | the random generator (RED marking at dequeue, IB flow-control loss) | one per partition, from the seed and the partition's number (one partition: the fabric's); kept between runs |
 //! | host timers | per partition (its hosts'), fired in host order |
 //! | counters, message latencies, NIC holds | per partition, summed or joined in partition order at the end |
 //! | flows | each flow is its sender's partition's (its completions arrive there); flows done counted per partition |
 //! | the workload (a collective) | one, behind a lock: its calls for different hosts commute ([`crate::workload::Workload`]) |
 //! | samples, per-window bytes, deadlock detection, the stop test | at the barrier, on one thread, every partition stopped |
+//! | IB: a sender's P_Key and address by LID | tables built before the run |
 //!
 //! It gives the same results for every thread count, not the single
 //! queue's: the partitions draw their own random numbers, events at the

@@ -36,8 +36,8 @@ pub struct Counters {
     /// Received frames that did not parse as PFC.
     pub pfc_malformed: u64,
     /// `--threads`: events sent to another partition (packets, PFC frames
-    /// and IB flow-control packets crossing a partition boundary), and synchronisation windows
-    /// run; both 0 on the single queue.
+    /// and IB flow-control packets crossing a partition boundary), and
+    /// synchronisation windows run; both 0 on the single queue.
     pub messages: u64,
     pub windows: u64,
 }
@@ -92,7 +92,8 @@ pub struct Fabric {
     /// `Some(n)`: run the partitioned loop ([`crate::parallel`]) on `n`
     /// threads; `None`: the single event queue below. The partitioned
     /// loop gives the same results for every `n`, but not the same as
-    /// the single queue (its own random streams, tie order and stop test).
+    /// the single queue (its own random streams, tie order and stop test)
+    /// unless the fabric is one partition.
     pub threads: Option<usize>,
     /// The partitions' random generators, kept between runs.
     pub(crate) part_rngs: Vec<Rng>,
@@ -224,7 +225,7 @@ impl Fabric {
 
     /// Every flow is finished or failed and the workload, if any, is done
     /// (false while there is neither: a run of nothing runs its time).
-    pub(crate) fn all_done(&self) -> bool {
+    fn all_done(&self) -> bool {
         let work = !self.flows.is_empty() || self.workload.is_some();
         work && self.flows_done == self.flows.len() && self.workload.as_ref().is_none_or(|w| w.done())
     }

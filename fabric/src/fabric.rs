@@ -36,6 +36,11 @@ pub struct Counters {
     pub resumes: u64,
     /// Received frames that did not parse as PFC.
     pub pfc_malformed: u64,
+    /// `--threads`: events sent to another partition (packets, PFC frames
+    /// and IB flow-control packets crossing a partition boundary), and
+    /// synchronisation windows run; both 0 on the single queue.
+    pub messages: u64,
+    pub windows: u64,
 }
 
 /// A PFC deadlock: nothing delivered for a whole detection window while
@@ -53,11 +58,11 @@ pub struct Fabric {
     pub(crate) events: EventQueue,
     pub topo: Topology,
     pub flows: Vec<Flow>,
-    flow_of: HashMap<(usize, u32), usize>,
+    pub(crate) flow_of: HashMap<(usize, u32), usize>,
     /// Flows finished or failed: the loop's stop test, without a walk over every flow.
-    flows_done: usize,
+    pub(crate) flows_done: usize,
     /// Work besides the flows (a collective), if any: see [`Fabric::set_workload`].
-    workload: Option<Box<dyn Workload>>,
+    pub(crate) workload: Option<Box<dyn Workload>>,
     pub(crate) rng: Rng,
     buf: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
@@ -67,7 +72,7 @@ pub struct Fabric {
     /// Post-to-completion time of every WRITE, ns.
     pub message_latency_ns: Vec<u64>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
-    held: Vec<Option<Vec<u8>>>,
+    pub(crate) held: Vec<Option<Vec<u8>>>,
     /// Every host's next engine deadline, refreshed whenever the loop has
     /// touched its endpoint (all of that ends in [`Fabric::service`]).
     timers: HostTimers,
@@ -84,10 +89,21 @@ pub struct Fabric {
     pub deadlock_window: Option<Duration>,
     pub deadlock: Option<Deadlock>,
     /// Total bytes delivered at the last window boundary, and when it last grew.
-    last_delivered: (u64, Instant),
+    pub(crate) last_delivered: (u64, Instant),
     /// In-band network telemetry for HPCC ([`Fabric::enable_int`]): what
-    /// each host's ACKs echo.
+    /// each host's ACKs echo. The single queue only: the partitioned loop
+    /// refuses a fabric with it on.
     int: Option<crate::int::EchoTable>,
+    /// `Some(n)`: run the partitioned loop ([`crate::parallel`]) on `n`
+    /// threads; `None`: the single event queue below. The partitioned
+    /// loop gives the same results for every `n`, but not the same as
+    /// the single queue (its own random streams, tie order and stop test)
+    /// unless the fabric is one partition.
+    pub threads: Option<usize>,
+    /// The partitions' random generators, kept between runs.
+    pub(crate) part_rngs: Vec<Rng>,
+    /// The seed of the run, from which each partition's generator is drawn.
+    pub(crate) seed: u64,
 }
 
 impl Fabric {
@@ -121,6 +137,9 @@ impl Fabric {
             deadlock: None,
             last_delivered: (0, Instant::ZERO),
             int: None,
+            threads: None,
+            part_rngs: Vec::new(),
+            seed,
         };
         if ib {
             f.start_ib();
@@ -170,7 +189,10 @@ impl Fabric {
     /// Runs until virtual time `until`, or until every finite flow is done
     /// when `stop_when_done`. `progress` is told the virtual time now and then.
     pub fn run(&mut self, until: Instant, stop_when_done: bool, progress: &mut dyn FnMut(Instant)) {
-        self.run_events(until, stop_when_done, progress);
+        match self.threads {
+            Some(n) => self.run_partitioned(until, stop_when_done, n, progress),
+            None => self.run_events(until, stop_when_done, progress),
+        }
         self.account_pauses();
     }
 
@@ -460,7 +482,7 @@ impl Fabric {
         for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
             let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else {
                 if let Some(w) = self.workload.as_mut() {
-                    w.on_completion(h, &wc, &mut self.topo.hosts, self.now);
+                    w.on_completion(h, &wc, &mut self.topo.hosts[h], self.now);
                 }
                 continue;
             };

@@ -127,16 +127,22 @@ impl Flow {
 
     /// Posts WRITEs until the window is full or the flow's bytes are all posted.
     pub fn top_up(&mut self, hosts: &mut [Host], now: Instant) {
+        let remote = (hosts[self.dst].va, hosts[self.dst].rkey);
+        self.top_up_on(&mut hosts[self.src], remote, now);
+    }
+
+    /// As [`Self::top_up`], given the sender's host and the receiver's
+    /// (VA, rkey): what a partition of the parallel loop can reach.
+    pub fn top_up_on(&mut self, src: &mut Host, (rva, rkey): (u64, u32), now: Instant) {
         while self.outstanding < WINDOW && self.size.is_none_or(|s| self.posted < s) {
             let len = self.size.map_or(MAX_MESSAGE as u64, |s| (s - self.posted).min(MAX_MESSAGE as u64)) as u32;
-            let (va, lkey) = (hosts[self.src].va, hosts[self.src].lkey);
-            let (rva, rkey) = (hosts[self.dst].va, hosts[self.dst].rkey);
+            let (va, lkey) = (src.va, src.lkey);
             let wr = SendWr::new(
                 self.posted,
                 SendOp::RdmaWrite { remote_addr: rva, rkey },
                 vec![Sge { addr: va, length: len, lkey }],
             );
-            if hosts[self.src].ep.post_send(self.src_qpn, wr).is_err() {
+            if src.ep.post_send(self.src_qpn, wr).is_err() {
                 self.failed = true;
                 return;
             }

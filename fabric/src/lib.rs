@@ -17,6 +17,7 @@
 //! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP, oversubscription), rail-optimized and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
+//! | [`parallel`] | `--threads N`: the same loop partitioned by pod, run on N threads in windows of the link delay |
 //! | [`workload`] | work besides flows that reacts to completions (collectives) |
 //! | [`collective`] | `run allreduce|allgather|reduce-scatter`: ring and tree collectives driven by WRITE completions |
 //! | [`progress`] | the progress line of long runs on stderr |
@@ -39,6 +40,7 @@ pub mod ib;
 pub mod int;
 pub mod link;
 pub mod multipath;
+pub mod parallel;
 pub mod pfc;
 pub mod plot;
 pub mod progress;

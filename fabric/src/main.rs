@@ -185,6 +185,12 @@ struct RunArgs {
     /// The link layer: RoCE v2 over Ethernet, or InfiniBand (credits per VL, LFTs).
     #[arg(long, value_enum, default_value = "roce")]
     link: LinkArg,
+    /// Run the fabric partitioned by pod (a switch with its hosts; spines
+    /// dealt among them) on N threads, in windows of the link delay: the
+    /// same JSON for every N, but not the single event queue's (its own
+    /// random streams and tie order). Default: the single event queue.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// --link ib: configure the fabric with rdma-sm (a sweep over VL15) instead of preset LIDs and LFTs.
     #[arg(long)]
     sm: bool,
@@ -546,6 +552,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
         servers,
         multipath,
         hosts,
+        threads,
         ..
     } = *args;
     // The spines: given, or from the oversubscription of `down` host links a leaf.
@@ -626,6 +633,7 @@ fn options(args: &RunArgs) -> Result<Options, String> {
             MultipathArg::Adaptive => Multipath::Adaptive,
         },
         agenda_threshold: None,
+        threads,
     };
     Ok(o)
 }

@@ -229,6 +229,10 @@ pub struct Options {
     /// `None`: the engine's own): a run is the same either way, which
     /// tests check, and only costs differ.
     pub agenda_threshold: Option<usize>,
+    /// `Some(n)`: the partitioned loop on `n` threads (`--threads`;
+    /// [`crate::parallel`]): the same results for every `n`, not the
+    /// single queue's. `None`: the single event queue.
+    pub threads: Option<usize>,
 }
 
 /// ib-ring's routing engine; Up*/Down* is rooted at the first switch.
@@ -261,6 +265,7 @@ impl Default for Options {
             routing: RoutingKind::MinHop,
             multipath: Multipath::Ecmp,
             agenda_threshold: None,
+            threads: None,
         }
     }
 }
@@ -495,6 +500,9 @@ pub(crate) fn two_tier(t: TopologyKind, s: &Settings) -> Topology {
 /// time zero on the configured fabric.
 pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, ScenarioError> {
     check_multipath(o)?;
+    if o.threads == Some(0) {
+        return Err(ScenarioError::BadOption("--threads 0: give at least one".into()));
+    }
     topo.set_multipath(o.multipath, o.seed);
     if let Some(qps) = o.agenda_threshold {
         for h in &mut topo.hosts {
@@ -502,11 +510,19 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
         }
     }
     if o.link != LinkKind::Ib {
-        let mut f = Fabric::new(topo, o.seed);
+        let mut fab = Fabric::new(topo, o.seed);
+        fab.threads = o.threads;
         if o.cc == Cc::Hpcc {
-            f.enable_int();
+            if o.threads.is_some() {
+                return Err(ScenarioError::BadOption(
+                    "--cc hpcc runs on the single event queue only: the partitioned loop (--threads) does not \
+                     stamp or echo INT yet"
+                        .into(),
+                ));
+            }
+            fab.enable_int();
         }
-        return Ok(f);
+        return Ok(fab);
     }
     if o.cc == Cc::Hpcc {
         return Err(ScenarioError::BadOption(
@@ -515,7 +531,9 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
     }
     if !o.ib.sm {
         topo.make_ib(&o.ib.config());
-        return Ok(Fabric::new(topo, o.seed));
+        let mut fab = Fabric::new(topo, o.seed);
+        fab.threads = o.threads;
+        return Ok(fab);
     }
     topo.make_ib_unconfigured(&o.ib.config());
     let sm_node = topo.host_nodes[0];
@@ -527,7 +545,9 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
     for p in topo.ports.iter_mut().flatten() {
         p.busy = false;
     }
-    Ok(Fabric::new(topo, o.seed))
+    let mut fab = Fabric::new(topo, o.seed);
+    fab.threads = o.threads;
+    Ok(fab)
 }
 
 /// Long flows from every sender to one receiver, started within 10 µs of
@@ -754,6 +774,7 @@ fn ib_ring(o: &Options, progress: &mut dyn FnMut(Instant, Duration)) -> Result<R
     let topo = Topology::ib_ring(N, &s, &o.ib.config(), &routing)
         .map_err(|e| ScenarioError::BadOption(format!("routing: {e}")))?;
     let mut fab = Fabric::new(topo, o.seed);
+    fab.threads = o.threads;
     fab.deadlock_window = Some(Duration::from_micros(200));
     for i in 0..N {
         fab.add_flow(i, (i + 2) % N, None, Instant::ZERO);

@@ -10,9 +10,13 @@ use std::any::Any;
 
 pub trait Workload: std::fmt::Debug + Send {
     /// A completion on host `h`'s CQ that belongs to no flow. It may post
-    /// work on host `h` only (the fabric is servicing that host and sends
-    /// what was posted next).
-    fn on_completion(&mut self, h: usize, wc: &WorkCompletion, hosts: &mut [Host], now: Instant);
+    /// work on host `h` only, which it is given (the fabric is servicing
+    /// that host and sends what was posted next). It must touch only state
+    /// of its own that belongs to host `h` (and flags that only ever go
+    /// one way, such as "failed"): the parallel loop (`--threads`) calls it
+    /// from several threads, in an order that is not fixed, and relies on
+    /// calls for different hosts commuting.
+    fn on_completion(&mut self, h: usize, wc: &WorkCompletion, host: &mut Host, now: Instant);
 
     /// Whether it has finished (or can make no more progress).
     fn done(&self) -> bool;

@@ -65,6 +65,9 @@ pub struct Collective {
     roles: Vec<BTreeMap<u32, Role>>,
     /// (from, to): receives not yet posted.
     recv_left: BTreeMap<(usize, usize), u64>,
+    /// Per host: the (VA, rkey) its peers write to, so that a rank posts
+    /// with its own host alone in hand.
+    remote: Vec<(u64, u32)>,
     /// A WRITE completed in error: the collective cannot finish.
     pub failed: bool,
 }
@@ -79,6 +82,7 @@ impl Collective {
             send_qp: BTreeMap::new(),
             roles: vec![BTreeMap::new(); topo.hosts.len()],
             recv_left: BTreeMap::new(),
+            remote: topo.hosts.iter().map(|h| (h.va, h.rkey)).collect(),
             failed: false,
             schedule: Vec::new(),
         };
@@ -90,12 +94,12 @@ impl Collective {
             c.roles[b].insert(qb, Role::From(a));
             c.recv_left.insert((a, b), count);
             for _ in 0..RECV_DEPTH.min(count) {
-                c.post_recv(&mut topo.hosts, a, b, qb);
+                c.post_recv(&mut topo.hosts[b], a, b, qb);
             }
         }
         c.schedule = schedule;
         for r in 0..n {
-            c.begin(r, 0, &mut topo.hosts, now);
+            c.begin(r, 0, &mut topo.hosts[r], now);
         }
         c
     }
@@ -105,21 +109,21 @@ impl Collective {
         self.ranks.iter().map(|r| r.finish).collect()
     }
 
-    fn post_recv(&mut self, hosts: &mut [Host], from: usize, to: usize, qpn: u32) {
+    fn post_recv(&mut self, host: &mut Host, from: usize, to: usize, qpn: u32) {
         let left = self.recv_left.get_mut(&(from, to)).expect("a connection");
         if *left == 0 {
             return;
         }
         *left -= 1;
-        if hosts[to].ep.post_recv(qpn, RecvWr { wr_id: 0, sg_list: Vec::new() }).is_err() {
+        if host.ep.post_recv(qpn, RecvWr { wr_id: 0, sg_list: Vec::new() }).is_err() {
             tracing::warn!(from, to, "posting a receive failed");
             self.failed = true;
         }
     }
 
-    /// Rank `r` enters step `k` (or finishes), and goes on while its steps
-    /// have nothing left to wait for.
-    fn begin(&mut self, r: usize, k: usize, hosts: &mut [Host], now: Instant) {
+    /// Rank `r` (on `host`) enters step `k` (or finishes), and goes on
+    /// while its steps have nothing left to wait for.
+    fn begin(&mut self, r: usize, k: usize, host: &mut Host, now: Instant) {
         let mut k = k;
         loop {
             let rank = &mut self.ranks[r];
@@ -145,7 +149,7 @@ impl Collective {
                 })
                 .collect();
             for i in 0..self.ranks[r].sending.len() {
-                self.top_up(r, i, hosts);
+                self.top_up(r, i, host);
             }
             if !self.step_done(r) {
                 return;
@@ -160,20 +164,20 @@ impl Collective {
             && rank.awaited.iter().all(|(p, &n)| rank.arrived.get(p).copied().unwrap_or(0) >= n)
     }
 
-    /// Posts WRITEs of message `i` of rank `r`'s step up to the window.
-    fn top_up(&mut self, r: usize, i: usize, hosts: &mut [Host]) {
+    /// Posts WRITEs of message `i` of rank `r`'s step (on `host`) up to the window.
+    fn top_up(&mut self, r: usize, i: usize, host: &mut Host) {
         let s = &mut self.ranks[r].sending[i];
         while s.outstanding < SEND_WINDOW && s.posted < s.bytes {
             let len = (s.bytes - s.posted).min(u64::from(MAX_MESSAGE)) as u32;
             let last = s.posted + u64::from(len) >= s.bytes;
-            let (rva, rkey) = (hosts[s.peer].va, hosts[s.peer].rkey);
+            let (rva, rkey) = self.remote[s.peer];
             let op = if last {
                 SendOp::RdmaWriteWithImm { remote_addr: rva, rkey, imm: s.imm }
             } else {
                 SendOp::RdmaWrite { remote_addr: rva, rkey }
             };
-            let sge = Sge { addr: hosts[r].va, length: len, lkey: hosts[r].lkey };
-            if let Err(e) = hosts[r].ep.post_send(s.qpn, SendWr::new(s.posted, op, vec![sge])) {
+            let sge = Sge { addr: host.va, length: len, lkey: host.lkey };
+            if let Err(e) = host.ep.post_send(s.qpn, SendWr::new(s.posted, op, vec![sge])) {
                 tracing::warn!(rank = r, peer = s.peer, error = %e, "posting a WRITE failed");
                 self.failed = true;
                 return;
@@ -185,7 +189,7 @@ impl Collective {
 }
 
 impl Workload for Collective {
-    fn on_completion(&mut self, h: usize, wc: &WorkCompletion, hosts: &mut [Host], now: Instant) {
+    fn on_completion(&mut self, h: usize, wc: &WorkCompletion, host: &mut Host, now: Instant) {
         let Some(&role) = self.roles.get(h).and_then(|m| m.get(&wc.qp_num)) else { return };
         if wc.status != WcStatus::Success {
             tracing::warn!(host = h, qpn = wc.qp_num, status = ?wc.status, "collective WRITE failed");
@@ -197,18 +201,18 @@ impl Workload for Collective {
                 let rank = &mut self.ranks[h];
                 let Some(i) = rank.sending.iter().position(|s| s.peer == peer) else { return };
                 rank.sending[i].outstanding = rank.sending[i].outstanding.saturating_sub(1);
-                self.top_up(h, i, hosts);
+                self.top_up(h, i, host);
             }
             Role::From(peer) if wc.opcode == WcOpcode::RecvRdmaWithImm => {
                 *self.ranks[h].arrived.entry(peer).or_default() += 1;
-                self.post_recv(hosts, peer, h, wc.qp_num);
+                self.post_recv(host, peer, h, wc.qp_num);
             }
             Role::From(_) => return,
         }
         let rank = &self.ranks[h];
         if rank.finish.is_none() && self.step_done(h) {
             let next = rank.step + 1;
-            self.begin(h, next, hosts, now);
+            self.begin(h, next, host, now);
         }
     }
 

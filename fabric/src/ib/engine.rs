@@ -14,7 +14,7 @@ use crate::topology::Node;
 use rdma_transport::Instant;
 
 /// Packets a host pulls from its engine ahead of the link while none can go.
-const HOST_AHEAD: usize = 4;
+pub(crate) const HOST_AHEAD: usize = 4;
 
 impl Fabric {
     /// Starts every IB link: the first round of (Init) flow-control packets.

@@ -17,7 +17,6 @@ use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
 use crate::workload::Workload;
 use core::time::Duration;
-use rdma_transport::cc::HopTelemetry;
 use rdma_transport::sim::Rng;
 use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
 use std::collections::HashMap;
@@ -91,9 +90,9 @@ pub struct Fabric {
     /// Total bytes delivered at the last window boundary, and when it last grew.
     pub(crate) last_delivered: (u64, Instant),
     /// In-band network telemetry for HPCC ([`Fabric::enable_int`]): what
-    /// each host's ACKs echo. The single queue only: the partitioned loop
-    /// refuses a fabric with it on.
-    int: Option<crate::int::EchoTable>,
+    /// each host's ACKs echo (the partitioned loop keeps a table per
+    /// partition instead).
+    pub(crate) int: Option<crate::int::EchoTable>,
     /// `Some(n)`: run the partitioned loop ([`crate::parallel`]) on `n`
     /// threads; `None`: the single event queue below. The partitioned
     /// loop gives the same results for every `n`, but not the same as
@@ -289,8 +288,8 @@ impl Fabric {
             Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
                     let mut packet = packet;
-                    if self.int.is_some() {
-                        self.int_arrive(h, &mut packet);
+                    if let Some(table) = self.int.as_mut() {
+                        table.on_arrive(h, &mut self.topo.hosts[h].ep, self.now, &mut packet);
                     }
                     if ecn_capable(&packet) {
                         if let Some(src) = ipv4_src(&packet) {
@@ -453,14 +452,8 @@ impl Fabric {
         let paused = p.data_paused(self.now);
         if let Some((mut p, resume)) = self.topo.switches[sw].dequeue(port, paused, &mut self.rng) {
             if self.int.is_some() {
-                let link = &self.topo.ports[node][port];
-                let hop = HopTelemetry {
-                    queue_bytes: self.topo.switches[sw].egress[port].data_bytes(),
-                    tx_bytes: link.tx_bytes,
-                    timestamp: self.now,
-                    rate_bps: link.link.rate_bps,
-                };
-                crate::int::stamp(&mut p, hop);
+                let queued = self.topo.switches[sw].egress[port].data_bytes();
+                crate::int::stamp_at_egress(&mut p, &self.topo.ports[node][port], queued, self.now);
             }
             self.launch(node, port, p);
             if let Some(in_port) = resume {
@@ -550,38 +543,9 @@ impl Fabric {
             }
         };
         if let Some(table) = self.int.as_ref() {
-            // An ACK echoes the last stamps from the QP it acknowledges.
-            match crate::int::qpn_psn(&packet).filter(|_| crate::int::is_ack(&packet)) {
-                Some((qpn, _)) => {
-                    let peer = [packet[16], packet[17], packet[18], packet[19]];
-                    let hops = table.latest(h, peer, qpn).to_vec();
-                    crate::int::echo(&mut packet, &hops);
-                }
-                None => crate::int::start(&mut packet),
-            }
+            table.on_send(h, &mut packet);
         }
         Some(packet)
-    }
-
-    /// A packet with an INT trailer reached host `h`: the trailer comes
-    /// off; a data packet's stamps are kept for the ACKs to its sender, an
-    /// ACK's echo goes to the QP it is for.
-    fn int_arrive(&mut self, h: usize, packet: &mut Vec<u8>) {
-        let Some(trailer) = crate::int::strip(packet) else {
-            debug_assert!(false, "a packet on an INT fabric without a trailer");
-            return;
-        };
-        let Some((qpn, psn)) = crate::int::qpn_psn(packet) else { return };
-        let ep = &mut self.topo.hosts[h].ep;
-        if trailer.echo {
-            ep.congestion_telemetry(self.now, qpn, psn, &trailer.hops);
-        } else if ecn_capable(packet) {
-            let Ok((_, params)) = ep.query_qp(qpn) else { return };
-            let peer = [packet[12], packet[13], packet[14], packet[15]];
-            if let Some(table) = self.int.as_mut() {
-                table.remember(h, peer, params.dest_qp, trailer.hops);
-            }
-        }
     }
 
     /// Data bytes waiting at output `port` of switch `sw`.

@@ -18,7 +18,7 @@
 
 use crate::switch::ecn_capable;
 use rdma_transport::cc::HopTelemetry;
-use rdma_transport::Instant;
+use rdma_transport::{Endpoint, Instant};
 use rdma_wire::{Bth, Opcode, Psn};
 
 /// Bytes per hop record.
@@ -62,6 +62,46 @@ impl EchoTable {
     pub fn latest(&self, host: usize, peer: [u8; 4], peer_qpn: u32) -> &[HopTelemetry] {
         self.latest.get(&(host, peer, peer_qpn)).map_or(&[], Vec::as_slice)
     }
+}
+
+impl EchoTable {
+    /// A packet host `h` sends: an ACK gets the echo of the last stamps
+    /// from the QP it acknowledges, anything else an empty trailer.
+    pub fn on_send(&self, h: usize, packet: &mut Vec<u8>) {
+        match qpn_psn(packet).filter(|_| is_ack(packet)) {
+            Some((qpn, _)) => {
+                let peer = [packet[16], packet[17], packet[18], packet[19]];
+                let hops = self.latest(h, peer, qpn).to_vec();
+                echo(packet, &hops);
+            }
+            None => start(packet),
+        }
+    }
+
+    /// A packet that reached host `h` at `now`: the trailer comes off; a
+    /// data packet's stamps are kept for the ACKs to its sender, an ACK's
+    /// echo goes to the QP it is for, before the ACK itself.
+    pub fn on_arrive(&mut self, h: usize, ep: &mut Endpoint, now: Instant, packet: &mut Vec<u8>) {
+        let Some(trailer) = strip(packet) else {
+            debug_assert!(false, "a packet on an INT fabric without a trailer");
+            return;
+        };
+        let Some((qpn, psn)) = qpn_psn(packet) else { return };
+        if trailer.echo {
+            ep.congestion_telemetry(now, qpn, psn, &trailer.hops);
+        } else if ecn_capable(packet) {
+            let Ok((_, params)) = ep.query_qp(qpn) else { return };
+            let peer = [packet[12], packet[13], packet[14], packet[15]];
+            self.remember(h, peer, params.dest_qp, trailer.hops);
+        }
+    }
+}
+
+/// A switch egress port (`port`, `queue_bytes` of data still queued)
+/// stamps a packet leaving it at `now`.
+pub fn stamp_at_egress(packet: &mut Vec<u8>, port: &crate::topology::Port, queue_bytes: u64, now: Instant) {
+    let hop = HopTelemetry { queue_bytes, tx_bytes: port.tx_bytes, timestamp: now, rate_bps: port.link.rate_bps };
+    stamp(packet, hop);
 }
 
 /// What a trailer held.

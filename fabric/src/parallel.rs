@@ -258,6 +258,11 @@ struct Part {
     /// heard a completion: the run's time if it stops when done.
     done_at: Instant,
     message_latency_ns: Vec<u64>,
+    /// HPCC's INT ([`crate::int`]), when the fabric has it on: the echoes
+    /// of this partition's hosts (a host's stamps are kept and echoed by
+    /// the host itself, and a switch stamps at its own egress, so INT never
+    /// crosses a partition but inside the packets).
+    int: Option<crate::int::EchoTable>,
 }
 
 impl Part {
@@ -323,9 +328,12 @@ impl Part {
                 w.port(me, node, port).busy = false;
                 self.ib_wake(w, node, port);
             }
-            Event::Arrive { node, port: in_port, packet } => match w.nodes[node] {
+            Event::Arrive { node, port: in_port, mut packet } => match w.nodes[node] {
                 Node::Host(h) => {
                     let host = w.host(me, h);
+                    if let Some(table) = self.int.as_mut() {
+                        table.on_arrive(h, &mut host.ep, self.now, &mut packet);
+                    }
                     if ecn_capable(&packet) {
                         if let Some(src) = ipv4_src(&packet) {
                             *host.rx_data_bytes.entry(src).or_default() += packet.len() as u64;
@@ -462,6 +470,7 @@ impl Part {
         self.counters.packet_hops += 1;
         let p = w.port(self.id, node, port);
         p.busy = true;
+        p.tx_bytes += wire_len as u64;
         let done = self.now + p.link.serialise(wire_len);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.schedule(w, node, done, Event::PortFree { node, port });
@@ -477,7 +486,11 @@ impl Part {
             return self.launch_pfc(w, node, port, frame);
         }
         let paused = p.data_paused(self.now);
-        if let Some((p, resume)) = w.switch(self.id, node, sw).dequeue(port, paused, &mut self.rng) {
+        if let Some((mut p, resume)) = w.switch(self.id, node, sw).dequeue(port, paused, &mut self.rng) {
+            if self.int.is_some() {
+                let queued = w.switch(self.id, node, sw).egress[port].data_bytes();
+                crate::int::stamp_at_egress(&mut p, w.port(self.id, node, port), queued, self.now);
+            }
             self.launch(w, node, port, p);
             if let Some(in_port) = resume {
                 self.send_pfc(w, node, in_port, 0);
@@ -557,7 +570,7 @@ impl Part {
         let tx = ep.poll_transmit(self.now, &mut self.buf);
         self.timers.set(h, ep.poll_timeout());
         let tx = tx?;
-        Some(match &tx.payload {
+        let mut packet = match &tx.payload {
             None => self.buf[..tx.len].to_vec(),
             Some(p) => {
                 let mut payload = vec![0u8; p.len];
@@ -565,7 +578,11 @@ impl Part {
                 p.seal(&mut self.buf[..tx.len], &payload);
                 [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
             }
-        })
+        };
+        if let Some(table) = self.int.as_ref() {
+            table.on_send(h, &mut packet);
+        }
+        Some(packet)
     }
 }
 
@@ -975,6 +992,7 @@ impl Fabric {
                 flows_done: 0,
                 done_at: self.now,
                 message_latency_ns: Vec::new(),
+                int: self.int.is_some().then(crate::int::EchoTable::default),
             })
             .collect();
         // The queue so far, to the partitions, in its order.

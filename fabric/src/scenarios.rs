@@ -513,13 +513,6 @@ pub(crate) fn fabric(mut topo: Topology, o: &Options) -> Result<Fabric, Scenario
         let mut fab = Fabric::new(topo, o.seed);
         fab.threads = o.threads;
         if o.cc == Cc::Hpcc {
-            if o.threads.is_some() {
-                return Err(ScenarioError::BadOption(
-                    "--cc hpcc runs on the single event queue only: the partitioned loop (--threads) does not \
-                     stamp or echo INT yet"
-                        .into(),
-                ));
-            }
             fab.enable_int();
         }
         return Ok(fab);

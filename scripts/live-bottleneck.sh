@@ -6,10 +6,10 @@
 # the simulated fabric's figures for the same parameters beside them.
 #
 #   sudo scripts/live-bottleneck.sh [--flows N] [--rate-mbps R] [--seconds S]
-#                                   [--dcqcn paper|nvidia|off] [--cc timely|none]
+#                                   [--dcqcn paper|nvidia|off] [--cc timely|swift|none]
 #                                   [--min-rtt-us U] [--out DIR]
 #
-# --cc timely runs TIMELY (RTT samples only) in the senders instead of DCQCN,
+# --cc timely (or swift) runs TIMELY (Swift) on RTT samples only in the senders instead of DCQCN,
 # with --min-rtt-us as the path's unloaded RTT (default 200: the router's own
 # forwarding on a busy 2-core host); the simulated figures are TIMELY's too.
 # Needs root (it creates and removes its own namespaces, named bn-*-PID).
@@ -81,9 +81,9 @@ wait "$ROUTER" || { cat "$OUT/router.log" >&2; exit 1; }
 
 # The simulated fabric, same rate, flows, preset and RED (rdma-fabric's defaults are the paper's).
 SIM=$OUT/simulated.json
-if [ "$DCQCN" = timely ]; then
+if [ "$DCQCN" = timely ] || [ "$DCQCN" = swift ]; then
     $BIN/rdma-fabric run dcqcn-fairness --flows "$FLOWS" --line-rate "$(awk "BEGIN { print $RATE / 1000 }")" \
-        --cc timely --duration 200ms --json >"$SIM"
+        --cc "$DCQCN" --duration 200ms --json >"$SIM"
 elif [ "$DCQCN" != off ] && [ "$DCQCN" != none ]; then
     $BIN/rdma-fabric run dcqcn-fairness --flows "$FLOWS" --line-rate "$(awk "BEGIN { print $RATE / 1000 }")" \
         --preset "$DCQCN" --duration 200ms --json >"$SIM"

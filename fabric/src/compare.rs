@@ -20,15 +20,17 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// The four fabrics compared.
 pub const CONFIGS: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-dcqcn", "roce-lossy"];
 
-/// The fabrics compared when `base` asks for TIMELY or HPCC: its row in DCQCN's place.
+/// The fabrics compared when `base` asks for TIMELY, HPCC or Swift: its row in DCQCN's place.
 const CONFIGS_TIMELY: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-timely", "roce-lossy"];
 const CONFIGS_HPCC: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-hpcc", "roce-lossy"];
+const CONFIGS_SWIFT: [&str; 4] = ["ib", "roce-pfc", "roce-pfc-swift", "roce-lossy"];
 
 /// The fabrics compared for `base`: the algorithm it asks for in DCQCN's row.
 fn configs(base: &Options) -> [&'static str; 4] {
     match base.cc {
         Cc::Timely => CONFIGS_TIMELY,
         Cc::Hpcc => CONFIGS_HPCC,
+        Cc::Swift => CONFIGS_SWIFT,
         _ => CONFIGS,
     }
 }
@@ -41,6 +43,7 @@ pub fn options(config: &str, base: &Options) -> Options {
         "roce-pfc-dcqcn" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Dcqcn, ..*base },
         "roce-pfc-timely" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Timely, ..*base },
         "roce-pfc-hpcc" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Hpcc, ..*base },
+        "roce-pfc-swift" => Options { link: LinkKind::Roce, pfc: true, cc: Cc::Swift, ..*base },
         _ => Options { link: LinkKind::Roce, pfc: false, cc: Cc::None, ..*base },
     }
 }

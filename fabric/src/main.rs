@@ -27,6 +27,7 @@ enum CcArg {
     Dcqcn,
     Timely,
     Hpcc,
+    Swift,
     None,
 }
 
@@ -123,8 +124,8 @@ struct RunArgs {
     #[arg(long, value_enum)]
     dcqcn: Option<OnOff>,
     /// The congestion controller of every host: dcqcn (with --preset),
-    /// timely (RTT samples only), hpcc (in-band telemetry the switches
-    /// stamp; RoCE fabrics only) or none; default: --dcqcn's choice.
+    /// timely or swift (RTT samples only), hpcc (in-band telemetry the
+    /// switches stamp; RoCE fabrics only) or none; default: --dcqcn's choice.
     #[arg(long, value_enum)]
     cc: Option<CcArg>,
     /// incast: bytes per flow, in KiB.
@@ -591,12 +592,13 @@ fn options(args: &RunArgs) -> Result<Options, String> {
     };
     let cc = match (cc, dcqcn) {
         (Some(CcArg::Dcqcn), Some(OnOff::Off)) => return Err("--cc dcqcn and --dcqcn off contradict".into()),
-        (Some(CcArg::Timely | CcArg::Hpcc | CcArg::None), Some(OnOff::On)) => {
+        (Some(CcArg::Timely | CcArg::Hpcc | CcArg::Swift | CcArg::None), Some(OnOff::On)) => {
             return Err("--dcqcn on contradicts --cc: give one of them".into())
         }
         (Some(CcArg::Dcqcn), _) => Cc::Dcqcn,
         (Some(CcArg::Timely), _) => Cc::Timely,
         (Some(CcArg::Hpcc), _) => Cc::Hpcc,
+        (Some(CcArg::Swift), _) => Cc::Swift,
         (Some(CcArg::None), _) => Cc::None,
         (None, d) => Cc::from_dcqcn(!matches!(d, Some(OnOff::Off))),
     };

@@ -16,7 +16,7 @@ use crate::switch::Red;
 use crate::topology::Node;
 use crate::topology::{Settings, Topology};
 use core::time::Duration;
-use rdma_transport::cc::{ControllerFactory, DcqcnParams, HpccParams, ReactionPoint, TimelyParams};
+use rdma_transport::cc::{ControllerFactory, DcqcnParams, HpccParams, ReactionPoint, SwiftParams, TimelyParams};
 use rdma_transport::sim::Rng;
 use rdma_transport::Instant;
 
@@ -65,6 +65,8 @@ pub enum Cc {
     Timely,
     /// HPCC, from in-band telemetry the switches stamp ([`crate::int`]).
     Hpcc,
+    /// Swift, a window from delay alone (RTT samples, as TIMELY).
+    Swift,
 }
 
 /// TIMELY's unloaded RTT in the fabric: the gradient's unit. A host-switch-
@@ -76,6 +78,15 @@ pub const TIMELY_MIN_RTT: Duration = Duration::from_micros(10);
 /// W_init·(1 − η)/N (the paper's rule; the value of N is ours).
 pub const HPCC_BASE_RTT: Duration = TIMELY_MIN_RTT;
 pub const HPCC_EXPECTED_FLOWS: u32 = 100;
+
+/// Swift's unloaded RTT: TIMELY's estimate plus a 1 KiB packet (the hosts'
+/// MTU, `host::pair_config`) stored and forwarded at four hops, which
+/// matters at slow line rates (16 µs a hop at 500 Mb/s), where a target
+/// below one packet's serialisation would cut every flow to its floor.
+pub fn swift_base_rtt(line_rate_bps: u64) -> Duration {
+    let per_hop = Duration::from_nanos((1100u64 * 8 * 1_000_000_000) / line_rate_bps.max(1));
+    TIMELY_MIN_RTT + per_hop * 4
+}
 
 impl Cc {
     /// The old `--dcqcn on|off`.
@@ -93,6 +104,7 @@ impl Cc {
             Cc::Dcqcn => "dcqcn",
             Cc::Timely => "timely",
             Cc::Hpcc => "hpcc",
+            Cc::Swift => "swift",
         }
     }
 
@@ -103,6 +115,9 @@ impl Cc {
             Cc::Dcqcn => Some(std::sync::Arc::new(preset.params(line_rate_bps))),
             Cc::Timely => Some(std::sync::Arc::new(TimelyParams::new(line_rate_bps, TIMELY_MIN_RTT))),
             Cc::Hpcc => Some(std::sync::Arc::new(HpccParams::new(line_rate_bps, HPCC_BASE_RTT, HPCC_EXPECTED_FLOWS))),
+            Cc::Swift => {
+                Some(std::sync::Arc::new(SwiftParams::new(line_rate_bps, swift_base_rtt(line_rate_bps), 1024)))
+            }
         }
     }
 }
@@ -321,7 +336,7 @@ pub fn run(name: &str, o: &Options, progress: &mut dyn FnMut(Instant, Duration))
     }
     check_multipath(o)?;
     match name {
-        "rp-trajectory" if matches!(o.cc, Cc::Timely | Cc::Hpcc) => {
+        "rp-trajectory" if matches!(o.cc, Cc::Timely | Cc::Hpcc | Cc::Swift) => {
             Err(ScenarioError::BadOption(format!("rp-trajectory is DCQCN's reaction point: no --cc {}", o.cc.name())))
         }
         "rp-trajectory" => Ok(rp_trajectory(o)),

@@ -130,3 +130,42 @@ fn hpcc_shortens_the_short_flows_tail_behind_long_ones() {
     let (q_none, q_hpcc) = (none.queue_p50_bytes.unwrap(), hpcc.queue_p50_bytes.unwrap());
     assert!(q_hpcc * 10 < q_none, "median queue: HPCC {q_hpcc} B, none {q_none} B");
 }
+
+/// Swift, a window from delay alone: four long flows fill the link and
+/// share it, with a standing queue of the target delay's worth (the
+/// queue that holds the RTT at the target: tens of KB at 40G), far below
+/// no control's; and, without PFC, a stream of short flows behind two
+/// long ones loses nothing, where TIMELY, rate-based on the same samples,
+/// overruns the buffer and its short flows' tail is many times longer.
+#[test]
+fn swift_fills_the_link_fairly_and_its_window_keeps_short_flows_from_drops() {
+    let base = Options { flows: 4, ..Options::default() };
+    let none = go("dcqcn-fairness", Options { cc: Cc::None, ..base });
+    let swift = go("dcqcn-fairness", Options { cc: Cc::Swift, ..base });
+    assert!(swift.throughput_fraction.unwrap() > 0.95, "{:?}", swift.throughput_fraction);
+    assert!(swift.jain.unwrap() > 0.99, "{:?}", swift.jain);
+    assert!(swift.queue_p50_bytes.unwrap() * 4 < none.queue_p50_bytes.unwrap());
+    assert_eq!((swift.drops, swift.retransmits), (0, 0));
+    let mixed = Options { fanin: 8, pfc: false, ..Options::default() };
+    let swift = go("mixed", Options { cc: Cc::Swift, ..mixed });
+    let timely = go("mixed", Options { cc: Cc::Timely, ..mixed });
+    assert_eq!((swift.drops, swift.flows_unfinished), (0, 0), "nothing lost, every short flow done");
+    assert!(timely.drops > 0, "the reference overruns the buffer");
+    let (s, t) = (swift.fct_us_p99.unwrap(), timely.fct_us_p99.unwrap());
+    assert!(s * 3.0 < t, "short flows' FCT p99: Swift {s} us, TIMELY {t} us");
+}
+
+/// At a slow line rate a packet's serialisation is most of the RTT: the
+/// target must allow for it, or every flow is cut to its floor.
+#[test]
+fn swift_at_500_mbps_still_fills_the_link() {
+    let o = Options {
+        flows: 4,
+        line_rate_gbps: 0.5,
+        duration: Some(std::time::Duration::from_millis(200)),
+        cc: Cc::Swift,
+        ..Options::default()
+    };
+    let r = go("dcqcn-fairness", o);
+    assert!(r.throughput_fraction.unwrap() > 0.9, "{:?}", r.throughput_fraction);
+}

@@ -86,7 +86,7 @@ pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 /// The links, every backend behind one seam (the crate `rdma-link`).
 pub use rdma_link as link;
 pub use rdma_link::faults::FaultConfig;
-pub use rdma_transport::cc::{ControllerFactory, DcqcnParams, TimelyParams};
+pub use rdma_transport::cc::{ControllerFactory, DcqcnParams, SwiftParams, TimelyParams};
 /// Multicast: why an attach or detach was refused, the multicast QPN.
 pub use rdma_transport::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
 pub use rdma_transport::qp::{QpParams, QpStats};

@@ -167,11 +167,13 @@ struct Args {
     #[arg(long = "dcqcn", value_parser = parse_dcqcn)]
     dcqcn: Option<Dcqcn>,
     /// The congestion controller on this side's device: dcqcn (the
-    /// --dcqcn preset, paper if none is given), timely (from RTT samples
-    /// alone: nothing asked of the network) or none (the default).
+    /// --dcqcn preset, paper if none is given), timely or swift (from RTT
+    /// samples alone: nothing asked of the network) or none (the default);
+    /// hpcc needs switches that stamp telemetry: rdma-fabric only.
     #[arg(long = "cc", value_parser = parse_cc)]
     cc: Option<CcChoice>,
-    /// TIMELY: the path's RTT without queues, µs (the gradient's unit).
+    /// TIMELY and Swift: the path's RTT without queues, µs (TIMELY's
+    /// gradient unit; Swift's target starts 25 % above it).
     #[arg(long = "min-rtt-us", default_value_t = 50)]
     min_rtt_us: u64,
     /// The line rate the controller starts from and never exceeds, Gb/s: the NIC's
@@ -187,6 +189,7 @@ struct Args {
 enum CcChoice {
     Dcqcn,
     Timely,
+    Swift,
     None,
 }
 
@@ -194,14 +197,15 @@ fn parse_cc(s: &str) -> Result<CcChoice, String> {
     match s {
         "dcqcn" => Ok(CcChoice::Dcqcn),
         "timely" => Ok(CcChoice::Timely),
+        "swift" => Ok(CcChoice::Swift),
         "none" => Ok(CcChoice::None),
         // HPCC's input is telemetry that switches stamp into packets: no
         // socket path has it. Said here rather than run without input.
         "hpcc" => Err("hpcc needs in-band telemetry from the switches on the path, which real sockets do not \
                        carry: run it in the simulated fabric (rdma-fabric run NAME --cc hpcc); here use dcqcn, \
-                       timely or none"
+                       timely, swift or none"
             .into()),
-        _ => Err(format!("{s:?}: expected dcqcn, timely or none (hpcc: rdma-fabric only)")),
+        _ => Err(format!("{s:?}: expected dcqcn, timely, swift or none (hpcc: rdma-fabric only)")),
     }
 }
 
@@ -218,7 +222,7 @@ fn controller(
     let bps = (line_rate_gbps * 1e9) as u64;
     Ok(match (cc, dcqcn) {
         (Some(CcChoice::Dcqcn), Some(Dcqcn::Off)) => return Err("--cc dcqcn and --dcqcn off contradict".into()),
-        (Some(CcChoice::Timely | CcChoice::None), Some(Dcqcn::Paper | Dcqcn::Nvidia)) => {
+        (Some(CcChoice::Timely | CcChoice::Swift | CcChoice::None), Some(Dcqcn::Paper | Dcqcn::Nvidia)) => {
             return Err("--dcqcn names a preset, --cc another algorithm: give one of them".into())
         }
         (Some(CcChoice::Dcqcn), d) => d.unwrap_or(Dcqcn::Paper).params(line_rate_gbps).map(|p| Arc::new(p) as Arc<_>),
@@ -227,6 +231,9 @@ fn controller(
             pacer_burst: PACER_BURST,
             ..rdma_core_rs::TimelyParams::new(bps, min_rtt)
         })),
+        // Windows in 1024-byte packets: the smallest path MTU a RoCE
+        // device offers, so the window in bytes is right whatever the MTU.
+        (Some(CcChoice::Swift), _) => Some(Arc::new(rdma_core_rs::SwiftParams::new(bps, min_rtt, 1024))),
         (Some(CcChoice::None), _) => None,
         (None, d) => d.unwrap_or(Dcqcn::Off).params(line_rate_gbps).map(|p| Arc::new(p) as Arc<_>),
     })
@@ -420,8 +427,12 @@ mod tests {
         assert_eq!(pick(Some(CcChoice::None), None), Ok(None));
         assert!(pick(Some(CcChoice::Dcqcn), Some(Dcqcn::Off)).is_err());
         assert!(pick(Some(CcChoice::Timely), Some(Dcqcn::Nvidia)).is_err());
+        assert_eq!(pick(Some(CcChoice::Swift), None), Ok(Some("swift")));
+        assert!(pick(Some(CcChoice::Swift), Some(Dcqcn::Paper)).is_err());
+        assert_eq!(parse_cc("swift"), Ok(CcChoice::Swift));
+        assert!(parse_cc("hpcc").unwrap_err().contains("rdma-fabric"));
         assert!(pick(Some(CcChoice::None), Some(Dcqcn::Paper)).is_err());
-        assert!(parse_cc("swift").is_err());
+        assert!(parse_cc("reno").is_err());
     }
 
     /// The parameters behind each choice: DCQCN's preset (paper unless

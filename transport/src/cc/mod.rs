@@ -20,6 +20,7 @@
 //! | [`dcqcn`] | the reaction point behind the seam; `DcqcnParams` as its factory |
 //! | [`notification`] | the notification point (receiver): CNP pacing and the CNP's headers |
 //! | [`timely`] | TIMELY: rate from RTT samples, nothing asked of switches |
+//! | [`swift`] | Swift: a window from delay against a target that flow scaling raises |
 //! | [`hpcc`] | HPCC: a window from in-band telemetry that switches stamp and receivers echo |
 //! | [`rtt`] | RTT samples from the engine's clock: send times of packets that ask for an ACK |
 //! | `settings` | a device's settings: the factory, the notification point's, ECN-capable data |
@@ -35,6 +36,7 @@ pub mod params;
 pub mod reaction;
 pub mod rtt;
 pub(crate) mod settings;
+pub mod swift;
 pub mod timely;
 pub(crate) mod wired;
 
@@ -47,4 +49,5 @@ pub use pacer::Pacer;
 pub use params::{DcqcnParams, NpMode, RpVariant};
 pub use reaction::ReactionPoint;
 pub use rtt::RttSampler;
+pub use swift::{Swift, SwiftParams};
 pub use timely::{Timely, TimelyParams};

@@ -15,7 +15,6 @@ use crate::error::Result;
 use crate::frames::FrameIo;
 use crate::io::Io;
 use crate::io_stats::IoStats;
-use crate::pd::ProtectionDomain;
 use crate::udp::{UdpIo, BATCH};
 use rdma_link::capture::CaptureLink;
 use rdma_link::faults::FaultLink;
@@ -615,12 +614,6 @@ impl Context {
     /// `ibv_query_gid`.
     pub fn query_gid(&self, index: u32) -> Result<Gid> {
         self.inner.device.gid(index)
-    }
-
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
-        let pd = self.inner.lock().ep.alloc_pd();
-        Ok(ProtectionDomain { ctx: self.clone(), pd })
     }
 
     /// One round of progress without blocking: what a passive peer (the

@@ -12,6 +12,16 @@ pub struct ProtectionDomain {
     pub(crate) pd: Pd,
 }
 
+// `ibv_alloc_pd` is the context's verb; it lives here, with the type it
+// makes, so that the context need not know the PD (the PD holds the context).
+impl Context {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let pd = self.inner.lock().ep.alloc_pd();
+        Ok(ProtectionDomain { ctx: self.clone(), pd })
+    }
+}
+
 impl ProtectionDomain {
     pub fn context(&self) -> &Context {
         &self.ctx

@@ -17,7 +17,7 @@
 use crate::cq::CqTable;
 use crate::framing::scatter;
 use crate::memory::{MemoryTable, Pd};
-use crate::qp::{CqId, QpParams, QpState};
+use crate::qp::attr::{CqId, QpParams, QpState};
 use crate::retry::RetryBudget;
 use crate::send_queue::{SendQueue, SendWqe};
 use crate::stats::{Drop, Stats};

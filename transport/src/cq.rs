@@ -4,7 +4,7 @@
 
 use crate::error::VerbsError;
 use crate::pool::WrPool;
-use crate::qp::CqId;
+use crate::qp::attr::CqId;
 use crate::wr::WorkCompletion;
 use std::collections::VecDeque;
 

@@ -2,7 +2,7 @@
 //! Transport-level failures are not errors here: they become work
 //! completions with a status, as in libibverbs.
 
-use crate::qp::QpState;
+use crate::qp::attr::QpState;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VerbsError {
@@ -33,7 +33,7 @@ pub enum VerbsError {
     #[error("QP {qpn:#x}: {len} bytes of inline data exceed max_inline_data {max}")]
     InlineTooLarge { qpn: u32, len: usize, max: u32 },
     #[error("QP {qpn:#x}: operation {op} is not supported on {qp_type:?} QPs")]
-    UnsupportedOp { qpn: u32, op: &'static str, qp_type: crate::qp::QpType },
+    UnsupportedOp { qpn: u32, op: &'static str, qp_type: crate::qp::attr::QpType },
     #[error("QP {qpn:#x}: message of {len} bytes exceeds {max}")]
     MessageTooLong { qpn: u32, len: u64, max: u64 },
     #[error("UD send on QP {0:#x} has no destination (SendWr::ud)")]

@@ -17,7 +17,7 @@
 //! one out-of-line function, so the RoCE v2 path is the code it was.
 
 use crate::memory::{Access, AccessError, MemoryTable, Pd, RegionMemory};
-use crate::qp::AddressVector;
+use crate::qp::attr::AddressVector;
 use crate::wr::Sge;
 use core::net::IpAddr;
 use rdma_wire::{

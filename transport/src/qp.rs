@@ -23,7 +23,7 @@ use core::net::IpAddr;
 use rdma_wire::Psn;
 use std::collections::VecDeque;
 
-mod attr;
+pub(crate) mod attr;
 
 pub use attr::{
     AddressVector, CqId, Mtu, QpAttr, QpCap, QpInitAttr, QpParams, QpState, QpType, SrqId, XrcdId, ECN_CE, ECN_ECT0,

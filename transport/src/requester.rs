@@ -8,7 +8,7 @@
 
 use crate::framing::{gather, Framer, PayloadRef};
 use crate::memory::{Access, AccessError, MemoryTable, Pd};
-use crate::qp::{QpParams, QpState, QpType};
+use crate::qp::attr::{QpParams, QpState, QpType};
 use crate::retry::RetryBudget;
 use crate::send_queue::SendQueue;
 use crate::time::{local_ack_timeout, Instant};
@@ -365,7 +365,7 @@ impl Requester {
             }
         }
         let av = match (&wqe.wr.ud, qp.params.av) {
-            (Some(ud), _) if t == QpType::Ud => crate::qp::AddressVector {
+            (Some(ud), _) if t == QpType::Ud => crate::qp::attr::AddressVector {
                 dest: ud.dest,
                 hop_limit: ud.hop_limit,
                 traffic_class: ud.traffic_class,

@@ -20,7 +20,7 @@
 use crate::cq::CqTable;
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd, RegionMemory};
-use crate::qp::{CqId, QpParams, QpState, QpType, SrqId};
+use crate::qp::attr::{CqId, QpParams, QpState, QpType, SrqId};
 use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
 use crate::srq::SrqTable;

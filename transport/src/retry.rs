@@ -4,7 +4,7 @@
 //! 7 = forever). They count failed attempts in a row, not over the QP's
 //! life: forward progress refills them.
 
-use crate::qp::QpParams;
+use crate::qp::attr::QpParams;
 use rdma_wire::Psn;
 
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 
 use crate::error::VerbsError;
 use crate::memory::Pd;
-use crate::qp::{CqId, SrqId, XrcdId};
+use crate::qp::attr::{CqId, SrqId, XrcdId};
 use crate::wr::RecvWr;
 use std::collections::VecDeque;
 

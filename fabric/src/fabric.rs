@@ -526,26 +526,13 @@ impl Fabric {
         flow.top_up(&mut self.topo.hosts, self.now);
     }
 
-    /// The next packet host `h`'s engine has to send, payload sealed in.
+    /// The next packet host `h`'s engine has to send ([`next_packet`]).
     /// Sending arms the engine's timers, so its deadline is noted.
     pub(crate) fn pull(&mut self, h: usize) -> Option<Vec<u8>> {
         let ep = &mut self.topo.hosts[h].ep;
-        let tx = ep.poll_transmit(self.now, &mut self.buf);
+        let packet = next_packet(ep, self.now, &mut self.buf, self.int.as_ref(), h);
         self.timers.set(h, ep.poll_timeout());
-        let tx = tx?;
-        let mut packet = match &tx.payload {
-            None => self.buf[..tx.len].to_vec(),
-            Some(p) => {
-                let mut payload = vec![0u8; p.len];
-                p.memory.read(p.offset, &mut payload);
-                p.seal(&mut self.buf[..tx.len], &payload);
-                [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
-            }
-        };
-        if let Some(table) = self.int.as_ref() {
-            table.on_send(h, &mut packet);
-        }
-        Some(packet)
+        packet
     }
 
     /// Data bytes waiting at output `port` of switch `sw`.
@@ -600,4 +587,30 @@ impl Fabric {
         }
         self.events.schedule(self.now + self.sample_every, Event::Sample);
     }
+}
+
+/// The next packet host `h`'s engine `ep` has to send at `now`, payload
+/// sealed in, with its INT trailer when `int` is on (both event loops use
+/// it). `buf` is scratch of [`MAX_PACKET`] bytes.
+pub(crate) fn next_packet(
+    ep: &mut rdma_transport::Endpoint,
+    now: Instant,
+    buf: &mut [u8],
+    int: Option<&crate::int::EchoTable>,
+    h: usize,
+) -> Option<Vec<u8>> {
+    let tx = ep.poll_transmit(now, buf)?;
+    let mut packet = match &tx.payload {
+        None => buf[..tx.len].to_vec(),
+        Some(p) => {
+            let mut payload = vec![0u8; p.len];
+            p.memory.read(p.offset, &mut payload);
+            p.seal(&mut buf[..tx.len], &payload);
+            [&buf[..p.at], &payload[..], &buf[p.at..tx.len]].concat()
+        }
+    };
+    if let Some(table) = int {
+        table.on_send(h, &mut packet);
+    }
+    Some(packet)
 }

@@ -68,11 +68,11 @@ impl EchoTable {
     /// A packet host `h` sends: an ACK gets the echo of the last stamps
     /// from the QP it acknowledges, anything else an empty trailer.
     pub fn on_send(&self, h: usize, packet: &mut Vec<u8>) {
-        match qpn_psn(packet).filter(|_| is_ack(packet)) {
-            Some((qpn, _)) => {
+        let ack_for = bth(packet).filter(|b| b.opcode() == Opcode::RC_ACKNOWLEDGE).map(|b| b.dest_qp());
+        match ack_for {
+            Some(qpn) => {
                 let peer = [packet[16], packet[17], packet[18], packet[19]];
-                let hops = self.latest(h, peer, qpn).to_vec();
-                echo(packet, &hops);
+                echo(packet, self.latest(h, peer, qpn));
             }
             None => start(packet),
         }
@@ -158,11 +158,6 @@ pub fn bth(packet: &[u8]) -> Option<Bth<&[u8]>> {
         return None;
     }
     Bth::new_checked(&packet[ihl + 8..]).ok()
-}
-
-/// Whether a host's packet is an ACK (what carries an echo back).
-pub fn is_ack(packet: &[u8]) -> bool {
-    bth(packet).is_some_and(|b| b.opcode() == Opcode::RC_ACKNOWLEDGE)
 }
 
 /// The destination QP and PSN of a packet's BTH.

@@ -567,22 +567,9 @@ impl Part {
 
     fn pull(&mut self, w: &World, h: usize) -> Option<Vec<u8>> {
         let ep = &mut w.host(self.id, h).ep;
-        let tx = ep.poll_transmit(self.now, &mut self.buf);
+        let packet = crate::fabric::next_packet(ep, self.now, &mut self.buf, self.int.as_ref(), h);
         self.timers.set(h, ep.poll_timeout());
-        let tx = tx?;
-        let mut packet = match &tx.payload {
-            None => self.buf[..tx.len].to_vec(),
-            Some(p) => {
-                let mut payload = vec![0u8; p.len];
-                p.memory.read(p.offset, &mut payload);
-                p.seal(&mut self.buf[..tx.len], &payload);
-                [&self.buf[..p.at], &payload[..], &self.buf[p.at..tx.len]].concat()
-            }
-        };
-        if let Some(table) = self.int.as_ref() {
-            table.on_send(h, &mut packet);
-        }
-        Some(packet)
+        packet
     }
 }
 

@@ -66,31 +66,38 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init
             }
         };
         init.attr.max_sge = init.attr.max_sge.max(1);
-        let id = verbs.id();
-        let c = ibv_srq {
-            context: p.c.context,
-            srq_context: init.srq_context,
-            pd,
-            handle: id as u32,
-            mutex: mutex_init(),
-            cond: cond_init(),
-            events_completed: 0,
-        };
-        held.keep();
-        let s = Box::into_raw(Box::new(Srq {
-            c,
-            verbs,
-            pd: p,
-            attr: Mutex::new(init.attr),
-            xrc: None,
-            users: Default::default(),
-        }));
-        with_objects(&p.engine, |o| {
-            o.srqs.insert(id, s as usize);
-        });
-        SRQS.insert(s);
-        s.cast()
+        register(p, (pd, init.srq_context), verbs, init.attr, None, held)
     })
+}
+
+/// Registers an SRQ the engine made on `p` (the application's `pd` and
+/// `srq_context` go into its `ibv_srq`), XRC's or not, and keeps the uses
+/// `held` took on the way.
+fn register(
+    p: &'static Pd,
+    (pd, srq_context): (*mut ibv_pd, *mut libc::c_void),
+    verbs: SharedReceiveQueue,
+    attr: ibv_srq_attr,
+    xrc: Option<(rdma_core_rs::XrcSrq, &'static Xrcd, &'static Cq)>,
+    held: Held,
+) -> *mut ibv_srq {
+    let id = verbs.id();
+    let c = ibv_srq {
+        context: p.c.context,
+        srq_context,
+        pd,
+        handle: id as u32,
+        mutex: mutex_init(),
+        cond: cond_init(),
+        events_completed: 0,
+    };
+    held.keep();
+    let s = Box::into_raw(Box::new(Srq { c, verbs, pd: p, attr: Mutex::new(attr), xrc, users: Default::default() }));
+    with_objects(&p.engine, |o| {
+        o.srqs.insert(id, s as usize);
+    });
+    SRQS.insert(s);
+    s.cast()
 }
 
 #[export_name = "softroce_ibv_modify_srq"]
@@ -217,30 +224,7 @@ pub unsafe extern "C" fn create_srq_ex(context: *mut ibv_context, attr: *mut ibv
         a.attr.srq_limit = 0;
         a.attr.max_sge = a.attr.max_sge.max(1);
         let verbs = srq.srq().clone();
-        let id = verbs.id();
-        let c = ibv_srq {
-            context: p.c.context,
-            srq_context: a.srq_context,
-            pd: a.pd,
-            handle: id as u32,
-            mutex: mutex_init(),
-            cond: cond_init(),
-            events_completed: 0,
-        };
-        held.keep();
-        let s = Box::into_raw(Box::new(Srq {
-            c,
-            verbs,
-            pd: p,
-            attr: Mutex::new(a.attr),
-            xrc: Some((srq, x, cq)),
-            users: Default::default(),
-        }));
-        with_objects(&p.engine, |o| {
-            o.srqs.insert(id, s as usize);
-        });
-        SRQS.insert(s);
-        s.cast()
+        register(p, (a.pd, a.srq_context), verbs, a.attr, Some((srq, x, cq)), held)
     })
 }
 

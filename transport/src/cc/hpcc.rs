@@ -145,14 +145,14 @@ impl Hpcc {
         self.echoes
     }
 
-    /// MeasureInflight: U after this echo. Hops whose previous stamp is
-    /// missing (the first echo, or a path of another length: spraying)
-    /// are only remembered.
-    fn measure(&mut self, hops: &[HopTelemetry]) -> f64 {
-        let t = self.p.t_secs();
+    /// MeasureInflight: U after this echo; `None` when the previous stamps
+    /// cannot be compared with these (the first echo, or a path of another
+    /// length: spraying), which are then only remembered.
+    fn measure(&self, hops: &[HopTelemetry]) -> Option<f64> {
         if self.last.len() != hops.len() {
-            return self.utilisation;
+            return None;
         }
+        let t = self.p.t_secs();
         let (mut u, mut tau) = (0.0f64, None);
         for (now, before) in hops.iter().zip(&self.last) {
             let dt = now.timestamp.saturating_since(before.timestamp).as_secs_f64();
@@ -167,9 +167,9 @@ impl Hpcc {
                 (u, tau) = (hop, Some(dt));
             }
         }
-        let Some(tau) = tau else { return self.utilisation };
+        let Some(tau) = tau else { return Some(self.utilisation) };
         let w = tau.min(t) / t;
-        (1.0 - w) * self.utilisation + w * u
+        Some((1.0 - w) * self.utilisation + w * u)
     }
 
     /// ComputeWind.
@@ -200,12 +200,9 @@ impl Hpcc {
     pub fn on_echo(&mut self, hops: &[HopTelemetry], acked: Psn, next: Psn) {
         self.echoes += 1;
         let u = self.measure(hops);
-        let measured = self.last.len() == hops.len();
         self.last.clear();
         self.last.extend_from_slice(hops);
-        if !measured {
-            return;
-        }
+        let Some(u) = u else { return };
         self.utilisation = u;
         let update = self.last_update.is_none_or(|seq| acked > seq);
         if update {

@@ -101,7 +101,6 @@ impl QpCc {
 
     /// In-band telemetry a response naming `acked` echoed, while the QP's
     /// next PSN is `next` (HPCC's input).
-    #[allow(clippy::too_many_arguments)]
     pub fn on_telemetry(
         &mut self,
         now: Instant,

@@ -99,14 +99,20 @@ impl IpTap {
         self.record(l3, [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]);
     }
 
-    /// A packet received, with the headers the UDP backend rebuilt.
-    pub fn received(&mut self, l3: &[u8]) {
+    /// A packet received (BTH through ICRC) with the headers its socket
+    /// reported, which the capture writes in front of it.
+    pub fn received(&mut self, headers: &rdma_wire::DatagramHeaders, packet: &[u8]) {
         self.scratch.clear();
-        self.scratch.extend_from_slice(l3);
+        self.scratch.resize(headers.headers_len(), 0);
+        if let Err(e) = headers.emit(packet.len(), &mut self.scratch) {
+            tracing::debug!(error = %e, "capture: a received packet no IP header can carry, left out");
+            return;
+        }
+        self.scratch.extend_from_slice(packet);
         if let Ok(p) = rdma_wire::RoceV2Packet::new_checked(&self.scratch[..]) {
             let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
             if p.ipv4().is_some() && computed != carried {
-                if let Some(ident) = self.recovery.recover(l3.len(), computed, carried) {
+                if let Some(ident) = self.recovery.recover(self.scratch.len(), computed, carried) {
                     self.scratch[4..6].copy_from_slice(&ident.to_be_bytes());
                     self.scratch[10..12].fill(0);
                     let sum = rdma_wire::ipv4::checksum(&self.scratch[..20]);

@@ -4,9 +4,9 @@
 //! Every oracle panics on a violation; nothing else may panic.
 
 use crate::io_stats::IoStats;
-use crate::udp::{split_datagram, RxMeta, HEADROOM};
+use crate::udp::split_datagram;
 use rdma_transport::{Endpoint, Instant};
-use rdma_wire::{IdentRecovery, RoceV2Packet, ROCE_V2_PORT};
+use rdma_wire::{DatagramHeaders, IdentRecovery, RoceV2Packet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Input layout of [`udp_receive`]: a flags byte, then 10 bytes of
@@ -26,21 +26,24 @@ pub mod udp_flags {
     pub const MISPLACED: u8 = 8;
 }
 
-/// The UDP receive path after the socket: GRO splitting, the IP and UDP
-/// headers rebuilt in front of each packet, and the engine's IPv4
-/// Identification recovery. Input: see [`UDP_RECEIVE_HEADER`] and
-/// [`udp_flags`]; parameters 2..4 are the sender's port, 4..6 the low
-/// bytes of its address, 8 the TOS / traffic class it arrived with, 9 its
-/// TTL / hop limit.
+/// The UDP receive path after the socket: GRO splitting, each packet
+/// handed to the engine with the headers the socket reported
+/// ([`DatagramHeaders`]), and the engine's IPv4 Identification recovery.
+/// Input: see [`UDP_RECEIVE_HEADER`] and [`udp_flags`]; parameters 2..4
+/// are the sender's port, 4..6 the low bytes of its address, 8 the TOS /
+/// traffic class it arrived with, 9 its TTL / hop limit.
 ///
-/// Oracles: every packet handed on lies in the buffer, with headers whose
-/// lengths, addresses and ports agree with it; the packets' bodies put
-/// together are the datagram; no more packets than segments; the rebuilt
-/// headers carry the TOS and the TTL; the engine counts a CE mark on
-/// exactly the packets it accepts past the ICRC check when the TOS says CE; an
-/// Identification recovered makes the ICRC check out when written into
-/// the header; the engine counts every packet it is handed, and recovers
-/// exactly those.
+/// Oracles: every packet handed on lies in the buffer; the packets put
+/// together are the datagram; no more packets than segments; a datagram
+/// outside its buffer is dropped whole. The engine given the typed headers
+/// ends exactly as an engine given the same packets with those headers
+/// written in front of them ([`DatagramHeaders::emit`], parsed by
+/// `handle_packet`): the same packets counted, the same drops by reason,
+/// CNPs, CE marks and Identifications recovered; a packet no IP header
+/// can carry (an IPv6 sender on an IPv4 device) is dropped as malformed.
+/// An Identification the solver recovers makes the ICRC check out when
+/// written into the header; CE is counted on exactly the packets past the
+/// ICRC check when the TOS says CE.
 pub fn udp_receive(data: &[u8]) {
     if data.len() < UDP_RECEIVE_HEADER {
         return;
@@ -62,29 +65,26 @@ pub fn udp_receive(data: &[u8]) {
         (true, IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
         (true, IpAddr::V6(_)) => IpAddr::V4(Ipv4Addr::new(127, 1, p[4], p[5])),
     };
-    let src = SocketAddr::new(src_ip, port);
-    let (tos, hop_limit) = (p[8], p[9]);
+    let headers =
+        DatagramHeaders { src: SocketAddr::new(src_ip, port), dst: local, traffic_class: p[8], hop_limit: p[9] };
     let (at, len) = if flags & udp_flags::MISPLACED != 0 {
         (usize::from(p[6] % 64), body.len() + usize::from(p[7] % 4))
     } else {
-        (HEADROOM, body.len())
+        (0, body.len())
     };
-    let mut buf = vec![0u8; HEADROOM + body.len()];
-    buf[HEADROOM..].copy_from_slice(body);
-    let orig = buf.clone();
-    let hl = if local.is_ipv4() { 20 } else { 40 };
-    let fits = at >= hl + 8 && at + len <= buf.len();
-    let consistent = local.is_ipv4() == src_ip.is_ipv4() || local.is_ipv6();
+    let mut buf = vec![0u8; 64 + body.len()];
+    buf[at..at + body.len()].copy_from_slice(body);
+    if flags & udp_flags::MISPLACED != 0 {
+        buf.truncate(at + body.len());
+    }
+    let fits = at + len <= buf.len();
 
     let mut stats = IoStats::default();
-    let mut bodies = Vec::with_capacity(len);
-    let mut packets = Vec::new();
+    let mut packets: Vec<Vec<u8>> = Vec::new();
     let buf_range = buf.as_ptr_range();
-    let n = split_datagram(&mut buf, at, len, seg, RxMeta { src, tos, hop_limit }, local, &mut stats, |pkt| {
+    let n = split_datagram(&buf, at, len, seg, &mut stats, |pkt| {
         let r = pkt.as_ptr_range();
         assert!(r.start >= buf_range.start && r.end <= buf_range.end, "a packet outside its buffer");
-        check_headers(pkt, hl, src, (tos, hop_limit), local);
-        bodies.extend_from_slice(&pkt[hl + 8..]);
         packets.push(pkt.to_vec());
     });
     assert_eq!(n, packets.len());
@@ -97,20 +97,29 @@ pub fn udp_receive(data: &[u8]) {
         assert_eq!((n, stats.truncated), (0, 1), "a misplaced datagram is dropped whole");
         return;
     }
-    assert_eq!(stats.datagrams_received as usize, segments, "every segment counted");
-    assert_eq!(n as u64 + stats.truncated, segments as u64, "every segment handed on or counted as truncated");
-    if consistent && n == segments {
-        assert!(bodies == orig[at..at + len], "the packets put together are the datagram");
-    } else if !consistent {
-        assert_eq!(n, 0, "an IPv6 sender on an IPv4 device is dropped");
+    assert_eq!((n, stats.datagrams_received as usize), (segments, segments), "every segment handed on and counted");
+    assert!(packets.concat() == buf[at..at + len], "the packets put together are the datagram");
+
+    // The same packets with their headers written in front, where a header can carry them.
+    let whole: Vec<Option<Vec<u8>>> = packets
+        .iter()
+        .map(|pkt| {
+            let mut l3 = vec![0u8; headers.headers_len()];
+            headers.emit(pkt.len(), &mut l3).ok()?;
+            l3.extend_from_slice(pkt);
+            Some(l3)
+        })
+        .collect();
+    let unfit = whole.iter().filter(|w| w.is_none()).count() as u64;
+    if src_ip.is_ipv6() && local.is_ipv4() {
+        assert_eq!(unfit, n as u64, "an IPv6 sender on an IPv4 device has no header");
     }
-    assert!(bodies.len() <= len, "more bytes out than in");
 
     // Identification recovery, checked against the header it implies.
     let mut recovery = IdentRecovery::new();
     let (mut recovered, mut icrc_ok) = (0, 0);
-    for pkt in &packets {
-        let Ok(p) = RoceV2Packet::new_checked(&pkt[..]) else { continue };
+    for l3 in whole.iter().flatten() {
+        let Ok(p) = RoceV2Packet::new_checked(&l3[..]) else { continue };
         let (computed, carried) = (p.computed_icrc(), p.transport().icrc());
         if computed == carried {
             icrc_ok += 1;
@@ -118,9 +127,9 @@ pub fn udp_receive(data: &[u8]) {
         if computed == carried || p.ipv4().is_none() {
             continue;
         }
-        if let Some(ident) = recovery.recover(pkt.len(), computed, carried) {
+        if let Some(ident) = recovery.recover(l3.len(), computed, carried) {
             recovered += 1;
-            let mut fixed = pkt.clone();
+            let mut fixed = l3.clone();
             fixed[4..6].copy_from_slice(&ident.to_be_bytes());
             fixed[10..12].copy_from_slice(&[0, 0]);
             let sum = rdma_wire::ipv4::checksum(&fixed[..20]);
@@ -129,46 +138,32 @@ pub fn udp_receive(data: &[u8]) {
             assert!(p.icrc_ok(), "Identification {ident} recovered, but the ICRC does not check out with it");
         }
     }
-    // The engine, with no QP: every packet is counted, and dropped or a CNP.
-    let mut ep = Endpoint::new(local);
-    ep.set_ipv4_ident_unknown(true);
-    for pkt in &packets {
-        ep.handle_packet(Instant::from_nanos(0), pkt);
-    }
-    let s = ep.stats();
-    assert_eq!(s.packets_received, n as u64);
-    assert_eq!(s.drops.values().sum::<u64>() + s.cnps_received, n as u64, "every packet accounted for: {s:?}");
-    assert_eq!(s.ipv4_ident_recovered, recovered, "the engine recovers what the solver does");
-    let ce = if tos & 3 == 3 { icrc_ok + recovered } else { 0 };
-    assert_eq!(s.ecn_ce_received, ce, "CE counted on every packet past the ICRC check, and only then");
-}
-
-/// The rebuilt headers of one packet agree with its length and the datagram's sender.
-fn check_headers(pkt: &[u8], hl: usize, src: SocketAddr, (tos, hop_limit): (u8, u8), local: IpAddr) {
-    assert!(pkt.len() >= hl + 8, "a packet without room for its headers");
-    let be = |at: usize| usize::from(u16::from_be_bytes([pkt[at], pkt[at + 1]]));
-    let udp = &pkt[hl..];
-    assert_eq!(be(hl + 4), udp.len(), "UDP length");
-    assert_eq!(be(hl), usize::from(src.port()), "UDP source port");
-    assert_eq!(be(hl + 2), usize::from(ROCE_V2_PORT), "UDP destination port");
-    match (src.ip(), local) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            assert_eq!(pkt[0], 0x45);
-            assert_eq!(pkt[1], tos, "IPv4 TOS");
-            assert_eq!(pkt[8], hop_limit, "IPv4 TTL");
-            assert_eq!(be(2), pkt.len(), "IPv4 total length");
-            assert_eq!(rdma_wire::ipv4::checksum(&pkt[..20]), 0, "IPv4 header checksum");
-            assert_eq!((&pkt[12..16], &pkt[16..20]), (&s.octets()[..], &d.octets()[..]));
+    // Two engines with no QP: one given the typed headers, one the packets
+    // with headers; every packet is counted, and dropped or a CNP, alike.
+    let (mut typed, mut parsed) = (Endpoint::new(local), Endpoint::new(local));
+    typed.set_ipv4_ident_unknown(true);
+    parsed.set_ipv4_ident_unknown(true);
+    for (pkt, l3) in packets.iter().zip(&whole) {
+        typed.handle_datagram(Instant::from_nanos(0), &headers, pkt);
+        if let Some(l3) = l3 {
+            parsed.handle_packet(Instant::from_nanos(0), l3);
         }
-        (_, IpAddr::V6(d)) => {
-            assert_eq!(pkt[0] >> 4, 6);
-            assert_eq!((pkt[0] << 4) | (pkt[1] >> 4), tos, "IPv6 traffic class");
-            assert_eq!(pkt[7], hop_limit, "IPv6 hop limit");
-            assert_eq!(be(4), pkt.len() - 40, "IPv6 payload length");
-            assert_eq!(&pkt[24..40], &d.octets()[..]);
-        }
-        (IpAddr::V6(_), IpAddr::V4(_)) => panic!("an IPv6 sender's packet handed on by an IPv4 device"),
     }
+    let (t, mut w) = (typed.stats(), parsed.stats());
+    assert_eq!(t.packets_received, n as u64);
+    assert_eq!(t.drops.values().sum::<u64>() + t.cnps_received, n as u64, "every packet accounted for: {t:?}");
+    if unfit > 0 {
+        w.packets_received += unfit;
+        *w.drops.entry(rdma_transport::Drop::Malformed).or_default() += unfit;
+    }
+    assert_eq!(
+        (t.packets_received, &t.drops, t.cnps_received, t.ecn_ce_received, t.ipv4_ident_recovered),
+        (w.packets_received, &w.drops, w.cnps_received, w.ecn_ce_received, w.ipv4_ident_recovered),
+        "typed headers and written ones end differently"
+    );
+    assert_eq!(t.ipv4_ident_recovered, recovered, "the engine recovers what the solver does");
+    let ce = if headers.ecn() == 3 { icrc_ok + recovered } else { 0 };
+    assert_eq!(t.ecn_ce_received, ce, "CE counted on every packet past the ICRC check, and only then");
 }
 
 /// Flag bits of [`frame_receive`]'s first byte.

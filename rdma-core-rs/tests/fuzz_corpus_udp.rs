@@ -23,7 +23,9 @@ fn the_udp_receive_body_runs_clean_over_its_seed_corpus() {
 }
 
 /// The oracles can fail: a datagram whose packets would need an IPv4
-/// total length past 65535 is dropped, not wrapped (what a u16 cast did).
+/// total length past 65535 is dropped as malformed, not wrapped (what a
+/// u16 cast did), by the engine given its typed headers as by the one
+/// given written ones.
 #[test]
 fn an_oversized_packet_is_dropped_not_wrapped() {
     let mut input = vec![0u8; UDP_RECEIVE_HEADER];
@@ -157,9 +159,9 @@ fn write_the_seed_corpus() {
 }
 
 /// A CE mark on the datagram reaches the engine: the oracle counts it on
-/// every accepted packet (and fails if the rebuilt header dropped it).
+/// every accepted packet (and fails if the typed headers lost it).
 #[test]
-fn a_ce_mark_reaches_the_engine_through_the_rebuilt_header() {
+fn a_ce_mark_reaches_the_engine_through_the_datagram_headers() {
     for v6 in [false, true] {
         let flags = if v6 { udp_flags::IPV6 } else { 0 };
         udp_receive(&input(flags, 0, [0, 0], (0x6b, 64), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));

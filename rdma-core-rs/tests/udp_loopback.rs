@@ -238,8 +238,7 @@ fn ud_send_through_an_address_handle_with_the_grh_area() {
 /// A UD receive's GRH area holds the IP header the packet arrived with,
 /// as libibverbs applications read it: with the TTL / hop limit and the
 /// traffic class the sender's address handle asked for (9 and DSCP 26;
-/// the engine adds ECT(0) to data packets), not what a rebuilt header
-/// would guess (64). The sender's kernel must send them, and the
+/// the engine adds ECT(0) to data packets), not a guess (64). The sender's kernel must send them, and the
 /// receiver's must report them. Both drivers; IPv4 between two devices,
 /// IPv6 between two QPs of one device on ::1, the one IPv6 loopback address.
 #[test]

@@ -40,6 +40,7 @@ pub mod fuzzing;
 pub mod gsi;
 pub mod mcast;
 pub mod memory;
+mod net_header;
 pub mod odp;
 pub mod paths;
 mod pool;

@@ -20,6 +20,7 @@
 use crate::cq::CqTable;
 use crate::framing::{scatter, sge_len, Framer, PayloadRef};
 use crate::memory::{Access, MemoryTable, Pd, RegionMemory};
+use crate::net_header::NetHeader;
 use crate::qp::attr::{CqId, QpParams, QpState, QpType, SrqId};
 use crate::requester::packets_for;
 use crate::resources::{read_matches, Executed, Resource, Resources};
@@ -246,8 +247,8 @@ pub(crate) struct RespCtx<'a> {
     pub cqs: &'a mut CqTable,
     pub srqs: &'a mut SrqTable,
     pub stats: &'a mut Stats,
-    /// The IP header of the packet (for the GRH area of UD receives).
-    pub ip_header: &'a [u8],
+    /// The network header of the packet (for the GRH area of UD receives).
+    pub net: NetHeader<'a>,
     /// What a UD receive of this packet reports as its `sl` (see
     /// [`crate::wr::roce_packet_type`]).
     pub sl: u8,
@@ -992,9 +993,7 @@ impl Responder {
             ctx.stats.drop(Drop::ReceiveTooSmall, qp.num);
             return;
         }
-        let mut grh = [0u8; 40];
-        let ip = ctx.ip_header;
-        grh[40 - ip.len().min(40)..].copy_from_slice(&ip[..ip.len().min(40)]);
+        let grh = ctx.net.grh_area();
         let ok = scatter(ctx.mrs, pd, &recv.sg_list, 0, &grh).is_ok()
             && scatter(ctx.mrs, pd, &recv.sg_list, 40, payload).is_ok();
         let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };

@@ -22,6 +22,7 @@
 //! over the payload.
 
 use crate::bth::BTH_VARIANT_BYTE;
+use crate::datagram::{DatagramHeaders, Form};
 use crate::error::check_len;
 use crate::lrh::Lnh;
 use crate::Result;
@@ -31,6 +32,8 @@ const IPV4_LEN: usize = 20;
 const IPV6_LEN: usize = 40;
 const UDP_LEN: usize = 8;
 const LRH_LEN: usize = 8;
+/// The ICRC field itself.
+const ICRC_BYTES: usize = 4;
 
 /// A fresh CRC-32 hasher. `crc32fast::Hasher::new` looks up the CPU's
 /// features on every call; a clone of one made once does not, and short
@@ -233,6 +236,21 @@ pub fn roce_v2_split(headers: &[u8], payload: &[u8]) -> Result<u32> {
     hasher.update(payload);
     hasher.update(&[0u8; 3][..crate::bth::pad_for(payload.len())]);
     Ok(hasher.finalize())
+}
+
+/// The ICRC of a RoCE v2 packet that came through a UDP socket: its IP
+/// and UDP headers as the socket reported them ([`DatagramHeaders`]),
+/// `packet` from the BTH to the last pad byte (the ICRC field itself
+/// excluded). The same value as [`roce_v2`] over the packet with those
+/// headers in front, without writing them.
+pub fn roce_v2_datagram(headers: &DatagramHeaders, packet: &[u8]) -> Result<u32> {
+    check_len("BTH", packet, BTH_LEN)?;
+    let mut bytes = [0xffu8; MASKED_MAX];
+    let hl = headers.write(packet.len() + ICRC_BYTES, &mut bytes[LRH_LEN..], Form::IcrcMasked)?;
+    let bth = &mut bytes[LRH_LEN + hl..LRH_LEN + hl + BTH_LEN];
+    bth.copy_from_slice(&packet[..BTH_LEN]);
+    mask_bth(bth);
+    Ok(whole(Masked { bytes, len: LRH_LEN + hl + BTH_LEN, consumed: BTH_LEN }, packet))
 }
 
 /// The ICRC of a whole native IB packet: `packet` runs from the LRH to the

@@ -50,6 +50,7 @@ pub mod bth;
 pub mod cm;
 pub mod cma;
 pub mod cnp;
+pub mod datagram;
 pub mod deth;
 pub mod ethernet;
 pub mod feth;
@@ -82,6 +83,7 @@ pub use cm::{
 };
 pub use cma::{CmaHdr, CmaHdrRepr, RdmaPs};
 pub use cnp::CnpRepr;
+pub use datagram::DatagramHeaders;
 pub use deth::{Deth, DethRepr};
 pub use error::{Error, Result};
 pub use ethernet::EthernetRepr;

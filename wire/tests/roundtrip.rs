@@ -162,6 +162,38 @@ proptest! {
     }
 
     #[test]
+    fn a_datagram_gives_the_icrc_and_headers_of_the_packet_it_came_in((repr, payload) in roce_v2()) {
+        // What a UDP socket reports cannot show the Identification, the
+        // flags or the flow label: the packets a socket's values stand for
+        // carry those as DatagramHeaders::emit writes them.
+        let mut repr = repr;
+        match &mut repr.ip {
+            IpRepr::V4(h) => { h.ident = 0; h.dont_frag = true; }
+            IpRepr::V6(h) => h.flow_label = 0,
+        }
+        let mut buf = vec![0u8; repr.buffer_len(payload.len()).unwrap()];
+        repr.emit(&mut buf, &payload).unwrap();
+        let p = RoceV2Packet::new_checked(&buf[..]).unwrap();
+        let (src, dst, traffic_class, hop_limit) = match (p.ipv4(), p.ipv6()) {
+            (Some(h), _) => (core::net::IpAddr::V4(h.src()), core::net::IpAddr::V4(h.dst()), buf[1], h.ttl()),
+            (_, Some(h)) => (h.src().into(), h.dst().into(), h.traffic_class(), h.hop_limit()),
+            _ => unreachable!(),
+        };
+        let d = DatagramHeaders { src: core::net::SocketAddr::new(src, p.udp().src_port()), dst, traffic_class, hop_limit };
+        let hl = d.headers_len();
+        let transport = &buf[hl..];
+        prop_assert_eq!(icrc::roce_v2_datagram(&d, &transport[..transport.len() - 4]), Ok(p.transport().icrc()));
+        let mut headers = [0u8; 48];
+        prop_assert_eq!(d.emit(transport.len(), &mut headers), Ok(hl));
+        prop_assert_eq!(&headers[..hl], &buf[..hl]);
+        // A value changed that the ICRC covers changes it; one it masks does not.
+        let other = DatagramHeaders { src: core::net::SocketAddr::new(src, p.udp().src_port() ^ 1), ..d };
+        prop_assert_ne!(icrc::roce_v2_datagram(&other, &transport[..transport.len() - 4]), Ok(p.transport().icrc()));
+        let masked = DatagramHeaders { traffic_class: !traffic_class, hop_limit: !hop_limit, ..d };
+        prop_assert_eq!(icrc::roce_v2_datagram(&masked, &transport[..transport.len() - 4]), Ok(p.transport().icrc()));
+    }
+
+    #[test]
     fn any_covered_bit_flip_is_caught((repr, payload) in roce_v2(), pos in any::<prop::sample::Index>(), bit in 0u8..8) {
         let mut buf = vec![0u8; repr.buffer_len(payload.len()).unwrap()];
         repr.emit(&mut buf, &payload).unwrap();

@@ -27,17 +27,19 @@
 //!   travels the same way, both ways: an `IP_TTL` / `IPV6_HOPLIMIT` control
 //!   message on send (none for 64, which every send socket is set to; IPv4
 //!   TTL 0, which Linux refuses, leaves as 1) and `IP_RECVTTL` /
-//!   `IPV6_RECVHOPLIMIT` on receive, so that the rebuilt header, which a UD
-//!   receive copies into its GRH area, shows the TTL the packet came with.
+//!   `IPV6_RECVHOPLIMIT` on receive, so that the header a UD receive
+//!   shows in its GRH area has the TTL the packet came with.
 //!   The receive side asks for it once the device has a UD QP, or a
 //!   capture (`UdpIo::want_hop_limits`): before, the header says 64.
 //!
 //! Receiving, one socket bound to the device address and port 4791 takes
-//! every packet; the IP and UDP headers are rebuilt in front of each packet
-//! from what the socket reports (addresses, ports, length, and the TOS that
+//! every packet; each packet goes to the engine from its BTH on, with what
+//! the socket reports of the headers the kernel took off as typed values
+//! (`rdma_wire::DatagramHeaders`: addresses, ports, and the TOS that
 //! `IP_RECVTOS` / `IPV6_RECVTCLASS` hand up with each datagram, in a control
-//! message next to UDP_GRO's, with either driver): the engine reads the
-//! ECN bits there and counts CE marks per device and per QP
+//! message next to UDP_GRO's, with either driver; nothing is rebuilt to be
+//! parsed again): the engine takes the ECN bits from them and counts CE
+//! marks per device and per QP
 //! (`Stats::ecn_ce_received`, `QueuePair::stats`). The one covered
 //! field the socket hides, the sender's IPv4 Identification, is recovered
 //! from the ICRC (`rdma_wire::ident`); the engine is told so with
@@ -59,7 +61,7 @@ mod shared_port;
 mod uring;
 
 pub use multicast::group_ip;
-pub(crate) use recv::{split_datagram, RxMeta};
+pub(crate) use recv::split_datagram;
 
 use crate::io_stats::IoStats;
 use crate::DeviceConfig;
@@ -87,9 +89,6 @@ pub const TX_BATCHES_PER_CALL: usize = 4;
 
 /// Send sockets (UDP source ports) per device; more QPs share them.
 pub const MAX_TX_SOCKETS: usize = 16;
-
-/// Room in front of a received datagram for the rebuilt IP and UDP headers.
-pub(crate) const HEADROOM: usize = 48;
 
 /// The largest datagram UDP_GRO hands up.
 const GRO_MAX: usize = 65536;
@@ -446,7 +445,7 @@ impl UdpIo {
         let gro =
             offload && (member.is_some() || setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok());
         // Every datagram's TOS comes up as a control message: its ECN bits
-        // reach the engine in the rebuilt IP header.
+        // reach the engine in the datagram's headers.
         let (level, name) = if local.is_ipv4() {
             (libc::IPPROTO_IP, libc::IP_RECVTOS)
         } else {
@@ -637,11 +636,11 @@ impl UdpIo {
         }
     }
 
-    /// From now on, received datagrams bring their TTL / hop limit into
-    /// the rebuilt IP header. Only a UD receive shows it (in its GRH
+    /// From now on, received datagrams bring their TTL / hop limit. Only
+    /// a UD receive shows it (in its GRH
     /// area), so the device asks for it when its first UD QP is created:
     /// the control message costs every received datagram about 0.1 us
-    /// of a busy round trip. Until then the header says 64.
+    /// of a busy round trip. Until then it is taken as 64.
     pub(crate) fn want_hop_limits(&mut self) {
         if self.hop_limits {
             return;

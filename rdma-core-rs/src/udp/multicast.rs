@@ -24,7 +24,7 @@
 //! too), so that a sleeping device wakes for them.
 
 use super::recv::{deliver, read_control, source_address};
-use super::{UdpIo, DEFAULT_HOP_LIMIT, HEADROOM};
+use super::{UdpIo, DEFAULT_HOP_LIMIT};
 use crate::io_stats::IoStats;
 use rdma_transport::{Endpoint, Instant, MAX_PACKET};
 use rdma_wire::ROCE_V2_PORT;
@@ -71,7 +71,7 @@ impl Groups {
         let g = Groups {
             groups: HashMap::new(),
             epoll,
-            buf: vec![0u8; HEADROOM + MAX_PACKET].into_boxed_slice(),
+            buf: vec![0u8; MAX_PACKET].into_boxed_slice(),
             control: [0; super::recv::CMSG_ROOM / 8],
         };
         if extra >= 0 {
@@ -95,7 +95,7 @@ impl Groups {
     }
 
     /// Hands the engine what waits on the group sockets, each datagram
-    /// with its headers rebuilt as sent to the group. Returns the number
+    /// with its headers as sent to the group. Returns the number
     /// of datagrams.
     pub(super) fn receive(
         &mut self,
@@ -108,10 +108,7 @@ impl Groups {
         for (&group, g) in &self.groups {
             for _ in 0..PER_CALL {
                 let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-                let mut iov = libc::iovec {
-                    iov_base: self.buf[HEADROOM..].as_mut_ptr().cast(),
-                    iov_len: self.buf.len() - HEADROOM,
-                };
+                let mut iov = libc::iovec { iov_base: self.buf.as_mut_ptr().cast(), iov_len: self.buf.len() };
                 // SAFETY: all-zero msghdr is valid; every pointer set below
                 // refers to a live buffer of the stated size.
                 let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -138,8 +135,8 @@ impl Groups {
                     continue;
                 }
                 let Some(src) = source_address(&name, h.msg_namelen) else { continue };
-                let meta = read_control(&h).meta(src);
-                deliver(ep, now, &mut self.buf, HEADROOM, len as usize, None, meta, group, stats, tap);
+                let headers = read_control(&h).headers(src, group);
+                deliver(ep, now, &self.buf, 0, len as usize, None, &headers, stats, tap);
             }
         }
         n

@@ -1,18 +1,17 @@
 //! Receiving: one `recvmmsg` of up to [`BATCH`] datagrams, each either one
 //! RoCE packet or, with UDP_GRO, a run of packets of one size from one
 //! sender that the kernel coalesced (the segment size comes in a control
-//! message). Every packet is handed to the engine in place: its IP and UDP
-//! headers are rebuilt in the bytes just before it, which for the second
-//! packet of a run on are the tail of the packet before, already handled.
-//! The rebuilt IP header carries the TOS / traffic class the packet
-//! arrived with (IP_RECVTOS / IPV6_RECVTCLASS), so that the engine sees
-//! its ECN bits, and its TTL / hop limit (IP_RECVTTL / IPV6_RECVHOPLIMIT),
-//! which a UD receive shows in its GRH area; GRO coalesces only packets of
-//! one TOS and TTL.
+//! message). Every packet is handed to the engine in place, from its BTH
+//! on, with what the socket reported of the IP and UDP headers the kernel
+//! took off as typed values ([`DatagramHeaders`]): the sender, the TOS /
+//! traffic class it arrived with (IP_RECVTOS / IPV6_RECVTCLASS), so that
+//! the engine sees its ECN bits, and its TTL / hop limit (IP_RECVTTL /
+//! IPV6_RECVHOPLIMIT), which a UD receive shows in its GRH area; GRO
+//! coalesces only packets of one TOS and TTL.
 
-use super::{ip_header_len, Driver, IoStats, UdpIo, BATCH, HEADROOM};
+use super::{Driver, IoStats, UdpIo, BATCH};
 use rdma_transport::{Endpoint, Instant};
-use rdma_wire::ROCE_V2_PORT;
+use rdma_wire::DatagramHeaders;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
@@ -51,14 +50,14 @@ impl RxRing {
         let (iovs, msgs, names) =
             unsafe { (Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed())) };
         let mut ring = RxRing {
-            bufs: (0..BATCH).map(|_| vec![0u8; HEADROOM + capacity].into_boxed_slice()).collect(),
+            bufs: (0..BATCH).map(|_| vec![0u8; capacity].into_boxed_slice()).collect(),
             control: Box::new([[0; CMSG_ROOM / 8]; BATCH]),
             names,
             iovs,
             msgs,
         };
         for i in 0..BATCH {
-            let b = &mut ring.bufs[i][HEADROOM..];
+            let b = &mut ring.bufs[i][..];
             ring.iovs[i] = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
             let h = &mut ring.msgs[i].msg_hdr;
             h.msg_name = (&mut ring.names[i] as *mut libc::sockaddr_storage).cast();
@@ -92,10 +91,10 @@ pub(super) struct Control {
 }
 
 impl Control {
-    /// What the rebuilt headers of the datagram from `src` carry (TTL 64
-    /// when the kernel did not report one).
-    pub(super) fn meta(&self, src: SocketAddr) -> RxMeta {
-        RxMeta { src, tos: self.tos, hop_limit: self.hop_limit.unwrap_or(64) }
+    /// The headers of the datagram from `src` to `dst` (the device's
+    /// address or a group's), TTL 64 when the kernel did not report one.
+    pub(super) fn headers(&self, src: SocketAddr, dst: IpAddr) -> DatagramHeaders {
+        DatagramHeaders { src, dst, traffic_class: self.tos, hop_limit: self.hop_limit.unwrap_or(64) }
     }
 }
 
@@ -137,21 +136,9 @@ pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
     out
 }
 
-/// What the socket reports about a datagram besides its bytes: the
-/// packets' metadata, written into their rebuilt headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RxMeta {
-    /// The sender's address and UDP port.
-    pub src: SocketAddr,
-    /// The IPv4 TOS / IPv6 traffic class (DSCP and ECN) it arrived with.
-    pub tos: u8,
-    /// The IPv4 TTL / IPv6 hop limit it arrived with.
-    pub hop_limit: u8,
-}
-
 impl UdpIo {
-    /// Receives what is waiting (one `recvmmsg`) and hands each packet,
-    /// headers rebuilt, to the engine. Returns the number of datagrams.
+    /// Receives what is waiting (one `recvmmsg`) and hands each packet
+    /// to the engine. Returns the number of datagrams.
     pub fn receive(&mut self, ep: &mut Endpoint, now: Instant) -> io::Result<usize> {
         let groups = self.receive_groups(ep, now);
         let rx_ring = match &mut self.driver {
@@ -187,17 +174,14 @@ impl UdpIo {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += 1;
                 tracing::debug!(len, "oversized datagram dropped");
-            } else if self.member.as_ref().is_some_and(|m| m.take_probe(rx_ring.bufs[i].get(HEADROOM..HEADROOM + len)))
-            {
+            } else if self.member.as_ref().is_some_and(|m| m.take_probe(rx_ring.bufs[i].get(..len))) {
                 // A member's probe of its place in the shared port.
             } else {
                 match source_address(&rx_ring.names[i], namelen) {
                     Some(src) => {
-                        let meta = control.meta(src);
-                        let seg = control.segment;
-                        let buf = &mut rx_ring.bufs[i];
-                        let (local, stats, tap) = (self.local, &mut self.stats, &mut self.capture);
-                        deliver(ep, now, buf, HEADROOM, len, seg, meta, local, stats, tap)
+                        let headers = control.headers(src, self.local);
+                        let (buf, seg) = (&rx_ring.bufs[i], control.segment);
+                        deliver(ep, now, buf, 0, len, seg, &headers, &mut self.stats, &mut self.capture)
                     }
                     None => tracing::debug!(namelen, "datagram without a usable source address dropped"),
                 }
@@ -234,51 +218,43 @@ pub(super) fn source_address(name: &libc::sockaddr_storage, len: libc::socklen_t
 }
 
 /// Hands the packets of one datagram (`len` bytes at `buf[at..]`, cut
-/// every `seg` bytes if UDP_GRO coalesced it) to the engine, each with its
-/// IP and UDP headers rebuilt in the `ip_header_len + 8` bytes before it.
+/// every `seg` bytes if UDP_GRO coalesced it) to the engine, each with the
+/// headers the socket reported.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn deliver(
     ep: &mut Endpoint,
     now: Instant,
-    buf: &mut [u8],
+    buf: &[u8],
     at: usize,
     len: usize,
     seg: Option<usize>,
-    meta: RxMeta,
-    local: IpAddr,
+    headers: &DatagramHeaders,
     stats: &mut IoStats,
     tap: &mut Option<rdma_link::capture::IpTap>,
 ) {
-    split_datagram(buf, at, len, seg, meta, local, stats, |packet| {
+    split_datagram(buf, at, len, seg, stats, |packet| {
         if let Some(t) = tap {
-            t.received(packet);
+            t.received(headers, packet);
         }
-        ep.handle_packet(now, packet)
+        ep.handle_datagram(now, headers, packet)
     });
 }
 
 /// The receive path without the engine: cuts the datagram of `len` bytes
-/// at `buf[at..]` into packets of `seg` bytes (the last may be shorter),
-/// rebuilds the IP and UDP headers in front of each, in the bytes before
-/// it (from `meta`: sender, TOS, TTL), and calls `each` with the packet from
-/// its IP header on. A datagram
-/// that does not fit the buffer, or a packet too long for the rebuilt
-/// length fields, is counted as truncated and dropped (the kernel hands
-/// neither up; this keeps the function total for the fuzzer). Returns the
-/// number of packets handed on.
-#[allow(clippy::too_many_arguments)]
+/// at `buf[at..]` into packets of `seg` bytes (the last may be shorter)
+/// and calls `each` with each packet. A datagram that does not fit the
+/// buffer is counted as truncated and dropped (the kernel hands up none;
+/// this keeps the function total for the fuzzer). Returns the number of
+/// packets handed on.
 pub(crate) fn split_datagram(
-    buf: &mut [u8],
+    buf: &[u8],
     mut at: usize,
     len: usize,
     seg: Option<usize>,
-    meta: RxMeta,
-    local: IpAddr,
     stats: &mut IoStats,
     mut each: impl FnMut(&[u8]),
 ) -> usize {
-    let hl = ip_header_len(local);
-    let Some(end) = at.checked_add(len).filter(|&e| e <= buf.len() && at >= hl + 8) else {
+    let Some(end) = at.checked_add(len).filter(|&e| e <= buf.len()) else {
         stats.truncated += 1;
         tracing::debug!(at, len, "datagram outside its buffer dropped");
         return 0;
@@ -290,71 +266,15 @@ pub(crate) fn split_datagram(
     let mut packets = 0;
     loop {
         let this = seg.min(end - at);
-        let start = at - hl - 8;
         stats.datagrams_received += 1;
-        if rebuild_headers(&mut buf[start..at], meta, local, this) {
-            each(&buf[start..at + this]);
-            packets += 1;
-        } else {
-            stats.truncated += 1;
-            tracing::debug!(len = this, "packet too long for an IP header dropped");
-        }
+        each(&buf[at..at + this]);
+        packets += 1;
         at += this;
         if at >= end {
             break;
         }
     }
     packets
-}
-
-/// Writes the IPv4 (DF, Identification 0) or IPv6 header and the UDP
-/// header (checksum 0) of a received packet of `len` bytes after UDP, with
-/// the TOS / traffic class and TTL / hop limit it arrived with (the ICRC
-/// masks both; the engine reads the ECN bits, a UD receive shows both). False (nothing written) when the lengths
-/// do not fit their fields.
-fn rebuild_headers(h: &mut [u8], meta: RxMeta, local: IpAddr, len: usize) -> bool {
-    let (src, tos, hop_limit) = (meta.src, meta.tos, meta.hop_limit);
-    let ip_len = if local.is_ipv4() { 20 } else { 0 };
-    let Some(udp_len) = len.checked_add(8 + ip_len).and_then(|l| u16::try_from(l).ok()).map(|l| l - ip_len as u16)
-    else {
-        return false;
-    };
-    let (ip, udp) = h.split_at_mut(h.len() - 8);
-    match (src.ip(), local) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            ip[0] = 0x45;
-            ip[1] = tos;
-            ip[2..4].copy_from_slice(&(udp_len + 20).to_be_bytes());
-            ip[4..6].copy_from_slice(&[0, 0]);
-            ip[6..8].copy_from_slice(&[0x40, 0]);
-            ip[8] = hop_limit;
-            ip[9] = 17;
-            ip[10..12].copy_from_slice(&[0, 0]);
-            ip[12..16].copy_from_slice(&s.octets());
-            ip[16..20].copy_from_slice(&d.octets());
-            // The kernel checked the real one; the parser checks this one.
-            let sum = rdma_wire::ipv4::checksum(&ip[..20]);
-            ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        }
-        (IpAddr::V6(_), IpAddr::V4(_)) => return false, // an IPv4 socket hands up no IPv6 sender
-        (s, d) => {
-            let v6 = |a: IpAddr| match a {
-                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                IpAddr::V6(v6) => v6,
-            };
-            ip[0..4].copy_from_slice(&[0x60 | (tos >> 4), tos << 4, 0, 0]);
-            ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            ip[6] = 17;
-            ip[7] = hop_limit;
-            ip[8..24].copy_from_slice(&v6(s).octets());
-            ip[24..40].copy_from_slice(&v6(d).octets());
-        }
-    }
-    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    udp[6..8].copy_from_slice(&[0, 0]);
-    true
 }
 
 #[cfg(test)]

@@ -7,9 +7,8 @@
 //!   shared memory: a poll that finds nothing, or something, makes no
 //!   system call. Each buffer holds the kernel's `recvmsg` header, the
 //!   sender's address, the control messages (UDP_GRO's segment size) and
-//!   the datagram; the IP and UDP headers are rebuilt over the address and
-//!   control bytes already read, so packets go to the engine in place, and
-//!   the buffer goes back to the ring right after.
+//!   the datagram; packets go to the engine in place, with the headers the
+//!   socket reported, and the buffer goes back to the ring right after.
 //! - Send: the messages of a round of sending (GSO runs included, for
 //!   every socket at once) are one `sendmsg` request each, submitted in one
 //!   `io_uring_enter` that also waits for them; UDP sends complete at once
@@ -53,10 +52,9 @@ const OUT_HEADER: usize = 16;
 const NAME_ROOM: usize = 32;
 /// Room for the control messages: UDP_GRO's segment size, the TTL and the TOS.
 const CONTROL_ROOM: usize = super::recv::CMSG_ROOM;
-/// Where the datagram starts in a buffer: the bytes before it (header,
-/// address, control) are free once read, room for the rebuilt headers.
+/// Where the datagram starts in a buffer, after the header, the address
+/// and the control messages.
 const PAYLOAD_AT: usize = OUT_HEADER + NAME_ROOM + CONTROL_ROOM;
-const _: () = assert!(PAYLOAD_AT >= super::HEADROOM);
 
 /// The receive buffers and the ring through which the kernel takes them:
 /// one anonymous mapping, the ring first (page-aligned, as the kernel wants).
@@ -323,8 +321,7 @@ impl Uring {
             read_control(&h)
         };
         let at = len - payload;
-        let meta = control.meta(src);
-        deliver(ep, now, buf, at, payload, control.segment, meta, local, stats, tap);
+        deliver(ep, now, buf, at, payload, control.segment, &control.headers(src, local), stats, tap);
     }
 
     /// Submits every message of `batch` and waits until each has

@@ -8,6 +8,7 @@ use super::Endpoint;
 use crate::events::AsyncEvent;
 use crate::framing::LinkKind;
 use crate::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
+use crate::net_header::NetHeader;
 use crate::qp::{AddressVector, QpState, QpType, ECN_CE, ECN_MASK};
 use crate::responder::RespCtx;
 use crate::stats::Drop;
@@ -15,7 +16,7 @@ use crate::time::Instant;
 use crate::wr::roce_packet_type;
 use core::net::IpAddr;
 use rdma_wire::mad::GSI_QPN;
-use rdma_wire::{IbPacket, Opcode, Operation, RoceV1Packet, RoceV2Packet, Transport, TransportPacket};
+use rdma_wire::{DatagramHeaders, IbPacket, Opcode, Operation, RoceV1Packet, RoceV2Packet, Transport, TransportPacket};
 
 /// Who sent a packet, as the link addresses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +77,19 @@ impl Endpoint {
         self.settle_cq_errors();
     }
 
+    /// Handles one RoCE v2 packet a UDP socket received: `packet` runs
+    /// from the BTH through the ICRC, and the IP and UDP headers the
+    /// kernel took off come as the values it reported (`headers`). The
+    /// same checks and outcome as [`Endpoint::handle_packet`] over the
+    /// packet with those headers in front, without writing them: the ICRC
+    /// is computed from the values ([`rdma_wire::icrc::roce_v2_datagram`]).
+    pub fn handle_datagram(&mut self, now: Instant, headers: &DatagramHeaders, packet: &[u8]) {
+        self.touch_some();
+        self.stats.packets_received += 1;
+        self.receive_datagram(now, headers, packet);
+        self.settle_cq_errors();
+    }
+
     fn receive(&mut self, now: Instant, l3: &[u8]) {
         // The QP it reaches, if any, is marked in `deliver`/`receive_cnp`.
         self.touch_some();
@@ -111,7 +125,7 @@ impl Endpoint {
         }
         let src = Peer::Gid(IpAddr::V6(grh.src()).to_canonical());
         let ecn = grh.traffic_class() & ECN_MASK;
-        self.dispatch(now, &p.transport(), src, to, ecn, &packet[..40], roce_packet_type::ROCE_V1);
+        self.dispatch(now, &p.transport(), src, to, ecn, NetHeader::Bytes(&packet[..40]), roce_packet_type::ROCE_V1);
     }
 
     #[inline(never)]
@@ -153,7 +167,43 @@ impl Endpoint {
                 (Peer::Lid(lrh.slid(), None), 0, &packet[..0], to)
             }
         };
-        self.dispatch(now, &p.transport(), src, to, ecn, grh, lrh.sl());
+        self.dispatch(now, &p.transport(), src, to, ecn, NetHeader::Bytes(grh), lrh.sl());
+    }
+
+    fn receive_datagram(&mut self, now: Instant, headers: &DatagramHeaders, packet: &[u8]) {
+        if self.framer.link != LinkKind::RoceV2 {
+            tracing::debug!(link = ?self.framer.link, "a UDP datagram for a device that is not RoCE v2");
+            self.stats.drop(Drop::Malformed, 0);
+            return;
+        }
+        let t = match headers.check(packet.len()).and_then(|_| TransportPacket::new_checked(packet)) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed packet");
+                self.stats.drop(Drop::Malformed, 0);
+                return;
+            }
+        };
+        let body = &packet[..packet.len() - rdma_wire::transport_packet::ICRC_LEN];
+        let computed = rdma_wire::icrc::roce_v2_datagram(headers, body).expect("lengths checked");
+        let carried = t.icrc();
+        let v4 = headers.dst.is_ipv4();
+        if computed != carried {
+            // As in receive_roce_v2: the IPv4 Identification a socket does not show.
+            let l3_len = headers.headers_len() + packet.len();
+            let recovered = match &mut self.ident_recovery {
+                Some(r) if v4 => r.recover(l3_len, computed, carried).is_some(),
+                _ => false,
+            };
+            if !recovered {
+                self.stats.drop(Drop::IcrcMismatch, 0);
+                return;
+            }
+            self.stats.ipv4_ident_recovered += 1;
+        }
+        let sl = if v4 { roce_packet_type::ROCE_V2_IPV4 } else { roce_packet_type::ROCE_V2_IPV6 };
+        let (src, to) = (Peer::Gid(headers.source()), To::of_gid(headers.dst));
+        self.dispatch(now, &t, src, to, headers.ecn(), NetHeader::Datagram(headers, packet.len()), sl);
     }
 
     fn receive_roce_v2(&mut self, now: Instant, l3: &[u8]) {
@@ -190,7 +240,7 @@ impl Endpoint {
             ),
             _ => unreachable!("a checked packet is IPv4 or IPv6"),
         };
-        self.dispatch(now, &p.transport(), Peer::Gid(src), To::of_gid(dst), ecn, &l3[..ip_len], sl);
+        self.dispatch(now, &p.transport(), Peer::Gid(src), To::of_gid(dst), ecn, NetHeader::Bytes(&l3[..ip_len]), sl);
     }
 
     /// The checks and the hand-off common to every link kind, for a packet
@@ -207,7 +257,7 @@ impl Endpoint {
         src: Peer,
         to: To,
         ecn: u8,
-        ip_header: &[u8],
+        net: NetHeader<'_>,
         sl: u8,
     ) {
         let ce = ecn & ECN_MASK == ECN_CE;
@@ -227,10 +277,10 @@ impl Endpoint {
             return;
         }
         if qpn == MULTICAST_QPN {
-            self.receive_mcast(now, t, src, to, ce, ip_header, sl);
+            self.receive_mcast(now, t, src, to, ce, net, sl);
             return;
         }
-        self.deliver(now, t, qpn, src, ce, ip_header, sl);
+        self.deliver(now, t, qpn, src, ce, net, sl);
     }
 
     /// A multicast packet (DQPN 0xFFFFFF): a copy to every QP attached to
@@ -245,7 +295,7 @@ impl Endpoint {
         src: Peer,
         to: To,
         ce: bool,
-        ip: &[u8],
+        net: NetHeader<'_>,
         sl: u8,
     ) {
         if t.info().transport != Transport::Ud {
@@ -264,7 +314,7 @@ impl Endpoint {
         };
         tracing::trace!(?to, members = members.as_slice().len(), "multicast packet");
         for &qpn in members.as_slice() {
-            self.deliver(now, t, qpn, src, ce, ip, sl);
+            self.deliver(now, t, qpn, src, ce, net, sl);
         }
     }
 
@@ -278,7 +328,7 @@ impl Endpoint {
         qpn: u32,
         src: Peer,
         ce: bool,
-        ip_header: &[u8],
+        net: NetHeader<'_>,
         sl: u8,
     ) {
         let bth = t.bth();
@@ -353,14 +403,8 @@ impl Endpoint {
                 // responder NAKs it (Invalid Request) and touches nothing.
                 qp.xrc_target = t.xrceth().and_then(|x| self.srqs.xrc_target(x.xrc_srq(), xrcd));
             }
-            let mut ctx = RespCtx {
-                mrs: &self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                stats: &mut self.stats,
-                ip_header,
-                sl,
-            };
+            let mut ctx =
+                RespCtx { mrs: &self.mrs, cqs: &mut self.cqs, srqs: &mut self.srqs, stats: &mut self.stats, net, sl };
             qp.handle_request(t, &mut ctx);
             if let Some(rkey) = qp.take_invalidation() {
                 // A SEND with invalidate completed: the responder checked

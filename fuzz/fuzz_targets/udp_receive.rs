@@ -1,5 +1,5 @@
-//! See rdma_core_rs::fuzzing::udp_receive.
+//! See rdma_core_rs::link::fuzzing::udp_receive.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| rdma_core_rs::fuzzing::udp_receive(data));
+fuzz_target!(|data: &[u8]| rdma_core_rs::link::fuzzing::udp_receive(data));

@@ -37,10 +37,16 @@
 
 pub mod capture;
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ib_port;
 pub mod inproc;
+pub mod io_stats;
 pub mod neigh;
 pub mod raw;
+pub mod share;
+pub mod udp;
+pub mod wait;
 
 use rdma_transport::LinkKind;
 use std::io;

@@ -14,12 +14,13 @@ use crate::device::{Backend, Device, Gid, Progress};
 use crate::error::Result;
 use crate::frames::FrameIo;
 use crate::io::Io;
-use crate::io_stats::IoStats;
-use crate::udp::{UdpIo, BATCH};
 use rdma_link::capture::CaptureLink;
 use rdma_link::faults::FaultLink;
 use rdma_link::inproc::InProcessLink;
+use rdma_link::io_stats::IoStats;
 use rdma_link::raw::RawLink;
+use rdma_link::udp::{UdpIo, BATCH};
+pub use rdma_link::wait::poll_readable;
 use rdma_link::Link;
 use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats, WorkCompletion};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -198,23 +199,6 @@ fn eventfd() -> std::io::Result<OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Sleeps until one of `fds` is readable or `timeout` passes (to the
-/// microsecond: the engine's ACK delay and timers are that fine); returns
-/// which may be read: readable, or with an error or hang-up a read will
-/// report. A negative fd is skipped. On a failed wait (EINTR) nothing is
-/// known and every one may be: a caller that reads must not block then.
-/// Shared with the drop-in libibverbs' idle-progress thread.
-pub fn poll_readable<const N: usize>(fds: &[RawFd; N], timeout: Duration) -> [bool; N] {
-    let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: `p` is a valid array of N pollfds; `ts` a valid timespec.
-    let n = unsafe { libc::ppoll(p.as_mut_ptr(), N as libc::nfds_t, &ts, std::ptr::null()) };
-    p.map(|q| n < 0 || q.revents != 0)
 }
 
 fn drain_eventfd(fd: RawFd) {
@@ -497,8 +481,17 @@ impl Inner {
     }
 }
 
+// Here, not in device.rs: a device names no context (the context names
+// its device), so the two modules do not import each other.
+impl Device {
+    /// `ibv_open_device`: binds the device's UDP socket, or opens its link.
+    pub fn open(&self) -> Result<Context> {
+        Context::open(self)
+    }
+}
+
 impl Context {
-    pub(crate) fn open(device: &Device) -> Result<Context> {
+    fn open(device: &Device) -> Result<Context> {
         let cfg = device.config();
         let mut ep = Endpoint::new(device.addr());
         ep.set_ack_delay(cfg.ack_delay);
@@ -510,12 +503,12 @@ impl Context {
         }
         let io = match &cfg.backend {
             Backend::Udp => {
-                ep.set_ipv4_ident_unknown(true); // see crate::udp
-                let io = UdpIo::bind(device.addr(), cfg)?;
+                ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
+                let io = UdpIo::bind(device.addr(), &cfg.udp())?;
                 ep.set_payload_by_reference(io.sends_by_reference());
                 if let Some(m) = io.member() {
                     // The host steers packets to this process by its QPNs.
-                    ep.set_qpn_range(crate::share::steer::qpn_range(m.slot()))?;
+                    ep.set_qpn_range(rdma_link::share::steer::qpn_range(m.slot()))?;
                 }
                 Io::Udp(io)
             }
@@ -722,12 +715,12 @@ impl Context {
     }
 
     /// The UDP offloads the device uses (GSO, GRO).
-    pub fn offloads(&self) -> crate::udp::Offloads {
+    pub fn offloads(&self) -> rdma_link::udp::Offloads {
         self.inner.lock().io.offloads()
     }
 
-    /// The I/O driver in use: [`crate::IoDriver::IoUring`] or [`crate::IoDriver::Sockets`].
-    pub fn io_driver(&self) -> crate::IoDriver {
+    /// The I/O driver in use: [`rdma_link::udp::IoDriver::IoUring`] or [`rdma_link::udp::IoDriver::Sockets`].
+    pub fn io_driver(&self) -> rdma_link::udp::IoDriver {
         self.inner.lock().io.driver()
     }
 }

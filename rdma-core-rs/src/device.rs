@@ -12,8 +12,8 @@
 //! it), or on an in-process fabric ([`Device::in_process`]).
 
 use crate::error::{Error, Result};
-use crate::udp::IoDriver;
 use rdma_link::faults::FaultConfig;
+use rdma_link::udp::IoDriver;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
@@ -181,6 +181,22 @@ impl DeviceConfig {
     /// The default of [`DeviceConfig::ack_delay`]: 20 µs, about a
     /// loopback round trip, so that a ping-pong's reply carries its ACK.
     pub const DEFAULT_ACK_DELAY: Duration = Duration::from_micros(20);
+}
+
+impl DeviceConfig {
+    /// The part of this configuration the UDP backend binds with.
+    pub(crate) fn udp(&self) -> rdma_link::udp::UdpConfig {
+        rdma_link::udp::UdpConfig {
+            scope_id: self.scope_id,
+            plain_datagrams: self.plain_datagrams,
+            shared: self.shared,
+            faults: self.faults,
+            io_driver: self.io_driver,
+            pcap: self.pcap.clone(),
+            unconnected_sends: self.unconnected_sends,
+            ecn_capable: self.ecn_capable,
+        }
+    }
 }
 
 impl Default for DeviceConfig {
@@ -361,11 +377,6 @@ impl Device {
         } else {
             0
         }
-    }
-
-    /// `ibv_open_device`: binds the device's UDP socket, or opens its link.
-    pub fn open(&self) -> Result<crate::Context> {
-        crate::Context::open(self)
     }
 }
 

@@ -11,7 +11,7 @@
 //! destinations. The engine drops packets for another LID
 //! (`Drop::LidMismatch`).
 
-use crate::io_stats::IoStats;
+use rdma_link::io_stats::IoStats;
 use rdma_link::{ethertype, mac_of_gid, Link, Mac, BROADCAST, ETH_HEADER};
 use rdma_transport::{Endpoint, Instant, LinkKind, MAX_PACKET};
 use std::collections::HashMap;

@@ -3,8 +3,8 @@
 //! than a trait object: see [`crate::link`] for why, and for the seam.
 
 use crate::frames::FrameIo;
-use crate::io_stats::IoStats;
-use crate::udp::{IoDriver, Offloads, UdpIo};
+use rdma_link::io_stats::IoStats;
+use rdma_link::udp::{IoDriver, Offloads, UdpIo};
 use rdma_transport::{Endpoint, Instant};
 use std::io;
 use std::os::fd::RawFd;
@@ -150,7 +150,7 @@ impl Io {
     }
 
     /// The device's membership of its shared port, if it shares it.
-    pub(crate) fn member(&self) -> Option<&crate::share::Member> {
+    pub(crate) fn member(&self) -> Option<&rdma_link::share::Member> {
         match self {
             Io::Udp(u) => u.member(),
             Io::Frames(_) => None,

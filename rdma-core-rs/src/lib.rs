@@ -63,13 +63,10 @@ mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 mod io;
-mod io_stats;
 mod mcast;
 mod mw;
 mod pd;
 mod qp;
-pub mod share;
-pub mod udp;
 mod xrc;
 
 pub use connect::{ConnectOptions, PeerInfo};
@@ -79,13 +76,17 @@ pub use device::{
     device_cap, device_cap_ex, devices, odp, Backend, Device, DeviceConfig, Gid, OdpCaps, PortAttr, Progress,
 };
 pub use error::{Error, Result};
-pub use io_stats::IoStats;
 pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};
 pub use pd::{AdviseMr, MemoryRegion, ProtectionDomain};
 pub use qp::{AddressHandle, AhAttr, QpInitAttr, QueuePair, SharedReceiveQueue};
 /// The links, every backend behind one seam (the crate `rdma-link`).
 pub use rdma_link as link;
 pub use rdma_link::faults::FaultConfig;
+pub use rdma_link::io_stats::IoStats;
+pub use rdma_link::udp::{IoDriver, Offloads};
+/// The UDP backend and the sharing of its port between processes (in the
+/// link crate; here under their old paths).
+pub use rdma_link::{share, udp};
 pub use rdma_transport::cc::{ControllerFactory, DcqcnParams, SwiftParams, TimelyParams};
 /// Multicast: why an attach or detach was refused, the multicast QPN.
 pub use rdma_transport::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
@@ -103,5 +104,4 @@ pub use rdma_transport::{
 pub use rdma_transport::{McastError, MULTICAST_QPN};
 /// Memory windows' types and what a bound one reaches.
 pub use rdma_transport::{MwId, MwType, WindowBinding};
-pub use udp::{IoDriver, Offloads};
 pub use xrc::{XrcSrq, Xrcd};

@@ -543,7 +543,7 @@ impl CmId {
 mod bound_ports {
     use super::{route, IdShared, PortSpace};
     use crate::cm::{CmError, Result};
-    use crate::share::fork::PerProcess;
+    use rdma_link::share::fork::PerProcess;
     use std::net::IpAddr;
     use std::sync::{Arc, Mutex, Weak};
 

@@ -6,7 +6,7 @@
 
 use crate::context::Context;
 use crate::qp::QueuePair;
-use crate::share::Services;
+use rdma_link::share::Services;
 use rdma_transport::cm::{Cm, ConnId};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};

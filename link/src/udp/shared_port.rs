@@ -46,7 +46,7 @@ pub(super) fn note_socket_driver(want: IoDriver) {
 
 impl UdpIo {
     /// The device's membership of its shared port, if it shares it.
-    pub(crate) fn member(&self) -> Option<&Member> {
+    pub fn member(&self) -> Option<&Member> {
         self.member.as_ref()
     }
 }

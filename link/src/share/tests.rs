@@ -4,13 +4,13 @@
 //! need processes of their own: `ibverbs-abi/tests/shared_device.rs`.
 
 use super::steer::{qpn_range, COMM_ID_SLOT_SHIFT};
+use crate::udp::UdpConfig;
 use crate::udp::UdpIo;
-use crate::DeviceConfig;
 use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
 
-fn shared() -> DeviceConfig {
-    DeviceConfig { shared: true, ..DeviceConfig::default() }
+fn shared() -> UdpConfig {
+    UdpConfig { shared: true, ..UdpConfig::default() }
 }
 
 fn slot(io: &UdpIo) -> u8 {
@@ -29,7 +29,7 @@ fn to_qp(qpn: u32) -> [u8; 32] {
 fn received(io: &UdpIo) -> Vec<Vec<u8>> {
     let fd = io.rx_fd();
     let mut out = Vec::new();
-    if !crate::poll_readable(&[fd], Duration::from_millis(200))[0] {
+    if !crate::wait::poll_readable(&[fd], Duration::from_millis(200))[0] {
         return out;
     }
     std::thread::sleep(Duration::from_millis(20));
@@ -76,7 +76,7 @@ fn each_member_receives_the_packets_of_its_own_qpns() {
     assert!(gro_becomes(&b, false) && gro_becomes(&a, false), "two members take no GRO");
     check_steering(addr, &[&a, &b]);
     // An unshared bind of the same port is refused, as before.
-    let alone = UdpIo::bind(addr, &DeviceConfig::default());
+    let alone = UdpIo::bind(addr, &UdpConfig::default());
     assert_eq!(alone.err().map(|e| e.kind()), Some(std::io::ErrorKind::AddrInUse));
     drop(b);
     assert!(gro_becomes(&a, true), "alone again, GRO again");

@@ -240,7 +240,7 @@ impl Uring {
         now: Instant,
         local: IpAddr,
         stats: &mut IoStats,
-        tap: &mut Option<rdma_link::capture::IpTap>,
+        tap: &mut Option<crate::capture::IpTap>,
     ) -> io::Result<usize> {
         if self.ring.submission().taskrun() {
             stats.recv_syscalls += 1;
@@ -285,7 +285,7 @@ impl Uring {
         len: usize,
         ep: &mut Endpoint,
         now: Instant,
-        (local, stats, tap): (IpAddr, &mut IoStats, &mut Option<rdma_link::capture::IpTap>),
+        (local, stats, tap): (IpAddr, &mut IoStats, &mut Option<crate::capture::IpTap>),
     ) {
         let hdr = &*self.recv_hdr;
         let buf = self.bufs.buffer(bid);

@@ -762,7 +762,7 @@ fn with_locked<R>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DeviceConfig;
+    use crate::udp::UdpConfig;
 
     /// A GSO message carries one TOS and one TTL for all its segments
     /// (control messages), so a run of equal-sized packets is cut where
@@ -772,7 +772,7 @@ mod tests {
     fn a_gso_run_only_groups_packets_of_one_tos_and_ttl() {
         let local: IpAddr = "127.31.8.1".parse().unwrap();
         let dest: IpAddr = "127.31.8.2".parse().unwrap();
-        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
         assert!(io.offloads.gso);
         let port = io.reserve_port(0xc321).unwrap();
         let marks = [(0x6a, 64), (0x6a, 64), (0x68, 64), (0x6a, 64), (0x6a, 17), (0x6a, 17), (0x6a, 64)];
@@ -795,7 +795,7 @@ mod tests {
     fn a_gso_run_only_groups_packets_for_one_destination_qp() {
         let local: IpAddr = "127.0.22.41".parse().unwrap();
         let dest: IpAddr = "127.0.22.42".parse().unwrap();
-        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
         let port = io.reserve_port(0xc322).unwrap();
         let qpns = [0x20011u32, 0x20011, 0x40011, 0x40011, 0x20011];
         io.tx_meta.clear();
@@ -821,7 +821,7 @@ mod tests {
     fn send_one_sets_the_tos_and_ttl_and_the_receive_side_reads_them_once_asked() {
         for local in ["127.31.9.1", "::1"] {
             let local: IpAddr = local.parse().unwrap();
-            let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+            let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
             // SOFTROCE_IO_DRIVER may have armed io_uring's receive, which
             // would take the datagrams before the plain `recvmsg` below.
             io.driver = Driver::Sockets(super::super::recv::RxRing::new(rdma_transport::MAX_PACKET));
@@ -854,7 +854,7 @@ mod tests {
     fn each_tos_leaves_from_a_socket_of_its_own_without_a_control_message_and_in_order() {
         for (local, hl) in [("127.31.10.1", 20), ("::1", 40)] {
             let local: IpAddr = local.parse().unwrap();
-            let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+            let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
             // As above: the plain `recvmsg` below reads the receive socket.
             io.driver = Driver::Sockets(super::super::recv::RxRing::new(rdma_transport::MAX_PACKET));
             let port = io.reserve_port(0xc323).unwrap();
@@ -908,7 +908,7 @@ mod tests {
     fn checks_across_many_rounds_of_several_messages_per_socket_find_every_prediction_right() {
         let (local, dest): (IpAddr, IpAddr) = ("127.31.11.1".parse().unwrap(), "127.31.11.2".parse().unwrap());
         let _peer = std::net::UdpSocket::bind((dest, ROCE_V2_PORT)).unwrap();
-        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
         io.driver = Driver::Sockets(super::super::recv::RxRing::new(rdma_transport::MAX_PACKET));
         let port = io.reserve_port(0xc324).unwrap();
         // Per round: three data packets (ECT(0)) and an ACK, none of them
@@ -976,7 +976,7 @@ mod tests {
         let (local, dest): (IpAddr, IpAddr) = ("127.31.7.1".parse().unwrap(), "127.31.7.2".parse().unwrap());
         // The peer: listening, so that no ICMP error fails the sends.
         let _peer = std::net::UdpSocket::bind((dest, ROCE_V2_PORT)).unwrap();
-        let mut io = UdpIo::bind(local, &DeviceConfig::default()).unwrap();
+        let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
         let port = io.reserve_port(0xc123).unwrap();
         let (sink, sink_addr) = open_sink(local).unwrap();
         let first = SocketId { port, lane: 0 };

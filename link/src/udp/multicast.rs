@@ -102,7 +102,7 @@ impl Groups {
         ep: &mut Endpoint,
         now: Instant,
         stats: &mut IoStats,
-        tap: &mut Option<rdma_link::capture::IpTap>,
+        tap: &mut Option<crate::capture::IpTap>,
     ) -> usize {
         let mut n = 0;
         for (&group, g) in &self.groups {

@@ -1,13 +1,13 @@
-//! The UDP receive path's fuzz body (`rdma_core_rs::fuzzing::udp_receive`)
+//! The UDP receive path's fuzz body (`rdma_link::fuzzing::udp_receive`)
 //! over its seed corpus, `fuzz/seeds/udp_receive/`: real RoCE v2 packets
 //! as a UDP socket hands them up (single, GRO super-datagrams, truncated;
 //! IPv4 with Identifications to recover, and IPv6; arriving with TOS 0,
 //! ECT(0) and CE, DSCP 26, and TTLs from 0 to 255).
 //!
 //! The corpus is made by `write_the_seed_corpus` (ignored):
-//! `SOFTROCE_WRITE_CORPUS=1 cargo test -p rdma-core-rs --test fuzz_corpus_udp -- --ignored`.
+//! `SOFTROCE_WRITE_CORPUS=1 cargo test -p rdma-link --test fuzz_corpus_udp -- --ignored`.
 
-use rdma_core_rs::fuzzing::{udp_flags, udp_receive, UDP_RECEIVE_HEADER};
+use rdma_link::fuzzing::{udp_flags, udp_receive, UDP_RECEIVE_HEADER};
 use rdma_wire::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;

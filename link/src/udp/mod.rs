@@ -61,11 +61,10 @@ mod shared_port;
 mod uring;
 
 pub use multicast::group_ip;
-pub(crate) use recv::split_datagram;
+pub use recv::split_datagram;
 
+use crate::faults::{DatagramFaults, FaultConfig};
 use crate::io_stats::IoStats;
-use crate::DeviceConfig;
-use rdma_link::faults::DatagramFaults;
 use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
@@ -219,7 +218,7 @@ pub struct UdpIo {
     /// The fault injector (rdma-link's, the frame links' dice), when one is configured.
     faults: Option<DatagramFaults<(IpAddr, IpMarks)>>,
     /// `DeviceConfig::pcap`: every packet sent and received, recorded.
-    capture: Option<rdma_link::capture::IpTap>,
+    capture: Option<crate::capture::IpTap>,
     offloads: Offloads,
     /// Whether send sockets connect to their first peer (see [`connected`]).
     connect: bool,
@@ -427,11 +426,52 @@ fn refuse_datagrams(socket: &Socket) -> io::Result<()> {
     socket.set_recv_buffer_size(TX_SOCKET_RCVBUF)
 }
 
+/// What the UDP backend is told when it binds: the part of a device's
+/// configuration (`rdma_core_rs::DeviceConfig`, which says what each field
+/// means for a device) that concerns its sockets.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// The scope of an IPv6 link-local address (an interface index).
+    pub scope_id: u32,
+    /// One datagram per packet: no UDP GSO on send, no GRO on receive.
+    pub plain_datagrams: bool,
+    /// Share port 4791 of the address with the other processes of the
+    /// host that open the same device ([`crate::share`]).
+    pub shared: bool,
+    /// Faults injected on every packet sent.
+    pub faults: FaultConfig,
+    /// The system calls that move packets.
+    pub io_driver: IoDriver,
+    /// Records every packet sent and received (pcap).
+    pub pcap: Option<std::path::PathBuf>,
+    /// Every packet with `sendto` from unconnected sockets.
+    pub unconnected_sends: bool,
+    /// Data packets leave ECT(0) where their traffic class leaves the ECN
+    /// bits at 00 (the send sockets' TOS).
+    pub ecn_capable: bool,
+}
+
+impl Default for UdpConfig {
+    /// A device's defaults: ECN-capable data packets, the rest off.
+    fn default() -> UdpConfig {
+        UdpConfig {
+            scope_id: 0,
+            plain_datagrams: false,
+            shared: false,
+            faults: FaultConfig::default(),
+            io_driver: IoDriver::Sockets,
+            pcap: None,
+            unconnected_sends: false,
+            ecn_capable: true,
+        }
+    }
+}
+
 impl UdpIo {
     /// Binds `local`:4791 with the options of `cfg`: its `scope_id` (an
     /// IPv6 link-local address), faults, offloads (UDP GSO and GRO, each
     /// used only where the kernel takes it), connected sends and driver.
-    pub fn bind(local: IpAddr, cfg: &DeviceConfig) -> io::Result<UdpIo> {
+    pub fn bind(local: IpAddr, cfg: &UdpConfig) -> io::Result<UdpIo> {
         let (scope_id, offload) = (cfg.scope_id, !cfg.plain_datagrams);
         let rx = Socket::new(domain(local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&rx, local)?;
@@ -466,7 +506,7 @@ impl UdpIo {
         } else {
             open_driver(cfg.io_driver, &rx, capacity)?
         };
-        let capture = cfg.pcap.as_deref().map(rdma_link::capture::IpTap::create).transpose()?;
+        let capture = cfg.pcap.as_deref().map(crate::capture::IpTap::create).transpose()?;
         let mcast = multicast::Groups::new(match &driver {
             Driver::Uring(u) => u.fd(),
             Driver::Sockets(_) => -1,
@@ -641,7 +681,7 @@ impl UdpIo {
     /// area), so the device asks for it when its first UD QP is created:
     /// the control message costs every received datagram about 0.1 us
     /// of a busy round trip. Until then it is taken as 64.
-    pub(crate) fn want_hop_limits(&mut self) {
+    pub fn want_hop_limits(&mut self) {
         if self.hop_limits {
             return;
         }

@@ -2,7 +2,7 @@
 //! the frame driver and the fault injectors all count into it without
 //! depending on one another.
 
-use rdma_link::faults::FaultCounts;
+use crate::faults::FaultCounts;
 
 /// Counters of a device's backend, UDP or frames (the engine counts the
 /// rest).
@@ -47,7 +47,7 @@ pub struct IoStats {
 
 impl IoStats {
     /// Takes the fault injector's totals.
-    pub(crate) fn set_faults(&mut self, c: FaultCounts) {
+    pub fn set_faults(&mut self, c: FaultCounts) {
         self.injected_losses = c.losses;
         self.injected_duplicates = c.duplicates;
         self.injected_reorders = c.reorders;

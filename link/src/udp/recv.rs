@@ -230,7 +230,7 @@ pub(super) fn deliver(
     seg: Option<usize>,
     headers: &DatagramHeaders,
     stats: &mut IoStats,
-    tap: &mut Option<rdma_link::capture::IpTap>,
+    tap: &mut Option<crate::capture::IpTap>,
 ) {
     split_datagram(buf, at, len, seg, stats, |packet| {
         if let Some(t) = tap {
@@ -246,7 +246,7 @@ pub(super) fn deliver(
 /// buffer is counted as truncated and dropped (the kernel hands up none;
 /// this keeps the function total for the fuzzer). Returns the number of
 /// packets handed on.
-pub(crate) fn split_datagram(
+pub fn split_datagram(
     buf: &[u8],
     mut at: usize,
     len: usize,

@@ -38,7 +38,7 @@
 //! and so number it out of order; fault injection sends single datagrams
 //! that it drops, duplicates and reorders itself.
 
-use super::{set_control_message, Control};
+use super::sys::{set_control_message, Control};
 use socket2::{SockAddr, Socket};
 use std::io;
 use std::net::IpAddr;
@@ -222,7 +222,7 @@ mod tests {
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
         h.msg_iov = &mut iov;
         h.msg_iovlen = 1;
-        super::super::send::set_segment_size(&mut h, &mut control, 10);
+        super::super::batch::set_segment_size(&mut h, &mut control, 10);
         // SAFETY: the header points at live buffers of the stated sizes.
         assert_eq!(unsafe { libc::sendmsg(s.as_raw_fd(), &h, 0) }, 50, "{}", io::Error::last_os_error());
         let after_gso = probe(&s, &sink, &sink_addr).unwrap();

@@ -53,119 +53,54 @@
 //! multishot receive into registered buffers and one `io_uring_enter`
 //! per round of sending.
 
+// The parts, each a leaf or above leaves only: `config` and `sys` (what
+// every part shares), `rx` and `batch` (the receive buffers and a round
+// of sends), `connected`, `multicast`, `shared_port` and `uring`. This
+// file holds the device's sockets (`UdpIo`) and uses those parts; `recv`
+// and `send` extend `UdpIo` with receiving and sending, and nothing here
+// uses them, so the modules form no cycle (docs/design.md, "Modules").
+mod batch;
+mod config;
 mod connected;
 mod multicast;
 mod recv;
+mod rx;
 mod send;
 mod shared_port;
+mod sys;
 mod uring;
 
+pub use config::{IoDriver, Offloads, UdpConfig, BATCH, MAX_TX_SOCKETS, TX_BATCH, TX_BATCHES_PER_CALL};
 pub use multicast::group_ip;
-pub use recv::split_datagram;
+pub use rx::split_datagram;
 
-use crate::faults::{DatagramFaults, FaultConfig};
+use crate::faults::DatagramFaults;
 use crate::io_stats::IoStats;
-use rdma_transport::{RegionMemory, Transmit, MAX_PACKET};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use crate::share::Member;
+use batch::TxSocket;
+use rdma_transport::{Endpoint, Instant, RegionMemory, Transmit, MAX_PACKET};
+use socket2::{Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-
-/// Datagrams per `recvmmsg`.
-pub const BATCH: usize = 32;
-
-/// Packets built per round of sending: four GSO runs of 4 KiB packets.
-pub const TX_BATCH: usize = 64;
-
-/// Full rounds of [`TX_BATCH`] packets one [`UdpIo::transmit`] call may
-/// send (about 1 MiB at a 4 KiB MTU). The device lock is held while it
-/// sends, and a QP can have megabytes of READ responses queued: without a
-/// bound, receive, timers and the application (an unrelated QP's ACK)
-/// waited for all of them. The caller comes back at once for the rest
-/// ([`UdpIo::sends_left`]).
-pub const TX_BATCHES_PER_CALL: usize = 4;
-
-/// Send sockets (UDP source ports) per device; more QPs share them.
-pub const MAX_TX_SOCKETS: usize = 16;
+use sys::{
+    common_options, domain, grow_buffers, grow_send_buffer, refuse_datagrams, setsockopt_int, sock_addr, IpMarks,
+    SocketId, DEFAULT_HOP_LIMIT, UDP_NO_CHECK6_RX,
+};
 
 /// The largest datagram UDP_GRO hands up.
 const GRO_MAX: usize = 65536;
 
-const SOCKET_BUFFER: usize = 8 << 20;
-
-/// The receive buffer of a send socket (the kernel doubles it): send
-/// sockets are never read, and a drop-all filter keeps datagrams out, but
-/// the connected-send probe's timestamp copy must fit in the error queue,
-/// which is charged to it.
-const TX_SOCKET_RCVBUF: usize = 4096;
-
-/// What the kernel offloads for this backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offloads {
-    /// Runs of equal-sized packets leave as one UDP_SEGMENT send.
-    pub gso: bool,
-    /// The receive socket takes UDP_GRO super-datagrams.
-    pub gro: bool,
-}
-
-/// Which system calls move the packets. Both drivers use the same
-/// sockets, offloads and packet layout, and pass the same tests.
-///
-/// The environment variable `SOFTROCE_IO_DRIVER` (`io-uring` or
-/// `sockets`), when set, overrides the configured choice, so that a whole
-/// test suite or an unchanged application runs on either driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IoDriver {
-    /// `recvmmsg` / `sendmmsg` on the sockets: the default, because on
-    /// loopback it measured faster than io_uring (README, Performance).
-    #[default]
-    Sockets,
-    /// io_uring: a multishot `recvmsg` over a ring of registered buffers,
-    /// and every send of a round in one `io_uring_enter`. Where the kernel
-    /// lacks it (multishot `recvmsg` and provided-buffer rings came in
-    /// Linux 6.0) or forbids it, the device falls back to sockets with a
-    /// warning; [`crate::Context::io_driver`] says which one runs.
-    IoUring,
-}
-
-impl IoDriver {
-    /// The name used by `SOFTROCE_IO_DRIVER`, rdma-perf's `--io` and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoDriver::IoUring => "io-uring",
-            IoDriver::Sockets => "sockets",
-        }
-    }
-}
-
-impl std::str::FromStr for IoDriver {
-    type Err = String;
-    fn from_str(s: &str) -> Result<IoDriver, String> {
-        match s {
-            "io-uring" | "io_uring" | "uring" => Ok(IoDriver::IoUring),
-            "sockets" | "socket" => Ok(IoDriver::Sockets),
-            other => Err(format!("unknown I/O driver '{other}' (expected io-uring or sockets)")),
-        }
-    }
-}
-
 /// The driver in use and its state.
 enum Driver {
-    Sockets(recv::RxRing),
+    Sockets(rx::RxRing),
     Uring(Box<uring::Uring>),
 }
 
 /// Send sockets per source port, one per TOS (see the module's comment):
 /// data packets' and ACKs' of two traffic classes fit.
 pub(super) const TOS_PER_PORT: usize = 4;
-
-/// A send socket: the TOS it is set to, and its connection.
-struct TxSocket {
-    socket: Socket,
-    tos: u8,
-    conn: connected::Connection,
-}
 
 /// One UDP source port: how many QPs use it, and its send sockets, the
 /// first set to the device's data TOS (opened when the port is reserved)
@@ -175,13 +110,6 @@ struct TxSocket {
 struct TxPort {
     users: usize,
     sockets: Vec<TxSocket>,
-}
-
-/// A send socket: its port, and its place in [`TxPort::sockets`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) struct SocketId {
-    pub(super) port: u16,
-    pub(super) lane: usize,
 }
 
 /// The sockets and buffers of one device.
@@ -196,7 +124,7 @@ pub struct UdpIo {
     sock_tos: u8,
     rx: Socket,
     /// The port's membership when the host's processes share it.
-    member: Option<crate::share::Member>,
+    member: Option<Member>,
     /// Whether received datagrams bring their TTL / hop limit
     /// ([`UdpIo::want_hop_limits`]).
     hop_limits: bool,
@@ -212,9 +140,9 @@ pub struct UdpIo {
     tx_spans: Vec<(usize, usize)>,
     /// Destination addresses of a send (kept to avoid an allocation per send).
     tx_addrs: Vec<SockAddr>,
-    shifts: send::ShiftCache,
-    /// The messages of a round of sending (see `send::Batch`).
-    batch: Option<Box<send::Batch>>,
+    shifts: batch::ShiftCache,
+    /// The messages of a round of sending (see `batch::Batch`).
+    batch: Option<Box<batch::Batch>>,
     /// The fault injector (rdma-link's, the frame links' dice), when one is configured.
     faults: Option<DatagramFaults<(IpAddr, IpMarks)>>,
     /// `DeviceConfig::pcap`: every packet sent and received, recorded.
@@ -253,218 +181,7 @@ fn open_driver(want: IoDriver, rx: &Socket, capacity: usize) -> io::Result<Drive
             Err(e) => tracing::warn!(error = %e, "io_uring is unavailable: using the socket driver"),
         }
     }
-    Ok(Driver::Sockets(recv::RxRing::new(capacity)))
-}
-
-fn ip_header_len(local: IpAddr) -> usize {
-    if local.is_ipv4() {
-        20
-    } else {
-        40
-    }
-}
-
-fn domain(local: IpAddr) -> Domain {
-    if local.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    }
-}
-
-fn sock_addr(ip: IpAddr, port: u16, scope_id: u32) -> SockAddr {
-    match ip {
-        IpAddr::V4(v4) => SocketAddr::new(v4.into(), port).into(),
-        IpAddr::V6(v6) => SocketAddrV6::new(v6, port, 0, scope_id).into(),
-    }
-}
-
-/// Room for three small control messages (CMSG_SPACE of up to 8 bytes
-/// each, 24 bytes), aligned: a UDP_SEGMENT size, a TOS and a TTL.
-type Control = [u64; 9];
-
-/// Room one control message of up to 8 bytes takes (CMSG_SPACE(8)).
-const CMSG_SPACE_8: usize = 24;
-const _: () = assert!(std::mem::size_of::<Control>() >= 3 * CMSG_SPACE_8);
-
-/// Appends `value` as a control message of `h` (level, type) in `room`,
-/// after the `h.msg_controllen` bytes already there (0 for the first:
-/// callers start from a zeroed header). At most three per header.
-fn set_control_message<T: Copy>(h: &mut libc::msghdr, room: &mut Control, level: i32, kind: i32, value: T) {
-    const { assert!(std::mem::size_of::<T>() <= 8) };
-    let len = std::mem::size_of::<T>() as u32;
-    let at = h.msg_controllen;
-    // SAFETY: CMSG_SPACE(len) <= CMSG_SPACE_8, checked against `at` below,
-    // so the header and its data lie inside `room`; `at` is a multiple of
-    // the cmsghdr alignment (a sum of CMSG_SPACEs), and `room` is aligned.
-    unsafe {
-        let space = libc::CMSG_SPACE(len) as usize;
-        assert!(at + space <= std::mem::size_of::<Control>(), "more control messages than room");
-        h.msg_control = room.as_mut_ptr().cast();
-        h.msg_controllen = at + space;
-        let c = room.as_mut_ptr().cast::<u8>().add(at).cast::<libc::cmsghdr>();
-        (*c).cmsg_level = level;
-        (*c).cmsg_type = kind;
-        (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<T>(), value);
-    }
-}
-
-/// The TTL / hop limit every send socket is set to ([`UdpIo::open_tx`]),
-/// so that packets with this one, the engine's default, need no control
-/// message, whatever the system's default (`net.ipv4.ip_default_ttl`).
-const DEFAULT_HOP_LIMIT: u8 = 64;
-
-/// The fields of the IP header the engine wrote that the kernel must
-/// write too, from control messages: the send socket's own header has
-/// neither.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IpMarks {
-    /// IPv4 TOS / IPv6 traffic class: DSCP and ECN.
-    pub tos: u8,
-    /// IPv4 TTL / IPv6 hop limit.
-    pub hop_limit: u8,
-}
-
-impl IpMarks {
-    /// The marks in the IP header at the start of `packet`.
-    fn of(packet: &[u8]) -> IpMarks {
-        match packet {
-            [v, tos, _, _, _, _, _, _, ttl, ..] if v >> 4 == 4 => IpMarks { tos: *tos, hop_limit: *ttl },
-            [a, b, _, _, _, _, _, hop_limit, ..] => IpMarks { tos: (a << 4) | (b >> 4), hop_limit: *hop_limit },
-            _ => IpMarks { tos: 0, hop_limit: DEFAULT_HOP_LIMIT },
-        }
-    }
-}
-
-/// Attaches the IPv4 TOS or IPv6 traffic class and the TTL / hop limit of
-/// `marks` as control messages of `h` (the family of the sending socket is
-/// the destination's: sockets are IPv6-only). Values equal to the send
-/// socket's own (`sock_tos`, TTL [`DEFAULT_HOP_LIMIT`]) need none: the
-/// common case costs nothing in the kernel.
-fn set_ip_marks(h: &mut libc::msghdr, room: &mut Control, dest: IpAddr, marks: IpMarks, sock_tos: u8) {
-    let (tos, hop_limit) = (marks.tos, marks.hop_limit);
-    // All take an int; Linux accepts IP_TOS on sendmsg for UDP and keeps
-    // its ECN bits (only TCP sockets mask them).
-    match dest {
-        IpAddr::V4(_) => {
-            if tos != sock_tos {
-                set_control_message(h, room, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos));
-            }
-            // Linux refuses IP_TTL 0 (EINVAL); TTL 1 is what a TTL of 0
-            // would do anyway: the next hop takes it, no router passes it.
-            if hop_limit != DEFAULT_HOP_LIMIT {
-                set_control_message(h, room, libc::IPPROTO_IP, libc::IP_TTL, i32::from(hop_limit.max(1)));
-            }
-        }
-        IpAddr::V6(_) => {
-            if tos != sock_tos {
-                set_control_message(h, room, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos));
-            }
-            if hop_limit != DEFAULT_HOP_LIMIT {
-                set_control_message(h, room, libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, i32::from(hop_limit));
-            }
-        }
-    }
-}
-
-fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: a plain int option on a socket we own.
-    let r = unsafe {
-        libc::setsockopt(fd, level, name, (&value as *const i32).cast(), std::mem::size_of::<i32>() as libc::socklen_t)
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Linux's `UDP_NO_CHECK6_RX`: accept IPv6 UDP datagrams with checksum 0,
-/// which RoCE v2 senders (rxe, ConnectX) send.
-const UDP_NO_CHECK6_RX: i32 = 102;
-
-fn common_options(socket: &Socket, local: IpAddr) -> io::Result<()> {
-    let fd = socket.as_raw_fd();
-    if local.is_ipv4() {
-        // DF set: what RoCE v2 peers send, and what makes Linux write
-        // Identification 0 for an unconnected socket.
-        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
-    } else {
-        socket.set_only_v6(true)?;
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
-    }
-    Ok(())
-}
-
-fn grow_buffers(socket: &Socket) {
-    grow_recv_buffer(socket);
-    grow_send_buffer(socket);
-}
-
-fn grow_recv_buffer(socket: &Socket) {
-    // Best effort: as root the FORCE variants pass net.core.*mem_max.
-    if setsockopt_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCKET_BUFFER as i32).is_err() {
-        let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
-    }
-}
-
-fn grow_send_buffer(socket: &Socket) {
-    if setsockopt_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER as i32).is_err() {
-        let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
-    }
-}
-
-/// Makes a send socket refuse every datagram sent to it: anyone can send
-/// to its port, and nothing reads it. A classic BPF program of one
-/// instruction, `ret #0` (accept 0 bytes), drops each one before it is
-/// queued (counted in the socket's drops). The error queue, which the
-/// connected-send probe reads, does not pass the filter.
-fn refuse_datagrams(socket: &Socket) -> io::Result<()> {
-    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    socket.attach_filter(&[libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: 0 }])?;
-    socket.set_recv_buffer_size(TX_SOCKET_RCVBUF)
-}
-
-/// What the UDP backend is told when it binds: the part of a device's
-/// configuration (`rdma_core_rs::DeviceConfig`, which says what each field
-/// means for a device) that concerns its sockets.
-#[derive(Debug, Clone)]
-pub struct UdpConfig {
-    /// The scope of an IPv6 link-local address (an interface index).
-    pub scope_id: u32,
-    /// One datagram per packet: no UDP GSO on send, no GRO on receive.
-    pub plain_datagrams: bool,
-    /// Share port 4791 of the address with the other processes of the
-    /// host that open the same device ([`crate::share`]).
-    pub shared: bool,
-    /// Faults injected on every packet sent.
-    pub faults: FaultConfig,
-    /// The system calls that move packets.
-    pub io_driver: IoDriver,
-    /// Records every packet sent and received (pcap).
-    pub pcap: Option<std::path::PathBuf>,
-    /// Every packet with `sendto` from unconnected sockets.
-    pub unconnected_sends: bool,
-    /// Data packets leave ECT(0) where their traffic class leaves the ECN
-    /// bits at 00 (the send sockets' TOS).
-    pub ecn_capable: bool,
-}
-
-impl Default for UdpConfig {
-    /// A device's defaults: ECN-capable data packets, the rest off.
-    fn default() -> UdpConfig {
-        UdpConfig {
-            scope_id: 0,
-            plain_datagrams: false,
-            shared: false,
-            faults: FaultConfig::default(),
-            io_driver: IoDriver::Sockets,
-            pcap: None,
-            unconnected_sends: false,
-            ecn_capable: true,
-        }
-    }
+    Ok(Driver::Sockets(rx::RxRing::new(capacity)))
 }
 
 impl UdpIo {
@@ -502,7 +219,7 @@ impl UdpIo {
         // armed receive holds it open until the ring's teardown ends).
         let driver = if member.is_some() {
             shared_port::note_socket_driver(cfg.io_driver);
-            Driver::Sockets(recv::RxRing::new(capacity))
+            Driver::Sockets(rx::RxRing::new(capacity))
         } else {
             open_driver(cfg.io_driver, &rx, capacity)?
         };
@@ -518,7 +235,7 @@ impl UdpIo {
         // caller's network namespace, like every other socket of the device).
         let mut sink = None;
         if connect && local.is_ipv4() {
-            match send::open_sink(local) {
+            match batch::open_sink(local) {
                 Ok(s) => sink = Some(s),
                 Err(e) => {
                     tracing::info!(error = %e, "cannot open the probe sink: sending from unconnected sockets");
@@ -533,7 +250,7 @@ impl UdpIo {
             // Data packets of a QP with traffic class 0, the common case.
             sock_tos: if cfg.ecn_capable { rdma_transport::qp::ECN_ECT0 } else { 0 },
             driver,
-            batch: Some(Box::new(send::Batch::new())),
+            batch: Some(Box::new(batch::Batch::new())),
             rx,
             member,
             hop_limits: false,
@@ -544,7 +261,7 @@ impl UdpIo {
             tx_regions: Vec::new(),
             tx_spans: Vec::new(),
             tx_addrs: Vec::with_capacity(TX_BATCH),
-            shifts: send::ShiftCache::default(),
+            shifts: batch::ShiftCache::default(),
             faults,
             capture,
             offloads,
@@ -592,7 +309,7 @@ impl UdpIo {
     /// driver keeps the regions those sends read alive for as long as the
     /// kernel may read them (see `Uring::send`), which it can do for memory
     /// it owns but not for the caller's.
-    pub(super) fn payload_by_reference(&self, memory: &RegionMemory) -> bool {
+    fn payload_by_reference(&self, memory: &RegionMemory) -> bool {
         self.sends_by_reference() && !(matches!(self.driver, Driver::Uring(_)) && memory.is_callers())
     }
 
@@ -700,7 +417,7 @@ impl UdpIo {
     /// it, opened now if the port has room for another, else the first
     /// (the packet then carries its TOS in a control message). `None` for
     /// a port not reserved.
-    pub(super) fn socket_for(&mut self, port: u16, tos: u8) -> Option<SocketId> {
+    fn socket_for(&mut self, port: u16, tos: u8) -> Option<SocketId> {
         let p = self.tx.get(&port)?;
         if let Some(lane) = p.sockets.iter().position(|t| t.tos == tos) {
             return Some(SocketId { port, lane });
@@ -755,5 +472,46 @@ impl UdpIo {
         refuse_datagrams(&s)?;
         s.bind(&sock_addr(self.local, port, self.scope_id))?;
         Ok(s)
+    }
+
+    /// The device's membership of its shared port, if it shares it.
+    pub fn member(&self) -> Option<&Member> {
+        self.member.as_ref()
+    }
+
+    /// The device receives the RoCE v2 packets sent to the IP group of
+    /// `mgid` (a QP of it attached to the group). Counted: each join needs
+    /// one [`UdpIo::leave_group`].
+    pub fn join_group(&mut self, mgid: IpAddr) -> io::Result<()> {
+        self.mcast.join(mgid, self.local, self.scope_id)
+    }
+
+    /// Gives back one [`UdpIo::join_group`]; the last leaves the IP group
+    /// (closing its socket drops the membership).
+    pub fn leave_group(&mut self, mgid: IpAddr) {
+        self.mcast.leave(mgid, self.local)
+    }
+
+    /// The IP groups the device is a member of.
+    pub fn groups(&self) -> Vec<IpAddr> {
+        self.mcast.list()
+    }
+
+    /// Receives what waits on the group sockets (see `Groups::receive`).
+    fn receive_groups(&mut self, ep: &mut Endpoint, now: Instant) -> usize {
+        if self.mcast.is_empty() {
+            return 0;
+        }
+        self.mcast.receive(ep, now, &mut self.stats, &mut self.capture)
+    }
+}
+
+impl Drop for UdpIo {
+    fn drop(&mut self) {
+        // Leaves while the socket is still open: the member closes it in
+        // step with the record (see `Member::leave`).
+        if let Some(m) = self.member.take() {
+            m.leave();
+        }
     }
 }

@@ -23,8 +23,8 @@
 //! the device's second wait fd (with io_uring, the ring is in the set
 //! too), so that a sleeping device wakes for them.
 
-use super::recv::{deliver, read_control, source_address};
-use super::{UdpIo, DEFAULT_HOP_LIMIT};
+use super::rx::{deliver, read_control, source_address};
+use super::sys::DEFAULT_HOP_LIMIT;
 use crate::io_stats::IoStats;
 use rdma_transport::{Endpoint, Instant, MAX_PACKET};
 use rdma_wire::ROCE_V2_PORT;
@@ -54,7 +54,7 @@ pub(super) struct Groups {
     groups: HashMap<IpAddr, Group>,
     epoll: OwnedFd,
     buf: Box<[u8]>,
-    control: [u64; super::recv::CMSG_ROOM / 8],
+    control: [u64; super::rx::CMSG_ROOM / 8],
 }
 
 impl Groups {
@@ -72,7 +72,7 @@ impl Groups {
             groups: HashMap::new(),
             epoll,
             buf: vec![0u8; MAX_PACKET].into_boxed_slice(),
-            control: [0; super::recv::CMSG_ROOM / 8],
+            control: [0; super::rx::CMSG_ROOM / 8],
         };
         if extra >= 0 {
             g.watch(extra, libc::EPOLL_CTL_ADD)?;
@@ -218,13 +218,13 @@ fn open_group(group: IpAddr, local: IpAddr, scope_id: u32) -> io::Result<Socket>
     s.set_nonblocking(true)?;
     // As deep as the device's own receive socket: a burst of UD sends
     // to the group must not overflow it (UD does not resend).
-    super::grow_recv_buffer(&s);
+    super::sys::grow_recv_buffer(&s);
     let fd = s.as_raw_fd();
     match (group, local) {
         (IpAddr::V4(g), IpAddr::V4(l)) => {
-            super::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
-            super::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
-            super::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+            super::sys::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
+            super::sys::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+            super::sys::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
             s.bind(&SocketAddr::new(g.into(), ROCE_V2_PORT).into())?;
             s.join_multicast_v4(&g, &l)?;
         }
@@ -232,10 +232,10 @@ fn open_group(group: IpAddr, local: IpAddr, scope_id: u32) -> io::Result<Socket>
             s.set_only_v6(true)?;
             // Not every kernel has it (4.20+): a socket then also hears
             // the host's other joins of the group, which the engine drops.
-            let _ = super::setsockopt_int(fd, libc::IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0);
-            super::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
-            super::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
-            super::setsockopt_int(fd, libc::IPPROTO_UDP, super::UDP_NO_CHECK6_RX, 1)?;
+            let _ = super::sys::setsockopt_int(fd, libc::IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0);
+            super::sys::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+            super::sys::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+            super::sys::setsockopt_int(fd, libc::IPPROTO_UDP, super::sys::UDP_NO_CHECK6_RX, 1)?;
             let index = interface(local, scope_id);
             s.bind(&SocketAddrV6::new(g, ROCE_V2_PORT, 0, index).into())?;
             s.join_multicast_v6(&g, index)?;
@@ -253,51 +253,44 @@ fn open_group(group: IpAddr, local: IpAddr, scope_id: u32) -> io::Result<Socket>
 /// Linux's `IPV6_MULTICAST_ALL` (not in every libc crate).
 const IPV6_MULTICAST_ALL: i32 = 29;
 
-impl UdpIo {
-    /// The device receives the RoCE v2 packets sent to the IP group of
-    /// `mgid` (a QP of it attached to the group). Counted: each join needs
-    /// one [`UdpIo::leave_group`].
-    pub fn join_group(&mut self, mgid: IpAddr) -> io::Result<()> {
+impl Groups {
+    /// Joins the IP group of `mgid` on the interface of `local`, or counts
+    /// one more user of it.
+    pub(super) fn join(&mut self, mgid: IpAddr, local: IpAddr, scope_id: u32) -> io::Result<()> {
         let group = group_ip(mgid)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{mgid} is not a multicast GID")))?;
-        if let Some(g) = self.mcast.groups.get_mut(&group) {
+        if let Some(g) = self.groups.get_mut(&group) {
             g.users += 1;
             return Ok(());
         }
-        let socket = open_group(group, self.local, self.scope_id).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot join multicast group {group} on {}: {e}", self.local))
-        })?;
-        self.mcast.watch(socket.as_raw_fd(), libc::EPOLL_CTL_ADD)?;
-        tracing::debug!(%group, local = %self.local, "joined IP multicast group");
-        self.mcast.groups.insert(group, Group { socket, users: 1 });
+        let socket = open_group(group, local, scope_id)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot join multicast group {group} on {local}: {e}")))?;
+        self.watch(socket.as_raw_fd(), libc::EPOLL_CTL_ADD)?;
+        tracing::debug!(%group, %local, "joined IP multicast group");
+        self.groups.insert(group, Group { socket, users: 1 });
         Ok(())
     }
 
-    /// Gives back one [`UdpIo::join_group`]; the last leaves the IP group
-    /// (closing its socket drops the membership).
-    pub fn leave_group(&mut self, mgid: IpAddr) {
+    /// One user fewer of the IP group of `mgid`; the last leaves it.
+    pub(super) fn leave(&mut self, mgid: IpAddr, local: IpAddr) {
         let Some(group) = group_ip(mgid) else { return };
-        let Some(g) = self.mcast.groups.get_mut(&group) else { return };
+        let Some(g) = self.groups.get_mut(&group) else { return };
         g.users -= 1;
         if g.users == 0 {
-            if let Some(g) = self.mcast.groups.remove(&group) {
-                let _ = self.mcast.watch(g.socket.as_raw_fd(), libc::EPOLL_CTL_DEL);
+            if let Some(g) = self.groups.remove(&group) {
+                let _ = self.watch(g.socket.as_raw_fd(), libc::EPOLL_CTL_DEL);
             }
-            tracing::debug!(%group, local = %self.local, "left IP multicast group");
+            tracing::debug!(%group, %local, "left IP multicast group");
         }
     }
 
-    /// The IP groups the device is a member of.
-    pub fn groups(&self) -> Vec<IpAddr> {
-        self.mcast.groups.keys().copied().collect()
+    /// The IP groups joined.
+    pub(super) fn list(&self) -> Vec<IpAddr> {
+        self.groups.keys().copied().collect()
     }
 
-    /// Receives what waits on the group sockets (see [`Groups::receive`]).
-    pub(super) fn receive_groups(&mut self, ep: &mut Endpoint, now: Instant) -> usize {
-        if self.mcast.groups.is_empty() {
-            return 0;
-        }
-        self.mcast.receive(ep, now, &mut self.stats, &mut self.capture)
+    pub(super) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
     }
 }
 

@@ -2,7 +2,8 @@
 //! ([`crate::share`]): bound with `SO_REUSEPORT` as a member of the port,
 //! or alone as before.
 
-use super::{sock_addr, IoDriver, UdpIo};
+use super::config::IoDriver;
+use super::sys::sock_addr;
 use crate::share::Member;
 use rdma_wire::ROCE_V2_PORT;
 use socket2::Socket;
@@ -41,22 +42,5 @@ pub(super) fn note_socket_driver(want: IoDriver) {
     let env = std::env::var("SOFTROCE_IO_DRIVER").ok().and_then(|v| v.parse().ok());
     if env.unwrap_or(want) == IoDriver::IoUring {
         tracing::info!("a shared port uses the socket driver, not io_uring");
-    }
-}
-
-impl UdpIo {
-    /// The device's membership of its shared port, if it shares it.
-    pub fn member(&self) -> Option<&Member> {
-        self.member.as_ref()
-    }
-}
-
-impl Drop for UdpIo {
-    fn drop(&mut self) {
-        // Leaves while the socket is still open: the member closes it in
-        // step with the record (see `Member::leave`).
-        if let Some(m) = self.member.take() {
-            m.leave();
-        }
     }
 }

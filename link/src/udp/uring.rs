@@ -24,9 +24,9 @@
 //! the ring (readable when completions wait), and never while work is
 //! flagged ([`Uring::has_work`]).
 
-use super::recv::{deliver, read_control, source_address, Control};
-use super::send::{Batch, Failures};
-use super::IoStats;
+use super::batch::{Batch, Failures};
+use super::rx::{deliver, read_control, source_address, Control, CMSG_ROOM};
+use crate::io_stats::IoStats;
 use io_uring::{cqueue, opcode, types, IoUring};
 use rdma_transport::{Endpoint, Instant, RegionMemory};
 use std::collections::VecDeque;
@@ -51,7 +51,7 @@ const OUT_HEADER: usize = 16;
 /// Room for the sender's address (a `sockaddr_in6` fits).
 const NAME_ROOM: usize = 32;
 /// Room for the control messages: UDP_GRO's segment size, the TTL and the TOS.
-const CONTROL_ROOM: usize = super::recv::CMSG_ROOM;
+const CONTROL_ROOM: usize = CMSG_ROOM;
 /// Where the datagram starts in a buffer, after the header, the address
 /// and the control messages.
 const PAYLOAD_AT: usize = OUT_HEADER + NAME_ROOM + CONTROL_ROOM;

@@ -1,0 +1,251 @@
+//! The receive side's parts: the `recvmmsg` buffers and headers
+//! (`RxRing`), what a datagram's control messages say (`Control`), its
+//! sender, and the cutting of a datagram into packets for the engine
+//! (`split_datagram`, `deliver`). How the device receives is `recv.rs`.
+
+use super::config::BATCH;
+use super::sys::CMSG_SPACE_8;
+use crate::io_stats::IoStats;
+use rdma_transport::{Endpoint, Instant};
+use rdma_wire::DatagramHeaders;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+/// Room for the control messages of a datagram, aligned for cmsghdr:
+/// UDP_GRO's segment size, the TTL and the TOS (CMSG_SPACE of an int, 24
+/// bytes, each). Short of room the kernel drops the last ones (MSG_CTRUNC).
+pub(super) const CMSG_ROOM: usize = 72;
+const _: () = assert!(CMSG_ROOM >= 3 * CMSG_SPACE_8 && CMSG_ROOM % 8 == 0);
+
+/// The receive buffers and the `recvmmsg` headers that point into them,
+/// set up once: a poll that finds nothing costs the system call alone, and
+/// a receive resets only the fields the kernel wrote in the headers it used.
+pub(super) struct RxRing {
+    pub(super) bufs: Vec<Box<[u8]>>,
+    pub(super) control: Box<[[u64; CMSG_ROOM / 8]; BATCH]>,
+    /// Zeroed once; the kernel writes `msg_namelen` bytes of each, and
+    /// only those are read ([`source_address`]).
+    pub(super) names: Box<[libc::sockaddr_storage; BATCH]>,
+    pub(super) iovs: Box<[libc::iovec; BATCH]>,
+    pub(super) msgs: Box<[libc::mmsghdr; BATCH]>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` point into the heap blocks
+// this struct owns (never reallocated), so they move with it between threads.
+unsafe impl Send for RxRing {}
+
+const NAME_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+
+impl RxRing {
+    /// `capacity`: the longest datagram taken (longer ones are dropped as
+    /// truncated). Control messages (UDP_GRO, TOS) are always taken.
+    pub(super) fn new(capacity: usize) -> RxRing {
+        // SAFETY: all-zero iovec, mmsghdr and sockaddr_storage are valid
+        // (null pointers, zero lengths, family AF_UNSPEC).
+        let (iovs, msgs, names) =
+            unsafe { (Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed()), Box::new(std::mem::zeroed())) };
+        let mut ring = RxRing {
+            bufs: (0..BATCH).map(|_| vec![0u8; capacity].into_boxed_slice()).collect(),
+            control: Box::new([[0; CMSG_ROOM / 8]; BATCH]),
+            names,
+            iovs,
+            msgs,
+        };
+        for i in 0..BATCH {
+            let b = &mut ring.bufs[i][..];
+            ring.iovs[i] = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
+            let h = &mut ring.msgs[i].msg_hdr;
+            h.msg_name = (&mut ring.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_iov = &mut ring.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = ring.control[i].as_mut_ptr().cast();
+            ring.reset(i);
+        }
+        ring
+    }
+
+    /// Gives header `i` back its buffer sizes, which the kernel overwrote.
+    pub(super) fn reset(&mut self, i: usize) {
+        let m = &mut self.msgs[i];
+        m.msg_len = 0;
+        m.msg_hdr.msg_namelen = NAME_LEN;
+        m.msg_hdr.msg_controllen = CMSG_ROOM;
+        m.msg_hdr.msg_flags = 0;
+    }
+}
+
+/// What the control messages of a received datagram say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Control {
+    /// The segment size of a UDP_GRO datagram.
+    pub(super) segment: Option<usize>,
+    /// The IPv4 TOS / IPv6 traffic class it arrived with (0 if not reported).
+    pub(super) tos: u8,
+    /// The IPv4 TTL / IPv6 hop limit it arrived with, if reported.
+    pub(super) hop_limit: Option<u8>,
+}
+
+impl Control {
+    /// The headers of the datagram from `src` to `dst` (the device's
+    /// address or a group's), TTL 64 when the kernel did not report one.
+    pub(super) fn headers(&self, src: SocketAddr, dst: IpAddr) -> DatagramHeaders {
+        DatagramHeaders { src, dst, traffic_class: self.tos, hop_limit: self.hop_limit.unwrap_or(64) }
+    }
+}
+
+/// Reads the control messages of `hdr` (UDP_GRO, IP_TOS, IPV6_TCLASS,
+/// IP_TTL, IPV6_HOPLIMIT).
+pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
+    let mut out = Control::default();
+    if hdr.msg_control.is_null() {
+        return out;
+    }
+    // SAFETY: `hdr` is a header the kernel filled in; the CMSG macros stay
+    // within msg_control / msg_controllen, and each read is within the
+    // message's cmsg_len (checked against the data size read).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            let (level, kind, len) = ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize);
+            let data = libc::CMSG_DATA(c);
+            let int =
+                || (len >= libc::CMSG_LEN(4) as usize).then(|| std::ptr::read_unaligned(data.cast::<libc::c_int>()));
+            match (level, kind) {
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    out.segment = int().and_then(|s| usize::try_from(s).ok()).filter(|&s| s > 0)
+                }
+                // IPv4 hands up the TOS as one byte.
+                (libc::IPPROTO_IP, libc::IP_TOS) if len >= libc::CMSG_LEN(1) as usize => out.tos = *data,
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    out.tos = int().and_then(|t| u8::try_from(t).ok()).unwrap_or(0)
+                }
+                // Both an int.
+                (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                    out.hop_limit = int().and_then(|t| u8::try_from(t).ok())
+                }
+                _ => {}
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    out
+}
+
+/// The sender of a datagram, from the `len` bytes of socket address the
+/// kernel wrote into `name`: `None` for another family or a short length.
+pub(super) fn source_address(name: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = usize::try_from(len).ok()?.min(std::mem::size_of::<libc::sockaddr_storage>());
+    match i32::from(name.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: sockaddr_storage is aligned and sized for any address;
+            // the kernel wrote a whole sockaddr_in (checked above).
+            let a = unsafe { &*(name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddrV4::new(ip, u16::from_be(a.sin_port)).into())
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for a whole sockaddr_in6.
+            let a = unsafe { &*(name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddrV6::new(ip, u16::from_be(a.sin6_port), a.sin6_flowinfo, a.sin6_scope_id).into())
+        }
+        _ => None,
+    }
+}
+
+/// Hands the packets of one datagram (`len` bytes at `buf[at..]`, cut
+/// every `seg` bytes if UDP_GRO coalesced it) to the engine, each with the
+/// headers the socket reported.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn deliver(
+    ep: &mut Endpoint,
+    now: Instant,
+    buf: &[u8],
+    at: usize,
+    len: usize,
+    seg: Option<usize>,
+    headers: &DatagramHeaders,
+    stats: &mut IoStats,
+    tap: &mut Option<crate::capture::IpTap>,
+) {
+    split_datagram(buf, at, len, seg, stats, |packet| {
+        if let Some(t) = tap {
+            t.received(headers, packet);
+        }
+        ep.handle_datagram(now, headers, packet)
+    });
+}
+
+/// The receive path without the engine: cuts the datagram of `len` bytes
+/// at `buf[at..]` into packets of `seg` bytes (the last may be shorter)
+/// and calls `each` with each packet. A datagram that does not fit the
+/// buffer is counted as truncated and dropped (the kernel hands up none;
+/// this keeps the function total for the fuzzer). Returns the number of
+/// packets handed on.
+pub fn split_datagram(
+    buf: &[u8],
+    mut at: usize,
+    len: usize,
+    seg: Option<usize>,
+    stats: &mut IoStats,
+    mut each: impl FnMut(&[u8]),
+) -> usize {
+    let Some(end) = at.checked_add(len).filter(|&e| e <= buf.len()) else {
+        stats.truncated += 1;
+        tracing::debug!(at, len, "datagram outside its buffer dropped");
+        return 0;
+    };
+    let seg = seg.filter(|&s| s > 0 && s < len).unwrap_or(len.max(1));
+    if seg < len {
+        stats.gro_receives += 1;
+    }
+    let mut packets = 0;
+    loop {
+        let this = seg.min(end - at);
+        stats.datagrams_received += 1;
+        each(&buf[at..at + this]);
+        packets += 1;
+        at += this;
+        if at >= end {
+            break;
+        }
+    }
+    packets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        let a = socket2::SockAddr::from(addr);
+        // SAFETY: all-zero sockaddr_storage is valid; `a.len()` bytes fit.
+        let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                a.as_ptr().cast::<u8>(),
+                (&mut s as *mut libc::sockaddr_storage).cast(),
+                a.len() as usize,
+            )
+        };
+        (s, a.len())
+    }
+
+    /// Only the bytes the kernel reported are read: a length too short for
+    /// the family, or a family that is not IP, gives no sender (reading the
+    /// rest would take stale bytes of an earlier datagram, or none at all).
+    #[test]
+    fn a_source_address_is_read_only_within_the_reported_length_and_family() {
+        for addr in ["127.1.2.3:4791", "[fd00::7]:49152"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let (s, len) = storage_of(addr);
+            assert_eq!(source_address(&s, len), Some(addr));
+            assert_eq!(source_address(&s, len - 1), None, "{addr}: one byte short");
+            assert_eq!(source_address(&s, 2), None, "{addr}: the family alone");
+            assert_eq!(source_address(&s, 0), None);
+            assert_eq!(source_address(&s, 10_000), Some(addr), "a length past the storage is capped");
+        }
+        let (mut s, len) = storage_of("127.0.0.1:1".parse().unwrap());
+        s.ss_family = libc::AF_UNIX as libc::sa_family_t;
+        assert_eq!(source_address(&s, len), None, "not an IP family");
+    }
+}

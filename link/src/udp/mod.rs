@@ -280,6 +280,7 @@ impl UdpIo {
 
     /// The receive socket: readable when a datagram arrives (with either
     /// driver), for readiness notification.
+    #[inline]
     pub fn rx_fd(&self) -> RawFd {
         self.rx.as_raw_fd()
     }
@@ -287,6 +288,7 @@ impl UdpIo {
     /// What a blocking wait sleeps on in `poll(2)`: the receive socket and
     /// an epoll set of the multicast group sockets and, with io_uring, the
     /// ring (readable when completions wait).
+    #[inline]
     pub fn wait_fds(&self) -> [RawFd; 2] {
         [self.rx.as_raw_fd(), self.mcast.fd()]
     }
@@ -299,6 +301,7 @@ impl UdpIo {
     /// works on whole packets). On io_uring, payloads in the caller's own
     /// memory (`reg_mr_raw`) are copied all the same: see
     /// [`UdpIo::payload_by_reference`].
+    #[inline]
     pub fn sends_by_reference(&self) -> bool {
         // A capture records whole packets.
         self.faults.is_none() && self.capture.is_none()
@@ -314,6 +317,7 @@ impl UdpIo {
     }
 
     /// The driver in use ([`IoDriver::IoUring`] or [`IoDriver::Sockets`]).
+    #[inline]
     pub fn driver(&self) -> IoDriver {
         driver_kind(&self.driver)
     }
@@ -321,6 +325,8 @@ impl UdpIo {
     /// Whether received packets may wait for [`UdpIo::receive`] without a
     /// new readiness event (io_uring: completions taken while sending, or
     /// the kernel's deferred receive work).
+    // Called on every poll, from the verbs crate.
+    #[inline]
     pub fn receives_pending(&mut self) -> bool {
         match &mut self.driver {
             Driver::Sockets(_) => false,
@@ -330,6 +336,7 @@ impl UdpIo {
 
     /// Whether the last [`UdpIo::transmit`] stopped on its budget
     /// ([`TX_BATCHES_PER_CALL`]) with packets left to send.
+    #[inline]
     pub fn sends_left(&self) -> bool {
         self.tx_left
     }
@@ -337,11 +344,14 @@ impl UdpIo {
     /// Whether work waits that no readiness event announces: received
     /// packets ([`UdpIo::receives_pending`]) or sends left by the transmit
     /// budget ([`UdpIo::sends_left`]). The caller must not sleep first.
+    // Called on every poll, from the verbs crate.
+    #[inline]
     pub fn has_pending(&mut self) -> bool {
         self.tx_left || self.receives_pending()
     }
 
     /// The offloads in use (GSO turns itself off if the kernel refuses it).
+    #[inline]
     pub fn offloads(&self) -> Offloads {
         self.offloads
     }
@@ -475,6 +485,7 @@ impl UdpIo {
     }
 
     /// The device's membership of its shared port, if it shares it.
+    #[inline]
     pub fn member(&self) -> Option<&Member> {
         self.member.as_ref()
     }

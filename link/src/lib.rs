@@ -16,19 +16,19 @@
 //!   and two wrappers over any link, [`capture::CaptureLink`] (pcap/ERF
 //!   recording) and [`faults::FaultLink`] (loss, duplication, reordering,
 //!   corruption).
-//! - The device's backend (`rdma_core_rs`'s `io::Io`) is a closed enum of
-//!   two drivers, each a loop between the engine and the link: the UDP
-//!   driver of RoCE v2 (`rdma_core_rs::udp::UdpIo`, unchanged: GSO/GRO,
-//!   io_uring, connected sockets, by-reference payloads) and the frame
-//!   driver (`rdma_core_rs`'s `frames::FrameIo`), the one driver of every
-//!   frame link (RoCE v1 and native IB framing). The UDP driver is no
-//!   `Link` (yet: issue 31) because the kernel writes the IP and UDP
-//!   headers that the engine's packets start with: it talks to the engine
-//!   in datagrams, runs of segments and scattered payloads, which a frame
-//!   interface would force it to give up. It takes this crate's fault
-//!   injector ([`faults::DatagramFaults`]) and capture ([`capture::IpTap`]). An
-//!   enum keeps its calls direct (no vtable on the path the round-trip
-//!   figures measure).
+//! - [`udp::UdpIo`], the UDP backend of RoCE v2 (GSO/GRO, io_uring,
+//!   connected and per-TOS sockets, by-reference payloads, multicast
+//!   groups, a port shared by the processes of a host: [`share`]). It is
+//!   no `Link`, because the kernel writes the IP and UDP headers the
+//!   engine's packets start with: it talks to the engine in datagrams
+//!   (received ones with their headers as typed values,
+//!   `rdma_wire::DatagramHeaders`), runs of segments and scattered
+//!   payloads, which a frame interface would force it to give up. It
+//!   takes this crate's fault injector ([`faults::DatagramFaults`]) and
+//!   capture ([`capture::IpTap`]). A device's backend (`rdma_core_rs`'s
+//!   `io::Io`) is a closed enum of it and the frame driver (the one
+//!   driver of every frame link): the calls stay direct (no vtable on the
+//!   path the round-trip figures measure).
 //!
 //! Besides the links: the IB port record a port agent publishes
 //! ([`ib_port`]), neighbour (ARP) resolution ([`neigh`]), and the

@@ -2,4 +2,6 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| rdma_core_rs::link::fuzzing::udp_receive(data));
+fuzz_target!(|data: &[u8]| {
+    rdma_core_rs::link::fuzzing::udp_receive(data);
+});

@@ -43,10 +43,12 @@ pub mod udp_flags {
 /// can carry (an IPv6 sender on an IPv4 device) is dropped as malformed.
 /// An Identification the solver recovers makes the ICRC check out when
 /// written into the header; CE is counted on exactly the packets past the
-/// ICRC check when the TOS says CE.
-pub fn udp_receive(data: &[u8]) {
+/// ICRC check when the TOS says CE. Returns the packets past the ICRC
+/// check (so that a test can see its packets were not all dropped, which
+/// would make the comparison vacuous).
+pub fn udp_receive(data: &[u8]) -> u64 {
     if data.len() < UDP_RECEIVE_HEADER {
-        return;
+        return 0;
     }
     let (flags, p, body) = (data[0], &data[1..UDP_RECEIVE_HEADER], &data[UDP_RECEIVE_HEADER..]);
     let v6 = flags & udp_flags::IPV6 != 0;
@@ -95,7 +97,7 @@ pub fn udp_receive(data: &[u8]) {
     assert!(n <= segments, "{n} packets from {segments} segments");
     if !fits {
         assert_eq!((n, stats.truncated), (0, 1), "a misplaced datagram is dropped whole");
-        return;
+        return 0;
     }
     assert_eq!((n, stats.datagrams_received as usize), (segments, segments), "every segment handed on and counted");
     assert!(packets.concat() == buf[at..at + len], "the packets put together are the datagram");
@@ -164,4 +166,5 @@ pub fn udp_receive(data: &[u8]) {
     assert_eq!(t.ipv4_ident_recovered, recovered, "the engine recovers what the solver does");
     let ce = if headers.ecn() == 3 { icrc_ok + recovered } else { 0 };
     assert_eq!(t.ecn_ce_received, ce, "CE counted on every packet past the ICRC check, and only then");
+    icrc_ok + recovered
 }

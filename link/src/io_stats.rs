@@ -47,6 +47,7 @@ pub struct IoStats {
 
 impl IoStats {
     /// Takes the fault injector's totals.
+    #[doc(hidden)] // for the frame driver of the verbs crate
     pub fn set_faults(&mut self, c: FaultCounts) {
         self.injected_losses = c.losses;
         self.injected_duplicates = c.duplicates;

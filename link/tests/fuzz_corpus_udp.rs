@@ -18,7 +18,9 @@ fn corpus_dir() -> PathBuf {
 
 #[test]
 fn the_udp_receive_body_runs_clean_over_its_seed_corpus() {
-    let n = rdma_wire::fuzzing::replay_seeds("udp_receive", udp_receive);
+    let n = rdma_wire::fuzzing::replay_seeds("udp_receive", |d| {
+        udp_receive(d);
+    });
     assert!(n >= 24, "the seed corpus has {n} files");
 }
 
@@ -164,6 +166,11 @@ fn write_the_seed_corpus() {
 fn a_ce_mark_reaches_the_engine_through_the_datagram_headers() {
     for v6 in [false, true] {
         let flags = if v6 { udp_flags::IPV6 } else { 0 };
-        udp_receive(&input(flags, 0, [0, 0], (0x6b, 64), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
+        let accepted = udp_receive(&input(flags, 0, [0, 0], (0x6b, 64), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0)));
+        assert_eq!(accepted, 1, "the packet, made by the wire crate's emitter, passes the ICRC check");
+        // Sent with an Identification the socket does not show: recovered.
+        let accepted =
+            udp_receive(&input(flags, 0, [0, 0], (0x6b, 64), &packet(v6, Opcode::RC_SEND_ONLY, 5, 16, 0x1234)));
+        assert_eq!(accepted, 1, "IPv6 has no Identification; IPv4's is recovered");
     }
 }

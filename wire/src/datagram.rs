@@ -24,9 +24,9 @@ pub struct DatagramHeaders {
     /// The sender's address and UDP source port.
     pub src: SocketAddr,
     /// The address it was sent to: the device's, or the multicast group
-    /// it was sent to. Its family is the socket's, and so the family of
-    /// the IP header the packet came with (an IPv4 sender on an IPv6
-    /// socket is an IPv4-mapped address).
+    /// it was sent to. Its family is the socket's, which the headers take
+    /// for the packet's: an IPv4 sender reported on an IPv6 socket (an
+    /// IPv4-mapped address) is written as IPv6.
     pub dst: IpAddr,
     /// The IPv4 TOS / IPv6 traffic class (DSCP and ECN) it arrived with.
     pub traffic_class: u8,

@@ -9,12 +9,12 @@ pub const BATCH: usize = 32;
 /// Packets built per round of sending: four GSO runs of 4 KiB packets.
 pub const TX_BATCH: usize = 64;
 
-/// Full rounds of [`TX_BATCH`] packets one [`UdpIo::transmit`] call may
+/// Full rounds of [`TX_BATCH`] packets one [`UdpIo::transmit`](super::UdpIo::transmit) call may
 /// send (about 1 MiB at a 4 KiB MTU). The device lock is held while it
 /// sends, and a QP can have megabytes of READ responses queued: without a
 /// bound, receive, timers and the application (an unrelated QP's ACK)
 /// waited for all of them. The caller comes back at once for the rest
-/// ([`UdpIo::sends_left`]).
+/// ([`UdpIo::sends_left`](super::UdpIo::sends_left)).
 pub const TX_BATCHES_PER_CALL: usize = 4;
 
 /// Send sockets (UDP source ports) per device; more QPs share them.
@@ -45,7 +45,7 @@ pub enum IoDriver {
     /// and every send of a round in one `io_uring_enter`. Where the kernel
     /// lacks it (multishot `recvmsg` and provided-buffer rings came in
     /// Linux 6.0) or forbids it, the device falls back to sockets with a
-    /// warning; [`crate::Context::io_driver`] says which one runs.
+    /// warning; `rdma_core_rs::Context::io_driver` says which one runs.
     IoUring,
 }
 

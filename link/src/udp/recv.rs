@@ -3,7 +3,7 @@
 //! sender that the kernel coalesced (the segment size comes in a control
 //! message). Every packet is handed to the engine in place, from its BTH
 //! on, with what the socket reported of the IP and UDP headers the kernel
-//! took off as typed values ([`DatagramHeaders`]): the sender, the TOS /
+//! took off as typed values ([`rdma_wire::DatagramHeaders`]): the sender, the TOS /
 //! traffic class it arrived with (IP_RECVTOS / IPV6_RECVTCLASS), so that
 //! the engine sees its ECN bits, and its TTL / hop limit (IP_RECVTTL /
 //! IPV6_RECVHOPLIMIT), which a UD receive shows in its GRH area; GRO

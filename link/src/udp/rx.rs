@@ -181,7 +181,7 @@ pub(super) fn deliver(
 /// buffer is counted as truncated and dropped (the kernel hands up none;
 /// this keeps the function total for the fuzzer). Returns the number of
 /// packets handed on.
-pub fn split_datagram(
+pub(crate) fn split_datagram(
     buf: &[u8],
     mut at: usize,
     len: usize,

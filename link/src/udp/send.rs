@@ -9,7 +9,7 @@
 //! from the number of the send call up (0, 1, 2, … on an unconnected
 //! socket; see [`super::connected`] for a connected one), and the ICRC
 //! covers that field, so the ICRC of each packet built with
-//! Identification 0 is corrected by one XOR ([`IdentShift`]) before
+//! Identification 0 is corrected by one XOR ([`rdma_wire::IdentShift`]) before
 //! sending. Packets of one QP keep their order; packets of different QPs
 //! need none between them.
 //!

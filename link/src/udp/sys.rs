@@ -14,7 +14,7 @@ pub(super) const SOCKET_BUFFER: usize = 8 << 20;
 /// which is charged to it.
 pub(super) const TX_SOCKET_RCVBUF: usize = 4096;
 
-/// A send socket: its port, and its place in [`TxPort::sockets`].
+/// A send socket: its port, and its place in `TxPort::sockets`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct SocketId {
     pub(super) port: u16,
@@ -76,7 +76,7 @@ pub(super) fn set_control_message<T: Copy>(h: &mut libc::msghdr, room: &mut Cont
     }
 }
 
-/// The TTL / hop limit every send socket is set to ([`UdpIo::open_tx`]),
+/// The TTL / hop limit every send socket is set to (`UdpIo::open_tx`),
 /// so that packets with this one, the engine's default, need no control
 /// message, whatever the system's default (`net.ipv4.ip_default_ttl`).
 pub(super) const DEFAULT_HOP_LIMIT: u8 = 64;

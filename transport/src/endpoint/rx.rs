@@ -244,8 +244,8 @@ impl Endpoint {
     }
 
     /// The checks and the hand-off common to every link kind, for a packet
-    /// whose CRCs are good: `ip_header` is its IP header or GRH (what a UD
-    /// receive gets in its first 40 bytes), empty without one; `sl` what a
+    /// whose CRCs are good: `net` is where its IP header or GRH is (what a
+    /// UD receive gets in its first 40 bytes); `sl` what a
     /// UD receive of it reports as its SL (the LRH's on IB, the packet type
     /// on RoCE: [`roce_packet_type`]).
     #[inline]

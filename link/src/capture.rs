@@ -1,5 +1,6 @@
-//! Capture over any frame link: every frame the device sends and
-//! receives, in a file Wireshark 4.0 (Debian 12's tshark) decodes.
+//! Capture over any link: every frame the device sends and receives, in a
+//! file Wireshark 4.0 (Debian 12's tshark) decodes. On a RoCE v2 (UDP)
+//! link, IP packets in made-up Ethernet frames, as [`IpTap`] writes them.
 //!
 //! The format is the engine's (`rdma_transport::capture`):
 //!
@@ -149,28 +150,44 @@ impl IpTap {
 #[derive(Debug)]
 pub struct CaptureLink<L> {
     inner: L,
-    sink: PcapSink,
-    ethertype: [u8; 2],
-    /// Records written since the last flush.
-    dirty: bool,
+    recorder: Recorder,
+}
+
+/// How a capture link records: Ethernet frames of one EtherType, or, on a
+/// RoCE v2 (UDP) link, IP packets as [`IpTap`] writes them (received ones
+/// with the headers their socket reported).
+#[derive(Debug)]
+enum Recorder {
+    Frames {
+        sink: PcapSink,
+        ethertype: [u8; 2],
+        /// Records written since the last flush.
+        dirty: bool,
+    },
+    Ip(IpTap),
 }
 
 impl<L: Link> CaptureLink<L> {
     pub fn new(inner: L, path: &Path) -> io::Result<CaptureLink<L>> {
         let kind = inner.caps().kind;
-        let sink = PcapSink::create(path, kind)?;
-        let ethertype = crate::ethertype(kind).unwrap_or(0).to_be_bytes();
-        Ok(CaptureLink { inner, sink, ethertype, dirty: false })
+        let recorder = match crate::ethertype(kind) {
+            Some(t) => {
+                Recorder::Frames { sink: PcapSink::create(path, kind)?, ethertype: t.to_be_bytes(), dirty: false }
+            }
+            None => Recorder::Ip(IpTap::create(path)?),
+        };
+        Ok(CaptureLink { inner, recorder })
     }
 
     fn record(&mut self, at: SystemTime, frame: &[u8]) {
-        if frame.get(12..14) != Some(&self.ethertype[..]) {
+        let Recorder::Frames { sink, ethertype, dirty } = &mut self.recorder else { return };
+        if frame.get(12..14) != Some(&ethertype[..]) {
             return;
         }
-        if let Err(e) = self.sink.record(at, frame) {
+        if let Err(e) = sink.record(at, frame) {
             tracing::warn!(error = %e, "capture: a frame could not be written");
         }
-        self.dirty = true;
+        *dirty = true;
     }
 }
 
@@ -183,13 +200,20 @@ impl<L: Link> Link for CaptureLink<L> {
     }
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.inner.send(frame)?;
-        self.record(SystemTime::now(), frame);
+        match &mut self.recorder {
+            Recorder::Ip(tap) => tap.sent(frame),
+            Recorder::Frames { .. } => self.record(SystemTime::now(), frame),
+        }
         Ok(())
     }
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>> {
         let m = self.inner.recv(buf)?;
         if let Some(m) = m {
-            self.record(m.arrival, &buf[..m.len]);
+            match (&mut self.recorder, &m.datagram) {
+                (Recorder::Ip(tap), Some(h)) => tap.received(h, &buf[..m.len]),
+                (Recorder::Ip(_), None) => {}
+                (Recorder::Frames { .. }, _) => self.record(m.arrival, &buf[..m.len]),
+            }
         }
         Ok(m)
     }
@@ -197,8 +221,13 @@ impl<L: Link> Link for CaptureLink<L> {
         self.inner.fd()
     }
     fn flush(&mut self) -> io::Result<()> {
-        if std::mem::take(&mut self.dirty) {
-            self.sink.flush()?;
+        match &mut self.recorder {
+            Recorder::Frames { sink, dirty, .. } => {
+                if std::mem::take(dirty) {
+                    sink.flush()?;
+                }
+            }
+            Recorder::Ip(tap) => tap.flush(),
         }
         self.inner.flush()
     }

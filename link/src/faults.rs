@@ -8,14 +8,15 @@
 //! dice (`FaultDice`) and the counts ([`FaultCounts`]) are shared, so a
 //! seed gives the same decisions for the same packets on any backend.
 //! Each kind of link holds a reordered packet its own way: [`FaultLink`]
-//! over any frame link (one frame held back until the next has left; a
-//! corruption flips a bit after the Ethernet header), and
+//! over any link (one frame held back until the next has left; a
+//! corruption flips a bit after the Ethernet header, or after the UDP
+//! header of a RoCE v2 link's packet), and
 //! [`DatagramFaults`] for the UDP driver, whose datagrams leave by source
 //! port (one held back, with where it goes, until the next from its port;
 //! a corruption flips a bit after the UDP header).
 
 pub use crate::FaultCounts;
-use crate::{FrameMeta, Link, LinkCaps, Mac, ETH_HEADER};
+use crate::{FrameMeta, Link, LinkCaps, Mac};
 use rdma_transport::sim::Rng;
 use std::io;
 use std::os::fd::RawFd;
@@ -127,7 +128,7 @@ impl<L: Link> Link for FaultLink<L> {
     }
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         let mut f = frame.to_vec();
-        let body = f.get_mut(ETH_HEADER..).unwrap_or_default();
+        let body = f.get_mut(crate::addressing_len(self.inner.caps().kind, frame)..).unwrap_or_default();
         match self.dice.roll(body, self.held.is_none()) {
             // Lost; a frame held back still leaves after it, as the UDP
             // injector's does.
@@ -226,6 +227,7 @@ impl<D: Copy> DatagramFaults<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ETH_HEADER;
 
     #[test]
     fn the_counts_match_the_fates_and_a_seed_repeats() {

@@ -144,7 +144,7 @@ impl Link for InProcessLink {
         let n = frame.len().min(buf.len());
         buf[..n].copy_from_slice(&frame[..n]);
         let src: Mac = frame[6..12].try_into().expect("frames are checked on send");
-        Ok(Some(FrameMeta { len: n, src, arrival, traffic_class: None }))
+        Ok(Some(FrameMeta { len: n, src, arrival, traffic_class: None, datagram: None }))
     }
 
     fn fd(&self) -> RawFd {

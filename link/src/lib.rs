@@ -97,9 +97,21 @@ pub struct FrameMeta {
     /// The traffic class (DSCP and ECN) when the link carries it apart
     /// from the frame; `None` when it is in the frame's own headers (GRH).
     pub traffic_class: Option<u8>,
+    /// On a RoCE v2 (UDP) link, whose frames arrive without their IP and
+    /// UDP headers: those headers as the socket reported them.
+    pub datagram: Option<rdma_wire::DatagramHeaders>,
 }
 
-/// A link that moves Ethernet frames. Sends and receives never block.
+/// A link that moves the frames of one framing ([`LinkCaps::kind`]).
+/// Sends and receives never block.
+///
+/// - RoCE v1 and native IB: Ethernet frames (header included) both ways;
+///   [`FrameMeta::src`] is the sender's MAC.
+/// - RoCE v2 ([`udp::UdpIo`]): the kernel writes and takes off the IP and
+///   UDP headers. `send` takes the packet as the engine builds it, from
+///   its IP header (whose destination, TOS and TTL, and the UDP source
+///   port, say where and how it leaves); `recv` gives the packet from its
+///   BTH on, with the headers in [`FrameMeta::datagram`]. No MAC.
 pub trait Link: Send {
     /// What the link can do.
     fn caps(&self) -> LinkCaps;
@@ -145,6 +157,18 @@ impl Link for Box<dyn Link> {
     }
     fn fault_counts(&self) -> FaultCounts {
         (**self).fault_counts()
+    }
+}
+
+/// Bytes at the start of a frame of `kind` that address it on its link
+/// (the Ethernet header; on RoCE v2 the IP and UDP headers): a fault
+/// injector corrupts only what follows, so that a flipped bit never sends
+/// a frame elsewhere, and the receiver's CRC check catches it.
+pub fn addressing_len(kind: LinkKind, frame: &[u8]) -> usize {
+    match kind {
+        LinkKind::RoceV2 if frame.first().is_some_and(|b| b >> 4 == 6) => 48,
+        LinkKind::RoceV2 => 28,
+        LinkKind::RoceV1 | LinkKind::Ib => ETH_HEADER,
     }
 }
 

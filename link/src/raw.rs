@@ -209,7 +209,13 @@ impl Link for RawLink {
             let n = frame.len().min(buf.len());
             buf[..n].copy_from_slice(&frame[..n]);
             let src: Mac = frame[6..12].try_into().expect("checked length");
-            return Ok(Some(FrameMeta { len: n, src, arrival: SystemTime::now(), traffic_class: None }));
+            return Ok(Some(FrameMeta {
+                len: n,
+                src,
+                arrival: SystemTime::now(),
+                traffic_class: None,
+                datagram: None,
+            }));
         }
     }
 

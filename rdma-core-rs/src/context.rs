@@ -10,7 +10,7 @@
 //! on a condition variable and are woken after each round of progress. With
 //! [`Progress::Thread`] a background thread is the permanent leader.
 
-use crate::device::{Backend, Device, Gid, Progress};
+use crate::device::{Backend, Device, DeviceConfig, Gid, Progress};
 use crate::error::Result;
 use crate::frames::FrameIo;
 use crate::io::Io;
@@ -502,6 +502,15 @@ impl Context {
             None => ep.set_congestion_control(cfg.congestion_control),
         }
         let io = match &cfg.backend {
+            Backend::Udp if cfg.udp_as_link => {
+                ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
+                                                 // Faults and capture are the link wrappers' (open_link).
+                let udp = rdma_link::udp::UdpConfig { faults: Default::default(), pcap: None, ..cfg.udp() };
+                let link = wrap_link(Box::new(UdpIo::bind(device.addr(), &udp)?), cfg)?;
+                // What the link takes: whole packets.
+                ep.set_payload_by_reference(link.caps().by_reference);
+                Io::Frames(FrameIo::new(link)?)
+            }
             Backend::Udp => {
                 ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
                 let io = UdpIo::bind(device.addr(), &cfg.udp())?;
@@ -729,7 +738,7 @@ impl Context {
 /// fault-injection wrappers as configured.
 fn open_link(device: &Device, backend: &Backend) -> Result<Box<dyn Link>> {
     let cfg = device.config();
-    let mut link: Box<dyn Link> = match backend {
+    let link: Box<dyn Link> = match backend {
         Backend::Netdev(netdev) => Box::new(RawLink::open(netdev, cfg.link)?),
         Backend::InProcess(fabric) => {
             let mac = rdma_link::mac_of_gid(device.addr()).ok_or_else(|| {
@@ -737,8 +746,13 @@ fn open_link(device: &Device, backend: &Backend) -> Result<Box<dyn Link>> {
             })?;
             Box::new(InProcessLink::join(fabric, mac, cfg.link)?)
         }
-        Backend::Udp => unreachable!("the UDP backend has no frame link"),
+        Backend::Udp => unreachable!("the UDP backend is opened by itself"),
     };
+    wrap_link(link, cfg)
+}
+
+/// A link in the capture and fault-injection wrappers `cfg` asks for.
+fn wrap_link(mut link: Box<dyn Link>, cfg: &DeviceConfig) -> Result<Box<dyn Link>> {
     if cfg.faults.is_active() {
         link = Box::new(FaultLink::new(link, cfg.faults));
     }

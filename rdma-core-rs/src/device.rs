@@ -173,6 +173,13 @@ pub struct DeviceConfig {
     /// device then binds the port alone (a second process gets
     /// EADDRINUSE), with UDP GRO, which a shared port cannot use.
     pub shared: bool,
+    /// Drives the UDP backend through the frame driver, as a
+    /// `rdma_link::Link` like every other link (one packet a call), so
+    /// that `faults` and `pcap` are the link wrappers' (`FaultLink`,
+    /// `CaptureLink`) as on the frame backends. Slower: no GSO, GRO,
+    /// io_uring, connected sockets or payloads by reference, and no IP
+    /// multicast or shared port. For comparison and tests; off by default.
+    pub udp_as_link: bool,
 }
 
 impl DeviceConfig {
@@ -195,6 +202,7 @@ impl DeviceConfig {
             pcap: self.pcap.clone(),
             unconnected_sends: self.unconnected_sends,
             ecn_capable: self.ecn_capable,
+            as_link: self.udp_as_link,
         }
     }
 }
@@ -219,6 +227,7 @@ impl Default for DeviceConfig {
             congestion_control: None,
             controller: None,
             shared: false,
+            udp_as_link: false,
         }
     }
 }
@@ -392,6 +401,9 @@ fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> 
             return bad("the frame backend needs a name".into())
         }
         _ => {}
+    }
+    if config.udp_as_link && config.shared {
+        return bad("a shared port needs the UDP backend's own driver (udp_as_link off)".into());
     }
     if config.link == LinkKind::Ib && !(1..=0xbfff).contains(&config.lid) {
         return bad(format!("LID {} is not a unicast LID (1 to 0xBFFF); pass --lid", config.lid));

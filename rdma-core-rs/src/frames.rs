@@ -1,7 +1,10 @@
-//! The driver of every frame link: a loop between the engine and a
-//! [`Link`]. It wraps each packet the engine writes (RoCE v1: GRH..ICRC;
-//! native IB: LRH..VCRC) in an Ethernet header, and hands the engine the
-//! packet of each frame of the right EtherType that arrives.
+//! The driver of every link: a loop between the engine and a [`Link`].
+//! It wraps each packet the engine writes (RoCE v1: GRH..ICRC; native IB:
+//! LRH..VCRC) in an Ethernet header, and hands the engine the packet of
+//! each frame of the right EtherType that arrives. A RoCE v2 link (the UDP
+//! backend as a link) takes the engine's packets as they are, and gives
+//! each received packet with its headers as typed values, which go to the
+//! engine as such (`Endpoint::handle_datagram`).
 //!
 //! Destination MAC addresses: a RoCE v1 GID is made from its port's MAC
 //! (EUI-64), so the MAC comes from the GID; an IB packet names a LID,
@@ -28,7 +31,11 @@ pub const TX_PER_CALL: usize = 256;
 pub(crate) struct FrameIo {
     link: Box<dyn Link>,
     kind: LinkKind,
-    ethertype: u16,
+    /// The EtherType of the link's frames; `None` on RoCE v2 (no Ethernet
+    /// header).
+    ethertype: Option<u16>,
+    /// Bytes of Ethernet header in front of each packet (0 on RoCE v2).
+    eth: usize,
     mac: Mac,
     tx: Vec<u8>,
     rx: Vec<u8>,
@@ -40,15 +47,19 @@ pub(crate) struct FrameIo {
 
 impl FrameIo {
     pub(crate) fn new(link: Box<dyn Link>) -> io::Result<FrameIo> {
-        let kind = link.caps().kind;
-        let ethertype = ethertype(kind).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "RoCE v2 goes over the UDP backend, not a frame link")
-        })?;
+        let caps = link.caps();
+        if caps.segmentation_offload || caps.by_reference {
+            // This driver hands a link one whole packet at a time.
+            tracing::debug!(?caps, "a link that offloads more than this driver uses");
+        }
+        let kind = caps.kind;
+        let ethertype = ethertype(kind);
         let mac = link.mac();
         Ok(FrameIo {
             link,
             kind,
             ethertype,
+            eth: if ethertype.is_some() { ETH_HEADER } else { 0 },
             mac,
             tx: vec![0u8; ETH_HEADER + MAX_PACKET],
             rx: vec![0u8; ETH_HEADER + MAX_PACKET + 64],
@@ -69,8 +80,15 @@ impl FrameIo {
         s
     }
 
-    pub(crate) fn max_frame(&self) -> usize {
-        self.link.caps().max_frame
+    /// The largest Ethernet frame the link carries; `None` on RoCE v2,
+    /// whose packets have no Ethernet header (the kernel sizes them).
+    pub(crate) fn max_frame(&self) -> Option<usize> {
+        self.ethertype.map(|_| self.link.caps().max_frame)
+    }
+
+    /// The framing of the link's packets.
+    pub(crate) fn kind(&self) -> LinkKind {
+        self.kind
     }
 
     pub(crate) fn sends_left(&self) -> bool {
@@ -84,7 +102,16 @@ impl FrameIo {
             let Some(meta) = self.link.recv(&mut self.rx)? else { break };
             n += 1;
             let frame = &self.rx[..meta.len];
-            if frame.len() < ETH_HEADER || u16::from_be_bytes([frame[12], frame[13]]) != self.ethertype {
+            let Some(ethertype) = self.ethertype else {
+                // RoCE v2: the packet from its BTH, its headers typed.
+                self.stats.datagrams_received += 1;
+                match &meta.datagram {
+                    Some(h) => ep.handle_datagram(now, h, frame),
+                    None => tracing::debug!(len = frame.len(), "a RoCE v2 packet without its headers dropped"),
+                }
+                continue;
+            };
+            if frame.len() < ETH_HEADER || u16::from_be_bytes([frame[12], frame[13]]) != ethertype {
                 continue; // other traffic on the interface (ARP, IPv6 ND, ...)
             }
             self.stats.datagrams_received += 1;
@@ -128,24 +155,27 @@ impl FrameIo {
         self.tx_left = false;
         let mut n = 0;
         while n < TX_PER_CALL {
-            let Some(t) = ep.poll_transmit(now, &mut self.tx[ETH_HEADER..]) else {
+            let eth = self.eth;
+            let Some(t) = ep.poll_transmit(now, &mut self.tx[eth..]) else {
                 if n > 0 {
                     self.flush();
                 }
                 return Ok(n);
             };
-            debug_assert!(t.payload.is_none(), "frame links take payloads copied");
-            let packet = &self.tx[ETH_HEADER..ETH_HEADER + t.len];
-            let dst = match self.kind {
-                LinkKind::Ib => self.lids.get(&u16::from_be_bytes([packet[2], packet[3]])).copied(),
-                _ => mac_of_gid(t.dest),
+            debug_assert!(t.payload.is_none(), "links driven here take payloads copied");
+            if let Some(ethertype) = self.ethertype {
+                let packet = &self.tx[ETH_HEADER..ETH_HEADER + t.len];
+                let dst = match self.kind {
+                    LinkKind::Ib => self.lids.get(&u16::from_be_bytes([packet[2], packet[3]])).copied(),
+                    _ => mac_of_gid(t.dest),
+                }
+                .unwrap_or(BROADCAST);
+                self.tx[..6].copy_from_slice(&dst);
+                self.tx[6..12].copy_from_slice(&self.mac);
+                self.tx[12..14].copy_from_slice(&ethertype.to_be_bytes());
             }
-            .unwrap_or(BROADCAST);
-            self.tx[..6].copy_from_slice(&dst);
-            self.tx[6..12].copy_from_slice(&self.mac);
-            self.tx[12..14].copy_from_slice(&self.ethertype.to_be_bytes());
             self.stats.send_syscalls += 1;
-            match self.link.send(&self.tx[..ETH_HEADER + t.len]) {
+            match self.link.send(&self.tx[..eth + t.len]) {
                 Ok(()) => self.stats.datagrams_sent += 1,
                 Err(e) => {
                     // Lost like a dropped frame: the transport retransmits.

@@ -46,7 +46,13 @@ impl rdma_link::Link for ReplayLink {
         if let Some(s) = f.get(6..12) {
             src.copy_from_slice(s);
         }
-        Ok(Some(rdma_link::FrameMeta { len: n, src, arrival: std::time::SystemTime::UNIX_EPOCH, traffic_class: None }))
+        Ok(Some(rdma_link::FrameMeta {
+            len: n,
+            src,
+            arrival: std::time::SystemTime::UNIX_EPOCH,
+            traffic_class: None,
+            datagram: None,
+        }))
     }
     fn fd(&self) -> std::os::fd::RawFd {
         -1

@@ -92,7 +92,7 @@ impl Io {
     pub(crate) fn max_frame(&self) -> Option<usize> {
         match self {
             Io::Udp(_) => None,
-            Io::Frames(f) => Some(f.max_frame()),
+            Io::Frames(f) => f.max_frame(),
         }
     }
 
@@ -133,6 +133,12 @@ impl Io {
     pub(crate) fn join_group(&mut self, gid: std::net::IpAddr) -> io::Result<()> {
         match self {
             Io::Udp(u) => u.join_group(gid),
+            // IP multicast needs group sockets, which the UDP backend opens
+            // on its own path only.
+            Io::Frames(f) if f.kind() == rdma_transport::LinkKind::RoceV2 => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "multicast on the UDP backend needs its own driver (not DeviceConfig::udp_as_link)",
+            )),
             Io::Frames(_) => Ok(()),
         }
     }

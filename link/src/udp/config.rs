@@ -93,6 +93,11 @@ pub struct UdpConfig {
     /// Data packets leave ECT(0) where their traffic class leaves the ECN
     /// bits at 00 (the send sockets' TOS).
     pub ecn_capable: bool,
+    /// The device drives the backend through its [`crate::Link`] interface,
+    /// one packet a call, with the frame driver of every link: plain
+    /// datagrams, the socket driver, unconnected sends, no port shared,
+    /// and faults and capture left to the link wrappers.
+    pub as_link: bool,
 }
 
 impl Default for UdpConfig {
@@ -107,6 +112,7 @@ impl Default for UdpConfig {
             pcap: None,
             unconnected_sends: false,
             ecn_capable: true,
+            as_link: false,
         }
     }
 }

@@ -57,11 +57,12 @@
 // every part shares), `rx` and `batch` (the receive buffers and a round
 // of sends), `connected`, `multicast`, `shared_port` and `uring`. This
 // file holds the device's sockets (`UdpIo`) and uses those parts; `recv`
-// and `send` extend `UdpIo` with receiving and sending, and nothing here
-// uses them, so the modules form no cycle (docs/design.md, "Modules").
+// and `send` extend `UdpIo` with receiving and sending, `link` makes it a
+// `Link` (one packet a call), and nothing here uses them, so the modules form no cycle (docs/design.md, "Modules").
 mod batch;
 mod config;
 mod connected;
+mod link;
 mod multicast;
 mod recv;
 mod rx;
@@ -189,7 +190,13 @@ impl UdpIo {
     /// IPv6 link-local address), faults, offloads (UDP GSO and GRO, each
     /// used only where the kernel takes it), connected sends and driver.
     pub fn bind(local: IpAddr, cfg: &UdpConfig) -> io::Result<UdpIo> {
-        let (scope_id, offload) = (cfg.scope_id, !cfg.plain_datagrams);
+        if cfg.as_link && (cfg.shared || cfg.faults.is_active() || cfg.pcap.is_some()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the UDP backend as a link shares no port, and takes faults and capture from the link wrappers",
+            ));
+        }
+        let (scope_id, offload) = (cfg.scope_id, !cfg.plain_datagrams && !cfg.as_link);
         let rx = Socket::new(domain(local), Type::DGRAM, Some(Protocol::UDP))?;
         common_options(&rx, local)?;
         if local.is_ipv6() {
@@ -217,7 +224,10 @@ impl UdpIo {
         let capacity = if gro { GRO_MAX } else { MAX_PACKET };
         // A shared socket must close when its member leaves (io_uring's
         // armed receive holds it open until the ring's teardown ends).
-        let driver = if member.is_some() {
+        let driver = if cfg.as_link {
+            // `Link::recv` reads the socket itself.
+            Driver::Sockets(rx::RxRing::new(capacity))
+        } else if member.is_some() {
             shared_port::note_socket_driver(cfg.io_driver);
             Driver::Sockets(rx::RxRing::new(capacity))
         } else {
@@ -229,8 +239,11 @@ impl UdpIo {
             Driver::Sockets(_) => -1,
         })?;
         // A capture needs the IPv4 Identification the engine wrote (0): unconnected sends.
-        let mut connect =
-            !cfg.unconnected_sends && faults.is_none() && capture.is_none() && matches!(driver, Driver::Sockets(_));
+        let mut connect = !cfg.unconnected_sends
+            && !cfg.as_link
+            && faults.is_none()
+            && capture.is_none()
+            && matches!(driver, Driver::Sockets(_));
         // IPv4 probes go to a sink of the device's own (made here, in the
         // caller's network namespace, like every other socket of the device).
         let mut sink = None;
@@ -271,8 +284,9 @@ impl UdpIo {
             mcast,
             stats: IoStats::default(),
         };
-        if io.capture.is_some() {
-            // A capture shows received packets as they came.
+        if io.capture.is_some() || cfg.as_link {
+            // A capture shows received packets as they came (as a link,
+            // its capture is a wrapper's).
             io.want_hop_limits();
         }
         Ok(io)
@@ -391,6 +405,16 @@ impl UdpIo {
             port = 0xc000 | (port.wrapping_add(1) & 0x3fff);
         }
         Err(last_err.unwrap_or_else(|| io::Error::other("no free UDP source port in 0xC000..0xFFFF")))
+    }
+
+    /// Opens a send socket on exactly `port` (the Link path: the engine
+    /// chose the port, and the ICRC covers it), whatever the number of
+    /// ports open.
+    fn open_port(&mut self, port: u16) -> io::Result<()> {
+        let socket = self.open_tx(port, self.sock_tos)?;
+        let first = TxSocket { socket, tos: self.sock_tos, conn: connected::Connection::default() };
+        self.tx.insert(port, TxPort { users: 1, sockets: vec![first] });
+        Ok(())
     }
 
     /// Gives back a port taken with [`UdpIo::reserve_port`].

@@ -1,17 +1,16 @@
 //! The links: what a device's packets travel over, every backend behind
-//! one seam, apart from the verbs and the engine's driver (which live in
+//! one seam, apart from the verbs and the link driver (which live in
 //! `rdma-core-rs`), so that a tool that only moves frames (the subnet
 //! manager, `rdma-sm`) needs nothing else.
 //!
-//! Two levels, each chosen for what it carries:
-//!
-//! - [`Link`], a trait, is a frame link: it moves whole Ethernet frames
+//! - [`Link`], a trait, is a link: it moves whole frames of one framing
 //!   and reports typed metadata for each frame it receives
 //!   ([`FrameMeta`]: source, arrival time, traffic class when the link
-//!   knows it apart from the frame), declares what it can do
-//!   ([`LinkCaps`]) and gives a file descriptor that is readable while
-//!   frames wait, for blocking waits. Implementations: [`raw::RawLink`]
-//!   (AF_PACKET on a named network interface, through `pnet`),
+//!   knows it apart from the frame, a RoCE v2 packet's IP and UDP
+//!   headers), declares what it can do ([`LinkCaps`]) and gives a file
+//!   descriptor that is readable while frames wait, for blocking waits.
+//!   Implementations: [`udp::UdpIo`] (RoCE v2 over UDP sockets),
+//!   [`raw::RawLink`] (AF_PACKET on a named network interface, through `pnet`),
 //!   [`inproc::InProcessLink`] (queues between devices of one process),
 //!   and two wrappers over any link, [`capture::CaptureLink`] (pcap/ERF
 //!   recording) and [`faults::FaultLink`] (loss, duplication, reordering,
@@ -19,16 +18,16 @@
 //! - [`udp::UdpIo`], the UDP backend of RoCE v2 (GSO/GRO, io_uring,
 //!   connected and per-TOS sockets, by-reference payloads, multicast
 //!   groups, a port shared by the processes of a host: [`share`]). It is
-//!   no `Link`, because the kernel writes the IP and UDP headers the
-//!   engine's packets start with: it talks to the engine in datagrams
-//!   (received ones with their headers as typed values,
-//!   `rdma_wire::DatagramHeaders`), runs of segments and scattered
-//!   payloads, which a frame interface would force it to give up. It
-//!   takes this crate's fault injector ([`faults::DatagramFaults`]) and
-//!   capture ([`capture::IpTap`]). A device's backend (`rdma_core_rs`'s
-//!   `io::Io`) is a closed enum of it and the frame driver (the one
-//!   driver of every frame link): the calls stay direct (no vtable on the
-//!   path the round-trip figures measure).
+//!   a `Link` (one packet a call, the kernel writing and taking off the IP
+//!   and UDP headers: see the trait), and it has a loop of its own with
+//!   the engine, which a device runs by default: datagrams (received ones
+//!   with their headers as typed values, `rdma_wire::DatagramHeaders`),
+//!   runs of segments and scattered payloads, which one packet a call
+//!   would give up. That loop takes this crate's fault injector
+//!   ([`faults::DatagramFaults`]) and capture ([`capture::IpTap`]). A
+//!   device's backend (`rdma_core_rs`'s `io::Io`) is a closed enum of that
+//!   loop and the driver of every `Link`: the calls stay direct (no vtable
+//!   on the path the round-trip figures measure).
 //!
 //! Besides the links: the IB port record a port agent publishes
 //! ([`ib_port`]), neighbour (ARP) resolution ([`neigh`]), and the

@@ -50,6 +50,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         spin: Duration::ZERO,
         plain_datagrams: false,
         unconnected_sends: false,
+        udp_as_link: false,
         shared: false,
         ack_delay: Duration::ZERO,
         io_driver: rdma_core_rs::IoDriver::Sockets,

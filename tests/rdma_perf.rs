@@ -40,6 +40,7 @@ fn config(test: TestKind) -> Config {
         spin: rdma_core_rs::DeviceConfig::DEFAULT_SPIN,
         plain_datagrams: false,
         unconnected_sends: false,
+        udp_as_link: false,
         shared: false,
         ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,

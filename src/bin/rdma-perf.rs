@@ -129,6 +129,11 @@ struct Args {
     /// connected sends (for comparison).
     #[arg(long = "unconnected")]
     unconnected: bool,
+    /// Drive the UDP backend through the link driver, one packet a system
+    /// call, like every other link (the link wrappers take --loss and
+    /// --pcap); no GSO, GRO or io_uring (for comparison).
+    #[arg(long = "udp-as-link")]
+    udp_as_link: bool,
     /// Share each device's UDP port with the host's other processes, as
     /// the drop-in libibverbs does (no GRO; see docs/shared-device.md).
     #[arg(long = "shared")]
@@ -361,6 +366,7 @@ fn config(a: &Args) -> Result<Config, String> {
         spin: Duration::from_micros(a.spin_us),
         plain_datagrams: a.no_offload,
         unconnected_sends: a.unconnected,
+        udp_as_link: a.udp_as_link,
         shared: a.shared,
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),

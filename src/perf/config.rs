@@ -162,6 +162,9 @@ pub struct Config {
     pub plain_datagrams: bool,
     /// Send from unconnected sockets (`DeviceConfig::unconnected_sends`).
     pub unconnected_sends: bool,
+    /// Drive the UDP backend as a link, one packet a call
+    /// (`DeviceConfig::udp_as_link`; `--udp-as-link`).
+    pub udp_as_link: bool,
     /// Share the device's port with the host's other processes, as the
     /// drop-in library does (`DeviceConfig::shared`; `--shared`).
     pub shared: bool,
@@ -193,6 +196,7 @@ impl Config {
             spin: self.spin,
             plain_datagrams: self.plain_datagrams,
             unconnected_sends: self.unconnected_sends,
+            udp_as_link: self.udp_as_link,
             shared: self.shared,
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,

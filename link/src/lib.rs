@@ -43,6 +43,7 @@ pub mod inproc;
 pub mod io_stats;
 pub mod neigh;
 pub mod raw;
+pub mod route;
 pub mod share;
 pub mod udp;
 pub mod wait;

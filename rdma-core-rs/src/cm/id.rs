@@ -384,7 +384,9 @@ impl CmId {
         let src = match (bound, src) {
             (Some(l), _) => l.ip(),
             (None, Some(s)) => s.to_canonical(),
-            (None, None) => route::source_for(dst.ip()).map_err(|e| CmError::NoDevice(dst.ip(), e.to_string()))?,
+            (None, None) => {
+                rdma_link::route::source_for(dst.ip()).map_err(|e| CmError::NoDevice(dst.ip(), e.to_string()))?
+            }
         };
         if src.is_ipv4() != dst.is_ipv4() {
             return Err(CmError::FamilyMismatch { src, dst: dst.ip() });

@@ -1,21 +1,13 @@
-//! Address resolution on RoCE: the source address the kernel's routing
-//! would pick, ephemeral ports, and the random numbers the CM needs
-//! (from the engine's generator, seeded by the operating system).
+//! Address resolution: the peer's LID on native IB, ephemeral ports, and
+//! the random numbers the CM needs (from the engine's generator, seeded by
+//! the operating system). The source address the kernel's routing would
+//! pick on RoCE is `rdma_link::route`'s (a socket's).
 
 use super::{CmError, Result};
 use rdma_transport::rng::Rng;
 use rdma_transport::{Endpoint, LinkKind};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock};
-
-/// The local address the kernel routes `dst` from (what `rdma_resolve_addr`
-/// with no source takes): a connected UDP socket's address, no packet sent.
-pub(crate) fn source_for(dst: IpAddr) -> std::io::Result<IpAddr> {
-    let any: IpAddr = if dst.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
-    let s = UdpSocket::bind(SocketAddr::new(any, 0))?;
-    s.connect(SocketAddr::new(dst, 4791))?;
-    Ok(s.local_addr()?.ip())
-}
 
 /// Native IB: makes sure the engine knows the LID of the peer `gid`
 /// (a learned or given one stays). RoCE needs none. Without a subnet

@@ -18,18 +18,22 @@
 //! verbs (PDs, MRs, CQs, SRQs, QPs, posting) and the timers. The receive
 //! path (checks and dispatch) is in `endpoint/rx.rs`, the transmit
 //! scheduler in `endpoint/sched.rs` (child modules, so that the
-//! device's fields stay private to it); the tables and counters it owns
-//! are in `cq.rs`, `pool.rs`, `srq.rs`, `stats.rs` and `events.rs`.
+//! device's fields stay private to it). Its state is grouped by owner:
+//! the port (framing, addresses, P_Keys, LID paths: `endpoint/port.rs`),
+//! the tables (`memory.rs`, `cq.rs`, `srq.rs`, `mcast.rs`, the QPs and
+//! their numbers, `qpn_alloc.rs`), the transmit scheduler
+//! (`endpoint/scheduler.rs`), congestion control's settings
+//! (`cc/settings.rs`), QP1 (`endpoint/gsi_slot.rs`), and the counters and
+//! events (`stats.rs`, `events.rs`).
 
 use crate::cc::settings::CcSettings;
 use crate::cc::wired::QpCc;
 use crate::cc::{ControllerFactory, DcqcnParams, HopTelemetry};
 use crate::error::{DeregError, VerbsError};
-use crate::framing::{Framer, LinkKind};
+use crate::framing::LinkKind;
 use crate::gsi::{Gsi, MadTimeout, OutgoingMad, ReceivedMad};
 use crate::mcast::{McastError, McastTable};
 use crate::memory::{Access, MemoryRegion, MemoryTable, Pd, RegionMemory};
-use crate::paths::PathTable;
 use crate::qp::{AddressVector, CqId, Qp, QpAttr, QpInitAttr, QpParams, QpState, QpType, SrqId, XrcdId};
 use crate::qpn_alloc::QpnAllocator;
 use crate::rng::Rng;
@@ -40,10 +44,14 @@ use crate::window::{MemoryWindow, MwId, MwType};
 use crate::wr::{RecvWr, SendOp, SendWr, WorkCompletion};
 use core::net::IpAddr;
 use core::time::Duration;
+use gsi_slot::GsiSlot;
+use port::Port;
 use rdma_wire::{IdentRecovery, Psn};
 use std::collections::{BTreeMap, VecDeque};
 
 mod agenda;
+mod gsi_slot;
+mod port;
 mod rx;
 mod sched;
 mod scheduler;
@@ -57,15 +65,15 @@ pub use crate::srq::SrqTable;
 pub use crate::stats::{Drop, Stats};
 pub use transmit::{Transmit, MAX_PACKET, TX_BURST};
 
-/// The default partition, with full membership.
-pub const DEFAULT_PKEY: u16 = 0xffff;
+pub use port::DEFAULT_PKEY;
 /// Entries a port's P_Key table can hold.
 pub const MAX_PKEYS: usize = 16;
 
 /// One soft RDMA device.
 #[derive(Debug)]
 pub struct Endpoint {
-    framer: Framer,
+    /// What packets are framed with, addressed by and checked against.
+    port: Port,
     mrs: MemoryTable,
     next_pd: u32,
     qps: BTreeMap<u32, Qp>,
@@ -79,19 +87,10 @@ pub struct Endpoint {
     /// The transmit scheduler's state (see [`scheduler::Scheduler`]).
     sched: scheduler::Scheduler,
     events: VecDeque<AsyncEvent>,
-    ident_recovery: Option<IdentRecovery>,
-    /// The port's P_Key table (`ibv_query_pkey`); a QP's `pkey_index` picks one.
-    pkeys: Vec<u16>,
     /// Congestion control for the QPs, existing and new.
     cc: CcSettings,
     /// QP1, created by the first MAD sent or received.
-    gsi: Option<Box<Gsi>>,
-    /// Where the GSI's own transaction IDs start: drawn at random, as the
-    /// kernel's MAD agents put an agent number in the high half, so that
-    /// ours do not meet the IDs a peer chose (which our responses echo).
-    gsi_first_tid: u64,
-    /// Native IB: the LIDs of GIDs (see [`crate::paths`]).
-    paths: PathTable,
+    gsi: GsiSlot,
     /// Multicast groups and their UD QPs (see [`crate::mcast`]).
     mcast: McastTable,
 }
@@ -113,9 +112,9 @@ impl Endpoint {
 
     fn with_rng(local: IpAddr, mut rng: Rng) -> Endpoint {
         let qpns = QpnAllocator::new(&mut rng);
-        let gsi_first_tid = rng.next_u64();
+        let gsi = GsiSlot::new(rng.next_u64());
         Endpoint {
-            framer: Framer::roce_v2(local),
+            port: Port::roce_v2(local),
             mrs: MemoryTable::with_rng(rng),
             next_pd: 1,
             qps: BTreeMap::new(),
@@ -126,12 +125,8 @@ impl Endpoint {
             stats: Stats::default(),
             sched: scheduler::Scheduler::new(),
             events: VecDeque::new(),
-            ident_recovery: None,
-            pkeys: vec![DEFAULT_PKEY],
             cc: CcSettings::default(),
-            gsi: None,
-            gsi_first_tid,
-            paths: PathTable::default(),
+            gsi,
             mcast: McastTable::default(),
         }
     }
@@ -218,20 +213,20 @@ impl Endpoint {
                 value: pkeys.len() as u64,
             });
         }
-        self.pkeys = pkeys.to_vec();
+        self.port.pkeys = pkeys.to_vec();
         Ok(())
     }
 
     /// `ibv_query_pkey`.
     pub fn query_pkey(&self, index: u16) -> Option<u16> {
-        self.pkeys.get(usize::from(index)).copied()
+        self.port.pkeys.get(usize::from(index)).copied()
     }
 
     /// Tells the endpoint that the IPv4 Identification of received packets
     /// is unknown (a UDP socket does not show it) and that handle_packet
     /// gets it as 0: the ICRC check then solves for the value instead.
     pub fn set_ipv4_ident_unknown(&mut self, unknown: bool) {
-        self.ident_recovery = unknown.then(IdentRecovery::new);
+        self.port.ident_recovery = unknown.then(IdentRecovery::new);
     }
 
     /// Whether data packets (requests and READ responses) leave
@@ -253,7 +248,7 @@ impl Endpoint {
     /// every packet is then whole in its buffer.
     pub fn set_payload_by_reference(&mut self, on: bool) {
         // Only RoCE v2 packets are sealed apart from their payload (PayloadRef).
-        self.framer.by_ref = on && self.framer.link == LinkKind::RoceV2;
+        self.port.framer.by_ref = on && self.port.framer.link == LinkKind::RoceV2;
     }
 
     /// Sets the kind of link the device's packets go over (RoCE v2 by
@@ -263,42 +258,42 @@ impl Endpoint {
     /// accepts), ignored by RoCE. Set it before creating QPs.
     pub fn set_link(&mut self, link: LinkKind, lid: u16) {
         self.touch();
-        self.framer.link = link;
-        self.framer.lid = lid;
+        self.port.framer.link = link;
+        self.port.framer.lid = lid;
         if link != LinkKind::RoceV2 {
-            self.framer.by_ref = false;
-            self.ident_recovery = None;
+            self.port.framer.by_ref = false;
+            self.port.ident_recovery = None;
         }
     }
 
     /// The kind of link the device's packets go over.
     pub fn link(&self) -> LinkKind {
-        self.framer.link
+        self.port.framer.link
     }
 
     /// The port's LID (native IB; 0 on RoCE).
     pub fn lid(&self) -> u16 {
-        self.framer.lid
+        self.port.framer.lid
     }
 
     /// Native IB: records that the port of GID `gid` has LID `lid`, for
     /// the MADs and the connected QPs the GSI and the CM address by GID.
     /// (What a path record query answers on a managed fabric.)
     pub fn set_path(&mut self, gid: IpAddr, lid: u16) {
-        self.paths.set(gid, lid);
+        self.port.paths.set(gid, lid);
     }
 
     /// Native IB: the LID GID `gid` is known at (set, or learned from a
     /// MAD it sent).
     pub fn path_lid(&self, gid: IpAddr) -> Option<u16> {
-        self.paths.lid(gid)
+        self.port.paths.lid(gid)
     }
 
     /// The address vector of a peer known by its GID: on native IB with
     /// the LID from the path table (0 if unknown: such packets are
     /// dropped by every port).
     pub fn route(&self, gid: IpAddr) -> AddressVector {
-        self.paths.route(self.framer.link, gid)
+        self.port.paths.route(self.port.framer.link, gid)
     }
 
     /// The UDP source port a QP sends from (rxe's hash of the QPN by default).
@@ -315,7 +310,7 @@ impl Endpoint {
     }
 
     pub fn local_addr(&self) -> IpAddr {
-        self.framer.local
+        self.port.framer.local
     }
 
     pub fn stats(&self) -> Stats {
@@ -685,7 +680,7 @@ impl Endpoint {
         if !crate::mcast::is_multicast_gid(gid) {
             return Err(McastError::NotMulticast { gid });
         }
-        if self.framer.link == LinkKind::Ib && !crate::mcast::is_multicast_lid(lid) {
+        if self.port.framer.link == LinkKind::Ib && !crate::mcast::is_multicast_lid(lid) {
             return Err(McastError::NotMulticastLid { lid });
         }
         self.mcast.attach(gid, lid, qpn)
@@ -710,7 +705,7 @@ impl Endpoint {
         self.touch();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let pkey = match attr.pkey_index {
-            Some(i) => Some(*self.pkeys.get(usize::from(i)).ok_or(VerbsError::InvalidAttribute {
+            Some(i) => Some(*self.port.pkeys.get(usize::from(i)).ok_or(VerbsError::InvalidAttribute {
                 qpn,
                 attr: "pkey_index (past the end of the P_Key table)",
                 value: u64::from(i),
@@ -946,7 +941,7 @@ impl Endpoint {
         } else {
             self.qps.values().filter_map(Qp::next_deadline).min()
         };
-        let t = qps.into_iter().chain(self.gsi.as_deref().and_then(Gsi::next_deadline)).min();
+        let t = qps.into_iter().chain(self.gsi.made().and_then(Gsi::next_deadline)).min();
         self.sched.deadline.set(Some(t));
         t
     }
@@ -973,7 +968,7 @@ impl Endpoint {
                 fire_timers(qpn, qp, now, &mut self.cqs, &mut self.stats, &mut self.events);
             }
         }
-        if let Some(g) = self.gsi.as_deref_mut() {
+        if let Some(g) = self.gsi.made_mut() {
             g.handle_timeout(now, &mut self.stats);
         }
         self.settle_cq_errors();
@@ -1005,30 +1000,30 @@ impl Endpoint {
 
     /// The GSI, made at its first use.
     pub(crate) fn gsi_mut(&mut self) -> &mut Gsi {
-        gsi_in(&mut self.gsi, self.gsi_first_tid)
+        self.gsi.get()
     }
 
     /// The next MAD received on QP1, oldest first.
     pub fn poll_mad(&mut self) -> Option<ReceivedMad> {
-        self.gsi.as_deref_mut()?.poll_mad()
+        self.gsi.made_mut()?.poll_mad()
     }
 
     /// Whether a MAD or a MAD timeout waits for [`Endpoint::poll_mad`] or
     /// [`Endpoint::poll_mad_timeout`].
     pub fn mads_waiting(&self) -> bool {
-        self.gsi.as_deref().is_some_and(Gsi::has_reports)
+        self.gsi.made().is_some_and(Gsi::has_reports)
     }
 
     /// The next send that got no response after all its retries.
     pub fn poll_mad_timeout(&mut self) -> Option<MadTimeout> {
-        self.gsi.as_deref_mut()?.poll_timeout_report()
+        self.gsi.made_mut()?.poll_timeout_report()
     }
 
     /// The UDP source port MADs leave from (by default
     /// [`crate::gsi::frame::GSI_SRC_PORT`]); a backend that sends from a
     /// socket per port reserves it and sets what it got.
     pub fn gsi_src_port(&self) -> u16 {
-        self.gsi.as_deref().map_or(crate::gsi::frame::GSI_SRC_PORT, Gsi::src_port)
+        self.gsi.made().map_or(crate::gsi::frame::GSI_SRC_PORT, Gsi::src_port)
     }
 
     pub fn set_gsi_src_port(&mut self, port: u16) {
@@ -1040,15 +1035,8 @@ impl Endpoint {
     /// whether such a send was waiting.
     pub fn gsi_delay(&mut self, now: Instant, dest: IpAddr, transaction_id: u64, extra: Duration) -> bool {
         self.touch();
-        self.gsi.as_deref_mut().is_some_and(|g| g.delay(now, dest, transaction_id, extra))
+        self.gsi.made_mut().is_some_and(|g| g.delay(now, dest, transaction_id, extra))
     }
-}
-
-/// The GSI in `slot`, made at its first use with transaction IDs from
-/// `first` (a free function, so that a caller can borrow other fields of
-/// the endpoint beside it).
-pub(crate) fn gsi_in(slot: &mut Option<Box<Gsi>>, first: u64) -> &mut Gsi {
-    slot.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
 }
 
 /// The timers of QP `qpn` that are due at `now` ([`Endpoint::handle_timeout`]):

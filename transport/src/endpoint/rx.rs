@@ -94,7 +94,7 @@ impl Endpoint {
         // The QP it reaches, if any, is marked in `deliver`/`receive_cnp`.
         self.touch_some();
         self.stats.packets_received += 1;
-        match self.framer.link {
+        match self.port.framer.link {
             LinkKind::RoceV2 => self.receive_roce_v2(now, l3),
             LinkKind::RoceV1 => self.receive_roce_v1(now, l3),
             LinkKind::Ib => self.receive_ib(now, l3),
@@ -118,7 +118,7 @@ impl Endpoint {
         let grh = p.grh();
         let to = To::of_gid(IpAddr::V6(grh.dst()));
         // Frames reach us by MAC; the GRH must name this port (or a group) too.
-        if to == To::Unicast && IpAddr::V6(grh.dst()).to_canonical() != self.framer.local.to_canonical() {
+        if to == To::Unicast && IpAddr::V6(grh.dst()).to_canonical() != self.port.framer.local.to_canonical() {
             tracing::debug!(dgid = %grh.dst(), "RoCE v1 packet for another GID");
             self.stats.drop(Drop::GidMismatch, 0);
             return;
@@ -151,8 +151,8 @@ impl Endpoint {
         // 0xFFFF is the permissive LID, which any port accepts; a
         // multicast LID reaches every member port (the SM's forwarding).
         let group_lid = is_multicast_lid(lrh.dlid());
-        if lrh.dlid() != self.framer.lid && lrh.dlid() != 0xffff && !group_lid {
-            tracing::debug!(dlid = lrh.dlid(), lid = self.framer.lid, "IB packet for another LID");
+        if lrh.dlid() != self.port.framer.lid && lrh.dlid() != 0xffff && !group_lid {
+            tracing::debug!(dlid = lrh.dlid(), lid = self.port.framer.lid, "IB packet for another LID");
             self.stats.drop(Drop::LidMismatch, 0);
             return;
         }
@@ -171,8 +171,8 @@ impl Endpoint {
     }
 
     fn receive_datagram(&mut self, now: Instant, headers: &DatagramHeaders, packet: &[u8]) {
-        if self.framer.link != LinkKind::RoceV2 {
-            tracing::debug!(link = ?self.framer.link, "a UDP datagram for a device that is not RoCE v2");
+        if self.port.framer.link != LinkKind::RoceV2 {
+            tracing::debug!(link = ?self.port.framer.link, "a UDP datagram for a device that is not RoCE v2");
             self.stats.drop(Drop::Malformed, 0);
             return;
         }
@@ -191,7 +191,7 @@ impl Endpoint {
         if computed != carried {
             // As in receive_roce_v2: the IPv4 Identification a socket does not show.
             let l3_len = headers.headers_len() + packet.len();
-            let recovered = match &mut self.ident_recovery {
+            let recovered = match &mut self.port.ident_recovery {
                 Some(r) if v4 => r.recover(l3_len, computed, carried).is_some(),
                 _ => false,
             };
@@ -219,7 +219,7 @@ impl Endpoint {
         if computed != carried {
             // Behind a UDP socket the IPv4 Identification is unknown (taken
             // as 0): solve for it rather than skip the check (see rdma_wire::ident).
-            let recovered = match (&mut self.ident_recovery, p.ipv4()) {
+            let recovered = match (&mut self.port.ident_recovery, p.ipv4()) {
                 (Some(r), Some(_)) => r.recover(l3.len(), computed, carried).is_some(),
                 _ => false,
             };
@@ -431,7 +431,7 @@ impl Endpoint {
             return;
         }
         let pkey = t.bth().pkey() & 0x7fff;
-        if !self.pkeys.iter().any(|k| k & 0x7fff == pkey) {
+        if !self.port.pkeys.iter().any(|k| k & 0x7fff == pkey) {
             self.stats.drop(Drop::PkeyMismatch, GSI_QPN);
             return;
         }
@@ -445,10 +445,10 @@ impl Endpoint {
         };
         if let Peer::Lid(slid, _) = src {
             // The answer goes back to the LID the MAD came from.
-            self.paths.set(gid, slid);
+            self.port.paths.set(gid, slid);
         }
         let src = gid;
-        let gsi = super::gsi_in(&mut self.gsi, self.gsi_first_tid);
+        let gsi = self.gsi.get();
         gsi.receive(src, deth.qkey(), deth.src_qp(), t.payload(), &mut self.stats);
     }
 

@@ -197,8 +197,8 @@ impl Endpoint {
         // are few and small, and connection set-up and the subnet manager
         // must not wait behind a burst of bulk data (their timeouts are
         // what a slow MAD costs). Without a GSI this is one `Option` test.
-        if let Some(g) = self.gsi.as_deref_mut() {
-            if let Some((len, dest)) = g.poll_transmit(now, &self.framer, &self.paths, buf, &mut self.stats) {
+        if let Some(g) = self.gsi.made_mut() {
+            if let Some((len, dest)) = g.poll_transmit(now, &self.port.framer, &self.port.paths, buf, &mut self.stats) {
                 let src_port = g.src_port();
                 return Some(Transmit { len, dest, src_port, released_ack: false, payload: None });
             }
@@ -307,7 +307,7 @@ impl Endpoint {
         if let Some(cc) = qp.cc.as_deref_mut() {
             if cc.cnps_due > 0 {
                 cc.cnps_due -= 1;
-                if let Some(t) = cnp_transmit(&qp.params, qp.src_port, &self.framer, self.cc.np.cnp_dscp, buf) {
+                if let Some(t) = cnp_transmit(&qp.params, qp.src_port, &self.port.framer, self.cc.np.cnp_dscp, buf) {
                     self.stats.packets_sent += 1;
                     self.stats.cnps_sent += 1;
                     qp.stats.cnps_sent += 1;
@@ -330,7 +330,7 @@ impl Endpoint {
         let response = if held {
             None
         } else {
-            qp.responder_transmit(now, (self.sched.ack_delay, ack_first), &self.mrs, &self.framer, buf)
+            qp.responder_transmit(now, (self.sched.ack_delay, ack_first), &self.mrs, &self.port.framer, buf)
         };
         if let Some((len, dest, payload)) = response {
             if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
@@ -371,7 +371,7 @@ impl Endpoint {
                 (Some(_), Some(cc)) if cc.times_packets() => qp.req.sq.at_cursor().map(|c| c.3),
                 _ => None,
             };
-            return match qp.requester_transmit(now, &self.mrs, &self.framer, buf) {
+            return match qp.requester_transmit(now, &self.mrs, &self.port.framer, buf) {
                 ReqOutcome::Idle => None,
                 ReqOutcome::Local(op) => {
                     match crate::window::verbs::execute_local(&mut self.mrs, qp.init.pd, qpn, &op) {

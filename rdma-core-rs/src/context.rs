@@ -503,8 +503,9 @@ impl Context {
         }
         let io = match &cfg.backend {
             Backend::Udp if cfg.udp_as_link => {
-                ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
-                                                 // Faults and capture are the link wrappers' (open_link).
+                // The Identification a socket hides (see rdma_link::udp);
+                // faults and capture are the link wrappers' (wrap_link).
+                ep.set_ipv4_ident_unknown(true);
                 let udp = rdma_link::udp::UdpConfig { faults: Default::default(), pcap: None, ..cfg.udp() };
                 let link = wrap_link(Box::new(UdpIo::bind(device.addr(), &udp)?), cfg)?;
                 // What the link takes: whole packets.

@@ -234,6 +234,12 @@ impl<L: Link> Link for CaptureLink<L> {
     fn fault_counts(&self) -> crate::FaultCounts {
         self.inner.fault_counts()
     }
+    fn join_group(&mut self, mgid: std::net::IpAddr) -> io::Result<()> {
+        self.inner.join_group(mgid)
+    }
+    fn leave_group(&mut self, mgid: std::net::IpAddr) {
+        self.inner.leave_group(mgid)
+    }
 }
 
 #[cfg(test)]

@@ -168,6 +168,12 @@ impl<L: Link> Link for FaultLink<L> {
     fn fault_counts(&self) -> FaultCounts {
         self.dice.counts
     }
+    fn join_group(&mut self, mgid: std::net::IpAddr) -> io::Result<()> {
+        self.inner.join_group(mgid)
+    }
+    fn leave_group(&mut self, mgid: std::net::IpAddr) {
+        self.inner.leave_group(mgid)
+    }
 }
 
 /// The injector of the UDP driver, which sends datagrams, not frames:

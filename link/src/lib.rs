@@ -134,6 +134,18 @@ pub trait Link: Send {
     fn fault_counts(&self) -> FaultCounts {
         FaultCounts::default()
     }
+    /// Receives what is sent to the multicast group of GID `mgid` from now
+    /// on; each join is counted and needs one [`Link::leave_group`]. A
+    /// frame link has nothing to join (multicast frames are broadcast);
+    /// the UDP link joins the IP group.
+    fn join_group(&mut self, mgid: IpAddr) -> io::Result<()> {
+        let _ = mgid;
+        Ok(())
+    }
+    /// Gives back one [`Link::join_group`].
+    fn leave_group(&mut self, mgid: IpAddr) {
+        let _ = mgid;
+    }
 }
 
 impl Link for Box<dyn Link> {
@@ -157,6 +169,12 @@ impl Link for Box<dyn Link> {
     }
     fn fault_counts(&self) -> FaultCounts {
         (**self).fault_counts()
+    }
+    fn join_group(&mut self, mgid: IpAddr) -> io::Result<()> {
+        (**self).join_group(mgid)
+    }
+    fn leave_group(&mut self, mgid: IpAddr) {
+        (**self).leave_group(mgid)
     }
 }
 

@@ -176,9 +176,10 @@ pub struct DeviceConfig {
     /// Drives the UDP backend through the frame driver, as a
     /// `rdma_link::Link` like every other link (one packet a call), so
     /// that `faults` and `pcap` are the link wrappers' (`FaultLink`,
-    /// `CaptureLink`) as on the frame backends. Slower: no GSO, GRO,
-    /// io_uring, connected sockets or payloads by reference, and no IP
-    /// multicast or shared port. For comparison and tests; off by default.
+    /// `CaptureLink`) as on the frame backends (IP multicast through the
+    /// link too). Slower: no GSO, GRO, io_uring, connected sockets or
+    /// payloads by reference; no shared port. For comparison and tests;
+    /// off by default.
     pub udp_as_link: bool,
 }
 

@@ -86,9 +86,14 @@ impl FrameIo {
         self.ethertype.map(|_| self.link.caps().max_frame)
     }
 
-    /// The framing of the link's packets.
-    pub(crate) fn kind(&self) -> LinkKind {
-        self.kind
+    /// See [`Link::join_group`].
+    pub(crate) fn join_group(&mut self, mgid: std::net::IpAddr) -> io::Result<()> {
+        self.link.join_group(mgid)
+    }
+
+    /// See [`Link::leave_group`].
+    pub(crate) fn leave_group(&mut self, mgid: std::net::IpAddr) {
+        self.link.leave_group(mgid)
     }
 
     pub(crate) fn sends_left(&self) -> bool {

@@ -133,19 +133,15 @@ impl Io {
     pub(crate) fn join_group(&mut self, gid: std::net::IpAddr) -> io::Result<()> {
         match self {
             Io::Udp(u) => u.join_group(gid),
-            // IP multicast needs group sockets, which the UDP backend opens
-            // on its own path only.
-            Io::Frames(f) if f.kind() == rdma_transport::LinkKind::RoceV2 => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "multicast on the UDP backend needs its own driver (not DeviceConfig::udp_as_link)",
-            )),
-            Io::Frames(_) => Ok(()),
+            // The link's own (frame links: nothing to join).
+            Io::Frames(f) => f.join_group(gid),
         }
     }
 
     pub(crate) fn leave_group(&mut self, gid: std::net::IpAddr) {
-        if let Io::Udp(u) = self {
-            u.leave_group(gid)
+        match self {
+            Io::Udp(u) => u.leave_group(gid),
+            Io::Frames(f) => f.leave_group(gid),
         }
     }
 

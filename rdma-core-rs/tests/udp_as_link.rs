@@ -133,15 +133,92 @@ fn faults_and_capture_are_the_link_wrappers_on_the_udp_link() {
 }
 
 #[test]
-fn what_the_udp_link_cannot_do_is_refused() {
+fn a_shared_port_is_refused_on_the_udp_link() {
     let (a_ip, _) = addresses();
     let shared = DeviceConfig { udp_as_link: true, shared: true, ..DeviceConfig::default() };
     let e = Device::with_config("bad", a_ip, shared).unwrap_err().to_string();
     assert!(e.contains("shared port"), "{e}");
-    // IP multicast needs the backend's group sockets: an error, not silence.
-    let (ctx_side, _) =
-        Side::new("mc", a_ip, QpType::Ud, DeviceConfig { udp_as_link: true, ..DeviceConfig::default() }, None);
-    let mgid = Gid::from_ip("ff0e::ffff:e000:0101".parse().unwrap());
-    let e = ctx_side.qp.attach_mcast(mgid, 0).unwrap_err();
-    assert!(e.to_string().contains("multicast"), "{e}");
+}
+
+/// A UD QP at RTS with Q_Key `QKEY`, its CQ and a buffer.
+struct Ud {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    mr: MemoryRegion,
+}
+
+const QKEY: u32 = 0x1111_2222;
+
+fn ud(addr: std::net::IpAddr, udp_as_link: bool) -> Ud {
+    let cfg = DeviceConfig { progress: Progress::Thread, udp_as_link, ..DeviceConfig::default() };
+    let ctx = Device::with_config(&format!("mc-{addr}"), addr, cfg).unwrap().open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+    let mr = pd.reg_mr(16384, Access::ALL).unwrap();
+    let me = PeerInfo { qpn: qp.qp_num(), psn: 0, gid: ctx.query_gid(0).unwrap() };
+    qp.connect(0, &me, &ConnectOptions { qkey: QKEY, ..ConnectOptions::default() }).unwrap();
+    Ud { ctx, pd, cq, qp, mr }
+}
+
+impl Ud {
+    fn wait(&self) -> WorkCompletion {
+        let mut out = Vec::new();
+        assert_eq!(self.cq.wait(&mut out, 1, WAIT).unwrap(), 1, "nothing arrived: {:?}", self.ctx.stats());
+        out[0]
+    }
+
+    /// Sends `data` to the group `g` (QPN 0xFFFFFF) and waits for the send.
+    fn send_to(&self, g: Gid, data: &[u8]) {
+        self.mr.write(8192, data).unwrap();
+        let ah = self.pd.create_ah(&AhAttr::new(g)).unwrap();
+        let mut wr = SendWr::new(1, SendOp::Send, vec![self.mr.sge(8192, data.len() as u32).unwrap()]);
+        wr.ud = Some(ah.ud_dest(MULTICAST_QPN, QKEY));
+        self.qp.post_send(&[wr]).unwrap();
+        assert_eq!(self.wait().status, WcStatus::Success);
+    }
+}
+
+/// IP multicast through the link: the UDP link joins the group's IP
+/// group, receives what a batched device sends to it, and what it sends
+/// reaches a batched member, each with the GRH area a UD receive shows
+/// (sender, group).
+#[test]
+fn multicast_works_through_the_udp_link_both_ways() {
+    let (l_ip, b_ip) = addresses();
+    let (std::net::IpAddr::V4(l4), std::net::IpAddr::V4(b4)) = (l_ip, b_ip) else { unreachable!() };
+    let group_ip = std::net::Ipv4Addr::new(239, 22, l4.octets()[1], l4.octets()[2]);
+    let g = Gid::from_ip(group_ip.into());
+    let (link, batched) = (ud(l_ip, true), ud(b_ip, false));
+    for m in [&link, &batched] {
+        m.qp.attach_mcast(g, 0).unwrap();
+        m.qp.post_recv(&[RecvWr { wr_id: 5, sg_list: vec![m.mr.sge(0, 4096).unwrap()] }]).unwrap();
+    }
+    // Each sender's device is a member too: IP multicast loops back to it.
+    let data = pattern(900, 5);
+    batched.send_to(g, &data);
+    for (m, from) in [(&link, b4), (&batched, b4)] {
+        let wc = m.wait();
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 940));
+        let got = m.mr.to_vec();
+        assert_eq!(&got[40..940], &data[..]);
+        assert_eq!(got[32..36], from.octets(), "GRH area: the sender");
+        assert_eq!(got[36..40], group_ip.octets(), "GRH area: the group");
+    }
+    for m in [&link, &batched] {
+        m.qp.post_recv(&[RecvWr { wr_id: 6, sg_list: vec![m.mr.sge(0, 4096).unwrap()] }]).unwrap();
+    }
+    let data = pattern(300, 9);
+    link.send_to(g, &data);
+    for m in [&link, &batched] {
+        let wc = m.wait();
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 340));
+        let got = m.mr.to_vec();
+        assert_eq!(&got[40..340], &data[..]);
+        assert_eq!(got[32..36], l4.octets(), "GRH area: the sender");
+    }
+    link.qp.detach_mcast(g, 0).unwrap();
+    batched.qp.detach_mcast(g, 0).unwrap();
 }

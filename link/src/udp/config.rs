@@ -96,7 +96,8 @@ pub struct UdpConfig {
     /// The device drives the backend through its [`crate::Link`] interface,
     /// one packet a call, with the frame driver of every link: plain
     /// datagrams, the socket driver, unconnected sends, no port shared,
-    /// and faults and capture left to the link wrappers.
+    /// and faults and capture left to the link wrappers; IP multicast
+    /// through [`crate::Link::join_group`].
     pub as_link: bool,
 }
 

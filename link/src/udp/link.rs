@@ -6,7 +6,7 @@
 //! reference, io_uring) is the device's default; this one gives those up,
 //! as its capabilities say.
 
-use super::rx::{read_control, source_address, CMSG_ROOM};
+use super::rx::{recv_datagram, Control};
 use super::sys::IpMarks;
 use super::UdpIo;
 use crate::{FrameMeta, Link, LinkCaps, Mac};
@@ -60,54 +60,34 @@ impl Link for UdpIo {
         }
     }
 
-    /// Takes the next datagram of the receive socket: the packet from its
-    /// BTH, and the sender, TOS and TTL the socket reported.
+    /// Takes the next datagram of the receive socket, or of a multicast
+    /// group's: the packet from its BTH, and the sender, destination, TOS
+    /// and TTL the socket reported.
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<FrameMeta>> {
-        loop {
-            // SAFETY: all-zero sockaddr_storage and msghdr are valid; every
-            // pointer set below refers to a live buffer of the stated size.
-            let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut control = [0u64; CMSG_ROOM / 8];
-            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-            h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut iov;
-            h.msg_iovlen = 1;
-            h.msg_control = control.as_mut_ptr().cast();
-            h.msg_controllen = std::mem::size_of_val(&control);
-            // SAFETY: as above.
-            let len = unsafe { libc::recvmsg(self.rx.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
-            self.stats.recv_syscalls += 1;
-            if len < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-                    _ => Err(e),
-                };
-            }
-            self.stats.datagrams_received += 1;
-            if h.msg_flags & libc::MSG_TRUNC != 0 {
-                self.stats.truncated += 1;
-                tracing::debug!(len, "oversized datagram dropped");
-                continue;
-            }
-            let Some(src) = source_address(&name, h.msg_namelen) else {
-                tracing::debug!("datagram without a usable source address dropped");
-                continue;
-            };
-            let control = read_control(&h);
-            return Ok(Some(FrameMeta {
-                len: len as usize,
-                src: [0; 6],
-                arrival: SystemTime::now(),
-                traffic_class: Some(control.tos),
-                datagram: Some(control.headers(src, self.local)),
-            }));
+        let meta = |len, src, control: Control, dst| FrameMeta {
+            len,
+            src: [0; 6],
+            arrival: SystemTime::now(),
+            traffic_class: Some(control.tos),
+            datagram: Some(control.headers(src, dst)),
+        };
+        if let Some((len, src, control)) = recv_datagram(self.rx.as_raw_fd(), buf, &mut self.stats)? {
+            return Ok(Some(meta(len, src, control, self.local)));
         }
+        Ok(self.mcast.recv_one(buf, &mut self.stats).map(|(len, src, control, group)| meta(len, src, control, group)))
     }
 
+    /// Readable when a datagram waits on the receive socket or a group's
+    /// (an epoll set of them all, see `Groups`).
     fn fd(&self) -> RawFd {
-        self.rx.as_raw_fd()
+        self.mcast.fd()
+    }
+
+    fn join_group(&mut self, mgid: IpAddr) -> io::Result<()> {
+        UdpIo::join_group(self, mgid)
+    }
+
+    fn leave_group(&mut self, mgid: IpAddr) {
+        UdpIo::leave_group(self, mgid)
     }
 }

@@ -234,8 +234,11 @@ impl UdpIo {
             open_driver(cfg.io_driver, &rx, capacity)?
         };
         let capture = cfg.pcap.as_deref().map(crate::capture::IpTap::create).transpose()?;
+        // The epoll set of the group sockets also stands for the ring, or,
+        // as a link, for the receive socket: one fd to wait on.
         let mcast = multicast::Groups::new(match &driver {
             Driver::Uring(u) => u.fd(),
+            Driver::Sockets(_) if cfg.as_link => rx.as_raw_fd(),
             Driver::Sockets(_) => -1,
         })?;
         // A capture needs the IPv4 Identification the engine wrote (0): unconnected sends.

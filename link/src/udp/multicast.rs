@@ -292,6 +292,23 @@ impl Groups {
     pub(super) fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }
+
+    /// Takes one datagram waiting on a group socket into `buf` (the UDP
+    /// backend as a link): its length, sender, control messages and group.
+    pub(super) fn recv_one(
+        &mut self,
+        buf: &mut [u8],
+        stats: &mut IoStats,
+    ) -> Option<(usize, SocketAddr, super::rx::Control, IpAddr)> {
+        for (&group, g) in &self.groups {
+            match super::rx::recv_datagram(g.socket.as_raw_fd(), buf, stats) {
+                Ok(Some((len, src, control))) => return Some((len, src, control, group)),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(%group, error = %e, "multicast receive failed"),
+            }
+        }
+        None
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@ use super::sys::CMSG_SPACE_8;
 use crate::io_stats::IoStats;
 use rdma_transport::{Endpoint, Instant};
 use rdma_wire::DatagramHeaders;
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
 
 /// Room for the control messages of a datagram, aligned for cmsghdr:
 /// UDP_GRO's segment size, the TTL and the TOS (CMSG_SPACE of an int, 24
@@ -128,6 +130,52 @@ pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
         }
     }
     out
+}
+
+/// Takes one datagram waiting on socket `fd` into `buf` (never blocks):
+/// its length, sender and control messages; `None` when none waits. A
+/// datagram too long for `buf`, or without a usable sender, is counted
+/// and skipped.
+pub(super) fn recv_datagram(
+    fd: RawFd,
+    buf: &mut [u8],
+    stats: &mut IoStats,
+) -> io::Result<Option<(usize, SocketAddr, Control)>> {
+    loop {
+        // SAFETY: all-zero sockaddr_storage and msghdr are valid; every
+        // pointer set below refers to a live buffer of the stated size.
+        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut control = [0u64; CMSG_ROOM / 8];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = control.as_mut_ptr().cast();
+        h.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: as above.
+        let len = unsafe { libc::recvmsg(fd, &mut h, libc::MSG_DONTWAIT) };
+        stats.recv_syscalls += 1;
+        if len < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+                _ => Err(e),
+            };
+        }
+        stats.datagrams_received += 1;
+        if h.msg_flags & libc::MSG_TRUNC != 0 {
+            stats.truncated += 1;
+            tracing::debug!(len, "oversized datagram dropped");
+            continue;
+        }
+        let Some(src) = source_address(&name, h.msg_namelen) else {
+            tracing::debug!("datagram without a usable source address dropped");
+            continue;
+        };
+        return Ok(Some((len as usize, src, read_control(&h))));
+    }
 }
 
 /// The sender of a datagram, from the `len` bytes of socket address the

@@ -51,6 +51,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         plain_datagrams: false,
         unconnected_sends: false,
         udp_as_link: false,
+        delay: Default::default(),
         shared: false,
         ack_delay: Duration::ZERO,
         io_driver: rdma_core_rs::IoDriver::Sockets,

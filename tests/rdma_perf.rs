@@ -41,6 +41,7 @@ fn config(test: TestKind) -> Config {
         plain_datagrams: false,
         unconnected_sends: false,
         udp_as_link: false,
+        delay: Default::default(),
         shared: false,
         ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,

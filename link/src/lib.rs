@@ -35,6 +35,7 @@
 //! plan, frame sizes per MTU, EtherTypes).
 
 pub mod capture;
+pub mod delay;
 pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;

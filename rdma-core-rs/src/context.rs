@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::frames::FrameIo;
 use crate::io::Io;
 use rdma_link::capture::CaptureLink;
+use rdma_link::delay::DelayLink;
 use rdma_link::faults::FaultLink;
 use rdma_link::inproc::InProcessLink;
 use rdma_link::io_stats::IoStats;
@@ -502,11 +503,12 @@ impl Context {
             None => ep.set_congestion_control(cfg.congestion_control),
         }
         let io = match &cfg.backend {
-            Backend::Udp if cfg.udp_as_link => {
+            Backend::Udp if cfg.udp_as_link || cfg.delay.is_active() => {
                 // The Identification a socket hides (see rdma_link::udp);
                 // faults and capture are the link wrappers' (wrap_link).
                 ep.set_ipv4_ident_unknown(true);
-                let udp = rdma_link::udp::UdpConfig { faults: Default::default(), pcap: None, ..cfg.udp() };
+                let udp =
+                    rdma_link::udp::UdpConfig { faults: Default::default(), pcap: None, as_link: true, ..cfg.udp() };
                 let link = wrap_link(Box::new(UdpIo::bind(device.addr(), &udp)?), cfg)?;
                 // What the link takes: whole packets.
                 ep.set_payload_by_reference(link.caps().by_reference);
@@ -752,8 +754,12 @@ fn open_link(device: &Device, backend: &Backend) -> Result<Box<dyn Link>> {
     wrap_link(link, cfg)
 }
 
-/// A link in the capture and fault-injection wrappers `cfg` asks for.
+/// A link in the delay, fault-injection and capture wrappers `cfg` asks
+/// for (the capture outermost: it records what the device sent and got).
 fn wrap_link(mut link: Box<dyn Link>, cfg: &DeviceConfig) -> Result<Box<dyn Link>> {
+    if cfg.delay.is_active() {
+        link = Box::new(DelayLink::new(link, cfg.delay)?);
+    }
     if cfg.faults.is_active() {
         link = Box::new(FaultLink::new(link, cfg.faults));
     }

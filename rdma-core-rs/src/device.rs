@@ -181,6 +181,11 @@ pub struct DeviceConfig {
     /// payloads by reference; no shared port. For comparison and tests;
     /// off by default.
     pub udp_as_link: bool,
+    /// A simulated longer, slower link: every packet the device sends
+    /// waits for its serialisation at `rate_bps` and for `latency`
+    /// (`rdma_link::delay::DelayLink`, in real time, over any link; the UDP
+    /// backend then runs as a link, see `udp_as_link`). Zero: none.
+    pub delay: rdma_link::delay::DelayConfig,
 }
 
 impl DeviceConfig {
@@ -229,6 +234,7 @@ impl Default for DeviceConfig {
             controller: None,
             shared: false,
             udp_as_link: false,
+            delay: rdma_link::delay::DelayConfig::default(),
         }
     }
 }
@@ -403,8 +409,8 @@ fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> 
         }
         _ => {}
     }
-    if config.udp_as_link && config.shared {
-        return bad("a shared port needs the UDP backend's own driver (udp_as_link off)".into());
+    if (config.udp_as_link || config.delay.is_active()) && config.shared {
+        return bad("a shared port needs the UDP backend's own driver (udp_as_link and delay off)".into());
     }
     if config.link == LinkKind::Ib && !(1..=0xbfff).contains(&config.lid) {
         return bad(format!("LID {} is not a unicast LID (1 to 0xBFFF); pass --lid", config.lid));

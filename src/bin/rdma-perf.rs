@@ -134,6 +134,15 @@ struct Args {
     /// --pcap); no GSO, GRO or io_uring (for comparison).
     #[arg(long = "udp-as-link")]
     udp_as_link: bool,
+    /// A simulated longer link: every packet this side sends arrives this
+    /// many microseconds later (in real time, over any backend; the UDP
+    /// backend then runs as a link, as --udp-as-link).
+    #[arg(long = "link-delay-us", default_value_t = 0)]
+    link_delay_us: u64,
+    /// A simulated slower link: this side's packets leave at this rate, in
+    /// order, behind a queue of 4 MiB that drops when full (0: no limit).
+    #[arg(long = "link-rate-mbps", default_value_t = 0)]
+    link_rate_mbps: u64,
     /// Share each device's UDP port with the host's other processes, as
     /// the drop-in libibverbs does (no GRO; see docs/shared-device.md).
     #[arg(long = "shared")]
@@ -367,6 +376,11 @@ fn config(a: &Args) -> Result<Config, String> {
         plain_datagrams: a.no_offload,
         unconnected_sends: a.unconnected,
         udp_as_link: a.udp_as_link,
+        delay: rdma_core_rs::link::delay::DelayConfig {
+            latency: Duration::from_micros(a.link_delay_us),
+            rate_bps: a.link_rate_mbps.saturating_mul(1_000_000),
+            queue_bytes: 0,
+        },
         shared: a.shared,
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),

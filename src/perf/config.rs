@@ -165,6 +165,9 @@ pub struct Config {
     /// Drive the UDP backend as a link, one packet a call
     /// (`DeviceConfig::udp_as_link`; `--udp-as-link`).
     pub udp_as_link: bool,
+    /// A simulated longer, slower link (`DeviceConfig::delay`;
+    /// `--link-delay-us`, `--link-rate-mbps`).
+    pub delay: rdma_core_rs::link::delay::DelayConfig,
     /// Share the device's port with the host's other processes, as the
     /// drop-in library does (`DeviceConfig::shared`; `--shared`).
     pub shared: bool,
@@ -197,6 +200,7 @@ impl Config {
             plain_datagrams: self.plain_datagrams,
             unconnected_sends: self.unconnected_sends,
             udp_as_link: self.udp_as_link,
+            delay: self.delay,
             shared: self.shared,
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,

@@ -167,9 +167,11 @@ fn remote_accesses_to_a_page_unmapped_under_a_live_registration_are_remote_acces
 /// page, long enough to go by reference on this driver, arrives.
 #[test]
 fn a_send_from_an_unmapped_page_is_a_local_protection_error() {
+    // The devices first: what they map (io_uring's rings, one page
+    // each) must not land in the hole the test makes.
+    let (a, b) = pair(QpType::Rc);
     let mut pages = Pages::new(2);
     pages.unmap(1);
-    let (a, b) = pair(QpType::Rc);
     // SAFETY: as above.
     let mr = unsafe { a.pd.reg_mr_on_demand(pages.ptr(), 2 * page(), pages.addr as u64, Access::ALL) }.unwrap();
     b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![b.mr.sge(0, 4096).unwrap()] }]).unwrap();
@@ -190,9 +192,11 @@ fn a_send_from_an_unmapped_page_is_a_local_protection_error() {
 /// at any mapped address work; an unmapped one is a remote access error.
 #[test]
 fn implicit_odp_reaches_mapped_addresses_and_fails_cleanly_on_unmapped_ones() {
+    // The devices first: what they map (io_uring's rings, one page
+    // each) must not land in the hole the test makes.
+    let (a, b) = pair(QpType::Rc);
     let mut pages = Pages::new(4);
     pages.unmap(1);
-    let (a, b) = pair(QpType::Rc);
     // SAFETY: as above; the peer is this test.
     let all = unsafe { b.pd.reg_mr_implicit(Access::ALL) }.unwrap();
     assert_eq!((all.addr(), all.len()), (0, usize::MAX));
@@ -224,9 +228,11 @@ fn implicit_odp_reaches_mapped_addresses_and_fails_cleanly_on_unmapped_ones() {
 
 #[test]
 fn advise_mr_prefetches_and_answers_with_the_man_pages_errors() {
+    // The devices first: what they map (io_uring's rings, one page
+    // each) must not land in the hole the test makes.
+    let (a, _b) = pair(QpType::Rc);
     let mut pages = Pages::new(2);
     pages.unmap(1);
-    let (a, _b) = pair(QpType::Rc);
     // SAFETY: as above.
     let mr = unsafe { a.pd.reg_mr_on_demand(pages.ptr(), 2 * page(), pages.addr as u64, Access::ALL) }.unwrap();
     // SAFETY: as above.

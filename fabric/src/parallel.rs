@@ -53,7 +53,7 @@
 use crate::clock::{Event, EventQueue, HostTimers};
 use crate::fabric::{Counters, Deadlock, Fabric};
 use crate::host::{Flow, Host};
-use crate::ib::credit::{blocks, fc_packet, receive_fc, FC_LEN};
+use crate::ib::credit::{blocks, FC_LEN};
 use crate::ib::engine::HOST_AHEAD;
 use crate::ib::{frame, IbConfig, Queued, SL2VL_DROP, VL15};
 use crate::multipath::{pick, Multipath};
@@ -597,28 +597,13 @@ impl Part {
             return;
         }
         let Some(ib) = p.ib.as_mut() else { return };
-        if ib.fc_dirty != 0 {
-            let vl = ib.fc_dirty.trailing_zeros() as u8;
-            ib.fc_dirty &= !(1 << vl);
-            let init = ib.fc_init;
-            if vl as usize + 1 == ib.vls.len() {
-                ib.fc_init = false;
-            }
-            let frame = fc_packet(vl, &ib.vls[usize::from(vl)], init);
-            ib.counters.fc_sent += 1;
+        if let Some(frame) = ib.next_fc_packet() {
             return self.launch_fc(w, node, port, frame);
         }
-        let next = match ib.vl15_out.pop_front() {
-            Some(q) => Some(q),
-            None => ib.next_data().map(|(_, q)| q),
-        };
-        let Some(q) = next else { return };
+        let Some(q) = ib.next_packet() else { return };
         if let Some((in_port, in_vl)) = q.from {
             if let Some(iib) = w.port(me, node, in_port).ib.as_mut() {
-                if let Some(c) = iib.vls.get_mut(usize::from(in_vl)) {
-                    c.rx.free(q.blocks);
-                    iib.fc_dirty |= 1 << in_vl;
-                }
+                iib.free_input(in_vl, q.blocks);
             }
             if let Node::Switch(sw) = w.nodes[node] {
                 w.switch(me, node, sw).egress[port].data_sent += 1;
@@ -651,14 +636,9 @@ impl Part {
 
     fn ib_receive_fc(&mut self, w: &World, node: usize, port: usize, frame: &[u8]) {
         let Some(ib) = w.port(self.id, node, port).ib.as_mut() else { return };
-        match receive_fc(frame, &mut ib.vls) {
-            Ok(_) => ib.counters.fc_received += 1,
-            Err(_) => {
-                ib.counters.fc_bad += 1;
-                return;
-            }
+        if ib.take_fc_packet(frame) {
+            self.ib_wake(w, node, port);
         }
-        self.ib_wake(w, node, port);
     }
 
     fn ib_host_send(&mut self, w: &World, h: usize) {
@@ -666,11 +646,7 @@ impl Part {
         loop {
             let p = w.port(self.id, node, 0);
             let Some(ib) = p.ib.as_ref() else { return };
-            if p.busy || ib.fc_dirty != 0 || ib.can_send_data() {
-                break;
-            }
-            let held: usize = ib.out.iter().map(|q| q.len()).sum();
-            if held >= HOST_AHEAD {
+            if !ib.wants_host_packet(p.busy, HOST_AHEAD) {
                 break;
             }
             let Some(f) = self.pull(w, h) else { break };
@@ -679,19 +655,9 @@ impl Part {
         self.ib_send(w, node, 0);
     }
 
-    fn ib_host_enqueue(&mut self, w: &World, node: usize, mut f: Vec<u8>) {
+    fn ib_host_enqueue(&mut self, w: &World, node: usize, f: Vec<u8>) {
         let cfg = w.ib.expect("an IB fabric");
-        let sl = if frame::is_data(&f) { cfg.data_sl } else { cfg.control_sl };
-        let dlid = frame::lrh(&f).map_or(0, |l| l.dlid);
-        let ib = w.port(self.id, node, 0).ib.as_mut().expect("an IB port");
-        let vl = ib.sl2vl[usize::from(sl & 0xf)];
-        if dlid == 0 || usize::from(vl) >= ib.out.len() {
-            ib.counters.drops += 1;
-            return;
-        }
-        frame::set_sl_vl(&mut f, sl, vl);
-        let wire_len = frame::wire_len(&f);
-        ib.out[usize::from(vl)].push_back(Queued { frame: f, from: None, blocks: blocks(wire_len), wire_len });
+        w.port(self.id, node, 0).ib.as_mut().expect("an IB port").enqueue_host(f, cfg);
     }
 
     fn ib_arrive(&mut self, w: &World, node: usize, port: usize, mut f: Vec<u8>) {

@@ -7,7 +7,7 @@
 use crate::clock::Event;
 use crate::fabric::Fabric;
 use crate::ib::capture::{Captured, ERF_INFINIBAND, ERF_INFINIBAND_LINK};
-use crate::ib::credit::{self, blocks, fc_packet, receive_fc, FC_LEN};
+use crate::ib::credit::{self, blocks, FC_LEN};
 use crate::ib::{frame, Queued, SL2VL_DROP, VL15};
 use crate::multipath::{pick, Multipath};
 use crate::topology::Node;
@@ -51,41 +51,19 @@ impl Fabric {
             return;
         }
         let Some(ib) = p.ib.as_mut() else { return };
-        if ib.fc_dirty != 0 {
-            let vl = ib.fc_dirty.trailing_zeros() as u8;
-            ib.fc_dirty &= !(1 << vl);
-            let init = ib.fc_init;
-            if vl as usize + 1 == ib.vls.len() {
-                ib.fc_init = false;
-            }
-            let frame = fc_packet(vl, &ib.vls[usize::from(vl)], init);
-            ib.counters.fc_sent += 1;
+        if let Some(frame) = ib.next_fc_packet() {
             return self.launch_fc(node, port, frame);
         }
-        let next = match ib.vl15_out.pop_front() {
-            Some(q) => {
-                if let Some(c) = self.ib_capture.as_mut() {
-                    c.push(Captured { at: self.now, erf_type: ERF_INFINIBAND, bytes: q.frame.clone() });
-                }
-                Some(q)
-            }
-            None => {
-                let q = ib.next_data().map(|(_, q)| q);
-                if let (Some(c), Some(q)) = (self.ib_capture.as_mut(), q.as_ref()) {
-                    c.push(Captured { at: self.now, erf_type: ERF_INFINIBAND, bytes: q.frame.clone() });
-                }
-                q
-            }
-        };
+        let next = ib.next_packet();
+        if let (Some(c), Some(q)) = (self.ib_capture.as_mut(), next.as_ref()) {
+            c.push(Captured { at: self.now, erf_type: ERF_INFINIBAND, bytes: q.frame.clone() });
+        }
         let Some(q) = next else { return };
         if let Some((in_port, in_vl)) = q.from {
             // The packet leaves the switch: its input buffer frees and the
             // upstream hears of it.
             if let Some(iib) = self.topo.ports[node][in_port].ib.as_mut() {
-                if let Some(c) = iib.vls.get_mut(usize::from(in_vl)) {
-                    c.rx.free(q.blocks);
-                    iib.fc_dirty |= 1 << in_vl;
-                }
+                iib.free_input(in_vl, q.blocks);
             }
             if let Node::Switch(sw) = self.topo.nodes[node] {
                 self.topo.switches[sw].egress[port].data_sent += 1;
@@ -123,14 +101,9 @@ impl Fabric {
     /// see whether something can go now.
     pub(crate) fn ib_receive_fc(&mut self, node: usize, port: usize, frame: &[u8]) {
         let Some(ib) = self.topo.ports[node][port].ib.as_mut() else { return };
-        match receive_fc(frame, &mut ib.vls) {
-            Ok(_) => ib.counters.fc_received += 1,
-            Err(_) => {
-                ib.counters.fc_bad += 1;
-                return;
-            }
+        if ib.take_fc_packet(frame) {
+            self.ib_wake(node, port);
         }
-        self.ib_wake(node, port);
     }
 
     /// A host port: pull packets from the engine (native IB frames) while
@@ -140,11 +113,7 @@ impl Fabric {
         loop {
             let p = &self.topo.ports[node][0];
             let Some(ib) = p.ib.as_ref() else { return };
-            if p.busy || ib.fc_dirty != 0 || ib.can_send_data() {
-                break;
-            }
-            let held: usize = ib.out.iter().map(|q| q.len()).sum();
-            if held >= HOST_AHEAD {
+            if !ib.wants_host_packet(p.busy, HOST_AHEAD) {
                 break;
             }
             let Some(f) = self.pull(h) else { break };
@@ -155,20 +124,9 @@ impl Fabric {
 
     /// Queues a packet of a host's engine on its port: on the data or the
     /// control SL by what it carries, on that SL's VL.
-    fn ib_host_enqueue(&mut self, node: usize, mut f: Vec<u8>) {
+    fn ib_host_enqueue(&mut self, node: usize, f: Vec<u8>) {
         let cfg = self.topo.ib.as_ref().expect("an IB fabric");
-        let sl = if frame::is_data(&f) { cfg.data_sl } else { cfg.control_sl };
-        let dlid = frame::lrh(&f).map_or(0, |l| l.dlid);
-        let ib = self.topo.ports[node][0].ib.as_mut().expect("an IB port");
-        let vl = ib.sl2vl[usize::from(sl & 0xf)];
-        if dlid == 0 || usize::from(vl) >= ib.out.len() {
-            // No path (LID 0), or SL2VL 15 (drop) for this SL.
-            ib.counters.drops += 1;
-            return;
-        }
-        frame::set_sl_vl(&mut f, sl, vl);
-        let wire_len = frame::wire_len(&f);
-        ib.out[usize::from(vl)].push_back(Queued { frame: f, from: None, blocks: blocks(wire_len), wire_len });
+        self.topo.ports[node][0].ib.as_mut().expect("an IB port").enqueue_host(f, cfg);
     }
 
     /// A frame reaches an IB port.

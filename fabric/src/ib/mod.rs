@@ -220,6 +220,79 @@ impl IbPort {
         self.arb.sent(high, p.wire_len);
         Some((vl, p))
     }
+
+    /// The flow-control packet this port owes next (the lowest VL owed
+    /// one; Op = Init until the first round is out), counted as sent.
+    pub fn next_fc_packet(&mut self) -> Option<[u8; credit::FC_LEN]> {
+        if self.fc_dirty == 0 {
+            return None;
+        }
+        let vl = self.fc_dirty.trailing_zeros() as u8;
+        self.fc_dirty &= !(1 << vl);
+        let init = self.fc_init;
+        if vl as usize + 1 == self.vls.len() {
+            self.fc_init = false;
+        }
+        self.counters.fc_sent += 1;
+        Some(credit::fc_packet(vl, &self.vls[usize::from(vl)], init))
+    }
+
+    /// The next packet for the link after flow control: VL15 first, then
+    /// data by VL arbitration.
+    pub fn next_packet(&mut self) -> Option<Queued> {
+        self.vl15_out.pop_front().or_else(|| self.next_data().map(|(_, q)| q))
+    }
+
+    /// A packet that came in on this port's VL `vl` left the switch: its
+    /// buffer frees, and the upstream is owed a flow-control packet.
+    pub fn free_input(&mut self, vl: u8, blocks: u16) {
+        if let Some(c) = self.vls.get_mut(usize::from(vl)) {
+            c.rx.free(blocks);
+            self.fc_dirty |= 1 << vl;
+        }
+    }
+
+    /// Takes a received flow-control packet; false (counted) for a bad one.
+    pub fn take_fc_packet(&mut self, frame: &[u8]) -> bool {
+        match credit::receive_fc(frame, &mut self.vls) {
+            Ok(_) => {
+                self.counters.fc_received += 1;
+                true
+            }
+            Err(_) => {
+                self.counters.fc_bad += 1;
+                false
+            }
+        }
+    }
+
+    /// Whether a host's port (`busy` with a packet or not) should take
+    /// another packet from its engine: nothing is ready to go and fewer
+    /// than `ahead` wait.
+    pub fn wants_host_packet(&self, busy: bool, ahead: usize) -> bool {
+        !busy && self.fc_dirty == 0 && !self.can_send_data() && self.out.iter().map(|q| q.len()).sum::<usize>() < ahead
+    }
+
+    /// Queues a packet of a host's engine: on the data or the control SL
+    /// by what it carries, on that SL's VL; counted as a drop without a
+    /// path (DLID 0) or for SL2VL 15.
+    pub fn enqueue_host(&mut self, mut f: Vec<u8>, cfg: &IbConfig) {
+        let sl = if frame::is_data(&f) { cfg.data_sl } else { cfg.control_sl };
+        let dlid = frame::lrh(&f).map_or(0, |l| l.dlid);
+        let vl = self.sl2vl[usize::from(sl & 0xf)];
+        if dlid == 0 || usize::from(vl) >= self.out.len() {
+            self.counters.drops += 1;
+            return;
+        }
+        frame::set_sl_vl(&mut f, sl, vl);
+        let wire_len = frame::wire_len(&f);
+        self.out[usize::from(vl)].push_back(Queued {
+            frame: f,
+            from: None,
+            blocks: credit::blocks(wire_len),
+            wire_len,
+        });
+    }
 }
 
 /// What the subnet manager sets on a port (PortInfo's writable part).

@@ -12,7 +12,7 @@
 
 use crate::clock::{Event, EventQueue, HostTimers};
 use crate::host::{connect_with, Flow};
-use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
+use crate::pfc::{data_pause, quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
 use crate::workload::Workload;
@@ -386,19 +386,15 @@ impl Fabric {
     }
 
     fn receive_pfc(&mut self, node: usize, port: usize, frame: &[u8]) {
-        let f = match PfcFrame::parse(frame) {
-            Ok(f) => f,
+        let p = &mut self.topo.ports[node][port];
+        let d = match data_pause(frame, p.link.rate_bps) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
             Err(_) => {
                 self.counters.pfc_malformed += 1;
                 return;
             }
         };
-        if f.class_enable & (1 << DATA_PRIORITY) == 0 {
-            return;
-        }
-        // The time is in quanta of the receiving link's speed (§3.2).
-        let p = &mut self.topo.ports[node][port];
-        let d = quanta_to_duration(f.times[DATA_PRIORITY], p.link.rate_bps);
         p.pause(self.now, d);
         if d.is_zero() {
             self.wake(node, port);

@@ -57,7 +57,7 @@ use crate::ib::credit::{blocks, FC_LEN};
 use crate::ib::engine::HOST_AHEAD;
 use crate::ib::{frame, IbConfig, Queued, SL2VL_DROP, VL15};
 use crate::multipath::{pick, Multipath};
-use crate::pfc::{quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
+use crate::pfc::{data_pause, quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit, Switch};
 use crate::topology::{Node, Port, Topology};
 use crate::workload::Workload;
@@ -431,18 +431,15 @@ impl Part {
     }
 
     fn receive_pfc(&mut self, w: &World, node: usize, port: usize, frame: &[u8]) {
-        let f = match PfcFrame::parse(frame) {
-            Ok(f) => f,
+        let p = w.port(self.id, node, port);
+        let d = match data_pause(frame, p.link.rate_bps) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
             Err(_) => {
                 self.counters.pfc_malformed += 1;
                 return;
             }
         };
-        if f.class_enable & (1 << DATA_PRIORITY) == 0 {
-            return;
-        }
-        let p = w.port(self.id, node, port);
-        let d = quanta_to_duration(f.times[DATA_PRIORITY], p.link.rate_bps);
         p.pause(self.now, d);
         if d.is_zero() {
             self.wake(w, node, port);

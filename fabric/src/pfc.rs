@@ -88,6 +88,14 @@ pub fn quanta_to_duration(quanta: u16, rate_bps: u64) -> Duration {
     Duration::from_nanos((u64::from(quanta) * 512 * 1_000_000_000).div_ceil(rate_bps.max(1)))
 }
 
+/// What a received PFC frame asks of the data priority on a link of
+/// `rate_bps` (its quanta are of the receiving link's speed, §3.2): a
+/// pause (zero: resume), or `None` when it leaves that priority alone.
+pub fn data_pause(frame: &[u8], rate_bps: u64) -> Result<Option<Duration>, PfcParseError> {
+    let f = PfcFrame::parse(frame)?;
+    Ok((f.class_enable & (1 << DATA_PRIORITY) != 0).then(|| quanta_to_duration(f.times[DATA_PRIORITY], rate_bps)))
+}
+
 /// The peer response-time budget in quanta by link speed (§3.2, SONiC's table).
 pub fn response_quanta(rate_bps: u64) -> u64 {
     let g = rate_bps.div_ceil(1_000_000_000);
@@ -146,6 +154,19 @@ impl PfcConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_pauses_the_data_priority_only_when_it_names_it() {
+        let mac = [2, 0, 0, 0, 0, 1];
+        // 100 quanta of 512 bit times at 100 Gb/s: 512 ns.
+        let pause = PfcFrame::single(mac, DATA_PRIORITY, 100).emit();
+        assert_eq!(data_pause(&pause, 100_000_000_000).unwrap(), Some(Duration::from_nanos(512)));
+        let resume = PfcFrame::single(mac, DATA_PRIORITY, 0).emit();
+        assert_eq!(data_pause(&resume, 100_000_000_000).unwrap(), Some(Duration::ZERO));
+        let other = PfcFrame::single(mac, CONTROL_PRIORITY, 100).emit();
+        assert_eq!(data_pause(&other, 100_000_000_000).unwrap(), None);
+        assert!(data_pause(&pause[..10], 100_000_000_000).is_err(), "a short frame");
+    }
 
     #[test]
     fn frame_bytes_match_the_reference_layout() {

@@ -1171,21 +1171,7 @@ impl Fabric {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::Link;
-    use crate::switch::Red;
-    use crate::topology::Settings;
-
-    fn settings() -> Settings {
-        Settings {
-            link: Link::new(40_000_000_000, Duration::from_micros(1)),
-            red: Red::PAPER,
-            buffer_bytes: 300_000,
-            shared_buffer_bytes: None,
-            cc: None,
-            seed: 1,
-            pfc: None,
-        }
-    }
+    use crate::sm::fabric_transport::default_settings as settings;
 
     #[test]
     fn a_leaf_spine_partitions_by_pod_with_spines_dealt_round_robin() {

@@ -248,11 +248,7 @@ mod tests {
     use crate::inproc::InProcessLink;
 
     fn frame(dst: Mac, src: Mac, ethertype: u16, tag: u8) -> Vec<u8> {
-        let mut f = vec![tag; 60];
-        f[..6].copy_from_slice(&dst);
-        f[6..12].copy_from_slice(&src);
-        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
-        f
+        crate::test_frame(dst, src, ethertype, tag, 60)
     }
 
     /// The records of a classic pcap file: its link type and each record's bytes.

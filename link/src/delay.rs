@@ -179,11 +179,7 @@ mod tests {
     use rdma_transport::LinkKind;
 
     fn frame(dst: Mac, src: Mac, tag: u8, len: usize) -> Vec<u8> {
-        let mut f = vec![tag; len];
-        f[..6].copy_from_slice(&dst);
-        f[6..12].copy_from_slice(&src);
-        f[12..14].copy_from_slice(&0x8915u16.to_be_bytes());
-        f
+        crate::test_frame(dst, src, 0x8915, tag, len)
     }
 
     /// Frames arrive in order, none before its latency, and the fd wakes

@@ -291,11 +291,7 @@ mod tests {
 
     /// A 60-byte RoCE v1 frame from `src` to `dst` whose body is `tag`.
     fn frame(dst: Mac, src: Mac, tag: u8) -> Vec<u8> {
-        let mut f = vec![tag; 60];
-        f[..6].copy_from_slice(&dst);
-        f[6..12].copy_from_slice(&src);
-        f[12..14].copy_from_slice(&0x8915u16.to_be_bytes());
-        f
+        crate::test_frame(dst, src, 0x8915, tag, 60)
     }
 
     /// The tags of the frames waiting at `link`, in order.

@@ -252,6 +252,17 @@ pub fn ethertype(kind: LinkKind) -> Option<u16> {
     }
 }
 
+/// A frame for the links' tests: `len` bytes of `tag` behind an Ethernet
+/// header from `src` to `dst` with `ethertype`.
+#[cfg(test)]
+pub(crate) fn test_frame(dst: Mac, src: Mac, ethertype: u16, tag: u8, len: usize) -> Vec<u8> {
+    let mut f = vec![tag; len];
+    f[..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

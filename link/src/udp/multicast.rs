@@ -23,7 +23,7 @@
 //! the device's second wait fd (with io_uring, the ring is in the set
 //! too), so that a sleeping device wakes for them.
 
-use super::rx::{deliver, read_control, source_address};
+use super::rx::{deliver, recv_datagram, Control};
 use super::sys::DEFAULT_HOP_LIMIT;
 use crate::io_stats::IoStats;
 use rdma_transport::{Endpoint, Instant, MAX_PACKET};
@@ -54,7 +54,6 @@ pub(super) struct Groups {
     groups: HashMap<IpAddr, Group>,
     epoll: OwnedFd,
     buf: Box<[u8]>,
-    control: [u64; super::rx::CMSG_ROOM / 8],
 }
 
 impl Groups {
@@ -68,12 +67,7 @@ impl Groups {
         }
         // SAFETY: a fresh fd of ours.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
-        let g = Groups {
-            groups: HashMap::new(),
-            epoll,
-            buf: vec![0u8; MAX_PACKET].into_boxed_slice(),
-            control: [0; super::rx::CMSG_ROOM / 8],
-        };
+        let g = Groups { groups: HashMap::new(), epoll, buf: vec![0u8; MAX_PACKET].into_boxed_slice() };
         if extra >= 0 {
             g.watch(extra, libc::EPOLL_CTL_ADD)?;
         }
@@ -107,36 +101,17 @@ impl Groups {
         let mut n = 0;
         for (&group, g) in &self.groups {
             for _ in 0..PER_CALL {
-                let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-                let mut iov = libc::iovec { iov_base: self.buf.as_mut_ptr().cast(), iov_len: self.buf.len() };
-                // SAFETY: all-zero msghdr is valid; every pointer set below
-                // refers to a live buffer of the stated size.
-                let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-                h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
-                h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                h.msg_iov = &mut iov;
-                h.msg_iovlen = 1;
-                h.msg_control = self.control.as_mut_ptr().cast();
-                h.msg_controllen = std::mem::size_of_val(&self.control);
-                // SAFETY: as above.
-                let len = unsafe { libc::recvmsg(g.socket.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
-                stats.recv_syscalls += 1;
-                if len < 0 {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                let (len, src, control) = match recv_datagram(g.socket.as_raw_fd(), &mut self.buf, stats) {
+                    Ok(Some(d)) => d,
+                    Ok(None) => break,
+                    Err(e) => {
                         tracing::warn!(%group, error = %e, "multicast receive failed");
+                        break;
                     }
-                    break;
-                }
+                };
                 n += 1;
-                if h.msg_flags & libc::MSG_TRUNC != 0 {
-                    stats.datagrams_received += 1;
-                    stats.truncated += 1;
-                    continue;
-                }
-                let Some(src) = source_address(&name, h.msg_namelen) else { continue };
-                let headers = read_control(&h).headers(src, group);
-                deliver(ep, now, &self.buf, 0, len as usize, None, &headers, stats, tap);
+                let headers = control.headers(src, group);
+                deliver(ep, now, &self.buf, 0, len, None, &headers, stats, tap);
             }
         }
         n
@@ -299,9 +274,9 @@ impl Groups {
         &mut self,
         buf: &mut [u8],
         stats: &mut IoStats,
-    ) -> Option<(usize, SocketAddr, super::rx::Control, IpAddr)> {
+    ) -> Option<(usize, SocketAddr, Control, IpAddr)> {
         for (&group, g) in &self.groups {
-            match super::rx::recv_datagram(g.socket.as_raw_fd(), buf, stats) {
+            match recv_datagram(g.socket.as_raw_fd(), buf, stats) {
                 Ok(Some((len, src, control))) => return Some((len, src, control, group)),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(%group, error = %e, "multicast receive failed"),

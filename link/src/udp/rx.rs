@@ -134,8 +134,10 @@ pub(super) fn read_control(hdr: &libc::msghdr) -> Control {
 
 /// Takes one datagram waiting on socket `fd` into `buf` (never blocks):
 /// its length, sender and control messages; `None` when none waits. A
-/// datagram too long for `buf`, or without a usable sender, is counted
-/// and skipped.
+/// datagram too long for `buf` is counted (received, truncated) and
+/// skipped, as is one without a usable sender; the packets of the others
+/// are counted where they are handed on (`split_datagram`, the link
+/// driver).
 pub(super) fn recv_datagram(
     fd: RawFd,
     buf: &mut [u8],
@@ -164,8 +166,8 @@ pub(super) fn recv_datagram(
                 _ => Err(e),
             };
         }
-        stats.datagrams_received += 1;
         if h.msg_flags & libc::MSG_TRUNC != 0 {
+            stats.datagrams_received += 1;
             stats.truncated += 1;
             tracing::debug!(len, "oversized datagram dropped");
             continue;

@@ -57,6 +57,8 @@ pub struct DelayLink<L> {
     line_free: Instant,
     /// Frames a full queue dropped.
     dropped: u64,
+    /// When the timer fires (the head's due time), if armed.
+    armed: Option<Instant>,
     timer: OwnedFd,
     epoll: OwnedFd,
 }
@@ -82,7 +84,17 @@ impl<L: Link> DelayLink<L> {
             }
         }
         let now = Instant::now();
-        Ok(DelayLink { inner, cfg, queue: VecDeque::new(), queued_bytes: 0, line_free: now, dropped: 0, timer, epoll })
+        Ok(DelayLink {
+            inner,
+            cfg,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            line_free: now,
+            dropped: 0,
+            armed: None,
+            timer,
+            epoll,
+        })
     }
 
     /// How long a frame of `len` bytes takes to serialise.
@@ -105,11 +117,15 @@ impl<L: Link> DelayLink<L> {
                 tracing::debug!(error = %e, "a delayed frame was not sent");
             }
         }
-        // Clear the timer's expirations, then arm it for the next frame.
-        let mut expirations = 0u64;
-        // SAFETY: reads 8 bytes into `expirations`; EAGAIN is fine.
-        unsafe { libc::read(self.timer.as_raw_fd(), (&mut expirations as *mut u64).cast(), 8) };
-        let wait = self.queue.front().map(|(due, _)| due.saturating_duration_since(now).max(Duration::from_nanos(1)));
+        // The timer stands for the head of the queue: set anew (which also
+        // clears an expiration that fired) only when the head changed, so a
+        // call that leaves it makes no system call for it.
+        let next = self.queue.front().map(|(due, _)| *due);
+        if next == self.armed {
+            return Ok(());
+        }
+        self.armed = next;
+        let wait = next.map(|due| due.saturating_duration_since(now).max(Duration::from_nanos(1)));
         let value = wait.unwrap_or(Duration::ZERO); // zero disarms
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },

@@ -176,16 +176,21 @@ impl Endpoint {
             self.stats.drop(Drop::Malformed, 0);
             return;
         }
-        let t = match headers.check(packet.len()).and_then(|_| TransportPacket::new_checked(packet)) {
-            Ok(t) => t,
+        // The ICRC's pseudo-header also checks that the headers can carry
+        // the packet (family, lengths): one pass over them.
+        let checked = TransportPacket::new_checked(packet).and_then(|t| {
+            // The parse proved the packet ends in an ICRC.
+            let body = &packet[..packet.len() - rdma_wire::transport_packet::ICRC_LEN];
+            Ok((t, rdma_wire::icrc::roce_v2_datagram(headers, body)?))
+        });
+        let (t, computed) = match checked {
+            Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "malformed packet");
                 self.stats.drop(Drop::Malformed, 0);
                 return;
             }
         };
-        let body = &packet[..packet.len() - rdma_wire::transport_packet::ICRC_LEN];
-        let computed = rdma_wire::icrc::roce_v2_datagram(headers, body).expect("lengths checked");
         let carried = t.icrc();
         let v4 = headers.dst.is_ipv4();
         if computed != carried {

@@ -429,6 +429,16 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     let default_only =
         |r: &Option<IbPortRecord>| r.as_ref().is_some_and(|r| r.state == PortState::Active && r.pkeys == [0xffff]);
     wait_records("the resident SM's first sweep", default_only);
+    // The records can be right before the SM says so: a sweep that found a
+    // port still on its way to ACTIVE tries again 200 ms later (one sweep
+    // failed that way on a loaded machine). The restart below must come
+    // after the first SUBNET UP, or one sweep serves both.
+    let start = Instant::now();
+    while !std::fs::read_to_string(&resident_log).unwrap().contains("SUBNET UP") {
+        let text = std::fs::read_to_string(&resident_log).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10), "no SUBNET UP from the resident SM:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut restarted = agents.0.remove(1);
     // SAFETY: signals a child we started.
     unsafe { libc::kill(restarted.id() as libc::pid_t, libc::SIGTERM) };

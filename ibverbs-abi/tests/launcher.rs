@@ -91,6 +91,22 @@ fn the_command_gets_the_devices_and_the_library() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "rxe0=127.0.0.1");
 }
 
+/// libfabric's patching memory monitor is off for the command (it raced
+/// this library's threads), unless the user chose a monitor.
+#[test]
+fn libfabric_runs_without_its_patching_memory_monitor_unless_one_is_chosen() {
+    let o = run(&["--", "sh", "-c", "echo $FI_MR_CACHE_MONITOR"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "disabled", "{}", common::show(&o));
+    let o = Command::new(common::launcher())
+        .args(["--", "sh", "-c", "echo $FI_MR_CACHE_MONITOR"])
+        .env("FI_MR_CACHE_MONITOR", "userfaultfd")
+        .env("SOFTROCE_LIBRARY", common::library())
+        .env("SOFTROCE_RDMACM_LIBRARY", common::rdmacm())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "userfaultfd", "{}", common::show(&o));
+}
+
 #[test]
 fn librdmacm_is_linked_when_there_is_one() {
     // Any file stands in for rdmacm-abi's cdylib here: only the link is checked.

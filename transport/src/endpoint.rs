@@ -717,8 +717,8 @@ impl Endpoint {
         if let Some(pkey) = pkey {
             qp.params.pkey = pkey;
         }
-        if qp.state == QpState::Err {
-            qp.flush(&mut self.cqs);
+        if qp.state == QpState::Err && qp.flush_owing_ack(&mut self.cqs) && !self.sched.last_words.contains(&qpn) {
+            self.sched.last_words.push(qpn);
         }
         if qp.state == QpState::Reset && was != QpState::Reset {
             // As mlx5 and mlx4 clean a CQ of a QP moved to RESET: its

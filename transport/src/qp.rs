@@ -304,6 +304,8 @@ impl Qp {
         if self.resp.is_idle() {
             return None;
         }
+        // A QP in ERR has nothing to hold an ACK for (see `flush_owing_ack`).
+        let flush = flush || self.state == QpState::Err;
         // Read only when it can matter: a lone ACK that may be held.
         let conversing = !hold.is_zero() && !flush && self.req.sent_lately(now);
         let (resp, mut view) = self.responder_parts();
@@ -432,6 +434,26 @@ impl Qp {
     fn enter_error(&mut self, cqs: &mut CqTable) {
         self.state = QpState::Err;
         self.flush(cqs);
+    }
+
+    /// The consumer moved the QP to ERR (`ibv_modify_qp`, or the CM on
+    /// the way to a DREQ): its queues flush, but the ACK owed for the
+    /// requests it executed (their receives completed here) still goes
+    /// out. A NIC would have sent it long before; this engine may hold a
+    /// lone ACK back for company, and without it the peer would flush a
+    /// request that arrived (libfabric's `fi_pingpong` saw its last SEND
+    /// flushed when the server disconnected right after receiving it).
+    /// Returns whether that ACK waits to be sent.
+    pub(crate) fn flush_owing_ack(&mut self, cqs: &mut CqTable) -> bool {
+        let owed = self.resp.take_owed_ack();
+        self.flush(cqs);
+        match owed {
+            Some(ack) => {
+                self.resp.restore_answers([ack].into());
+                true
+            }
+            None => false,
+        }
     }
 
     /// Completes every queued request with WR_FLUSH_ERR (the QP is in

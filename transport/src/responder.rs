@@ -362,6 +362,14 @@ impl Responder {
         kept
     }
 
+    /// The positive ACK owed for requests already executed, taken from the
+    /// queued answers (the last covers every earlier one), for a QP its
+    /// consumer moves to ERR (see [`crate::qp::Qp::flush_owing_ack`]).
+    pub(crate) fn take_owed_ack(&mut self) -> Option<Response> {
+        let i = self.out.iter().rposition(|r| matches!(r, Response::Ack { syndrome, .. } if syndrome.is_ack()))?;
+        self.out.remove(i)
+    }
+
     /// Puts answers taken by [`Responder::take_result_answers`] back, ahead
     /// of the fatal NAK queued next.
     pub(crate) fn restore_answers(&mut self, answers: VecDeque<Response>) {

@@ -11,6 +11,7 @@ use rdma_transport::sim::{LinkConfig, Sim, Verdict};
 use rdma_transport::*;
 use rdma_wire::cm::{CmMadRepr, CmMessage, RejReason};
 use rdma_wire::mad::Mad;
+use rdma_wire::{Opcode, RoceV2Packet};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -214,6 +215,66 @@ fn dreq_drep_disconnects_and_both_qps_go_to_err() {
     b.cm.handle_timeout(deadline + Duration::from_secs(1));
     assert_eq!((a.cm.connections(), b.cm.connections()), (0, 0));
     assert_eq!(sim.ep(0).stats().mad_timeouts, 0, "the DREP answered the DREQ");
+}
+
+/// A signaled SEND of `len` bytes from `from`'s buffer.
+fn send(wr_id: u64, from: &Node, len: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Send,
+        sg_list: vec![Sge { addr: 0x1000, length: len, lkey: from.lkey }],
+        signaled: true,
+        solicited: false,
+        inline_data: None,
+        ud: None,
+        xrc_srqn: 0,
+    }
+}
+
+/// libfabric's `fi_pingpong` ends with each side sending "fin" and the
+/// server disconnecting as soon as it has the client's: the ACK of that
+/// SEND, which B holds back for company (it sent lately, and has an ACK
+/// delay), must leave before the DREQ, or A flushes a SEND that arrived.
+#[test]
+fn a_disconnect_right_after_a_receive_sends_its_ack_before_the_dreq() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    connect(&mut sim, &mut a, &mut b);
+    let b_id = b.events.iter().find_map(|e| match e {
+        CmEvent::Established { id, .. } => Some(*id),
+        _ => None,
+    });
+    sim.ep(1).set_ack_delay(Duration::from_millis(50));
+    let recv = |n: &Node, wr_id| RecvWr { wr_id, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: n.lkey }] };
+    // B sends first (it is conversing), then takes A's SEND.
+    sim.ep(0).post_recv(a.qpn, recv(&a, 1)).unwrap();
+    sim.ep(1).post_recv(b.qpn, recv(&b, 2)).unwrap();
+    sim.ep(1).post_send(b.qpn, send(3, &b, 8)).unwrap();
+    sim.ep(0).post_send(a.qpn, send(4, &a, 4)).unwrap();
+    let (mut wa, mut wb) = (Vec::new(), Vec::new());
+    sim.run_until(Duration::from_secs(1), |s| {
+        wa.extend(s.ep(0).poll_cq(a.cq, 8));
+        wb.extend(s.ep(1).poll_cq(b.cq, 8));
+        wb.len() == 2 && wa.iter().any(|w| w.wr_id == 1)
+    });
+    assert!(wb.iter().all(|w| w.status == WcStatus::Success), "{wb:?}");
+    assert!(sim.ep(1).holds_acks(), "B holds the ACK of A's SEND");
+    // The capture of what B sends from here on.
+    let sent: Rc<RefCell<Vec<Opcode>>> = Rc::default();
+    let seen = sent.clone();
+    sim.set_filter(move |src, p| {
+        if src == 1 {
+            // An ACK, or a UD SEND (the DREQ, a MAD on QP1).
+            seen.borrow_mut().push(RoceV2Packet::new_checked(p).unwrap().transport().bth().opcode());
+        }
+        Verdict::Deliver
+    });
+    b.cm.disconnect(sim.ep(1), b_id.expect("B's connection")).unwrap();
+    let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
+    run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, b| gone(a) && gone(b));
+    wa.extend(sim.ep(0).poll_cq(a.cq, 8));
+    let send_done: Vec<_> = wa.iter().filter(|w| w.wr_id == 4).map(|w| w.status).collect();
+    assert_eq!(send_done, [WcStatus::Success], "A's SEND arrived and is acknowledged: {wa:?}");
+    assert_eq!(sent.borrow().first(), Some(&Opcode::RC_ACKNOWLEDGE), "the ACK leaves first: {:?}", sent.borrow());
 }
 
 #[test]

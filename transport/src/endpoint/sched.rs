@@ -193,6 +193,15 @@ impl Endpoint {
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
+        // The ACKs that QPs moved to ERR owe go before anything else.
+        while let Some(&qpn) = self.sched.last_words.last() {
+            if self.qps.contains_key(&qpn) {
+                if let Some(t) = self.transmit_from(qpn, now, buf, true) {
+                    return Some(t);
+                }
+            }
+            self.sched.last_words.pop();
+        }
         // MADs go before every QP, as CNPs go before their QP's data: they
         // are few and small, and connection set-up and the subnet manager
         // must not wait behind a burst of bulk data (their timeouts are

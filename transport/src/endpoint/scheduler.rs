@@ -40,6 +40,10 @@ pub(crate) struct Scheduler {
     pub(super) walk_max_qps: usize,
     /// Held ACKs leave in the next round of `poll_transmit` ([`Endpoint::release_acks`]).
     pub(super) release: bool,
+    /// QPs their consumer moved to ERR that still owe an ACK: it goes
+    /// first, ahead of the MADs (the DREQ that follows the move must not
+    /// overtake it, or the peer flushes the request it acknowledges).
+    pub(crate) last_words: Vec<u32>,
 }
 
 impl Scheduler {
@@ -52,6 +56,7 @@ impl Scheduler {
             sending: false,
             fresh_done: false,
             tx_idle: false,
+            last_words: Vec::new(),
             deadline: Cell::new(None),
             agenda: RefCell::default(),
             walk_max_qps: agenda::WALK_MAX_QPS,

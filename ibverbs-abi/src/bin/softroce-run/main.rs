@@ -22,6 +22,16 @@ const LIBRARY_ENV: &str = "SOFTROCE_LIBRARY";
 /// Names the librdmacm.so.1 to use instead of the one beside the library.
 const RDMACM_ENV: &str = "SOFTROCE_RDMACM_LIBRARY";
 
+/// libfabric's default memory monitor on Debian ("memhooks") rewrites
+/// libc's `munmap` and its kin in place while the process runs: a thread
+/// inside one of them as it is patched returns into half-written code
+/// and dies of SIGSEGV (SEGV_ACCERR at `munmap`; this library's own
+/// threads, which glibc may give an arena with `munmap` as they start,
+/// made it one `fi_pingpong -e msg` run in about 14). The registration
+/// cache it serves saves little on a software device, so the command
+/// runs with the monitor off unless the user chose one.
+const LIBFABRIC_MONITOR: (&str, &str) = ("FI_MR_CACHE_MONITOR", "disabled");
+
 const USAGE: &str = "\
 usage: softroce-run [--device NAME=ADDR|NAME=ib:IFNAME[:LID]]... [--no-sysfs] -- COMMAND [ARGS]...
 
@@ -54,6 +64,8 @@ SOFTROCE_LOG (a tracing filter such as debug: the library logs to stderr),
 SOFTROCE_LIBRARY (the library to use; default: libibverbs_abi.so beside
 this program), SOFTROCE_RDMACM_LIBRARY (the librdmacm to use; default:
 librdmacm_abi.so beside the library or this program).
+It sets FI_MR_CACHE_MONITOR=disabled for the command unless already set:
+libfabric's default monitor patches libc while threads run in it.
 
 Example, two devices and a ping-pong between them:
   softroce-run --device rxe0=127.0.0.1 -- ibv_rc_pingpong -d rxe0 -g 0 &
@@ -229,11 +241,12 @@ fn run(args: Args) -> Result<ExitCode, RunError> {
     let cmd = args.command[0].to_string_lossy().into_owned();
     // exec: the command takes this process over (its pid, its signals,
     // its exit status), as if it had been started directly.
-    let source = Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("LD_LIBRARY_PATH", path)
-        .env(spec::ENV, spec::to_list(&devices))
-        .exec();
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]).env("LD_LIBRARY_PATH", path).env(spec::ENV, spec::to_list(&devices));
+    if std::env::var_os(LIBFABRIC_MONITOR.0).is_none() {
+        command.env(LIBFABRIC_MONITOR.0, LIBFABRIC_MONITOR.1);
+    }
+    let source = command.exec();
     Err(RunError::Spawn { cmd, source })
 }
 

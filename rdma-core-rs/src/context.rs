@@ -111,6 +111,9 @@ pub(crate) struct State {
     /// Polls answered from completions already queued, without a round of
     /// progress, since the last round (see [`SATISFIED_POLLS`]).
     pub(crate) polls_without_progress: u32,
+    /// The CQ that the last poll emptied by taking completions already
+    /// queued, without a round of progress (see [`CompletionQueue::poll`](crate::CompletionQueue::poll)).
+    pub(crate) drained_without_progress: Option<CqId>,
 }
 
 /// The intervals between the starts of two rounds of progress on a device
@@ -263,6 +266,7 @@ impl Inner {
     /// Returns whether any packet came or went.
     pub(crate) fn progress_locked(&self, st: &mut State) -> Result<bool> {
         st.polls_without_progress = 0;
+        st.drained_without_progress = None;
         let now = self.now();
         st.gaps.round_at(now, self.device.name());
         let before = st.ep.completions_delivered();
@@ -554,6 +558,7 @@ impl Context {
                 followers: 0,
                 gaps: ProgressGaps::default(),
                 polls_without_progress: 0,
+                drained_without_progress: None,
             }),
             wait_fds,
             kick: eventfd()?,

@@ -239,7 +239,12 @@ pub fn detach(fd: std::os::fd::RawFd) {
 pub fn attach(fd: std::os::fd::RawFd, prog: &[Insn]) -> std::io::Result<()> {
     let filters: Vec<libc::sock_filter> =
         prog.iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
-    let fprog = libc::sock_fprog { len: filters.len() as u16, filter: filters.as_ptr() as *mut libc::sock_filter };
+    // Zeroed first: the six bytes of padding after `len` are copied to the
+    // kernel too, and valgrind reports them uninitialised otherwise.
+    // SAFETY: sock_fprog is plain data; all zeroes is a valid value.
+    let mut fprog: libc::sock_fprog = unsafe { std::mem::zeroed() };
+    fprog.len = filters.len() as u16;
+    fprog.filter = filters.as_ptr() as *mut libc::sock_filter;
     // SAFETY: `fprog` points at `filters`, alive across the call; the
     // kernel copies the program.
     let r = unsafe {

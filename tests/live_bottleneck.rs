@@ -94,8 +94,13 @@ fn run(tag: &str, flows: usize, cc: &[&str], rate_mbps: u64, buffer_bytes: u64) 
     .expect("router");
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
+        // The router runs until every process is done (`stop`), not for a
+        // fixed time: after its SECONDS a client still drains its 128
+        // WRITEs in flight (8 MiB, 4-5 s at a quarter of 100 Mb/s), and a
+        // router that stopped first left it to time out (RetryExcErr with
+        // nothing dropped). The bound only ends a hung run.
         let routed =
-            s.spawn(|| router.run(&stop, Some(Duration::from_secs(SECONDS + 5)), Duration::from_secs(1), |_, _| {}));
+            s.spawn(|| router.run(&stop, Some(Duration::from_secs(SECONDS + 60)), Duration::from_secs(1), |_, _| {}));
         let servers: Vec<Proc> = (1..=flows)
             .map(|i| {
                 rdma_perf(

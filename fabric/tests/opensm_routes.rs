@@ -192,7 +192,10 @@ impl Gateway {
         // e.g. ERR 331D: a switch's LFT, as its Set answers gave it, is not
         // the one opensm computed.
         let errs: Vec<&str> = log.lines().filter(|l| l.contains("ERR")).collect();
-        assert!(errs.is_empty(), "opensm logged errors: {errs:#?}\nosm.log (whole, for the rare ERR 331D: docs/infiniband.md):\n{log}");
+        assert!(
+            errs.is_empty(),
+            "opensm logged errors: {errs:#?}\nosm.log (whole, for the rare ERR 331D: docs/infiniband.md):\n{log}"
+        );
         log
     }
 

@@ -64,7 +64,13 @@ int main(void)
 	/* Misuse before anything is resolved. */
 	errno = 0; CHECK(rdma_resolve_route(id, 1000) == -1 && errno == EINVAL);
 	errno = 0; CHECK(rdma_accept(id, NULL) == -1);
-	errno = 0; CHECK(rdma_listen(id, 1) == -1 && errno == EINVAL);
+	/* rdma_listen on an idle ID binds it first, as the kernel's does (on
+	 * another ID, so that this one stays idle); it listens only once. */
+	struct rdma_cm_id *idle = NULL;
+	CHECK(rdma_create_id(ch, &idle, NULL, RDMA_PS_TCP) == 0 && idle);
+	CHECK(rdma_listen(idle, 1) == 0 && idle->verbs && rdma_get_src_port(idle) != 0);
+	errno = 0; CHECK(rdma_listen(idle, 1) == -1 && errno == EINVAL);
+	CHECK(rdma_destroy_id(idle) == 0);
 	errno = 0; CHECK(rdma_destroy_id(NULL) == -1 && errno == EINVAL);
 	errno = 0; CHECK(rdma_destroy_id((struct rdma_cm_id *)&ctx_token) == -1 && errno == EINVAL);
 	/* No channel: a synchronous ID, with a channel of its own. */

@@ -3,7 +3,9 @@
 //! whose calls block until their event and leave it in `id->event`;
 //! `rdma_get_request` on a synchronous listener. `id->pd` is the device's
 //! default PD as soon as `id->verbs` is set (bind, resolve, a request's new
-//! ID), as librdmacm has it: a QP of the application's own on it works. Two processes (a fork),
+//! ID), as librdmacm has it: a QP of the application's own on it works.
+//! `rdma_listen` on an ID never bound binds it first (the kernel's rule)
+//! and a client connects to it. Two processes (a fork),
 //! each with a device of its own on 127.0.191.x, over this build's
 //! librdmacm.so.1 and libibverbs.so.1. The C program compiles against the
 //! system's `<rdma/rdma_cma.h>` (librdmacm-dev).
@@ -73,7 +75,23 @@ static int server(int port_out)
 	CHECK(port != 0); /* picked at bind time */
 	CHECK(rdma_listen(listen, 4) == 0);
 	CHECK(ntohs(rdma_get_src_port(listen)) == port);
+
+	/* A listener never bound: rdma_listen binds it to the IPv4 wildcard
+	 * first, as the kernel's does (here the process's one device), its
+	 * port picked then; a second listen is refused. */
+	struct rdma_cm_id *unbound, *conn2 = NULL;
+	CHECK(rdma_create_id(NULL, &unbound, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_listen(unbound, 1) == 0);
+	uint16_t port2 = ntohs(rdma_get_src_port(unbound));
+	CHECK(port2 != 0 && port2 != port && unbound->verbs);
+	struct sockaddr_in *local = (struct sockaddr_in *)rdma_get_local_addr(unbound);
+	char ip[INET_ADDRSTRLEN];
+	CHECK(local->sin_family == AF_INET && inet_ntop(AF_INET, &local->sin_addr, ip, sizeof ip));
+	CHECK(strcmp(ip, SERVER) == 0);
+	errno = 0;
+	CHECK(rdma_listen(unbound, 1) == -1 && errno == EINVAL);
 	CHECK(write(port_out, &port, sizeof port) == sizeof port);
+	CHECK(write(port_out, &port2, sizeof port2) == sizeof port2);
 
 	/* Blocks until the client's REQ. */
 	CHECK(rdma_get_request(listen, &conn) == 0 && conn && conn != listen);
@@ -110,6 +128,18 @@ static int server(int port_out)
 	rdma_destroy_qp(conn);
 	CHECK(ibv_dereg_mr(mr) == 0);
 	CHECK(rdma_destroy_id(conn) == 0); /* acks conn->event, destroys its channel */
+
+	/* The client's connection to the listener that was never bound. */
+	CHECK(rdma_get_request(unbound, &conn2) == 0 && conn2 && conn2->event->listen_id == unbound);
+	qa = qp_attr();
+	CHECK(rdma_create_qp(conn2, NULL, &qa) == 0);
+	CHECK(rdma_accept(conn2, &p) == 0);
+	CHECK(conn2->event && conn2->event->event == RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(rdma_disconnect(conn2) == 0);
+	CHECK(conn2->event && conn2->event->event == RDMA_CM_EVENT_DISCONNECTED);
+	rdma_destroy_qp(conn2);
+	CHECK(rdma_destroy_id(conn2) == 0);
+	CHECK(rdma_destroy_id(unbound) == 0);
 	CHECK(rdma_destroy_id(listen) == 0);
 	printf("server OK\n");
 	return 0;
@@ -118,8 +148,9 @@ static int server(int port_out)
 static int client(int port_in)
 {
 	who = "client";
-	uint16_t port;
+	uint16_t port, port2;
 	CHECK(read(port_in, &port, sizeof port) == sizeof port);
+	CHECK(read(port_in, &port2, sizeof port2) == sizeof port2);
 	struct rdma_cm_id *id;
 	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
 	struct sockaddr_in src = sin_of(CLIENT, 0), dst = sin_of(SERVER, port);
@@ -154,10 +185,27 @@ static int client(int port_in)
 	CHECK(ibv_dereg_mr(mr) == 0);
 	CHECK(rdma_destroy_id(id) == 0);
 
+	/* The server's listener that was never bound (its rdma_listen bound it). */
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	dst = sin_of(SERVER, port2);
+	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0);
+	CHECK(rdma_resolve_route(id, 2000) == 0);
+	qa = qp_attr();
+	CHECK(rdma_create_qp(id, NULL, &qa) == 0);
+	CHECK(rdma_connect(id, &p) == 0);
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED && id->event->status == 0);
+	CHECK(rdma_disconnect(id) == 0);
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_DISCONNECTED);
+	rdma_destroy_qp(id);
+	CHECK(rdma_destroy_id(id) == 0);
+
 	/* A port nobody listens on: rdma_connect fails with ECONNREFUSED, the
 	 * REJECTED event (reason 8) left in id->event. */
+	uint16_t none = port;
+	while (none == port || none == port2 || none == 0)
+		none++;
 	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
-	dst = sin_of(SERVER, port == 65535 ? 1 : port + 1);
+	dst = sin_of(SERVER, none);
 	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0);
 	CHECK(rdma_resolve_route(id, 2000) == 0);
 	qa = qp_attr();

@@ -354,38 +354,44 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, a: *mut libc::socka
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
         // SAFETY: the caller's sockaddr.
-        let Some(mut sa) = (unsafe { addr::from_c(a) }) else { return fail(libc::EAFNOSUPPORT) };
-        if i.bound().is_some() {
-            return fail(libc::EINVAL);
-        }
-        // A loopback address no device has (libfabric's verbs provider
-        // binds "localhost" to probe, then takes the devices' own
-        // addresses when the ID has no device): bound as the wildcard,
-        // without a device in `id->verbs`.
-        let loopback = sa.ip().is_loopback() && !device_addrs().contains(&sa.ip().to_canonical());
-        if sa.ip().is_unspecified() || loopback {
-            // No wildcard device here: the first device of the family listens.
-            let fam = sa.is_ipv4();
-            let Some(d) = device_addrs().into_iter().find(|d| d.is_ipv4() == fam || !fam) else {
-                return fail(libc::ENODEV);
-            };
-            sa.set_ip(d);
-        }
-        match open_device(sa.ip()) {
-            Ok((ctx, pd)) if !loopback => attach(i, ctx, pd),
-            Ok(_) => {}
-            Err(e) => return fail(e),
-        }
-        // Bound now, port 0 picked now (as the kernel does): qperf reads
-        // rdma_get_src_port between rdma_bind_addr and rdma_listen and
-        // sends it to its client; it used to be 0 until rdma_listen.
-        if let Err(e) = i.cm.bind_addr(SocketAddr::new(sa.ip().to_canonical(), sa.port())) {
-            return fail_cm("rdma_bind_addr", &e);
-        }
-        *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = i.cm.local_addr();
-        fill_route(i);
-        0
+        let Some(sa) = (unsafe { addr::from_c(a) }) else { return fail(libc::EAFNOSUPPORT) };
+        bind(i, sa)
     })
+}
+
+/// `rdma_bind_addr` of `sa` on `i` (also `rdma_listen` on an ID never
+/// bound, which binds it to the IPv4 wildcard first, as the kernel does).
+fn bind(i: &Id, mut sa: SocketAddr) -> c_int {
+    if i.bound().is_some() {
+        return fail(libc::EINVAL);
+    }
+    // A loopback address no device has (libfabric's verbs provider
+    // binds "localhost" to probe, then takes the devices' own
+    // addresses when the ID has no device): bound as the wildcard,
+    // without a device in `id->verbs`.
+    let loopback = sa.ip().is_loopback() && !device_addrs().contains(&sa.ip().to_canonical());
+    if sa.ip().is_unspecified() || loopback {
+        // No wildcard device here: the first device of the family listens.
+        let fam = sa.is_ipv4();
+        let Some(d) = device_addrs().into_iter().find(|d| d.is_ipv4() == fam || !fam) else {
+            return fail(libc::ENODEV);
+        };
+        sa.set_ip(d);
+    }
+    match open_device(sa.ip()) {
+        Ok((ctx, pd)) if !loopback => attach(i, ctx, pd),
+        Ok(_) => {}
+        Err(e) => return fail(e),
+    }
+    // Bound now, port 0 picked now (as the kernel does): qperf reads
+    // rdma_get_src_port between rdma_bind_addr and rdma_listen and
+    // sends it to its client; it used to be 0 until rdma_listen.
+    if let Err(e) = i.cm.bind_addr(SocketAddr::new(sa.ip().to_canonical(), sa.port())) {
+        return fail_cm("rdma_bind_addr", &e);
+    }
+    *i.bound.lock().unwrap_or_else(|e| e.into_inner()) = i.cm.local_addr();
+    fill_route(i);
+    0
 }
 
 #[export_name = "softroce_rdma_resolve_addr_impl"]
@@ -442,8 +448,16 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     guard("rdma_listen", -1, || {
         // SAFETY: id_of checks the registry.
         let Some(i) = (unsafe { id_of(id) }) else { return -1 };
-        if i.bound().is_none() {
-            return fail(libc::EINVAL);
+        // An idle ID (never bound nor resolved) is bound to the IPv4
+        // wildcard, port 0, first, as the kernel's rdma_listen does: here
+        // the process's first IPv4 device, a port picked now. Any other
+        // ID that is not bound (resolved) is refused by the CM with
+        // EINVAL, as by the kernel.
+        if i.bound().is_none() && i.cm.local_addr().is_none() {
+            let r = bind(i, SocketAddr::from(([0, 0, 0, 0], 0)));
+            if r != 0 {
+                return r;
+            }
         }
         if let Err(e) = i.cm.listen(backlog.max(0) as u32) {
             return fail_cm("rdma_listen", &e);

@@ -434,8 +434,11 @@ fn rdma_sm_assigns_the_lids_the_tools_use_between_two_namespaces() {
     // failed that way on a loaded machine). The restart below must come
     // after the first SUBNET UP, or one sweep serves both.
     let start = Instant::now();
-    while !std::fs::read_to_string(&resident_log).unwrap().contains("SUBNET UP") {
+    loop {
         let text = std::fs::read_to_string(&resident_log).unwrap();
+        if text.contains("SUBNET UP") {
+            break;
+        }
         assert!(start.elapsed() < Duration::from_secs(10), "no SUBNET UP from the resident SM:\n{text}");
         std::thread::sleep(Duration::from_millis(20));
     }

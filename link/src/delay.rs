@@ -10,6 +10,7 @@
 //! the link's fd is an epoll set of the inner link's fd and a timer armed
 //! for the next frame due, so a driver asleep on it wakes to send it.
 
+use crate::wait::EpollSet;
 use crate::{FaultCounts, FrameMeta, Link, LinkCaps, Mac};
 use std::collections::VecDeque;
 use std::io;
@@ -60,29 +61,18 @@ pub struct DelayLink<L> {
     /// When the timer fires (the head's due time), if armed.
     armed: Option<Instant>,
     timer: OwnedFd,
-    epoll: OwnedFd,
+    epoll: EpollSet,
 }
 
 impl<L: Link> DelayLink<L> {
     pub fn new(inner: L, cfg: DelayConfig) -> io::Result<DelayLink<L>> {
-        // SAFETY: plain system calls; each fd is owned from here on.
+        // SAFETY: a plain system call; the fd is owned from here on.
         let timer = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
         if timer < 0 {
             return Err(io::Error::last_os_error());
         }
         let timer = unsafe { OwnedFd::from_raw_fd(timer) };
-        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epoll < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
-        for fd in [inner.fd(), timer.as_raw_fd()].into_iter().filter(|&fd| fd >= 0) {
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-            // SAFETY: both fds are open; `ev` outlives the call.
-            if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        let epoll = EpollSet::new(&[inner.fd(), timer.as_raw_fd()])?;
         let now = Instant::now();
         Ok(DelayLink {
             inner,
@@ -168,7 +158,7 @@ impl<L: Link> Link for DelayLink<L> {
     }
     /// Readable when the link under it has frames, or a delayed frame is due.
     fn fd(&self) -> RawFd {
-        self.epoll.as_raw_fd()
+        self.epoll.fd()
     }
     fn flush(&mut self) -> io::Result<()> {
         self.release_due()?;
@@ -198,14 +188,21 @@ mod tests {
         crate::test_frame(dst, src, 0x8915, tag, len)
     }
 
+    /// Two in-process links on a fabric of their own (`n` tells the
+    /// tests' fabrics and MACs apart), and their MACs.
+    fn two_links(n: u8) -> (InProcessLink, InProcessLink, Mac, Mac) {
+        let (ma, mb) = ([2, 0, 0, 0, n, 1], [2, 0, 0, 0, n, 2]);
+        let fabric = format!("delay-test-{n}-{}", std::process::id());
+        let a = InProcessLink::join(&fabric, ma, LinkKind::RoceV1).unwrap();
+        let b = InProcessLink::join(&fabric, mb, LinkKind::RoceV1).unwrap();
+        (a, b, ma, mb)
+    }
+
     /// Frames arrive in order, none before its latency, and the fd wakes
     /// a sleeper when the first is due.
     #[test]
     fn frames_arrive_in_order_after_the_latency_and_the_fd_says_when() {
-        let (ma, mb) = ([2, 0, 0, 0, 7, 1], [2, 0, 0, 0, 7, 2]);
-        let fabric = format!("delay-test-{}", std::process::id());
-        let a = InProcessLink::join(&fabric, ma, LinkKind::RoceV1).unwrap();
-        let mut b = InProcessLink::join(&fabric, mb, LinkKind::RoceV1).unwrap();
+        let (a, mut b, ma, mb) = two_links(7);
         let latency = Duration::from_millis(20);
         let mut a = DelayLink::new(a, DelayConfig { latency, ..DelayConfig::default() }).unwrap();
         let sent = Instant::now();
@@ -228,10 +225,7 @@ mod tests {
     /// The rate spaces frames out; a full queue drops, counted as losses.
     #[test]
     fn the_rate_spaces_frames_and_a_full_queue_drops() {
-        let (ma, mb) = ([2, 0, 0, 0, 8, 1], [2, 0, 0, 0, 8, 2]);
-        let fabric = format!("delay-rate-test-{}", std::process::id());
-        let a = InProcessLink::join(&fabric, ma, LinkKind::RoceV1).unwrap();
-        let mut b = InProcessLink::join(&fabric, mb, LinkKind::RoceV1).unwrap();
+        let (a, mut b, ma, mb) = two_links(8);
         // 1,000 bytes at 1 Mb/s: 8 ms each; a queue of three.
         let cfg = DelayConfig { rate_bps: 1_000_000, queue_bytes: 3_000, ..DelayConfig::default() };
         let mut a = DelayLink::new(a, cfg).unwrap();

@@ -145,6 +145,19 @@ static int server(int port_out)
 	return 0;
 }
 
+/* A synchronous ID from `src` to the server's `port`, its address and
+ * route resolved and its QP made: ready to connect. */
+static int routed_id_with_qp(struct rdma_cm_id **id, struct sockaddr_in *src, uint16_t port)
+{
+	struct sockaddr_in dst = sin_of(SERVER, port);
+	struct ibv_qp_init_attr qa = qp_attr();
+	CHECK(rdma_create_id(NULL, id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(*id, (struct sockaddr *)src, (struct sockaddr *)&dst, 2000) == 0);
+	CHECK(rdma_resolve_route(*id, 2000) == 0);
+	CHECK(rdma_create_qp(*id, NULL, &qa) == 0);
+	return 0;
+}
+
 static int client(int port_in)
 {
 	who = "client";
@@ -186,12 +199,7 @@ static int client(int port_in)
 	CHECK(rdma_destroy_id(id) == 0);
 
 	/* The server's listener that was never bound (its rdma_listen bound it). */
-	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
-	dst = sin_of(SERVER, port2);
-	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0);
-	CHECK(rdma_resolve_route(id, 2000) == 0);
-	qa = qp_attr();
-	CHECK(rdma_create_qp(id, NULL, &qa) == 0);
+	CHECK(routed_id_with_qp(&id, &src, port2) == 0);
 	CHECK(rdma_connect(id, &p) == 0);
 	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED && id->event->status == 0);
 	CHECK(rdma_disconnect(id) == 0);
@@ -204,12 +212,7 @@ static int client(int port_in)
 	uint16_t none = port;
 	while (none == port || none == port2 || none == 0)
 		none++;
-	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
-	dst = sin_of(SERVER, none);
-	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0);
-	CHECK(rdma_resolve_route(id, 2000) == 0);
-	qa = qp_attr();
-	CHECK(rdma_create_qp(id, NULL, &qa) == 0);
+	CHECK(routed_id_with_qp(&id, &src, none) == 0);
 	errno = 0;
 	CHECK(rdma_connect(id, &p) == -1 && errno == ECONNREFUSED);
 	CHECK(id->event && id->event->event == RDMA_CM_EVENT_REJECTED && id->event->status == 8);

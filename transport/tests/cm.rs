@@ -219,16 +219,7 @@ fn dreq_drep_disconnects_and_both_qps_go_to_err() {
 
 /// A signaled SEND of `len` bytes from `from`'s buffer.
 fn send(wr_id: u64, from: &Node, len: u32) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Send,
-        sg_list: vec![Sge { addr: 0x1000, length: len, lkey: from.lkey }],
-        signaled: true,
-        solicited: false,
-        inline_data: None,
-        ud: None,
-        xrc_srqn: 0,
-    }
+    SendWr::new(wr_id, SendOp::Send, vec![Sge { addr: 0x1000, length: len, lkey: from.lkey }])
 }
 
 /// libfabric's `fi_pingpong` ends with each side sending "fin" and the

@@ -26,13 +26,14 @@
 use super::rx::{deliver, recv_datagram, Control};
 use super::sys::DEFAULT_HOP_LIMIT;
 use crate::io_stats::IoStats;
+use crate::wait::EpollSet;
 use rdma_transport::{Endpoint, Instant, MAX_PACKET};
 use rdma_wire::ROCE_V2_PORT;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 /// Datagrams taken from one group socket per receive call.
 const PER_CALL: usize = 32;
@@ -52,7 +53,7 @@ struct Group {
 /// The groups of one device and the epoll set a wait sleeps on.
 pub(super) struct Groups {
     groups: HashMap<IpAddr, Group>,
-    epoll: OwnedFd,
+    epoll: EpollSet,
     buf: Box<[u8]>,
 }
 
@@ -60,32 +61,13 @@ impl Groups {
     /// No group yet; `extra` (the io_uring ring, or -1) joins the epoll set
     /// so that one fd stands for both.
     pub(super) fn new(extra: RawFd) -> io::Result<Groups> {
-        // SAFETY: a plain system call; the fd is owned from here on.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd of ours.
-        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
-        let g = Groups { groups: HashMap::new(), epoll, buf: vec![0u8; MAX_PACKET].into_boxed_slice() };
-        if extra >= 0 {
-            g.watch(extra, libc::EPOLL_CTL_ADD)?;
-        }
-        Ok(g)
+        let epoll = EpollSet::new(&[extra])?;
+        Ok(Groups { groups: HashMap::new(), epoll, buf: vec![0u8; MAX_PACKET].into_boxed_slice() })
     }
 
     /// Readable when a datagram waits on a group socket (or the ring has completions).
     pub(super) fn fd(&self) -> RawFd {
-        self.epoll.as_raw_fd()
-    }
-
-    fn watch(&self, fd: RawFd, op: i32) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-        // SAFETY: both fds are open; `ev` outlives the call.
-        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.epoll.fd()
     }
 
     /// Hands the engine what waits on the group sockets, each datagram
@@ -240,7 +222,7 @@ impl Groups {
         }
         let socket = open_group(group, local, scope_id)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot join multicast group {group} on {local}: {e}")))?;
-        self.watch(socket.as_raw_fd(), libc::EPOLL_CTL_ADD)?;
+        self.epoll.add(socket.as_raw_fd())?;
         tracing::debug!(%group, %local, "joined IP multicast group");
         self.groups.insert(group, Group { socket, users: 1 });
         Ok(())
@@ -253,7 +235,7 @@ impl Groups {
         g.users -= 1;
         if g.users == 0 {
             if let Some(g) = self.groups.remove(&group) {
-                let _ = self.watch(g.socket.as_raw_fd(), libc::EPOLL_CTL_DEL);
+                let _ = self.epoll.remove(g.socket.as_raw_fd());
             }
             tracing::debug!(%group, %local, "left IP multicast group");
         }

@@ -80,6 +80,10 @@ pub enum Verdict {
     /// marked, the IPv4 header checksum is fixed (the ICRC masks the ECN
     /// bits); any other packet is delivered as it is.
     MarkCe,
+    /// Deliver it this much later than the link would, letting later
+    /// packets pass it (as two sockets of one receiver may be read in
+    /// either order).
+    Delay(Duration),
 }
 
 /// (virtual time, sender index, packet) -> verdict.
@@ -267,6 +271,7 @@ impl Sim {
                     continue;
                 }
                 let mut packet = packet;
+                let mut held = Duration::ZERO;
                 if let Some(f) = self.filter.as_mut() {
                     match f(self.now, i, &packet) {
                         Verdict::Drop => {
@@ -274,20 +279,22 @@ impl Sim {
                             continue;
                         }
                         Verdict::MarkCe => mark_ce(&mut packet),
+                        Verdict::Delay(d) => held = d,
                         Verdict::Deliver => {}
                     }
                 }
                 let last = dsts.len() - 1;
                 for (k, &dst) in dsts.iter().enumerate() {
                     let copy = if k == last { std::mem::take(&mut packet) } else { packet.clone() };
-                    self.launch(i, dst, copy);
+                    self.launch(i, dst, copy, held);
                 }
             }
         }
     }
 
-    /// Puts one packet on the link from `src` to `dst`, applying faults.
-    fn launch(&mut self, src: usize, dst: usize, mut packet: Vec<u8>) {
+    /// Puts one packet on the link from `src` to `dst`, applying faults;
+    /// it arrives `held` later than the link alone would deliver it.
+    fn launch(&mut self, src: usize, dst: usize, mut packet: Vec<u8>, held: Duration) {
         let c = self.config;
         let serialise = if c.bandwidth_bps == 0 {
             Duration::ZERO
@@ -307,7 +314,7 @@ impl Sim {
             tracing::trace!(bit, "link: corrupted");
             self.stats.corrupted += 1;
         }
-        let mut arrive = start + serialise + c.latency;
+        let mut arrive = start + serialise + c.latency + held;
         if self.rng.chance(c.reorder) {
             arrive += c.reorder_delay;
             tracing::trace!("link: held back");

@@ -255,13 +255,23 @@ impl CmId {
 
     /// `rdma_disconnect`: moves the QP to ERR and sends a DREQ;
     /// DISCONNECTED follows when the DREP comes (or the DREQ times out).
-    /// After the peer disconnected first (DISCONNECTED already seen) there
-    /// is nothing left to do, and it succeeds.
+    /// After the peer disconnected first (DISCONNECTED already seen, its
+    /// DREQ answered) it only moves the QP to ERR, as librdmacm's does:
+    /// the peer's DREQ leaves the QP as it was.
     pub fn disconnect(&self) -> Result<()> {
         let (dev, conn, phase) = {
             let g = self.shared.lock();
             (g.dev.clone(), g.conn, g.phase)
         };
+        if let (Phase::Disconnected, Some(dev)) = (phase, &dev) {
+            let qpn = self.shared.lock().qpn();
+            dev.with_cm(|ep, _| {
+                if let Some(q) = qpn {
+                    let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+                }
+            })?;
+            return Ok(());
+        }
         let (Some(dev), Some(conn)) = (dev, conn) else {
             return match phase {
                 // A UD "connection" (SIDR) has nothing to tear down.
@@ -278,7 +288,6 @@ impl CmId {
                 }
                 Ok(())
             }
-            Phase::Disconnected => Ok(()),
             Phase::Connecting | Phase::ConnectRequest => {
                 // Not established: abandon it (the QP goes to ERR; the
                 // peer's retries end in its own timeout).

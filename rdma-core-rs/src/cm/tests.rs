@@ -83,7 +83,11 @@ fn connect_accept_carries_private_data_both_ways_and_disconnect_reaches_timewait
     id.disconnect().unwrap();
     expect(&cch, EventType::Disconnected);
     expect(&sch, EventType::Disconnected);
-    req.id.disconnect().unwrap(); // after the peer's DREQ: nothing left to do
+    // The peer's DREQ leaves the QP alone (as Linux's CM); the answering
+    // rdma_disconnect moves it to ERR.
+    assert_eq!(req.id.qp().unwrap().query().unwrap().0, rdma_transport::QpState::Rts);
+    req.id.disconnect().unwrap();
+    assert_eq!(req.id.qp().unwrap().query().unwrap().0, rdma_transport::QpState::Err);
     expect(&cch, EventType::TimewaitExit);
     expect(&sch, EventType::TimewaitExit);
     let dev = CmDevice::for_ip(addr(1, 2)).unwrap();

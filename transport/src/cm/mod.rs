@@ -940,10 +940,16 @@ impl Cm {
         repeats.max(self.config.timewait)
     }
 
-    /// Either side: moves the QP to ERR and sends a DREQ.
+    /// Either side: moves the QP to ERR and sends a DREQ. After the
+    /// peer's DREQ (answered already, DISCONNECTED reported) it only moves
+    /// the QP to ERR, as `rdma_disconnect` does then.
     pub fn disconnect(&mut self, ep: &mut Endpoint, id: ConnId) -> Result<(), CmError> {
         let i = self.find(id)?;
         let c = &self.conns[i];
+        if matches!(c.state, State::TimeWait { .. }) && c.drep.is_some() {
+            Self::to_err(ep, c.moved_qpn());
+            return Ok(());
+        }
         if c.state != State::Established {
             return Err(CmError::WrongState(id));
         }

@@ -356,8 +356,14 @@ impl Cm {
             return;
         }
         match c.state {
+            // The QP stays as it is: as Linux's CM, a DREQ only reports
+            // DISCONNECTED; the QP goes to ERR when the consumer answers
+            // with its own disconnect. Moving it here could flush a request
+            // whose ACK the peer sent before its DREQ but that arrives
+            // after it (the ACK and the MAD come on different sockets), and
+            // the peer had executed it (libfabric's fi_pingpong -e msg saw
+            // its last SEND flushed).
             State::Established | State::DreqSent => {
-                Self::to_err(ep, c.moved_qpn());
                 self.send(ep, from, drep, false);
                 let id = ConnId(c.local_id);
                 let c = &mut self.conns[i];

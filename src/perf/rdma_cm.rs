@@ -118,6 +118,15 @@ impl Events {
         self.next(timeout, what, |e| e.id == *id && e.event != EventType::TimewaitExit)
     }
 
+    /// Whether `id`'s DISCONNECTED has come, without waiting (every event
+    /// read stays for the `next` that wants it).
+    fn has_disconnected(&mut self, id: &CmId) -> bool {
+        while let Ok(e) = self.ch.get_cm_event(Some(Duration::ZERO)) {
+            self.pending.push_back(e);
+        }
+        self.pending.iter().any(|e| e.id == *id && e.event == EventType::Disconnected)
+    }
+
     /// Waits up to `timeout` for DISCONNECTED on every ID of `ids`; the
     /// ones still connected.
     fn disconnected(&mut self, ids: &[&CmId], timeout: Duration) -> usize {
@@ -365,11 +374,12 @@ impl Control {
             self.send_cq.wait(&mut self.wcs, 4, Some(Duration::from_millis(50))).map_err(io_err)?;
             if let Some(wc) = self.wcs.first() {
                 if wc.status == WcStatus::WrFlushErr {
-                    // The peer hung up (its DREQ moved our QP to ERR) while
-                    // this SEND's ACK was lost or late: after the last
-                    // message, as perftest's client does once it has read
-                    // it. Like a TCP write to a closed peer, no error here:
-                    // a read that needed more would fail on the ERR QP.
+                    // The peer hung up (we answered its DREQ, which moved
+                    // our QP to ERR) while this SEND's ACK was lost or
+                    // late: after the last message, as perftest's client
+                    // does once it has read it. Like a TCP write to a
+                    // closed peer, no error here: a read that needed more
+                    // would fail on the ERR QP.
                     tracing::debug!("a control SEND flushed: the peer has disconnected");
                     return Ok(());
                 }
@@ -384,6 +394,20 @@ impl Control {
             if Instant::now() >= end {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "a control SEND did not complete"));
             }
+            self.answer_hangup();
+        }
+    }
+
+    /// If the peer has disconnected, disconnects too, as a librdmacm
+    /// application does on DISCONNECTED: that moves the QP to ERR (the
+    /// peer's DREQ alone leaves it as it was, as on Linux), so what still
+    /// waits on it completes flushed instead of retrying towards a peer
+    /// that is gone.
+    fn answer_hangup(&mut self) {
+        if self.events.has_disconnected(&self.id) {
+            if let Err(e) = self.id.disconnect() {
+                tracing::debug!(error = %e, "disconnect after the peer's");
+            }
         }
     }
 
@@ -391,7 +415,10 @@ impl Control {
     pub fn poll_recv(&mut self, len: usize) -> io::Result<Option<Vec<u8>>> {
         self.wcs.clear();
         self.recv_cq.poll(&mut self.wcs, 1).map_err(io_err)?;
-        let Some(wc) = self.wcs.first().copied() else { return Ok(None) };
+        let Some(wc) = self.wcs.first().copied() else {
+            self.answer_hangup();
+            return Ok(None);
+        };
         if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Recv {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,

@@ -12,7 +12,7 @@ use rdma_transport::*;
 use rdma_wire::cm::{CmMadRepr, CmMessage, RejReason};
 use rdma_wire::mad::Mad;
 use rdma_wire::{Opcode, RoceV2Packet};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
@@ -208,9 +208,8 @@ fn dreq_drep_disconnects_and_both_qps_go_to_err() {
     assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
     // The DREQ only reports DISCONNECTED, as Linux's CM: B's QP goes to
     // ERR when B's consumer answers with its own disconnect.
-    let Some(&CmEvent::Disconnected { id: b_id }) = b.events.last() else { panic!("{:?}", b.events) };
     assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Rts);
-    b.cm.disconnect(sim.ep(1), b_id).unwrap();
+    b.cm.disconnect(sim.ep(1), disconnected_id(&b)).unwrap();
     assert_eq!(sim.ep(1).query_qp(b.qpn).unwrap().0, QpState::Err);
     // Time-wait: remembered until the CM's own timer fires.
     let deadline = a.cm.poll_timeout().expect("a time-wait timer");
@@ -226,25 +225,22 @@ fn send(wr_id: u64, from: &Node, len: u32) -> SendWr {
     SendWr::new(wr_id, SendOp::Send, vec![Sge { addr: 0x1000, length: len, lkey: from.lkey }])
 }
 
-/// libfabric's `fi_pingpong` ends with each side sending "fin" and the
-/// server disconnecting as soon as it has the client's: the ACK of that
-/// SEND, which B holds back for company (it sent lately, and has an ACK
-/// delay), must leave before the DREQ, or A flushes a SEND that arrived.
-#[test]
-fn a_disconnect_right_after_a_receive_sends_its_ack_before_the_dreq() {
-    let (mut sim, mut a, mut b) = setup(CmConfig::default());
-    connect(&mut sim, &mut a, &mut b);
+/// fi_pingpong's end, up to B's disconnect: connected A and B exchange
+/// SENDs (B first, so it is conversing), B holding the ACK of A's SEND
+/// behind a 50 ms ACK delay. Returns B's connection and A's completions
+/// so far (its receive; its SEND, `wr_id` 4, waits for that ACK).
+fn fin_exchange(sim: &mut Sim, a: &mut Node, b: &mut Node) -> (ConnId, Vec<WorkCompletion>) {
+    connect(sim, a, b);
     let b_id = b.events.iter().find_map(|e| match e {
         CmEvent::Established { id, .. } => Some(*id),
         _ => None,
     });
     sim.ep(1).set_ack_delay(Duration::from_millis(50));
     let recv = |n: &Node, wr_id| RecvWr { wr_id, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: n.lkey }] };
-    // B sends first (it is conversing), then takes A's SEND.
-    sim.ep(0).post_recv(a.qpn, recv(&a, 1)).unwrap();
-    sim.ep(1).post_recv(b.qpn, recv(&b, 2)).unwrap();
-    sim.ep(1).post_send(b.qpn, send(3, &b, 8)).unwrap();
-    sim.ep(0).post_send(a.qpn, send(4, &a, 4)).unwrap();
+    sim.ep(0).post_recv(a.qpn, recv(a, 1)).unwrap();
+    sim.ep(1).post_recv(b.qpn, recv(b, 2)).unwrap();
+    sim.ep(1).post_send(b.qpn, send(3, b, 8)).unwrap();
+    sim.ep(0).post_send(a.qpn, send(4, a, 4)).unwrap();
     let (mut wa, mut wb) = (Vec::new(), Vec::new());
     sim.run_until(Duration::from_secs(1), |s| {
         wa.extend(s.ep(0).poll_cq(a.cq, 8));
@@ -253,6 +249,25 @@ fn a_disconnect_right_after_a_receive_sends_its_ack_before_the_dreq() {
     });
     assert!(wb.iter().all(|w| w.status == WcStatus::Success), "{wb:?}");
     assert!(sim.ep(1).holds_acks(), "B holds the ACK of A's SEND");
+    (b_id.expect("B's connection"), wa)
+}
+
+/// The connection of `n`'s last DISCONNECTED.
+fn disconnected_id(n: &Node) -> ConnId {
+    match n.events.iter().rev().find(|e| matches!(e, CmEvent::Disconnected { .. })) {
+        Some(&CmEvent::Disconnected { id }) => id,
+        _ => panic!("no DISCONNECTED: {:?}", n.events),
+    }
+}
+
+/// libfabric's `fi_pingpong` ends with each side sending "fin" and the
+/// server disconnecting as soon as it has the client's: the ACK of that
+/// SEND, which B holds back for company (it sent lately, and has an ACK
+/// delay), must leave before the DREQ, or A flushes a SEND that arrived.
+#[test]
+fn a_disconnect_right_after_a_receive_sends_its_ack_before_the_dreq() {
+    let (mut sim, mut a, mut b) = setup(CmConfig::default());
+    let (b_id, mut wa) = fin_exchange(&mut sim, &mut a, &mut b);
     // The capture of what B sends from here on.
     let sent: Rc<RefCell<Vec<Opcode>>> = Rc::default();
     let seen = sent.clone();
@@ -263,7 +278,7 @@ fn a_disconnect_right_after_a_receive_sends_its_ack_before_the_dreq() {
         }
         Verdict::Deliver
     });
-    b.cm.disconnect(sim.ep(1), b_id.expect("B's connection")).unwrap();
+    b.cm.disconnect(sim.ep(1), b_id).unwrap();
     let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
     run(&mut sim, &mut a, &mut b, Duration::from_secs(5), |a, b| gone(a) && gone(b));
     wa.extend(sim.ep(0).poll_cq(a.cq, 8));
@@ -281,39 +296,21 @@ fn a_disconnect_right_after_a_receive_sends_its_ack_before_the_dreq() {
 #[test]
 fn a_dreq_that_overtakes_the_ack_flushes_nothing_the_peer_executed() {
     let (mut sim, mut a, mut b) = setup(CmConfig::default());
-    connect(&mut sim, &mut a, &mut b);
-    let b_id = b.events.iter().find_map(|e| match e {
-        CmEvent::Established { id, .. } => Some(*id),
-        _ => None,
-    });
-    sim.ep(1).set_ack_delay(Duration::from_millis(50));
-    let recv = |n: &Node, wr_id| RecvWr { wr_id, sg_list: vec![Sge { addr: 0x1000, length: 64, lkey: n.lkey }] };
-    sim.ep(0).post_recv(a.qpn, recv(&a, 1)).unwrap();
-    sim.ep(1).post_recv(b.qpn, recv(&b, 2)).unwrap();
-    sim.ep(1).post_send(b.qpn, send(3, &b, 8)).unwrap();
-    sim.ep(0).post_send(a.qpn, send(4, &a, 4)).unwrap();
-    let (mut wa, mut wb) = (Vec::new(), Vec::new());
-    sim.run_until(Duration::from_secs(1), |s| {
-        wa.extend(s.ep(0).poll_cq(a.cq, 8));
-        wb.extend(s.ep(1).poll_cq(b.cq, 8));
-        wb.len() == 2 && wa.iter().any(|w| w.wr_id == 1)
-    });
-    assert!(wb.iter().all(|w| w.status == WcStatus::Success), "{wb:?}");
-    assert!(sim.ep(1).holds_acks(), "B holds the ACK of A's SEND");
+    let (b_id, mut wa) = fin_exchange(&mut sim, &mut a, &mut b);
     // B's ACKs arrive 2 ms late; its MADs on time.
-    let late: Rc<RefCell<u32>> = Rc::default();
+    let late: Rc<Cell<u32>> = Rc::default();
     let count_late = late.clone();
     sim.set_filter(move |src, p| {
         if src == 1 && RoceV2Packet::new_checked(p).unwrap().transport().bth().opcode() == Opcode::RC_ACKNOWLEDGE {
-            *count_late.borrow_mut() += 1;
+            count_late.set(count_late.get() + 1);
             return Verdict::Delay(2 * MS);
         }
         Verdict::Deliver
     });
-    b.cm.disconnect(sim.ep(1), b_id.expect("B's connection")).unwrap();
+    b.cm.disconnect(sim.ep(1), b_id).unwrap();
     let gone = |n: &Node| n.events.iter().any(|e| matches!(e, CmEvent::Disconnected { .. }));
     run(&mut sim, &mut a, &mut b, Duration::from_secs(1), |a, _| gone(a));
-    assert_eq!(*late.borrow(), 1, "the ACK is still on its way");
+    assert_eq!(late.get(), 1, "the ACK is still on its way");
     assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Rts, "the DREQ left A's QP alone");
     wa.extend(sim.ep(0).poll_cq(a.cq, 8));
     assert!(!wa.iter().any(|w| w.wr_id == 4), "nothing for A's SEND yet: {wa:?}");
@@ -322,12 +319,7 @@ fn a_dreq_that_overtakes_the_ack_flushes_nothing_the_peer_executed() {
     let send_done: Vec<_> = wa.iter().filter(|w| w.wr_id == 4).map(|w| w.status).collect();
     assert_eq!(send_done, [WcStatus::Success], "A's SEND, executed by B, is acknowledged: {wa:?}");
     // A answers its DISCONNECTED: now its QP goes to ERR.
-    let Some(&CmEvent::Disconnected { id: a_id }) =
-        a.events.iter().rev().find(|e| matches!(e, CmEvent::Disconnected { .. }))
-    else {
-        unreachable!()
-    };
-    a.cm.disconnect(sim.ep(0), a_id).unwrap();
+    a.cm.disconnect(sim.ep(0), disconnected_id(&a)).unwrap();
     assert_eq!(sim.ep(0).query_qp(a.qpn).unwrap().0, QpState::Err);
 }
 
@@ -781,8 +773,7 @@ fn connect_send_and_disconnect_survive_seeded_loss_duplication_and_reordering() 
         run(&mut sim, &mut a, &mut b, Duration::from_secs(60), |a, b| gone(a) && gone(b));
         // The other side answers its DISCONNECTED as librdmacm's consumers do.
         let (other, ep) = if closer == 0 { (&mut b, 1) } else { (&mut a, 0) };
-        let Some(&CmEvent::Disconnected { id: oid }) = other.events.last() else { panic!("seed {seed}") };
-        other.cm.disconnect(sim.ep(ep), oid).unwrap();
+        other.cm.disconnect(sim.ep(ep), disconnected_id(other)).unwrap();
         for (who, n) in [("A", &a), ("B", &b)] {
             assert_eq!(
                 count(&n.events, |e| matches!(e, CmEvent::Disconnected { .. })),

@@ -259,17 +259,12 @@ impl CmId {
     /// DREQ answered) it only moves the QP to ERR, as librdmacm's does:
     /// the peer's DREQ leaves the QP as it was.
     pub fn disconnect(&self) -> Result<()> {
-        let (dev, conn, phase) = {
+        let (dev, conn, phase, qpn) = {
             let g = self.shared.lock();
-            (g.dev.clone(), g.conn, g.phase)
+            (g.dev.clone(), g.conn, g.phase, g.qpn())
         };
         if let (Phase::Disconnected, Some(dev)) = (phase, &dev) {
-            let qpn = self.shared.lock().qpn();
-            dev.with_cm(|ep, _| {
-                if let Some(q) = qpn {
-                    let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
-                }
-            })?;
+            dev.with_cm(|ep, _| qp_to_err(ep, qpn))?;
             return Ok(());
         }
         let (Some(dev), Some(conn)) = (dev, conn) else {
@@ -294,10 +289,7 @@ impl CmId {
                 dev.with_cm(|ep, core| {
                     core.cm.forget(conn);
                     core.conns.remove(&conn.0);
-                    let qp = self.shared.lock().qpn();
-                    if let Some(q) = qp {
-                        let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
-                    }
+                    qp_to_err(ep, qpn);
                 })?;
                 let mut g = self.shared.lock();
                 g.conn = None;
@@ -325,3 +317,10 @@ fn after_rep_sent(id: &CmId) {
 
 #[cfg(not(test))]
 fn after_rep_sent(_: &CmId) {}
+
+/// Moves the ID's QP, if it has one, to ERR (its queues flush).
+fn qp_to_err(ep: &mut rdma_transport::Endpoint, qpn: Option<u32>) {
+    if let Some(q) = qpn {
+        let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+    }
+}

@@ -11,7 +11,8 @@
 //! almost only data, so this costs little.
 
 use crate::clock::{Event, EventQueue, HostTimers};
-use crate::host::{connect_with, Flow};
+use crate::host::{connect_with, Flow, Host};
+use crate::packet::Packet;
 use crate::pfc::{data_pause, quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
 use crate::switch::{ecn_capable, ipv4_src, Admit};
 use crate::topology::{Node, Topology};
@@ -63,7 +64,10 @@ pub struct Fabric {
     /// Work besides the flows (a collective), if any: see [`Fabric::set_workload`].
     pub(crate) workload: Option<Box<dyn Workload>>,
     pub(crate) rng: Rng,
-    buf: Vec<u8>,
+    /// Scratch of [`SCRATCH`] bytes for the packet a host sends.
+    pub(crate) buf: Vec<u8>,
+    /// Scratch for a packet delivered whole ([`deliver`]).
+    pub(crate) whole: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
     pub sm_inbox: Vec<(usize, rdma_wire::smp::SmpRepr)>,
     /// IB: when set, every VL15 and flow-control frame put on a link.
@@ -71,7 +75,7 @@ pub struct Fabric {
     /// Post-to-completion time of every WRITE, ns.
     pub message_latency_ns: Vec<u64>,
     /// Per host: a data packet pulled from the endpoint while its port was paused.
-    pub(crate) held: Vec<Option<Vec<u8>>>,
+    pub(crate) held: Vec<Option<Packet>>,
     /// Every host's next engine deadline, refreshed whenever the loop has
     /// touched its endpoint (all of that ends in [`Fabric::service`]).
     timers: HostTimers,
@@ -121,7 +125,8 @@ impl Fabric {
             flows_done: 0,
             workload: None,
             rng: Rng::new(seed),
-            buf: vec![0; MAX_PACKET],
+            buf: vec![0; SCRATCH],
+            whole: Vec::with_capacity(MAX_PACKET),
             sm_inbox: Vec::new(),
             message_latency_ns: Vec::new(),
             ib_capture: None,
@@ -276,7 +281,7 @@ impl Fabric {
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Arrive { node, port, packet } if self.topo.ports[node][port].ib.is_some() => {
-                self.ib_arrive(node, port, packet)
+                self.ib_arrive(node, port, packet.into_bytes())
             }
             Event::FlowControl { node, port, frame } => self.ib_receive_fc(node, port, &frame),
             Event::FcPeriod { node, port } => self.ib_fc_period(node, port),
@@ -287,16 +292,8 @@ impl Fabric {
             }
             Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
-                    let mut packet = packet;
-                    if let Some(table) = self.int.as_mut() {
-                        table.on_arrive(h, &mut self.topo.hosts[h].ep, self.now, &mut packet);
-                    }
-                    if ecn_capable(&packet) {
-                        if let Some(src) = ipv4_src(&packet) {
-                            *self.topo.hosts[h].rx_data_bytes.entry(src).or_default() += packet.len() as u64;
-                        }
-                    }
-                    self.topo.hosts[h].ep.handle_packet(self.now, &packet);
+                    let host = &mut self.topo.hosts[h];
+                    deliver(host, h, self.int.as_mut(), self.now, packet, &mut self.whole);
                     self.service(h);
                 }
                 Node::Switch(sw) => {
@@ -420,13 +417,13 @@ impl Fabric {
     }
 
     /// Puts `packet` on port `port` of `node`, which must be idle.
-    fn launch(&mut self, node: usize, port: usize, packet: Vec<u8>) {
-        let len = packet.len();
+    fn launch(&mut self, node: usize, port: usize, packet: Packet) {
+        let len = packet.wire_len();
         self.launch_len(node, port, packet, len);
     }
 
     /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
-    pub(crate) fn launch_len(&mut self, node: usize, port: usize, packet: Vec<u8>, wire_len: usize) {
+    pub(crate) fn launch_len(&mut self, node: usize, port: usize, packet: Packet, wire_len: usize) {
         self.counters.packet_hops += 1;
         let p = &mut self.topo.ports[node][port];
         p.busy = true;
@@ -449,7 +446,7 @@ impl Fabric {
         if let Some((mut p, resume)) = self.topo.switches[sw].dequeue(port, paused, &mut self.rng) {
             if self.int.is_some() {
                 let queued = self.topo.switches[sw].egress[port].data_bytes();
-                crate::int::stamp_at_egress(&mut p, &self.topo.ports[node][port], queued, self.now);
+                crate::int::stamp_at_egress(p.headers_mut(), &self.topo.ports[node][port], queued, self.now);
             }
             self.launch(node, port, p);
             if let Some(in_port) = resume {
@@ -497,7 +494,7 @@ impl Fabric {
             return;
         }
         let Some(packet) = self.pull(h) else { return };
-        if paused && ecn_capable(&packet) {
+        if paused && ecn_capable(packet.headers()) {
             self.held[h] = Some(packet);
             return;
         }
@@ -524,7 +521,7 @@ impl Fabric {
 
     /// The next packet host `h`'s engine has to send ([`next_packet`]).
     /// Sending arms the engine's timers, so its deadline is noted.
-    pub(crate) fn pull(&mut self, h: usize) -> Option<Vec<u8>> {
+    pub(crate) fn pull(&mut self, h: usize) -> Option<Packet> {
         let ep = &mut self.topo.hosts[h].ep;
         let packet = next_packet(ep, self.now, &mut self.buf, self.int.as_ref(), h);
         self.timers.set(h, ep.poll_timeout());
@@ -585,28 +582,57 @@ impl Fabric {
     }
 }
 
-/// The next packet host `h`'s engine `ep` has to send at `now`, payload
-/// sealed in, with its INT trailer when `int` is on (both event loops use
-/// it). `buf` is scratch of [`MAX_PACKET`] bytes.
+/// The next packet host `h`'s engine `ep` has to send at `now`, sealed,
+/// with its INT trailer when `int` is on (both event loops use it). A
+/// payload the engine gives by reference stays in the region
+/// ([`Packet`]). `buf` is scratch of [`SCRATCH`] bytes.
 pub(crate) fn next_packet(
     ep: &mut rdma_transport::Endpoint,
     now: Instant,
     buf: &mut [u8],
     int: Option<&crate::int::EchoTable>,
     h: usize,
-) -> Option<Vec<u8>> {
+) -> Option<Packet> {
+    let (buf, spare) = buf.split_at_mut(MAX_PACKET);
     let tx = ep.poll_transmit(now, buf)?;
-    let mut packet = match &tx.payload {
-        None => buf[..tx.len].to_vec(),
+    let mut packet = match tx.payload {
+        None => Packet::from(buf[..tx.len].to_vec()),
         Some(p) => {
-            let mut payload = vec![0u8; p.len];
-            p.memory.read(p.offset, &mut payload);
-            p.seal(&mut buf[..tx.len], &payload);
-            [&buf[..p.at], &payload[..], &buf[p.at..tx.len]].concat()
+            let payload = &mut spare[..p.len];
+            p.memory.read(p.offset, payload);
+            p.seal(&mut buf[..tx.len], payload);
+            Packet::by_reference(buf[..tx.len].to_vec(), p)
         }
     };
     if let Some(table) = int {
-        table.on_send(h, &mut packet);
+        table.on_send(h, packet.headers_mut());
     }
     Some(packet)
 }
+
+/// Hands host `h` a packet that reached it at `now`: INT's trailer off
+/// (into `int`), the data bytes counted by source, the packet whole to its
+/// engine (`scratch` holds it if its payload came by reference). Both
+/// event loops use it.
+pub(crate) fn deliver(
+    host: &mut Host,
+    h: usize,
+    int: Option<&mut crate::int::EchoTable>,
+    now: Instant,
+    mut packet: Packet,
+    scratch: &mut Vec<u8>,
+) {
+    if let Some(table) = int {
+        table.on_arrive(h, &mut host.ep, now, packet.headers_mut());
+    }
+    if ecn_capable(packet.headers()) {
+        if let Some(src) = ipv4_src(packet.headers()) {
+            *host.rx_data_bytes.entry(src).or_default() += packet.wire_len() as u64;
+        }
+    }
+    host.ep.handle_packet(now, packet.whole(scratch));
+}
+
+/// The scratch [`next_packet`] takes: a packet's buffer, and room to read
+/// a payload given by reference to seal it.
+pub(crate) const SCRATCH: usize = 2 * MAX_PACKET;

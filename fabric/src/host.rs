@@ -38,6 +38,9 @@ pub struct Host {
     pub va: u64,
     pub lkey: u32,
     pub rkey: u32,
+    /// The host's one region ([`MAX_MESSAGE`] bytes at `va`): the source
+    /// of its WRITEs and their sink.
+    pub memory: RegionMemory,
     /// Data (ECN-capable) bytes received, by source address: what the
     /// network delivered to this host, retransmissions included.
     pub rx_data_bytes: HashMap<Ipv4Addr, u64>,
@@ -49,11 +52,25 @@ impl Host {
     pub fn new(index: usize, addr: Ipv4Addr, seed: u64, cc: Option<std::sync::Arc<dyn ControllerFactory>>) -> Host {
         let mut ep = Endpoint::with_seed(IpAddr::V4(addr), seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         ep.set_controller(cc);
+        // Payloads stay in the region until delivery (crate::packet).
+        ep.set_payload_by_reference(true);
         let pd = ep.alloc_pd();
         let cq = ep.create_cq(65536);
         let va = 0x7f00_0000_0000 + (index as u64) * 0x1_0000_0000;
-        let (lkey, rkey) = ep.reg_mr(pd, va, RegionMemory::zeroed(MAX_MESSAGE as usize), Access::ALL);
-        Host { ep, addr, pd, cq, va, lkey, rkey, rx_data_bytes: HashMap::new(), ack_timeout: pair_config().timeout }
+        let memory = RegionMemory::zeroed(MAX_MESSAGE as usize);
+        let (lkey, rkey) = ep.reg_mr(pd, va, memory.clone(), Access::ALL);
+        Host {
+            ep,
+            addr,
+            pd,
+            cq,
+            va,
+            lkey,
+            rkey,
+            memory,
+            rx_data_bytes: HashMap::new(),
+            ack_timeout: pair_config().timeout,
+        }
     }
 
     pub fn create_qp(&mut self) -> u32 {

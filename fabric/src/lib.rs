@@ -40,6 +40,7 @@ pub mod ib;
 pub mod int;
 pub mod link;
 pub mod multipath;
+pub mod packet;
 pub mod parallel;
 pub mod pfc;
 pub mod plot;

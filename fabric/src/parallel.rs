@@ -57,13 +57,14 @@ use crate::ib::credit::{blocks, FC_LEN};
 use crate::ib::engine::HOST_AHEAD;
 use crate::ib::{frame, IbConfig, Queued, SL2VL_DROP, VL15};
 use crate::multipath::{pick, Multipath};
+use crate::packet::Packet;
 use crate::pfc::{data_pause, quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
-use crate::switch::{ecn_capable, ipv4_src, Admit, Switch};
+use crate::switch::{ecn_capable, Admit, Switch};
 use crate::topology::{Node, Port, Topology};
 use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
-use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
+use rdma_transport::{Instant, WcStatus, WorkCompletion};
 use std::any::Any;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -250,7 +251,9 @@ struct Part {
     rng: Rng,
     counters: Counters,
     buf: Vec<u8>,
-    held: Vec<Option<Vec<u8>>>,
+    /// Scratch for a packet delivered whole.
+    whole: Vec<u8>,
+    held: Vec<Option<Packet>>,
     /// Events for other partitions: (partition, time, event), in the order sent.
     outbox: Vec<(usize, Instant, Event)>,
     flows_done: usize,
@@ -320,7 +323,7 @@ impl Part {
         let me = self.id;
         match ev {
             Event::Arrive { node, port, packet } if w.port(me, node, port).ib.is_some() => {
-                self.ib_arrive(w, node, port, packet)
+                self.ib_arrive(w, node, port, packet.into_bytes())
             }
             Event::FlowControl { node, port, frame } => self.ib_receive_fc(w, node, port, &frame),
             Event::FcPeriod { node, port } => self.ib_fc_period(w, node, port),
@@ -328,18 +331,9 @@ impl Part {
                 w.port(me, node, port).busy = false;
                 self.ib_wake(w, node, port);
             }
-            Event::Arrive { node, port: in_port, mut packet } => match w.nodes[node] {
+            Event::Arrive { node, port: in_port, packet } => match w.nodes[node] {
                 Node::Host(h) => {
-                    let host = w.host(me, h);
-                    if let Some(table) = self.int.as_mut() {
-                        table.on_arrive(h, &mut host.ep, self.now, &mut packet);
-                    }
-                    if ecn_capable(&packet) {
-                        if let Some(src) = ipv4_src(&packet) {
-                            *host.rx_data_bytes.entry(src).or_default() += packet.len() as u64;
-                        }
-                    }
-                    host.ep.handle_packet(self.now, &packet);
+                    crate::fabric::deliver(w.host(me, h), h, self.int.as_mut(), self.now, packet, &mut self.whole);
                     self.service(w, h);
                 }
                 Node::Switch(sw) => {
@@ -457,13 +451,13 @@ impl Part {
         self.schedule(w, peer, done + delay, Event::Pfc { node: peer, port: peer_port, frame });
     }
 
-    fn launch(&mut self, w: &World, node: usize, port: usize, packet: Vec<u8>) {
-        let len = packet.len();
+    fn launch(&mut self, w: &World, node: usize, port: usize, packet: Packet) {
+        let len = packet.wire_len();
         self.launch_len(w, node, port, packet, len);
     }
 
     /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
-    fn launch_len(&mut self, w: &World, node: usize, port: usize, packet: Vec<u8>, wire_len: usize) {
+    fn launch_len(&mut self, w: &World, node: usize, port: usize, packet: Packet, wire_len: usize) {
         self.counters.packet_hops += 1;
         let p = w.port(self.id, node, port);
         p.busy = true;
@@ -486,7 +480,7 @@ impl Part {
         if let Some((mut p, resume)) = w.switch(self.id, node, sw).dequeue(port, paused, &mut self.rng) {
             if self.int.is_some() {
                 let queued = w.switch(self.id, node, sw).egress[port].data_bytes();
-                crate::int::stamp_at_egress(&mut p, w.port(self.id, node, port), queued, self.now);
+                crate::int::stamp_at_egress(p.headers_mut(), w.port(self.id, node, port), queued, self.now);
             }
             self.launch(w, node, port, p);
             if let Some(in_port) = resume {
@@ -536,7 +530,7 @@ impl Part {
             return;
         }
         let Some(packet) = self.pull(w, h) else { return };
-        if paused && ecn_capable(&packet) {
+        if paused && ecn_capable(packet.headers()) {
             self.held[h] = Some(packet);
             return;
         }
@@ -562,7 +556,7 @@ impl Part {
         flow.top_up_on(w.host(self.id, src), remote, now);
     }
 
-    fn pull(&mut self, w: &World, h: usize) -> Option<Vec<u8>> {
+    fn pull(&mut self, w: &World, h: usize) -> Option<Packet> {
         let ep = &mut w.host(self.id, h).ep;
         let packet = crate::fabric::next_packet(ep, self.now, &mut self.buf, self.int.as_ref(), h);
         self.timers.set(h, ep.poll_timeout());
@@ -609,7 +603,7 @@ impl Part {
                 self.ib_send(w, node, in_port);
             }
         }
-        self.launch_len(w, node, port, q.frame, q.wire_len);
+        self.launch_len(w, node, port, Packet::from(q.frame), q.wire_len);
     }
 
     fn launch_fc(&mut self, w: &World, node: usize, port: usize, mut frame: [u8; FC_LEN]) {
@@ -647,7 +641,7 @@ impl Part {
                 break;
             }
             let Some(f) = self.pull(w, h) else { break };
-            self.ib_host_enqueue(w, node, f);
+            self.ib_host_enqueue(w, node, f.into_bytes());
         }
         self.ib_send(w, node, 0);
     }
@@ -936,7 +930,8 @@ impl Fabric {
                 timers: HostTimers::new(hosts),
                 rng: self.part_rngs[id].clone(),
                 counters: Counters::default(),
-                buf: vec![0; MAX_PACKET],
+                buf: vec![0; crate::fabric::SCRATCH],
+                whole: Vec::with_capacity(rdma_transport::MAX_PACKET),
                 held: vec![None; hosts],
                 outbox: Vec::new(),
                 flows_done: 0,

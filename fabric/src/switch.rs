@@ -13,6 +13,7 @@
 //! buffer with reserved headroom); control stays lossy under the port limit.
 
 use crate::multipath::{pick, Multipath};
+use crate::packet::Packet;
 use crate::pfc::PfcConfig;
 use rdma_transport::sim::{mark_ce, Rng};
 use rustc_hash::FxHashMap;
@@ -85,9 +86,9 @@ pub fn flow_hash(packet: &[u8]) -> Option<u64> {
 /// One output port's queues.
 #[derive(Debug, Default)]
 pub struct Egress {
-    control: VecDeque<Vec<u8>>,
+    control: VecDeque<Packet>,
     /// Data packets and the ingress port each came in on.
-    data: VecDeque<(Vec<u8>, usize)>,
+    data: VecDeque<(Packet, usize)>,
     control_bytes: u64,
     data_bytes: u64,
     pub drops: u64,
@@ -196,12 +197,12 @@ impl Switch {
 
     /// Routes and enqueues a packet that came in on `in_port`, or drops it:
     /// drop-tail on the egress port, or with PFC, data beyond XOFF + headroom.
-    pub fn admit(&mut self, packet: Vec<u8>, in_port: usize) -> Admit {
-        let Some(port) = self.route(&packet) else {
+    pub fn admit(&mut self, packet: Packet, in_port: usize) -> Admit {
+        let Some(port) = self.route(packet.headers()) else {
             return Admit::Unroutable;
         };
-        let len = packet.len() as u64;
-        let data = ecn_capable(&packet);
+        let len = packet.wire_len() as u64;
+        let data = ecn_capable(packet.headers());
         let q = &mut self.egress[port];
         if let (true, Some(pfc)) = (data, self.pfc) {
             let ing = &mut self.ingress[in_port];
@@ -244,12 +245,12 @@ impl Switch {
     /// queue's bytes as it leaves (marking at dequeue, as both reference
     /// simulators do, §1.1). The second value is an ingress port whose
     /// bytes just fell to XON, so the fabric sends it a resume.
-    pub fn dequeue(&mut self, port: usize, data_paused: bool, rng: &mut Rng) -> Option<(Vec<u8>, Option<usize>)> {
+    pub fn dequeue(&mut self, port: usize, data_paused: bool, rng: &mut Rng) -> Option<(Packet, Option<usize>)> {
         let red = self.red;
         let q = &mut self.egress[port];
         if let Some(p) = q.control.pop_front() {
-            q.control_bytes -= p.len() as u64;
-            self.queued_bytes -= p.len() as u64;
+            q.control_bytes -= p.wire_len() as u64;
+            self.queued_bytes -= p.wire_len() as u64;
             return Some((p, None));
         }
         if data_paused {
@@ -257,17 +258,18 @@ impl Switch {
         }
         let (mut p, in_port) = q.data.pop_front()?;
         let depth = q.data_bytes;
-        q.data_bytes -= p.len() as u64;
-        self.queued_bytes -= p.len() as u64;
+        let len = p.wire_len() as u64;
+        q.data_bytes -= len;
+        self.queued_bytes -= len;
         q.data_sent += 1;
         if red.should_mark(depth, rng) {
-            mark_ce(&mut p);
+            mark_ce(p.headers_mut());
             q.marks += 1;
         }
         let mut resume = None;
         if let Some(pfc) = self.pfc {
             let ing = &mut self.ingress[in_port];
-            ing.bytes -= p.len() as u64;
+            ing.bytes -= len;
             if ing.xoff && ing.bytes <= pfc.xon_bytes {
                 ing.xoff = false;
                 resume = Some(in_port);
@@ -310,7 +312,7 @@ mod tests {
             let mut p = udp(1);
             p.resize(len, 0);
             p[16..20].copy_from_slice(&dst.octets());
-            p
+            Packet::from(p)
         };
         assert!(matches!(sw.admit(to(a, 50), 0), Admit::Queued { port: 0, .. }));
         assert!(matches!(sw.admit(to(a, 50), 0), Admit::Queued { port: 0, .. }));

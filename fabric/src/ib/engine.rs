@@ -10,6 +10,7 @@ use crate::ib::capture::{Captured, ERF_INFINIBAND, ERF_INFINIBAND_LINK};
 use crate::ib::credit::{self, blocks, FC_LEN};
 use crate::ib::{frame, Queued, SL2VL_DROP, VL15};
 use crate::multipath::{pick, Multipath};
+use crate::packet::Packet;
 use crate::topology::Node;
 use rdma_transport::Instant;
 
@@ -72,7 +73,7 @@ impl Fabric {
                 self.ib_send(node, in_port);
             }
         }
-        self.launch_len(node, port, q.frame, q.wire_len);
+        self.launch_len(node, port, Packet::from(q.frame), q.wire_len);
     }
 
     fn launch_fc(&mut self, node: usize, port: usize, mut frame: [u8; FC_LEN]) {
@@ -117,7 +118,7 @@ impl Fabric {
                 break;
             }
             let Some(f) = self.pull(h) else { break };
-            self.ib_host_enqueue(node, f);
+            self.ib_host_enqueue(node, f.into_bytes());
         }
         self.ib_send(node, 0);
     }

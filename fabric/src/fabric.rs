@@ -20,7 +20,7 @@ use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
 use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// Packet counts over the whole run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub struct Fabric {
     pub(crate) events: EventQueue,
     pub topo: Topology,
     pub flows: Vec<Flow>,
-    pub(crate) flow_of: HashMap<(usize, u32), usize>,
+    pub(crate) flow_of: FxHashMap<(usize, u32), usize>,
     /// Flows finished or failed: the loop's stop test, without a walk over every flow.
     pub(crate) flows_done: usize,
     /// Work besides the flows (a collective), if any: see [`Fabric::set_workload`].
@@ -121,7 +121,7 @@ impl Fabric {
             events,
             topo,
             flows: Vec::new(),
-            flow_of: HashMap::new(),
+            flow_of: FxHashMap::default(),
             flows_done: 0,
             workload: None,
             rng: Rng::new(seed),

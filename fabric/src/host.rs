@@ -6,7 +6,7 @@ use rdma_transport::sim::{bring_up_av, PairConfig};
 use rdma_transport::{
     Access, AddressVector, CqId, Endpoint, Instant, Mtu, QpInitAttr, QpType, RegionMemory, SendOp, SendWr, Sge,
 };
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The largest message a flow posts; every host registers this much memory.
@@ -43,7 +43,7 @@ pub struct Host {
     pub memory: RegionMemory,
     /// Data (ECN-capable) bytes received, by source address: what the
     /// network delivered to this host, retransmissions included.
-    pub rx_data_bytes: HashMap<Ipv4Addr, u64>,
+    pub rx_data_bytes: FxHashMap<Ipv4Addr, u64>,
     /// The ACK timeout its QPs connect with ([`ack_timeout_for`]).
     pub ack_timeout: u8,
 }
@@ -68,7 +68,7 @@ impl Host {
             lkey,
             rkey,
             memory,
-            rx_data_bytes: HashMap::new(),
+            rx_data_bytes: FxHashMap::default(),
             ack_timeout: pair_config().timeout,
         }
     }

@@ -147,7 +147,7 @@ struct World<'a> {
     lens: [usize; 4],
     nodes: &'a [Node],
     host_nodes: &'a [usize],
-    flow_of: &'a HashMap<(usize, u32), usize>,
+    flow_of: &'a rustc_hash::FxHashMap<(usize, u32), usize>,
     of_node: &'a [usize],
     /// Each host's (VA, rkey), for a flow's WRITEs to it.
     remote: Vec<(u64, u32)>,

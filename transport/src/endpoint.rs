@@ -76,7 +76,10 @@ pub struct Endpoint {
     port: Port,
     mrs: MemoryTable,
     next_pd: u32,
-    qps: BTreeMap<u32, Qp>,
+    /// Boxed: the table's nodes stay small (a `Qp` is about 600 bytes), so
+    /// a lookup's path stays in cache on a device with thousands of QPs
+    /// (docs/performance.md).
+    qps: BTreeMap<u32, Box<Qp>>,
     /// The QPNs this device hands out ([`Endpoint::set_qpn_range`]).
     qpns: QpnAllocator,
     cqs: CqTable,
@@ -650,7 +653,7 @@ impl Endpoint {
         let mut qp = Qp::new(qpn, init);
         qp.ecn_capable = self.cc.ecn_capable;
         Self::attach_cc(&mut qp, self.cc.factory.as_ref());
-        self.qps.insert(qpn, qp);
+        self.qps.insert(qpn, Box::new(qp));
         self.touch(); // the agenda indexes every QP anew
         Ok(qpn)
     }
@@ -934,12 +937,12 @@ impl Endpoint {
             agenda.refresh(&self.qps);
             #[cfg(debug_assertions)]
             {
-                let scan = self.qps.values().filter_map(Qp::next_deadline).min();
+                let scan = self.qps.values().filter_map(|q| q.next_deadline()).min();
                 debug_assert_eq!(agenda.earliest(), scan, "a QP's deadline changed without touching it");
             }
             agenda.earliest()
         } else {
-            self.qps.values().filter_map(Qp::next_deadline).min()
+            self.qps.values().filter_map(|q| q.next_deadline()).min()
         };
         let t = qps.into_iter().chain(self.gsi.made().and_then(Gsi::next_deadline)).min();
         self.sched.deadline.set(Some(t));

@@ -86,7 +86,7 @@ impl Agenda {
 
     /// Computes the deadlines of the stale QPs again (of every QP after
     /// [`Agenda::mark_all`]).
-    pub fn refresh(&mut self, qps: &BTreeMap<u32, Qp>) {
+    pub fn refresh(&mut self, qps: &BTreeMap<u32, Box<Qp>>) {
         if std::mem::take(&mut self.all_stale) {
             self.stale.clear();
             self.by_time.clear();
@@ -137,7 +137,7 @@ impl Agenda {
     }
 
     /// The first ready QP at or after `from` in QPN order, wrapping round.
-    pub fn next_ready(&mut self, from: u32, qps: &BTreeMap<u32, Qp>) -> Option<u32> {
+    pub fn next_ready(&mut self, from: u32, qps: &BTreeMap<u32, Box<Qp>>) -> Option<u32> {
         if std::mem::take(&mut self.all_ready) {
             self.ready = qps.keys().copied().collect();
         }
@@ -169,8 +169,8 @@ mod tests {
     use crate::qp::{CqId, QpInitAttr, QpType};
     use crate::timers::Timer;
 
-    fn qps(nums: &[u32]) -> BTreeMap<u32, Qp> {
-        nums.iter().map(|&n| (n, Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0))))).collect()
+    fn qps(nums: &[u32]) -> BTreeMap<u32, Box<Qp>> {
+        nums.iter().map(|&n| (n, Box::new(Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0)))))).collect()
     }
 
     #[test]

@@ -92,7 +92,6 @@ impl Packet {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::fabric::{deliver, next_packet, SCRATCH};
     use crate::host::{connect, Host};
     use rdma_transport::{Drop, Instant, SendOp, SendWr, Sge};

@@ -5,8 +5,8 @@
 //! never its payload, yet the payload is most of its bytes: copied into
 //! every queued packet, it made the queues' bytes the simulator's working
 //! set, cold by the time a packet left (docs/performance.md, "The misses
-//! counted": at 128 hosts half the last-level misses were the receiver's
-//! ICRC check over a payload that had waited in the queues). So a RoCE v2
+//! counted": at 128 hosts some 40 % of the last-level read misses were the
+//! receiver's ICRC check over a payload that had waited in the queues). So a RoCE v2
 //! data packet travels as its headers, pad and ICRC (sealed when it was
 //! sent) and a reference to its payload ([`PayloadRef`]), and is made whole
 //! where a host receives it.
@@ -14,9 +14,15 @@
 //! The payload is read twice, when the packet is sealed and when it is
 //! delivered: the bytes delivered are the bytes sent as long as the
 //! sender's region does not change in between. The fabric's hosts send
-//! from and write into one zeroed region (`host::Host`), so it never does;
-//! were it to change, the receiver's ICRC check would drop the packet
-//! (counted as a bad ICRC), never take other bytes for the sent ones.
+//! from and write into one zeroed region (`host::Host`): incoming WRITEs
+//! land in the range a host sends from, but every byte ever written is
+//! zero, so its contents never change. Were they to change, the receiver's ICRC check would drop the packet
+//! (counted as a bad ICRC; up to CRC-32's collisions).
+//!
+//! Under `--threads` a receiving partition reads the sender's region, which
+//! another thread may be writing in the same window: harmless only while
+//! all bytes are zero. Making the packet whole where it leaves for another
+//! partition would lift that (not done yet).
 
 use rdma_transport::PayloadRef;
 

@@ -14,7 +14,10 @@ fn pair(kind: Kind, extra: &[&str]) {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let x = 10 + (std::process::id() % 200) as u8;
     let (s, c) = (format!("127.{x}.{}.1", 200 + n), format!("127.{x}.{}.2", 200 + n));
-    let port = (30000 + (std::process::id() % 20000) as u16 + u16::from(n)).to_string();
+    // Below the kernel's ephemeral range (32768 up): the server listens on
+    // every address, so a port some other test's connection was given would
+    // refuse it (EADDRINUSE), and the client would only see "refused".
+    let port = (24000 + (std::process::id() % 8000) as u16 + u16::from(n)).to_string();
     let mut sa = vec!["--bind", &s, "-p", &port, "-d", "rxe-srv", "-n", "200"];
     sa.extend_from_slice(extra);
     let server_args = args(&sa);
@@ -31,7 +34,11 @@ fn pair(kind: Kind, extra: &[&str]) {
         std::thread::sleep(std::time::Duration::from_millis(50)); // the server may not listen yet
         r = run(kind, &client_args);
     }
-    r.unwrap_or_else(|e| panic!("{kind:?} client: {e}"));
+    if let Err(e) = r {
+        // say why the server never listened, if that is what happened
+        let server = if server.is_finished() { format!("{:?}", server.join()) } else { "still running".into() };
+        panic!("{kind:?} client: {e}; server: {server}");
+    }
     server.join().unwrap().unwrap_or_else(|e| panic!("{kind:?} server: {e}"));
 }
 

@@ -65,9 +65,9 @@ pub struct Fabric {
     pub(crate) workload: Option<Box<dyn Workload>>,
     pub(crate) rng: Rng,
     /// Scratch of [`SCRATCH`] bytes for the packet a host sends.
-    pub(crate) buf: Vec<u8>,
+    pub(crate) tx_scratch: Vec<u8>,
     /// Scratch for a packet delivered whole ([`deliver`]).
-    pub(crate) whole: Vec<u8>,
+    pub(crate) rx_scratch: Vec<u8>,
     /// IB: SMP answers that reached an SM's node: (node, SMP).
     pub sm_inbox: Vec<(usize, rdma_wire::smp::SmpRepr)>,
     /// IB: when set, every VL15 and flow-control frame put on a link.
@@ -125,8 +125,8 @@ impl Fabric {
             flows_done: 0,
             workload: None,
             rng: Rng::new(seed),
-            buf: vec![0; SCRATCH],
-            whole: Vec::with_capacity(MAX_PACKET),
+            tx_scratch: vec![0; SCRATCH],
+            rx_scratch: Vec::with_capacity(MAX_PACKET),
             sm_inbox: Vec::new(),
             message_latency_ns: Vec::new(),
             ib_capture: None,
@@ -293,7 +293,7 @@ impl Fabric {
             Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
                 Node::Host(h) => {
                     let host = &mut self.topo.hosts[h];
-                    deliver(host, h, self.int.as_mut(), self.now, packet, &mut self.whole);
+                    deliver(host, h, self.int.as_mut(), self.now, packet, &mut self.rx_scratch);
                     self.service(h);
                 }
                 Node::Switch(sw) => {
@@ -523,7 +523,7 @@ impl Fabric {
     /// Sending arms the engine's timers, so its deadline is noted.
     pub(crate) fn pull(&mut self, h: usize) -> Option<Packet> {
         let ep = &mut self.topo.hosts[h].ep;
-        let packet = next_packet(ep, self.now, &mut self.buf, self.int.as_ref(), h);
+        let packet = next_packet(ep, self.now, &mut self.tx_scratch, self.int.as_ref(), h);
         self.timers.set(h, ep.poll_timeout());
         packet
     }

@@ -19,10 +19,9 @@
 //! zero, so its contents never change. Were they to change, the receiver's ICRC check would drop the packet
 //! (counted as a bad ICRC; up to CRC-32's collisions).
 //!
-//! Under `--threads` a receiving partition reads the sender's region, which
-//! another thread may be writing in the same window: harmless only while
-//! all bytes are zero. Making the packet whole where it leaves for another
-//! partition would lift that (not done yet).
+//! Under `--threads` a packet leaving for another partition is made whole
+//! before it goes ([`Packet::make_whole`], by the sender's thread): the
+//! receiving thread never reads a region another thread may be writing.
 
 use rdma_transport::PayloadRef;
 
@@ -49,10 +48,10 @@ impl Packet {
         Packet { bytes, payload: Some(payload) }
     }
 
-    /// The bytes in hand, from the first header on: what the switches and
-    /// the INT trailer read and change. The payload (if by reference) is
-    /// not among them, so these are the whole packet only if
-    /// [`Packet::is_whole`].
+    /// The bytes in hand, from the first header on: the headers the
+    /// switches read and change, then (by reference) the pad and ICRC, and
+    /// any INT trailer. The payload (if by reference) is not among them, so
+    /// these are the whole packet only if [`Packet::is_whole`].
     pub fn headers(&self) -> &[u8] {
         &self.bytes
     }
@@ -82,17 +81,20 @@ impl Packet {
         scratch
     }
 
-    /// The packet's bytes, whole (for paths that keep them: IB frames
-    /// never travel by reference).
-    pub fn into_bytes(self) -> Vec<u8> {
-        match self.payload {
-            None => self.bytes,
-            Some(_) => {
-                let mut whole = Vec::new();
-                self.whole(&mut whole);
-                whole
-            }
-        }
+    /// Reads the payload into the packet's own bytes, so that it no longer
+    /// refers to the region (for a packet that leaves the sender's thread).
+    pub fn make_whole(&mut self) {
+        let Some(p) = self.payload.take() else { return };
+        let tail = self.bytes.split_off(p.at);
+        self.bytes.resize(p.at + p.len, 0);
+        p.memory.read(p.offset, &mut self.bytes[p.at..]);
+        self.bytes.extend_from_slice(&tail);
+    }
+
+    /// The packet's bytes, whole (for paths that keep them: IB frames).
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        self.make_whole();
+        self.bytes
     }
 }
 
@@ -100,6 +102,10 @@ impl Packet {
 mod tests {
     use crate::fabric::{deliver, next_packet, SCRATCH};
     use crate::host::{connect, Host};
+    use crate::int::{stamp, EchoTable};
+    use crate::switch::{Admit, Red, Switch};
+    use rdma_transport::cc::HopTelemetry;
+    use rdma_transport::sim::Rng;
     use rdma_transport::{Drop, Instant, SendOp, SendWr, Sge};
     use std::net::Ipv4Addr;
 
@@ -124,6 +130,35 @@ mod tests {
         out
     }
 
+    /// Host 0's packets to host 1 through one switch port that marks
+    /// every data packet CE, on a fabric with INT: the packets as they
+    /// reach host 1, whole, and what the switch held at its fullest.
+    fn through_a_switch(hosts: &mut [Host]) -> (Vec<Vec<u8>>, u64) {
+        let mut sw = Switch::new(1, Red { kmin_bytes: 0, kmax_bytes: 0, pmax: 1.0 }, 1 << 20);
+        sw.routes.insert(hosts[1].addr, 0);
+        let mut int = EchoTable::default();
+        let (mut tx, mut rx) = (vec![0; SCRATCH], Vec::new());
+        let (now, mut rng) = (Instant::ZERO, Rng::new(1));
+        let mut wire_len = 0;
+        while let Some(p) = next_packet(&mut hosts[0].ep, now, &mut tx, Some(&int), 0) {
+            wire_len += p.wire_len() as u64;
+            assert!(matches!(sw.admit(p, 0), Admit::Queued { port: 0, .. }));
+            assert_eq!(sw.queued_bytes, wire_len, "queues count the payload left behind");
+        }
+        let (mut arrived, peak) = (Vec::new(), sw.queued_bytes);
+        while let Some((mut p, _)) = sw.dequeue(0, false, &mut rng) {
+            stamp(p.headers_mut(), HopTelemetry { queue_bytes: 1, tx_bytes: 2, timestamp: now, rate_bps: 3 });
+            let mut whole = p.clone();
+            whole.make_whole();
+            assert!(whole.is_whole());
+            arrived.push(whole.headers().to_vec());
+            assert_eq!(p.whole(&mut rx), &arrived[arrived.len() - 1][..]);
+            deliver(&mut hosts[1], 1, Some(&mut int), now, p, &mut rx);
+        }
+        assert_eq!(sw.queued_bytes, 0);
+        (arrived, peak)
+    }
+
     #[test]
     fn a_packet_sent_by_reference_arrives_as_the_engine_writes_it_whole() {
         let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
@@ -138,22 +173,37 @@ mod tests {
             qpns.push(qpn);
         }
         assert_eq!(qpns[0], qpns[1]);
-        let (mut buf, mut scratch, mut expected) = (vec![0; SCRATCH], Vec::new(), Vec::new());
-        let mut sent_by_ref = 0;
-        let now = Instant::ZERO;
-        while let Some(p) = next_packet(&mut by_ref[0].ep, now, &mut buf, None, 0) {
-            let w = next_packet(&mut whole[0].ep, now, &mut buf, None, 0).expect("the same packets");
+        // Sealed alike: the same packets, by reference or not.
+        let (mut a, mut b) = (vec![0; SCRATCH], vec![0; SCRATCH]);
+        let (mut sa, mut sb) = (Vec::new(), Vec::new());
+        let mut by_ref_sent = 0;
+        for _ in 0..4 {
+            let p = next_packet(&mut by_ref[0].ep, Instant::ZERO, &mut a, None, 0).expect("4 packets");
+            let w = next_packet(&mut whole[0].ep, Instant::ZERO, &mut b, None, 0).expect("4 packets");
             assert!(w.is_whole());
-            sent_by_ref += usize::from(!p.is_whole());
+            by_ref_sent += usize::from(!p.is_whole());
             assert_eq!(p.wire_len(), w.wire_len());
-            expected.clear();
-            expected.extend_from_slice(w.headers());
-            assert_eq!(p.whole(&mut scratch), &expected[..], "packet {sent_by_ref}");
-            deliver(&mut by_ref[1], 1, None, now, p, &mut scratch);
+            assert_eq!(p.whole(&mut sa), w.whole(&mut sb));
+            deliver(&mut by_ref[1], 1, None, Instant::ZERO, p, &mut sa);
+            deliver(&mut whole[1], 1, None, Instant::ZERO, w, &mut sb);
         }
-        assert_eq!(sent_by_ref, 4, "4 KiB in 1 KiB packets, each payload by reference");
-        assert_eq!(region(&by_ref[1], pattern.len()), pattern);
-        assert_eq!(by_ref[1].ep.stats().drops_for(Drop::IcrcMismatch), 0);
+        assert_eq!(by_ref_sent, 4, "4 KiB in 1 KiB packets, each payload by reference");
+        // A second WRITE of each, through a marking, stamping switch.
+        for hosts in [&mut by_ref, &mut whole] {
+            write(hosts, qpns[0], pattern.len() as u32);
+        }
+        let (via_ref, peak_ref) = through_a_switch(&mut by_ref);
+        let (via_whole, peak_whole) = through_a_switch(&mut whole);
+        assert_eq!(via_ref.len(), 4, "the second WRITE's packets");
+        assert_eq!(via_ref, via_whole, "the same bytes arrive, CE marks and INT stamps included");
+        assert_eq!(peak_ref, peak_whole);
+        for hosts in [&by_ref, &whole] {
+            assert_eq!(region(&hosts[1], pattern.len()), pattern);
+            assert_eq!(hosts[1].ep.stats().drops_for(Drop::IcrcMismatch), 0);
+        }
+        assert_eq!(by_ref[1].rx_data_bytes, whole[1].rx_data_bytes);
+        let counted: u64 = by_ref[1].rx_data_bytes.values().sum();
+        assert!(counted >= 8 * 1024, "the payloads are counted though they travelled by reference: {counted}");
     }
 
     #[test]

@@ -65,6 +65,7 @@ use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
 use rdma_transport::{Instant, WcStatus, WorkCompletion};
+use rustc_hash::FxHashMap;
 use std::any::Any;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -147,7 +148,7 @@ struct World<'a> {
     lens: [usize; 4],
     nodes: &'a [Node],
     host_nodes: &'a [usize],
-    flow_of: &'a rustc_hash::FxHashMap<(usize, u32), usize>,
+    flow_of: &'a FxHashMap<(usize, u32), usize>,
     of_node: &'a [usize],
     /// Each host's (VA, rkey), for a flow's WRITEs to it.
     remote: Vec<(u64, u32)>,
@@ -250,9 +251,10 @@ struct Part {
     timers: HostTimers,
     rng: Rng,
     counters: Counters,
-    buf: Vec<u8>,
+    /// Scratch of [`crate::fabric::SCRATCH`] bytes for the packet a host sends.
+    tx_scratch: Vec<u8>,
     /// Scratch for a packet delivered whole.
-    whole: Vec<u8>,
+    rx_scratch: Vec<u8>,
     held: Vec<Option<Packet>>,
     /// Events for other partitions: (partition, time, event), in the order sent.
     outbox: Vec<(usize, Instant, Event)>,
@@ -291,10 +293,14 @@ impl Part {
     }
 
     /// `ev` at `at` for `node`: into this queue, or a message to its partition.
-    fn schedule(&mut self, w: &World, node: usize, at: Instant, ev: Event) {
+    fn schedule(&mut self, w: &World, node: usize, at: Instant, mut ev: Event) {
         let p = w.of_node[node];
         if p == self.id {
             return self.events.schedule(at, ev);
+        }
+        if let Event::Arrive { packet, .. } = &mut ev {
+            // its payload from the sender's region, read on the sender's thread
+            packet.make_whole();
         }
         assert!(
             at >= self.end,
@@ -333,7 +339,7 @@ impl Part {
             }
             Event::Arrive { node, port: in_port, packet } => match w.nodes[node] {
                 Node::Host(h) => {
-                    crate::fabric::deliver(w.host(me, h), h, self.int.as_mut(), self.now, packet, &mut self.whole);
+                    crate::fabric::deliver(w.host(me, h), h, self.int.as_mut(), self.now, packet, &mut self.rx_scratch);
                     self.service(w, h);
                 }
                 Node::Switch(sw) => {
@@ -558,7 +564,7 @@ impl Part {
 
     fn pull(&mut self, w: &World, h: usize) -> Option<Packet> {
         let ep = &mut w.host(self.id, h).ep;
-        let packet = crate::fabric::next_packet(ep, self.now, &mut self.buf, self.int.as_ref(), h);
+        let packet = crate::fabric::next_packet(ep, self.now, &mut self.tx_scratch, self.int.as_ref(), h);
         self.timers.set(h, ep.poll_timeout());
         packet
     }
@@ -930,8 +936,8 @@ impl Fabric {
                 timers: HostTimers::new(hosts),
                 rng: self.part_rngs[id].clone(),
                 counters: Counters::default(),
-                buf: vec![0; crate::fabric::SCRATCH],
-                whole: Vec::with_capacity(rdma_transport::MAX_PACKET),
+                tx_scratch: vec![0; crate::fabric::SCRATCH],
+                rx_scratch: Vec::with_capacity(rdma_transport::MAX_PACKET),
                 held: vec![None; hosts],
                 outbox: Vec::new(),
                 flows_done: 0,

@@ -173,7 +173,10 @@ impl Endpoint {
         self.cc.factory.as_deref()?.as_any().downcast_ref()
     }
 
-    /// A QP's current rate in bits per second, if a controller runs.
+    /// A QP's current rate in bits per second, if a controller runs: as
+    /// of its last event or timer. (A DCQCN QP whose pacer went idle
+    /// takes the increases due since when it next acts; see
+    /// [`crate::cc::Controller::next_timer_on_time`].)
     pub fn qp_rate(&self, qpn: u32) -> Option<u64> {
         self.qps.get(&qpn)?.cc.as_ref()?.rate_bps()
     }
@@ -192,7 +195,8 @@ impl Endpoint {
         true
     }
 
-    /// The lowest current rate over the QPs, if a controller runs.
+    /// The lowest current rate over the QPs, if a controller runs (each as
+    /// [`Endpoint::qp_rate`] gives it).
     pub fn min_qp_rate(&self) -> Option<u64> {
         self.qps.values().filter_map(|q| q.cc.as_ref()?.rate_bps()).min()
     }

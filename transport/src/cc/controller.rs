@@ -72,6 +72,16 @@ pub trait Controller: Debug + Send {
     /// When [`Controller::on_timer`] next has work; `None`: nothing pending.
     fn next_timer(&self) -> Option<Instant>;
 
+    /// The first of those timers that must run on time. Work before it
+    /// that only raises the rate (DCQCN's increase timer) changes nothing
+    /// anyone sees while the QP's pacer is idle: the engine lets it wait
+    /// until the QP next acts, and [`Controller::on_event`] and
+    /// [`Controller::on_timer`] run it first, each step at its own time,
+    /// so the rates are those of running it on time. Default: all of them.
+    fn next_timer_on_time(&self) -> Option<Instant> {
+        self.next_timer()
+    }
+
     /// The rate the QP's data packets may leave at, bits per second.
     fn rate_bps(&self) -> u64;
 

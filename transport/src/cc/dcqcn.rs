@@ -36,6 +36,10 @@ impl Controller for Dcqcn {
         self.rp.next_timer()
     }
 
+    fn next_timer_on_time(&self) -> Option<Instant> {
+        self.rp.next_cut_check()
+    }
+
     fn rate_bps(&self) -> u64 {
         self.rp.rate()
     }

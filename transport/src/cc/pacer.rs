@@ -47,6 +47,14 @@ impl Pacer {
         now.max(self.busy_until())
     }
 
+    /// Whether a rate change at `t` would leave the next departure where
+    /// it is: the link is idle by then (strictly: at `busy_until` itself
+    /// a change keeps the sub-nanosecond remainder) and no burst credit,
+    /// which accrues at the rate, is kept.
+    pub fn idle_at(&self, t: Instant) -> bool {
+        self.burst.is_zero() && t > self.busy_until()
+    }
+
     /// A packet of `bytes` left at `at` (normally [`Self::next_send_at`]).
     pub fn on_sent(&mut self, at: Instant, bytes: usize) {
         self.settle(at);

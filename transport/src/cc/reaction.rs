@@ -109,6 +109,14 @@ impl ReactionPoint {
         [self.decrease_at, self.increase_at].into_iter().flatten().min()
     }
 
+    /// The next timer that may cut the rate (an NVIDIA decrease check):
+    /// the increase timers before it only raise the rate, so they can be
+    /// left for [`Self::on_timer`], [`Self::on_cnp`] or
+    /// [`Self::on_bytes_sent`] to catch up on, in order.
+    pub fn next_cut_check(&self) -> Option<Instant> {
+        self.decrease_at
+    }
+
     /// Runs every timer due at or before `now`, in time order.
     pub fn on_timer(&mut self, now: Instant) {
         let now = now.max(self.now);

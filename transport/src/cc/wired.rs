@@ -29,6 +29,20 @@ pub(crate) struct RateControl {
 }
 
 impl RateControl {
+    /// When the controller's timers must run: on time if the pacer is
+    /// still busy then (a rate change re-paces the packets it holds),
+    /// else only those the controller says must
+    /// ([`Controller::next_timer_on_time`]); the rest wait for the QP's
+    /// next event, which runs them first. An idle QP below line rate so
+    /// costs no wake-ups while it recovers.
+    fn next_timer(&self) -> Option<Instant> {
+        match self.ctl.next_timer() {
+            Some(t) if !self.pacer.idle_at(t) => Some(t),
+            Some(_) => self.ctl.next_timer_on_time(),
+            None => None,
+        }
+    }
+
     pub fn new(factory: &dyn ControllerFactory) -> RateControl {
         let ctl = factory.build();
         let pacer = Pacer::with_burst(ctl.rate_bps(), factory.pacer_burst());
@@ -64,7 +78,7 @@ impl QpCc {
     /// Puts this state's deadlines into the QP's timer table.
     pub fn arm(&self, timers: &mut Timers) {
         timers.set_opt(Timer::Cnp, self.np.as_ref().and_then(NotificationPoint::next_timer));
-        timers.set_opt(Timer::RateControl, self.rate.as_ref().and_then(|rc| rc.ctl.next_timer()));
+        timers.set_opt(Timer::RateControl, self.rate.as_ref().and_then(RateControl::next_timer));
         timers.set_opt(Timer::Paced, self.paced_until);
     }
 
@@ -152,7 +166,7 @@ impl QpCc {
             }
             rc.ctl.on_event(now, Event::Sent { bytes: bytes as u64 });
             Self::follow(rc, now, qp, dev);
-            timers.set_opt(Timer::RateControl, rc.ctl.next_timer());
+            timers.set_opt(Timer::RateControl, rc.next_timer());
         }
     }
 
@@ -194,5 +208,76 @@ impl QpCc {
         let cuts = rc.ctl.rate_cuts();
         dev.rate_cuts += cuts.saturating_sub(qp.rate_cuts);
         qp.rate_cuts = cuts;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::ReactionPoint;
+    use core::time::Duration;
+
+    const LINE: u64 = 100_000_000_000;
+    const PACKET: usize = 1_000;
+
+    fn us(n: u64) -> Instant {
+        Instant::from_nanos(n * 1_000)
+    }
+
+    /// A QP under the paper's DCQCN that sent one packet at 0 and took a
+    /// CNP at 1 µs (rate halved); and the same controller on its own, to
+    /// be stepped timer by timer.
+    fn cut() -> (QpCc, Timers, ReactionPoint) {
+        let params = DcqcnParams::paper(LINE);
+        let mut cc = QpCc { rate: Some(RateControl::new(&params)), ..QpCc::default() };
+        let (mut timers, mut q, mut dev) = (Timers::default(), QpStats::default(), Stats::default());
+        cc.on_data_sent(Instant::ZERO, PACKET, None, &mut q, &mut dev, &mut timers);
+        cc.on_cnp(us(1), &mut q, &mut dev, &mut timers);
+        let mut rp = ReactionPoint::new(params);
+        rp.on_bytes_sent(PACKET as u64, Instant::ZERO);
+        rp.on_cnp(us(1));
+        assert_eq!(cc.rate_bps(), Some(rp.rate()));
+        assert!(rp.rate() < LINE);
+        (cc, timers, rp)
+    }
+
+    #[test]
+    fn an_idle_qp_recovers_without_wake_ups_and_sends_at_the_rate_it_would_have_had() {
+        let (mut cc, mut timers, mut rp) = cut();
+        // The increase timer is due at 56 µs, long after the link went idle.
+        assert_eq!(rp.next_timer(), Some(us(56)));
+        assert_eq!(timers.get(Timer::RateControl), None, "no wake-up for an idle QP");
+        // Run on time, the increases would go on every 55 µs.
+        let late = us(1_000);
+        while let Some(t) = rp.next_timer().filter(|&t| t <= late) {
+            rp.on_timer(t);
+        }
+        assert!(rp.stages().0 > 10, "{:?}", rp.stages());
+        rp.on_bytes_sent(PACKET as u64, late);
+        // The QP sends again at 1 ms: the increases run first, in order.
+        let (mut q, mut dev) = (QpStats::default(), Stats::default());
+        assert!(cc.data_may_leave(late, &mut timers));
+        cc.on_data_sent(late, PACKET, None, &mut q, &mut dev, &mut timers);
+        assert_eq!(cc.rate_bps(), Some(rp.rate()));
+        let pacer = &cc.rate.as_ref().unwrap().pacer;
+        let gap = (PACKET as u64 * 8 * 1_000_000_000).div_ceil(rp.rate());
+        assert_eq!(pacer.next_send_at(late), late + Duration::from_nanos(gap), "paced at the caught-up rate");
+    }
+
+    #[test]
+    fn a_qp_the_pacer_still_holds_gets_its_increase_on_time() {
+        let (mut cc, mut timers, rp) = cut();
+        let (mut q, mut dev) = (QpStats::default(), Stats::default());
+        // 1 MB handed to the pacer at 2 µs at the cut rate: busy past 56 µs.
+        for _ in 0..1_000 {
+            cc.on_data_sent(us(2), PACKET, None, &mut q, &mut dev, &mut timers);
+        }
+        assert!(!cc.rate.as_ref().unwrap().pacer.idle_at(us(56)));
+        assert_eq!(timers.get(Timer::RateControl), rp.next_timer(), "the increase re-paces what waits");
+        // A pacer with burst credit is never left to catch up (its credit accrues at the rate).
+        let mut burst = DcqcnParams::paper(LINE);
+        burst.pacer_burst = Duration::from_micros(100);
+        let pacer = RateControl::new(&burst).pacer;
+        assert!(!pacer.idle_at(us(56)));
     }
 }

@@ -596,12 +596,12 @@ pub(crate) fn next_packet(
     let (buf, spare) = buf.split_at_mut(MAX_PACKET);
     let tx = ep.poll_transmit(now, buf)?;
     let mut packet = match tx.payload {
-        None => Packet::from(buf[..tx.len].to_vec()),
+        None => Packet::from(&buf[..tx.len]),
         Some(p) => {
             let payload = &mut spare[..p.len];
             p.memory.read(p.offset, payload);
             p.seal(&mut buf[..tx.len], payload);
-            Packet::by_reference(buf[..tx.len].to_vec(), p)
+            Packet::by_reference(&buf[..tx.len], p)
         }
     };
     if let Some(table) = int {

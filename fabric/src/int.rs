@@ -16,6 +16,7 @@
 //! hop into 8 bytes with wrapping fields; the wider record costs more link
 //! time than HPCC's (72 bytes over 3 hops against 24), never less.
 
+use crate::packet::Bytes;
 use crate::switch::ecn_capable;
 use rdma_transport::cc::HopTelemetry;
 use rdma_transport::{Endpoint, Instant};
@@ -28,14 +29,14 @@ pub const MAX_HOPS: usize = 8;
 const ECHO: u8 = 0x80;
 
 /// An empty trailer, put on a packet as its host sends it.
-pub fn start(packet: &mut Vec<u8>) {
+pub fn start(packet: &mut Bytes) {
     packet.push(0);
 }
 
 /// A switch egress stamps a data packet leaving at `now` with `queue_bytes`
 /// of data still queued, after `tx_bytes` sent in all, at `rate_bps`.
 /// Packets that are not data, echoes and full trailers pass unchanged.
-pub fn stamp(packet: &mut Vec<u8>, hop: HopTelemetry) {
+pub fn stamp(packet: &mut Bytes, hop: HopTelemetry) {
     let Some(&count) = packet.last() else { return };
     if count & ECHO != 0 || usize::from(count) >= MAX_HOPS || !ecn_capable(packet) {
         return;
@@ -67,7 +68,7 @@ impl EchoTable {
 impl EchoTable {
     /// A packet host `h` sends: an ACK gets the echo of the last stamps
     /// from the QP it acknowledges, anything else an empty trailer.
-    pub fn on_send(&self, h: usize, packet: &mut Vec<u8>) {
+    pub fn on_send(&self, h: usize, packet: &mut Bytes) {
         let ack_for = bth(packet).filter(|b| b.opcode() == Opcode::RC_ACKNOWLEDGE).map(|b| b.dest_qp());
         match ack_for {
             Some(qpn) => {
@@ -81,7 +82,7 @@ impl EchoTable {
     /// A packet that reached host `h` at `now`: the trailer comes off; a
     /// data packet's stamps are kept for the ACKs to its sender, an ACK's
     /// echo goes to the QP it is for, before the ACK itself.
-    pub fn on_arrive(&mut self, h: usize, ep: &mut Endpoint, now: Instant, packet: &mut Vec<u8>) {
+    pub fn on_arrive(&mut self, h: usize, ep: &mut Endpoint, now: Instant, packet: &mut Bytes) {
         let Some(trailer) = strip(packet) else {
             debug_assert!(false, "a packet on an INT fabric without a trailer");
             return;
@@ -99,7 +100,7 @@ impl EchoTable {
 
 /// A switch egress port (`port`, `queue_bytes` of data still queued)
 /// stamps a packet leaving it at `now`.
-pub fn stamp_at_egress(packet: &mut Vec<u8>, port: &crate::topology::Port, queue_bytes: u64, now: Instant) {
+pub fn stamp_at_egress(packet: &mut Bytes, port: &crate::topology::Port, queue_bytes: u64, now: Instant) {
     let hop = HopTelemetry { queue_bytes, tx_bytes: port.tx_bytes, timestamp: now, rate_bps: port.link.rate_bps };
     stamp(packet, hop);
 }
@@ -113,7 +114,7 @@ pub struct Trailer {
 
 /// Takes the trailer off a packet that reached a host; `None` if the
 /// packet has none that fits (a fabric bug: every host packet gets one).
-pub fn strip(packet: &mut Vec<u8>) -> Option<Trailer> {
+pub fn strip(packet: &mut Bytes) -> Option<Trailer> {
     let count = *packet.last()?;
     let n = usize::from(count & !ECHO);
     let start = packet.len().checked_sub(1 + n * HOP_LEN)?;
@@ -135,7 +136,7 @@ pub fn strip(packet: &mut Vec<u8>) -> Option<Trailer> {
 }
 
 /// An echo trailer carrying `hops`, in place of `start`'s empty one.
-pub fn echo(packet: &mut Vec<u8>, hops: &[HopTelemetry]) {
+pub fn echo(packet: &mut Bytes, hops: &[HopTelemetry]) {
     let hops = &hops[..hops.len().min(MAX_HOPS)];
     for h in hops {
         record(packet, h);
@@ -143,7 +144,7 @@ pub fn echo(packet: &mut Vec<u8>, hops: &[HopTelemetry]) {
     packet.push(ECHO | hops.len() as u8);
 }
 
-fn record(packet: &mut Vec<u8>, hop: &HopTelemetry) {
+fn record(packet: &mut Bytes, hop: &HopTelemetry) {
     packet.extend_from_slice(&hop.timestamp.as_nanos().to_be_bytes());
     packet.extend_from_slice(&hop.tx_bytes.to_be_bytes());
     packet.extend_from_slice(&(hop.queue_bytes.min(u64::from(u32::MAX)) as u32).to_be_bytes());
@@ -179,8 +180,8 @@ mod tests {
     }
 
     /// An IPv4 packet with ECT(0), as the engine sends data.
-    fn data() -> Vec<u8> {
-        let mut p = vec![0u8; 60];
+    fn data() -> Bytes {
+        let mut p = Bytes::from_elem(0, 60);
         p[0] = 0x45;
         p[1] = 0x02;
         p[9] = 17;

@@ -24,28 +24,48 @@
 //! receiving thread never reads a region another thread may be writing.
 
 use rdma_transport::PayloadRef;
+use smallvec::SmallVec;
+
+/// A packet's bytes in hand, inline up to [`INLINE`] bytes: a data
+/// packet's headers, pad and ICRC, or a whole ACK or CNP, sit in the event
+/// or queue slot that holds the packet, so a hop reads them where it
+/// already is instead of from an allocation of their own, gone cold while
+/// the packet waited (docs/performance.md). Longer ones (INT trailers of
+/// several hops, IB frames, payloads carried whole) go on the heap.
+pub type Bytes = SmallVec<[u8; INLINE]>;
+
+/// RoCE v2 over IPv4: 20 + 8 + 12 (BTH) + 16 (RETH) + 4 (ICRC), and an
+/// empty INT trailer.
+pub const INLINE: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct Packet {
     /// The bytes in hand: a whole packet, or with `payload` its headers,
     /// then its pad and ICRC, then whatever the fabric appends (INT).
-    bytes: Vec<u8>,
+    bytes: Bytes,
     payload: Option<PayloadRef>,
 }
 
 impl From<Vec<u8>> for Packet {
     /// A packet whole in `bytes`.
     fn from(bytes: Vec<u8>) -> Packet {
-        Packet { bytes, payload: None }
+        Packet { bytes: Bytes::from_vec(bytes), payload: None }
+    }
+}
+
+impl From<&[u8]> for Packet {
+    /// A packet whole in `bytes` (copied).
+    fn from(bytes: &[u8]) -> Packet {
+        Packet { bytes: Bytes::from_slice(bytes), payload: None }
     }
 }
 
 impl Packet {
     /// A packet whose headers, pad and ICRC are `bytes` and whose payload
     /// goes at `payload.at` (sealed: the ICRC covers it).
-    pub fn by_reference(bytes: Vec<u8>, payload: PayloadRef) -> Packet {
+    pub fn by_reference(bytes: &[u8], payload: PayloadRef) -> Packet {
         debug_assert!(payload.at <= bytes.len());
-        Packet { bytes, payload: Some(payload) }
+        Packet { bytes: Bytes::from_slice(bytes), payload: Some(payload) }
     }
 
     /// The bytes in hand, from the first header on: the headers the
@@ -56,7 +76,7 @@ impl Packet {
         &self.bytes
     }
 
-    pub fn headers_mut(&mut self) -> &mut Vec<u8> {
+    pub fn headers_mut(&mut self) -> &mut Bytes {
         &mut self.bytes
     }
 
@@ -85,16 +105,18 @@ impl Packet {
     /// refers to the region (for a packet that leaves the sender's thread).
     pub fn make_whole(&mut self) {
         let Some(p) = self.payload.take() else { return };
-        let tail = self.bytes.split_off(p.at);
-        self.bytes.resize(p.at + p.len, 0);
-        p.memory.read(p.offset, &mut self.bytes[p.at..]);
-        self.bytes.extend_from_slice(&tail);
+        let mut whole = Vec::with_capacity(self.bytes.len() + p.len);
+        whole.extend_from_slice(&self.bytes[..p.at]);
+        whole.resize(p.at + p.len, 0);
+        p.memory.read(p.offset, &mut whole[p.at..]);
+        whole.extend_from_slice(&self.bytes[p.at..]);
+        self.bytes = Bytes::from_vec(whole);
     }
 
     /// The packet's bytes, whole (for paths that keep them: IB frames).
     pub fn into_bytes(mut self) -> Vec<u8> {
         self.make_whole();
-        self.bytes
+        self.bytes.into_vec()
     }
 }
 

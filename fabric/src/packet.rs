@@ -30,8 +30,9 @@ use smallvec::SmallVec;
 /// packet's headers, pad and ICRC, or a whole ACK or CNP, sit in the event
 /// or queue slot that holds the packet, so a hop reads them where it
 /// already is instead of from an allocation of their own, gone cold while
-/// the packet waited (docs/performance.md). Longer ones (INT trailers of
-/// several hops, IB frames, payloads carried whole) go on the heap.
+/// the packet waited (docs/performance.md). Longer ones go on the heap:
+/// with INT, any trailer with a stamp (24 bytes a hop); an immediate or
+/// atomic header; IB frames and payloads carried whole.
 pub type Bytes = SmallVec<[u8; INLINE]>;
 
 /// RoCE v2 over IPv4: 20 + 8 + 12 (BTH) + 16 (RETH) + 4 (ICRC), and an
@@ -104,13 +105,12 @@ impl Packet {
     /// Reads the payload into the packet's own bytes, so that it no longer
     /// refers to the region (for a packet that leaves the sender's thread).
     pub fn make_whole(&mut self) {
-        let Some(p) = self.payload.take() else { return };
-        let mut whole = Vec::with_capacity(self.bytes.len() + p.len);
-        whole.extend_from_slice(&self.bytes[..p.at]);
-        whole.resize(p.at + p.len, 0);
-        p.memory.read(p.offset, &mut whole[p.at..]);
-        whole.extend_from_slice(&self.bytes[p.at..]);
-        self.bytes = Bytes::from_vec(whole);
+        if self.payload.is_none() {
+            return;
+        }
+        let mut whole = Vec::with_capacity(self.wire_len());
+        self.whole(&mut whole);
+        (self.bytes, self.payload) = (Bytes::from_vec(whole), None);
     }
 
     /// The packet's bytes, whole (for paths that keep them: IB frames).
@@ -173,7 +173,10 @@ mod tests {
             let mut whole = p.clone();
             whole.make_whole();
             assert!(whole.is_whole());
-            arrived.push(whole.headers().to_vec());
+            let bytes = whole.headers();
+            assert_eq!(bytes[1] & 3, 3, "marked CE on the way");
+            assert_eq!(bytes.last(), Some(&1), "an INT trailer of one stamp");
+            arrived.push(bytes.to_vec());
             assert_eq!(p.whole(&mut rx), &arrived[arrived.len() - 1][..]);
             deliver(&mut hosts[1], 1, Some(&mut int), now, p, &mut rx);
         }

@@ -946,9 +946,17 @@ impl Fabric {
                 int: self.int.is_some().then(crate::int::EchoTable::default),
             })
             .collect();
+        // Packets already on their way (a run before this one) are made
+        // whole: their receiver may be another partition's thread.
+        for sw in &mut self.topo.switches {
+            sw.queued_packets_mut().for_each(Packet::make_whole);
+        }
         // The queue so far, to the partitions, in its order.
         let mut next_sample = None;
-        while let Some((t, ev)) = self.events.pop() {
+        while let Some((t, mut ev)) = self.events.pop() {
+            if let Event::Arrive { packet, .. } = &mut ev {
+                packet.make_whole();
+            }
             let node = match &ev {
                 Event::Arrive { node, .. }
                 | Event::Pfc { node, .. }
@@ -1082,6 +1090,10 @@ impl Fabric {
             for p in &parts {
                 let out = std::mem::take(&mut lock(p).outbox);
                 for (dst, at, ev) in out {
+                    debug_assert!(
+                        !matches!(&ev, Event::Arrive { packet, .. } if !packet.is_whole()),
+                        "a packet crossed partitions with its payload in the sender's region"
+                    );
                     lock(&parts[dst]).events.schedule(at, ev);
                 }
             }

@@ -278,6 +278,11 @@ impl Switch {
         Some((p, resume))
     }
 
+    /// Every packet queued on any port.
+    pub fn queued_packets_mut(&mut self) -> impl Iterator<Item = &mut Packet> {
+        self.egress.iter_mut().flat_map(|q| q.control.iter_mut().chain(q.data.iter_mut().map(|(p, _)| p)))
+    }
+
     /// Whether egress `port` has data waiting.
     pub fn has_data(&self, port: usize) -> bool {
         !self.egress[port].data.is_empty()

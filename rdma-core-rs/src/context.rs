@@ -686,6 +686,8 @@ impl Context {
 
     /// The lowest current DCQCN rate over this device's QPs, in bits per
     /// second, if congestion control is on and the device has RC/UC QPs.
+    /// Each as of its QP's last send, CNP or timer: an idle QP with no
+    /// pacer burst takes the increases due since when it next acts.
     pub fn min_qp_rate(&self) -> Option<u64> {
         self.inner.lock().ep.min_qp_rate()
     }

@@ -173,10 +173,10 @@ impl Endpoint {
         self.cc.factory.as_deref()?.as_any().downcast_ref()
     }
 
-    /// A QP's current rate in bits per second, if a controller runs: as
-    /// of its last event or timer. (A DCQCN QP whose pacer went idle
-    /// takes the increases due since when it next acts; see
-    /// [`crate::cc::Controller::next_timer_on_time`].)
+    /// A QP's current rate in bits per second, if a controller runs. A
+    /// DCQCN QP whose pacer went idle takes the increases due since at
+    /// its next send, CNP or due timer; until then this is the rate as of
+    /// the last of those ([`crate::cc::Controller::next_timer_on_time`]).
     pub fn qp_rate(&self, qpn: u32) -> Option<u64> {
         self.qps.get(&qpn)?.cc.as_ref()?.rate_bps()
     }

@@ -6,7 +6,9 @@
 //! Congestion control's deadlines are here too (a deferred CNP, the
 //! controller's own timers, the end of a pacing wait): `cc::wired::QpCc`
 //! re-arms them whenever it changes, so a QP's next deadline is this
-//! table's earliest ([`crate::qp::Qp::next_deadline`]).
+//! table's earliest ([`crate::qp::Qp::next_deadline`]). (A controller's
+//! rate-only timers are left out while the pacer is idle: they run at the
+//! QP's next event; `cc::Controller::next_timer_on_time`.)
 
 use crate::time::Instant;
 
@@ -25,8 +27,9 @@ pub enum Timer {
     /// The notification point's deferred CNP (marks arrived inside the
     /// CNP interval; it leaves when the interval ends).
     Cnp,
-    /// The congestion controller's next timer (DCQCN's rate increases and
-    /// decrease checks).
+    /// The congestion controller's next timer that must run on time
+    /// (DCQCN's decrease checks; its rate increases too while the pacer
+    /// holds packets).
     RateControl,
     /// The pacer held a data packet until then.
     Paced,

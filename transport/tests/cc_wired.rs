@@ -8,12 +8,13 @@ mod common;
 
 use common::*;
 use core::time::Duration;
-use rdma_transport::cc::{cnp_transport_bytes, DcqcnParams};
+use rdma_transport::cc::{self, cnp_transport_bytes, Controller, ControllerFactory, DcqcnParams};
 use rdma_transport::sim::{connect, LinkConfig, PairConfig, Side, Sim, Verdict};
 use rdma_transport::*;
 use rdma_wire::{Opcode, RoceV2Packet};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 const LINE: u64 = 100_000_000_000;
 /// A's QP posts this many 64 KiB WRITEs (1 KiB MTU: 64 packets each).
@@ -157,7 +158,8 @@ fn rate_at(rates: &[(u64, u64)], t: u64) -> u64 {
 /// data marked in the first 20 µs cut A's rate; every data packet after
 /// that leaves `bytes * 8 / rate` after the one before it (never sooner,
 /// and no later while A has data queued); once CNPs stop, the timer and
-/// byte-counter increases bring the rate back up toward line rate.
+/// byte-counter increases bring the rate back up toward line rate (those
+/// due while A is idle run when it next sends).
 #[test]
 fn dcqcn_cuts_on_cnps_paces_data_and_recovers() {
     let mut r = run(7, Some(DcqcnParams::paper(LINE)), first_20us, Duration::from_millis(4));
@@ -195,9 +197,16 @@ fn dcqcn_cuts_on_cnps_paces_data_and_recovers() {
     assert!(after.windows(2).all(|w| w[1] > w[0]), "{after:?}");
     // Fast recovery halves the distance to the target (the rate before the
     // last cut) five times; then additive increase (40 Mb/s a step) goes on.
-    let end = r.sim.ep(r.a.ep).qp_rate(r.a.qpn).unwrap();
-    assert!(end > min * 19 / 10 && end < LINE, "rate {end} after 4 ms, from {min}");
     assert_eq!(r.sim.ep(r.a.ep).completions_delivered(), WRITES);
+    // A is idle once its WRITEs are done; one more, 4 ms in, leaves at the
+    // rate the increases due since have reached.
+    r.sim.now = Instant::ZERO + Duration::from_millis(4);
+    let wr = SendWr::new(WRITES, SendOp::RdmaWrite { remote_addr: r.b.va, rkey: r.b.rkey }, sge(&r.a, 0, 1024));
+    r.sim.ep(r.a.ep).post_send(r.a.qpn, wr).unwrap();
+    let a = r.a.ep;
+    assert!(r.sim.run_until(Duration::from_millis(1), |s| s.ep(a).completions_delivered() == WRITES + 1));
+    let end = r.sim.ep(r.a.ep).qp_rate(r.a.qpn).unwrap();
+    assert!(end > min * 19 / 10 && end < LINE, "rate {end} at a WRITE 4 ms in, from {min}");
 }
 
 /// (c) With DCQCN off, A sends exactly when it sends without any marks
@@ -228,6 +237,117 @@ fn same_seed_same_trajectory() {
         assert!(x.rates.len() > 2, "{:?}", x.rates);
         assert_eq!(x.rates, y.rates);
         assert!(x.departures == y.departures);
+    }
+}
+
+/// DCQCN of `params` with every timer on time, as the engine ran it before
+/// it let an idle QP's increases wait for its next event: the oracle for
+/// that shortcut.
+#[derive(Debug)]
+struct OnTime(DcqcnParams);
+
+#[derive(Debug)]
+struct OnTimeController(Box<dyn Controller>);
+
+impl Controller for OnTimeController {
+    fn on_event(&mut self, now: Instant, event: cc::Event<'_>) {
+        self.0.on_event(now, event)
+    }
+    fn on_timer(&mut self, now: Instant) {
+        self.0.on_timer(now)
+    }
+    fn next_timer(&self) -> Option<Instant> {
+        self.0.next_timer()
+    }
+    // `next_timer_on_time` left to its default: every timer.
+    fn rate_bps(&self) -> u64 {
+        self.0.rate_bps()
+    }
+    fn rate_cuts(&self) -> u64 {
+        self.0.rate_cuts()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl ControllerFactory for OnTime {
+    fn build(&self) -> Box<dyn Controller> {
+        Box::new(OnTimeController(self.0.build()))
+    }
+    fn name(&self) -> &'static str {
+        "dcqcn, every timer on time"
+    }
+    fn pacer_burst(&self) -> Duration {
+        self.0.pacer_burst
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// A's QP under `factory`, B's notification point under `params`: bursts
+/// of two 64 KiB WRITEs every 150 µs, A idle in between, A's data marked
+/// CE in every third 40 µs window. Every departure, A's rate cuts, and
+/// how many steps the simulator took.
+fn bursts(factory: Arc<dyn ControllerFactory>, params: DcqcnParams) -> (Vec<Departure>, u64, usize) {
+    let link = LinkConfig { latency: Duration::from_micros(2), bandwidth_bps: LINE, ..LinkConfig::default() };
+    let mut sim = Sim::new(9, link);
+    let (a, b) = connect(&mut sim, PairConfig { mem_len: 2 << 20, ..PairConfig::default() });
+    sim.ep(a.ep).set_controller(Some(factory));
+    sim.ep(b.ep).set_congestion_control(Some(params));
+    let departures = Rc::new(RefCell::new(Vec::new()));
+    let log = departures.clone();
+    sim.set_tap(move |t, i, p| {
+        log.borrow_mut().push((t.as_nanos(), i, p.to_vec()));
+        if i == a.ep && (t.as_nanos() / 40_000) % 3 == 0 {
+            Verdict::MarkCe
+        } else {
+            Verdict::Deliver
+        }
+    });
+    let (mut steps, mut posted) = (0, 0u64);
+    for burst in 0..12u64 {
+        let at = Instant::ZERO + Duration::from_micros(150 * burst);
+        while sim.next_event().is_some_and(|t| t < at) {
+            sim.step();
+            steps += 1;
+        }
+        sim.now = sim.now.max(at);
+        for _ in 0..2 {
+            let wr = SendWr::new(
+                posted,
+                SendOp::RdmaWrite { remote_addr: b.va, rkey: b.rkey },
+                sge(&a, (posted % 16) * 65536, 65536),
+            );
+            sim.ep(a.ep).post_send(a.qpn, wr).unwrap();
+            posted += 1;
+        }
+    }
+    while sim.step() {
+        steps += 1;
+    }
+    assert_eq!(sim.ep(a.ep).completions_delivered(), posted);
+    let cuts = sim.ep(a.ep).stats().rate_cuts;
+    let departures = departures.borrow().clone();
+    (departures, cuts, steps)
+}
+
+/// (e) An idle QP's increase timers wait for its next event, and nothing
+/// on the wire shows it: the same departures, byte for byte and to the
+/// nanosecond, and the same rate cuts as with every timer on time, for
+/// the paper's DCQCN and NVIDIA's (whose decrease checks stay on time),
+/// in fewer steps.
+#[test]
+fn increases_left_for_the_next_event_change_no_departure() {
+    for params in [DcqcnParams::paper(LINE), DcqcnParams::nvidia(LINE)] {
+        let (lazy, lazy_cuts, lazy_steps) = bursts(Arc::new(params), params);
+        let (on_time, on_time_cuts, on_time_steps) = bursts(Arc::new(OnTime(params)), params);
+        assert!(lazy_cuts > 2, "{:?}: {lazy_cuts} cuts", params.variant);
+        assert_eq!(lazy_cuts, on_time_cuts, "{:?}", params.variant);
+        assert_eq!(lazy.len(), on_time.len(), "{:?}", params.variant);
+        assert!(lazy == on_time, "{:?}: the departures differ", params.variant);
+        assert!(lazy_steps < on_time_steps, "{:?}: {lazy_steps} steps against {on_time_steps}", params.variant);
     }
 }
 

@@ -73,11 +73,13 @@ pub trait Controller: Debug + Send {
     fn next_timer(&self) -> Option<Instant>;
 
     /// The first of those timers that must run on time. Work before it
-    /// that only raises the rate (DCQCN's increase timer) changes nothing
-    /// anyone sees while the QP's pacer is idle: the engine lets it wait
-    /// until the QP next acts, and [`Controller::on_event`] and
-    /// [`Controller::on_timer`] run it first, each step at its own time,
-    /// so the rates are those of running it on time. Default: all of them.
+    /// that only raises the rate (DCQCN's increase timer) changes no
+    /// departure while the QP's pacer is idle: the engine lets it wait for
+    /// the QP's next send or CNP, or a timer that is due, which run it
+    /// first, each step at its own time, so the packets leave as if it had
+    /// run on time. Until then [`Controller::rate_bps`] (and so
+    /// `Endpoint::qp_rate`) gives the rate as of the last of those.
+    /// Default: all of them.
     fn next_timer_on_time(&self) -> Option<Instant> {
         self.next_timer()
     }

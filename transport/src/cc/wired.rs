@@ -7,7 +7,10 @@
 //! path then checks one `Option`.
 //!
 //! Every method that changes a deadline re-arms the QP's timer table
-//! ([`QpCc::arm`]), so the table alone says when the QP has work.
+//! ([`QpCc::arm`]), so the table alone says when the QP has work; the one
+//! exception is the controller's rate-only timers while the pacer is
+//! idle, which run at the QP's next event instead
+//! ([`Controller::next_timer_on_time`]).
 
 use std::sync::Arc;
 
@@ -274,10 +277,32 @@ mod tests {
         }
         assert!(!cc.rate.as_ref().unwrap().pacer.idle_at(us(56)));
         assert_eq!(timers.get(Timer::RateControl), rp.next_timer(), "the increase re-paces what waits");
-        // A pacer with burst credit is never left to catch up (its credit accrues at the rate).
+    }
+
+    #[test]
+    fn with_burst_credit_or_a_cut_due_the_timer_runs_on_time_though_the_pacer_is_idle() {
+        let (mut q, mut dev) = (QpStats::default(), Stats::default());
+        // Credit accrues at the rate: a late increase would give another.
         let mut burst = DcqcnParams::paper(LINE);
         burst.pacer_burst = Duration::from_micros(100);
-        let pacer = RateControl::new(&burst).pacer;
-        assert!(!pacer.idle_at(us(56)));
+        let mut cc = QpCc { rate: Some(RateControl::new(&burst)), ..QpCc::default() };
+        let mut timers = Timers::default();
+        cc.on_data_sent(Instant::ZERO, PACKET, None, &mut q, &mut dev, &mut timers);
+        cc.on_cnp(us(1), &mut q, &mut dev, &mut timers);
+        assert_eq!(timers.get(Timer::RateControl), Some(us(56)));
+        // NVIDIA: a second CNP asks for a decrease check, which counts a cut.
+        let nvidia = DcqcnParams::nvidia(LINE);
+        let mut cc = QpCc { rate: Some(RateControl::new(&nvidia)), ..QpCc::default() };
+        let mut timers = Timers::default();
+        cc.on_data_sent(Instant::ZERO, PACKET, None, &mut q, &mut dev, &mut timers);
+        cc.on_cnp(us(1), &mut q, &mut dev, &mut timers);
+        cc.on_cnp(us(2), &mut q, &mut dev, &mut timers);
+        let rc = cc.rate.as_ref().unwrap();
+        let check = rc.ctl.next_timer_on_time().expect("a decrease check is due");
+        assert!(rc.pacer.idle_at(check));
+        assert_eq!(timers.get(Timer::RateControl), Some(check));
+        let cuts = rc.ctl.rate_cuts();
+        cc.on_timer(check, &mut q, &mut dev, &mut timers);
+        assert_eq!(cc.rate.as_ref().unwrap().ctl.rate_cuts(), cuts + 1, "the cut counted on time");
     }
 }

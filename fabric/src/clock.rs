@@ -32,6 +32,16 @@ pub enum Event {
     Sma { node: usize, port: usize },
 }
 
+impl Event {
+    /// A packet on its way is made whole ([`Packet::make_whole`]), for an
+    /// event that leaves the thread whose host's region its payload is in.
+    pub fn make_whole(&mut self) {
+        if let Event::Arrive { packet, .. } = self {
+            packet.make_whole();
+        }
+    }
+}
+
 /// A min-heap of (time, sequence) keys over a slab of events: the heap
 /// moves and compares 24-byte keys, never the events (which carry packets).
 #[derive(Debug, Default)]

@@ -298,10 +298,7 @@ impl Part {
         if p == self.id {
             return self.events.schedule(at, ev);
         }
-        if let Event::Arrive { packet, .. } = &mut ev {
-            // its payload from the sender's region, read on the sender's thread
-            packet.make_whole();
-        }
+        ev.make_whole(); // the payload read on the sender's thread
         assert!(
             at >= self.end,
             "a message for partition {p} at {} ns, inside the window ending at {} ns: the lookahead is wrong",
@@ -954,9 +951,7 @@ impl Fabric {
         // The queue so far, to the partitions, in its order.
         let mut next_sample = None;
         while let Some((t, mut ev)) = self.events.pop() {
-            if let Event::Arrive { packet, .. } = &mut ev {
-                packet.make_whole();
-            }
+            ev.make_whole();
             let node = match &ev {
                 Event::Arrive { node, .. }
                 | Event::Pfc { node, .. }

@@ -48,9 +48,10 @@ impl Pacer {
     }
 
     /// Whether a rate change at `t` would leave the next departure where
-    /// it is: the link is idle by then (strictly: at `busy_until` itself
-    /// a change keeps the sub-nanosecond remainder) and no burst credit,
-    /// which accrues at the rate, is kept.
+    /// it is: the link is idle by then (strictly after `busy_until`, to be
+    /// safe: a change at that instant keeps the sub-nanosecond remainder
+    /// a moment longer) and no burst credit, which accrues at the rate, is
+    /// kept.
     pub fn idle_at(&self, t: Instant) -> bool {
         self.burst.is_zero() && t > self.busy_until()
     }

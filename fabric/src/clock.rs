@@ -1,6 +1,7 @@
 //! The virtual clock and the event queue: events run in time order, ties in
 //! the order they were scheduled, so a seed replays a run exactly.
 
+use crate::lines::Lined;
 use crate::packet::Packet;
 use rdma_transport::Instant;
 use std::cmp::Reverse;
@@ -43,11 +44,12 @@ impl Event {
 }
 
 /// A min-heap of (time, sequence) keys over a slab of events: the heap
-/// moves and compares 24-byte keys, never the events (which carry packets).
+/// moves and compares 24-byte keys, never the events (which carry packets
+/// and sit on lines of their own, [`Lined`]).
 #[derive(Debug, Default)]
 pub struct EventQueue {
     heap: BinaryHeap<Reverse<(Instant, u64, usize)>>,
-    slots: Vec<Option<Event>>,
+    slots: Vec<Lined<Option<Event>>>,
     free: Vec<usize>,
     seq: u64,
 }
@@ -57,11 +59,11 @@ impl EventQueue {
         self.seq += 1;
         let slot = match self.free.pop() {
             Some(i) => {
-                self.slots[i] = Some(event);
+                self.slots[i] = Lined(Some(event));
                 i
             }
             None => {
-                self.slots.push(Some(event));
+                self.slots.push(Lined(Some(event)));
                 self.slots.len() - 1
             }
         };
@@ -75,7 +77,7 @@ impl EventQueue {
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
         let Reverse((t, _, slot)) = self.heap.pop()?;
         self.free.push(slot);
-        self.slots[slot].take().map(|e| (t, e))
+        self.slots[slot].0.take().map(|e| (t, e))
     }
 }
 

@@ -38,6 +38,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod ib;
 pub mod int;
+pub mod lines;
 pub mod link;
 pub mod multipath;
 pub mod packet;

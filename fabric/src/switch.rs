@@ -12,6 +12,7 @@
 //! those ingress limits rather than by the egress drop-tail (as in a shared
 //! buffer with reserved headroom); control stays lossy under the port limit.
 
+use crate::lines::Lined;
 use crate::multipath::{pick, Multipath};
 use crate::packet::Packet;
 use crate::pfc::PfcConfig;
@@ -86,9 +87,9 @@ pub fn flow_hash(packet: &[u8]) -> Option<u64> {
 /// One output port's queues.
 #[derive(Debug, Default)]
 pub struct Egress {
-    control: VecDeque<Packet>,
+    control: VecDeque<Lined<Packet>>,
     /// Data packets and the ingress port each came in on.
-    data: VecDeque<(Packet, usize)>,
+    data: VecDeque<Lined<(Packet, usize)>>,
     control_bytes: u64,
     data_bytes: u64,
     pub drops: u64,
@@ -214,7 +215,7 @@ impl Switch {
             ing.peak_bytes = ing.peak_bytes.max(ing.bytes);
             self.queued_bytes += len;
             q.data_bytes += len;
-            q.data.push_back((packet, in_port));
+            q.data.push_back(Lined((packet, in_port)));
             let pause = !ing.xoff && ing.bytes >= pfc.xoff_bytes;
             if pause {
                 ing.xoff = true;
@@ -232,10 +233,10 @@ impl Switch {
         self.queued_bytes += len;
         if data {
             q.data_bytes += len;
-            q.data.push_back((packet, in_port));
+            q.data.push_back(Lined((packet, in_port)));
         } else {
             q.control_bytes += len;
-            q.control.push_back(packet);
+            q.control.push_back(Lined(packet));
         }
         Admit::Queued { port, pause: false }
     }
@@ -248,7 +249,7 @@ impl Switch {
     pub fn dequeue(&mut self, port: usize, data_paused: bool, rng: &mut Rng) -> Option<(Packet, Option<usize>)> {
         let red = self.red;
         let q = &mut self.egress[port];
-        if let Some(p) = q.control.pop_front() {
+        if let Some(Lined(p)) = q.control.pop_front() {
             q.control_bytes -= p.wire_len() as u64;
             self.queued_bytes -= p.wire_len() as u64;
             return Some((p, None));
@@ -256,7 +257,7 @@ impl Switch {
         if data_paused {
             return None;
         }
-        let (mut p, in_port) = q.data.pop_front()?;
+        let Lined((mut p, in_port)) = q.data.pop_front()?;
         let depth = q.data_bytes;
         let len = p.wire_len() as u64;
         q.data_bytes -= len;
@@ -280,7 +281,7 @@ impl Switch {
 
     /// Every packet queued on any port.
     pub fn queued_packets_mut(&mut self) -> impl Iterator<Item = &mut Packet> {
-        self.egress.iter_mut().flat_map(|q| q.control.iter_mut().chain(q.data.iter_mut().map(|(p, _)| p)))
+        self.egress.iter_mut().flat_map(|q| q.control.iter_mut().map(|l| &mut l.0).chain(q.data.iter_mut().map(|l| &mut l.0 .0)))
     }
 
     /// Whether egress `port` has data waiting.

@@ -17,7 +17,9 @@
 //! from and write into one zeroed region (`host::Host`): incoming WRITEs
 //! land in the range a host sends from, but every byte ever written is
 //! zero, so its contents never change. Were they to change, the receiver's ICRC check would drop the packet
-//! (counted as a bad ICRC; up to CRC-32's collisions).
+//! (counted as a bad ICRC; up to CRC-32's collisions). Neither read touches
+//! the region's bytes while it has held only zeros, nor does the receiver's
+//! write of them ([`rdma_transport::RegionMemory::zeroed`]).
 //!
 //! Under `--threads` a packet leaving for another partition is made whole
 //! before it goes ([`Packet::make_whole`], by the sender's thread): the

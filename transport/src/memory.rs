@@ -6,6 +6,7 @@
 //! slice that the engine writes underneath it.
 
 pub use crate::protection::{Access, Pd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The bytes of a memory region, shared between the application and the
@@ -16,8 +17,9 @@ pub struct RegionMemory(Arc<Bytes>);
 
 #[derive(Debug)]
 enum Bytes {
-    /// Owned by the region.
-    Owned(Mutex<Box<[u8]>>),
+    /// Owned by the region. `zeros`: no byte has been anything but zero
+    /// yet (see [`RegionMemory::zeroed`]).
+    Owned { bytes: Mutex<Box<[u8]>>, zeros: AtomicBool },
     /// The caller's memory, registered with [`RegionMemory::from_raw`].
     Raw { ptr: *mut u8, len: usize, lock: Mutex<()> },
     /// The caller's memory, on demand ([`RegionMemory::on_demand`]): any
@@ -78,8 +80,15 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl RegionMemory {
     /// `len` zeroed bytes.
+    ///
+    /// Until a byte other than zero is written, the region is read as zeros
+    /// without touching its bytes, and zeros written into it are not copied
+    /// (nothing would change), as the kernel's zero page serves untouched
+    /// memory. The fabric simulator's hosts move only zeros: their payloads
+    /// then cost no cache misses on either side (docs/performance.md). The
+    /// first write of anything else, and any [`RegionMemory::lock`], end it.
     pub fn zeroed(len: usize) -> RegionMemory {
-        RegionMemory::from_vec(vec![0u8; len])
+        RegionMemory::owned(vec![0u8; len], true)
     }
 
     /// `len` zeroed bytes, or the allocator's refusal: for sizes a caller
@@ -88,12 +97,17 @@ impl RegionMemory {
         let mut v = Vec::new();
         v.try_reserve_exact(len)?;
         v.resize(len, 0);
-        Ok(RegionMemory::from_vec(v))
+        Ok(RegionMemory::owned(v, true))
     }
 
     /// Wraps existing bytes.
     pub fn from_vec(v: Vec<u8>) -> RegionMemory {
-        RegionMemory(Arc::new(Bytes::Owned(Mutex::new(v.into_boxed_slice()))))
+        RegionMemory::owned(v, false)
+    }
+
+    /// `zeros`: every byte of `v` is zero.
+    fn owned(v: Vec<u8>, zeros: bool) -> RegionMemory {
+        RegionMemory(Arc::new(Bytes::Owned { bytes: Mutex::new(v.into_boxed_slice()), zeros: AtomicBool::new(zeros) }))
     }
 
     /// Memory the caller owns, used in place.
@@ -152,7 +166,11 @@ impl RegionMemory {
     #[inline]
     pub fn lock(&self) -> RegionGuard<'_> {
         match &*self.0 {
-            Bytes::Owned(m) => RegionGuard { _lock: None, owned: Some(relock(m)), raw: (core::ptr::null_mut(), 0) },
+            Bytes::Owned { bytes, zeros } => {
+                // The guard may write anything.
+                zeros.store(false, Ordering::Release);
+                RegionGuard { _lock: None, owned: Some(relock(bytes)), raw: (core::ptr::null_mut(), 0) }
+            }
             Bytes::Raw { ptr, len, lock } => RegionGuard { _lock: Some(relock(lock)), owned: None, raw: (*ptr, *len) },
             Bytes::OnDemand { .. } => on_demand_misuse("lock"),
         }
@@ -174,7 +192,7 @@ impl RegionMemory {
     /// The address of the first byte (what libibverbs would register as `addr`).
     pub fn base_addr(&self) -> u64 {
         match &*self.0 {
-            Bytes::Owned(m) => relock(m).as_ptr() as u64,
+            Bytes::Owned { bytes, .. } => relock(bytes).as_ptr() as u64,
             Bytes::Raw { ptr, .. } => *ptr as u64,
             Bytes::OnDemand { addr, .. } => *addr as u64,
         }
@@ -182,7 +200,7 @@ impl RegionMemory {
 
     pub fn len(&self) -> usize {
         match &*self.0 {
-            Bytes::Owned(m) => relock(m).len(),
+            Bytes::Owned { bytes, .. } => relock(bytes).len(),
             Bytes::Raw { len, .. } | Bytes::OnDemand { len, .. } => *len,
         }
     }
@@ -219,7 +237,17 @@ impl RegionMemory {
     pub fn try_read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemoryFault> {
         match &*self.0 {
             Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, out.len(), |a| crate::odp::read(a, out)),
-            _ => {
+            Bytes::Owned { bytes, zeros } => {
+                // Zeros without reading them (a writer clears the flag
+                // before its bytes land, under the lock).
+                if zeros.load(Ordering::Acquire) {
+                    out.fill(0);
+                } else {
+                    out.copy_from_slice(&relock(bytes)[offset..offset + out.len()]);
+                }
+                Ok(())
+            }
+            Bytes::Raw { .. } => {
                 out.copy_from_slice(&self.lock()[offset..offset + out.len()]);
                 Ok(())
             }
@@ -233,7 +261,21 @@ impl RegionMemory {
     pub fn try_write(&self, offset: usize, data: &[u8]) -> Result<(), MemoryFault> {
         match &*self.0 {
             Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, data.len(), |a| crate::odp::write(a, data)),
-            _ => {
+            Bytes::Owned { bytes, zeros } => {
+                let mut g = relock(bytes);
+                if zeros.load(Ordering::Acquire) {
+                    // Zeros onto zeros change nothing. The test runs only
+                    // while the region has held nothing else: once per
+                    // region, past its first write of anything else.
+                    if data.iter().fold(0, |acc, &b| acc | b) == 0 {
+                        return Ok(());
+                    }
+                    zeros.store(false, Ordering::Release);
+                }
+                g[offset..offset + data.len()].copy_from_slice(data);
+                Ok(())
+            }
+            Bytes::Raw { .. } => {
                 self.lock()[offset..offset + data.len()].copy_from_slice(data);
                 Ok(())
             }
@@ -566,6 +608,45 @@ impl MemoryTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A zeroed region is served as zeros until something else lands in
+    /// it; whatever path puts the first other byte there (a write, a
+    /// write of mixed bytes starting with zeros, a guard, an atomic), every
+    /// later read sees it, and zeros written over data are written.
+    #[test]
+    fn a_zeroed_region_reads_what_was_written_by_every_path() {
+        let read = |m: &RegionMemory| {
+            let mut out = vec![0xaa; m.len()];
+            m.read(0, &mut out);
+            out
+        };
+        let m = RegionMemory::zeroed(64);
+        assert_eq!(read(&m), vec![0; 64]);
+        m.write(8, &[0; 16]);
+        assert_eq!(read(&m), vec![0; 64], "zeros onto zeros");
+        m.write(8, &[0, 0, 0, 7]);
+        let mut want = vec![0; 64];
+        want[11] = 7;
+        assert_eq!(read(&m), want, "a write whose first bytes are zero");
+        m.write(8, &[0; 4]);
+        want[11] = 0;
+        assert_eq!(read(&m), want, "zeros over data");
+
+        let m = RegionMemory::zeroed(64);
+        m.lock()[3] = 9;
+        assert_eq!(read(&m)[3], 9, "a byte written through the guard");
+
+        let m = RegionMemory::zeroed(64);
+        m.atomic(16, |v| v + 5);
+        assert_eq!(m.atomic(16, |v| v), 5, "an atomic's result");
+        assert_eq!(read(&m)[16..24], 5u64.to_ne_bytes());
+
+        let m = RegionMemory::try_zeroed(32).expect("32 bytes");
+        m.write(31, &[1]);
+        assert_eq!(read(&m)[31], 1);
+        let m = RegionMemory::from_vec(vec![4; 8]);
+        assert_eq!(read(&m), vec![4; 8], "from_vec's bytes are not taken for zeros");
+    }
 
     #[test]
     fn checks_key_pd_bounds_and_access() {

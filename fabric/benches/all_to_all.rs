@@ -7,8 +7,11 @@
 //! the fastest.
 //!
 //! `cargo bench -p rdma-fabric --bench all_to_all` (env:
-//! `FABRIC_BENCH_HOSTS=16,32,64,128,256`, `FABRIC_BENCH_ROUNDS=3`).
-//! docs/performance.md has the numbers.
+//! `FABRIC_BENCH_HOSTS=16,32,64,128,256`, `FABRIC_BENCH_ROUNDS=3`;
+//! `FABRIC_BENCH_DATA=1` fills every host's region with bytes other than
+//! zero first, so that payloads cost what data costs: the fabric's own
+//! hosts move zeros, which a zeroed region serves without touching its
+//! memory, `RegionMemory::zeroed`). docs/performance.md has the numbers.
 
 use rdma_fabric::scenarios::{all_to_all_fabric, Options, TopologyKind};
 use rdma_transport::Instant;
@@ -34,6 +37,12 @@ fn run(hosts: usize) -> (f64, f64, u64, f64) {
     };
     let (started, cpu) = (std::time::Instant::now(), cpu_time());
     let (mut fab, _) = all_to_all_fabric(&o).expect("a valid leaf-spine");
+    if std::env::var_os("FABRIC_BENCH_DATA").is_some() {
+        for host in &fab.topo.hosts {
+            let pattern: Vec<u8> = (0..host.memory.len()).map(|i| (i % 251) as u8 + 1).collect();
+            host.memory.write(0, &pattern);
+        }
+    }
     fab.run(Instant::ZERO + Duration::from_millis(20), true, &mut |_| {});
     let (wall, cpu) = (started.elapsed(), cpu_time() - cpu);
     let hops = fab.counters.packet_hops.max(1);

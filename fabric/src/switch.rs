@@ -281,7 +281,9 @@ impl Switch {
 
     /// Every packet queued on any port.
     pub fn queued_packets_mut(&mut self) -> impl Iterator<Item = &mut Packet> {
-        self.egress.iter_mut().flat_map(|q| q.control.iter_mut().map(|l| &mut l.0).chain(q.data.iter_mut().map(|l| &mut l.0 .0)))
+        self.egress
+            .iter_mut()
+            .flat_map(|q| q.control.iter_mut().map(|l| &mut l.0).chain(q.data.iter_mut().map(|l| &mut l.0 .0)))
     }
 
     /// Whether egress `port` has data waiting.

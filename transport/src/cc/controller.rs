@@ -18,6 +18,7 @@
 use core::any::Any;
 use core::fmt::Debug;
 use core::time::Duration;
+use std::sync::Arc;
 
 use super::params::DcqcnParams;
 use crate::Instant;
@@ -114,6 +115,15 @@ pub trait ControllerFactory: Debug + Send + Sync {
     /// A controller for a QP; its first event or timer call brings the
     /// time (the engine has no clock of its own to offer here).
     fn build(&self) -> Box<dyn Controller>;
+
+    /// [`ControllerFactory::build`] for a factory the device holds behind
+    /// an `Arc` (the engine's way): a controller may keep the `Arc` rather
+    /// than a copy of the parameters, so that all QPs read one copy,
+    /// which stays in cache, instead of each its own, cold whenever a
+    /// QP among thousands has an event (docs/performance.md).
+    fn build_shared(self: Arc<Self>) -> Box<dyn Controller> {
+        self.build()
+    }
 
     /// The algorithm's name, as the tools' `--cc` spell it.
     fn name(&self) -> &'static str;

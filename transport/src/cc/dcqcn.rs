@@ -5,6 +5,7 @@
 
 use core::any::Any;
 use core::time::Duration;
+use std::sync::Arc;
 
 use super::controller::{Controller, ControllerFactory, Event};
 use super::params::DcqcnParams;
@@ -57,6 +58,10 @@ impl ControllerFactory for DcqcnParams {
     /// A flow starts at line rate (the reaction point's own start).
     fn build(&self) -> Box<dyn Controller> {
         Box::new(Dcqcn { rp: ReactionPoint::new(*self) })
+    }
+
+    fn build_shared(self: Arc<Self>) -> Box<dyn Controller> {
+        Box::new(Dcqcn { rp: ReactionPoint::shared(self) })
     }
 
     fn name(&self) -> &'static str {

@@ -14,11 +14,13 @@ use super::fixed::Alpha;
 use super::params::{DcqcnParams, RpVariant};
 use crate::time::{later, period_ns};
 use crate::Instant;
+use std::sync::Arc;
 
 /// DCQCN reaction-point state of one QP. Rates in bits per second.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReactionPoint {
-    p: DcqcnParams,
+    /// Shared by the device's QPs (`ControllerFactory::build_shared`).
+    p: Arc<DcqcnParams>,
     rate: u64,
     target: u64,
     alpha: Alpha,
@@ -43,12 +45,22 @@ pub struct ReactionPoint {
 impl ReactionPoint {
     /// A flow starts at line rate, with no slow start (§1.3).
     pub fn new(params: DcqcnParams) -> ReactionPoint {
+        ReactionPoint::shared(Arc::new(params))
+    }
+
+    /// As [`ReactionPoint::new`], reading parameters others share.
+    pub fn shared(params: Arc<DcqcnParams>) -> ReactionPoint {
         let line = params.ceiling_bps();
-        ReactionPoint::from_state(params, line, line, params.initial_alpha)
+        let alpha = params.initial_alpha;
+        ReactionPoint::with_state(params, line, line, alpha)
     }
 
     /// A QP in a given state, as the §2.1 variant starts; rates are clamped.
     pub fn from_state(params: DcqcnParams, rate_bps: u64, target_bps: u64, alpha: Alpha) -> ReactionPoint {
+        ReactionPoint::with_state(Arc::new(params), rate_bps, target_bps, alpha)
+    }
+
+    fn with_state(params: Arc<DcqcnParams>, rate_bps: u64, target_bps: u64, alpha: Alpha) -> ReactionPoint {
         let mut rp = ReactionPoint {
             p: params,
             rate: 0,

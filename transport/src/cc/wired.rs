@@ -46,8 +46,8 @@ impl RateControl {
         }
     }
 
-    pub fn new(factory: &dyn ControllerFactory) -> RateControl {
-        let ctl = factory.build();
+    pub fn new(factory: &Arc<dyn ControllerFactory>) -> RateControl {
+        let ctl = Arc::clone(factory).build_shared();
         let pacer = Pacer::with_burst(ctl.rate_bps(), factory.pacer_burst());
         let rtt = ctl.wants_rtt().then(Box::default);
         RateControl { ctl, pacer, rtt }
@@ -67,7 +67,7 @@ pub(crate) struct QpCc {
 impl QpCc {
     /// Congestion control for a QP under `factory` (`None`: none).
     pub fn attach(slot: &mut Option<Box<QpCc>>, factory: Option<&Arc<dyn ControllerFactory>>, timers: &mut Timers) {
-        let rate = factory.map(|f| RateControl::new(f.as_ref()));
+        let rate = factory.map(RateControl::new);
         match slot.as_deref_mut() {
             Some(c) => (c.rate, c.paced_until) = (rate, None),
             None if rate.is_some() => *slot = Some(Box::new(QpCc { rate, ..QpCc::default() })),
@@ -223,6 +223,10 @@ mod tests {
     const LINE: u64 = 100_000_000_000;
     const PACKET: usize = 1_000;
 
+    fn factory(params: DcqcnParams) -> Arc<dyn ControllerFactory> {
+        Arc::new(params)
+    }
+
     fn us(n: u64) -> Instant {
         Instant::from_nanos(n * 1_000)
     }
@@ -232,7 +236,7 @@ mod tests {
     /// be stepped timer by timer.
     fn cut() -> (QpCc, Timers, ReactionPoint) {
         let params = DcqcnParams::paper(LINE);
-        let mut cc = QpCc { rate: Some(RateControl::new(&params)), ..QpCc::default() };
+        let mut cc = QpCc { rate: Some(RateControl::new(&factory(params))), ..QpCc::default() };
         let (mut timers, mut q, mut dev) = (Timers::default(), QpStats::default(), Stats::default());
         cc.on_data_sent(Instant::ZERO, PACKET, None, &mut q, &mut dev, &mut timers);
         cc.on_cnp(us(1), &mut q, &mut dev, &mut timers);
@@ -285,14 +289,14 @@ mod tests {
         // Credit accrues at the rate: a late increase would give another.
         let mut burst = DcqcnParams::paper(LINE);
         burst.pacer_burst = Duration::from_micros(100);
-        let mut cc = QpCc { rate: Some(RateControl::new(&burst)), ..QpCc::default() };
+        let mut cc = QpCc { rate: Some(RateControl::new(&factory(burst))), ..QpCc::default() };
         let mut timers = Timers::default();
         cc.on_data_sent(Instant::ZERO, PACKET, None, &mut q, &mut dev, &mut timers);
         cc.on_cnp(us(1), &mut q, &mut dev, &mut timers);
         assert_eq!(timers.get(Timer::RateControl), Some(us(56)));
         // NVIDIA: a second CNP asks for a decrease check, which counts a cut.
         let nvidia = DcqcnParams::nvidia(LINE);
-        let mut cc = QpCc { rate: Some(RateControl::new(&nvidia)), ..QpCc::default() };
+        let mut cc = QpCc { rate: Some(RateControl::new(&factory(nvidia))), ..QpCc::default() };
         let mut timers = Timers::default();
         cc.on_data_sent(Instant::ZERO, PACKET, None, &mut q, &mut dev, &mut timers);
         cc.on_cnp(us(1), &mut q, &mut dev, &mut timers);

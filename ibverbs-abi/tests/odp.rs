@@ -83,7 +83,8 @@ int main(void) {
     SHOW("reg_on_demand", m == NULL);
     SHOW("write_mapped", op(IBV_WR_RDMA_WRITE, m->rkey, (uintptr_t)pages + 100, 10));
     printf("page0 \"%s\"\n", pages + 100);
-    munmap(pages + 4096, 4096);
+    /* PROT_NONE in place of the page, not a hole another mmap could fill */
+    mmap(pages + 4096, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     SHOW("write_unmapped", op(IBV_WR_RDMA_WRITE, m->rkey, (uintptr_t)pages + 4096 + 8, 10));
     SHOW("reconnect1", reconnect());
     SHOW("read_unmapped", op(IBV_WR_RDMA_READ, m->rkey, (uintptr_t)pages + 4096, 8));
@@ -101,8 +102,7 @@ int main(void) {
     static char target[32];
     SHOW("write_implicit", op(IBV_WR_RDMA_WRITE, imp->rkey, (uintptr_t)target, 10));
     printf("target \"%s\"\n", target);
-    char *hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    munmap(hole, 4096);
+    char *hole = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); /* reserved, never accessible */
     SHOW("write_implicit_hole", op(IBV_WR_RDMA_WRITE, imp->rkey, (uintptr_t)hole, 10));
     SHOW("reconnect3", reconnect());
     SHOW("write_implicit_address_0", op(IBV_WR_RDMA_WRITE, imp->rkey, 0, 10));

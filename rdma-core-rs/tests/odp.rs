@@ -52,9 +52,25 @@ impl Pages {
     fn ptr(&self) -> *mut u8 {
         self.addr as *mut u8
     }
+    /// Page `i` stops being accessible: a `PROT_NONE` mapping in its place,
+    /// which faults as an unmapped page does. A hole left by `munmap` was
+    /// free for the next `mmap` of any thread (an io_uring ring, a stack),
+    /// which made the page readable again: a READ into it "succeeded" once
+    /// under `SOFTROCE_IO_DRIVER=io-uring`.
     fn unmap(&mut self, i: usize) {
-        // SAFETY: page `i` of our mapping; nothing of ours points into it.
-        assert_eq!(unsafe { libc::munmap(self.at(i) as *mut libc::c_void, page()) }, 0);
+        // SAFETY: page `i` of our mapping, replaced in place (MAP_FIXED);
+        // nothing of ours points into it.
+        let p = unsafe {
+            libc::mmap(
+                self.at(i) as *mut libc::c_void,
+                page(),
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(p as usize, self.at(i));
         self.gone.push(i);
     }
     /// A copy of mapped page `i`, read once the engine is done with it.
@@ -71,10 +87,8 @@ impl Pages {
 
 impl Drop for Pages {
     fn drop(&mut self) {
-        for i in (0..self.n).filter(|i| !self.gone.contains(i)) {
-            // SAFETY: our own page, still mapped.
-            unsafe { libc::munmap(self.at(i) as *mut libc::c_void, page()) };
-        }
+        // SAFETY: our own pages (the gone ones reserved PROT_NONE).
+        unsafe { libc::munmap(self.ptr().cast(), self.n * page()) };
     }
 }
 

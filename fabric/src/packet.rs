@@ -19,7 +19,9 @@
 //! zero, so its contents never change. Were they to change, the receiver's ICRC check would drop the packet
 //! (counted as a bad ICRC; up to CRC-32's collisions). Neither read touches
 //! the region's bytes while it has held only zeros, nor does the receiver's
-//! write of them ([`rdma_transport::RegionMemory::zeroed`]).
+//! write of them ([`rdma_transport::RegionMemory::zeroed`]). (The
+//! `all_to_all` bench's data mode fills every host's region with one
+//! pattern: WRITEs go from offset 0 to offset 0, so again nothing changes.)
 //!
 //! Under `--threads` a packet leaving for another partition is made whole
 //! before it goes ([`Packet::make_whole`], by the sender's thread): the

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The bytes of a memory region, shared between the application and the
-/// engine. Every access copies under a lock, so no safe caller ever holds a
-/// reference into bytes the engine may write.
+/// engine. Every access copies under a lock (or, from a region that has
+/// held only zeros, copies zeros without reading it: [`RegionMemory::zeroed`]),
+/// so no safe caller ever holds a reference into bytes the engine may write.
 #[derive(Debug, Clone)]
 pub struct RegionMemory(Arc<Bytes>);
 
@@ -19,7 +20,9 @@ pub struct RegionMemory(Arc<Bytes>);
 enum Bytes {
     /// Owned by the region. `zeros`: no byte has been anything but zero
     /// yet (see [`RegionMemory::zeroed`]).
-    Owned { bytes: Mutex<Box<[u8]>>, zeros: AtomicBool },
+    /// `len`: the bytes' length, for the bounds of the zeros' path, which
+    /// does not take the lock.
+    Owned { bytes: Mutex<Box<[u8]>>, len: usize, zeros: AtomicBool },
     /// The caller's memory, registered with [`RegionMemory::from_raw`].
     Raw { ptr: *mut u8, len: usize, lock: Mutex<()> },
     /// The caller's memory, on demand ([`RegionMemory::on_demand`]): any
@@ -105,9 +108,20 @@ impl RegionMemory {
         RegionMemory::owned(v, false)
     }
 
+    /// Whether the region is still served as zeros ([`RegionMemory::zeroed`]).
+    #[cfg(test)]
+    fn holds_only_zeros(&self) -> bool {
+        matches!(&*self.0, Bytes::Owned { zeros, .. } if zeros.load(Ordering::Acquire))
+    }
+
     /// `zeros`: every byte of `v` is zero.
     fn owned(v: Vec<u8>, zeros: bool) -> RegionMemory {
-        RegionMemory(Arc::new(Bytes::Owned { bytes: Mutex::new(v.into_boxed_slice()), zeros: AtomicBool::new(zeros) }))
+        let len = v.len();
+        RegionMemory(Arc::new(Bytes::Owned {
+            bytes: Mutex::new(v.into_boxed_slice()),
+            len,
+            zeros: AtomicBool::new(zeros),
+        }))
     }
 
     /// Memory the caller owns, used in place.
@@ -166,9 +180,11 @@ impl RegionMemory {
     #[inline]
     pub fn lock(&self) -> RegionGuard<'_> {
         match &*self.0 {
-            Bytes::Owned { bytes, zeros } => {
+            Bytes::Owned { bytes, zeros, .. } => {
                 // The guard may write anything.
-                zeros.store(false, Ordering::Release);
+                if zeros.load(Ordering::Relaxed) {
+                    zeros.store(false, Ordering::Release);
+                }
                 RegionGuard { _lock: None, owned: Some(relock(bytes)), raw: (core::ptr::null_mut(), 0) }
             }
             Bytes::Raw { ptr, len, lock } => RegionGuard { _lock: Some(relock(lock)), owned: None, raw: (*ptr, *len) },
@@ -200,7 +216,7 @@ impl RegionMemory {
 
     pub fn len(&self) -> usize {
         match &*self.0 {
-            Bytes::Owned { bytes, .. } => relock(bytes).len(),
+            Bytes::Owned { len, .. } => *len,
             Bytes::Raw { len, .. } | Bytes::OnDemand { len, .. } => *len,
         }
     }
@@ -237,10 +253,15 @@ impl RegionMemory {
     pub fn try_read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemoryFault> {
         match &*self.0 {
             Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, out.len(), |a| crate::odp::read(a, out)),
-            Bytes::Owned { bytes, zeros } => {
+            Bytes::Owned { bytes, len, zeros } => {
                 // Zeros without reading them (a writer clears the flag
-                // before its bytes land, under the lock).
+                // before its bytes land, under the lock). Out of bounds
+                // panics here as the slice below would.
                 if zeros.load(Ordering::Acquire) {
+                    assert!(
+                        offset.checked_add(out.len()).is_some_and(|end| end <= *len),
+                        "RegionMemory: read past the end"
+                    );
                     out.fill(0);
                 } else {
                     out.copy_from_slice(&relock(bytes)[offset..offset + out.len()]);
@@ -261,8 +282,9 @@ impl RegionMemory {
     pub fn try_write(&self, offset: usize, data: &[u8]) -> Result<(), MemoryFault> {
         match &*self.0 {
             Bytes::OnDemand { addr, .. } => odp_copy(*addr, offset, data.len(), |a| crate::odp::write(a, data)),
-            Bytes::Owned { bytes, zeros } => {
+            Bytes::Owned { bytes, zeros, .. } => {
                 let mut g = relock(bytes);
+                let dst = &mut g[offset..offset + data.len()];
                 if zeros.load(Ordering::Acquire) {
                     // Zeros onto zeros change nothing. The test runs only
                     // while the region has held nothing else: once per
@@ -272,7 +294,7 @@ impl RegionMemory {
                     }
                     zeros.store(false, Ordering::Release);
                 }
-                g[offset..offset + data.len()].copy_from_slice(data);
+                dst.copy_from_slice(data);
                 Ok(())
             }
             Bytes::Raw { .. } => {
@@ -624,7 +646,9 @@ mod tests {
         assert_eq!(read(&m), vec![0; 64]);
         m.write(8, &[0; 16]);
         assert_eq!(read(&m), vec![0; 64], "zeros onto zeros");
+        assert!(m.holds_only_zeros(), "reads and zeros written keep the region's zeros served without reading it");
         m.write(8, &[0, 0, 0, 7]);
+        assert!(!m.holds_only_zeros());
         let mut want = vec![0; 64];
         want[11] = 7;
         assert_eq!(read(&m), want, "a write whose first bytes are zero");
@@ -637,6 +661,10 @@ mod tests {
         assert_eq!(read(&m)[3], 9, "a byte written through the guard");
 
         let m = RegionMemory::zeroed(64);
+        m.atomic_write(40, 3u64.to_ne_bytes());
+        assert_eq!(read(&m)[40..48], 3u64.to_ne_bytes(), "an atomic write");
+
+        let m = RegionMemory::zeroed(64);
         m.atomic(16, |v| v + 5);
         assert_eq!(m.atomic(16, |v| v), 5, "an atomic's result");
         assert_eq!(read(&m)[16..24], 5u64.to_ne_bytes());
@@ -646,6 +674,44 @@ mod tests {
         assert_eq!(read(&m)[31], 1);
         let m = RegionMemory::from_vec(vec![4; 8]);
         assert_eq!(read(&m), vec![4; 8], "from_vec's bytes are not taken for zeros");
+    }
+
+    /// Out of bounds is the panic it always was, zeros or not.
+    #[test]
+    fn a_zeroed_region_still_refuses_out_of_bounds() {
+        let m = RegionMemory::zeroed(16);
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.read(12, &mut [0; 8])));
+        assert!(read.is_err(), "a read past the end");
+        let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.write(12, &[0; 8])));
+        assert!(write.is_err(), "zeros written past the end");
+        assert!(m.holds_only_zeros());
+    }
+
+    /// Readers on other threads see a value written on this one as soon
+    /// as the write returns: never the zeros from before it.
+    #[test]
+    fn readers_see_the_first_write_once_it_returns() {
+        for _ in 0..50 {
+            let m = RegionMemory::zeroed(4096);
+            let done = Arc::new(AtomicBool::new(false));
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (m, done) = (m.clone(), done.clone());
+                    std::thread::spawn(move || loop {
+                        let seen = done.load(Ordering::Acquire);
+                        let mut b = [0u8; 8];
+                        m.read(4000, &mut b);
+                        if seen {
+                            assert_eq!(b, [9; 8], "read after the write returned");
+                            return;
+                        }
+                    })
+                })
+                .collect();
+            m.write(4000, &[9; 8]);
+            done.store(true, Ordering::Release);
+            readers.into_iter().for_each(|r| r.join().expect("reader"));
+        }
     }
 
     #[test]

@@ -85,6 +85,21 @@ impl ControllerFactory for DcqcnParams {
 mod tests {
     use super::*;
 
+    /// Controllers built from one `Arc` of parameters hold that `Arc`
+    /// (one copy for every QP of a device), and let go of it when dropped.
+    #[test]
+    fn controllers_built_from_one_arc_share_its_parameters() {
+        let params = Arc::new(DcqcnParams::nvidia(100_000_000_000));
+        let built: Vec<_> = (0..3).map(|_| Arc::clone(&params).build_shared()).collect();
+        assert_eq!(Arc::strong_count(&params), 4, "each controller holds the one Arc");
+        for ctl in &built {
+            let rp = &ctl.as_any().downcast_ref::<Dcqcn>().expect("DCQCN").rp;
+            assert!(std::ptr::eq(rp.params(), &*params), "the parameters read are the shared ones");
+        }
+        drop(built);
+        assert_eq!(Arc::strong_count(&params), 1);
+    }
+
     /// The controller answers exactly what the bare reaction point does
     /// for the same events: the seam adds nothing to DCQCN.
     #[test]

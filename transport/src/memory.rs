@@ -19,9 +19,8 @@ pub struct RegionMemory(Arc<Bytes>);
 #[derive(Debug)]
 enum Bytes {
     /// Owned by the region. `zeros`: no byte has been anything but zero
-    /// yet (see [`RegionMemory::zeroed`]).
-    /// `len`: the bytes' length, for the bounds of the zeros' path, which
-    /// does not take the lock.
+    /// yet ([`RegionMemory::zeroed`]); `len`: the bytes' length, kept
+    /// apart for the bounds check of the zeros' path, which takes no lock.
     Owned { bytes: Mutex<Box<[u8]>>, len: usize, zeros: AtomicBool },
     /// The caller's memory, registered with [`RegionMemory::from_raw`].
     Raw { ptr: *mut u8, len: usize, lock: Mutex<()> },
@@ -286,9 +285,10 @@ impl RegionMemory {
                 let mut g = relock(bytes);
                 let dst = &mut g[offset..offset + data.len()];
                 if zeros.load(Ordering::Acquire) {
-                    // Zeros onto zeros change nothing. The test runs only
-                    // while the region has held nothing else: once per
-                    // region, past its first write of anything else.
+                    // Zeros onto zeros change nothing: a scan of the
+                    // caller's bytes (hot) instead of a copy into the
+                    // region's (cold). It runs only while the region has
+                    // held nothing else, never after its first other byte.
                     if data.iter().fold(0, |acc, &b| acc | b) == 0 {
                         return Ok(());
                     }

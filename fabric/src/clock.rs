@@ -74,6 +74,20 @@ impl EventQueue {
         self.heap.peek().map(|Reverse((t, ..))| *t)
     }
 
+    /// The event that runs next, if any.
+    pub fn peek(&self) -> Option<&Event> {
+        let Reverse((_, _, slot)) = self.heap.peek()?;
+        self.slots[*slot].0.as_ref()
+    }
+
+    /// The event that runs after the next one, as things stand (the
+    /// smaller of the heap root's children).
+    pub fn peek_second(&self) -> Option<&Event> {
+        let h = self.heap.as_slice();
+        let Reverse((_, _, slot)) = h.get(1..).unwrap_or(&[]).iter().take(2).max()?;
+        self.slots[*slot].0.as_ref()
+    }
+
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
         let Reverse((t, _, slot)) = self.heap.pop()?;
         self.free.push(slot);

@@ -233,10 +233,32 @@ impl Fabric {
             }
             if te.is_some_and(|e| e <= t) {
                 let (_, ev) = self.events.pop().expect("peeked");
+                self.prefetch_next();
                 self.handle(ev);
             } else {
                 self.fire_timers();
             }
+        }
+    }
+
+    /// Asks the engine that the next event reaches to bring the state of
+    /// that packet's QP into the cache while this event runs.
+    fn prefetch_next(&self) {
+        fn at_host<'a>(nodes: &[Node], ev: Option<&'a Event>) -> Option<(usize, &'a [u8])> {
+            match ev {
+                Some(Event::Arrive { node, packet, .. }) => match nodes[*node] {
+                    Node::Host(h) => Some((h, packet.headers())),
+                    Node::Switch(_) => None,
+                },
+                _ => None,
+            }
+        }
+        let at_host = |ev| at_host(&self.topo.nodes, ev);
+        if let Some((h, p)) = at_host(self.events.peek()) {
+            self.topo.hosts[h].ep.prefetch_for(p, true);
+        }
+        if let Some((h, p)) = at_host(self.events.peek_second()) {
+            self.topo.hosts[h].ep.prefetch_for(p, false);
         }
     }
 

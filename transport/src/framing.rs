@@ -121,6 +121,26 @@ pub const MAX_FRAMING: usize = 40 + 8;
 pub const MAX_TRAILER: usize = 2;
 
 impl Framer {
+    /// The destination QPN of a packet in this link's framing, read
+    /// without checking anything else: a hint for [`crate::Endpoint::prefetch_for`].
+    pub(crate) fn dest_qpn(&self, l3: &[u8]) -> Option<u32> {
+        let bth = match self.link {
+            LinkKind::RoceV2 => match l3.first()? >> 4 {
+                4 => usize::from(l3[0] & 0xf) * 4 + 8,
+                6 => 48,
+                _ => return None,
+            },
+            LinkKind::RoceV1 => 40,
+            LinkKind::Ib => match l3.get(1)? & 3 {
+                2 => 8,
+                3 => 48,
+                _ => return None,
+            },
+        };
+        let q = l3.get(bth + 5..bth + 8)?;
+        Some(u32::from_be_bytes([0, q[0], q[1], q[2]]))
+    }
+
     /// A RoCE v2 framer for the address `local`, payloads copied.
     pub fn roce_v2(local: IpAddr) -> Framer {
         Framer { local, by_ref: false, link: LinkKind::RoceV2, lid: 0 }
@@ -354,6 +374,39 @@ pub fn sge_len(sges: &[Sge]) -> u64 {
 mod tests {
     use super::*;
     use rdma_wire::{BthRepr, Opcode, Psn, RethRepr};
+
+    /// `dest_qpn` reads the QPN every framing writes: RoCE v2 over IPv4
+    /// and IPv6, RoCE v1, native IB with and without a GRH.
+    #[test]
+    fn dest_qpn_reads_what_every_framing_writes() {
+        let (v4, v6) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 1]));
+        let ib = |local, lid| Framer { local, by_ref: false, link: LinkKind::Ib, lid };
+        let framers = [
+            (Framer::roce_v2(v4), IpAddr::from([10, 0, 0, 2])),
+            (Framer::roce_v2(v6), IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 2])),
+            (Framer { link: LinkKind::RoceV1, ..Framer::roce_v2(v6) }, IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 2])),
+            (ib(v6, 3), IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 2])),
+            (ib(IpAddr::from([0u16; 8]), 3), IpAddr::from([0u16; 8])),
+        ];
+        for (framer, dest) in framers {
+            let av = AddressVector { dlid: 9, ..AddressVector::new(dest) };
+            let tr = TransportRepr::new(BthRepr::new(Opcode::RC_SEND_ONLY, 0xab_cdef, Psn::new(5)));
+            let mut buf = vec![0u8; 512];
+            let n = framer.frame(&mut buf, &av, 0xc001, &tr, 8, |_| Ok::<(), ()>(())).unwrap();
+            assert_eq!(framer.dest_qpn(&buf[..n]), Some(0xab_cdef), "{:?} to {dest}", framer.link);
+        }
+    }
+
+    proptest::proptest! {
+        /// A hint over any bytes: never a panic.
+        #[test]
+        fn dest_qpn_takes_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
+            for link in [LinkKind::RoceV2, LinkKind::RoceV1, LinkKind::Ib] {
+                let framer = Framer { link, ..Framer::roce_v2(IpAddr::from([10, 0, 0, 1])) };
+                let _ = framer.dest_qpn(&bytes);
+            }
+        }
+    }
 
     /// A packet given by reference, made whole by `inline` or assembled
     /// around `seal`, is byte for byte the packet `frame` copies, for

@@ -70,6 +70,14 @@ impl Qp {
         self.timers.next()
     }
 
+    /// Asks the cache for what this QP points to and a packet for it reads.
+    pub(crate) fn prefetch_deep(&self) {
+        if let Some(cc) = &self.cc {
+            cc.prefetch();
+        }
+        self.req.sq.prefetch();
+    }
+
     pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {
         // UD has no path MTU: its messages go up to the port's MTU, which
         // for a soft device is the largest there is (as rxe takes the port's

@@ -67,6 +67,15 @@ impl SendQueue {
         self.wqes.len()
     }
 
+    /// Asks the cache for the WQEs an ACK or the next packet reads: the
+    /// oldest and the one at the cursor, with their SGE lists.
+    pub(crate) fn prefetch(&self) {
+        for w in [self.wqes.front(), self.wqes.get(self.cursor_wqe)].into_iter().flatten() {
+            crate::prefetch::lines_of(w);
+            crate::prefetch::lines_of(w.wr.sg_list.as_slice());
+        }
+    }
+
     /// Queues a posted request (not started: it takes its PSNs when the
     /// requester reaches it).
     pub(crate) fn push(&mut self, wr: SendWr) {

@@ -151,6 +151,12 @@ impl Agenda {
         None
     }
 
+    /// The ready QP after `qpn` in QPN order (wrapping), if another is ready.
+    pub fn ready_after(&self, qpn: u32) -> Option<u32> {
+        let next = self.ready.range(qpn.wrapping_add(1)..).next().or_else(|| self.ready.first()).copied();
+        next.filter(|&n| n != qpn)
+    }
+
     /// QP `qpn` sent a packet in a round that asked every QP: it may have more.
     pub fn sent(&mut self, qpn: u32) {
         self.ready.insert(qpn);
@@ -171,6 +177,21 @@ mod tests {
 
     fn qps(nums: &[u32]) -> BTreeMap<u32, Box<Qp>> {
         nums.iter().map(|&n| (n, Box::new(Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0)))))).collect()
+    }
+
+    #[test]
+    fn the_ready_qp_after_another_wraps_and_is_never_itself() {
+        let map = qps(&[10, 20, 30]);
+        let mut a = Agenda::default();
+        a.mark_all();
+        assert_eq!(a.next_ready(0, &map), Some(10));
+        assert_eq!(a.ready_after(10), Some(20));
+        assert_eq!(a.ready_after(25), Some(30));
+        assert_eq!(a.ready_after(30), Some(10));
+        a.idle(20);
+        a.idle(30);
+        assert_eq!(a.ready_after(10), None);
+        assert_eq!(a.ready_after(u32::MAX), Some(10));
     }
 
     #[test]

@@ -490,3 +490,25 @@ impl Endpoint {
         }
     }
 }
+
+impl Endpoint {
+    /// A hint: a packet with these bytes (as [`Endpoint::handle_packet`]
+    /// takes them) is about to arrive, so the state of the QP it is for
+    /// is asked into the cache now. Changes nothing; a packet it cannot
+    /// read is ignored.
+    ///
+    /// `deep` also asks for what the QP points to (its congestion
+    /// control, its oldest WQEs), which reads the QP itself: for a packet
+    /// whose QP was asked for shallowly one event earlier.
+    pub fn prefetch_for(&self, l3: &[u8], deep: bool) {
+        if let Some(qpn) = self.port.framer.dest_qpn(l3) {
+            if let Some(qp) = self.qps.get(&qpn) {
+                if deep {
+                    qp.prefetch_deep();
+                } else {
+                    crate::prefetch::lines_of::<crate::qp::Qp>(qp);
+                }
+            }
+        }
+    }
+}

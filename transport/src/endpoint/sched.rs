@@ -279,6 +279,17 @@ impl Endpoint {
                 }
                 qpn
             };
+            if self.sched.burst == 0 && !flush {
+                // A new turn begins: the QP after this one in the ready
+                // set is likely the next turn's, and in a device of many
+                // QPs its state has gone cold; it is asked for now.
+                let agenda = self.sched.agenda.get_mut();
+                if let Some(next) = agenda.ready_after(qpn) {
+                    if let Some(q) = self.qps.get(&next) {
+                        crate::prefetch::lines_of::<crate::qp::Qp>(q);
+                    }
+                }
+            }
             let t = self.transmit_from(qpn, now, buf, flush);
             // Its deadline may have changed; one that sent may have more,
             // one of the ready that had nothing leaves them.

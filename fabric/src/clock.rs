@@ -1,6 +1,7 @@
 //! The virtual clock and the event queue: events run in time order, ties in
 //! the order they were scheduled, so a seed replays a run exactly.
 
+use crate::calendar::Calendar;
 use crate::lines::Lined;
 use crate::packet::Packet;
 use rdma_transport::Instant;
@@ -43,20 +44,18 @@ impl Event {
     }
 }
 
-/// A min-heap of (time, sequence) keys over a slab of events: the heap
-/// moves and compares 24-byte keys, never the events (which carry packets
-/// and sit on lines of their own, [`Lined`]).
+/// The events in time order over a slab: the order ([`Calendar`]) moves
+/// and compares 24-byte keys, never the events (which carry packets and
+/// sit on lines of their own, [`Lined`]).
 #[derive(Debug, Default)]
 pub struct EventQueue {
-    heap: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    order: Calendar,
     slots: Vec<Lined<Option<Event>>>,
     free: Vec<usize>,
-    seq: u64,
 }
 
 impl EventQueue {
     pub fn schedule(&mut self, at: Instant, event: Event) {
-        self.seq += 1;
         let slot = match self.free.pop() {
             Some(i) => {
                 self.slots[i] = Lined(Some(event));
@@ -67,29 +66,26 @@ impl EventQueue {
                 self.slots.len() - 1
             }
         };
-        self.heap.push(Reverse((at, self.seq, slot)));
+        self.order.push(at, slot);
     }
 
-    pub fn next_time(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse((t, ..))| *t)
+    pub fn next_time(&mut self) -> Option<Instant> {
+        self.order.peek().map(|(t, _)| t)
     }
 
-    /// The event that runs next, if any.
+    /// The event that runs next, if [`EventQueue::next_time`] found one
+    /// and nothing was taken since (a hint for prefetching).
     pub fn peek(&self) -> Option<&Event> {
-        let Reverse((_, _, slot)) = self.heap.peek()?;
-        self.slots[*slot].0.as_ref()
+        self.slots[self.order.peek_now()?].0.as_ref()
     }
 
-    /// The event that runs after the next one, as things stand (the
-    /// smaller of the heap root's children).
+    /// The event that runs after that one, if it is as near (a hint).
     pub fn peek_second(&self) -> Option<&Event> {
-        let h = self.heap.as_slice();
-        let Reverse((_, _, slot)) = h.get(1..).unwrap_or(&[]).iter().take(2).max()?;
-        self.slots[*slot].0.as_ref()
+        self.slots[self.order.second()?].0.as_ref()
     }
 
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
-        let Reverse((t, _, slot)) = self.heap.pop()?;
+        let (t, slot) = self.order.pop()?;
         self.free.push(slot);
         self.slots[slot].0.take().map(|e| (t, e))
     }

@@ -9,6 +9,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`clock`] | the event queue on the virtual clock |
+//! | [`calendar`] | the event queue's order: buckets of the near future |
 //! | [`link`] | a link direction: rate and delay |
 //! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
 //! | [`multipath`] | `--multipath ecmp\|spray\|adaptive`: how a switch picks among equal-cost next hops |
@@ -29,6 +30,7 @@
 //! | [`report`] | the JSON report, its statistics and the plotted series |
 //! | [`plot`] | `--plot FILE.svg`: rates and queue over time |
 
+pub mod calendar;
 pub mod clock;
 pub mod collective;
 pub mod compare;

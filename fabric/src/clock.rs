@@ -73,8 +73,8 @@ impl EventQueue {
         self.order.peek().map(|(t, _)| t)
     }
 
-    /// The event that runs next, if [`EventQueue::next_time`] found one
-    /// and nothing was taken since (a hint for prefetching).
+    /// The earliest event if the calendar's current bucket holds it
+    /// (a hint for prefetching: `None` says nothing about later buckets).
     pub fn peek(&self) -> Option<&Event> {
         self.slots[self.order.peek_now()?].0.as_ref()
     }

@@ -68,11 +68,12 @@ impl SendQueue {
     }
 
     /// Asks the cache for the WQEs an ACK or the next packet reads: the
-    /// oldest and the one at the cursor, with their SGE lists.
+    /// oldest and the one at the cursor (not their SGE lists, which are
+    /// behind a pointer in the WQE: reading it now would wait for the
+    /// line this asks for).
     pub(crate) fn prefetch(&self) {
         for w in [self.wqes.front(), self.wqes.get(self.cursor_wqe)].into_iter().flatten() {
             crate::prefetch::lines_of(w);
-            crate::prefetch::lines_of(w.wr.sg_list.as_slice());
         }
     }
 

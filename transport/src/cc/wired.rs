@@ -78,15 +78,14 @@ impl QpCc {
         }
     }
 
-    /// Puts this state's deadlines into the QP's timer table.
-    /// Asks the cache for this state and its controller's.
+    /// Asks the cache for this state (not its controller's, which is
+    /// behind a pointer in this state: reading it now would wait for the
+    /// line this asks for).
     pub fn prefetch(&self) {
         crate::prefetch::lines_of(self);
-        if let Some(rc) = &self.rate {
-            crate::prefetch::lines_of(&*rc.ctl);
-        }
     }
 
+    /// Puts this state's deadlines into the QP's timer table.
     pub fn arm(&self, timers: &mut Timers) {
         timers.set_opt(Timer::Cnp, self.np.as_ref().and_then(NotificationPoint::next_timer));
         timers.set_opt(Timer::RateControl, self.rate.as_ref().and_then(RateControl::next_timer));

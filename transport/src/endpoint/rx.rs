@@ -498,7 +498,7 @@ impl Endpoint {
     /// read is ignored.
     ///
     /// `deep` also asks for what the QP points to (its congestion
-    /// control, its oldest WQEs), which reads the QP itself: for a packet
+    /// state, its oldest WQEs), which reads the QP itself: for a packet
     /// whose QP was asked for shallowly one event earlier.
     pub fn prefetch_for(&self, l3: &[u8], deep: bool) {
         if let Some(qpn) = self.port.framer.dest_qpn(l3) {

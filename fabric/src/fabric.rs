@@ -243,22 +243,15 @@ impl Fabric {
 
     /// Asks the engine that the next event reaches to bring the state of
     /// that packet's QP into the cache while this event runs.
+    /// The next event's QP with what it points to, the one after's alone
+    /// (its lines arrive by the time the deep ask reads them).
     fn prefetch_next(&self) {
-        fn at_host<'a>(nodes: &[Node], ev: Option<&'a Event>) -> Option<(usize, &'a [u8])> {
-            match ev {
-                Some(Event::Arrive { node, packet, .. }) => match nodes[*node] {
-                    Node::Host(h) => Some((h, packet.headers())),
-                    Node::Switch(_) => None,
-                },
-                _ => None,
+        for (ev, deep) in [(self.events.peek(), true), (self.events.peek_second(), false)] {
+            if let Some(Event::Arrive { node, packet, .. }) = ev {
+                if let Node::Host(h) = self.topo.nodes[*node] {
+                    self.topo.hosts[h].ep.prefetch_for(packet.headers(), deep);
+                }
             }
-        }
-        let at_host = |ev| at_host(&self.topo.nodes, ev);
-        if let Some((h, p)) = at_host(self.events.peek()) {
-            self.topo.hosts[h].ep.prefetch_for(p, true);
-        }
-        if let Some((h, p)) = at_host(self.events.peek_second()) {
-            self.topo.hosts[h].ep.prefetch_for(p, false);
         }
     }
 

@@ -70,10 +70,23 @@ impl Shared {
             tracing::info!(addr = %self.addr, slot = s, "a member of the shared port died: taken out");
             st.remove_slot(s);
         }
+        // Sockets that no member owns, and no member at all: the places
+        // are guesses about a port every member has left (a probe's find
+        // that outlived the socket it found), or the record of a network
+        // namespace that is gone and whose inode a new one has. The
+        // kernel's array of a port no member holds is empty: keeping them
+        // would put the next joiner at an index where it is not, and its
+        // first CM requests would be steered elsewhere before its probes
+        // repair the record (pyverbs' rdmacm tests failed so in CI).
+        let guesses = !st.order.is_empty() && st.order.iter().all(|&s| s == UNKNOWN);
+        if guesses {
+            tracing::debug!(addr = %self.addr, stale = st.order.len(), "shared port: only sockets no member owns on record; starting from an empty array");
+            st.order.clear();
+        }
         let services = st.services.len();
         st.services.retain(|&(_, s)| alive(s));
         st.pids.retain(|&(s, _)| alive(s));
-        let changed = !dead.is_empty() || services != st.services.len();
+        let changed = !dead.is_empty() || guesses || services != st.services.len();
         (st, changed)
     }
 

@@ -199,3 +199,29 @@ fn a_member_finds_its_place_with_probes_when_the_record_is_wrong() {
     });
     check_steering(addr, &[&a, &b]);
 }
+
+/// A record whose members are all gone but which still holds a socket no
+/// member owns (a probe's find, or the record of a dead network namespace
+/// whose inode a new namespace got, as in CI's pyverbs runs): the next
+/// members are recorded where the kernel puts them, from index 0, and
+/// the dead member's claim is gone.
+#[test]
+fn a_record_left_by_members_all_gone_does_not_place_the_next_ones() {
+    use super::registry::{Registry, State, UNKNOWN};
+    let addr: IpAddr = "127.0.22.14".parse().unwrap();
+    let reg = Registry::open(addr, 0).unwrap();
+    {
+        let l = reg.lock().unwrap();
+        // Slot 7's life lock is free: that member is dead.
+        let stale = State { order: vec![UNKNOWN, 7, UNKNOWN], services: vec![(0x0106_1d2f, 7)], pids: vec![(7, 1)] };
+        reg.write(&l, &stale).unwrap();
+    }
+    let a = UdpIo::bind(addr, &shared()).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    let l = reg.lock().unwrap();
+    let st = reg.read(&l);
+    drop(l);
+    assert_eq!(st.order, [slot(&a), slot(&b)], "the record places the members where the kernel did");
+    assert!(st.services.is_empty(), "the dead member's service is free");
+    check_steering(addr, &[&a, &b]);
+}

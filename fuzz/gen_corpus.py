@@ -528,6 +528,32 @@ def engine_seeds():
         deliver(RC, READ, key=R, va=WHOLE, psn=FAR_BEHIND),
         DRAIN,
     )
+    # The writable region served as zeros (flag bit 2): zeros written (v=0)
+    # keep it so, READs and an atomic read it, a WRITE of other bytes and
+    # a receive into it end it; by reference and copied.
+    s["zeroed-region"] = script(
+        deliver(RC, WRITE_ONLY, key=W, off=0x40, ln=200, pl=100, v=0, flags=ACKREQ),
+        deliver(RC, READ, key=W, off=0, ln=1500),
+        deliver(UC, UC_WRITE_ONLY, key=W, off=0x400, ln=64, pl=32, v=0),
+        DRAIN,
+        deliver(RC, FADD, key=W, off=0x200, v=0),
+        deliver(RC, WRITE_ONLY, key=W, off=0x800, ln=16, pl=8, flags=ACKREQ),
+        deliver(RC, READ, key=W, off=0x7F0, ln=64),
+        DRAIN,
+        poll(),
+        flags=4,
+    )
+    s["zeroed-region-by-reference-receive"] = script(
+        deliver(RC, READ, key=W, off=0x100, ln=600),
+        deliver(RC, WRITE_ONLY, key=W, off=0x100, ln=200, pl=100, v=0, flags=ACKREQ),
+        deliver(RC, READ, key=W, off=0x100, ln=600),
+        post_recv(RC, W, 0x1000, 64),
+        deliver(RC, SEND_ONLY, pl=16, v=0, flags=ACKREQ),
+        deliver(RC, SEND_ONLY, pl=16, flags=ACKREQ),
+        DRAIN,
+        poll(),
+        flags=5,
+    )
     for name, data in s.items():
         write("engine", name, data)
 

@@ -113,6 +113,30 @@ impl RegionMemory {
         matches!(&*self.0, Bytes::Owned { zeros, .. } if zeros.load(Ordering::Acquire))
     }
 
+    /// A copy of the bytes as they are stored, and whether the region is
+    /// still served as zeros, without ending that ([`RegionMemory::lock`]
+    /// would): for an oracle that checks the zeros served are the bytes
+    /// held (the engine fuzz target). Not for on-demand regions.
+    pub(crate) fn stored(&self) -> (Vec<u8>, bool) {
+        match &*self.0 {
+            Bytes::Owned { bytes, zeros, .. } => {
+                let held = relock(bytes);
+                (held.to_vec(), zeros.load(Ordering::Acquire))
+            }
+            Bytes::Raw { .. } => (self.lock().to_vec(), false),
+            Bytes::OnDemand { .. } => on_demand_misuse("stored"),
+        }
+    }
+
+    /// Writes `v` at `offset` behind the zeros' back (their flag stays
+    /// set): the inconsistency the fuzz target's oracle must catch.
+    #[cfg(test)]
+    pub(crate) fn write_behind_zeros(&self, offset: usize, v: &[u8]) {
+        if let Bytes::Owned { bytes, .. } = &*self.0 {
+            relock(bytes)[offset..offset + v.len()].copy_from_slice(v);
+        }
+    }
+
     /// `zeros`: every byte of `v` is zero.
     fn owned(v: Vec<u8>, zeros: bool) -> RegionMemory {
         let len = v.len();

@@ -28,6 +28,7 @@ fn engine() {
     let mut reads = 0;
     let mut completions = 0;
     let mut changed = [false; 5];
+    let mut zeros_kept_and_ended = (false, false);
     for (name, data) in rdma_wire::fuzzing::seeds("engine").into_iter().filter(|(n, _)| !known(n)) {
         eprintln!("engine/{name}");
         let r = fuzzing::engine_report(&data);
@@ -45,12 +46,23 @@ fn engine() {
         for (c, &x) in changed.iter_mut().zip(&r.regions_changed) {
             *c |= x;
         }
+        if data[0] & 4 != 0 {
+            // A seed with the writable region served as zeros.
+            eprintln!("  zeros served at the end: {}, region changed: {}", r.zeros_served[0], r.regions_changed[0]);
+            zeros_kept_and_ended.0 |= r.zeros_served[0];
+            zeros_kept_and_ended.1 |= !r.zeros_served[0] && r.regions_changed[0];
+        } else {
+            assert!(!r.zeros_served.contains(&true), "{name}: no region starts as zeros without bit 2");
+        }
     }
     assert!(reads > 0, "some seed has the responder execute a READ");
     assert!(completions > 0, "some seed completes work requests");
     // The region without remote access changes only through a receive a
     // seed posts into it; the read-only and other-PD regions never.
     assert_eq!(changed, [true, false, true, true, false], "which regions changed");
+    // The zeroed region's seeds: one reads it by reference and writes
+    // zeros into it (still served as zeros), one writes other bytes.
+    assert_eq!(zeros_kept_and_ended, (true, true), "a zeroed region kept (zeros written) and ended (other bytes)");
 }
 
 /// The seeds of the engine target's first findings (issue 17 finding 1,

@@ -167,6 +167,9 @@ pub struct EngineReport {
     /// Per region (writable, read-only, no remote access, receive buffers,
     /// other PD): whether any byte changed.
     pub regions_changed: Vec<bool>,
+    /// Per region: whether it is still served as zeros at the end (only
+    /// the writable one can be, under byte 0's bit 2).
+    pub zeros_served: Vec<bool>,
     pub completions: u64,
 }
 
@@ -181,7 +184,10 @@ pub struct EngineReport {
 /// first RC QP READs, a SEND, a WRITE and a FETCH_ADD outstanding, so that
 /// responses have a target.
 ///
-/// Input: byte 0 picks by-reference payloads (bit 0) and IPv6 (bit 1);
+/// Input: byte 0 picks by-reference payloads (bit 0), IPv6 (bit 1) and
+/// a writable region that starts served as zeros (bit 2,
+/// [`RegionMemory::zeroed`]: zeros written keep it so, anything else ends
+/// it);
 /// then actions, each an action byte (modulo 8) and its operands, missing
 /// bytes read as zero:
 /// 0. deliver a crafted packet (12 operand bytes, see `Harness::craft`):
@@ -202,6 +208,8 @@ pub struct EngineReport {
 /// The input ends with a drain. Oracles (a panic says which):
 /// - nothing panics, and every packet sent parses as RoCE v2 from our
 ///   address with a correct ICRC;
+/// - a region still served as zeros holds only zeros (else its reads
+///   would answer zeros for bytes that are not);
 /// - no byte of any region changes unless an operation the region's
 ///   access and PD allow may have written it: a posted receive or a local
 ///   READ/atomic target (local write), a WRITE's RETH range (remote write),
@@ -232,7 +240,7 @@ pub fn engine(data: &[u8]) {
 pub fn engine_report(data: &[u8]) -> EngineReport {
     let mut input = Input { data, pos: 0 };
     let flags = input.byte();
-    let mut h = Harness::new(flags & 1 != 0, flags & 2 != 0);
+    let mut h = Harness::new(flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
     while !input.done() && h.delivered < MAX_DELIVERED {
         match input.byte() % 8 {
             0 => {
@@ -387,7 +395,8 @@ fn packets_for(len: u64) -> u32 {
 }
 
 impl Harness {
-    fn new(by_ref: bool, ipv6: bool) -> Harness {
+    /// `zeroed`: the writable region starts as [`RegionMemory::zeroed`].
+    fn new(by_ref: bool, ipv6: bool, zeroed: bool) -> Harness {
         let (me, peer, stranger): (IpAddr, IpAddr, IpAddr) = if ipv6 {
             let a = |n| IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n));
             (a(1), a(2), a(3))
@@ -411,8 +420,13 @@ impl Harness {
         let mut regions = Vec::new();
         let mut keys_seen = Vec::new();
         for (i, (pd, va, len, access)) in specs.into_iter().enumerate() {
-            let initial: Vec<u8> = (0..len).map(|j: usize| (j as u8).wrapping_mul(7) ^ (0x10 * i as u8 + 1)).collect();
-            let memory = RegionMemory::from_vec(initial.clone());
+            let (initial, memory) = if zeroed && i == 0 {
+                (vec![0; len], RegionMemory::zeroed(len))
+            } else {
+                let initial: Vec<u8> =
+                    (0..len).map(|j: usize| (j as u8).wrapping_mul(7) ^ (0x10 * i as u8 + 1)).collect();
+                (initial.clone(), RegionMemory::from_vec(initial))
+            };
             let (key, _) = ep.reg_mr(pd, va, memory.clone(), access);
             keys_seen.push(key);
             regions.push(Region {
@@ -624,7 +638,9 @@ impl Harness {
                 _ => 0,
             }
         };
-        let payload: Vec<u8> = (0..plen).map(|i| (i as u8).wrapping_mul(31) ^ b[11]).collect();
+        // Operand 0: zeros (what a zeroed region keeps serving as zeros).
+        let payload: Vec<u8> =
+            if b[11] == 0 { vec![0; plen] } else { (0..plen).map(|i| (i as u8).wrapping_mul(31) ^ b[11]).collect() };
 
         let bth =
             BthRepr { solicited: b[0] & 64 != 0, ack_req: b[0] & 128 != 0, pkey, ..BthRepr::new(opcode, dest_qp, psn) };
@@ -867,10 +883,15 @@ impl Harness {
         while self.ep.poll_event().is_some() {}
     }
 
-    /// Every region's bytes differ from the initial ones only where allowed.
+    /// Every region's bytes differ from the initial ones only where
+    /// allowed, and one served as zeros holds zeros. The stored bytes are
+    /// read without [`RegionMemory::lock`], which would end the zeros.
     fn check_memory(&self) {
         for (i, r) in self.regions.iter().enumerate() {
-            let now = r.memory.lock();
+            let (now, zeros) = r.memory.stored();
+            if let Some(at) = now.iter().position(|&b| b != 0).filter(|_| zeros) {
+                panic!("region {i} is served as zeros but holds {:#04x} at va {:#x}", now[at], r.va + at as u64);
+            }
             if now[..] == r.initial[..] {
                 continue;
             }
@@ -893,7 +914,8 @@ impl Harness {
             read_credit: self.read_credit,
             reads_executed: self.reads_executed,
             stats: self.ep.stats(),
-            regions_changed: self.regions.iter().map(|r| r.memory.lock()[..] != r.initial[..]).collect(),
+            regions_changed: self.regions.iter().map(|r| r.memory.stored().0 != r.initial).collect(),
+            zeros_served: self.regions.iter().map(|r| r.memory.stored().1).collect(),
             completions: self.completions,
         }
     }
@@ -907,10 +929,42 @@ mod tests {
     #[test]
     #[should_panic(expected = "region 1")]
     fn memory_oracle_catches_a_write_to_the_read_only_region() {
-        let h = Harness::new(false, false);
+        let h = Harness::new(false, false, false);
         h.check_memory();
         h.regions[1].memory.write(100, &[0xff ^ h.regions[1].initial[100]]);
         h.check_memory();
+    }
+
+    /// The oracle sees a region served as zeros that holds something else
+    /// (reads would answer zeros for it).
+    #[test]
+    #[should_panic(expected = "region 0 is served as zeros but holds 0x5a")]
+    fn memory_oracle_catches_zeros_served_over_other_bytes() {
+        let h = Harness::new(false, false, true);
+        h.check_memory();
+        h.regions[0].memory.write_behind_zeros(300, &[0x5a]);
+        h.check_memory();
+    }
+
+    /// A WRITE of zeros into the zeroed region leaves it served as zeros,
+    /// a WRITE of anything else ends that and lands; the checks that run
+    /// after each leave the zeros alone (they do not lock the region).
+    #[test]
+    fn zeros_written_keep_a_zeroed_region_and_other_bytes_end_it() {
+        let mut h = Harness::new(false, false, true);
+        // RC WRITE_ONLY with AckReq to the writable region, va +0x40, 64 bytes.
+        let write = |v: u8| [0x80, 10, 0, 0, 0, 0, 0, 0x40, 0, 64, 32, v];
+        let zeros = h.craft(write(0)).expect("a WRITE");
+        h.deliver(&zeros);
+        h.check_memory();
+        assert_eq!(h.regions[0].memory.stored(), (vec![0; 8 << 10], true), "zeros written: still served as zeros");
+        let other = h.craft(write(0x1f)).expect("a WRITE");
+        h.deliver(&other);
+        h.check_memory();
+        let (bytes, zeros) = h.regions[0].memory.stored();
+        assert!(!zeros, "a byte other than zero ends the zeros");
+        assert_eq!(bytes[0x40], 0x1f, "and lands");
+        assert!(bytes[..0x40].iter().chain(&bytes[0x80..]).all(|&b| b == 0), "only the WRITE's range changed");
     }
 
     /// An in-sequence READ earns its length (plus headers) of credit once;
@@ -918,7 +972,7 @@ mod tests {
     /// far behind the expected PSN earns nothing.
     #[test]
     fn read_credit_counts_executions_and_one_replay_per_drain() {
-        let mut h = Harness::new(false, false);
+        let mut h = Harness::new(false, false, false);
         // QP 0, RDMA READ of the whole read-only region, in sequence.
         let read = |psn_mode: u8| [0, 12, 0, psn_mode, 1, 4, 0, 0, 0, 0, 0, 0];
         let pkt = h.craft(read(0)).expect("a READ request");

@@ -52,6 +52,7 @@ use std::collections::{BTreeMap, VecDeque};
 mod agenda;
 mod gsi_slot;
 mod port;
+mod qpn_bits;
 mod rx;
 mod sched;
 mod scheduler;

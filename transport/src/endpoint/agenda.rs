@@ -14,6 +14,10 @@
 //!   deadline passes (the only ways a QP with nothing to send gets
 //!   something: the same rule the endpoint's idle test always relied on).
 //!
+//! The ready set is bits over the span of the device's QPNs
+//! ([`QpnBits`]): its QPs sit close together, so a host of hundreds of QPs
+//! keeps them in a cache line or two where a B-tree walked cold nodes.
+//!
 //! An entry point that cannot say which QPs it changed marks them all, as
 //! do QP creation and destruction (so the index never holds a QP that is
 //! gone).
@@ -22,6 +26,7 @@
 //! fewer, the endpoint walks every QP as it always did, which costs less
 //! than the bookkeeping (the single-QP path stays as fast as before).
 
+use super::qpn_bits::QpnBits;
 use crate::qp::Qp;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +59,8 @@ pub(super) struct Agenda {
     /// QPs to refresh (may repeat).
     stale: Vec<u32>,
     all_stale: bool,
-    ready: BTreeSet<u32>,
+    /// QPs that may have a packet to send, in QPN order.
+    ready: QpnBits,
     all_ready: bool,
 }
 
@@ -139,21 +145,22 @@ impl Agenda {
     /// The first ready QP at or after `from` in QPN order, wrapping round.
     pub fn next_ready(&mut self, from: u32, qps: &BTreeMap<u32, Box<Qp>>) -> Option<u32> {
         if std::mem::take(&mut self.all_ready) {
-            self.ready = qps.keys().copied().collect();
+            self.ready.clear();
+            qps.keys().for_each(|&qpn| self.ready.insert(qpn));
         }
         // A destroyed QP may still be listed: it is skipped and forgotten.
-        while let Some(qpn) = self.ready.range(from..).next().or_else(|| self.ready.first()).copied() {
+        while let Some(qpn) = self.ready.next_from(from).or_else(|| self.ready.first()) {
             if qps.contains_key(&qpn) {
                 return Some(qpn);
             }
-            self.ready.remove(&qpn);
+            self.ready.remove(qpn);
         }
         None
     }
 
     /// The ready QP after `qpn` in QPN order (wrapping), if another is ready.
     pub fn ready_after(&self, qpn: u32) -> Option<u32> {
-        let next = self.ready.range(qpn.wrapping_add(1)..).next().or_else(|| self.ready.first()).copied();
+        let next = self.ready.next_from(qpn.wrapping_add(1)).or_else(|| self.ready.first());
         next.filter(|&n| n != qpn)
     }
 
@@ -164,7 +171,7 @@ impl Agenda {
 
     /// QP `qpn` had nothing to send.
     pub fn idle(&mut self, qpn: u32) {
-        self.ready.remove(&qpn);
+        self.ready.remove(qpn);
     }
 }
 

@@ -14,7 +14,12 @@
 //!   slot at each index), which slot listens on which CM service and the
 //!   process of each slot,
 //!   rewritten whole (written to a temporary file, then renamed over) under
-//!   the mutex.
+//!   the mutex. It names the network namespace it was written in by its
+//!   cookie (`SO_NETNS_COOKIE`, never reused while the system runs): the
+//!   file's name has the namespace's inode, which a new namespace may get
+//!   once the old one is gone, and a record of a gone namespace describes
+//!   sockets that no longer exist (CI's pyverbs runs, one namespace after
+//!   another, met one). Such a record is read as empty.
 
 use super::error::ShareError;
 use std::fs::{File, OpenOptions};
@@ -41,12 +46,14 @@ pub(crate) struct State {
 }
 
 impl State {
-    fn parse(text: &str) -> Option<State> {
+    /// The record and the cookie of the namespace it was written in.
+    fn parse(text: &str) -> Option<(State, Option<u64>)> {
         let mut lines = text.lines();
         if lines.next()? != "softroce-share 1" {
             return None;
         }
         let mut st = State::default();
+        let mut netns = None;
         for l in lines {
             let mut w = l.split_whitespace();
             match w.next()? {
@@ -56,14 +63,19 @@ impl State {
                     st.services.push((key, w.next()?.parse().ok()?));
                 }
                 "pid" => st.pids.push((w.next()?.parse().ok()?, w.next()?.parse().ok()?)),
+                "netns" => netns = Some(u64::from_str_radix(w.next()?, 16).ok()?),
                 _ => return None,
             }
         }
-        Some(st)
+        Some((st, netns))
     }
 
-    fn render(&self) -> String {
-        let mut s = String::from("softroce-share 1\norder");
+    fn render(&self, netns: Option<u64>) -> String {
+        let mut s = String::from("softroce-share 1\n");
+        if let Some(c) = netns {
+            s += &format!("netns {c:016x}\n");
+        }
+        s += "order";
         for slot in &self.order {
             s += &format!(" {slot}");
         }
@@ -101,6 +113,53 @@ pub(crate) struct Registry {
     lock: File,
     state: PathBuf,
     pub name: String,
+    /// This network namespace's cookie (None: the kernel has none to give).
+    netns: Option<u64>,
+}
+
+/// `SO_NETNS_COOKIE` (Linux 5.14), not in the libc crate for this target.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm",
+    target_arch = "riscv64"
+))]
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+/// The cookie of the calling thread's network namespace.
+fn netns_cookie() -> Option<u64> {
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "x86",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    ))]
+    {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        // SAFETY: a plain socket call; the descriptor is owned below.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` is a new descriptor nobody else owns.
+        let s = unsafe { OwnedFd::from_raw_fd(fd) };
+        let (mut v, mut len) = (0u64, std::mem::size_of::<u64>() as libc::socklen_t);
+        // SAFETY: reads a u64 option of our own socket into `v`.
+        let r = unsafe {
+            libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, SO_NETNS_COOKIE, (&mut v as *mut u64).cast(), &mut len)
+        };
+        (r == 0 && len as usize == std::mem::size_of::<u64>()).then_some(v)
+    }
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "x86",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    )))]
+    None
 }
 
 /// The mutex over the record, held while this lives (on the lock file's
@@ -180,7 +239,7 @@ impl Registry {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| fail(&format!("open {}", path.display()), e))?;
-        Ok(Registry { lock, state: d.join(format!("{name}.state")), name })
+        Ok(Registry { lock, state: d.join(format!("{name}.state")), name, netns: netns_cookie() })
     }
 
     /// The directory of the records (a keeper watches it).
@@ -235,10 +294,17 @@ impl Registry {
     pub fn read_unlocked(&self) -> State {
         let mut text = String::new();
         match File::open(&self.state).and_then(|mut f| f.read_to_string(&mut text)) {
-            Ok(_) => State::parse(&text).unwrap_or_else(|| {
-                tracing::warn!(record = %self.state.display(), "unreadable shared-port record: starting over");
-                State::default()
-            }),
+            Ok(_) => match State::parse(&text) {
+                Some((st, Some(theirs))) if self.netns.is_some_and(|ours| ours != theirs) => {
+                    tracing::debug!(record = %self.state.display(), stale = ?st, "shared-port record of a network namespace that is gone: starting over");
+                    State::default()
+                }
+                Some((st, _)) => st,
+                None => {
+                    tracing::warn!(record = %self.state.display(), "unreadable shared-port record: starting over");
+                    State::default()
+                }
+            },
             Err(_) => State::default(),
         }
     }
@@ -251,7 +317,7 @@ impl Registry {
             .truncate(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(st.render().as_bytes()))
+            .and_then(|mut f| f.write_all(st.render(self.netns).as_bytes()))
             .and_then(|()| std::fs::rename(&tmp, &self.state));
         r.map_err(|e| ShareError::Registry { what: format!("write {}", self.state.display()), source: e })
     }
@@ -268,9 +334,27 @@ mod tests {
             services: vec![(0x0106_1c06, 3), (0x0111_0001, 0)],
             pids: vec![(3, 4242), (0, 1)],
         };
-        assert_eq!(State::parse(&st.render()), Some(st));
+        assert_eq!(State::parse(&st.render(Some(0x1234))), Some((st.clone(), Some(0x1234))));
+        assert_eq!(State::parse(&st.render(None)), Some((st, None)));
         assert_eq!(State::parse("softroce-share 2\norder 1\n"), None);
         assert_eq!(State::parse("softroce-share 1\norder 1 x\n"), None);
+    }
+
+    /// A record written in another network namespace (another cookie)
+    /// reads as empty; one of ours, or one without a cookie, as written.
+    #[test]
+    fn a_record_of_another_network_namespace_reads_as_empty() {
+        let addr: IpAddr = "127.0.22.15".parse().unwrap();
+        let reg = Registry::open(addr, 0).unwrap();
+        let ours = reg.netns.expect("this kernel gives a network namespace cookie");
+        let st = State { order: vec![1, 0], services: vec![(7, 1)], pids: vec![(1, 42), (0, 43)] };
+        let l = reg.lock().unwrap();
+        for (cookie, want) in [(Some(ours), st.clone()), (None, st.clone()), (Some(ours ^ 1), State::default())] {
+            std::fs::write(&reg.state, st.render(cookie)).unwrap();
+            assert_eq!(reg.read(&l), want, "written with cookie {cookie:?}");
+        }
+        reg.write(&l, &st).unwrap();
+        assert!(std::fs::read_to_string(&reg.state).unwrap().contains(&format!("netns {ours:016x}")));
     }
 
     #[test]

@@ -529,8 +529,7 @@ def engine_seeds():
         DRAIN,
     )
     # The writable region served as zeros (flag bit 2): zeros written (v=0)
-    # keep it so, READs and an atomic read it, a WRITE of other bytes and
-    # a receive into it end it; by reference and copied.
+    # keep it so, READs read it, an atomic and a WRITE of other bytes end it.
     s["zeroed-region"] = script(
         deliver(RC, WRITE_ONLY, key=W, off=0x40, ln=200, pl=100, v=0, flags=ACKREQ),
         deliver(RC, READ, key=W, off=0, ln=1500),
@@ -543,13 +542,18 @@ def engine_seeds():
         poll(),
         flags=4,
     )
+    # Zeros only: a WRITE and a SEND of zeros into it (the four receives
+    # the harness posted take the first four SENDs), READs by reference.
     s["zeroed-region-by-reference-receive"] = script(
         deliver(RC, READ, key=W, off=0x100, ln=600),
         deliver(RC, WRITE_ONLY, key=W, off=0x100, ln=200, pl=100, v=0, flags=ACKREQ),
         deliver(RC, READ, key=W, off=0x100, ln=600),
+        deliver(RC, SEND_ONLY, pl=16, flags=ACKREQ),
+        deliver(RC, SEND_ONLY, pl=16, flags=ACKREQ),
+        deliver(RC, SEND_ONLY, pl=16, flags=ACKREQ),
+        deliver(RC, SEND_ONLY, pl=16, flags=ACKREQ),
         post_recv(RC, W, 0x1000, 64),
         deliver(RC, SEND_ONLY, pl=16, v=0, flags=ACKREQ),
-        deliver(RC, SEND_ONLY, pl=16, flags=ACKREQ),
         DRAIN,
         poll(),
         flags=5,

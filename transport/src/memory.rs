@@ -113,18 +113,19 @@ impl RegionMemory {
         matches!(&*self.0, Bytes::Owned { zeros, .. } if zeros.load(Ordering::Acquire))
     }
 
-    /// A copy of the bytes as they are stored, and whether the region is
+    /// Runs `f` on the bytes as they are stored and whether the region is
     /// still served as zeros, without ending that ([`RegionMemory::lock`]
     /// would): for an oracle that checks the zeros served are the bytes
-    /// held (the engine fuzz target). Not for on-demand regions.
-    pub(crate) fn stored(&self) -> (Vec<u8>, bool) {
+    /// held (the engine fuzz target). Do not drive the engine inside `f`.
+    /// Not for on-demand regions.
+    pub(crate) fn with_stored<R>(&self, f: impl FnOnce(&[u8], bool) -> R) -> R {
         match &*self.0 {
             Bytes::Owned { bytes, zeros, .. } => {
                 let held = relock(bytes);
-                (held.to_vec(), zeros.load(Ordering::Acquire))
+                f(&held, zeros.load(Ordering::Acquire))
             }
-            Bytes::Raw { .. } => (self.lock().to_vec(), false),
-            Bytes::OnDemand { .. } => on_demand_misuse("stored"),
+            Bytes::Raw { .. } => f(&self.lock(), false),
+            Bytes::OnDemand { .. } => on_demand_misuse("with_stored"),
         }
     }
 

@@ -48,8 +48,13 @@ fn engine() {
         }
         if data[0] & 4 != 0 {
             // A seed with the writable region served as zeros.
-            eprintln!("  zeros served at the end: {}, region changed: {}", r.zeros_served[0], r.regions_changed[0]);
-            zeros_kept_and_ended.0 |= r.zeros_served[0];
+            eprintln!(
+                "  zeros served at the end: {}, region changed: {}, completions {}, NAKs sent {}",
+                r.zeros_served[0], r.regions_changed[0], r.completions, r.stats.naks_sent
+            );
+            // Kept, with the zeros' WRITE and SENDs executed (no NAK, the
+            // five receives completed), not merely never reached.
+            zeros_kept_and_ended.0 |= r.zeros_served[0] && r.stats.naks_sent == 0 && r.completions >= 5;
             zeros_kept_and_ended.1 |= !r.zeros_served[0] && r.regions_changed[0];
         } else {
             assert!(!r.zeros_served.contains(&true), "{name}: no region starts as zeros without bit 2");

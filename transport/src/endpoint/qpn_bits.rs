@@ -29,6 +29,8 @@ pub(super) struct QpnBits {
     summary: Vec<u64>,
     /// Bit `k` of `top[t]`: `summary[64 t + k]` is not zero.
     top: Vec<u64>,
+    /// QPNs in the set.
+    len: usize,
 }
 
 impl QpnBits {
@@ -36,6 +38,10 @@ impl QpnBits {
     pub fn insert(&mut self, qpn: u32) {
         if qpn >= QPN_LIMIT {
             return;
+        }
+        if self.len == 0 {
+            // Empty: the span starts over here (no rebase of old zeros).
+            self.clear();
         }
         if self.words.is_empty() {
             self.base = qpn & !63;
@@ -51,6 +57,7 @@ impl QpnBits {
         }
         let was = self.words[w];
         self.words[w] = was | 1 << (idx % 64);
+        self.len += usize::from(was & 1 << (idx % 64) == 0);
         if was == 0 {
             let s = w / 64;
             let sw = self.summary[s];
@@ -66,6 +73,7 @@ impl QpnBits {
         let Some(idx) = qpn.checked_sub(self.base).map(|i| i as usize) else { return };
         let w = idx / 64;
         let Some(word) = self.words.get_mut(w) else { return };
+        self.len -= usize::from(*word & 1 << (idx % 64) != 0);
         *word &= !(1 << (idx % 64));
         if *word == 0 {
             let s = w / 64;
@@ -81,6 +89,7 @@ impl QpnBits {
         self.words.clear();
         self.summary.clear();
         self.top.clear();
+        self.len = 0;
     }
 
     /// The smallest QPN in the set at or after `from`.
@@ -195,6 +204,7 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(bits.first(), model.first().copied());
+                prop_assert_eq!(bits.len, model.len());
                 for &p in &probes {
                     prop_assert_eq!(bits.next_from(p), model.range(p..).next().copied(), "next from {:#x}", p);
                 }

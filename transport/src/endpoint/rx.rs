@@ -462,13 +462,15 @@ impl Endpoint {
     /// rate; anything else is dropped with its reason, so that a stray or
     /// forged CNP cannot slow a QP it does not belong to.
     fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
-        if self.agenda_on() {
-            self.sched.agenda.get_mut().mark(qpn);
-        }
+        let agenda_on = self.agenda_on();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
         };
+        // Only a QP that exists: a forged QPN must not enter the agenda.
+        if agenda_on {
+            self.sched.agenda.get_mut().mark(qpn);
+        }
         let why = if qp.init.qp_type == QpType::Ud {
             Some(Drop::WrongTransport)
         } else if pkey & 0x7fff != qp.params.pkey & 0x7fff {

@@ -888,20 +888,21 @@ impl Harness {
     /// read without [`RegionMemory::lock`], which would end the zeros.
     fn check_memory(&self) {
         for (i, r) in self.regions.iter().enumerate() {
-            let (now, zeros) = r.memory.stored();
-            if let Some(at) = now.iter().position(|&b| b != 0).filter(|_| zeros) {
-                panic!("region {i} is served as zeros but holds {:#04x} at va {:#x}", now[at], r.va + at as u64);
-            }
-            if now[..] == r.initial[..] {
-                continue;
-            }
-            if let Some(at) = (0..now.len()).find(|&j| now[j] != r.initial[j] && !r.may_change[j]) {
-                panic!(
-                    "region {i} (access {:?}) changed at va {:#x}, which no allowed operation could write",
-                    r.access,
-                    r.va + at as u64
-                );
-            }
+            r.memory.with_stored(|now, zeros| {
+                if let Some(at) = now.iter().position(|&b| b != 0).filter(|_| zeros) {
+                    panic!("region {i} is served as zeros but holds {:#04x} at va {:#x}", now[at], r.va + at as u64);
+                }
+                if now[..] == r.initial[..] {
+                    return;
+                }
+                if let Some(at) = (0..now.len()).find(|&j| now[j] != r.initial[j] && !r.may_change[j]) {
+                    panic!(
+                        "region {i} (access {:?}) changed at va {:#x}, which no allowed operation could write",
+                        r.access,
+                        r.va + at as u64
+                    );
+                }
+            });
         }
     }
 
@@ -914,8 +915,8 @@ impl Harness {
             read_credit: self.read_credit,
             reads_executed: self.reads_executed,
             stats: self.ep.stats(),
-            regions_changed: self.regions.iter().map(|r| r.memory.stored().0 != r.initial).collect(),
-            zeros_served: self.regions.iter().map(|r| r.memory.stored().1).collect(),
+            regions_changed: self.regions.iter().map(|r| r.memory.with_stored(|b, _| *b != r.initial[..])).collect(),
+            zeros_served: self.regions.iter().map(|r| r.memory.with_stored(|_, z| z)).collect(),
             completions: self.completions,
         }
     }
@@ -957,11 +958,12 @@ mod tests {
         let zeros = h.craft(write(0)).expect("a WRITE");
         h.deliver(&zeros);
         h.check_memory();
-        assert_eq!(h.regions[0].memory.stored(), (vec![0; 8 << 10], true), "zeros written: still served as zeros");
+        let stored = |h: &Harness| h.regions[0].memory.with_stored(|b, z| (b.to_vec(), z));
+        assert_eq!(stored(&h), (vec![0; 8 << 10], true), "zeros written: still served as zeros");
         let other = h.craft(write(0x1f)).expect("a WRITE");
         h.deliver(&other);
         h.check_memory();
-        let (bytes, zeros) = h.regions[0].memory.stored();
+        let (bytes, zeros) = stored(&h);
         assert!(!zeros, "a byte other than zero ends the zeros");
         assert_eq!(bytes[0x40], 0x1f, "and lands");
         assert!(bytes[..0x40].iter().chain(&bytes[0x80..]).all(|&b| b == 0), "only the WRITE's range changed");

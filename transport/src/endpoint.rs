@@ -763,12 +763,10 @@ impl Endpoint {
 
     /// `ibv_post_send`: checks the request against the QP and queues it.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        let agenda_on = self.agenda_on();
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         // Only a QP that exists enters the agenda.
-        if !self.qps.contains_key(&qpn) {
-            return Err(VerbsError::NoSuchQp(qpn));
-        }
-        self.touch_qp(qpn);
-        let qp = self.qps.get_mut(&qpn).expect("checked above");
+        self.sched.touched_qp(qpn, agenda_on);
         let t = qp.init.qp_type;
         let cap = qp.init.cap;
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err) {

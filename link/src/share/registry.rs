@@ -117,49 +117,29 @@ pub(crate) struct Registry {
     netns: Option<u64>,
 }
 
-/// `SO_NETNS_COOKIE` (Linux 5.14), not in the libc crate for this target.
-#[cfg(any(
+/// `SO_NETNS_COOKIE` (Linux 5.14), not in the libc crate: its number
+/// where the generic socket options apply (mips, sparc and powerpc
+/// number them otherwise; there the record carries no cookie).
+const SO_NETNS_COOKIE: Option<libc::c_int> = if cfg!(any(
     target_arch = "x86_64",
     target_arch = "aarch64",
     target_arch = "x86",
     target_arch = "arm",
     target_arch = "riscv64"
-))]
-const SO_NETNS_COOKIE: libc::c_int = 71;
+)) {
+    Some(71)
+} else {
+    None
+};
 
 /// The cookie of the calling thread's network namespace.
 fn netns_cookie() -> Option<u64> {
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "x86",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    ))]
-    {
-        use std::os::fd::{FromRawFd, OwnedFd};
-        // SAFETY: a plain socket call; the descriptor is owned below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: `fd` is a new descriptor nobody else owns.
-        let s = unsafe { OwnedFd::from_raw_fd(fd) };
-        let (mut v, mut len) = (0u64, std::mem::size_of::<u64>() as libc::socklen_t);
-        // SAFETY: reads a u64 option of our own socket into `v`.
-        let r = unsafe {
-            libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, SO_NETNS_COOKIE, (&mut v as *mut u64).cast(), &mut len)
-        };
-        (r == 0 && len as usize == std::mem::size_of::<u64>()).then_some(v)
-    }
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "x86",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    )))]
-    None
+    let opt = SO_NETNS_COOKIE?;
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).ok()?;
+    let (mut v, mut len) = (0u64, std::mem::size_of::<u64>() as libc::socklen_t);
+    // SAFETY: reads a u64 option of our own socket into `v`.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut u64).cast(), &mut len) };
+    (r == 0 && len as usize == std::mem::size_of::<u64>()).then_some(v)
 }
 
 /// The mutex over the record, held while this lives (on the lock file's

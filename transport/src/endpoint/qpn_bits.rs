@@ -55,9 +55,9 @@ impl QpnBits {
             self.summary.resize(self.words.len().div_ceil(64), 0);
             self.top.resize(self.summary.len().div_ceil(64), 0);
         }
-        let was = self.words[w];
-        self.words[w] = was | 1 << (idx % 64);
-        self.len += usize::from(was & 1 << (idx % 64) == 0);
+        let (was, bit) = (self.words[w], 1 << (idx % 64));
+        self.words[w] = was | bit;
+        self.len += usize::from(was & bit == 0);
         if was == 0 {
             let s = w / 64;
             let sw = self.summary[s];
@@ -73,8 +73,9 @@ impl QpnBits {
         let Some(idx) = qpn.checked_sub(self.base).map(|i| i as usize) else { return };
         let w = idx / 64;
         let Some(word) = self.words.get_mut(w) else { return };
-        self.len -= usize::from(*word & 1 << (idx % 64) != 0);
-        *word &= !(1 << (idx % 64));
+        let bit = 1 << (idx % 64);
+        self.len -= usize::from(*word & bit != 0);
+        *word &= !bit;
         if *word == 0 {
             let s = w / 64;
             self.summary[s] &= !(1 << (w % 64));
@@ -97,9 +98,8 @@ impl QpnBits {
         let idx = from.saturating_sub(self.base) as usize;
         let w = idx / 64;
         let here = *self.words.get(w)? & (!0u64 << (idx % 64));
-        let w = if here != 0 { w } else { self.next_word(w + 1)? };
-        let bit = if here != 0 { here } else { self.words[w] }.trailing_zeros() as usize;
-        Some(self.base + (w * 64 + bit) as u32)
+        let (w, word) = if here != 0 { (w, here) } else { self.next_word(w + 1).map(|w| (w, self.words[w]))? };
+        Some(self.base + (w * 64 + word.trailing_zeros() as usize) as u32)
     }
 
     /// The smallest QPN in the set.

@@ -491,9 +491,7 @@ impl Endpoint {
             cc.on_cnp(now, &mut qp.stats, &mut self.stats, &mut qp.timers);
         }
     }
-}
 
-impl Endpoint {
     /// A hint: a packet with these bytes (as [`Endpoint::handle_packet`]
     /// takes them) is about to arrive, so the state of the QP it is for
     /// is asked into the cache now. Changes nothing; a packet it cannot

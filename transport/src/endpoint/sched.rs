@@ -178,18 +178,14 @@ impl Endpoint {
 
     /// [`Endpoint::touch`] for an entry point that changed QP `qpn` only.
     pub(super) fn touch_qp(&mut self, qpn: u32) {
-        self.touch_some();
-        if self.agenda_on() {
-            self.sched.agenda.get_mut().mark(qpn);
-        }
+        let agenda_on = self.agenda_on();
+        self.sched.touched_qp(qpn, agenda_on);
     }
 
     /// [`Endpoint::touch`] for an entry point that marks the QPs it
     /// changes in the agenda itself (a received packet, a timer).
     pub(super) fn touch_some(&mut self) {
-        self.sched.tx_idle = false;
-        self.sched.fresh_done = false;
-        self.sched.deadline.set(None);
+        self.sched.touched();
     }
 
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {

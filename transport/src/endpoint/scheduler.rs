@@ -63,4 +63,21 @@ impl Scheduler {
             release: false,
         }
     }
+
+    /// Something happened that may give a QP packets to send or move a
+    /// timer (see `Endpoint::touch`): the next round looks again.
+    pub(super) fn touched(&mut self) {
+        self.tx_idle = false;
+        self.fresh_done = false;
+        self.deadline.set(None);
+    }
+
+    /// [`Scheduler::touched`] by a change to QP `qpn` alone, which the
+    /// agenda marks if the device keeps one (`agenda_on`).
+    pub(super) fn touched_qp(&mut self, qpn: u32, agenda_on: bool) {
+        self.touched();
+        if agenda_on {
+            self.agenda.get_mut().mark(qpn);
+        }
+    }
 }

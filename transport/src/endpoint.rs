@@ -50,6 +50,7 @@ use rdma_wire::{IdentRecovery, Psn};
 use std::collections::{BTreeMap, VecDeque};
 
 mod agenda;
+mod deadlines;
 mod gsi_slot;
 mod port;
 mod qpn_bits;

@@ -58,9 +58,9 @@ pub struct Qp {
     /// Handles `ibv_open_qp` gave to this XRC_RECV QP besides its own:
     /// each destroy takes one, the last removes the QP.
     pub(crate) opens: u32,
-    /// The deadline the endpoint's agenda has this QP under (a cell: the
-    /// agenda refreshes from `&self`, see `endpoint/agenda.rs`).
-    pub(crate) indexed_deadline: core::cell::Cell<Option<Instant>>,
+    /// This QP's slot in the endpoint agenda's deadline index (a cell: the
+    /// agenda refreshes from `&self`, see `endpoint/deadlines.rs`).
+    pub(crate) agenda_slot: core::cell::Cell<u32>,
 }
 
 impl Qp {
@@ -102,7 +102,7 @@ impl Qp {
             xrcd: None,
             xrc_target: None,
             opens: 0,
-            indexed_deadline: core::cell::Cell::new(None),
+            agenda_slot: core::cell::Cell::new(u32::MAX),
         }
     }
 

@@ -6,9 +6,9 @@
 //! Two sets, both fed by the entry points that change a QP:
 //! - **stale**: QPs whose next deadline must be computed again before
 //!   [`Agenda::earliest`] or [`Agenda::due`] answer; the answers come from
-//!   an index of every QP's deadline ordered by time (each QP keeps the
-//!   deadline it is indexed under, so a refresh that finds it unchanged
-//!   costs one comparison);
+//!   an index of every QP's deadline ordered by time ([`Deadlines`]: each
+//!   QP keeps its slot there, so a refresh that finds the deadline
+//!   unchanged costs one comparison);
 //! - **ready**: QPs that may have a packet to send. A QP leaves it when it
 //!   has nothing; it comes back when something happens to it or when its
 //!   deadline passes (the only ways a QP with nothing to send gets
@@ -26,10 +26,11 @@
 //! fewer, the endpoint walks every QP as it always did, which costs less
 //! than the bookkeeping (the single-QP path stays as fast as before).
 
+use super::deadlines::Deadlines;
 use super::qpn_bits::QpnBits;
 use crate::qp::Qp;
 use crate::time::Instant;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// A device with at most this many QPs keeps no agenda: it walks every
 /// QP, as the engine did before the agenda (`Endpoint::agenda_on`).
@@ -54,8 +55,8 @@ const STALE_LIST: usize = 64;
 
 #[derive(Debug, Default)]
 pub(super) struct Agenda {
-    /// Every QP with a deadline, by time then QPN.
-    by_time: BTreeSet<(Instant, u32)>,
+    /// Every QP's deadline, by time then QPN.
+    deadlines: Deadlines,
     /// QPs to refresh (may repeat).
     stale: Vec<u32>,
     all_stale: bool,
@@ -94,52 +95,52 @@ impl Agenda {
     /// [`Agenda::mark_all`]).
     pub fn refresh(&mut self, qps: &BTreeMap<u32, Box<Qp>>) {
         if std::mem::take(&mut self.all_stale) {
-            self.stale.clear();
-            self.by_time.clear();
-            for (&qpn, qp) in qps {
-                let t = qp.next_deadline();
-                qp.indexed_deadline.set(t);
-                if let Some(t) = t {
-                    self.by_time.insert((t, qpn));
-                }
-            }
+            self.rebuild(qps);
             return;
         }
-        for qpn in self.stale.drain(..) {
+        for i in 0..self.stale.len() {
+            let qpn = self.stale[i];
             // A QPN nobody has (a post to a wrong QPN) was never indexed.
             let Some(qp) = qps.get(&qpn) else { continue };
-            let (old, new) = (qp.indexed_deadline.get(), qp.next_deadline());
-            if old == new {
-                continue;
+            let slot = qp.agenda_slot.get();
+            if !self.deadlines.holds(slot, qpn) {
+                // Not indexed since the last rebuild (the agenda was off
+                // while QPs came and went): index every QP afresh.
+                self.rebuild(qps);
+                return;
             }
-            if let Some(old) = old {
-                self.by_time.remove(&(old, qpn));
-            }
-            if let Some(new) = new {
-                self.by_time.insert((new, qpn));
-            }
-            qp.indexed_deadline.set(new);
+            self.deadlines.set(slot, qp.next_deadline());
+        }
+        self.stale.clear();
+    }
+
+    fn rebuild(&mut self, qps: &BTreeMap<u32, Box<Qp>>) {
+        self.stale.clear();
+        self.deadlines.clear();
+        for (&qpn, qp) in qps {
+            qp.agenda_slot.set(self.deadlines.add(qpn, qp.next_deadline()));
         }
     }
 
     /// The earliest deadline of any QP (as of the last refresh).
-    pub fn earliest(&self) -> Option<Instant> {
-        self.by_time.first().map(|&(t, _)| t)
+    pub fn earliest(&mut self) -> Option<Instant> {
+        self.deadlines.earliest()
     }
 
     /// The QPs whose deadline is at or before `now`, in QPN order (as of
     /// the last refresh).
     pub fn due(&self, now: Instant) -> Vec<u32> {
-        let mut due: Vec<u32> = self.by_time.range(..=(now, u32::MAX)).map(|&(_, qpn)| qpn).collect();
+        let mut due = Vec::new();
+        self.deadlines.for_each_due(now, |qpn| due.push(qpn));
         due.sort_unstable();
+        due.dedup();
         due
     }
 
     /// Makes every QP whose deadline has passed ready (after a refresh).
     pub fn wake_due(&mut self, now: Instant) {
-        for &(_, qpn) in self.by_time.range(..=(now, u32::MAX)) {
-            self.ready.insert(qpn);
-        }
+        let ready = &mut self.ready;
+        self.deadlines.for_each_due(now, |qpn| ready.insert(qpn));
     }
 
     /// The first ready QP at or after `from` in QPN order, wrapping round.

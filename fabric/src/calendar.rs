@@ -95,8 +95,8 @@ impl Calendar {
 
     /// The earliest's slot if the bucket due now has it (no turning: a
     /// hint for `&self`).
-    pub fn peek_now(&self) -> Option<usize> {
-        self.now.peek().map(|Reverse((_, _, slot))| *slot)
+    pub fn peek_now(&self) -> Option<(Instant, usize)> {
+        self.now.peek().map(|Reverse((t, _, slot))| (*t, *slot))
     }
 
     /// The slot that comes out after the earliest, if it is in the same

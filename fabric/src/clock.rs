@@ -75,8 +75,9 @@ impl EventQueue {
 
     /// The earliest event if the calendar's current bucket holds it
     /// (a hint for prefetching: `None` says nothing about later buckets).
-    pub fn peek(&self) -> Option<&Event> {
-        self.slots[self.order.peek_now()?].0.as_ref()
+    pub fn peek(&self) -> Option<(Instant, &Event)> {
+        let (t, slot) = self.order.peek_now()?;
+        Some((t, self.slots[slot].0.as_ref()?))
     }
 
     /// The event that runs after that one, if it is as near (a hint).
@@ -125,6 +126,11 @@ impl HostTimers {
             self.heap.pop();
         }
         None
+    }
+
+    /// The earliest entry, current or not (a hint for prefetching).
+    pub fn peek_hint(&self) -> Option<(Instant, usize)> {
+        self.heap.peek().map(|&Reverse(e)| e)
     }
 
     /// A host whose deadline is at or before `now` (lowest deadline, then

@@ -244,9 +244,20 @@ impl Fabric {
     /// Asks the engine that the next event reaches to bring the state of
     /// that packet's QP into the cache while this event runs.
     /// The next event's QP with what it points to, the one after's alone
-    /// (its lines arrive by the time the deep ask reads them).
+    /// (its lines arrive by the time the deep ask reads them). When a
+    /// host's timer comes first (the next event lies in a later bucket or
+    /// later in this one), the QP of that host's earliest deadline instead:
+    /// under congestion one packet-hop in five waits for a pacer's or
+    /// rate timer on a QP gone cold (docs/performance.md).
     fn prefetch_next(&self) {
-        for (ev, deep) in [(self.events.peek(), true), (self.events.peek_second(), false)] {
+        let next = self.events.peek();
+        if let Some((tt, h)) = self.timers.peek_hint() {
+            if next.is_none_or(|(te, _)| tt < te) {
+                self.topo.hosts[h].ep.prefetch_due();
+                return;
+            }
+        }
+        for (ev, deep) in [(next.map(|(_, e)| e), true), (self.events.peek_second(), false)] {
             if let Some(Event::Arrive { node, packet, .. }) = ev {
                 if let Node::Host(h) = self.topo.nodes[*node] {
                     self.topo.hosts[h].ep.prefetch_for(packet.headers(), deep);

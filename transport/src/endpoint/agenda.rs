@@ -127,6 +127,12 @@ impl Agenda {
         self.deadlines.earliest()
     }
 
+    /// The QP whose deadline is likely the earliest (the index's top, which
+    /// may be stale): a hint for a prefetch.
+    pub fn earliest_hint(&self) -> Option<u32> {
+        self.deadlines.first_hint()
+    }
+
     /// The QPs whose deadline is at or before `now`, in QPN order (as of
     /// the last refresh).
     pub fn due(&self, now: Instant) -> Vec<u32> {

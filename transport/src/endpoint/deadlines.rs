@@ -108,6 +108,12 @@ impl Deadlines {
         None
     }
 
+    /// The QPN at the top of the heap, current or not: a hint of the QP
+    /// whose timer comes next, for a prefetch.
+    pub fn first_hint(&self) -> Option<u32> {
+        self.heap.first().map(|e| e.qpn)
+    }
+
     /// Calls `f` with the QPN of every QP due at or before `now`, in no
     /// particular order (a QPN may come twice).
     pub fn for_each_due(&self, now: Instant, mut f: impl FnMut(u32)) {

@@ -492,6 +492,17 @@ impl Endpoint {
         }
     }
 
+    /// Asks for the state of the QP whose timer is likely the device's
+    /// next, for a simulator that knows this device's deadline comes
+    /// before its next packet (a QP the pacer releases, on a host of
+    /// hundreds of QPs, is cold by then). A hint like [`Self::prefetch_for`].
+    pub fn prefetch_due(&self) {
+        let Ok(agenda) = self.sched.agenda.try_borrow() else { return };
+        if let Some(qp) = agenda.earliest_hint().and_then(|qpn| self.qps.get(&qpn)) {
+            crate::prefetch::lines_of::<crate::qp::Qp>(qp);
+        }
+    }
+
     /// A hint: a packet with these bytes (as [`Endpoint::handle_packet`]
     /// takes them) is about to arrive, so the state of the QP it is for
     /// is asked into the cache now. Changes nothing; a packet it cannot

@@ -282,6 +282,25 @@ mod tests {
     }
 
     #[test]
+    fn a_rebuilt_heap_orders_every_node_the_root_included() {
+        // Slot 0 holds the latest deadline: a rebuild that left the root
+        // unsifted would answer it first.
+        let mut d = Deadlines::default();
+        let at = |t: u64| Some(Instant::from_nanos(t));
+        let slots: Vec<u32> = (0..20u32).map(|q| d.add(q, at(10_000 - u64::from(q)))).collect();
+        // Moving one deadline back and forth leaves stale entries until a rebuild.
+        for round in 0..200u64 {
+            d.set(slots[19], at(20_000 + round % 2));
+        }
+        assert!(d.heap.len() < 200, "rebuilt: {}", d.heap.len());
+        assert_eq!(d.earliest(), at(10_000 - 18));
+        let mut due = Vec::new();
+        d.for_each_due(Instant::from_nanos(9_990), |q| due.push(q));
+        due.sort_unstable();
+        assert_eq!(due, (10..19).collect::<Vec<u32>>());
+    }
+
+    #[test]
     fn a_deadline_moved_back_and_forth_leaves_a_bounded_heap() {
         let mut d = Deadlines::default();
         let slots: Vec<u32> = (0..10).map(|q| d.add(q, Some(Instant::from_nanos(1000)))).collect();

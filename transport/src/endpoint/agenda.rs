@@ -27,10 +27,9 @@
 //! than the bookkeeping (the single-QP path stays as fast as before).
 
 use super::deadlines::Deadlines;
+use super::qp_table::QpTable;
 use super::qpn_bits::QpnBits;
-use crate::qp::Qp;
 use crate::time::Instant;
-use std::collections::BTreeMap;
 
 /// A device with at most this many QPs keeps no agenda: it walks every
 /// QP, as the engine did before the agenda (`Endpoint::agenda_on`).
@@ -93,7 +92,7 @@ impl Agenda {
 
     /// Computes the deadlines of the stale QPs again (of every QP after
     /// [`Agenda::mark_all`]).
-    pub fn refresh(&mut self, qps: &BTreeMap<u32, Box<Qp>>) {
+    pub fn refresh(&mut self, qps: &QpTable) {
         if std::mem::take(&mut self.all_stale) {
             self.rebuild(qps);
             return;
@@ -101,7 +100,7 @@ impl Agenda {
         for i in 0..self.stale.len() {
             let qpn = self.stale[i];
             // A QPN nobody has (a post to a wrong QPN) was never indexed.
-            let Some(qp) = qps.get(&qpn) else { continue };
+            let Some(qp) = qps.get(qpn) else { continue };
             let slot = qp.agenda_slot.get();
             if !self.deadlines.holds(slot, qpn) {
                 // Not indexed since the last rebuild (the agenda was off
@@ -114,10 +113,10 @@ impl Agenda {
         self.stale.clear();
     }
 
-    fn rebuild(&mut self, qps: &BTreeMap<u32, Box<Qp>>) {
+    fn rebuild(&mut self, qps: &QpTable) {
         self.stale.clear();
         self.deadlines.clear();
-        for (&qpn, qp) in qps {
+        for (qpn, qp) in qps.iter() {
             qp.agenda_slot.set(self.deadlines.add(qpn, qp.next_deadline()));
         }
     }
@@ -150,14 +149,14 @@ impl Agenda {
     }
 
     /// The first ready QP at or after `from` in QPN order, wrapping round.
-    pub fn next_ready(&mut self, from: u32, qps: &BTreeMap<u32, Box<Qp>>) -> Option<u32> {
+    pub fn next_ready(&mut self, from: u32, qps: &QpTable) -> Option<u32> {
         if std::mem::take(&mut self.all_ready) {
             self.ready.clear();
-            qps.keys().for_each(|&qpn| self.ready.insert(qpn));
+            qps.keys().for_each(|qpn| self.ready.insert(qpn));
         }
         // A destroyed QP may still be listed: it is skipped and forgotten.
         while let Some(qpn) = self.ready.next_from(from).or_else(|| self.ready.first()) {
-            if qps.contains_key(&qpn) {
+            if qps.contains_key(qpn) {
                 return Some(qpn);
             }
             self.ready.remove(qpn);
@@ -189,8 +188,12 @@ mod tests {
     use crate::qp::{CqId, QpInitAttr, QpType};
     use crate::timers::Timer;
 
-    fn qps(nums: &[u32]) -> BTreeMap<u32, Box<Qp>> {
-        nums.iter().map(|&n| (n, Box::new(Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0)))))).collect()
+    fn qps(nums: &[u32]) -> QpTable {
+        let mut t = QpTable::default();
+        for &n in nums {
+            t.insert(n, Box::new(crate::qp::Qp::new(n, QpInitAttr::new(QpType::Rc, Pd(1), CqId(0)))));
+        }
+        t
     }
 
     #[test]
@@ -230,25 +233,25 @@ mod tests {
     fn deadlines_are_recomputed_only_for_stale_qps() {
         let at = Instant::from_nanos;
         let mut map = qps(&[10, 20, 30]);
-        map.get_mut(&20).unwrap().timers.set(Timer::Retransmit, at(500));
-        map.get_mut(&30).unwrap().timers.set(Timer::RnrWait, at(100));
+        map.get_mut(20).unwrap().timers.set(Timer::Retransmit, at(500));
+        map.get_mut(30).unwrap().timers.set(Timer::RnrWait, at(100));
         let mut a = Agenda::default();
         a.mark_all();
         a.refresh(&map);
         assert_eq!(a.earliest(), Some(at(100)));
         assert_eq!(a.due(at(500)), vec![20, 30], "QPN order, not deadline order");
         // A change nobody reported is not seen; a reported one is.
-        map.get_mut(&10).unwrap().timers.set(Timer::Retransmit, at(50));
+        map.get_mut(10).unwrap().timers.set(Timer::Retransmit, at(50));
         a.refresh(&map);
         assert_eq!(a.earliest(), Some(at(100)));
         a.mark_stale(10);
         a.refresh(&map);
         assert_eq!(a.earliest(), Some(at(50)));
-        map.get_mut(&30).unwrap().timers.stop(Timer::RnrWait);
+        map.get_mut(30).unwrap().timers.stop(Timer::RnrWait);
         a.mark_stale(30);
         a.refresh(&map);
         assert_eq!(a.due(at(1_000)), vec![10, 20]);
-        map.remove(&10);
+        map.remove(10);
         a.mark_all(); // as destroy_qp does
         a.refresh(&map);
         assert_eq!((a.earliest(), a.due(at(1_000))), (Some(at(500)), vec![20]));

@@ -338,7 +338,7 @@ impl Endpoint {
     ) {
         let bth = t.bth();
         let agenda_on = self.agenda_on();
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(qp) = self.qps.get_mut(qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
         };
@@ -463,7 +463,7 @@ impl Endpoint {
     /// forged CNP cannot slow a QP it does not belong to.
     fn receive_cnp(&mut self, now: Instant, qpn: u32, pkey: u16, src: Peer) {
         let agenda_on = self.agenda_on();
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(qp) = self.qps.get_mut(qpn) else {
             self.stats.drop(Drop::UnknownQp, qpn);
             return;
         };
@@ -498,7 +498,7 @@ impl Endpoint {
     /// hundreds of QPs, is cold by then). A hint like [`Self::prefetch_for`].
     pub fn prefetch_due(&self) {
         let Ok(agenda) = self.sched.agenda.try_borrow() else { return };
-        if let Some(qp) = agenda.earliest_hint().and_then(|qpn| self.qps.get(&qpn)) {
+        if let Some(qp) = agenda.earliest_hint().and_then(|qpn| self.qps.get(qpn)) {
             crate::prefetch::lines_of::<crate::qp::Qp>(qp);
         }
     }
@@ -513,7 +513,7 @@ impl Endpoint {
     /// whose QP was asked for shallowly one event earlier.
     pub fn prefetch_for(&self, l3: &[u8], deep: bool) {
         if let Some(qpn) = self.port.framer.dest_qpn(l3) {
-            if let Some(qp) = self.qps.get(&qpn) {
+            if let Some(qp) = self.qps.get(qpn) {
                 if deep {
                     qp.prefetch_deep();
                 } else {

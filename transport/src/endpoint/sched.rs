@@ -191,7 +191,7 @@ impl Endpoint {
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
         // The ACKs that QPs moved to ERR owe go before anything else.
         while let Some(&qpn) = self.sched.last_words.last() {
-            if self.qps.contains_key(&qpn) {
+            if self.qps.contains_key(qpn) {
                 if let Some(t) = self.transmit_from(qpn, now, buf, true) {
                     return Some(t);
                 }
@@ -214,10 +214,7 @@ impl Endpoint {
         // Every QP in turn from the cursor: a device with few QPs (see
         // `agenda::WALK_MAX_QPS`) has no agenda to say which may send.
         for _ in 0..self.qps.len() {
-            let qpn = match self.qps.range(self.sched.rr..).next().or_else(|| self.qps.iter().next()) {
-                Some((&k, _)) => k,
-                None => return None,
-            };
+            let qpn = self.qps.first_from_wrapping(self.sched.rr)?;
             match self.transmit_from(qpn, now, buf, flush) {
                 Some(t) => {
                     self.turn_taken(qpn, true);
@@ -249,7 +246,7 @@ impl Endpoint {
                     return None;
                 }
                 left -= 1;
-                self.qps.range(self.sched.rr..).next().or_else(|| self.qps.iter().next()).map(|(&k, _)| k)?
+                self.qps.first_from_wrapping(self.sched.rr)?
             } else {
                 let Some(qpn) = self.sched.agenda.get_mut().next_ready(self.sched.rr, &self.qps) else {
                     // Nothing: the walk would have asked every QP, from the
@@ -257,8 +254,7 @@ impl Endpoint {
                     // round to the one before it (the last below that
                     // cursor, or the last of all), and left the cursor past
                     // that one, so that the next round begins there again.
-                    let before = self.qps.range(..start).next_back().or_else(|| self.qps.iter().next_back());
-                    if let Some((&before, _)) = before {
+                    if let Some(before) = self.qps.last_before_wrapping(start) {
                         (self.sched.rr, self.sched.burst) = (before.wrapping_add(1), 0);
                     }
                     return None;
@@ -268,8 +264,7 @@ impl Endpoint {
                 // skipping them. (A QP in its turn stays ready until it
                 // answers `None`, so this is for one destroyed in its turn.)
                 if self.sched.burst > 0 && qpn != self.sched.rr {
-                    let first = self.qps.range(self.sched.rr..).next().or_else(|| self.qps.iter().next());
-                    if first.is_some_and(|(&k, _)| k != qpn) {
+                    if self.qps.first_from_wrapping(self.sched.rr).is_some_and(|k| k != qpn) {
                         self.sched.burst = 0;
                     }
                 }
@@ -281,7 +276,7 @@ impl Endpoint {
                 // QPs its state has gone cold; it is asked for now.
                 let agenda = self.sched.agenda.get_mut();
                 if let Some(next) = agenda.ready_after(qpn) {
-                    if let Some(q) = self.qps.get(&next) {
+                    if let Some(q) = self.qps.get(next) {
                         crate::prefetch::lines_of::<crate::qp::Qp>(q);
                     }
                 }
@@ -316,7 +311,7 @@ impl Endpoint {
     /// packet, `scripts/callgrind.sh`), and the agenda's is the fabric's.
     #[inline(always)]
     fn transmit_from(&mut self, qpn: u32, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
-        let qp = self.qps.get_mut(&qpn).expect("key from the map");
+        let qp = self.qps.get_mut(qpn).expect("key from the map");
         // Congestion control: owed CNPs first, then the pacer's gate on
         // data. Without CE marks and with it off, this `Option` is all it costs.
         let mut paced = None;

@@ -263,10 +263,11 @@ impl Endpoint {
                 // each answer `None` ends the turn in progress: so does
                 // skipping them. (A QP in its turn stays ready until it
                 // answers `None`, so this is for one destroyed in its turn.)
-                if self.sched.burst > 0 && qpn != self.sched.rr {
-                    if self.qps.first_from_wrapping(self.sched.rr).is_some_and(|k| k != qpn) {
-                        self.sched.burst = 0;
-                    }
+                if self.sched.burst > 0
+                    && qpn != self.sched.rr
+                    && self.qps.first_from_wrapping(self.sched.rr).is_some_and(|k| k != qpn)
+                {
+                    self.sched.burst = 0;
                 }
                 qpn
             };

@@ -242,28 +242,10 @@ impl Fabric {
     }
 
     /// Asks the engine that the next event reaches to bring the state of
-    /// that packet's QP into the cache while this event runs.
-    /// The next event's QP with what it points to, the one after's alone
-    /// (its lines arrive by the time the deep ask reads them). When a
-    /// host's timer comes first (the next event lies in a later bucket or
-    /// later in this one), the QP of that host's earliest deadline instead:
-    /// under congestion one packet-hop in five waits for a pacer's or
-    /// rate timer on a QP gone cold (docs/performance.md).
+    /// that packet's QP into the cache while this event runs (see
+    /// [`prefetch_next`]).
     fn prefetch_next(&self) {
-        let next = self.events.peek();
-        if let Some((tt, h)) = self.timers.peek_hint() {
-            if next.is_none_or(|(te, _)| tt < te) {
-                self.topo.hosts[h].ep.prefetch_due();
-                return;
-            }
-        }
-        for (ev, deep) in [(next.map(|(_, e)| e), true), (self.events.peek_second(), false)] {
-            if let Some(Event::Arrive { node, packet, .. }) = ev {
-                if let Node::Host(h) = self.topo.nodes[*node] {
-                    self.topo.hosts[h].ep.prefetch_for(packet.headers(), deep);
-                }
-            }
-        }
+        prefetch_next(&self.events, &self.timers, &self.topo.nodes, |h| &self.topo.hosts[h]);
     }
 
     /// Every flow is finished or failed and the workload, if any, is done
@@ -605,6 +587,38 @@ impl Fabric {
             self.check_deadlock(total);
         }
         self.events.schedule(self.now + self.sample_every, Event::Sample);
+    }
+}
+
+/// Asks the engine that the next event of a queue reaches to bring the
+/// state of that packet's QP into the cache while this event runs: the
+/// next event's QP with what it points to, the one after's alone (its
+/// lines arrive by the time the deep ask reads them). When a host's
+/// timer comes first (the next event lies in a later bucket or later in
+/// this one), the QP of that host's earliest deadline instead: under
+/// congestion one packet-hop in five waits for a pacer's or rate timer on
+/// a QP gone cold (docs/performance.md). The single queue and each
+/// partition of the partitioned loop ask the same way; `host` gives the
+/// hosts the queue's events and timers are for.
+pub(crate) fn prefetch_next<'h>(
+    events: &EventQueue,
+    timers: &HostTimers,
+    nodes: &[Node],
+    host: impl Fn(usize) -> &'h Host,
+) {
+    let next = events.peek();
+    if let Some((tt, h)) = timers.peek_hint() {
+        if next.is_none_or(|(te, _)| tt < te) {
+            host(h).ep.prefetch_due();
+            return;
+        }
+    }
+    for (ev, deep) in [(next.map(|(_, e)| e), true), (events.peek_second(), false)] {
+        if let Some(Event::Arrive { node, packet, .. }) = ev {
+            if let Node::Host(h) = nodes[*node] {
+                host(h).ep.prefetch_for(packet.headers(), deep);
+            }
+        }
     }
 }
 

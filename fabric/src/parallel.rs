@@ -285,6 +285,8 @@ impl Part {
             self.counters.events += 1;
             if te.is_some_and(|e| e <= t) {
                 let (_, ev) = self.events.pop().expect("peeked");
+                let me = self.id;
+                crate::fabric::prefetch_next(&self.events, &self.timers, w.nodes, |h| &*w.host(me, h));
                 self.handle(w, ev);
             } else {
                 self.fire_timers(w);

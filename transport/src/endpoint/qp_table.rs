@@ -37,10 +37,19 @@ impl Page {
         self.number << PAGE_BITS
     }
 
-    /// The used slot numbers at or after `from`, in order.
-    fn used_from(&self, from: usize) -> impl DoubleEndedIterator<Item = usize> {
-        let bits = if from >= PAGE { 0 } else { self.used & (u64::MAX << from) };
-        Bits(bits)
+    /// The used slot numbers at or after `from` (a slot number), in order.
+    fn used_from(&self, from: usize) -> Bits {
+        Bits(self.used & (u64::MAX << from))
+    }
+
+    /// The QPN of the page's first QP (a page in the table has one).
+    fn first_used(&self) -> u32 {
+        self.first_qpn() | self.used.trailing_zeros()
+    }
+
+    /// The QPN of the page's last QP.
+    fn last_used(&self) -> u32 {
+        self.first_qpn() | (63 - self.used.leading_zeros())
     }
 }
 
@@ -170,7 +179,7 @@ impl QpTable {
             Err(i) => i,
         };
         // A page after it is never empty.
-        self.pages.get(start).map(|p| p.first_qpn() | p.used.trailing_zeros())
+        self.pages.get(start).map(Page::first_used)
     }
 
     /// The first QPN at or after `from`, or else the first of all.
@@ -193,11 +202,11 @@ impl QpTable {
             Err(i) => i,
         };
         let page = if end > 0 { self.pages.get(end - 1) } else { None }.or_else(|| self.pages.last())?;
-        Some(page.first_qpn() | (63 - page.used.leading_zeros()))
+        Some(page.last_used())
     }
 
     pub fn first(&self) -> Option<u32> {
-        self.pages.first().map(|p| p.first_qpn() | p.used.trailing_zeros())
+        self.pages.first().map(Page::first_used)
     }
 
     /// The QPs in QPN order.
@@ -281,7 +290,7 @@ mod tests {
 
     proptest! {
         /// Every answer is the ordered map's (the structure it replaced),
-        /// after any inserts, removals and clears.
+        /// after any inserts and removals.
         #[test]
         fn answers_as_an_ordered_map_does(ops in proptest::collection::vec(op(), 0..300), probes in proptest::collection::vec(qpn(), 1..40)) {
             let (mut t, mut m) = (QpTable::default(), BTreeMap::new());

@@ -1,47 +1,28 @@
-//! The discrete-event loop: packets over links and through switches,
-//! endpoint timers, flows posting work, and the samples the reports use.
-//! Hosts pull a packet from their endpoint only when their NIC port is
-//! idle, so a host never queues more than the engine itself holds.
-//!
-//! PFC: a switch ingress crossing XOFF queues a pause frame (real 802.1Qbb
-//! bytes) on that port ahead of everything else; the upstream port parses
-//! it and holds data for the time it gives. A paused host NIC that has
-//! already pulled a data packet keeps it and sends nothing until the pause
-//! ends (the endpoint cannot be asked for "control only"); senders send
-//! almost only data, so this costs little.
+//! The discrete-event loop on one queue: events and endpoint timers in
+//! time order, flows posting work, and the samples the reports use. What
+//! each event does is `crate::handlers`' (the same for `--threads`,
+//! [`crate::parallel`]); this file gives the handlers the whole fabric
+//! (`Site`). Hosts pull a packet from their endpoint only when their
+//! NIC port is idle, so a host never queues more than the engine itself
+//! holds.
 
 use crate::clock::{Event, EventQueue, HostTimers};
+use crate::handlers::Handlers;
 use crate::host::{connect_with, Flow, Host};
+use crate::ib::engine::blocked_ports;
+use crate::ib::IbConfig;
 use crate::packet::Packet;
-use crate::pfc::{data_pause, quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
-use crate::switch::{ecn_capable, ipv4_src, Admit};
-use crate::topology::{Node, Topology};
+use crate::site::Site;
+use crate::switch::{ecn_capable, ipv4_src, Switch};
+use crate::topology::{Node, Port, Topology};
 use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
-use rdma_transport::{Instant, WcStatus, WorkCompletion, MAX_PACKET};
+use rdma_transport::{Instant, WorkCompletion, MAX_PACKET};
 use rustc_hash::FxHashMap;
+use std::net::Ipv4Addr;
 
-/// Packet counts over the whole run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub packets_switched: u64,
-    /// Packets put on a link (hosts' and switches'; not PFC or IB flow
-    /// control): the unit of simulated work the benchmarks divide by.
-    pub packet_hops: u64,
-    pub unroutable: u64,
-    pub events: u64,
-    /// PFC frames sent with a non-zero time (XOFF and its refreshes), and with time 0 (XON).
-    pub pauses: u64,
-    pub resumes: u64,
-    /// Received frames that did not parse as PFC.
-    pub pfc_malformed: u64,
-    /// `--threads`: events sent to another partition (packets, PFC frames
-    /// and IB flow-control packets crossing a partition boundary), and
-    /// synchronisation windows run; both 0 on the single queue.
-    pub messages: u64,
-    pub windows: u64,
-}
+pub use crate::counters::Counters;
 
 /// A PFC deadlock: nothing delivered for a whole detection window while
 /// data waits only at paused switch egress ports.
@@ -77,7 +58,7 @@ pub struct Fabric {
     /// Per host: a data packet pulled from the endpoint while its port was paused.
     pub(crate) held: Vec<Option<Packet>>,
     /// Every host's next engine deadline, refreshed whenever the loop has
-    /// touched its endpoint (all of that ends in [`Fabric::service`]).
+    /// touched its endpoint (all of that ends in `Site::service`).
     timers: HostTimers,
     pub counters: Counters,
     /// How often the bottleneck queue is sampled, and per-flow bytes are recorded every `window`.
@@ -219,7 +200,10 @@ impl Fabric {
             #[cfg(debug_assertions)]
             if self.counters.events % 1024 == 0 {
                 let scan = self.topo.hosts.iter().filter_map(|h| h.ep.poll_timeout()).min();
-                debug_assert_eq!(tt, scan, "an engine's deadline changed without Fabric::service or pull noting it");
+                debug_assert_eq!(
+                    tt, scan,
+                    "an engine's deadline changed without Site::service or next_packet noting it"
+                );
             }
             let Some(t) = te.into_iter().chain(tt).min() else { return };
             if t > until {
@@ -234,7 +218,11 @@ impl Fabric {
             if te.is_some_and(|e| e <= t) {
                 let (_, ev) = self.events.pop().expect("peeked");
                 self.prefetch_next();
-                self.handle(ev);
+                match ev {
+                    Event::Sample => self.sample(),
+                    Event::Sma { node, port } => self.sma_event(node, port),
+                    ev => self.handle(ev),
+                }
             } else {
                 self.fire_timers();
             }
@@ -269,271 +257,19 @@ impl Fabric {
         self.workload.take()
     }
 
-    /// Fires every host timer that is due, in host order. (Deadlines can
-    /// be overdue, not only due now: a host serviced late may report one
-    /// in the past. Host order, not deadline order, keeps runs identical
-    /// to asking every host in turn.)
-    fn fire_timers(&mut self) {
-        let now = self.now;
-        let mut due = Vec::new();
-        while let Some(h) = self.timers.pop_due(now) {
-            due.push(h);
-        }
-        due.sort_unstable();
-        for h in due {
-            self.topo.hosts[h].ep.handle_timeout(now);
-            self.service(h);
-        }
-    }
-
-    fn handle(&mut self, ev: Event) {
-        match ev {
-            Event::Arrive { node, port, packet } if self.topo.ports[node][port].ib.is_some() => {
-                self.ib_arrive(node, port, packet.into_bytes())
-            }
-            Event::FlowControl { node, port, frame } => self.ib_receive_fc(node, port, &frame),
-            Event::FcPeriod { node, port } => self.ib_fc_period(node, port),
-            Event::Sma { node, port } => self.sma_event(node, port),
-            Event::PortFree { node, port } if self.topo.ports[node][port].ib.is_some() => {
-                self.topo.ports[node][port].busy = false;
-                self.ib_wake(node, port);
-            }
-            Event::Arrive { node, port: in_port, packet } => match self.topo.nodes[node] {
-                Node::Host(h) => {
-                    let host = &mut self.topo.hosts[h];
-                    deliver(host, h, self.int.as_mut(), self.now, packet, &mut self.rx_scratch);
-                    self.service(h);
-                }
-                Node::Switch(sw) => {
-                    self.counters.packets_switched += 1;
-                    match self.topo.switches[sw].admit(packet, in_port) {
-                        Admit::Queued { port, pause } => {
-                            if pause {
-                                let g = self.topo.switches[sw].ingress[in_port].generation;
-                                self.send_pause(node, in_port);
-                                self.schedule_refresh(node, in_port, g);
-                            }
-                            self.switch_send(node, sw, port)
-                        }
-                        Admit::Dropped => {}
-                        Admit::Unroutable => self.counters.unroutable += 1,
-                    }
-                }
-            },
-            Event::PortFree { node, port } => {
-                self.topo.ports[node][port].busy = false;
-                match self.topo.nodes[node] {
-                    Node::Host(h) => self.service(h),
-                    Node::Switch(sw) => self.switch_send(node, sw, port),
-                }
-            }
-            Event::FlowStart { flow } => {
-                let now = self.now;
-                let was_done = self.flows[flow].done();
-                self.flows[flow].top_up(&mut self.topo.hosts, now);
-                self.flows_done += usize::from(!was_done && self.flows[flow].done());
-                let src = self.flows[flow].src;
-                self.service(src);
-            }
-            Event::Sample => self.sample(),
-            Event::Pfc { node, port, frame } => self.receive_pfc(node, port, &frame),
-            Event::Unpause { node, port } => self.wake(node, port),
-            Event::PfcRefresh { node, port, generation } => {
-                let Node::Switch(sw) = self.topo.nodes[node] else { return };
-                let ing = self.topo.switches[sw].ingress[port];
-                if ing.xoff && ing.generation == generation {
-                    self.send_pause(node, port);
-                    self.schedule_refresh(node, port, generation);
-                }
-            }
-        }
-    }
-
-    /// Tries to send on port `port` of `node` (after a pause ran out).
-    fn wake(&mut self, node: usize, port: usize) {
-        match self.topo.nodes[node] {
-            Node::Host(h) => self.service(h),
-            Node::Switch(sw) => self.switch_send(node, sw, port),
-        }
-    }
-
-    fn pause_quanta(&self, node: usize) -> u16 {
-        match self.topo.nodes[node] {
-            Node::Switch(sw) => self.topo.switches[sw].pfc.map_or(0, |p| p.pause_quanta),
-            Node::Host(_) => 0,
-        }
-    }
-
-    /// Queues an XOFF for the data priority on port `port` of switch `node`.
-    fn send_pause(&mut self, node: usize, port: usize) {
-        let q = self.pause_quanta(node);
-        self.send_pfc(node, port, q);
-    }
-
-    fn send_pfc(&mut self, node: usize, port: usize, quanta: u16) {
-        let mac = [2, 0, 0, 0, (node >> 8) as u8, node as u8];
-        let frame = PfcFrame::single(mac, DATA_PRIORITY, quanta).emit();
-        if quanta == 0 {
-            self.counters.resumes += 1;
-        } else {
-            self.counters.pauses += 1;
-        }
-        self.topo.ports[node][port].pfc_out.push_back(frame.to_vec());
-        self.wake(node, port);
-    }
-
-    /// The next XOFF refresh: half the pause time, so the upstream never
-    /// resumes while the ingress is still above XON (§3.2).
-    fn schedule_refresh(&mut self, node: usize, port: usize, generation: u64) {
-        let d = quanta_to_duration(self.pause_quanta(node), self.topo.ports[node][port].link.rate_bps);
-        self.events
-            .schedule(self.now + (d / 2).max(Duration::from_nanos(1)), Event::PfcRefresh { node, port, generation });
-    }
-
-    fn receive_pfc(&mut self, node: usize, port: usize, frame: &[u8]) {
-        let p = &mut self.topo.ports[node][port];
-        let d = match data_pause(frame, p.link.rate_bps) {
-            Ok(Some(d)) => d,
-            Ok(None) => return,
-            Err(_) => {
-                self.counters.pfc_malformed += 1;
-                return;
-            }
-        };
-        p.pause(self.now, d);
-        if d.is_zero() {
-            self.wake(node, port);
-        } else {
-            self.events.schedule(self.now + d, Event::Unpause { node, port });
-        }
-    }
-
     /// Adds every port's paused time up to now.
     pub fn account_pauses(&mut self) {
         let now = self.now;
         self.topo.ports.iter_mut().flatten().for_each(|p| p.account(now));
     }
 
-    /// Puts a PFC frame on port `port` of `node`, which must be idle.
-    fn launch_pfc(&mut self, node: usize, port: usize, frame: Vec<u8>) {
-        let p = &mut self.topo.ports[node][port];
-        p.busy = true;
-        let done = self.now + p.link.serialise(WIRE_LEN);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.events.schedule(done, Event::PortFree { node, port });
-        self.events.schedule(done + delay, Event::Pfc { node: peer, port: peer_port, frame });
-    }
-
-    /// Puts `packet` on port `port` of `node`, which must be idle.
-    fn launch(&mut self, node: usize, port: usize, packet: Packet) {
-        let len = packet.wire_len();
-        self.launch_len(node, port, packet, len);
-    }
-
-    /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
-    pub(crate) fn launch_len(&mut self, node: usize, port: usize, packet: Packet, wire_len: usize) {
-        self.counters.packet_hops += 1;
-        let p = &mut self.topo.ports[node][port];
-        p.busy = true;
-        p.tx_bytes += wire_len as u64;
-        let done = self.now + p.link.serialise(wire_len);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.events.schedule(done, Event::PortFree { node, port });
-        self.events.schedule(done + delay, Event::Arrive { node: peer, port: peer_port, packet });
-    }
-
-    fn switch_send(&mut self, node: usize, sw: usize, port: usize) {
-        let p = &mut self.topo.ports[node][port];
-        if p.busy {
-            return;
-        }
-        if let Some(frame) = p.pfc_out.pop_front() {
-            return self.launch_pfc(node, port, frame);
-        }
-        let paused = p.data_paused(self.now);
-        if let Some((mut p, resume)) = self.topo.switches[sw].dequeue(port, paused, &mut self.rng) {
-            if self.int.is_some() {
-                let queued = self.topo.switches[sw].egress[port].data_bytes();
-                crate::int::stamp_at_egress(p.headers_mut(), &self.topo.ports[node][port], queued, self.now);
-            }
-            self.launch(node, port, p);
-            if let Some(in_port) = resume {
-                self.send_pfc(node, in_port, 0);
+    /// Starts every IB link: the first round of (Init) flow-control packets.
+    fn start_ib(&mut self) {
+        for node in 0..self.topo.ports.len() {
+            for port in 0..self.topo.ports[node].len() {
+                self.events.schedule(Instant::ZERO, Event::FcPeriod { node, port });
             }
         }
-    }
-
-    /// After anything that touched host `h`: reap completions, post more
-    /// work, and send one packet if its NIC is idle; then note its next
-    /// engine deadline.
-    pub(crate) fn service(&mut self, h: usize) {
-        self.pump(h);
-        self.timers.set(h, self.topo.hosts[h].ep.poll_timeout());
-    }
-
-    fn pump(&mut self, h: usize) {
-        let cq = self.topo.hosts[h].cq;
-        for wc in self.topo.hosts[h].ep.poll_cq(cq, 64) {
-            let Some(&f) = self.flow_of.get(&(h, wc.qp_num)) else {
-                if let Some(w) = self.workload.as_mut() {
-                    w.on_completion(h, &wc, &mut self.topo.hosts[h], self.now);
-                }
-                continue;
-            };
-            let was_done = self.flows[f].done();
-            self.complete(f, &wc);
-            self.flows_done += usize::from(!was_done && self.flows[f].done());
-        }
-        if self.topo.ib.is_some() {
-            return self.ib_host_send(h);
-        }
-        let node = self.topo.host_nodes[h];
-        let port = &self.topo.ports[node][0];
-        if port.busy {
-            return;
-        }
-        let paused = port.data_paused(self.now);
-        if let Some(p) = self.held[h].take() {
-            if paused {
-                self.held[h] = Some(p);
-            } else {
-                self.launch(node, 0, p);
-            }
-            return;
-        }
-        let Some(packet) = self.pull(h) else { return };
-        if paused && ecn_capable(packet.headers()) {
-            self.held[h] = Some(packet);
-            return;
-        }
-        self.launch(node, 0, packet);
-    }
-
-    /// Flow `f`'s WRITE completed with `wc`: count it and post more.
-    fn complete(&mut self, f: usize, wc: &WorkCompletion) {
-        let flow = &mut self.flows[f];
-        flow.outstanding = flow.outstanding.saturating_sub(1);
-        if let Some(t) = flow.posted_at.pop_front() {
-            self.message_latency_ns.push((self.now - t).as_nanos() as u64);
-        }
-        if wc.status != WcStatus::Success {
-            flow.failed = true;
-            return;
-        }
-        flow.completed += u64::from(wc.byte_len);
-        if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
-            flow.finish = Some(self.now);
-        }
-        flow.top_up(&mut self.topo.hosts, self.now);
-    }
-
-    /// The next packet host `h`'s engine has to send ([`next_packet`]).
-    /// Sending arms the engine's timers, so its deadline is noted.
-    pub(crate) fn pull(&mut self, h: usize) -> Option<Packet> {
-        let ep = &mut self.topo.hosts[h].ep;
-        let packet = next_packet(ep, self.now, &mut self.tx_scratch, self.int.as_ref(), h);
-        self.timers.set(h, ep.poll_timeout());
-        packet
     }
 
     /// Data bytes waiting at output `port` of switch `sw`.
@@ -555,7 +291,7 @@ impl Fabric {
             return;
         }
         if self.topo.ib.is_some() {
-            if let Some(ports) = self.ib_blocked_ports().filter(|p| !p.is_empty()) {
+            if let Some(ports) = blocked_ports(&self.topo.nodes, |n| &self.topo.ports[n]).filter(|p| !p.is_empty()) {
                 self.deadlock = Some(Deadlock { at: self.now, ports });
             }
             return;
@@ -587,6 +323,112 @@ impl Fabric {
             self.check_deadlock(total);
         }
         self.events.schedule(self.now + self.sample_every, Event::Sample);
+    }
+}
+
+/// The single queue's handlers reach the whole fabric.
+impl Site for Fabric {
+    fn now(&self) -> Instant {
+        self.now
+    }
+    fn node(&self, node: usize) -> Node {
+        self.topo.nodes[node]
+    }
+    fn host_node(&self, h: usize) -> usize {
+        self.topo.host_nodes[h]
+    }
+    fn host(&mut self, h: usize) -> &mut Host {
+        &mut self.topo.hosts[h]
+    }
+    fn switch(&mut self, _node: usize, sw: usize) -> &mut Switch {
+        &mut self.topo.switches[sw]
+    }
+    fn ports(&mut self, node: usize) -> &mut Vec<Port> {
+        &mut self.topo.ports[node]
+    }
+    fn switch_and_ports(&mut self, node: usize, sw: usize) -> (&mut Switch, &mut Vec<Port>) {
+        (&mut self.topo.switches[sw], &mut self.topo.ports[node])
+    }
+    fn switch_and_rng(&mut self, _node: usize, sw: usize) -> (&mut Switch, &mut Rng) {
+        (&mut self.topo.switches[sw], &mut self.rng)
+    }
+    fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+    fn flow(&mut self, f: usize) -> &mut Flow {
+        &mut self.flows[f]
+    }
+    fn flow_of(&self, h: usize, qpn: u32) -> Option<usize> {
+        self.flow_of.get(&(h, qpn)).copied()
+    }
+    fn counters(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+    fn timers(&mut self) -> &mut HostTimers {
+        &mut self.timers
+    }
+    fn held(&mut self, h: usize) -> &mut Option<Packet> {
+        &mut self.held[h]
+    }
+    fn schedule(&mut self, _node: usize, at: Instant, ev: Event) {
+        self.events.schedule(at, ev);
+    }
+    fn int_on(&self) -> bool {
+        self.int.is_some()
+    }
+    fn ib(&self) -> Option<&IbConfig> {
+        self.topo.ib.as_ref()
+    }
+    fn ports_and_ib(&mut self, node: usize) -> (&mut Vec<Port>, Option<&IbConfig>) {
+        (&mut self.topo.ports[node], self.topo.ib.as_ref())
+    }
+    fn deliver(&mut self, h: usize, packet: Packet) {
+        deliver(&mut self.topo.hosts[h], h, self.int.as_mut(), self.now, packet, &mut self.rx_scratch);
+    }
+    fn next_packet(&mut self, h: usize) -> Option<Packet> {
+        let ep = &mut self.topo.hosts[h].ep;
+        let packet = next_packet(ep, self.now, &mut self.tx_scratch, self.int.as_ref(), h);
+        self.timers.set(h, ep.poll_timeout());
+        packet
+    }
+    fn top_up(&mut self, f: usize) {
+        self.flows[f].top_up(&mut self.topo.hosts, self.now);
+    }
+    fn flow_finished(&mut self) {
+        self.flows_done += 1;
+    }
+    fn record_latency(&mut self, ns: u64) {
+        self.message_latency_ns.push(ns);
+    }
+    fn workload_completion(&mut self, h: usize, wc: &WorkCompletion) {
+        if let Some(w) = self.workload.as_mut() {
+            w.on_completion(h, wc, &mut self.topo.hosts[h], self.now);
+        }
+    }
+    fn service(&mut self, h: usize) {
+        self.serve(h);
+    }
+    fn lid_addr(&self, lid: u16) -> Option<Ipv4Addr> {
+        let node = self.topo.lids.iter().position(|&l| l == lid && l != 0)?;
+        match self.topo.nodes[node] {
+            Node::Host(h) => Some(self.topo.hosts[h].addr),
+            Node::Switch(_) => None,
+        }
+    }
+    fn sender_pkey(&self, slid: u16) -> Option<u16> {
+        let src = self.topo.lids.iter().position(|&l| l == slid && l != 0)?;
+        self.topo.ports[src].first().and_then(|p| p.ib.as_ref()).map(|ib| ib.mgmt.pkeys[0])
+    }
+    fn vl15_arrive(&mut self, node: usize, port: usize, f: Vec<u8>) {
+        self.sma_arrive(node, port, f);
+    }
+    fn capturing(&self) -> bool {
+        self.ib_capture.is_some()
+    }
+    fn capture(&mut self, erf_type: u8, frame: &[u8]) {
+        if let Some(c) = self.ib_capture.as_mut() {
+            c.push(crate::ib::capture::Captured { at: self.now, erf_type, bytes: frame.to_vec() });
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP, oversubscription), rail-optimized and dumbbell, routes by destination IP; ports' pause state |
 //! | [`fabric`] | the event loop, its samples and deadlock detection |
+//! | `site`, `handlers` | what an event does, written once for both loops over what a handler reaches |
 //! | [`parallel`] | `--threads N`: the same loop partitioned by pod, run on N threads in windows of the link delay |
 //! | [`workload`] | work besides flows that reacts to completions (collectives) |
 //! | [`collective`] | `run allreduce|allgather|reduce-scatter`: ring and tree collectives driven by WRITE completions |
@@ -34,9 +35,11 @@ pub mod calendar;
 pub mod clock;
 pub mod collective;
 pub mod compare;
+pub mod counters;
 pub mod fabric;
 #[doc(hidden)]
 pub mod fuzzing;
+mod handlers;
 pub mod host;
 pub mod ib;
 pub mod int;
@@ -51,6 +54,7 @@ pub mod progress;
 pub mod report;
 pub mod scenario_file;
 pub mod scenarios;
+mod site;
 pub mod sm;
 pub mod switch;
 pub mod topology;

@@ -52,19 +52,18 @@
 
 use crate::clock::{Event, EventQueue, HostTimers};
 use crate::fabric::{Counters, Deadlock, Fabric};
+use crate::handlers::Handlers;
 use crate::host::{Flow, Host};
-use crate::ib::credit::{blocks, FC_LEN};
-use crate::ib::engine::HOST_AHEAD;
-use crate::ib::{frame, IbConfig, Queued, SL2VL_DROP, VL15};
-use crate::multipath::{pick, Multipath};
+use crate::ib::engine::blocked_ports;
+use crate::ib::IbConfig;
 use crate::packet::Packet;
-use crate::pfc::{data_pause, quanta_to_duration, PfcFrame, DATA_PRIORITY, WIRE_LEN};
-use crate::switch::{ecn_capable, Admit, Switch};
+use crate::site::Site;
+use crate::switch::Switch;
 use crate::topology::{Node, Port, Topology};
 use crate::workload::Workload;
 use core::time::Duration;
 use rdma_transport::sim::Rng;
-use rdma_transport::{Instant, WcStatus, WorkCompletion};
+use rdma_transport::{Instant, WorkCompletion};
 use rustc_hash::FxHashMap;
 use std::any::Any;
 use std::collections::HashMap;
@@ -287,9 +286,9 @@ impl Part {
                 let (_, ev) = self.events.pop().expect("peeked");
                 let me = self.id;
                 crate::fabric::prefetch_next(&self.events, &self.timers, w.nodes, |h| &*w.host(me, h));
-                self.handle(w, ev);
+                PartSite { part: self, w }.handle(ev);
             } else {
-                self.fire_timers(w);
+                PartSite { part: self, w }.fire_timers();
             }
         }
     }
@@ -311,447 +310,119 @@ impl Part {
         self.outbox.push((p, at, ev));
     }
 
-    fn fire_timers(&mut self, w: &World) {
-        let now = self.now;
-        let mut due = Vec::new();
-        while let Some(h) = self.timers.pop_due(now) {
-            due.push(h);
-        }
-        due.sort_unstable();
-        for h in due {
-            w.host(self.id, h).ep.handle_timeout(now);
-            self.service(w, h);
-        }
-    }
-
-    fn handle(&mut self, w: &World, ev: Event) {
-        let me = self.id;
-        match ev {
-            Event::Arrive { node, port, packet } if w.port(me, node, port).ib.is_some() => {
-                self.ib_arrive(w, node, port, packet.into_bytes())
-            }
-            Event::FlowControl { node, port, frame } => self.ib_receive_fc(w, node, port, &frame),
-            Event::FcPeriod { node, port } => self.ib_fc_period(w, node, port),
-            Event::PortFree { node, port } if w.port(me, node, port).ib.is_some() => {
-                w.port(me, node, port).busy = false;
-                self.ib_wake(w, node, port);
-            }
-            Event::Arrive { node, port: in_port, packet } => match w.nodes[node] {
-                Node::Host(h) => {
-                    crate::fabric::deliver(w.host(me, h), h, self.int.as_mut(), self.now, packet, &mut self.rx_scratch);
-                    self.service(w, h);
-                }
-                Node::Switch(sw) => {
-                    self.counters.packets_switched += 1;
-                    let s = w.switch(me, node, sw);
-                    match s.admit(packet, in_port) {
-                        Admit::Queued { port, pause } => {
-                            if pause {
-                                let g = s.ingress[in_port].generation;
-                                self.send_pause(w, node, in_port);
-                                self.schedule_refresh(w, node, in_port, g);
-                            }
-                            self.switch_send(w, node, sw, port)
-                        }
-                        Admit::Dropped => {}
-                        Admit::Unroutable => self.counters.unroutable += 1,
-                    }
-                }
-            },
-            Event::PortFree { node, port } => {
-                w.port(me, node, port).busy = false;
-                self.wake(w, node, port);
-            }
-            Event::FlowStart { flow } => {
-                let now = self.now;
-                let f = w.flow(me, flow);
-                let (was_done, src, remote) = (f.done(), f.src, w.remote[f.dst]);
-                f.top_up_on(w.host(me, src), remote, now);
-                if !was_done && f.done() {
-                    self.flow_done();
-                }
-                self.service(w, src);
-            }
-            Event::Pfc { node, port, frame } => self.receive_pfc(w, node, port, &frame),
-            Event::Unpause { node, port } => self.wake(w, node, port),
-            Event::PfcRefresh { node, port, generation } => {
-                let Node::Switch(sw) = w.nodes[node] else { return };
-                let ing = w.switch(me, node, sw).ingress[port];
-                if ing.xoff && ing.generation == generation {
-                    self.send_pause(w, node, port);
-                    self.schedule_refresh(w, node, port, generation);
-                }
-            }
-            Event::Sample => unreachable!("samples are the barrier's"),
-            Event::Sma { .. } => unreachable!("VL15 is dropped on arrival: the SMA is not partitioned"),
-        }
-    }
-
     fn flow_done(&mut self) {
         self.flows_done += 1;
         self.done_at = self.done_at.max(self.now);
     }
-
-    fn wake(&mut self, w: &World, node: usize, port: usize) {
-        match w.nodes[node] {
-            Node::Host(h) => self.service(w, h),
-            Node::Switch(sw) => self.switch_send(w, node, sw, port),
-        }
-    }
-
-    fn pause_quanta(&self, w: &World, node: usize) -> u16 {
-        match w.nodes[node] {
-            Node::Switch(sw) => w.switch(self.id, node, sw).pfc.map_or(0, |p| p.pause_quanta),
-            Node::Host(_) => 0,
-        }
-    }
-
-    fn send_pause(&mut self, w: &World, node: usize, port: usize) {
-        let q = self.pause_quanta(w, node);
-        self.send_pfc(w, node, port, q);
-    }
-
-    fn send_pfc(&mut self, w: &World, node: usize, port: usize, quanta: u16) {
-        let mac = [2, 0, 0, 0, (node >> 8) as u8, node as u8];
-        let frame = PfcFrame::single(mac, DATA_PRIORITY, quanta).emit();
-        if quanta == 0 {
-            self.counters.resumes += 1;
-        } else {
-            self.counters.pauses += 1;
-        }
-        w.port(self.id, node, port).pfc_out.push_back(frame.to_vec());
-        self.wake(w, node, port);
-    }
-
-    fn schedule_refresh(&mut self, w: &World, node: usize, port: usize, generation: u64) {
-        let d = quanta_to_duration(self.pause_quanta(w, node), w.port(self.id, node, port).link.rate_bps);
-        let at = self.now + (d / 2).max(Duration::from_nanos(1));
-        self.schedule(w, node, at, Event::PfcRefresh { node, port, generation });
-    }
-
-    fn receive_pfc(&mut self, w: &World, node: usize, port: usize, frame: &[u8]) {
-        let p = w.port(self.id, node, port);
-        let d = match data_pause(frame, p.link.rate_bps) {
-            Ok(Some(d)) => d,
-            Ok(None) => return,
-            Err(_) => {
-                self.counters.pfc_malformed += 1;
-                return;
-            }
-        };
-        p.pause(self.now, d);
-        if d.is_zero() {
-            self.wake(w, node, port);
-        } else {
-            self.schedule(w, node, self.now + d, Event::Unpause { node, port });
-        }
-    }
-
-    fn launch_pfc(&mut self, w: &World, node: usize, port: usize, frame: Vec<u8>) {
-        let p = w.port(self.id, node, port);
-        p.busy = true;
-        let done = self.now + p.link.serialise(WIRE_LEN);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.schedule(w, node, done, Event::PortFree { node, port });
-        self.schedule(w, peer, done + delay, Event::Pfc { node: peer, port: peer_port, frame });
-    }
-
-    fn launch(&mut self, w: &World, node: usize, port: usize, packet: Packet) {
-        let len = packet.wire_len();
-        self.launch_len(w, node, port, packet, len);
-    }
-
-    /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
-    fn launch_len(&mut self, w: &World, node: usize, port: usize, packet: Packet, wire_len: usize) {
-        self.counters.packet_hops += 1;
-        let p = w.port(self.id, node, port);
-        p.busy = true;
-        p.tx_bytes += wire_len as u64;
-        let done = self.now + p.link.serialise(wire_len);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.schedule(w, node, done, Event::PortFree { node, port });
-        self.schedule(w, peer, done + delay, Event::Arrive { node: peer, port: peer_port, packet });
-    }
-
-    fn switch_send(&mut self, w: &World, node: usize, sw: usize, port: usize) {
-        let p = w.port(self.id, node, port);
-        if p.busy {
-            return;
-        }
-        if let Some(frame) = p.pfc_out.pop_front() {
-            return self.launch_pfc(w, node, port, frame);
-        }
-        let paused = p.data_paused(self.now);
-        if let Some((mut p, resume)) = w.switch(self.id, node, sw).dequeue(port, paused, &mut self.rng) {
-            if self.int.is_some() {
-                let queued = w.switch(self.id, node, sw).egress[port].data_bytes();
-                crate::int::stamp_at_egress(p.headers_mut(), w.port(self.id, node, port), queued, self.now);
-            }
-            self.launch(w, node, port, p);
-            if let Some(in_port) = resume {
-                self.send_pfc(w, node, in_port, 0);
-            }
-        }
-    }
-
-    fn service(&mut self, w: &World, h: usize) {
-        self.pump(w, h);
-        let t = w.host(self.id, h).ep.poll_timeout();
-        self.timers.set(h, t);
-    }
-
-    fn pump(&mut self, w: &World, h: usize) {
-        let me = self.id;
-        let cq = w.host(me, h).cq;
-        for wc in w.host(me, h).ep.poll_cq(cq, 64) {
-            let Some(&f) = w.flow_of.get(&(h, wc.qp_num)) else {
-                if let Some(wl) = w.workload().as_mut() {
-                    wl.on_completion(h, &wc, w.host(me, h), self.now);
-                    self.done_at = self.done_at.max(self.now);
-                }
-                continue;
-            };
-            let was_done = w.flow(me, f).done();
-            self.complete(w, f, &wc);
-            if !was_done && w.flow(me, f).done() {
-                self.flow_done();
-            }
-        }
-        if w.ib.is_some() {
-            return self.ib_host_send(w, h);
-        }
-        let node = w.host_nodes[h];
-        let port = w.port(me, node, 0);
-        if port.busy {
-            return;
-        }
-        let paused = port.data_paused(self.now);
-        if let Some(p) = self.held[h].take() {
-            if paused {
-                self.held[h] = Some(p);
-            } else {
-                self.launch(w, node, 0, p);
-            }
-            return;
-        }
-        let Some(packet) = self.pull(w, h) else { return };
-        if paused && ecn_capable(packet.headers()) {
-            self.held[h] = Some(packet);
-            return;
-        }
-        self.launch(w, node, 0, packet);
-    }
-
-    fn complete(&mut self, w: &World, f: usize, wc: &WorkCompletion) {
-        let now = self.now;
-        let flow = w.flow(self.id, f);
-        flow.outstanding = flow.outstanding.saturating_sub(1);
-        if let Some(t) = flow.posted_at.pop_front() {
-            self.message_latency_ns.push((now - t).as_nanos() as u64);
-        }
-        if wc.status != WcStatus::Success {
-            flow.failed = true;
-            return;
-        }
-        flow.completed += u64::from(wc.byte_len);
-        if flow.size.is_some_and(|s| flow.completed >= s) && flow.finish.is_none() {
-            flow.finish = Some(now);
-        }
-        let (src, remote) = (flow.src, w.remote[flow.dst]);
-        flow.top_up_on(w.host(self.id, src), remote, now);
-    }
-
-    fn pull(&mut self, w: &World, h: usize) -> Option<Packet> {
-        let ep = &mut w.host(self.id, h).ep;
-        let packet = crate::fabric::next_packet(ep, self.now, &mut self.tx_scratch, self.int.as_ref(), h);
-        self.timers.set(h, ep.poll_timeout());
-        packet
-    }
 }
 
-/// The IB link layer, as `ib/engine.rs` runs it on the single queue.
-impl Part {
-    fn ib_fc_period(&mut self, w: &World, node: usize, port: usize) {
-        let Some(cfg) = w.ib else { return };
-        let Some(ib) = w.port(self.id, node, port).ib.as_mut() else { return };
-        ib.fc_dirty = (1u16 << ib.vls.len()) - 1;
-        self.schedule(w, node, self.now + cfg.fc_period, Event::FcPeriod { node, port });
-        self.ib_wake(w, node, port);
-    }
+/// A partition's handlers ([`crate::handlers`]) reach its own state and,
+/// through the world, its own hosts, switches, ports and flows; an event
+/// for another partition's node leaves as a message ([`Part::schedule`]).
+struct PartSite<'s, 'w> {
+    part: &'s mut Part,
+    w: &'s World<'w>,
+}
 
-    fn ib_wake(&mut self, w: &World, node: usize, port: usize) {
-        match w.nodes[node] {
-            Node::Host(h) => self.ib_host_send(w, h),
-            Node::Switch(_) => self.ib_send(w, node, port),
-        }
+impl Site for PartSite<'_, '_> {
+    fn now(&self) -> Instant {
+        self.part.now
     }
-
-    fn ib_send(&mut self, w: &World, node: usize, port: usize) {
-        let me = self.id;
-        let p = w.port(me, node, port);
-        if p.busy {
-            return;
-        }
-        let Some(ib) = p.ib.as_mut() else { return };
-        if let Some(frame) = ib.next_fc_packet() {
-            return self.launch_fc(w, node, port, frame);
-        }
-        let Some(q) = ib.next_packet() else { return };
-        if let Some((in_port, in_vl)) = q.from {
-            if let Some(iib) = w.port(me, node, in_port).ib.as_mut() {
-                iib.free_input(in_vl, q.blocks);
-            }
-            if let Node::Switch(sw) = w.nodes[node] {
-                w.switch(me, node, sw).egress[port].data_sent += 1;
-            }
-            if in_port != port {
-                self.ib_send(w, node, in_port);
-            }
-        }
-        self.launch_len(w, node, port, Packet::from(q.frame), q.wire_len);
+    fn node(&self, node: usize) -> Node {
+        self.w.nodes[node]
     }
-
-    fn launch_fc(&mut self, w: &World, node: usize, port: usize, mut frame: [u8; FC_LEN]) {
-        let (loss, corrupt) = w.ib.map_or((0.0, 0.0), |c| (c.fc_loss, c.fc_corrupt));
-        let p = w.port(self.id, node, port);
-        p.busy = true;
-        let done = self.now + p.link.serialise(FC_LEN);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.schedule(w, node, done, Event::PortFree { node, port });
-        if self.rng.chance(loss) {
-            if let Some(ib) = w.port(self.id, node, port).ib.as_mut() {
-                ib.counters.fc_lost += 1;
-            }
-            return;
-        }
-        if self.rng.chance(corrupt) {
-            frame[(self.rng.below(FC_LEN as u64)) as usize] ^= 1 << self.rng.below(8);
-        }
-        self.schedule(w, peer, done + delay, Event::FlowControl { node: peer, port: peer_port, frame });
+    fn host_node(&self, h: usize) -> usize {
+        self.w.host_nodes[h]
     }
-
-    fn ib_receive_fc(&mut self, w: &World, node: usize, port: usize, frame: &[u8]) {
-        let Some(ib) = w.port(self.id, node, port).ib.as_mut() else { return };
-        if ib.take_fc_packet(frame) {
-            self.ib_wake(w, node, port);
-        }
+    fn host(&mut self, h: usize) -> &mut Host {
+        self.w.host(self.part.id, h)
     }
-
-    fn ib_host_send(&mut self, w: &World, h: usize) {
-        let node = w.host_nodes[h];
-        loop {
-            let p = w.port(self.id, node, 0);
-            let Some(ib) = p.ib.as_ref() else { return };
-            if !ib.wants_host_packet(p.busy, HOST_AHEAD) {
-                break;
-            }
-            let Some(f) = self.pull(w, h) else { break };
-            self.ib_host_enqueue(w, node, f.into_bytes());
-        }
-        self.ib_send(w, node, 0);
+    fn switch(&mut self, node: usize, sw: usize) -> &mut Switch {
+        self.w.switch(self.part.id, node, sw)
     }
-
-    fn ib_host_enqueue(&mut self, w: &World, node: usize, f: Vec<u8>) {
-        let cfg = w.ib.expect("an IB fabric");
-        w.port(self.id, node, 0).ib.as_mut().expect("an IB port").enqueue_host(f, cfg);
+    fn ports(&mut self, node: usize) -> &mut Vec<Port> {
+        self.w.ports_of(self.part.id, node)
     }
-
-    fn ib_arrive(&mut self, w: &World, node: usize, port: usize, mut f: Vec<u8>) {
-        let me = self.id;
-        let Some(lrh) = frame::lrh(&f) else {
-            if let Some(ib) = w.port(me, node, port).ib.as_mut() {
-                ib.counters.drops += 1;
-            }
-            return;
-        };
-        let wire_len = frame::wire_len(&f);
-        let n = blocks(wire_len);
-        let ib = w.port(me, node, port).ib.as_mut().expect("an IB port");
-        if lrh.vl == VL15 {
-            // The SMA is not partitioned: a run with --threads starts on a
-            // configured fabric, and an SMP during it is dropped, counted.
-            ib.counters.vl15_dropped += 1;
-            return;
-        }
-        let Some(c) = ib.vls.get_mut(usize::from(lrh.vl)) else {
-            ib.counters.drops += 1;
-            return;
-        };
-        if !c.rx.arrive(n) {
-            return;
-        }
-        match w.nodes[node] {
-            Node::Host(h) => {
-                c.rx.free(n);
-                ib.fc_dirty |= 1 << lrh.vl;
-                if !self.pkey_ok(w, lrh.slid, node, port) {
-                    w.port(me, node, port).ib.as_mut().expect("an IB port").counters.pkey_violations += 1;
-                    self.ib_send(w, node, port);
-                    return;
-                }
-                let host = w.host(me, h);
-                if frame::is_data(&f) {
-                    if let Some(&Some(src)) = w.lid_addr.get(&lrh.slid) {
-                        *host.rx_data_bytes.entry(src).or_default() += wire_len as u64;
-                    }
-                }
-                host.ep.handle_packet(self.now, &f);
-                self.service(w, h);
-            }
-            Node::Switch(sw) => {
-                self.counters.packets_switched += 1;
-                let out = self.ib_next_hop(w, node, sw, lrh.dlid);
-                let ibs = w.switch(me, node, sw).ib.as_ref().expect("an IB switch");
-                let out = out.filter(|&o| o < w.ports_of(me, node).len());
-                let vl = out.map(|o| ibs.sl2vl[port][o][usize::from(lrh.sl & 0xf)]);
-                let (Some(out), Some(vl)) = (out, vl) else {
-                    self.counters.unroutable += 1;
-                    self.ib_drop(w, node, port, lrh.vl, n);
-                    return;
-                };
-                let oib = w.port(me, node, out).ib.as_mut().expect("an IB port");
-                if vl == SL2VL_DROP || usize::from(vl) >= oib.out.len() {
-                    oib.counters.drops += 1;
-                    self.ib_drop(w, node, port, lrh.vl, n);
-                    return;
-                }
-                frame::set_vl(&mut f, vl);
-                let q = Queued { frame: f, from: Some((port, lrh.vl)), blocks: blocks(wire_len), wire_len };
-                oib.out[usize::from(vl)].push_back(q);
-                self.ib_send(w, node, out);
-            }
+    fn switch_and_ports(&mut self, node: usize, sw: usize) -> (&mut Switch, &mut Vec<Port>) {
+        (self.w.switch(self.part.id, node, sw), self.w.ports_of(self.part.id, node))
+    }
+    fn switch_and_rng(&mut self, node: usize, sw: usize) -> (&mut Switch, &mut Rng) {
+        (self.w.switch(self.part.id, node, sw), &mut self.part.rng)
+    }
+    fn rng(&mut self) -> &mut Rng {
+        &mut self.part.rng
+    }
+    fn flow(&mut self, f: usize) -> &mut Flow {
+        self.w.flow(self.part.id, f)
+    }
+    fn flow_of(&self, h: usize, qpn: u32) -> Option<usize> {
+        self.w.flow_of.get(&(h, qpn)).copied()
+    }
+    fn counters(&mut self) -> &mut Counters {
+        &mut self.part.counters
+    }
+    fn timers(&mut self) -> &mut HostTimers {
+        &mut self.part.timers
+    }
+    fn held(&mut self, h: usize) -> &mut Option<Packet> {
+        &mut self.part.held[h]
+    }
+    fn schedule(&mut self, node: usize, at: Instant, ev: Event) {
+        self.part.schedule(self.w, node, at, ev);
+    }
+    fn int_on(&self) -> bool {
+        self.part.int.is_some()
+    }
+    fn ib(&self) -> Option<&IbConfig> {
+        self.w.ib
+    }
+    fn ports_and_ib(&mut self, node: usize) -> (&mut Vec<Port>, Option<&IbConfig>) {
+        (self.w.ports_of(self.part.id, node), self.w.ib)
+    }
+    fn deliver(&mut self, h: usize, packet: Packet) {
+        let p = &mut *self.part;
+        let host = self.w.host(p.id, h);
+        crate::fabric::deliver(host, h, p.int.as_mut(), p.now, packet, &mut p.rx_scratch);
+    }
+    fn next_packet(&mut self, h: usize) -> Option<Packet> {
+        let p = &mut *self.part;
+        let ep = &mut self.w.host(p.id, h).ep;
+        let packet = crate::fabric::next_packet(ep, p.now, &mut p.tx_scratch, p.int.as_ref(), h);
+        p.timers.set(h, ep.poll_timeout());
+        packet
+    }
+    fn top_up(&mut self, f: usize) {
+        let (me, now) = (self.part.id, self.part.now);
+        let flow = self.w.flow(me, f);
+        let (src, remote) = (flow.src, self.w.remote[flow.dst]);
+        flow.top_up_on(self.w.host(me, src), remote, now);
+    }
+    fn flow_finished(&mut self) {
+        self.part.flow_done();
+    }
+    fn record_latency(&mut self, ns: u64) {
+        self.part.message_latency_ns.push(ns);
+    }
+    fn workload_completion(&mut self, h: usize, wc: &WorkCompletion) {
+        let (me, now) = (self.part.id, self.part.now);
+        if let Some(wl) = self.w.workload().as_mut() {
+            wl.on_completion(h, wc, self.w.host(me, h), now);
+            self.part.done_at = self.part.done_at.max(now);
         }
     }
-
-    fn ib_next_hop(&mut self, w: &World, node: usize, sw: usize, dlid: u16) -> Option<usize> {
-        let s = w.switch(self.id, node, sw);
-        let ports: &[Port] = w.ports_of(self.id, node);
-        let ibs = s.ib.as_ref().expect("an IB switch");
-        let lft = ibs.route(dlid);
-        match ibs.ar_group(dlid) {
-            Some(g) if s.multipath != Multipath::Ecmp => {
-                let home = g.iter().position(|&p| Some(p) == lft).unwrap_or(0) as u64;
-                let load =
-                    |p: usize| ports.get(p).and_then(|q| q.ib.as_ref()).map_or(u64::MAX, |ib| ib.queued_packets());
-                Some(pick(s.multipath, g, home, load, &mut s.spray_rng))
-            }
-            _ => lft,
-        }
+    fn service(&mut self, h: usize) {
+        self.serve(h);
     }
-
-    /// [`Fabric`]'s P_Key check, the sender's P_Key from the table.
-    fn pkey_ok(&self, w: &World, slid: u16, node: usize, port: usize) -> bool {
-        let Some(&Some(key)) = w.lid_pkey.get(&slid) else { return true };
-        let Some(rp) = w.port(self.id, node, port).ib.as_ref() else { return true };
-        rp.mgmt.pkeys.iter().any(|&k| rdma_wire::smp::pkeys_match(key, k))
+    fn lid_addr(&self, lid: u16) -> Option<Ipv4Addr> {
+        self.w.lid_addr.get(&lid).copied().flatten()
     }
-
-    fn ib_drop(&mut self, w: &World, node: usize, port: usize, vl: u8, n: u16) {
-        let ib = w.port(self.id, node, port).ib.as_mut().expect("an IB port");
-        ib.counters.drops += 1;
-        ib.vls[usize::from(vl)].rx.free(n);
-        ib.fc_dirty |= 1 << vl;
-        self.ib_send(w, node, port);
+    fn sender_pkey(&self, slid: u16) -> Option<u16> {
+        self.w.lid_pkey.get(&slid).copied().flatten()
+    }
+    fn vl15_arrive(&mut self, node: usize, port: usize, _f: Vec<u8>) {
+        // The SMA is not partitioned: a run with --threads starts on a
+        // configured fabric, and an SMP during it is dropped, counted.
+        self.w.port(self.part.id, node, port).ib.as_mut().expect("an IB port").counters.vl15_dropped += 1;
     }
 }
 
@@ -883,20 +554,7 @@ struct Ctl<'a> {
 /// [`Fabric`]'s IB deadlock test over the stopped partitions: data queued
 /// at switch outputs and no head packet with credit anywhere.
 fn ib_blocked_ports(w: &World) -> Option<Vec<(usize, usize)>> {
-    let mut ports = Vec::new();
-    for (node, n) in w.nodes.iter().enumerate() {
-        let Node::Switch(_) = n else { continue };
-        for (port, p) in w.peek_ports(node).iter().enumerate() {
-            let Some(ib) = &p.ib else { continue };
-            if ib.has_data() {
-                if ib.can_send_data() {
-                    return None;
-                }
-                ports.push((node, port));
-            }
-        }
-    }
-    Some(ports)
+    blocked_ports(w.nodes, |node| w.peek_ports(node))
 }
 
 fn lock(p: &Mutex<Part>) -> MutexGuard<'_, Part> {

@@ -13,8 +13,10 @@
 
 use crate::clock::Event;
 use crate::fabric::Fabric;
+use crate::ib::credit;
+use crate::ib::engine::IbLink;
 use crate::ib::vlarb::VlWeight;
-use crate::ib::{PortMgmt, VL15};
+use crate::ib::{PortMgmt, Queued, VL15};
 use crate::topology::Node;
 use core::time::Duration;
 use rdma_wire::lrh::{Lnh, LrhRepr};
@@ -155,6 +157,14 @@ pub(crate) fn port_state_step(cur: u8, req: u8, peer: Option<u8>) -> Result<u8, 
 }
 
 impl Fabric {
+    /// Queues a VL15 packet on a port (bypasses credits and arbitration).
+    pub fn send_vl15(&mut self, node: usize, port: usize, f: Vec<u8>) {
+        let Some(ib) = self.topo.ports[node][port].ib.as_mut() else { return };
+        let wire_len = f.len();
+        ib.vl15_out.push_back(Queued { frame: f, from: None, blocks: credit::blocks(wire_len), wire_len });
+        self.ib_wake(node, port);
+    }
+
     /// A VL15 packet arrives: dropped if the VL15 buffer is full (never
     /// blocking data), else handed to the SMA after [`SMA_DELAY`].
     pub(crate) fn sma_arrive(&mut self, node: usize, port: usize, f: Vec<u8>) {

@@ -439,7 +439,8 @@ impl Site for Fabric {
 /// timer comes first (the next event lies in a later bucket or later in
 /// this one), the QP of that host's earliest deadline instead: under
 /// congestion one packet-hop in five waits for a pacer's or rate timer on
-/// a QP gone cold (docs/performance.md). The single queue and each
+/// a QP gone cold (docs/performance.md). When the next event frees a
+/// host's port, the QP the host will send from next. The single queue and each
 /// partition of the partitioned loop ask the same way; `host` gives the
 /// hosts the queue's events and timers are for.
 pub(crate) fn prefetch_next<'h>(
@@ -456,10 +457,20 @@ pub(crate) fn prefetch_next<'h>(
         }
     }
     for (ev, deep) in [(next.map(|(_, e)| e), true), (events.peek_second(), false)] {
-        if let Some(Event::Arrive { node, packet, .. }) = ev {
-            if let Node::Host(h) = nodes[*node] {
-                host(h).ep.prefetch_for(packet.headers(), deep);
+        match ev {
+            Some(Event::Arrive { node, packet, .. }) => {
+                if let Node::Host(h) = nodes[*node] {
+                    host(h).ep.prefetch_for(packet.headers(), deep);
+                }
             }
+            // A host's port comes free: it pulls its next packet, from
+            // the QP whose turn is next (cold on a host of many QPs).
+            Some(Event::PortFree { node, .. }) if deep => {
+                if let Node::Host(h) = nodes[*node] {
+                    host(h).ep.prefetch_transmit();
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -164,6 +164,12 @@ impl Agenda {
         None
     }
 
+    /// The QP [`Self::next_ready`] would give from `from`, without its
+    /// bookkeeping (a hint for a prefetch: a destroyed QP may be listed).
+    pub fn peek_ready(&self, from: u32) -> Option<u32> {
+        self.ready.next_from(from).or_else(|| self.ready.first())
+    }
+
     /// The ready QP after `qpn` in QPN order (wrapping), if another is ready.
     pub fn ready_after(&self, qpn: u32) -> Option<u32> {
         let next = self.ready.next_from(qpn.wrapping_add(1)).or_else(|| self.ready.first());

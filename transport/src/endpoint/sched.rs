@@ -188,6 +188,22 @@ impl Endpoint {
         self.sched.touched();
     }
 
+    /// Asks for the state of the QP the next transmit is likely from
+    /// (the first ready at the cursor), with what it points to: for a
+    /// simulator that knows this device's port comes free next. On a host
+    /// of hundreds of QPs each turn goes to a QP gone cold since its last;
+    /// the ask at a turn's start (`next_packet_agenda`) comes
+    /// too early to last until then. A hint like [`Endpoint::prefetch_for`].
+    pub fn prefetch_transmit(&self) {
+        if !self.agenda_on() {
+            return; // few QPs: they stay in the cache
+        }
+        let Ok(agenda) = self.sched.agenda.try_borrow() else { return };
+        if let Some(qp) = agenda.peek_ready(self.sched.rr).and_then(|qpn| self.qps.get(qpn)) {
+            qp.prefetch_deep();
+        }
+    }
+
     fn next_packet(&mut self, now: Instant, buf: &mut [u8], flush: bool) -> Option<Transmit> {
         // The ACKs that QPs moved to ERR owe go before anything else.
         while let Some(&qpn) = self.sched.last_words.last() {

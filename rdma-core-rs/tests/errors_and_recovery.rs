@@ -264,3 +264,50 @@ fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
         std::task::Poll::Pending => panic!("expected an immediate answer"),
     }
 }
+
+/// A CQ that overflows is in error from then on (IBTA 11.4.2.1): the
+/// completion that found it full is lost and counted, the device raises
+/// the CQ's error event, and the QP completing into it goes to ERR with
+/// a fatal event; what the CQ held before stays, in order. Through the
+/// verbs API over UDP, the device's progress driven by the waits: what a
+/// CQ kept at device level by a multi-core device must still do
+/// (docs/multi-core-device.md).
+#[test]
+fn a_cq_overrun_puts_the_cq_and_its_qp_in_error_and_keeps_what_it_held() {
+    let (a_ip, b_ip) = addresses();
+    let dev = Device::with_config("ovr-a", a_ip, DeviceConfig::default()).unwrap();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (b, _) = Side::new("ovr-b", b_ip, QpType::Rc, cfg, None);
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (scq, rcq) = (ctx.create_cq(4, None).unwrap(), ctx.create_cq(16, None).unwrap());
+    assert_eq!(scq.depth(), 4);
+    let qp = pd.create_qp(&QpInitAttr { recv_cq: &rcq, ..QpInitAttr::new(QpType::Rc, &scq) }).unwrap();
+    let mr = pd.reg_mr(64, Access::ALL).unwrap();
+    let opts = ConnectOptions::default();
+    qp.connect(5, &b.info(6), &opts).unwrap();
+    b.qp.connect(6, &PeerInfo { qpn: qp.qp_num(), psn: 5, gid: ctx.query_gid(0).unwrap() }, &opts).unwrap();
+    let before = ctx.stats().cq_overruns;
+
+    // Eight signaled WRITEs, none polled: the fifth completion finds the
+    // CQ full; the rest, completed or flushed, go to a CQ in error.
+    let write = |id| {
+        SendWr::new(id, SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() }, vec![mr.sge(0, 8).unwrap()])
+    };
+    qp.post_send(&(1..=8).map(write).collect::<Vec<_>>()).unwrap();
+    assert_eq!(ctx.get_async_event(WAIT).unwrap(), Some(AsyncEvent::CqError(CqId(scq.id()))));
+    assert_eq!(ctx.get_async_event(WAIT).unwrap(), Some(AsyncEvent::QpFatal(qp.qp_num())));
+    assert_eq!(qp.query().unwrap().0, QpState::Err);
+    assert_eq!(ctx.stats().cq_overruns - before, 4, "completions 5 to 8 lost, each counted");
+
+    let mut out = Vec::new();
+    ctx.progress_for(Duration::from_millis(20)).unwrap();
+    assert_eq!(scq.poll(&mut out, 16).unwrap(), 4);
+    let got: Vec<_> = out.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    assert_eq!(got, (1..=4).map(|id| (id, WcStatus::Success)).collect::<Vec<_>>());
+    // A post to the QP in ERR is flushed, into a CQ in error: lost too.
+    qp.post_send(&[write(9)]).unwrap();
+    ctx.progress_for(Duration::from_millis(20)).unwrap();
+    assert_eq!(scq.poll(&mut out, 16).unwrap(), 0);
+    assert_eq!(ctx.stats().cq_overruns - before, 5);
+}

@@ -25,7 +25,10 @@
 //!
 //! Under `--threads` a packet leaving for another partition is made whole
 //! before it goes ([`Packet::make_whole`], by the sender's thread): the
-//! receiving thread never reads a region another thread may be writing.
+//! receiving thread never reads a region another thread may be writing. A
+//! payload from a region that has held only zeros (every payload of the
+//! fabric's hosts) leaves as its length alone, with no allocation and no
+//! copy, and is written out as zeros where it is delivered.
 
 use rdma_transport::PayloadRef;
 use smallvec::SmallVec;
@@ -48,7 +51,27 @@ pub struct Packet {
     /// The bytes in hand: a whole packet, or with `payload` its headers,
     /// then its pad and ICRC, then whatever the fabric appends (INT).
     bytes: Bytes,
-    payload: Option<PayloadRef>,
+    payload: Option<Payload>,
+}
+
+/// A payload not among a packet's bytes.
+#[derive(Debug, Clone)]
+enum Payload {
+    /// In the sender's region.
+    Region(PayloadRef),
+    /// `len` zero bytes that go at `at`: a payload made whole while its
+    /// region held only zeros.
+    Zeros { at: usize, len: usize },
+}
+
+impl Payload {
+    /// Where the payload goes among the packet's bytes, and its length.
+    fn span(&self) -> (usize, usize) {
+        match self {
+            Payload::Region(p) => (p.at, p.len),
+            Payload::Zeros { at, len } => (*at, *len),
+        }
+    }
 }
 
 impl From<Vec<u8>> for Packet {
@@ -70,7 +93,7 @@ impl Packet {
     /// goes at `payload.at` (sealed: the ICRC covers it).
     pub fn by_reference(bytes: &[u8], payload: PayloadRef) -> Packet {
         debug_assert!(payload.at <= bytes.len());
-        Packet { bytes: Bytes::from_slice(bytes), payload: Some(payload) }
+        Packet { bytes: Bytes::from_slice(bytes), payload: Some(Payload::Region(payload)) }
     }
 
     /// The bytes in hand, from the first header on: the headers the
@@ -89,26 +112,48 @@ impl Packet {
         self.payload.is_none()
     }
 
+    /// Whether the payload is still to be read from the sender's region
+    /// (what [`Packet::make_whole`] ends).
+    pub fn refers_to_region(&self) -> bool {
+        matches!(self.payload, Some(Payload::Region(_)))
+    }
+
     /// The bytes the packet takes on a link: what queues and links count.
     pub fn wire_len(&self) -> usize {
-        self.bytes.len() + self.payload.as_ref().map_or(0, |p| p.len)
+        self.bytes.len() + self.payload.as_ref().map_or(0, |p| p.span().1)
     }
 
     /// The whole packet: its bytes, with the payload read from its region
-    /// into `scratch` if it travels by reference.
+    /// (or written out as zeros) into `scratch` if it is not among them.
     pub fn whole<'a>(&'a self, scratch: &'a mut Vec<u8>) -> &'a [u8] {
         let Some(p) = &self.payload else { return &self.bytes };
+        let (at, len) = p.span();
         scratch.clear();
-        scratch.extend_from_slice(&self.bytes[..p.at]);
-        scratch.resize(p.at + p.len, 0);
-        p.memory.read(p.offset, &mut scratch[p.at..]);
-        scratch.extend_from_slice(&self.bytes[p.at..]);
+        scratch.extend_from_slice(&self.bytes[..at]);
+        scratch.resize(at + len, 0);
+        if let Payload::Region(p) = p {
+            p.memory.read(p.offset, &mut scratch[at..]);
+        }
+        scratch.extend_from_slice(&self.bytes[at..]);
         scratch
     }
 
-    /// Reads the payload into the packet's own bytes, so that it no longer
-    /// refers to the region (for a packet that leaves the sender's thread).
+    /// Makes the packet independent of the sender's region (for a packet
+    /// that leaves the sender's thread): the payload read into the
+    /// packet's own bytes, or, if the region has held only zeros, kept as
+    /// its length (the bytes it would read).
     pub fn make_whole(&mut self) {
+        match &self.payload {
+            Some(Payload::Region(p)) if p.memory.holds_only_zeros() => {
+                self.payload = Some(Payload::Zeros { at: p.at, len: p.len });
+            }
+            Some(Payload::Region(_)) => self.materialise(),
+            Some(Payload::Zeros { .. }) | None => {}
+        }
+    }
+
+    /// Puts the whole packet among its own bytes.
+    fn materialise(&mut self) {
         if self.payload.is_none() {
             return;
         }
@@ -119,7 +164,7 @@ impl Packet {
 
     /// The packet's bytes, whole (for paths that keep them: IB frames).
     pub fn into_bytes(mut self) -> Vec<u8> {
-        self.make_whole();
+        self.materialise();
         self.bytes.into_vec()
     }
 }
@@ -248,5 +293,31 @@ mod tests {
         deliver(&mut hosts[1], 1, None, Instant::ZERO, p, &mut Vec::new());
         assert_eq!(hosts[1].ep.stats().drops_for(Drop::IcrcMismatch), 1);
         assert_eq!(region(&hosts[1], 1024), vec![0; 1024], "nothing placed");
+    }
+
+    /// `--threads`: a payload from a region that has held only zeros
+    /// leaves its region as its length (no copy), and arrives as the bytes
+    /// sent even when the region changes after it left (by reference, the
+    /// test above shows, such a packet is dropped).
+    #[test]
+    fn a_payload_of_zeros_made_whole_is_kept_as_its_length_and_arrives_as_sent() {
+        let mut hosts = pair();
+        let (qpn, _) = connect(&mut hosts, 0, 1);
+        write(&mut hosts, qpn, 1024);
+        let mut buf = vec![0; SCRATCH];
+        let mut p = next_packet(&mut hosts[0].ep, Instant::ZERO, &mut buf, None, 0).expect("the WRITE");
+        assert!(p.refers_to_region());
+        let sent = p.whole(&mut Vec::new()).to_vec();
+        let in_hand = p.headers().len();
+        p.make_whole();
+        assert!(!p.refers_to_region(), "independent of the region");
+        assert_eq!(p.headers().len(), in_hand, "no payload copied in");
+        assert_eq!(p.wire_len(), sent.len());
+        hosts[0].memory.write(0, &[0x5a; 1024]);
+        assert_eq!(p.whole(&mut Vec::new()), &sent[..]);
+        assert_eq!(p.clone().into_bytes(), sent);
+        deliver(&mut hosts[1], 1, None, Instant::ZERO, p, &mut Vec::new());
+        assert_eq!(hosts[1].ep.stats().drops_for(Drop::IcrcMismatch), 0);
+        assert_eq!(hosts[1].rx_data_bytes.values().sum::<u64>(), sent.len() as u64, "taken, and counted");
     }
 }

@@ -746,7 +746,7 @@ impl Fabric {
                 let out = std::mem::take(&mut lock(p).outbox);
                 for (dst, at, ev) in out {
                     debug_assert!(
-                        !matches!(&ev, Event::Arrive { packet, .. } if !packet.is_whole()),
+                        !matches!(&ev, Event::Arrive { packet, .. } if packet.refers_to_region()),
                         "a packet crossed partitions with its payload in the sender's region"
                     );
                     lock(&parts[dst]).events.schedule(at, ev);

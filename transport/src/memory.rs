@@ -107,9 +107,10 @@ impl RegionMemory {
         RegionMemory::owned(v, false)
     }
 
-    /// Whether the region is still served as zeros ([`RegionMemory::zeroed`]).
-    #[cfg(test)]
-    fn holds_only_zeros(&self) -> bool {
+    /// Whether the region is still served as zeros ([`RegionMemory::zeroed`]):
+    /// no byte has been anything but zero. (Another thread may end that at
+    /// any time; a caller that reads the region itself knows it holds.)
+    pub fn holds_only_zeros(&self) -> bool {
         matches!(&*self.0, Bytes::Owned { zeros, .. } if zeros.load(Ordering::Acquire))
     }
 

@@ -27,8 +27,9 @@
 //! before it goes ([`Packet::make_whole`], by the sender's thread): the
 //! receiving thread never reads a region another thread may be writing. A
 //! payload from a region that has held only zeros (every payload of the
-//! fabric's hosts) leaves as its length alone, with no allocation and no
-//! copy, and is written out as zeros where it is delivered.
+//! CLI's scenarios; not the bench's data mode) leaves as its length alone,
+//! with no allocation and no copy, and is written out as zeros where it is
+//! delivered.
 
 use rdma_transport::PayloadRef;
 use smallvec::SmallVec;

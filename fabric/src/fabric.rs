@@ -290,23 +290,9 @@ impl Fabric {
         if self.now - self.last_delivered.1 < window {
             return;
         }
-        if self.topo.ib.is_some() {
-            if let Some(ports) = blocked_ports(&self.topo.nodes, |n| &self.topo.ports[n]).filter(|p| !p.is_empty()) {
-                self.deadlock = Some(Deadlock { at: self.now, ports });
-            }
-            return;
-        }
-        let mut ports = Vec::new();
-        for (node, n) in self.topo.nodes.iter().enumerate() {
-            let Node::Switch(sw) = *n else { continue };
-            for port in (0..self.topo.ports[node].len()).filter(|&p| self.topo.switches[sw].has_data(p)) {
-                if !self.topo.ports[node][port].data_paused(self.now) {
-                    return; // Data that may still move: congestion, not deadlock.
-                }
-                ports.push((node, port));
-            }
-        }
-        if !ports.is_empty() {
+        let topo = &self.topo;
+        let stuck = stuck_ports(&topo.nodes, |n| &topo.ports[n], |sw| &topo.switches[sw], topo.ib.is_some(), self.now);
+        if let Some(ports) = stuck {
             self.deadlock = Some(Deadlock { at: self.now, ports });
         }
     }
@@ -430,6 +416,35 @@ impl Site for Fabric {
             c.push(crate::ib::capture::Captured { at: self.now, erf_type, bytes: frame.to_vec() });
         }
     }
+}
+
+/// The ports of a fabric that is stuck at `now`, if it is (both loops'
+/// deadlock test, after a window without delivery): on IB, data queued at
+/// switch outputs and no head packet with credit anywhere (a credit loop);
+/// on RoCE, data waiting only at paused switch egress ports (PFC). `None`
+/// when anything may still move, or nothing waits.
+pub(crate) fn stuck_ports<'a>(
+    nodes: &[Node],
+    ports: impl Fn(usize) -> &'a [Port],
+    switch: impl Fn(usize) -> &'a Switch,
+    ib: bool,
+    now: Instant,
+) -> Option<Vec<(usize, usize)>> {
+    if ib {
+        return blocked_ports(nodes, ports).filter(|p| !p.is_empty());
+    }
+    let mut stuck = Vec::new();
+    for (node, n) in nodes.iter().enumerate() {
+        let Node::Switch(sw) = *n else { continue };
+        let s = switch(sw);
+        for (port, p) in ports(node).iter().enumerate().filter(|&(p, _)| s.has_data(p)) {
+            if !p.data_paused(now) {
+                return None; // Data that may still move: congestion, not deadlock.
+            }
+            stuck.push((node, port));
+        }
+    }
+    (!stuck.is_empty()).then_some(stuck)
 }
 
 /// Asks the engine that the next event of a queue reaches to bring the

@@ -51,10 +51,9 @@
 //! packet during it is dropped and counted), and frames are not captured.
 
 use crate::clock::{Event, EventQueue, HostTimers};
-use crate::fabric::{Counters, Deadlock, Fabric};
+use crate::fabric::{stuck_ports, Counters, Deadlock, Fabric};
 use crate::handlers::Handlers;
 use crate::host::{Flow, Host};
-use crate::ib::engine::blocked_ports;
 use crate::ib::IbConfig;
 use crate::packet::Packet;
 use crate::site::Site;
@@ -470,24 +469,8 @@ impl Watch<'_> {
         if now - self.last_delivered.1 < window {
             return;
         }
-        if w.ib.is_some() {
-            if let Some(ports) = ib_blocked_ports(w).filter(|p| !p.is_empty()) {
-                *self.deadlock = Some(Deadlock { at: now, ports });
-            }
-            return;
-        }
-        let mut ports = Vec::new();
-        for (node, n) in w.nodes.iter().enumerate() {
-            let Node::Switch(sw) = *n else { continue };
-            let s = w.peek_switch(sw);
-            for (port, p) in w.peek_ports(node).iter().enumerate().filter(|&(p, _)| s.has_data(p)) {
-                if !p.data_paused(now) {
-                    return;
-                }
-                ports.push((node, port));
-            }
-        }
-        if !ports.is_empty() {
+        let stuck = stuck_ports(w.nodes, |n| w.peek_ports(n), |sw| w.peek_switch(sw), w.ib.is_some(), now);
+        if let Some(ports) = stuck {
             *self.deadlock = Some(Deadlock { at: now, ports });
         }
     }
@@ -549,12 +532,6 @@ struct Ctl<'a> {
     events: u64,
     windows: u64,
     watch: Watch<'a>,
-}
-
-/// [`Fabric`]'s IB deadlock test over the stopped partitions: data queued
-/// at switch outputs and no head packet with credit anywhere.
-fn ib_blocked_ports(w: &World) -> Option<Vec<(usize, usize)>> {
-    blocked_ports(w.nodes, |node| w.peek_ports(node))
 }
 
 fn lock(p: &Mutex<Part>) -> MutexGuard<'_, Part> {

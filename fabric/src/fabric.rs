@@ -283,11 +283,7 @@ impl Fabric {
 
     fn check_deadlock(&mut self, delivered: u64) {
         let Some(window) = self.deadlock_window else { return };
-        if delivered != self.last_delivered.0 {
-            self.last_delivered = (delivered, self.now);
-            return;
-        }
-        if self.now - self.last_delivered.1 < window {
+        if !stalled(&mut self.last_delivered, delivered, self.now, window) {
             return;
         }
         let topo = &self.topo;
@@ -416,6 +412,17 @@ impl Site for Fabric {
             c.push(crate::ib::capture::Captured { at: self.now, erf_type, bytes: frame.to_vec() });
         }
     }
+}
+
+/// Whether nothing was delivered for `window` up to `now` (both loops'
+/// deadlock watch): `delivered` is the total so far, `last` the total at
+/// its last change and when that was, which this keeps up to date.
+pub(crate) fn stalled(last: &mut (u64, Instant), delivered: u64, now: Instant, window: Duration) -> bool {
+    if delivered != last.0 {
+        *last = (delivered, now);
+        return false;
+    }
+    now - last.1 >= window
 }
 
 /// The ports of a fabric that is stuck at `now`, if it is (both loops'

@@ -161,13 +161,8 @@ pub(crate) trait Handlers: Site {
 
     /// Puts a PFC frame on port `port` of `node`, which must be idle.
     fn launch_pfc(&mut self, node: usize, port: usize, frame: Vec<u8>) {
-        let now = self.now();
-        let p = self.port(node, port);
-        p.busy = true;
-        let done = now + p.link.serialise(WIRE_LEN);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.schedule(node, done, Event::PortFree { node, port });
-        self.schedule(peer, done + delay, Event::Pfc { node: peer, port: peer_port, frame });
+        let (at, peer, peer_port) = self.occupy(node, port, WIRE_LEN);
+        self.schedule(peer, at, Event::Pfc { node: peer, port: peer_port, frame });
     }
 
     fn switch_send(&mut self, node: usize, sw: usize, port: usize) {

@@ -51,7 +51,7 @@
 //! packet during it is dropped and counted), and frames are not captured.
 
 use crate::clock::{Event, EventQueue, HostTimers};
-use crate::fabric::{stuck_ports, Counters, Deadlock, Fabric};
+use crate::fabric::{stalled, stuck_ports, Counters, Deadlock, Fabric};
 use crate::handlers::Handlers;
 use crate::host::{Flow, Host};
 use crate::ib::IbConfig;
@@ -462,11 +462,7 @@ impl Watch<'_> {
 
     fn check_deadlock(&mut self, w: &World, now: Instant, delivered: u64) {
         let Some(window) = self.deadlock_window else { return };
-        if delivered != self.last_delivered.0 {
-            *self.last_delivered = (delivered, now);
-            return;
-        }
-        if now - self.last_delivered.1 < window {
+        if !stalled(self.last_delivered, delivered, now, window) {
             return;
         }
         let stuck = stuck_ports(w.nodes, |n| w.peek_ports(n), |sw| w.peek_switch(sw), w.ib.is_some(), now);

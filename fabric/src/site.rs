@@ -95,13 +95,22 @@ pub(crate) trait Site {
     /// As [`Self::launch`], for a packet that costs `wire_len` bytes on the wire.
     fn launch_len(&mut self, node: usize, port: usize, packet: Packet, wire_len: usize) {
         self.counters().packet_hops += 1;
+        self.port(node, port).tx_bytes += wire_len as u64;
+        let (at, peer, peer_port) = self.occupy(node, port, wire_len);
+        self.schedule(peer, at, Event::Arrive { node: peer, port: peer_port, packet });
+    }
+
+    /// Starts sending `wire_len` bytes on port `port` of `node`, which must
+    /// be idle: the port is busy until the last byte is out (its
+    /// `PortFree`, scheduled here). Returns when that byte reaches the
+    /// peer, and the peer's node and port: where the caller's frame goes.
+    fn occupy(&mut self, node: usize, port: usize, wire_len: usize) -> (Instant, usize, usize) {
         let now = self.now();
         let p = self.port(node, port);
         p.busy = true;
-        p.tx_bytes += wire_len as u64;
         let done = now + p.link.serialise(wire_len);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
         self.schedule(node, done, Event::PortFree { node, port });
-        self.schedule(peer, done + delay, Event::Arrive { node: peer, port: peer_port, packet });
+        (done + delay, peer, peer_port)
     }
 }

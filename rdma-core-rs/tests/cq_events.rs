@@ -13,20 +13,14 @@ const NONE_WITHIN: Option<Duration> = Some(Duration::from_millis(100));
 
 #[test]
 fn an_armed_cq_raises_its_event_only_for_completions_added_after_the_arming() {
-    let (a_ip, b_ip) = addresses();
     // Manual progress on the side with the channel: its waits drive it.
-    let dev = Device::with_config("ev-a", a_ip, DeviceConfig::default()).unwrap();
-    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
-    let (b, _) = Side::new("ev-b", b_ip, QpType::Rc, cfg, None);
-    let ctx = dev.open().unwrap();
+    let (ctx, b) = manual_against_threaded("ev");
     let ch = ctx.create_comp_channel().unwrap();
     let (scq, rcq) = (ctx.create_cq(16, Some(&ch)).unwrap(), ctx.create_cq(16, Some(&ch)).unwrap());
     let pd = ctx.alloc_pd().unwrap();
     let qp = pd.create_qp(&QpInitAttr { recv_cq: &rcq, ..QpInitAttr::new(QpType::Rc, &scq) }).unwrap();
     let mr = pd.reg_mr(64, Access::ALL).unwrap();
-    let opts = ConnectOptions::default();
-    qp.connect(5, &b.info(6), &opts).unwrap();
-    b.qp.connect(6, &PeerInfo { qpn: qp.qp_num(), psn: 5, gid: ctx.query_gid(0).unwrap() }, &opts).unwrap();
+    connect_to_side(&qp, &ctx, &b);
     let recv = |id| RecvWr { wr_id: id, sg_list: vec![mr.sge(0, 8).unwrap()] };
     qp.post_recv(&[recv(1), recv(2)]).unwrap();
     let b_recv = |id| RecvWr { wr_id: id, sg_list: vec![b.mr.sge(0, 8).unwrap()] };
@@ -60,19 +54,13 @@ fn an_armed_cq_raises_its_event_only_for_completions_added_after_the_arming() {
 
 #[test]
 fn a_cq_armed_for_solicited_completions_wakes_only_for_a_solicited_message_or_an_error() {
-    let (a_ip, b_ip) = addresses();
-    let dev = Device::with_config("sol-a", a_ip, DeviceConfig::default()).unwrap();
-    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
-    let (b, _) = Side::new("sol-b", b_ip, QpType::Rc, cfg, None);
-    let ctx = dev.open().unwrap();
+    let (ctx, b) = manual_against_threaded("sol");
     let ch = ctx.create_comp_channel().unwrap();
     let (scq, rcq) = (ctx.create_cq(16, Some(&ch)).unwrap(), ctx.create_cq(16, Some(&ch)).unwrap());
     let pd = ctx.alloc_pd().unwrap();
     let qp = pd.create_qp(&QpInitAttr { recv_cq: &rcq, ..QpInitAttr::new(QpType::Rc, &scq) }).unwrap();
     let mr = pd.reg_mr(64, Access::ALL).unwrap();
-    let opts = ConnectOptions::default();
-    qp.connect(5, &b.info(6), &opts).unwrap();
-    b.qp.connect(6, &PeerInfo { qpn: qp.qp_num(), psn: 5, gid: ctx.query_gid(0).unwrap() }, &opts).unwrap();
+    connect_to_side(&qp, &ctx, &b);
     qp.post_recv(&(1..=4).map(|id| RecvWr { wr_id: id, sg_list: vec![mr.sge(0, 8).unwrap()] }).collect::<Vec<_>>())
         .unwrap();
     let b_send = |id, solicited| SendWr { solicited, ..SendWr::new(id, SendOp::Send, vec![b.mr.sge(0, 8).unwrap()]) };

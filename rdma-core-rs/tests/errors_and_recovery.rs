@@ -274,19 +274,13 @@ fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
 /// (docs/multi-core-device.md).
 #[test]
 fn a_cq_overrun_puts_the_cq_and_its_qp_in_error_and_keeps_what_it_held() {
-    let (a_ip, b_ip) = addresses();
-    let dev = Device::with_config("ovr-a", a_ip, DeviceConfig::default()).unwrap();
-    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
-    let (b, _) = Side::new("ovr-b", b_ip, QpType::Rc, cfg, None);
-    let ctx = dev.open().unwrap();
+    let (ctx, b) = manual_against_threaded("ovr");
     let pd = ctx.alloc_pd().unwrap();
     let (scq, rcq) = (ctx.create_cq(4, None).unwrap(), ctx.create_cq(16, None).unwrap());
     assert_eq!(scq.depth(), 4);
     let qp = pd.create_qp(&QpInitAttr { recv_cq: &rcq, ..QpInitAttr::new(QpType::Rc, &scq) }).unwrap();
     let mr = pd.reg_mr(64, Access::ALL).unwrap();
-    let opts = ConnectOptions::default();
-    qp.connect(5, &b.info(6), &opts).unwrap();
-    b.qp.connect(6, &PeerInfo { qpn: qp.qp_num(), psn: 5, gid: ctx.query_gid(0).unwrap() }, &opts).unwrap();
+    connect_to_side(&qp, &ctx, &b);
     let before = ctx.stats().cq_overruns;
 
     // Eight signaled WRITEs, none polled: the fifth completion finds the

@@ -73,12 +73,7 @@ pub(crate) trait IbLink: Site {
             self.capture(ERF_INFINIBAND_LINK, &frame);
         }
         let (loss, corrupt) = self.ib().map_or((0.0, 0.0), |c| (c.fc_loss, c.fc_corrupt));
-        let now = self.now();
-        let p = self.port(node, port);
-        p.busy = true;
-        let done = now + p.link.serialise(FC_LEN);
-        let (peer, peer_port, delay) = (p.peer, p.peer_port, p.link.delay);
-        self.schedule(node, done, Event::PortFree { node, port });
+        let (at, peer, peer_port) = self.occupy(node, port, FC_LEN);
         if self.rng().chance(loss) {
             if let Some(ib) = self.port(node, port).ib.as_mut() {
                 ib.counters.fc_lost += 1;
@@ -89,7 +84,7 @@ pub(crate) trait IbLink: Site {
             let rng = self.rng();
             frame[(rng.below(FC_LEN as u64)) as usize] ^= 1 << rng.below(8);
         }
-        self.schedule(peer, done + delay, Event::FlowControl { node: peer, port: peer_port, frame });
+        self.schedule(peer, at, Event::FlowControl { node: peer, port: peer_port, frame });
     }
 
     /// A flow-control packet arrives: resync ABR, take the new limit, and

@@ -116,3 +116,21 @@ pub fn connected_qps(a: &Side, b: &Side, opts: &ConnectOptions, psn: u32) -> (Qu
     qb.connect(psn + 1000, &PeerInfo { qpn: qa.qp_num(), psn, gid: gid(a) }, opts).unwrap();
     (qa, qb)
 }
+
+/// A device whose progress only its own calls drive (a test that watches
+/// its events waits on them), opened, and a peer `Side` (RC) whose thread
+/// drives its own: devices `{name}-a` and `{name}-b`.
+pub fn manual_against_threaded(name: &str) -> (Context, Side) {
+    let (a_ip, b_ip) = addresses();
+    let dev = Device::with_config(&format!("{name}-a"), a_ip, DeviceConfig::default()).unwrap();
+    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    let (b, _) = Side::new(&format!("{name}-b"), b_ip, QpType::Rc, cfg, None);
+    (dev.open().unwrap(), b)
+}
+
+/// Connects `qp` (of `ctx`, from PSN 5) and `b`'s QP (from PSN 6) to each other.
+pub fn connect_to_side(qp: &QueuePair, ctx: &Context, b: &Side) {
+    let opts = ConnectOptions::default();
+    qp.connect(5, &b.info(6), &opts).unwrap();
+    b.qp.connect(6, &PeerInfo { qpn: qp.qp_num(), psn: 5, gid: ctx.query_gid(0).unwrap() }, &opts).unwrap();
+}

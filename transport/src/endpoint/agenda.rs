@@ -155,7 +155,7 @@ impl Agenda {
             qps.keys().for_each(|qpn| self.ready.insert(qpn));
         }
         // A destroyed QP may still be listed: it is skipped and forgotten.
-        while let Some(qpn) = self.ready.next_from(from).or_else(|| self.ready.first()) {
+        while let Some(qpn) = self.peek_ready(from) {
             if qps.contains_key(qpn) {
                 return Some(qpn);
             }
@@ -172,8 +172,7 @@ impl Agenda {
 
     /// The ready QP after `qpn` in QPN order (wrapping), if another is ready.
     pub fn ready_after(&self, qpn: u32) -> Option<u32> {
-        let next = self.ready.next_from(qpn.wrapping_add(1)).or_else(|| self.ready.first());
-        next.filter(|&n| n != qpn)
+        self.peek_ready(qpn.wrapping_add(1)).filter(|&n| n != qpn)
     }
 
     /// QP `qpn` sent a packet in a round that asked every QP: it may have more.

@@ -10,6 +10,7 @@
 //! on a condition variable and are woken after each round of progress. With
 //! [`Progress::Thread`] a background thread is the permanent leader.
 
+use crate::completions::DeviceCqs;
 use crate::device::{Backend, Device, DeviceConfig, Gid, Progress};
 use crate::error::Result;
 use crate::frames::FrameIo;
@@ -84,24 +85,24 @@ pub(crate) struct Arming {
 
 impl Arming {
     /// What this arming counts on `cq` now (see [`Arming`]).
-    fn count(&self, ep: &Endpoint, taken: &[u64]) -> u64 {
+    fn count(&self, cqs: &DeviceCqs) -> u64 {
         if self.solicited_only {
-            ep.cq_solicited(self.cq)
+            cqs.solicited(self.cq)
         } else {
-            received(ep, taken, self.cq)
+            cqs.received(self.cq)
         }
     }
 }
 
 pub(crate) struct State {
     pub(crate) ep: Endpoint,
+    /// The CQs the application polls: the engine's completions move there
+    /// after each round ([`State::collect_completions`]).
+    pub(crate) cqs: DeviceCqs,
     pub(crate) io: Io,
     pub(crate) channels: Vec<ChannelState>,
     /// CQs armed with `req_notify`, in the order they were armed.
     armed: Vec<Arming>,
-    /// Completions polled from each CQ so far (indexed by `CqId`): with
-    /// those still queued, what the CQ has received (see [`Arming`]).
-    taken: Vec<u64>,
     /// A waiter sleeping in poll(2) on the socket.
     leader: bool,
     /// Waiters sleeping on the condition variable.
@@ -211,24 +212,24 @@ fn drain_eventfd(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
-/// Completions `cq` has received so far: those polled and those queued.
-fn received(ep: &Endpoint, taken: &[u64], cq: CqId) -> u64 {
-    taken.get(cq.0).copied().unwrap_or(0) + ep.cq_len(cq) as u64
-}
-
 impl State {
-    /// Takes up to `max` completions of `cq`, oldest first, into `out`,
-    /// counting them (every poll goes through here, or an armed CQ would
-    /// count a polled completion as a new one gone). Returns how many.
+    /// Moves the completions the engine queued into the device's CQs
+    /// (nothing to do, and no cost but a comparison, when it queued none).
+    pub(crate) fn collect_completions(&mut self) {
+        self.cqs.collect(&mut self.ep);
+    }
+
+    /// Takes up to `max` completions of `cq`, oldest first, into `out`.
+    /// Returns how many.
     pub(crate) fn take_completions(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let n = self.ep.poll_cq_into(cq, max, out);
-        if n > 0 {
-            if self.taken.len() <= cq.0 {
-                self.taken.resize(cq.0 + 1, 0);
-            }
-            self.taken[cq.0] += n as u64;
-        }
-        n
+        self.collect_completions();
+        self.cqs.take(cq, max, out)
+    }
+
+    /// Completions waiting in `cq`.
+    pub(crate) fn cq_len(&mut self, cq: CqId) -> usize {
+        self.collect_completions();
+        self.cqs.len(cq)
     }
 
     /// Arms `cq` for one event on `channel`, raised by the next completion
@@ -237,16 +238,17 @@ impl State {
     /// except that asking for any completion widens a solicited-only
     /// arming (as the kernel's "next completion" supersedes "solicited").
     pub(crate) fn arm(&mut self, cq: CqId, channel: usize, solicited_only: bool) {
-        let (ep, taken) = (&self.ep, &self.taken);
+        self.collect_completions();
+        let cqs = &self.cqs;
         match self.armed.iter_mut().find(|a| a.cq == cq) {
             Some(a) if a.solicited_only && !solicited_only => {
                 *a = Arming { cq, channel: a.channel, received: 0, solicited_only: false };
-                a.received = a.count(ep, taken);
+                a.received = a.count(cqs);
             }
             Some(_) => {}
             None => {
                 let mut a = Arming { cq, channel, received: 0, solicited_only };
-                a.received = a.count(ep, taken);
+                a.received = a.count(cqs);
                 self.armed.push(a);
             }
         }
@@ -297,13 +299,15 @@ impl Inner {
         Ok(moved > 0)
     }
 
-    /// If completions were delivered since the count was `before`: raises
-    /// the armed CQs' channel events and wakes the waiters. Progress rounds
+    /// If completions were delivered since the count was `before`: moves
+    /// them to the device's CQs, raises the armed CQs' channel events and
+    /// wakes the waiters. Progress rounds
     /// call it, and so do posts, which complete requests by themselves (a
     /// UD send, a flush in ERR): without it an armed CQ would get no event
     /// for such a completion until some later packet.
     pub(crate) fn announce_completions(&self, st: &mut State, before: u64) {
         if st.ep.completions_delivered() != before {
+            st.collect_completions();
             self.fire_channels(st);
             if st.followers > 0 {
                 self.progressed.notify_all();
@@ -408,9 +412,9 @@ impl Inner {
     /// Raises the event of every armed CQ that received a completion since
     /// it was armed, and disarms it (an arming is good for one event).
     fn fire_channels(&self, st: &mut State) {
-        let State { ep, armed, channels, taken, .. } = st;
+        let State { cqs, armed, channels, .. } = st;
         armed.retain(|a| {
-            let now = a.count(ep, taken);
+            let now = a.count(cqs);
             if now == a.received {
                 return true;
             }
@@ -553,7 +557,7 @@ impl Context {
                 io,
                 channels: Vec::new(),
                 armed: Vec::new(),
-                taken: Vec::new(),
+                cqs: DeviceCqs::default(),
                 leader: false,
                 followers: 0,
                 gaps: ProgressGaps::default(),

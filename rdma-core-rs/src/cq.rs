@@ -22,7 +22,9 @@ impl Context {
                 return Err(crate::Error::WrongDevice("the completion channel"));
             }
         }
-        let id = self.inner.lock().ep.create_cq(depth);
+        let mut st = self.inner.lock();
+        let st = &mut *st;
+        let id = st.cqs.create(&mut st.ep, depth);
         Ok(CompletionQueue { ctx: self.clone(), id, channel: channel.map(|c| c.index) })
     }
 
@@ -42,7 +44,7 @@ impl CompletionQueue {
 
     /// How many completions it holds (what it was made or last resized with).
     pub fn depth(&self) -> usize {
-        self.ctx.inner.lock().ep.cq_depth(self.id)
+        self.ctx.inner.lock().cqs.depth(self.id)
     }
 
     /// `ibv_resize_cq`: room for `depth` completions from now on. Refused
@@ -50,7 +52,9 @@ impl CompletionQueue {
     /// wait in it: pass the size the application asked for, before any
     /// rounding up, as rxe compares that one with the count.
     pub fn resize(&self, depth: usize, at_least: usize) -> Result<()> {
-        Ok(self.ctx.inner.lock().ep.resize_cq(self.id, depth, at_least)?)
+        let mut st = self.ctx.inner.lock();
+        st.collect_completions();
+        Ok(st.cqs.resize(self.id, depth, at_least)?)
     }
 
     /// `ibv_poll_cq`: makes progress, then appends up to `max` completions
@@ -75,7 +79,7 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         let mut st = self.ctx.inner.lock();
         if max > 0 && st.polls_without_progress < crate::SATISFIED_POLLS {
-            let queued = st.ep.cq_len(self.id);
+            let queued = st.cq_len(self.id);
             if queued >= max {
                 st.polls_without_progress += 1;
                 let n = st.take_completions(self.id, max, out);

@@ -54,6 +54,7 @@
 //! [`Context::progress`] or a wait in its loops.
 
 pub mod cm;
+mod completions;
 mod connect;
 mod context;
 mod cq;

@@ -183,6 +183,15 @@ impl QueuePair {
         }
         let before = st.ep.completions_delivered();
         st.ep.modify_qp(self.qpn, attr)?;
+        if attr.qp_state == Some(QpState::Reset) {
+            // The engine cleaned its own CQs of the QP's completions (as
+            // mlx5 does on RESET); those the device holds go too.
+            st.collect_completions();
+            let removed = st.cqs.remove_qp(self.qpn);
+            if removed > 0 {
+                tracing::debug!(qpn = self.qpn, removed, "QP reset: its queued completions removed from its CQs");
+            }
+        }
         // Moving to ERR flushes: let waiters see the completions.
         self.ctx.inner.doorbell(&mut st)?;
         self.ctx.inner.announce_completions(&mut st, before);

@@ -18,7 +18,11 @@ pub struct CqTable {
     /// CQs that overflowed since the endpoint last raised their events.
     overflowed: Vec<CqId>,
     overruns: u64,
+    /// Completions queued here, lost or not by a layer that takes them
+    /// out and bounds the depth itself ([`CqTable::overrun`]).
     delivered: u64,
+    /// Completions that such a layer lost to a full or errored CQ.
+    lost_above: u64,
     /// Per CQ: completions delivered that a solicited-only arming waits
     /// for (solicited receives and errors), counted from its creation.
     solicited: Vec<u64>,
@@ -26,6 +30,8 @@ pub struct CqTable {
     /// here because the completer and responder, which finish requests,
     /// reach the endpoint's state through this table.
     pub(crate) pool: WrPool,
+    /// What [`CqTable::drain`] drains for a CQ that does not exist.
+    empty: VecDeque<WorkCompletion>,
 }
 
 impl CqTable {
@@ -89,6 +95,29 @@ impl CqTable {
         n
     }
 
+    /// Takes every completion waiting in `cq`, oldest first.
+    pub(crate) fn drain(&mut self, cq: CqId) -> std::collections::vec_deque::Drain<'_, WorkCompletion> {
+        match self.cqs.get_mut(cq.0) {
+            Some((_, q)) => q.drain(..),
+            None => self.empty.drain(..),
+        }
+    }
+
+    /// `lost` completions taken out of `cq` found no room above (see
+    /// [`crate::Endpoint::cq_overrun`]): counted as overruns, and the CQ is
+    /// in error from then on, as if it had overflowed here.
+    pub(crate) fn overrun(&mut self, cq: CqId, lost: u64) {
+        if lost == 0 || !self.exists(cq) {
+            return;
+        }
+        self.overruns += lost;
+        self.lost_above += lost;
+        if !self.in_error[cq.0] {
+            self.in_error[cq.0] = true;
+            self.overflowed.push(cq);
+        }
+    }
+
     /// Removes the completions of QP `qpn` waiting in `cq`; returns how many.
     pub(crate) fn remove_qp(&mut self, cq: CqId, qpn: u32) -> usize {
         let Some((_, q)) = self.cqs.get_mut(cq.0) else { return 0 };
@@ -112,9 +141,14 @@ impl CqTable {
         self.solicited.get(cq.0).copied().unwrap_or(0)
     }
 
-    /// Completions delivered.
+    /// Completions queued so far: a change says there are some to take.
     pub(crate) fn delivered(&self) -> u64 {
         self.delivered
+    }
+
+    /// Completions delivered and not lost above ([`CqTable::overrun`]).
+    pub(crate) fn kept(&self) -> u64 {
+        self.delivered - self.lost_above
     }
 
     /// A CQ that overflowed and whose event the endpoint has not raised yet.

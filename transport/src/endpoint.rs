@@ -326,7 +326,7 @@ impl Endpoint {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         s.cq_overruns = self.cqs.overruns();
-        s.completions = self.cqs.delivered();
+        s.completions = self.cqs.kept();
         s
     }
 
@@ -344,7 +344,9 @@ impl Endpoint {
         self.qps.get(qpn).map_or(0, |q| q.resp.out.len())
     }
 
-    /// Work completions delivered so far (cheap: no copy of the counters).
+    /// Work completions queued so far, counting those a layer above later
+    /// lost ([`Endpoint::cq_overrun`]): a change says there are completions
+    /// to take (cheap: no copy of the counters).
     pub fn completions_delivered(&self) -> u64 {
         self.cqs.delivered()
     }
@@ -454,6 +456,27 @@ impl Endpoint {
 
     pub fn create_cq(&mut self, depth: usize) -> CqId {
         self.cqs.create(depth)
+    }
+
+    /// Takes every completion waiting in `cq`, oldest first: for a layer
+    /// that keeps the CQ's completions itself (a device whose CQs take
+    /// completions from several engines). Such a layer creates the CQ with
+    /// a depth of `usize::MAX`, bounds it itself and reports what found no
+    /// room with [`Endpoint::cq_overrun`].
+    pub fn drain_cq(&mut self, cq: CqId) -> std::collections::vec_deque::Drain<'_, WorkCompletion> {
+        self.cqs.drain(cq)
+    }
+
+    /// `lost` completions of `cq` taken with [`Endpoint::drain_cq`] found
+    /// the CQ full (or in error) above: they are counted as overruns, and
+    /// the CQ overflowed as if here (IBTA 11.4.2.1): in error from now on,
+    /// its CQ error event raised and every QP on it moved to ERR, their
+    /// flushes lost with it. The difference from an overflow here: the QPs
+    /// go to ERR when this is called (the end of the round that overflowed
+    /// the CQ above), not in the call that queued the completion.
+    pub fn cq_overrun(&mut self, cq: CqId, lost: u64) {
+        self.cqs.overrun(cq, lost);
+        self.settle_cq_errors();
     }
 
     /// How many completions `cq` holds (0: no such CQ).

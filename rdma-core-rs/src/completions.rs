@@ -1,0 +1,145 @@
+//! The device's completion queues: what `ibv_poll_cq` takes from.
+//!
+//! The engine queues each completion in its own CQ as it happens; after
+//! every round of progress (and every call that may complete requests)
+//! the device moves them here ([`DeviceCqs::collect`]). The device, not
+//! the engine, keeps a CQ's completions, its depth and its counts, so that
+//! a CQ can take completions from more than one engine: the multi-core
+//! device (docs/multi-core-device.md) gives each core an engine of its
+//! own, all reporting to the same CQs. Each QP belongs to one engine, so
+//! its completions keep their order.
+//!
+//! A CQ's depth is checked here when completions come in: those that find
+//! it full are lost, and the engine is told ([`Endpoint::cq_overrun`]),
+//! which puts the CQ in error, raises its event and moves its QPs to ERR
+//! (IBTA 11.4.2.1).
+
+use rdma_transport::{CqId, Endpoint, VerbsError, WcStatus, WorkCompletion};
+use std::collections::VecDeque;
+
+/// One CQ as the application sees it.
+#[derive(Debug)]
+struct DeviceCq {
+    depth: usize,
+    queue: VecDeque<WorkCompletion>,
+    /// Completions this CQ has received since its creation (polled or not):
+    /// what an arming counts from.
+    received: u64,
+    /// Of those, the solicited receives and the errors: what a
+    /// solicited-only arming counts from.
+    solicited: u64,
+    /// It overflowed: it takes no completion from then on.
+    in_error: bool,
+}
+
+/// The device's CQs, numbered as the engine numbers them.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceCqs {
+    cqs: Vec<DeviceCq>,
+    /// The engine's completion count as of the last collection: while it
+    /// is unchanged, the engine holds none to move.
+    seen: u64,
+}
+
+impl DeviceCqs {
+    /// A CQ of `depth` completions (at least one), created in `ep` too,
+    /// unbounded there: the depth is kept here.
+    pub(crate) fn create(&mut self, ep: &mut Endpoint, depth: usize) -> CqId {
+        let id = ep.create_cq(usize::MAX);
+        debug_assert_eq!(id.0, self.cqs.len(), "the device creates every CQ of its engine");
+        self.cqs.push(DeviceCq {
+            depth: depth.max(1),
+            queue: VecDeque::new(),
+            received: 0,
+            solicited: 0,
+            in_error: false,
+        });
+        id
+    }
+
+    /// Moves every completion the engine has queued into its CQ here.
+    /// Those that find their CQ full or in error are lost, and the engine
+    /// is told, which flushes the CQ's QPs: their flushes are collected
+    /// (and lost) in the same call.
+    pub(crate) fn collect(&mut self, ep: &mut Endpoint) {
+        while ep.completions_delivered() != self.seen {
+            self.seen = ep.completions_delivered();
+            for (i, cq) in self.cqs.iter_mut().enumerate() {
+                let id = CqId(i);
+                if ep.cq_len(id) == 0 {
+                    continue;
+                }
+                let mut lost = 0u64;
+                for wc in ep.drain_cq(id) {
+                    if cq.in_error || cq.queue.len() >= cq.depth {
+                        lost += 1;
+                        tracing::warn!(cq = i, wr_id = wc.wr_id, "completion queue overrun: completion lost");
+                        continue;
+                    }
+                    if wc.solicited || wc.status != WcStatus::Success {
+                        cq.solicited += 1;
+                    }
+                    cq.received += 1;
+                    cq.queue.push_back(wc);
+                }
+                if lost > 0 {
+                    cq.in_error = true;
+                    ep.cq_overrun(id, lost);
+                }
+            }
+        }
+    }
+
+    /// Appends up to `max` completions of `cq`, oldest first, to `out`;
+    /// returns how many. Collect first.
+    pub(crate) fn take(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let Some(c) = self.cqs.get_mut(cq.0) else { return 0 };
+        let n = max.min(c.queue.len());
+        out.extend(c.queue.drain(..n));
+        n
+    }
+
+    /// Completions waiting in `cq` (0: no such CQ). Collect first.
+    pub(crate) fn len(&self, cq: CqId) -> usize {
+        self.cqs.get(cq.0).map_or(0, |c| c.queue.len())
+    }
+
+    /// How many completions `cq` holds (0: no such CQ).
+    pub(crate) fn depth(&self, cq: CqId) -> usize {
+        self.cqs.get(cq.0).map_or(0, |c| c.depth)
+    }
+
+    /// `ibv_resize_cq`: room for `depth` completions from now on, unless
+    /// more than `at_least` wait in it (rxe compares the size the
+    /// application asked for, before rounding, with that count).
+    pub(crate) fn resize(&mut self, cq: CqId, depth: usize, at_least: usize) -> Result<(), VerbsError> {
+        let c = self.cqs.get_mut(cq.0).ok_or(VerbsError::NoSuchCq(cq.0))?;
+        if c.queue.len() > at_least {
+            return Err(VerbsError::CqTooSmall { cq: cq.0, waiting: c.queue.len(), asked: at_least });
+        }
+        c.depth = depth.max(1);
+        Ok(())
+    }
+
+    /// Completions `cq` has received since its creation (see [`DeviceCq`]).
+    pub(crate) fn received(&self, cq: CqId) -> u64 {
+        self.cqs.get(cq.0).map_or(0, |c| c.received)
+    }
+
+    /// Solicited receives and errors `cq` has received since its creation.
+    pub(crate) fn solicited(&self, cq: CqId) -> u64 {
+        self.cqs.get(cq.0).map_or(0, |c| c.solicited)
+    }
+
+    /// Removes QP `qpn`'s completions from every CQ (a QP moved to RESET,
+    /// as mlx5 and mlx4 clean its CQs); returns how many. Collect first.
+    pub(crate) fn remove_qp(&mut self, qpn: u32) -> usize {
+        let mut removed = 0;
+        for c in &mut self.cqs {
+            let before = c.queue.len();
+            c.queue.retain(|wc| wc.qp_num != qpn);
+            removed += before - c.queue.len();
+        }
+        removed
+    }
+}

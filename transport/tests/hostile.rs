@@ -397,6 +397,56 @@ fn a_full_cq_raises_a_cq_error_and_fails_its_qps() {
     assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Rts);
 }
 
+/// A layer above that keeps a CQ's completions (the verbs device) drains
+/// the engine's CQ and reports what found no room there: the engine then
+/// treats the CQ as overflowed, the same event and the same QP
+/// transition as an overflow of its own, and the flushes that follow are
+/// lost with the CQ and counted.
+#[test]
+fn an_overrun_reported_from_above_fails_the_cq_and_its_qps_like_one_here() {
+    let (mut sim, a, b) = pair(PairConfig::default());
+    let above = sim.ep(b.ep).create_cq(usize::MAX);
+    let init = QpInitAttr::new(QpType::Rc, b.pd, above);
+    let qpn = sim.ep(b.ep).create_qp(init).unwrap();
+    let cfg = PairConfig::default();
+    rdma_transport::sim::bring_up(sim.ep(b.ep), qpn, IpAddr::from(A), a.qpn, EPSN, 0x20, &cfg);
+    let ep = sim.ep(b.ep);
+    for i in 0..5 {
+        ep.post_recv(qpn, RecvWr { wr_id: i, sg_list: sge(&b, i * 64, 64) }).unwrap();
+    }
+    for i in 0..3 {
+        let mut t = TransportRepr::new(BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(EPSN + i as u32)));
+        t.bth.ack_req = true;
+        ep.handle_packet(Instant::ZERO, &craft(&t, b"hi"));
+    }
+    // Unbounded here: all three are queued, and none was lost yet.
+    let before = ep.completions_delivered();
+    let drained: Vec<u64> = ep.drain_cq(above).map(|wc| wc.wr_id).collect();
+    assert_eq!(drained, [0, 1, 2], "oldest first");
+    assert_eq!(ep.cq_len(above), 0);
+    assert_eq!(ep.stats().cq_overruns, 0);
+    assert_eq!(ep.poll_event(), None);
+    // The layer above had room for two: the third is reported lost.
+    ep.cq_overrun(above, 1);
+    assert_eq!(
+        ep.stats().cq_overruns,
+        1 + 2,
+        "the lost one, then the two receives still posted, flushed into the errored CQ"
+    );
+    assert_eq!(ep.stats().completions, 2, "only what was kept counts as delivered");
+    assert_eq!(ep.completions_delivered(), before, "the flushes were lost here, not queued");
+    assert_eq!(ep.poll_event(), Some(AsyncEvent::CqError(above)));
+    assert_eq!(ep.poll_event(), Some(AsyncEvent::QpFatal(qpn)));
+    assert_eq!(ep.poll_event(), None);
+    assert_eq!(ep.query_qp(qpn).unwrap().0, QpState::Err);
+    assert_eq!(ep.cq_len(above), 0);
+    // Reported again (completions drained later): counted, no second event.
+    ep.cq_overrun(above, 2);
+    assert_eq!(ep.stats().cq_overruns, 5);
+    assert_eq!(ep.poll_event(), None);
+    assert_eq!(ep.query_qp(b.qpn).unwrap().0, QpState::Rts, "a QP on other CQs is untouched");
+}
+
 /// QP numbers and keys are not the same in every process, and a seed
 /// reproduces them.
 #[test]

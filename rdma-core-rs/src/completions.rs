@@ -1,4 +1,6 @@
-//! The device's completion queues: what `ibv_poll_cq` takes from.
+//! The device's completion queues and channels: what `ibv_poll_cq` takes
+//! from and `ibv_get_cq_event` waits on, behind a lock of their own
+//! ([`Hub`]), apart from the engine's.
 //!
 //! The engine queues each completion in its own CQ as it happens; after
 //! every round of progress (and every call that may complete requests)
@@ -16,6 +18,96 @@
 
 use rdma_transport::{CqId, Endpoint, VerbsError, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
+use std::os::fd::RawFd;
+
+/// What the application's CQ and channel calls reach, under the hub's
+/// lock. An engine's lock is taken before it when both are held.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    pub(crate) cqs: DeviceCqs,
+    pub(crate) channels: Vec<ChannelState>,
+    /// CQs armed with `req_notify`, in the order they were armed.
+    armed: Vec<Arming>,
+}
+
+/// A completion channel's pending events and the CQs armed on it.
+#[derive(Debug, Default)]
+pub(crate) struct ChannelState {
+    pub(crate) events: VecDeque<CqId>,
+    /// An eventfd that gets 1 per event (see `CompChannel::set_notify_fd`).
+    pub(crate) notify: Option<RawFd>,
+}
+
+/// A CQ armed with `req_notify`: the channel its event goes to, and how
+/// many completions the CQ had received when it was armed. Only a
+/// completion received after that raises the event (libibverbs: the
+/// *next* completion), whatever the CQ still holds from before and
+/// whatever other CQs receive.
+///
+/// Armed for solicited completions only, the count is of those the engine
+/// marks so (solicited receives and errors): an unsolicited completion
+/// raises no event.
+#[derive(Debug, Clone, Copy)]
+struct Arming {
+    cq: CqId,
+    channel: usize,
+    received: u64,
+    solicited_only: bool,
+}
+
+impl Arming {
+    /// What this arming counts on `cq` now (see [`Arming`]).
+    fn count(&self, cqs: &DeviceCqs) -> u64 {
+        if self.solicited_only {
+            cqs.solicited(self.cq)
+        } else {
+            cqs.received(self.cq)
+        }
+    }
+}
+
+impl Hub {
+    /// Arms `cq` for one event on `channel`, raised by the next completion
+    /// it receives, or with `solicited_only` the next solicited or failed
+    /// one (`ibv_req_notify_cq`). Arming an armed CQ changes nothing,
+    /// except that asking for any completion widens a solicited-only
+    /// arming (as the kernel's "next completion" supersedes "solicited").
+    pub(crate) fn arm(&mut self, cq: CqId, channel: usize, solicited_only: bool) {
+        let cqs = &self.cqs;
+        match self.armed.iter_mut().find(|a| a.cq == cq) {
+            Some(a) if a.solicited_only && !solicited_only => {
+                *a = Arming { cq, channel: a.channel, received: 0, solicited_only: false };
+                a.received = a.count(cqs);
+            }
+            Some(_) => {}
+            None => {
+                let mut a = Arming { cq, channel, received: 0, solicited_only };
+                a.received = a.count(cqs);
+                self.armed.push(a);
+            }
+        }
+    }
+
+    /// Raises the event of every armed CQ that received a completion since
+    /// it was armed, and disarms it (an arming is good for one event).
+    pub(crate) fn fire_channels(&mut self) {
+        let Hub { cqs, armed, channels } = self;
+        armed.retain(|a| {
+            let now = a.count(cqs);
+            if now == a.received {
+                return true;
+            }
+            tracing::debug!(cq = a.cq.0, channel = a.channel, new = now - a.received, "CQ event");
+            channels[a.channel].events.push_back(a.cq);
+            if let Some(fd) = channels[a.channel].notify {
+                let one = 1u64;
+                // SAFETY: writes 8 bytes to the eventfd the channel's owner gave.
+                unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+            }
+            false
+        });
+    }
+}
 
 /// One CQ as the application sees it.
 #[derive(Debug)]
@@ -36,9 +128,6 @@ struct DeviceCq {
 #[derive(Debug, Default)]
 pub(crate) struct DeviceCqs {
     cqs: Vec<DeviceCq>,
-    /// The engine's completion count as of the last collection: while it
-    /// is unchanged, the engine holds none to move.
-    seen: u64,
 }
 
 impl DeviceCqs {
@@ -57,13 +146,16 @@ impl DeviceCqs {
         id
     }
 
-    /// Moves every completion the engine has queued into its CQ here.
-    /// Those that find their CQ full or in error are lost, and the engine
-    /// is told, which flushes the CQ's QPs: their flushes are collected
-    /// (and lost) in the same call.
-    pub(crate) fn collect(&mut self, ep: &mut Endpoint) {
-        while ep.completions_delivered() != self.seen {
-            self.seen = ep.completions_delivered();
+    /// Moves every completion the engine has queued into its CQ here;
+    /// `seen` is the engine's completion count as of the last collection
+    /// (kept with the engine): while it is unchanged, the engine holds none
+    /// to move. Returns whether any moved. Those that find their CQ full or
+    /// in error are lost, and the engine is told, which flushes the CQ's
+    /// QPs: their flushes are collected (and lost) in the same call.
+    pub(crate) fn collect(&mut self, ep: &mut Endpoint, seen: &mut u64) -> bool {
+        let any = ep.completions_delivered() != *seen;
+        while ep.completions_delivered() != *seen {
+            *seen = ep.completions_delivered();
             for (i, cq) in self.cqs.iter_mut().enumerate() {
                 let id = CqId(i);
                 if ep.cq_len(id) == 0 {
@@ -88,10 +180,11 @@ impl DeviceCqs {
                 }
             }
         }
+        any
     }
 
     /// Appends up to `max` completions of `cq`, oldest first, to `out`;
-    /// returns how many. Collect first.
+    /// returns how many.
     pub(crate) fn take(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let Some(c) = self.cqs.get_mut(cq.0) else { return 0 };
         let n = max.min(c.queue.len());
@@ -99,7 +192,7 @@ impl DeviceCqs {
         n
     }
 
-    /// Completions waiting in `cq` (0: no such CQ). Collect first.
+    /// Completions waiting in `cq` (0: no such CQ).
     pub(crate) fn len(&self, cq: CqId) -> usize {
         self.cqs.get(cq.0).map_or(0, |c| c.queue.len())
     }
@@ -132,7 +225,8 @@ impl DeviceCqs {
     }
 
     /// Removes QP `qpn`'s completions from every CQ (a QP moved to RESET,
-    /// as mlx5 and mlx4 clean its CQs); returns how many. Collect first.
+    /// as mlx5 and mlx4 clean its CQs); returns how many. Collect first:
+    /// the engine cleaned its own.
     pub(crate) fn remove_qp(&mut self, qpn: u32) -> usize {
         let mut removed = 0;
         for c in &mut self.cqs {

@@ -10,7 +10,7 @@
 //! on a condition variable and are woken after each round of progress. With
 //! [`Progress::Thread`] a background thread is the permanent leader.
 
-use crate::completions::DeviceCqs;
+use crate::completions::Hub;
 use crate::device::{Backend, Device, DeviceConfig, Gid, Progress};
 use crate::error::Result;
 use crate::frames::FrameIo;
@@ -24,7 +24,7 @@ use rdma_link::raw::RawLink;
 use rdma_link::udp::{UdpIo, BATCH};
 pub use rdma_link::wait::poll_readable;
 use rdma_link::Link;
-use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats, WorkCompletion};
+use rdma_transport::{AsyncEvent, CqId, Endpoint, Instant, Stats};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -58,51 +58,15 @@ const FLUSH_PERIOD: Duration = Duration::from_millis(1);
 /// Looks without a held ACK after which the ACK flusher sleeps until woken.
 const FLUSH_QUIET_LOOKS: u32 = 16;
 
-/// A completion channel's pending events and the CQs armed on it.
-#[derive(Debug, Default)]
-pub(crate) struct ChannelState {
-    pub(crate) events: std::collections::VecDeque<CqId>,
-    /// An eventfd that gets 1 per event (see `CompChannel::set_notify_fd`).
-    pub(crate) notify: Option<RawFd>,
-}
-
-/// A CQ armed with `req_notify`: the channel its event goes to, and how
-/// many completions the CQ had received when it was armed. Only a
-/// completion received after that raises the event (libibverbs: the
-/// *next* completion), whatever the CQ still holds from before and
-/// whatever other CQs receive.
-///
-/// Armed for solicited completions only, the count is of those the engine
-/// marks so (solicited receives and errors): an unsolicited completion
-/// raises no event.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Arming {
-    cq: CqId,
-    channel: usize,
-    received: u64,
-    solicited_only: bool,
-}
-
-impl Arming {
-    /// What this arming counts on `cq` now (see [`Arming`]).
-    fn count(&self, cqs: &DeviceCqs) -> u64 {
-        if self.solicited_only {
-            cqs.solicited(self.cq)
-        } else {
-            cqs.received(self.cq)
-        }
-    }
-}
-
 pub(crate) struct State {
     pub(crate) ep: Endpoint,
-    /// The CQs the application polls: the engine's completions move there
-    /// after each round ([`State::collect_completions`]).
-    pub(crate) cqs: DeviceCqs,
+    /// The engine's completion count when its completions last moved to
+    /// the device's CQs ([`Inner::announce_completions`]).
+    completions_seen: u64,
+    /// Completions moved to the device's CQs since the last round of
+    /// progress began.
+    moved_since_round: bool,
     pub(crate) io: Io,
-    pub(crate) channels: Vec<ChannelState>,
-    /// CQs armed with `req_notify`, in the order they were armed.
-    armed: Vec<Arming>,
     /// A waiter sleeping in poll(2) on the socket.
     leader: bool,
     /// Waiters sleeping on the condition variable.
@@ -170,6 +134,9 @@ pub(crate) struct Inner {
     /// The device's MAD consumer, once the RDMA CM uses the device.
     pub(crate) mad_service: std::sync::OnceLock<Weak<dyn MadService>>,
     state: Mutex<State>,
+    /// The device's CQs and completion channels (lock order: `state`, then
+    /// this): where the engine's completions go after each round.
+    hub: Mutex<Hub>,
     /// What a blocking wait sleeps on (see `UdpIo::wait_fds`).
     wait_fds: [RawFd; 2],
     /// Wakes the leader: a post that armed a timer, or shutdown.
@@ -213,45 +180,16 @@ fn drain_eventfd(fd: RawFd) {
 }
 
 impl State {
-    /// Moves the completions the engine queued into the device's CQs
-    /// (nothing to do, and no cost but a comparison, when it queued none).
-    pub(crate) fn collect_completions(&mut self) {
-        self.cqs.collect(&mut self.ep);
+    /// Whether the engine queued completions that have not moved to the
+    /// device's CQs yet ([`Inner::announce_completions`] moves them).
+    pub(crate) fn completions_pending(&self) -> bool {
+        self.ep.completions_delivered() != self.completions_seen
     }
 
-    /// Takes up to `max` completions of `cq`, oldest first, into `out`.
-    /// Returns how many.
-    pub(crate) fn take_completions(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        self.collect_completions();
-        self.cqs.take(cq, max, out)
-    }
-
-    /// Completions waiting in `cq`.
-    pub(crate) fn cq_len(&mut self, cq: CqId) -> usize {
-        self.collect_completions();
-        self.cqs.len(cq)
-    }
-
-    /// Arms `cq` for one event on `channel`, raised by the next completion
-    /// it receives, or with `solicited_only` the next solicited or failed
-    /// one (`ibv_req_notify_cq`). Arming an armed CQ changes nothing,
-    /// except that asking for any completion widens a solicited-only
-    /// arming (as the kernel's "next completion" supersedes "solicited").
-    pub(crate) fn arm(&mut self, cq: CqId, channel: usize, solicited_only: bool) {
-        self.collect_completions();
-        let cqs = &self.cqs;
-        match self.armed.iter_mut().find(|a| a.cq == cq) {
-            Some(a) if a.solicited_only && !solicited_only => {
-                *a = Arming { cq, channel: a.channel, received: 0, solicited_only: false };
-                a.received = a.count(cqs);
-            }
-            Some(_) => {}
-            None => {
-                let mut a = Arming { cq, channel, received: 0, solicited_only };
-                a.received = a.count(cqs);
-                self.armed.push(a);
-            }
-        }
+    /// Whether completions moved to the device's CQs since the last round
+    /// of progress began.
+    pub(crate) fn completions_moved(&self) -> bool {
+        self.moved_since_round
     }
 }
 
@@ -264,14 +202,29 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The device's CQs and channels. With the engine's state held too,
+    /// take that first.
+    pub(crate) fn hub(&self) -> MutexGuard<'_, Hub> {
+        self.hub.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the completions the engine queued into the device's CQs
+    /// (nothing to do but a comparison when it queued none), and returns
+    /// the CQs.
+    pub(crate) fn collect<'a>(&'a self, st: &mut State) -> MutexGuard<'a, Hub> {
+        let mut hub = self.hub();
+        st.moved_since_round |= hub.cqs.collect(&mut st.ep, &mut st.completions_seen);
+        hub
+    }
+
     /// One round of progress: receive, fire timers, send, notify channels.
     /// Returns whether any packet came or went.
     pub(crate) fn progress_locked(&self, st: &mut State) -> Result<bool> {
         st.polls_without_progress = 0;
         st.drained_without_progress = None;
+        st.moved_since_round = false;
         let now = self.now();
         st.gaps.round_at(now, self.device.name());
-        let before = st.ep.completions_delivered();
         let mut moved = 0;
         for _ in 0..RX_BATCHES_PER_ROUND {
             let n = st.io.receive(&mut st.ep, now)?;
@@ -295,20 +248,19 @@ impl Inner {
             moved += st.io.receive(&mut st.ep, now)?;
             moved += st.io.transmit(&mut st.ep, now)?;
         }
-        self.announce_completions(st, before);
+        self.announce_completions(st);
         Ok(moved > 0)
     }
 
-    /// If completions were delivered since the count was `before`: moves
-    /// them to the device's CQs, raises the armed CQs' channel events and
-    /// wakes the waiters. Progress rounds
-    /// call it, and so do posts, which complete requests by themselves (a
-    /// UD send, a flush in ERR): without it an armed CQ would get no event
-    /// for such a completion until some later packet.
-    pub(crate) fn announce_completions(&self, st: &mut State, before: u64) {
-        if st.ep.completions_delivered() != before {
-            st.collect_completions();
-            self.fire_channels(st);
+    /// If the engine queued completions since they last moved: moves them
+    /// to the device's CQs, raises the armed CQs' channel events and wakes
+    /// the waiters. Progress rounds call it, and so does every call that
+    /// may complete requests by itself (a post: a UD send, a flush in ERR;
+    /// a move to ERR): without it the completion would reach neither the
+    /// CQ nor an armed channel until some later round.
+    pub(crate) fn announce_completions(&self, st: &mut State) {
+        if st.completions_pending() {
+            self.collect(st).fire_channels();
             if st.followers > 0 {
                 self.progressed.notify_all();
             }
@@ -325,7 +277,6 @@ impl Inner {
     /// QPs get from these packets are announced. Returns the datagrams.
     pub(crate) fn drain_receive(&self, st: &mut State) -> Result<usize> {
         let now = self.now();
-        let before = st.ep.completions_delivered();
         let mut total = 0;
         for _ in 0..MAX_DRAIN_CALLS {
             let n = st.io.receive(&mut st.ep, now)?;
@@ -337,7 +288,7 @@ impl Inner {
         if total > 0 {
             tracing::debug!(datagrams = total, "receive queue drained before a QP state change");
         }
-        self.announce_completions(st, before);
+        self.announce_completions(st);
         Ok(total)
     }
 
@@ -407,26 +358,6 @@ impl Inner {
         if let Err(e) = st.io.transmit(&mut st.ep, self.now()) {
             tracing::debug!(error = %e, "could not send the held ACKs");
         }
-    }
-
-    /// Raises the event of every armed CQ that received a completion since
-    /// it was armed, and disarms it (an arming is good for one event).
-    fn fire_channels(&self, st: &mut State) {
-        let State { cqs, armed, channels, .. } = st;
-        armed.retain(|a| {
-            let now = a.count(cqs);
-            if now == a.received {
-                return true;
-            }
-            tracing::debug!(cq = a.cq.0, channel = a.channel, new = now - a.received, "CQ event");
-            channels[a.channel].events.push_back(a.cq);
-            if let Some(fd) = channels[a.channel].notify {
-                let one = 1u64;
-                // SAFETY: writes 8 bytes to the eventfd the channel's owner gave.
-                unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-            }
-            false
-        });
     }
 
     /// Drives progress until `check` returns a value or `timeout` passes
@@ -552,12 +483,12 @@ impl Context {
         let wait_fds = io.wait_fds();
         let inner = Arc::new(Inner {
             device: device.clone(),
+            hub: Mutex::new(Hub::default()),
             state: Mutex::new(State {
                 ep,
+                completions_seen: 0,
+                moved_since_round: false,
                 io,
-                channels: Vec::new(),
-                armed: Vec::new(),
-                cqs: DeviceCqs::default(),
                 leader: false,
                 followers: 0,
                 gaps: ProgressGaps::default(),

@@ -1,6 +1,7 @@
 //! Completion queues (`ibv_cq`) and completion channels (`ibv_comp_channel`).
 
-use crate::context::{ChannelState, Context};
+use crate::completions::ChannelState;
+use crate::context::Context;
 use crate::error::Result;
 use rdma_transport::{CqId, WorkCompletion};
 use std::time::Duration;
@@ -23,16 +24,15 @@ impl Context {
             }
         }
         let mut st = self.inner.lock();
-        let st = &mut *st;
-        let id = st.cqs.create(&mut st.ep, depth);
+        let id = self.inner.hub().cqs.create(&mut st.ep, depth);
         Ok(CompletionQueue { ctx: self.clone(), id, channel: channel.map(|c| c.index) })
     }
 
     /// `ibv_create_comp_channel`.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let mut st = self.inner.lock();
-        st.channels.push(ChannelState::default());
-        Ok(CompChannel { ctx: self.clone(), index: st.channels.len() - 1 })
+        let mut hub = self.inner.hub();
+        hub.channels.push(ChannelState::default());
+        Ok(CompChannel { ctx: self.clone(), index: hub.channels.len() - 1 })
     }
 }
 
@@ -44,7 +44,7 @@ impl CompletionQueue {
 
     /// How many completions it holds (what it was made or last resized with).
     pub fn depth(&self) -> usize {
-        self.ctx.inner.lock().cqs.depth(self.id)
+        self.ctx.inner.hub().cqs.depth(self.id)
     }
 
     /// `ibv_resize_cq`: room for `depth` completions from now on. Refused
@@ -52,9 +52,7 @@ impl CompletionQueue {
     /// wait in it: pass the size the application asked for, before any
     /// rounding up, as rxe compares that one with the count.
     pub fn resize(&self, depth: usize, at_least: usize) -> Result<()> {
-        let mut st = self.ctx.inner.lock();
-        st.collect_completions();
-        Ok(st.cqs.resize(self.id, depth, at_least)?)
+        Ok(self.ctx.inner.hub().cqs.resize(self.id, depth, at_least)?)
     }
 
     /// `ibv_poll_cq`: makes progress, then appends up to `max` completions
@@ -77,12 +75,15 @@ impl CompletionQueue {
     /// completion taken, the empty poll, the application's reply). A
     /// packet that came in the meantime is taken one poll later.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
-        let mut st = self.ctx.inner.lock();
+        let inner = &self.ctx.inner;
+        let mut st = inner.lock();
+        let mut was_empty = false;
         if max > 0 && st.polls_without_progress < crate::SATISFIED_POLLS {
-            let queued = st.cq_len(self.id);
+            let mut hub = inner.hub();
+            let queued = hub.cqs.len(self.id);
             if queued >= max {
                 st.polls_without_progress += 1;
-                let n = st.take_completions(self.id, max, out);
+                let n = hub.cqs.take(self.id, max, out);
                 st.drained_without_progress = (queued == n).then_some(self.id);
                 return Ok(n);
             }
@@ -90,9 +91,16 @@ impl CompletionQueue {
                 st.polls_without_progress += 1;
                 return Ok(0);
             }
+            was_empty = queued == 0;
         }
-        self.ctx.inner.progress_locked(&mut st)?;
-        Ok(st.take_completions(self.id, max, out))
+        inner.progress_locked(&mut st)?;
+        if was_empty && !st.completions_moved() {
+            // Only this engine adds to the CQ, under the lock held since it
+            // was found empty: still empty (a busy poll's usual answer,
+            // without a second look at the CQs).
+            return Ok(0);
+        }
+        Ok(inner.hub().cqs.take(self.id, max, out))
     }
 
     /// Blocks until at least one completion is there or `timeout` passes
@@ -100,8 +108,9 @@ impl CompletionQueue {
     /// [`CompletionQueue::poll`]. Sleeps on the socket, never spins (beyond
     /// the device's `spin` setting).
     pub fn wait(&self, out: &mut Vec<WorkCompletion>, max: usize, timeout: Option<Duration>) -> Result<usize> {
-        let got = self.ctx.inner.wait_until(timeout, |st| {
-            let n = st.take_completions(self.id, max, out);
+        let inner = &self.ctx.inner;
+        let got = inner.wait_until(timeout, |_| {
+            let n = inner.hub().cqs.take(self.id, max, out);
             (n > 0).then_some(n)
         })?;
         Ok(got.unwrap_or(0))
@@ -120,7 +129,7 @@ impl CompletionQueue {
                 self.id.0
             )));
         };
-        self.ctx.inner.lock().arm(self.id, ch, solicited_only);
+        self.ctx.inner.hub().arm(self.id, ch, solicited_only);
         Ok(())
     }
 
@@ -154,7 +163,7 @@ impl CompletionQueue {
             let sleep = {
                 let mut st = inner.lock();
                 inner.progress_locked(&mut st)?;
-                let n = st.take_completions(self.id, max, out);
+                let n = inner.hub().cqs.take(self.id, max, out);
                 if n > 0 {
                     return Ok(n);
                 }
@@ -185,7 +194,8 @@ impl CompChannel {
     /// completion and returns its [`CompletionQueue::id`]. Re-arm with
     /// `req_notify` before polling, as with libibverbs.
     pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Option<usize>> {
-        let got = self.ctx.inner.wait_until(timeout, |st| st.channels[self.index].events.pop_front())?;
+        let inner = &self.ctx.inner;
+        let got = inner.wait_until(timeout, |_| inner.hub().channels[self.index].events.pop_front())?;
         Ok(got.map(|cq| cq.0))
     }
 
@@ -195,7 +205,7 @@ impl CompChannel {
     /// and take the event with `get_cq_event(Some(Duration::ZERO))` when it
     /// is readable. `None` stops it. The caller keeps `fd` open meanwhile.
     pub fn set_notify_fd(&self, fd: Option<std::os::fd::RawFd>) {
-        self.ctx.inner.lock().channels[self.index].notify = fd;
+        self.ctx.inner.hub().channels[self.index].notify = fd;
     }
 
     /// `ibv_ack_cq_events`: nothing to release here, kept for familiarity.

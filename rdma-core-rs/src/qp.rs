@@ -181,20 +181,18 @@ impl QueuePair {
             // dropped) now, under the same lock as the transition.
             self.ctx.inner.drain_receive(&mut st)?;
         }
-        let before = st.ep.completions_delivered();
         st.ep.modify_qp(self.qpn, attr)?;
         if attr.qp_state == Some(QpState::Reset) {
             // The engine cleaned its own CQs of the QP's completions (as
             // mlx5 does on RESET); those the device holds go too.
-            st.collect_completions();
-            let removed = st.cqs.remove_qp(self.qpn);
+            let removed = self.ctx.inner.collect(&mut st).cqs.remove_qp(self.qpn);
             if removed > 0 {
                 tracing::debug!(qpn = self.qpn, removed, "QP reset: its queued completions removed from its CQs");
             }
         }
         // Moving to ERR flushes: let waiters see the completions.
         self.ctx.inner.doorbell(&mut st)?;
-        self.ctx.inner.announce_completions(&mut st, before);
+        self.ctx.inner.announce_completions(&mut st);
         Ok(())
     }
 
@@ -220,7 +218,6 @@ impl QueuePair {
     /// posted and the error says which one failed, like `bad_wr`.
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
-        let before = st.ep.completions_delivered();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(source) = st.ep.post_send_copy(self.qpn, wr) {
@@ -230,14 +227,13 @@ impl QueuePair {
         }
         self.ctx.inner.receive_before_send(&mut st)?;
         self.ctx.inner.doorbell(&mut st)?;
-        self.ctx.inner.announce_completions(&mut st, before);
+        self.ctx.inner.announce_completions(&mut st);
         result
     }
 
     /// `ibv_post_recv` of a list of work requests, in order.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
         let mut st = self.ctx.inner.lock();
-        let before = st.ep.completions_delivered();
         let posted = wrs.iter().enumerate().try_for_each(|(index, wr)| {
             st.ep.post_recv_copy(self.qpn, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })
         });
@@ -245,9 +241,9 @@ impl QueuePair {
         // finds it when it retries), so the common case costs no transmit
         // pass; in ERR a receive completes at once, flushed, and whoever
         // waits must hear of it.
-        if st.ep.completions_delivered() != before {
+        if st.completions_pending() {
             self.ctx.inner.doorbell(&mut st)?;
-            self.ctx.inner.announce_completions(&mut st, before);
+            self.ctx.inner.announce_completions(&mut st);
         }
         posted
     }

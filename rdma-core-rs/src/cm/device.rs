@@ -169,7 +169,6 @@ impl CmDevice {
     pub(crate) fn with_cm<T>(&self, f: impl FnOnce(&mut Endpoint, &mut Core) -> T) -> Result<T> {
         let inner = &self.ctx.inner;
         let mut st = inner.lock();
-        let before = st.ep.completions_delivered();
         let r = {
             let mut core = self.core();
             let r = f(&mut st.ep, &mut core);
@@ -179,7 +178,7 @@ impl CmDevice {
         // A QP the CM moved to ERR flushed its work requests: their
         // completions raise the armed CQs' channel events now (rping's CQ
         // thread ends on them after rdma_disconnect).
-        inner.announce_completions(&mut st, before);
+        inner.announce_completions(&mut st);
         inner.doorbell(&mut st)?;
         Ok(r)
     }
@@ -189,7 +188,6 @@ impl CmDevice {
     /// every round of progress that took MADs in, see [`MadService`]).
     pub(crate) fn process(&self, st: &mut State) {
         let now = self.ctx.inner.now();
-        let before = st.ep.completions_delivered();
         let mut core = self.core();
         core.cm.process(now, &mut st.ep);
         if core.cm.poll_timeout().is_some_and(|t| t <= now) {
@@ -198,7 +196,7 @@ impl CmDevice {
         self.dispatch(&mut st.ep, &mut core);
         drop(core);
         // Flushes of QPs the CM moved to ERR (a DREQ, a REJ, a timeout).
-        self.ctx.inner.announce_completions(st, before);
+        self.ctx.inner.announce_completions(st);
         if let Err(e) = st.io.transmit(&mut st.ep, now) {
             tracing::debug!(error = %e, "could not send CM messages");
         }

@@ -59,6 +59,8 @@ const FLUSH_PERIOD: Duration = Duration::from_millis(1);
 const FLUSH_QUIET_LOOKS: u32 = 16;
 
 pub(crate) struct State {
+    /// Which of the device's shards this is (`Inner::shards`).
+    shard: usize,
     pub(crate) ep: Endpoint,
     /// The engine's completion count when its completions last moved to
     /// the device's CQs ([`Inner::announce_completions`]).
@@ -129,25 +131,49 @@ pub(crate) trait MadService: Send + Sync {
     fn process(&self, st: &mut State);
 }
 
-pub(crate) struct Inner {
-    pub(crate) device: Device,
-    /// The device's MAD consumer, once the RDMA CM uses the device.
-    pub(crate) mad_service: std::sync::OnceLock<Weak<dyn MadService>>,
+/// One engine of the device: its state and sockets behind its lock, and
+/// what wakes the threads that wait on it. A device has one; the
+/// multi-core device (docs/multi-core-device.md) will give each core one,
+/// with its QPs in a QPN range of its own ([`Inner::shard_of`]).
+pub(crate) struct Shard {
     state: Mutex<State>,
-    /// The device's CQs and completion channels (lock order: `state`, then
-    /// this): where the engine's completions go after each round.
-    hub: Mutex<Hub>,
     /// What a blocking wait sleeps on (see `UdpIo::wait_fds`).
     wait_fds: [RawFd; 2],
     /// Wakes the leader: a post that armed a timer, or shutdown.
     kick: OwnedFd,
-    epoch: std::time::Instant,
     progressed: Condvar,
+    /// A progress thread drives this shard ([`Progress::Thread`]).
     thread: AtomicBool,
-    /// The ACK flusher thread, if the device has one.
+    /// The ACK flusher thread, if the shard has one.
     flusher: std::sync::OnceLock<std::thread::Thread>,
     /// The ACK flusher sleeps until woken (see [`Inner::wake_flusher`]).
     flusher_parked: AtomicBool,
+}
+
+impl Shard {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the waiter sleeping in poll(2) (or the progress thread).
+    fn kick(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes to our eventfd.
+        unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) device: Device,
+    /// The device's MAD consumer, once the RDMA CM uses the device.
+    pub(crate) mad_service: std::sync::OnceLock<Weak<dyn MadService>>,
+    /// The device's engines; the first also serves what is the device's
+    /// alone (QP1 and the CM, and the waits of the application).
+    shards: Vec<Shard>,
+    /// The device's CQs and completion channels (lock order: a shard's
+    /// state, then this): where the engines' completions go.
+    hub: Mutex<Hub>,
+    epoch: std::time::Instant,
     #[cfg(feature = "tokio")]
     pub(crate) notify: tokio::sync::Notify,
 }
@@ -198,8 +224,25 @@ impl Inner {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
+    /// The first shard's state: the device's own objects (QP1, the CM,
+    /// PDs and MRs while there is one shard) and its waits.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shards[0].lock()
+    }
+
+    /// The shard of QP `qpn`, which holds its state for life.
+    pub(crate) fn shard_of(&self, _qpn: u32) -> &Shard {
+        &self.shards[0]
+    }
+
+    /// The state of the shard of QP `qpn`.
+    pub(crate) fn lock_qp(&self, qpn: u32) -> MutexGuard<'_, State> {
+        self.shard_of(qpn).lock()
+    }
+
+    /// The shard whose state `st` is.
+    fn shard(&self, st: &State) -> &Shard {
+        &self.shards[st.shard]
     }
 
     /// The device's CQs and channels. With the engine's state held too,
@@ -262,7 +305,7 @@ impl Inner {
         if st.completions_pending() {
             self.collect(st).fire_channels();
             if st.followers > 0 {
-                self.progressed.notify_all();
+                self.shard(st).progressed.notify_all();
             }
             #[cfg(feature = "tokio")]
             self.notify.notify_waiters();
@@ -318,8 +361,9 @@ impl Inner {
     pub(crate) fn doorbell(&self, st: &mut State) -> Result<()> {
         st.io.transmit(&mut st.ep, self.now())?;
         self.wake_flusher(st);
-        if st.leader || self.thread.load(Ordering::Relaxed) {
-            self.kick();
+        let shard = self.shard(st);
+        if st.leader || shard.thread.load(Ordering::Relaxed) {
+            shard.kick();
         }
         Ok(())
     }
@@ -329,24 +373,20 @@ impl Inner {
     /// it waits for: an event that came from elsewhere (the RDMA CM's
     /// queue) is seen at once, not at the end of the wait's slice.
     pub(crate) fn wake_waiters(&self) {
-        self.kick();
-        self.progressed.notify_all();
-    }
-
-    /// Wakes the waiter sleeping in poll(2) (or the progress thread).
-    fn kick(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes to our eventfd.
-        unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        for shard in &self.shards {
+            shard.kick();
+            shard.progressed.notify_all();
+        }
     }
 
     /// Wakes the sleeping ACK flusher if an ACK is now held back, or the
     /// transmit budget left packets: one atomic load while it is awake,
     /// which is all the time in steady traffic.
     fn wake_flusher(&self, st: &State) {
-        if self.flusher_parked.load(Ordering::Relaxed) && (st.io.sends_left() || st.ep.holds_acks()) {
-            self.flusher_parked.store(false, Ordering::Relaxed);
-            if let Some(t) = self.flusher.get() {
+        let shard = self.shard(st);
+        if shard.flusher_parked.load(Ordering::Relaxed) && (st.io.sends_left() || st.ep.holds_acks()) {
+            shard.flusher_parked.store(false, Ordering::Relaxed);
+            if let Some(t) = shard.flusher.get() {
                 t.unpark();
             }
         }
@@ -373,7 +413,8 @@ impl Inner {
         // `spin` has passed without any.
         let spin = self.device.config().spin;
         let mut spin_until = start + spin;
-        let mut st = self.lock();
+        let shard = &self.shards[0];
+        let mut st = shard.lock();
         loop {
             let moved = self.progress_locked(&mut st)?;
             if let Some(v) = check(&mut st) {
@@ -389,7 +430,7 @@ impl Inner {
             if now < spin_until || st.io.has_pending() {
                 drop(st);
                 std::hint::spin_loop();
-                st = self.lock();
+                st = shard.lock();
                 continue;
             }
             let engine = st.ep.poll_timeout().map(|t| t.saturating_since(self.now()));
@@ -397,9 +438,9 @@ impl Inner {
             for d in [engine, deadline.map(|d| d.saturating_duration_since(now))].into_iter().flatten() {
                 sleep = sleep.min(d);
             }
-            if st.leader || self.thread.load(Ordering::Relaxed) {
+            if st.leader || shard.thread.load(Ordering::Relaxed) {
                 st.followers += 1;
-                st = match self.progressed.wait_timeout(st, sleep) {
+                st = match shard.progressed.wait_timeout(st, sleep) {
                     Ok((g, _)) => g,
                     Err(e) => e.into_inner().0,
                 };
@@ -407,14 +448,15 @@ impl Inner {
             } else {
                 st.leader = true;
                 drop(st);
-                let [.., kicked] = poll_readable(&[self.wait_fds[0], self.wait_fds[1], self.kick.as_raw_fd()], sleep);
+                let [.., kicked] =
+                    poll_readable(&[shard.wait_fds[0], shard.wait_fds[1], shard.kick.as_raw_fd()], sleep);
                 if kicked {
-                    drain_eventfd(self.kick.as_raw_fd()); // a read less per wake-up by a packet
+                    drain_eventfd(shard.kick.as_raw_fd()); // a read less per wake-up by a packet
                 }
-                st = self.lock();
+                st = shard.lock();
                 st.leader = false;
                 if st.followers > 0 {
-                    self.progressed.notify_all(); // one of them takes over polling
+                    shard.progressed.notify_all(); // one of them takes over polling
                 }
             }
         }
@@ -481,10 +523,9 @@ impl Context {
             }
         };
         let wait_fds = io.wait_fds();
-        let inner = Arc::new(Inner {
-            device: device.clone(),
-            hub: Mutex::new(Hub::default()),
+        let shard = Shard {
             state: Mutex::new(State {
+                shard: 0,
                 ep,
                 completions_seen: 0,
                 moved_since_round: false,
@@ -497,20 +538,27 @@ impl Context {
             }),
             wait_fds,
             kick: eventfd()?,
-            epoch: std::time::Instant::now(),
             progressed: Condvar::new(),
             thread: AtomicBool::new(false),
             flusher: std::sync::OnceLock::new(),
-            mad_service: std::sync::OnceLock::new(),
             flusher_parked: AtomicBool::new(false),
+        };
+        let inner = Arc::new(Inner {
+            device: device.clone(),
+            mad_service: std::sync::OnceLock::new(),
+            shards: vec![shard],
+            hub: Mutex::new(Hub::default()),
+            epoch: std::time::Instant::now(),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         });
         tracing::info!(device = device.name(), addr = %device.addr(), link = cfg.link.name(), lid = device.lid(), "device open");
-        if cfg.progress == Progress::Thread {
-            spawn_progress_thread(&inner)?;
-        } else if !cfg.ack_delay.is_zero() {
-            spawn_ack_flusher(&inner)?;
+        for index in 0..inner.shards.len() {
+            if cfg.progress == Progress::Thread {
+                spawn_progress_thread(&inner, index)?;
+            } else if !cfg.ack_delay.is_zero() {
+                spawn_ack_flusher(&inner, index)?;
+            }
         }
         Ok(Context { inner })
     }
@@ -575,7 +623,7 @@ impl Context {
     /// progress): blocking on the lock would put the helper's round, and a
     /// wake-up, in the middle of the application's.
     pub fn try_progress(&self) -> Result<bool> {
-        let mut st = match self.inner.state.try_lock() {
+        let mut st = match self.inner.shards[0].state.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
@@ -586,7 +634,7 @@ impl Context {
     /// The next asynchronous event if one is queued, without progress and
     /// without waiting for the device (None while another thread holds it).
     pub fn try_async_event(&self) -> Option<AsyncEvent> {
-        match self.inner.state.try_lock() {
+        match self.inner.shards[0].state.try_lock() {
             Ok(mut g) => g.ep.poll_event(),
             Err(std::sync::TryLockError::WouldBlock) => None,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().ep.poll_event(),
@@ -611,7 +659,7 @@ impl Context {
     /// link: its fd and -1). For a caller that watches the device from its
     /// own thread and drives progress only when nobody else does.
     pub fn wait_fds(&self) -> [RawFd; 2] {
-        self.inner.wait_fds
+        self.inner.shards[0].wait_fds
     }
 
     /// The engine's counters (packets, retransmits, NAKs, drops by reason).
@@ -713,8 +761,10 @@ fn wrap_link(mut link: Box<dyn Link>, cfg: &DeviceConfig) -> Result<Box<dyn Link
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(t) = self.flusher.get() {
-            t.unpark(); // it finds the device gone and ends
+        for shard in &self.shards {
+            if let Some(t) = shard.flusher.get() {
+                t.unpark(); // it finds the device gone and ends
+            }
         }
     }
 }
@@ -729,7 +779,7 @@ impl Drop for Inner {
 /// a look while the application is inside a call (that call sends them),
 /// and after [`FLUSH_QUIET_LOOKS`] looks without a held ACK it sleeps
 /// until one is held again. It never receives: progress stays manual.
-fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
+fn spawn_ack_flusher(inner: &Arc<Inner>, index: usize) -> Result<()> {
     let weak: Weak<Inner> = Arc::downgrade(inner);
     let name = format!("rdma-acks-{}", inner.device.name());
     let handle = std::thread::Builder::new().name(name).spawn(move || {
@@ -748,7 +798,8 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
             }
             busy = false;
             let Some(inner) = weak.upgrade() else { return };
-            let mut guard = match inner.state.try_lock() {
+            let shard = &inner.shards[index];
+            let mut guard = match shard.state.try_lock() {
                 Ok(st) => st,
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => continue,
@@ -761,7 +812,7 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
                 }
                 busy = st.io.sends_left();
                 if st.leader && st.io.receives_pending() {
-                    inner.kick();
+                    shard.kick();
                 }
                 continue;
             }
@@ -769,7 +820,7 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
                 quiet += 1;
                 if quiet >= FLUSH_QUIET_LOOKS {
                     // Under the lock: a call that holds an ACK after this sees the flag.
-                    inner.flusher_parked.store(true, Ordering::Relaxed);
+                    shard.flusher_parked.store(true, Ordering::Relaxed);
                 }
                 continue;
             }
@@ -783,33 +834,34 @@ fn spawn_ack_flusher(inner: &Arc<Inner>) -> Result<()> {
                 if st.leader && st.io.receives_pending() {
                     // io_uring reaped packets while sending: no readiness
                     // event will wake the waiter for them.
-                    inner.kick();
+                    shard.kick();
                 }
             }
         }
     })?;
-    let _ = inner.flusher.set(handle.thread().clone());
+    let _ = inner.shards[index].flusher.set(handle.thread().clone());
     Ok(())
 }
 
 /// The background progress thread: sleeps on the socket and the engine's
 /// next timer, makes progress, wakes waiters. It holds only a weak
 /// reference, so it ends soon after the last handle to the device goes.
-fn spawn_progress_thread(inner: &Arc<Inner>) -> Result<()> {
-    inner.thread.store(true, Ordering::Relaxed);
+fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
+    inner.shards[index].thread.store(true, Ordering::Relaxed);
     let weak: Weak<Inner> = Arc::downgrade(inner);
     let name = format!("rdma-progress-{}", inner.device.name());
     std::thread::Builder::new().name(name).spawn(move || loop {
         let Some(inner) = weak.upgrade() else { return };
+        let shard = &inner.shards[index];
         let sleep = {
-            let mut st = inner.lock();
+            let mut st = shard.lock();
             if let Err(e) = inner.progress_locked(&mut st) {
                 tracing::error!(error = %e, "progress thread stops");
-                inner.thread.store(false, Ordering::Relaxed);
+                shard.thread.store(false, Ordering::Relaxed);
                 return;
             }
             if st.followers > 0 {
-                inner.progressed.notify_all();
+                shard.progressed.notify_all();
             }
             let engine = st.ep.poll_timeout().map(|t| t.saturating_since(inner.now()));
             if st.io.has_pending() {
@@ -818,11 +870,11 @@ fn spawn_progress_thread(inner: &Arc<Inner>) -> Result<()> {
                 engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP))
             }
         };
-        let fds = [inner.wait_fds[0], inner.wait_fds[1], inner.kick.as_raw_fd()];
+        let fds = [shard.wait_fds[0], shard.wait_fds[1], shard.kick.as_raw_fd()];
         drop(inner);
         let [.., kicked] = poll_readable(&fds, sleep);
         if let Some(i) = weak.upgrade().filter(|_| kicked) {
-            drain_eventfd(i.kick.as_raw_fd());
+            drain_eventfd(i.shards[index].kick.as_raw_fd());
         }
     })?;
     Ok(())

@@ -77,7 +77,7 @@ impl ProtectionDomain {
 impl QueuePair {
     /// Gives the engine's QP `qpn` its UDP source port and a handle.
     pub(crate) fn attach(ctx: &Context, qpn: u32, qp_type: QpType) -> Result<QueuePair> {
-        let mut st = ctx.inner.lock();
+        let mut st = ctx.inner.lock_qp(qpn);
         let want = st.ep.qp_src_port(qpn)?;
         let port = match st.io.reserve_port(want) {
             Ok(p) => p,
@@ -156,12 +156,12 @@ impl QueuePair {
     /// which the backend reserved when the QP was made).
     pub fn src_port(&self) -> u16 {
         // The engine's QP lives as long as this handle (destroyed on drop).
-        self.ctx.inner.lock().ep.qp_src_port(self.qpn).expect("a live QP has a source port")
+        self.ctx.inner.lock_qp(self.qpn).ep.qp_src_port(self.qpn).expect("a live QP has a source port")
     }
 
     /// `ibv_modify_qp`: the fields set in `attr` are the attribute mask.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.lock_qp(self.qpn);
         if let Some(mtu) = attr.path_mtu {
             // A frame link cannot carry frames over its interface's MTU:
             // refuse a path MTU that would make every full packet vanish.
@@ -198,26 +198,26 @@ impl QueuePair {
 
     /// `ibv_query_qp`: the state and the attributes in force.
     pub fn query(&self) -> Result<(QpState, rdma_transport::qp::QpParams)> {
-        Ok(self.ctx.inner.lock().ep.query_qp(self.qpn)?)
+        Ok(self.ctx.inner.lock_qp(self.qpn).ep.query_qp(self.qpn)?)
     }
 
     /// The PSNs `ibv_query_qp` reports: `(sq_psn, rq_psn)`, the next this
     /// QP sends and the next it expects, as rxe reports them.
     pub fn psns(&self) -> Result<(u32, u32)> {
-        Ok(self.ctx.inner.lock().ep.qp_psns(self.qpn)?)
+        Ok(self.ctx.inner.lock_qp(self.qpn).ep.qp_psns(self.qpn)?)
     }
 
     /// This QP's counters: CE-marked packets received
     /// ([`crate::Context::stats`] counts them for the whole device).
     pub fn stats(&self) -> Result<rdma_transport::qp::QpStats> {
-        Ok(self.ctx.inner.lock().ep.qp_stats(self.qpn)?)
+        Ok(self.ctx.inner.lock_qp(self.qpn).ep.qp_stats(self.qpn)?)
     }
 
     /// `ibv_post_send` of a list of work requests, in order; the packets go
     /// out before this returns. On a refusal, the requests before it stay
     /// posted and the error says which one failed, like `bad_wr`.
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.lock_qp(self.qpn);
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(source) = st.ep.post_send_copy(self.qpn, wr) {
@@ -233,7 +233,7 @@ impl QueuePair {
 
     /// `ibv_post_recv` of a list of work requests, in order.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.lock_qp(self.qpn);
         let posted = wrs.iter().enumerate().try_for_each(|(index, wr)| {
             st.ep.post_recv_copy(self.qpn, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })
         });
@@ -251,7 +251,7 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.lock_qp(self.qpn);
         self.ctx.inner.release_acks(&mut st);
         // The backend leaves the multicast groups the QP held (the engine
         // forgets its memberships with the QP).

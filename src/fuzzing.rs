@@ -53,6 +53,7 @@ fn base_config(test: TestKind, qps: usize) -> Config {
         udp_as_link: false,
         delay: Default::default(),
         shared: false,
+        threads: 0,
         ack_delay: Duration::ZERO,
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: BUDGET,

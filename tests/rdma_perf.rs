@@ -43,6 +43,7 @@ fn config(test: TestKind) -> Config {
         udp_as_link: false,
         delay: Default::default(),
         shared: false,
+        threads: 0,
         ack_delay: rdma_core_rs::DeviceConfig::DEFAULT_ACK_DELAY,
         io_driver: rdma_core_rs::IoDriver::Sockets,
         mem_budget: perf::budget::DEFAULT_MEM_BUDGET,

@@ -131,11 +131,11 @@ pub(crate) struct DeviceCqs {
 }
 
 impl DeviceCqs {
-    /// A CQ of `depth` completions (at least one), created in `ep` too,
-    /// unbounded there: the depth is kept here.
-    pub(crate) fn create(&mut self, ep: &mut Endpoint, depth: usize) -> CqId {
-        let id = ep.create_cq(usize::MAX);
-        debug_assert_eq!(id.0, self.cqs.len(), "the device creates every CQ of its engine");
+    /// Adds CQ `id` of `depth` completions (at least one), which the
+    /// device's engines created unbounded (`Endpoint::create_cq(usize::MAX)`):
+    /// the depth is kept here.
+    pub(crate) fn add(&mut self, id: CqId, depth: usize) {
+        debug_assert_eq!(id.0, self.cqs.len(), "the device creates every CQ of its engines");
         self.cqs.push(DeviceCq {
             depth: depth.max(1),
             queue: VecDeque::new(),
@@ -143,7 +143,6 @@ impl DeviceCqs {
             solicited: 0,
             in_error: false,
         });
-        id
     }
 
     /// Moves every completion the engine has queued into its CQ here;

@@ -48,6 +48,10 @@ const MAX_DRAIN_CALLS: usize = 1024;
 /// always there) from leaving the socket unread.
 pub const SATISFIED_POLLS: u32 = 8;
 
+/// How often a wait on a device of several engines looks again without
+/// being woken (an async event, a CM event, raises no wake-up).
+const ENGINE_LOOK: Duration = Duration::from_millis(1);
+
 /// The longest a waiter sleeps without looking again.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
@@ -137,6 +141,8 @@ pub(crate) trait MadService: Send + Sync {
 /// with its QPs in a QPN range of its own ([`Inner::shard_of`]).
 pub(crate) struct Shard {
     state: Mutex<State>,
+    /// The shared port's slot of its socket: the top bits of its QPNs.
+    slot: Option<u8>,
     /// What a blocking wait sleeps on (see `UdpIo::wait_fds`).
     wait_fds: [RawFd; 2],
     /// Wakes the leader: a post that armed a timer, or shutdown.
@@ -151,7 +157,31 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn new(index: usize, slot: Option<u8>, ep: Endpoint, io: Io) -> Result<Shard> {
+        Ok(Shard {
+            wait_fds: io.wait_fds(),
+            state: Mutex::new(State {
+                shard: index,
+                ep,
+                completions_seen: 0,
+                moved_since_round: false,
+                io,
+                leader: false,
+                followers: 0,
+                gaps: ProgressGaps::default(),
+                polls_without_progress: 0,
+                drained_without_progress: None,
+            }),
+            slot,
+            kick: eventfd()?,
+            progressed: Condvar::new(),
+            thread: AtomicBool::new(false),
+            flusher: std::sync::OnceLock::new(),
+            flusher_parked: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -170,9 +200,15 @@ pub(crate) struct Inner {
     /// The device's engines; the first also serves what is the device's
     /// alone (QP1 and the CM, and the waits of the application).
     shards: Vec<Shard>,
-    /// The device's CQs and completion channels (lock order: a shard's
-    /// state, then this): where the engines' completions go.
+    /// The device's CQs and completion channels (lock order: the shards'
+    /// states in their order, then this): where the engines' completions go.
     hub: Mutex<Hub>,
+    /// With several engines: a count of the rounds that moved something,
+    /// and what the application's waits sleep on until it changes.
+    moved: Mutex<u64>,
+    moved_cv: Condvar,
+    /// Where the next QP goes (round robin over the engines).
+    next_shard: std::sync::atomic::AtomicUsize,
     epoch: std::time::Instant,
     #[cfg(feature = "tokio")]
     pub(crate) notify: tokio::sync::Notify,
@@ -230,14 +266,94 @@ impl Inner {
         self.shards[0].lock()
     }
 
-    /// The shard of QP `qpn`, which holds its state for life.
-    pub(crate) fn shard_of(&self, _qpn: u32) -> &Shard {
+    /// The shard of QP `qpn`, which holds its state for life: the one whose
+    /// slot its QPN is in (the first, for a QPN of none).
+    pub(crate) fn shard_of(&self, qpn: u32) -> &Shard {
+        if self.shards.len() > 1 {
+            let slot = rdma_link::share::steer::slot_of_qpn(qpn);
+            if let Some(s) = self.shards.iter().find(|s| s.slot == Some(slot)) {
+                return s;
+            }
+        }
         &self.shards[0]
+    }
+
+    /// Whether QP `qpn` is on the device's first engine (where the RDMA CM
+    /// runs): always, with one.
+    pub(crate) fn on_first_engine(&self, qpn: u32) -> bool {
+        std::ptr::eq(self.shard_of(qpn), &self.shards[0])
+    }
+
+    /// How many engines the device runs.
+    pub(crate) fn engines(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard a new QP goes to: the next in turn when `spreads` (a
+    /// plain RC, UC or UD QP), else the first (whatever the device's own
+    /// objects reach: SRQs, XRC, the RDMA CM).
+    pub(crate) fn place_qp(&self, spreads: bool) -> &Shard {
+        if !spreads || self.shards.len() == 1 {
+            return &self.shards[0];
+        }
+        let i = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        &self.shards[i]
+    }
+
+    /// Runs `f` on every engine, the shards' locks all held (so that the
+    /// engines see these calls in the same order, and draw the same PD
+    /// numbers and memory keys): for the device's own objects, which every
+    /// engine must know. Returns the first engine's answer; another engine
+    /// answering otherwise is a defect, logged.
+    pub(crate) fn mirror<T: PartialEq + std::fmt::Debug>(&self, what: &str, mut f: impl FnMut(&mut State) -> T) -> T {
+        if self.shards.len() == 1 {
+            return f(&mut self.lock());
+        }
+        let mut all = self.lock_all();
+        let mut states = all.iter_mut();
+        let first = f(states.next().expect("a device has an engine"));
+        for st in states {
+            let other = f(st);
+            if other != first {
+                tracing::error!(what, ?first, ?other, engine = st.shard, "the device's engines disagree");
+                debug_assert_eq!(other, first, "{what}: the device's engines disagree");
+            }
+        }
+        first
+    }
+
+    /// A CQ of `depth` completions: created unbounded in every engine and
+    /// added to the hub while they are all held, so that CQs made at once
+    /// by two threads get the same number in every engine and the hub.
+    pub(crate) fn create_cq(&self, depth: usize) -> CqId {
+        self.mirror("create_cq", |st| {
+            let id = st.ep.create_cq(usize::MAX);
+            if st.shard == 0 {
+                self.hub().cqs.add(id, depth);
+            }
+            id
+        })
+    }
+
+    /// Every shard's state, locked in their order (the order every caller
+    /// that holds more than one takes them in): for what the device
+    /// mirrors in each engine (PDs, MRs, CQs), done in the same order in
+    /// all of them.
+    pub(crate) fn lock_all(&self) -> Vec<MutexGuard<'_, State>> {
+        self.shards.iter().map(Shard::lock).collect()
     }
 
     /// The state of the shard of QP `qpn`.
     pub(crate) fn lock_qp(&self, qpn: u32) -> MutexGuard<'_, State> {
         self.shard_of(qpn).lock()
+    }
+
+    /// Wakes the application's waits on a device of several engines (they
+    /// sleep on `moved`, not on an engine).
+    fn note_moved(&self) {
+        let mut n = self.moved.lock().unwrap_or_else(|e| e.into_inner());
+        *n += 1;
+        self.moved_cv.notify_all();
     }
 
     /// The shard whose state `st` is.
@@ -304,6 +420,9 @@ impl Inner {
     pub(crate) fn announce_completions(&self, st: &mut State) {
         if st.completions_pending() {
             self.collect(st).fire_channels();
+            if self.shards.len() > 1 {
+                self.note_moved();
+            }
             if st.followers > 0 {
                 self.shard(st).progressed.notify_all();
             }
@@ -411,6 +530,9 @@ impl Inner {
         let deadline = timeout.map(|t| start + t);
         // Adaptive polling: spin while packets keep moving, sleep once
         // `spin` has passed without any.
+        if self.shards.len() > 1 {
+            return self.wait_for_engines(deadline, check);
+        }
         let spin = self.device.config().spin;
         let mut spin_until = start + spin;
         let shard = &self.shards[0];
@@ -463,6 +585,34 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// [`Inner::wait_until`] on a device of several engines: their threads
+    /// make progress; this looks at `check` (with the first engine's state)
+    /// each time one of them moved something, or an engine's async event
+    /// may be due (every [`ENGINE_LOOK`]), until it answers or `deadline`.
+    fn wait_for_engines<T>(
+        &self,
+        deadline: Option<std::time::Instant>,
+        mut check: impl FnMut(&mut State) -> Option<T>,
+    ) -> Result<Option<T>> {
+        loop {
+            let seen = *self.moved.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(v) = check(&mut self.shards[0].lock()) {
+                return Ok(Some(v));
+            }
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            let sleep = deadline.map_or(ENGINE_LOOK, |d| d.saturating_duration_since(now).min(ENGINE_LOOK));
+            let n = self.moved.lock().unwrap_or_else(|e| e.into_inner());
+            if *n == seen {
+                let _ = self.moved_cv.wait_timeout(n, sleep);
+            }
+        }
+    }
+}
+
 // Here, not in device.rs: a device names no context (the context names
 // its device), so the two modules do not import each other.
 impl Device {
@@ -472,89 +622,98 @@ impl Device {
     }
 }
 
+/// One engine of `device` and its socket or link: the device's only one,
+/// or (with `seed`) one of several, whose memory tables all draw the same
+/// keys from the seed (they register the same regions in the same order)
+/// and whose sockets share the device's port.
+fn open_engine(device: &Device, seed: Option<u64>) -> Result<(Endpoint, Io)> {
+    let cfg = device.config();
+    let mut ep = match seed {
+        Some(seed) => Endpoint::with_seed(device.addr(), seed),
+        None => Endpoint::new(device.addr()),
+    };
+    ep.set_ack_delay(cfg.ack_delay);
+    ep.set_ack_before_requests(cfg.ack_before_requests);
+    ep.set_ecn_capable(cfg.ecn_capable);
+    match &cfg.controller {
+        Some(f) => ep.set_controller(Some(f.clone())),
+        None => ep.set_congestion_control(cfg.congestion_control),
+    }
+    let io = match &cfg.backend {
+        Backend::Udp if cfg.udp_as_link || cfg.delay.is_active() => {
+            // The Identification a socket hides (see rdma_link::udp);
+            // faults and capture are the link wrappers' (wrap_link).
+            ep.set_ipv4_ident_unknown(true);
+            let udp = rdma_link::udp::UdpConfig { faults: Default::default(), pcap: None, as_link: true, ..cfg.udp() };
+            let link = wrap_link(Box::new(UdpIo::bind(device.addr(), &udp)?), cfg)?;
+            // What the link takes: whole packets.
+            ep.set_payload_by_reference(link.caps().by_reference);
+            Io::Frames(FrameIo::new(link)?)
+        }
+        Backend::Udp => {
+            ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
+                                             // Several engines share the port, steered by QPN like processes.
+            let udp = rdma_link::udp::UdpConfig { shared: cfg.udp().shared || seed.is_some(), ..cfg.udp() };
+            let io = UdpIo::bind(device.addr(), &udp)?;
+            ep.set_payload_by_reference(io.sends_by_reference());
+            if let Some(m) = io.member() {
+                // The host steers packets to this process by its QPNs.
+                ep.set_qpn_range(rdma_link::share::steer::qpn_range(m.slot()))?;
+            }
+            Io::Udp(io)
+        }
+        backend => {
+            ep.set_link(cfg.link, device.lid());
+            if let Some(r) = device.ib_port().filter(|r| !r.pkeys.is_empty()) {
+                // The partitions the subnet manager put the port in: a
+                // QP's pkey_index picks one, and packets of others are
+                // dropped, as the HCA's P_Key table does.
+                ep.set_pkey_table(&r.pkeys).map_err(|e| {
+                    crate::Error::InvalidArgument(format!(
+                        "device {}: the P_Key table its port agent published ({:04x?}) is unusable: {e}",
+                        device.name(),
+                        r.pkeys
+                    ))
+                })?;
+            }
+            Io::Frames(FrameIo::new(open_link(device, backend)?)?)
+        }
+    };
+    Ok((ep, io))
+}
+
 impl Context {
     fn open(device: &Device) -> Result<Context> {
         let cfg = device.config();
-        let mut ep = Endpoint::new(device.addr());
-        ep.set_ack_delay(cfg.ack_delay);
-        ep.set_ack_before_requests(cfg.ack_before_requests);
-        ep.set_ecn_capable(cfg.ecn_capable);
-        match &cfg.controller {
-            Some(f) => ep.set_controller(Some(f.clone())),
-            None => ep.set_congestion_control(cfg.congestion_control),
+        // One seed for all the engines of a device of several.
+        let engines = cfg.engines();
+        let seed = (engines > 1).then(|| {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+        });
+        let mut shards = Vec::with_capacity(engines);
+        for index in 0..engines {
+            let (ep, io) = open_engine(device, seed)?;
+            let slot = io.slot();
+            shards.push(Shard::new(index, slot, ep, io)?);
         }
-        let io = match &cfg.backend {
-            Backend::Udp if cfg.udp_as_link || cfg.delay.is_active() => {
-                // The Identification a socket hides (see rdma_link::udp);
-                // faults and capture are the link wrappers' (wrap_link).
-                ep.set_ipv4_ident_unknown(true);
-                let udp =
-                    rdma_link::udp::UdpConfig { faults: Default::default(), pcap: None, as_link: true, ..cfg.udp() };
-                let link = wrap_link(Box::new(UdpIo::bind(device.addr(), &udp)?), cfg)?;
-                // What the link takes: whole packets.
-                ep.set_payload_by_reference(link.caps().by_reference);
-                Io::Frames(FrameIo::new(link)?)
-            }
-            Backend::Udp => {
-                ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
-                let io = UdpIo::bind(device.addr(), &cfg.udp())?;
-                ep.set_payload_by_reference(io.sends_by_reference());
-                if let Some(m) = io.member() {
-                    // The host steers packets to this process by its QPNs.
-                    ep.set_qpn_range(rdma_link::share::steer::qpn_range(m.slot()))?;
-                }
-                Io::Udp(io)
-            }
-            backend => {
-                ep.set_link(cfg.link, device.lid());
-                if let Some(r) = device.ib_port().filter(|r| !r.pkeys.is_empty()) {
-                    // The partitions the subnet manager put the port in: a
-                    // QP's pkey_index picks one, and packets of others are
-                    // dropped, as the HCA's P_Key table does.
-                    ep.set_pkey_table(&r.pkeys).map_err(|e| {
-                        crate::Error::InvalidArgument(format!(
-                            "device {}: the P_Key table its port agent published ({:04x?}) is unusable: {e}",
-                            device.name(),
-                            r.pkeys
-                        ))
-                    })?;
-                }
-                Io::Frames(FrameIo::new(open_link(device, backend)?)?)
-            }
-        };
-        let wait_fds = io.wait_fds();
-        let shard = Shard {
-            state: Mutex::new(State {
-                shard: 0,
-                ep,
-                completions_seen: 0,
-                moved_since_round: false,
-                io,
-                leader: false,
-                followers: 0,
-                gaps: ProgressGaps::default(),
-                polls_without_progress: 0,
-                drained_without_progress: None,
-            }),
-            wait_fds,
-            kick: eventfd()?,
-            progressed: Condvar::new(),
-            thread: AtomicBool::new(false),
-            flusher: std::sync::OnceLock::new(),
-            flusher_parked: AtomicBool::new(false),
-        };
         let inner = Arc::new(Inner {
             device: device.clone(),
             mad_service: std::sync::OnceLock::new(),
-            shards: vec![shard],
+            shards,
             hub: Mutex::new(Hub::default()),
+            moved: Mutex::new(0),
+            moved_cv: Condvar::new(),
+            next_shard: std::sync::atomic::AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         });
-        tracing::info!(device = device.name(), addr = %device.addr(), link = cfg.link.name(), lid = device.lid(), "device open");
+        tracing::info!(device = device.name(), addr = %device.addr(), link = cfg.link.name(), lid = device.lid(), engines, "device open");
         for index in 0..inner.shards.len() {
-            if cfg.progress == Progress::Thread {
+            // Several engines: each has its thread (the application's calls
+            // drive none of them).
+            if cfg.progress == Progress::Thread || inner.shards.len() > 1 {
                 spawn_progress_thread(&inner, index)?;
             } else if !cfg.ack_delay.is_zero() {
                 spawn_ack_flusher(&inner, index)?;
@@ -612,8 +771,10 @@ impl Context {
     /// One round of progress without blocking: what a passive peer (the
     /// target of WRITEs and READs) calls in its loops in manual mode.
     pub fn progress(&self) -> Result<()> {
-        let mut st = self.inner.lock();
-        self.inner.progress_locked(&mut st).map(drop)
+        for shard in &self.inner.shards {
+            self.inner.progress_locked(&mut shard.lock())?;
+        }
+        Ok(())
     }
 
     /// One round of progress, unless another thread holds the device now
@@ -634,11 +795,11 @@ impl Context {
     /// The next asynchronous event if one is queued, without progress and
     /// without waiting for the device (None while another thread holds it).
     pub fn try_async_event(&self) -> Option<AsyncEvent> {
-        match self.inner.shards[0].state.try_lock() {
+        self.inner.shards.iter().find_map(|s| match s.state.try_lock() {
             Ok(mut g) => g.ep.poll_event(),
             Err(std::sync::TryLockError::WouldBlock) => None,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().ep.poll_event(),
-        }
+        })
     }
 
     /// Drives progress for `d`, sleeping on the socket in between.
@@ -650,7 +811,11 @@ impl Context {
     /// `ibv_get_async_event`: the next asynchronous event, waiting up to
     /// `timeout` (`None`: as long as it takes).
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
-        self.inner.wait_until(timeout, |st| st.ep.poll_event())
+        let others = &self.inner.shards[1..];
+        self.inner.wait_until(timeout, |st| {
+            // The first engine's, then the others' (locked after it, in order).
+            st.ep.poll_event().or_else(|| others.iter().find_map(|s| s.lock().ep.poll_event()))
+        })
     }
 
     /// What a blocking wait sleeps on in `poll(2)`: readable when packets
@@ -664,7 +829,12 @@ impl Context {
 
     /// The engine's counters (packets, retransmits, NAKs, drops by reason).
     pub fn stats(&self) -> Stats {
-        self.inner.lock().ep.stats()
+        let mut all = self.inner.shards.iter();
+        let mut stats = all.next().expect("a device has an engine").lock().ep.stats();
+        for shard in all {
+            stats.add(&shard.lock().ep.stats());
+        }
+        stats
     }
 
     /// The lowest current DCQCN rate over this device's QPs, in bits per
@@ -855,10 +1025,19 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
         let shard = &inner.shards[index];
         let sleep = {
             let mut st = shard.lock();
-            if let Err(e) = inner.progress_locked(&mut st) {
-                tracing::error!(error = %e, "progress thread stops");
-                shard.thread.store(false, Ordering::Relaxed);
-                return;
+            match inner.progress_locked(&mut st) {
+                Ok(moved) => {
+                    if moved && inner.shards.len() > 1 {
+                        // A packet may have raised an async event or a CM
+                        // event: the waits look again.
+                        inner.note_moved();
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "progress thread stops");
+                    shard.thread.store(false, Ordering::Relaxed);
+                    return;
+                }
             }
             if st.followers > 0 {
                 shard.progressed.notify_all();

@@ -186,6 +186,18 @@ pub struct DeviceConfig {
     /// (`rdma_link::delay::DelayLink`, in real time, over any link; the UDP
     /// backend then runs as a link, see `udp_as_link`). Zero: none.
     pub delay: rdma_link::delay::DelayConfig,
+    /// The engines (shards) the device runs, each on a thread of its own:
+    /// 1 is one engine driven by the application's own calls, the lowest
+    /// latency for a few QPs. More spread the device's QPs over
+    /// that many engines, for throughput on many QPs
+    /// (docs/multi-core-device.md): each engine has its own socket on the
+    /// device's port (a shared port, so the kernel steers each packet to
+    /// the engine of its QP) and its own progress thread. UDP backend only.
+    /// 0, the default: `SOFTROCE_THREADS` where it is set and the backend
+    /// can (the UDP backend's own driver), else 1
+    /// ([`DeviceConfig::engines`]), so that an application (and a test
+    /// suite) runs on several engines unchanged.
+    pub threads: usize,
 }
 
 impl DeviceConfig {
@@ -235,6 +247,40 @@ impl Default for DeviceConfig {
             shared: false,
             udp_as_link: false,
             delay: rdma_link::delay::DelayConfig::default(),
+            threads: 0,
+        }
+    }
+}
+
+impl DeviceConfig {
+    /// The engines the device runs: [`DeviceConfig::threads`], or for 0
+    /// what it says.
+    pub fn engines(&self) -> usize {
+        match self.threads {
+            0 if self.backend == Backend::Udp && !self.udp_as_link && !self.delay.is_active() => {
+                DeviceConfig::threads_from_env()
+            }
+            0 => 1,
+            n => n,
+        }
+    }
+
+    /// `SOFTROCE_THREADS`: the engines a device runs when its
+    /// configuration does not say (1 to [`MAX_THREADS`]; unset: 1). A value
+    /// that is not such a number is said (once per process) and read as 1.
+    pub fn threads_from_env() -> usize {
+        let Ok(v) = std::env::var("SOFTROCE_THREADS") else { return 1 };
+        match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
+            _ => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "softroce: SOFTROCE_THREADS={v:?} is not a number of engines (1 to {MAX_THREADS}): using 1"
+                    )
+                });
+                1
+            }
         }
     }
 }
@@ -396,6 +442,10 @@ impl Device {
     }
 }
 
+/// The most engines a device runs ([`DeviceConfig::threads`]): each takes
+/// one of the shared port's 128 slots.
+pub const MAX_THREADS: usize = 32;
+
 /// Checks that the backend, the framing and the LID go together.
 fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> {
     use rdma_transport::LinkKind;
@@ -411,6 +461,15 @@ fn check_backend(name: &str, addr: IpAddr, config: &DeviceConfig) -> Result<()> 
     }
     if (config.udp_as_link || config.delay.is_active()) && config.shared {
         return bad("a shared port needs the UDP backend's own driver (udp_as_link and delay off)".into());
+    }
+    if config.threads > MAX_THREADS {
+        return bad(format!("threads {} is out of range (1 to {MAX_THREADS}, or 0 for the default)", config.threads));
+    }
+    if config.engines() > 1 && (config.backend != Backend::Udp || config.udp_as_link || config.delay.is_active()) {
+        return bad(format!(
+            "threads {}: several engines need the UDP backend's own driver (udp_as_link and delay off)",
+            config.threads
+        ));
     }
     if config.link == LinkKind::Ib && !(1..=0xbfff).contains(&config.lid) {
         return bad(format!("LID {} is not a unicast LID (1 to 0xBFFF); pass --lid", config.lid));

@@ -158,4 +158,9 @@ impl Io {
             Io::Frames(_) => None,
         }
     }
+
+    /// The shared port's slot this socket holds, if it shares the port.
+    pub(crate) fn slot(&self) -> Option<u8> {
+        self.member().map(|m| m.slot())
+    }
 }

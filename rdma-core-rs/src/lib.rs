@@ -75,6 +75,7 @@ pub use context::{poll_readable, Context, ProgressGaps, SATISFIED_POLLS};
 pub use cq::{CompChannel, CompletionQueue};
 pub use device::{
     device_cap, device_cap_ex, devices, odp, Backend, Device, DeviceConfig, Gid, OdpCaps, PortAttr, Progress,
+    MAX_THREADS,
 };
 pub use error::{Error, Result};
 pub use mw::{inc_rkey, MemoryWindow, MwBindInfo};

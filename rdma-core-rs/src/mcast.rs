@@ -16,7 +16,7 @@ impl QueuePair {
     /// is ignored on RoCE. Attaching twice is a no-op, as in rxe.
     pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<()> {
         let gid = mgid.to_ip();
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.lock_qp(self.qp_num());
         if st.ep.mcast_groups_of(self.qp_num()).iter().any(|&(g, _)| g == gid) {
             return Ok(());
         }
@@ -33,7 +33,7 @@ impl QueuePair {
     /// QP is not attached to is an error ([`rdma_transport::McastError::NotAttached`]).
     pub fn detach_mcast(&self, mgid: Gid, mlid: u16) -> Result<()> {
         let gid = mgid.to_ip();
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.lock_qp(self.qp_num());
         st.ep.detach_mcast(self.qp_num(), gid, mlid)?;
         st.io.leave_group(gid);
         Ok(())
@@ -41,7 +41,7 @@ impl QueuePair {
 
     /// The multicast groups (MGID, MLID) this QP is attached to.
     pub fn mcast_groups(&self) -> Vec<(Gid, u16)> {
-        let st = self.ctx.inner.lock();
+        let st = self.ctx.inner.lock_qp(self.qp_num());
         st.ep.mcast_groups_of(self.qp_num()).into_iter().map(|(g, l)| (Gid::from_ip(g), l)).collect()
     }
 }

@@ -17,7 +17,7 @@ pub struct ProtectionDomain {
 impl Context {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
-        let pd = self.inner.lock().ep.alloc_pd();
+        let pd = self.inner.mirror("alloc_pd", |st| st.ep.alloc_pd());
         Ok(ProtectionDomain { ctx: self.clone(), pd })
     }
 }
@@ -171,7 +171,8 @@ impl ProtectionDomain {
             AdviseMr::PrefetchNoFault => (false, false),
         };
         use rdma_transport::memory::AccessError as E;
-        self.ctx.inner.lock().ep.advise_mr(self.pd, sg_list, write, fault).map_err(|e| match e {
+        let advised = self.ctx.inner.mirror("advise_mr", |st| st.ep.advise_mr(self.pd, sg_list, write, fault));
+        advised.map_err(|e| match e {
             E::NotPermitted { .. } => Error::errno(libc::EPERM, format_args!("advise_mr: {e}")),
             E::NotOnDemand { .. } | E::Misaligned(_) => Error::InvalidArgument(e.to_string()),
             _ => Error::errno(libc::EFAULT, format_args!("advise_mr: {e}")),
@@ -186,7 +187,7 @@ impl ProtectionDomain {
     fn register_at(&self, memory: RegionMemory, addr: u64, access: Access) -> Result<MemoryRegion> {
         check_access(access)?;
         let len = memory.len();
-        let (lkey, rkey) = self.ctx.inner.lock().ep.reg_mr(self.pd, addr, memory.clone(), access);
+        let (lkey, rkey) = self.ctx.inner.mirror("reg_mr", |st| st.ep.reg_mr(self.pd, addr, memory.clone(), access));
         tracing::debug!(lkey, rkey, addr, len, "memory region registered");
         Ok(MemoryRegion { ctx: self.ctx.clone(), pd: self.pd, memory, addr, len, lkey, rkey, access })
     }
@@ -283,7 +284,7 @@ impl MemoryRegion {
     /// a region instead always deregisters it, unbinding its windows first
     /// so that none reaches memory that may go.
     pub fn dereg(self) -> std::result::Result<(), (MemoryRegion, Error)> {
-        let refused = self.ctx.inner.lock().ep.try_dereg_mr(self.lkey);
+        let refused = self.ctx.inner.mirror("dereg_mr", |st| st.ep.try_dereg_mr(self.lkey));
         match refused {
             Err(rdma_transport::DeregError::WindowsBound { key, bound }) => Err((
                 self,
@@ -417,7 +418,8 @@ impl MemoryRegion {
             }
             None => None,
         };
-        let found = self.ctx.inner.lock().ep.rereg_mr(self.lkey, pd.map(|p| p.pd), memory.clone(), access);
+        let found =
+            self.ctx.inner.mirror("rereg_mr", |st| st.ep.rereg_mr(self.lkey, pd.map(|p| p.pd), memory.clone(), access));
         if !found {
             return Err(Error::InvalidArgument(format!("memory region {:#x} is not registered", self.lkey)));
         }
@@ -439,7 +441,7 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        self.ctx.inner.lock().ep.dereg_mr(self.lkey);
+        self.ctx.inner.mirror("dereg_mr", |st| st.ep.dereg_mr(self.lkey));
     }
 }
 

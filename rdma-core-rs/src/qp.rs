@@ -48,6 +48,22 @@ impl ProtectionDomain {
     /// `ibv_create_qp`. The QP starts in RESET; bring it up with
     /// [`QueuePair::modify`] (INIT, RTR, RTS).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
+        // A device of several engines spreads plain QPs over them; a QP on
+        // an SRQ stays with the SRQ, on the first.
+        let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) && attr.srq.is_none();
+        self.create_qp_placed(attr, spreads)
+    }
+
+    /// `ibv_create_qp` for the RDMA CM (the C library's `rdma_create_qp`,
+    /// which hands it over with [`crate::cm::CmId::set_qp_num`]): on the
+    /// device's first engine, where the CM runs and drives it.
+    pub fn create_qp_for_cm(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
+        self.create_qp_placed(attr, false)
+    }
+
+    /// `ibv_create_qp` on the device's first engine when not `spreads`:
+    /// the RDMA CM's QPs (the CM drives them from there).
+    pub(crate) fn create_qp_placed(&self, attr: &QpInitAttr<'_>, spreads: bool) -> Result<QueuePair> {
         same_device(&self.ctx, &attr.send_cq.ctx, "the send CQ")?;
         same_device(&self.ctx, &attr.recv_cq.ctx, "the receive CQ")?;
         if let Some(srq) = attr.srq {
@@ -62,7 +78,7 @@ impl ProtectionDomain {
             cap: attr.cap,
             sq_sig_all: attr.sq_sig_all,
         };
-        let mut st = self.ctx.inner.lock();
+        let mut st = self.ctx.inner.place_qp(spreads).lock();
         // An XRC_SEND QP (a send queue only; each request names the remote
         // XRC SRQ, `SendWr::xrc_srqn`): `recv_cq` and `srq` are unused.
         let qpn = match attr.qp_type {

@@ -147,6 +147,13 @@ struct Args {
     /// the drop-in libibverbs does (no GRO; see docs/shared-device.md).
     #[arg(long = "shared")]
     shared: bool,
+    /// Engines per device, each on a core of its own, the QPs spread over
+    /// them (`DeviceConfig::threads`; docs/multi-core-device.md). Without
+    /// it: SOFTROCE_THREADS if set, else 1, one engine driven from the
+    /// benchmark's own thread, the lowest latency. More serve many QPs
+    /// (-q) on many cores.
+    #[arg(long = "threads", value_parser = clap::value_parser!(u16).range(1..=rdma_core_rs::MAX_THREADS as i64))]
+    threads: Option<u16>,
     /// Microseconds a lone ACK may wait to leave with the next packet sent,
     /// so that a reply carries it (0: every ACK at once, as rxe does).
     /// Only QPs that send themselves hold ACKs.
@@ -382,6 +389,7 @@ fn config(a: &Args) -> Result<Config, String> {
             queue_bytes: 0,
         },
         shared: a.shared,
+        threads: a.threads.map_or(0, usize::from),
         io_driver: a.io,
         ack_delay: Duration::from_micros(a.ack_delay_us),
         mem_budget: a.mem_budget,

@@ -171,6 +171,8 @@ pub struct Config {
     /// Share the device's port with the host's other processes, as the
     /// drop-in library does (`DeviceConfig::shared`; `--shared`).
     pub shared: bool,
+    /// Engines per device (`DeviceConfig::threads`; `--threads`).
+    pub threads: usize,
     /// How long a lone ACK may wait for company (`DeviceConfig::ack_delay`).
     pub ack_delay: Duration,
     /// The system calls that move packets (`DeviceConfig::io_driver`).
@@ -202,6 +204,7 @@ impl Config {
             udp_as_link: self.udp_as_link,
             delay: self.delay,
             shared: self.shared,
+            threads: self.threads,
             ack_delay: self.ack_delay,
             io_driver: self.io_driver,
             ecn_capable: self.ecn_capable,

@@ -116,6 +116,59 @@ impl Stats {
     pub fn drops_for(&self, why: Drop) -> u64 {
         self.drops.get(&why).copied().unwrap_or(0)
     }
+
+    /// Adds `other`'s counters to these: one device's figures over the
+    /// engines it runs (a multi-core device).
+    pub fn add(&mut self, other: &Stats) {
+        let Stats {
+            packets_received,
+            packets_sent,
+            retransmits,
+            timeouts,
+            naks_sent,
+            naks_received,
+            rnr_naks_sent,
+            rnr_naks_received,
+            implied_naks,
+            duplicates,
+            cnps_received,
+            cnps_sent,
+            rate_cuts,
+            ecn_ce_received,
+            ipv4_ident_recovered,
+            completions,
+            cq_overruns,
+            mads_sent,
+            mads_received,
+            mad_retries,
+            mad_timeouts,
+            drops,
+        } = other;
+        self.packets_received += packets_received;
+        self.packets_sent += packets_sent;
+        self.retransmits += retransmits;
+        self.timeouts += timeouts;
+        self.naks_sent += naks_sent;
+        self.naks_received += naks_received;
+        self.rnr_naks_sent += rnr_naks_sent;
+        self.rnr_naks_received += rnr_naks_received;
+        self.implied_naks += implied_naks;
+        self.duplicates += duplicates;
+        self.cnps_received += cnps_received;
+        self.cnps_sent += cnps_sent;
+        self.rate_cuts += rate_cuts;
+        self.ecn_ce_received += ecn_ce_received;
+        self.ipv4_ident_recovered += ipv4_ident_recovered;
+        self.completions += completions;
+        self.cq_overruns += cq_overruns;
+        self.mads_sent += mads_sent;
+        self.mads_received += mads_received;
+        self.mad_retries += mad_retries;
+        self.mad_timeouts += mad_timeouts;
+        for (why, n) in drops {
+            *self.drops.entry(*why).or_default() += n;
+        }
+    }
 }
 
 /// Counters of one QP ([`crate::Endpoint::qp_stats`]).

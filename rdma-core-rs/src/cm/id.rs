@@ -207,9 +207,22 @@ impl CmId {
             drop(g);
             return Err(self.wrong("set_qp_num", "without a QP"));
         }
-        if g.dev.is_none() {
+        let Some(dev) = g.dev.clone() else {
             drop(g);
             return Err(self.wrong("set_qp_num", "bound to a device"));
+        };
+        if let Some(q) = qpn.filter(|&q| !dev.ctx.inner.on_first_engine(q)) {
+            // The CM runs on the device's first engine and drives only its
+            // QPs (docs/multi-core-device.md).
+            drop(g);
+            return Err(crate::Error::errno(
+                libc::EOPNOTSUPP,
+                format_args!(
+                    "rdma_create_qp: QP {q:#x} is on another engine of a device of several (threads > 1); \
+                     the RDMA CM drives the first engine's QPs only"
+                ),
+            )
+            .into());
         }
         g.ext_qpn = qpn;
         Ok(())
@@ -519,7 +532,8 @@ impl CmId {
         if self.shared.lock().qpn().is_some() {
             return Err(self.wrong("create_qp", "without a QP"));
         }
-        let qp = pd.create_qp(attr)?;
+        // On the device's first engine, with the CM.
+        let qp = pd.create_qp_placed(attr, false)?;
         let mut init =
             QpAttr { qp_state: Some(QpState::Init), pkey_index: Some(0), port_num: Some(1), ..QpAttr::default() };
         if attr.qp_type == QpType::Ud {

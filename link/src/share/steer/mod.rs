@@ -45,6 +45,11 @@ pub fn qpn_range(slot: u8) -> std::ops::Range<u32> {
     start..start + (1 << QPN_SLOT_SHIFT)
 }
 
+/// The slot whose range holds `qpn` (the inverse of [`qpn_range`]).
+pub fn slot_of_qpn(qpn: u32) -> u8 {
+    ((qpn & 0x00ff_ffff) >> QPN_SLOT_SHIFT) as u8
+}
+
 /// Where the CM fields are in a QP1 datagram (UDP payload offsets).
 mod offset {
     /// The word whose low 24 bits are the destination QPN.

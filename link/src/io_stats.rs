@@ -46,6 +46,47 @@ pub struct IoStats {
 }
 
 impl IoStats {
+    /// Adds `other`'s counters to these: one device's figures over the
+    /// sockets of its engines (a multi-core device).
+    pub fn add(&mut self, other: &IoStats) {
+        let IoStats {
+            datagrams_received,
+            datagrams_sent,
+            recv_syscalls,
+            send_syscalls,
+            gso_sends,
+            payloads_by_reference,
+            gro_receives,
+            truncated,
+            send_errors,
+            connected_sends,
+            ident_probes,
+            ident_mismatches,
+            injected_losses,
+            injected_duplicates,
+            injected_reorders,
+            injected_corruptions,
+            lids_learned,
+        } = other;
+        self.datagrams_received += datagrams_received;
+        self.datagrams_sent += datagrams_sent;
+        self.recv_syscalls += recv_syscalls;
+        self.send_syscalls += send_syscalls;
+        self.gso_sends += gso_sends;
+        self.payloads_by_reference += payloads_by_reference;
+        self.gro_receives += gro_receives;
+        self.truncated += truncated;
+        self.send_errors += send_errors;
+        self.connected_sends += connected_sends;
+        self.ident_probes += ident_probes;
+        self.ident_mismatches += ident_mismatches;
+        self.injected_losses += injected_losses;
+        self.injected_duplicates += injected_duplicates;
+        self.injected_reorders += injected_reorders;
+        self.injected_corruptions += injected_corruptions;
+        self.lids_learned += lids_learned;
+    }
+
     /// Takes the fault injector's totals.
     #[doc(hidden)] // for the frame driver of the verbs crate
     pub fn set_faults(&mut self, c: FaultCounts) {

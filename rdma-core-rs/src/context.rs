@@ -207,6 +207,9 @@ pub(crate) struct Inner {
     /// and what the application's waits sleep on until it changes.
     moved: Mutex<u64>,
     moved_cv: Condvar,
+    /// MADs another engine received, for the first engine's GSI (innermost
+    /// lock: taken with a shard's state held).
+    mads: Mutex<Vec<rdma_transport::gsi::ReceivedMad>>,
     /// Where the next QP goes (round robin over the engines).
     next_shard: std::sync::atomic::AtomicUsize,
     epoch: std::time::Instant,
@@ -348,6 +351,30 @@ impl Inner {
         self.shard_of(qpn).lock()
     }
 
+    /// QP1 on a device of several engines: the host steers a MAD no
+    /// process claimed (a REQ for a port no one listens on, a class the CM
+    /// does not steer) to any of the device's sockets, but the GSI and the
+    /// CM are the first engine's. Another engine hands what it got to the
+    /// first (`mads`), which takes them in as its own.
+    fn forward_mads(&self, st: &mut State) {
+        if st.shard == 0 {
+            let forwarded = std::mem::take(&mut *self.mads.lock().unwrap_or_else(|e| e.into_inner()));
+            for m in forwarded {
+                st.ep.gsi_forwarded(m);
+            }
+        } else if st.ep.mads_waiting() {
+            let mut mads = self.mads.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(m) = st.ep.poll_mad() {
+                tracing::debug!(engine = st.shard, from = %m.from, "a MAD for the first engine's GSI");
+                mads.push(m);
+            }
+            // This engine sends no MAD, so it has no timeout to report.
+            while st.ep.poll_mad_timeout().is_some() {}
+            drop(mads);
+            self.shards[0].kick();
+        }
+    }
+
     /// Wakes the application's waits on a device of several engines (they
     /// sleep on `moved`, not on an engine).
     fn note_moved(&self) {
@@ -394,6 +421,9 @@ impl Inner {
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now);
+        }
+        if self.shards.len() > 1 {
+            self.forward_mads(st);
         }
         if st.ep.mads_waiting() {
             if let Some(service) = self.mad_service.get().and_then(Weak::upgrade) {
@@ -704,6 +734,7 @@ impl Context {
             hub: Mutex::new(Hub::default()),
             moved: Mutex::new(0),
             moved_cv: Condvar::new(),
+            mads: Mutex::new(Vec::new()),
             next_shard: std::sync::atomic::AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             #[cfg(feature = "tokio")]
@@ -852,7 +883,12 @@ impl Context {
 
     /// The socket layer's counters (datagrams, system calls, injected faults).
     pub fn io_stats(&self) -> IoStats {
-        self.inner.lock().io.stats()
+        let mut all = self.inner.shards.iter();
+        let mut stats = all.next().expect("a device has an engine").lock().io.stats();
+        for shard in all {
+            stats.add(&shard.lock().io.stats());
+        }
+        stats
     }
 
     /// The largest path MTU the device's link carries whole (what

@@ -57,7 +57,10 @@ fn raw_write(from: &UdpSocket, to: IpAddr, qpn: u32, psn: u32, mr: &MemoryRegion
 /// Sends `ce` WRITEs marked CE and `ect` marked ECT(0) from `peer_ip` to a
 /// device at `dev_ip` on `driver`, and checks the counters.
 fn ce_marks_are_counted(dev_ip: IpAddr, peer_ip: IpAddr, driver: IoDriver) {
-    let config = DeviceConfig { progress: Progress::Manual, io_driver: driver, ..DeviceConfig::default() };
+    // One engine: the sender's plain socket shares the device's address
+    // and port on ::1, which a device of several engines (a shared port)
+    // would steer among its own sockets.
+    let config = DeviceConfig { progress: Progress::Manual, io_driver: driver, threads: 1, ..DeviceConfig::default() };
     let (b, _) = Side::new(&format!("ecn-{dev_ip}-{}", driver.name()), dev_ip, QpType::Rc, config, None);
     eprintln!("{dev_ip}: driver {}", b.ctx.io_driver().name());
     let psn = 0x100;

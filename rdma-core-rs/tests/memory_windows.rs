@@ -7,6 +7,13 @@ mod common;
 use common::*;
 use rdma_core_rs::*;
 
+/// A connected pair of devices of one engine each: a device of several
+/// refuses memory windows (see the last test).
+fn one_engine_pair(qp_type: QpType) -> (Side, Side) {
+    let config = DeviceConfig { progress: Progress::Thread, threads: 1, ..DeviceConfig::default() };
+    pair_with(qp_type, config, ConnectOptions::default())
+}
+
 const WINDOW_RW: Access = Access(Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
 /// A region of `b`'s PD that windows may be bound to.
@@ -16,7 +23,7 @@ fn bindable(b: &Side) -> MemoryRegion {
 
 #[test]
 fn the_device_reports_memory_windows_with_the_verbs_values() {
-    let (a, _b) = pair(QpType::Rc);
+    let (a, _b) = one_engine_pair(QpType::Rc);
     assert_eq!(a.ctx.device_cap_flags(), (1 << 17) | (1 << 24), "MEM_WINDOW | MEM_WINDOW_TYPE_2B, as rxe");
     assert_eq!(
         (device_cap::MEM_WINDOW, device_cap::MEM_WINDOW_TYPE_2A, device_cap::MEM_WINDOW_TYPE_2B),
@@ -31,7 +38,7 @@ fn the_device_reports_memory_windows_with_the_verbs_values() {
 
 #[test]
 fn a_type2_window_over_udp_until_the_peer_invalidates_it() {
-    let (a, b) = pair(QpType::Rc);
+    let (a, b) = one_engine_pair(QpType::Rc);
     let target = bindable(&b);
     target.write(0, &[0x5a; 8192]).unwrap();
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
@@ -90,7 +97,7 @@ fn a_type2_window_over_udp_until_the_peer_invalidates_it() {
 
 #[test]
 fn a_type1_window_bound_with_bind_holds_its_region_until_unbound() {
-    let (a, b) = pair(QpType::Rc);
+    let (a, b) = one_engine_pair(QpType::Rc);
     let target = bindable(&b);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
     let info = MwBindInfo { mr: Some(&target), addr: target.addr(), length: 512, access: WINDOW_RW };
@@ -125,7 +132,7 @@ fn a_type1_window_bound_with_bind_holds_its_region_until_unbound() {
 
 #[test]
 fn a_zero_length_bind_unbinds_a_type1_window_and_lets_the_region_go() {
-    let (_a, b) = pair(QpType::Rc);
+    let (_a, b) = one_engine_pair(QpType::Rc);
     let target = bindable(&b);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
     let info = MwBindInfo { mr: Some(&target), addr: target.addr(), length: 64, access: Access::REMOTE_READ };
@@ -140,7 +147,7 @@ fn a_zero_length_bind_unbinds_a_type1_window_and_lets_the_region_go() {
 
 #[test]
 fn misuse_is_refused_at_the_call_or_with_a_bind_error() {
-    let (_a, b) = pair(QpType::Rc);
+    let (_a, b) = one_engine_pair(QpType::Rc);
     let target = bindable(&b);
     let other_pd = b.ctx.alloc_pd().unwrap();
     // Refused by the call, as libibverbs' ibv_bind_mw and rxe's provider do.
@@ -168,7 +175,7 @@ fn misuse_is_refused_at_the_call_or_with_a_bind_error() {
 
 #[test]
 fn local_invalidate_takes_a_type2_window_back() {
-    let (a, b) = pair(QpType::Rc);
+    let (a, b) = one_engine_pair(QpType::Rc);
     let target = bindable(&b);
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
     let rkey = inc_rkey(mw.rkey());
@@ -183,4 +190,20 @@ fn local_invalidate_takes_a_type2_window_back() {
     let read = SendWr::new(3, SendOp::RdmaRead { remote_addr: target.addr(), rkey }, vec![a.mr.sge(0, 8).unwrap()]);
     a.qp.post_send(&[read]).unwrap();
     assert_eq!(a.wait_one().status, WcStatus::RemAccessErr);
+}
+
+/// A window is bound through one QP's engine and reached through any QP of
+/// its PD, which on a device of several engines may be another's: such a
+/// device refuses `ibv_alloc_mw` (EOPNOTSUPP, as libibverbs does for a
+/// device without windows) rather than hand out a window only some QPs
+/// honour.
+#[test]
+fn a_device_of_several_engines_refuses_memory_windows() {
+    let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 78, 1));
+    let config = DeviceConfig { threads: 2, ..DeviceConfig::default() };
+    let ctx = Device::with_config("mw-engines", addr, config).unwrap().open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let e = pd.alloc_mw(MwType::Type1).unwrap_err();
+    assert!(matches!(&e, Error::Io(io) if io.raw_os_error() == Some(libc::EOPNOTSUPP)), "{e:?}");
+    assert!(e.to_string().contains("Operation not supported"), "{e}");
 }

@@ -25,7 +25,8 @@ fn read_wr(id: u64, local: &MemoryRegion, remote: &MemoryRegion, len: u32) -> Se
 /// stops on it), and the READ still completes byte-exact.
 #[test]
 fn one_progress_call_sends_at_most_the_transmit_budget() {
-    let (a, b) = pair_with(QpType::Rc, manual(), ConnectOptions::default());
+    // One engine: the budget is per engine's round.
+    let (a, b) = pair_with(QpType::Rc, DeviceConfig { threads: 1, ..manual() }, ConnectOptions::default());
     let len = 1 << 20;
     let data = pattern(len, 11);
     b.mr.write(0, &data).unwrap();

@@ -350,7 +350,8 @@ fn srq_feeds_two_qps_and_raises_its_limit_event() {
 #[test]
 fn forty_qps_share_sixteen_send_sockets_and_every_write_lands() {
     let (a_ip, b_ip) = addresses();
-    let cfg = DeviceConfig { progress: Progress::Thread, ..DeviceConfig::default() };
+    // One engine: each engine of a device of several has sixteen.
+    let cfg = DeviceConfig { progress: Progress::Thread, threads: 1, ..DeviceConfig::default() };
     let (a, _) = Side::new("many-a", a_ip, QpType::Rc, cfg.clone(), None);
     let (b, _) = Side::new("many-b", b_ip, QpType::Rc, cfg, None);
     let opts = ConnectOptions { mtu: Mtu::Mtu1024, ..ConnectOptions::default() };
@@ -516,7 +517,9 @@ fn a_reply_leaves_alone_and_the_ack_it_releases_after_it() {
 /// 127.0.77.11 and .12.
 #[test]
 fn a_poll_the_queued_completions_satisfy_makes_no_receive_call() {
-    let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+    // One engine, driven by the application's polls (a device of several
+    // engines makes progress on their threads, never in a poll).
+    let cfg = DeviceConfig { progress: Progress::Manual, threads: 1, ..DeviceConfig::default() };
     let ip = |h: u8| std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 77, h));
     let (a, _) = Side::new("satisfied-a", ip(11), QpType::Ud, cfg.clone(), None);
     let (b, _) = Side::new("satisfied-b", ip(12), QpType::Ud, cfg, None);

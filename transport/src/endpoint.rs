@@ -1043,6 +1043,16 @@ impl Endpoint {
         self.gsi.made_mut()?.poll_mad()
     }
 
+    /// A MAD that another engine of this device received on QP1 (a
+    /// device of several engines, whose sockets the host steers QP1's
+    /// datagrams among: its GSI and CM are on one engine): matched against
+    /// this GSI's sends and queued as if it had come here.
+    pub fn gsi_forwarded(&mut self, m: ReceivedMad) {
+        self.touch();
+        let (gsi, stats) = (self.gsi.get(), &mut self.stats);
+        gsi.receive(m.from, rdma_wire::mad::GSI_QKEY, m.src_qp, &m.mad, stats);
+    }
+
     /// Whether a MAD or a MAD timeout waits for [`Endpoint::poll_mad`] or
     /// [`Endpoint::poll_mad_timeout`].
     pub fn mads_waiting(&self) -> bool {

@@ -122,12 +122,19 @@ struct DeviceCq {
     solicited: u64,
     /// It overflowed: it takes no completion from then on.
     in_error: bool,
+    /// Its CQ error event went to the application: every engine raises
+    /// one, the device passes the first on.
+    error_reported: bool,
 }
 
 /// The device's CQs, numbered as the engine numbers them.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceCqs {
     cqs: Vec<DeviceCq>,
+    /// The CQs in error, in the order they overflowed: each engine is told
+    /// of each (a device of several engines), so that its QPs on the CQ
+    /// fail too ([`DeviceCqs::errored_since`]).
+    errored: Vec<CqId>,
 }
 
 impl DeviceCqs {
@@ -142,6 +149,7 @@ impl DeviceCqs {
             received: 0,
             solicited: 0,
             in_error: false,
+            error_reported: false,
         });
     }
 
@@ -174,7 +182,10 @@ impl DeviceCqs {
                     cq.queue.push_back(wc);
                 }
                 if lost > 0 {
-                    cq.in_error = true;
+                    if !cq.in_error {
+                        cq.in_error = true;
+                        self.errored.push(id);
+                    }
                     ep.cq_overrun(id, lost);
                 }
             }
@@ -211,6 +222,21 @@ impl DeviceCqs {
         }
         c.depth = depth.max(1);
         Ok(())
+    }
+
+    /// The CQs that went in error after the first `told` of them, for an
+    /// engine told of those: it calls `Endpoint::cq_overrun(cq, 0)` for each.
+    pub(crate) fn errored_since(&self, told: usize) -> &[CqId] {
+        self.errored.get(told..).unwrap_or(&[])
+    }
+
+    /// Whether the application should get this CQ error event: the first
+    /// of the engines' for `cq`.
+    pub(crate) fn first_error_report(&mut self, cq: CqId) -> bool {
+        match self.cqs.get_mut(cq.0) {
+            Some(c) => !std::mem::replace(&mut c.error_reported, true),
+            None => true,
+        }
     }
 
     /// Completions `cq` has received since its creation (see [`DeviceCq`]).

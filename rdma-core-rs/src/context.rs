@@ -72,6 +72,9 @@ pub(crate) struct State {
     /// Completions moved to the device's CQs since the last round of
     /// progress began.
     moved_since_round: bool,
+    /// How many of the CQs in error (`DeviceCqs::errored_since`) this
+    /// engine was told of.
+    cq_errors_told: usize,
     pub(crate) io: Io,
     /// A waiter sleeping in poll(2) on the socket.
     leader: bool,
@@ -165,6 +168,7 @@ impl Shard {
                 ep,
                 completions_seen: 0,
                 moved_since_round: false,
+                cq_errors_told: 0,
                 io,
                 leader: false,
                 followers: 0,
@@ -351,6 +355,30 @@ impl Inner {
         self.shard_of(qpn).lock()
     }
 
+    /// A CQ that overflowed with one engine's completions fails every
+    /// engine's QPs on it (IBTA 11.4.2.1): each engine is told, in its own
+    /// rounds, of the CQs that went in error since it last looked.
+    fn spread_cq_errors(&self, st: &mut State) {
+        let errored: Vec<CqId> = self.hub().cqs.errored_since(st.cq_errors_told).to_vec();
+        st.cq_errors_told += errored.len();
+        for cq in errored {
+            st.ep.cq_overrun(cq, 0);
+        }
+    }
+
+    /// The next async event of the engine of `st` that the application
+    /// should see: a CQ's error event once, though every engine with QPs
+    /// on it raises one.
+    fn next_event(&self, st: &mut State) -> Option<AsyncEvent> {
+        loop {
+            let ev = st.ep.poll_event()?;
+            match ev {
+                AsyncEvent::CqError(cq) if self.shards.len() > 1 && !self.hub().cqs.first_error_report(cq) => {}
+                ev => return Some(ev),
+            }
+        }
+    }
+
     /// QP1 on a device of several engines: the host steers a MAD no
     /// process claimed (a REQ for a port no one listens on, a class the CM
     /// does not steer) to any of the device's sockets, but the GSI and the
@@ -424,6 +452,7 @@ impl Inner {
         }
         if self.shards.len() > 1 {
             self.forward_mads(st);
+            self.spread_cq_errors(st);
         }
         if st.ep.mads_waiting() {
             if let Some(service) = self.mad_service.get().and_then(Weak::upgrade) {
@@ -451,6 +480,7 @@ impl Inner {
         if st.completions_pending() {
             self.collect(st).fire_channels();
             if self.shards.len() > 1 {
+                self.spread_cq_errors(st);
                 self.note_moved();
             }
             if st.followers > 0 {
@@ -827,9 +857,9 @@ impl Context {
     /// without waiting for the device (None while another thread holds it).
     pub fn try_async_event(&self) -> Option<AsyncEvent> {
         self.inner.shards.iter().find_map(|s| match s.state.try_lock() {
-            Ok(mut g) => g.ep.poll_event(),
+            Ok(mut g) => self.inner.next_event(&mut g),
             Err(std::sync::TryLockError::WouldBlock) => None,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().ep.poll_event(),
+            Err(std::sync::TryLockError::Poisoned(e)) => self.inner.next_event(&mut e.into_inner()),
         })
     }
 
@@ -845,7 +875,8 @@ impl Context {
         let others = &self.inner.shards[1..];
         self.inner.wait_until(timeout, |st| {
             // The first engine's, then the others' (locked after it, in order).
-            st.ep.poll_event().or_else(|| others.iter().find_map(|s| s.lock().ep.poll_event()))
+            let inner = &self.inner;
+            inner.next_event(st).or_else(|| others.iter().find_map(|s| inner.next_event(&mut s.lock())))
         })
     }
 

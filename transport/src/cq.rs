@@ -107,7 +107,7 @@ impl CqTable {
     /// [`crate::Endpoint::cq_overrun`]): counted as overruns, and the CQ is
     /// in error from then on, as if it had overflowed here.
     pub(crate) fn overrun(&mut self, cq: CqId, lost: u64) {
-        if lost == 0 || !self.exists(cq) {
+        if !self.exists(cq) {
             return;
         }
         self.overruns += lost;
@@ -148,7 +148,7 @@ impl CqTable {
 
     /// Completions delivered and not lost above ([`CqTable::overrun`]).
     pub(crate) fn kept(&self) -> u64 {
-        self.delivered - self.lost_above
+        self.delivered.saturating_sub(self.lost_above)
     }
 
     /// A CQ that overflowed and whose event the endpoint has not raised yet.

@@ -473,7 +473,9 @@ impl Endpoint {
     /// its CQ error event raised and every QP on it moved to ERR, their
     /// flushes lost with it. The difference from an overflow here: the QPs
     /// go to ERR when this is called (the end of the round that overflowed
-    /// the CQ above), not in the call that queued the completion.
+    /// the CQ above), not in the call that queued the completion. `lost`
+    /// may be 0: the CQ overflowed above with another engine's completions
+    /// (a device of several engines), and this engine's QPs on it fail too.
     pub fn cq_overrun(&mut self, cq: CqId, lost: u64) {
         self.cqs.overrun(cq, lost);
         self.settle_cq_errors();

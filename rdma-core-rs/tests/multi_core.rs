@@ -1,0 +1,192 @@
+//! A device of several engines (`DeviceConfig::threads`,
+//! docs/multi-core-device.md): its QPs spread over engines that each have
+//! a socket on the device's port and a thread, while the application sees
+//! one device: PDs and MRs good on every QP, CQs and channels shared by
+//! all, completions in order per QP, a CQ overrun failing every QP on the
+//! CQ whatever its engine.
+
+mod common;
+
+use common::*;
+use rdma_core_rs::*;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const ENGINES: usize = 2;
+
+fn engines_config() -> DeviceConfig {
+    DeviceConfig { threads: ENGINES, ..DeviceConfig::default() }
+}
+
+/// The shared port's slot of a QPN: each engine has its own.
+fn slot(qpn: u32) -> u32 {
+    qpn >> 17
+}
+
+/// Waits until `n` completions came to `cq`.
+fn take(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let start = Instant::now();
+    while out.len() < n {
+        assert!(start.elapsed() < Duration::from_secs(20), "{} of {n} completions", out.len());
+        let want = n - out.len();
+        cq.wait(&mut out, want, Some(Duration::from_millis(100))).unwrap();
+    }
+    out
+}
+
+#[test]
+fn qps_spread_over_the_engines_and_every_byte_and_completion_arrives() {
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("engines-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, _) = Side::new("engines-b", b_ip, QpType::Rc, engines_config(), None);
+    let opts = ConnectOptions::default();
+    let qps: Vec<_> = (0..4).map(|i| connected_qps(&a, &b, &opts, 100 * i)).collect();
+    let slots: BTreeSet<u32> = qps.iter().map(|(qa, _)| slot(qa.qp_num())).collect();
+    assert_eq!(slots.len(), ENGINES, "the QPs are on every engine: {slots:?}");
+    let slots_b: BTreeSet<u32> = qps.iter().map(|(_, qb)| slot(qb.qp_num())).collect();
+    assert_eq!(slots_b.len(), ENGINES, "the peer's too: {slots_b:?}");
+
+    // 16 WRITEs of 4 KiB on each QP, every one signaled, each to a place
+    // of its own; one MR, registered once, serves the QPs of both engines.
+    const PER_QP: usize = 16;
+    const LEN: usize = 4096;
+    let data = pattern(qps.len() * PER_QP * LEN, 7);
+    a.mr.write(0, &data).unwrap();
+    for (q, (qa, _)) in qps.iter().enumerate() {
+        let wrs: Vec<SendWr> = (0..PER_QP)
+            .map(|i| {
+                let off = (q * PER_QP + i) * LEN;
+                write_wr((q * PER_QP + i) as u64, &a, off, LEN as u32, &b, off as u64)
+            })
+            .collect();
+        qa.post_send(&wrs).unwrap();
+    }
+    let done = take(&a.cq, qps.len() * PER_QP);
+    assert!(done.iter().all(|wc| wc.status == WcStatus::Success), "{done:?}");
+    for (q, (qa, _)) in qps.iter().enumerate() {
+        let ids: Vec<u64> = done.iter().filter(|wc| wc.qp_num == qa.qp_num()).map(|wc| wc.wr_id).collect();
+        let want: Vec<u64> = (0..PER_QP).map(|i| (q * PER_QP + i) as u64).collect();
+        assert_eq!(ids, want, "QP {q}'s completions in the order posted");
+    }
+    let mut got = vec![0u8; data.len()];
+    b.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "every WRITE landed where it was aimed");
+
+    // A SEND each way on every pair: receives on the QPs of both engines
+    // of the peer complete on its one CQ.
+    for (q, (qa, qb)) in qps.iter().enumerate() {
+        let recv = RecvWr { wr_id: 1000 + q as u64, sg_list: vec![b.mr.sge(q * 64, 64).unwrap()] };
+        qb.post_recv(&[recv]).unwrap();
+        let send = SendWr::new(2000 + q as u64, SendOp::Send, vec![a.mr.sge(q * 64, 64).unwrap()]);
+        qa.post_send(&[send]).unwrap();
+    }
+    let sends = take(&a.cq, qps.len());
+    assert!(sends.iter().all(|wc| wc.status == WcStatus::Success && wc.wr_id >= 2000), "{sends:?}");
+    let recvs = take(&b.cq, qps.len());
+    for wc in &recvs {
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 64), "{wc:?}");
+        let q = (wc.wr_id - 1000) as usize;
+        assert_eq!(wc.qp_num, qps[q].1.qp_num(), "the receive completed for its QP");
+    }
+    let (sa, sb) = (a.ctx.stats(), b.ctx.stats());
+    assert_eq!(sa.retransmits, 0, "{sa:?}");
+    assert_eq!(sb.drops.values().sum::<u64>(), 0, "{sb:?}");
+}
+
+/// A channel armed on a CQ shared by the engines raises its event for a
+/// completion of a QP on another engine than the first.
+#[test]
+fn an_armed_cq_gets_its_event_from_any_engine() {
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("events-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, _) = Side::new("events-b", b_ip, QpType::Rc, engines_config(), None);
+    let channel = a.ctx.create_comp_channel().unwrap();
+    let cq = a.ctx.create_cq(64, Some(&channel)).unwrap();
+    let opts = ConnectOptions::default();
+    // QPs on the armed CQ until one is on another engine than the first's.
+    let first = slot(a.qp.qp_num());
+    let mut other = None;
+    let mut kept = Vec::new();
+    for i in 0..8 {
+        let qa = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let qb = b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq)).unwrap();
+        let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+        qa.connect(i * 10, &PeerInfo { qpn: qb.qp_num(), psn: i * 10 + 5, gid: gid(&b) }, &opts).unwrap();
+        qb.connect(i * 10 + 5, &PeerInfo { qpn: qa.qp_num(), psn: i * 10, gid: gid(&a) }, &opts).unwrap();
+        if slot(qa.qp_num()) != first {
+            other = Some((qa, qb));
+            break;
+        }
+        kept.push((qa, qb));
+    }
+    let (qa, _qb) = other.expect("a QP on another engine");
+    cq.req_notify(false).unwrap();
+    qa.post_send(&[write_wr(77, &a, 0, 256, &b, 0)]).unwrap();
+    assert_eq!(channel.get_cq_event(WAIT).unwrap(), Some(cq.id()), "the event");
+    let done = take(&cq, 1);
+    assert_eq!((done[0].wr_id, done[0].status), (77, WcStatus::Success));
+}
+
+/// A CQ of depth 4 shared by QPs of two engines, overrun by 8 WRITEs: the
+/// application gets one CQ error event, every QP on the CQ goes to ERR
+/// with its fatal event (the QP of the engine that did not overflow it
+/// too), and the four completions held are there.
+#[test]
+fn a_cq_overrun_fails_the_qps_of_every_engine_on_it() {
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("overrun-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, _) = Side::new("overrun-b", b_ip, QpType::Rc, engines_config(), None);
+    let small = a.ctx.create_cq(4, None).unwrap();
+    let opts = ConnectOptions::default();
+    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+    let mut pairs = Vec::new();
+    for i in 0..2u32 {
+        let qa = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &small)).unwrap();
+        let qb = b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq)).unwrap();
+        qa.connect(i * 10, &PeerInfo { qpn: qb.qp_num(), psn: i * 10 + 5, gid: gid(&b) }, &opts).unwrap();
+        qb.connect(i * 10 + 5, &PeerInfo { qpn: qa.qp_num(), psn: i * 10, gid: gid(&a) }, &opts).unwrap();
+        pairs.push((qa, qb));
+    }
+    assert_ne!(slot(pairs[0].0.qp_num()), slot(pairs[1].0.qp_num()), "one QP on each engine");
+    // The first QP fills the CQ and overruns it; the second's WRITEs come after.
+    let wrs: Vec<SendWr> = (0..6).map(|i| write_wr(i, &a, 0, 64, &b, 0)).collect();
+    pairs[0].0.post_send(&wrs).unwrap();
+    let start = Instant::now();
+    while a.ctx.stats().cq_overruns < 2 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no overrun: {:?}", a.ctx.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut events = Vec::new();
+    let start = Instant::now();
+    while events.len() < 3 && start.elapsed() < Duration::from_secs(10) {
+        if let Some(ev) = a.ctx.get_async_event(Some(Duration::from_millis(50))).unwrap() {
+            events.push(ev);
+        }
+    }
+    let errors = events.iter().filter(|e| matches!(e, AsyncEvent::CqError(c) if c.0 == small.id())).count();
+    assert_eq!(errors, 1, "one CQ error event: {events:?}");
+    for (qa, _) in &pairs {
+        assert!(events.contains(&AsyncEvent::QpFatal(qa.qp_num())), "QP {:#x} failed: {events:?}", qa.qp_num());
+        assert_eq!(qa.query().unwrap().0, QpState::Err);
+    }
+    // A 7th event would be a second CQ error: none comes.
+    assert_eq!(a.ctx.get_async_event(Some(Duration::from_millis(100))).unwrap(), None);
+    let held = take(&small, 4);
+    let ids: Vec<u64> = held.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2, 3], "the four the CQ held, in order");
+    assert!(held.iter().all(|wc| wc.status == WcStatus::Success));
+}
+
+/// `threads` out of range, or several engines on a backend that cannot
+/// share its port among them, is refused at the device, saying why.
+#[test]
+fn several_engines_need_the_udp_backend() {
+    let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 79, 1));
+    let too_many = DeviceConfig { threads: MAX_THREADS + 1, ..DeviceConfig::default() };
+    let e = Device::with_config("engines-many", addr, too_many).unwrap_err().to_string();
+    assert!(e.contains("out of range"), "{e}");
+    let as_link = DeviceConfig { threads: 2, udp_as_link: true, ..DeviceConfig::default() };
+    let e = Device::with_config("engines-link", addr, as_link).unwrap_err().to_string();
+    assert!(e.contains("several engines"), "{e}");
+}

@@ -3,13 +3,14 @@
 //! ([`Hub`]), apart from the engine's.
 //!
 //! The engine queues each completion in its own CQ as it happens; after
-//! every round of progress (and every call that may complete requests)
-//! the device moves them here ([`DeviceCqs::collect`]). The device, not
-//! the engine, keeps a CQ's completions, its depth and its counts, so that
-//! a CQ can take completions from more than one engine: the multi-core
-//! device (docs/multi-core-device.md) gives each core an engine of its
-//! own, all reporting to the same CQs. Each QP belongs to one engine, so
-//! its completions keep their order.
+//! every round of progress and every call that may complete requests (a
+//! post, a doorbell, a send of held ACKs, a QP's state change, the CM's
+//! work) the device moves them here ([`DeviceCqs::collect`], through
+//! `Inner::announce_completions`, which raises the channels' events for
+//! what moved). The device, not the engine, keeps a CQ's completions, its
+//! depth and its counts, so that a CQ takes completions from every engine
+//! of a device of several (docs/multi-core-device.md). Each QP belongs to
+//! one engine, so its completions keep their order.
 //!
 //! A CQ's depth is checked here when completions come in: those that find
 //! it full are lost, and the engine is told ([`Endpoint::cq_overrun`]),
@@ -249,16 +250,68 @@ impl DeviceCqs {
         self.cqs.get(cq.0).map_or(0, |c| c.solicited)
     }
 
-    /// Removes QP `qpn`'s completions from every CQ (a QP moved to RESET,
-    /// as mlx5 and mlx4 clean its CQs); returns how many. Collect first:
-    /// the engine cleaned its own.
-    pub(crate) fn remove_qp(&mut self, qpn: u32) -> usize {
+    /// Removes QP `qpn`'s completions from its CQs `cqs` (a QP moved to
+    /// RESET, as mlx5 and mlx4 clean its CQs); returns how many. Collect
+    /// first: the engine cleaned its own.
+    pub(crate) fn remove_qp(&mut self, qpn: u32, cqs: &[CqId]) -> usize {
         let mut removed = 0;
-        for c in &mut self.cqs {
+        for (_, c) in self.cqs.iter_mut().enumerate().filter(|(i, _)| cqs.contains(&CqId(*i))) {
             let before = c.queue.len();
             c.queue.retain(|wc| wc.qp_num != qpn);
             removed += before - c.queue.len();
         }
         removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+    use std::time::Duration;
+
+    /// A completion the engine queued outside the calls that move
+    /// completions (here posted to the engine directly), then another QP's
+    /// move to RESET, which cleans the CQs: the completion reaches the CQ
+    /// and raises the armed CQ's event, not only the CQ.
+    #[test]
+    fn a_reset_moves_what_the_engine_holds_and_raises_the_event() {
+        let dev = Device::new("rxe-reset-event", "127.53.99.1".parse().unwrap()).unwrap();
+        let ctx = dev.open().unwrap();
+        let ch = ctx.create_comp_channel().unwrap();
+        let cq = ctx.create_cq(16, Some(&ch)).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.reg_mr(64, Access::ALL).unwrap();
+        let x = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let y = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        x.modify(&QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() }).unwrap();
+        cq.req_notify(false).unwrap();
+        let recv = rdma_transport::RecvWr { wr_id: 7, sg_list: vec![mr.sge(0, 8).unwrap()] };
+        ctx.inner.lock().ep.post_recv(x.qp_num(), recv).unwrap(); // flushed at once, in the engine
+        y.modify(&QpAttr { qp_state: Some(QpState::Reset), ..QpAttr::default() }).unwrap();
+        assert_eq!(ch.get_cq_event(Some(Duration::from_millis(300))).unwrap(), Some(cq.id()));
+        let mut out = Vec::new();
+        assert_eq!(cq.poll(&mut out, 4).unwrap(), 1);
+        assert_eq!((out[0].wr_id, out[0].status), (7, WcStatus::WrFlushErr));
+    }
+
+    /// `ibv_resize_cq` counts the completions the engine holds and has not
+    /// moved to the CQ yet: four waiting refuse a size of two.
+    #[test]
+    fn a_resize_counts_what_the_engine_holds() {
+        let dev = Device::new("rxe-resize-held", "127.53.99.2".parse().unwrap()).unwrap();
+        let ctx = dev.open().unwrap();
+        let cq = ctx.create_cq(16, None).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.reg_mr(64, Access::ALL).unwrap();
+        let x = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        x.modify(&QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() }).unwrap();
+        for i in 0..4 {
+            let recv = rdma_transport::RecvWr { wr_id: i, sg_list: vec![mr.sge(0, 8).unwrap()] };
+            ctx.inner.lock().ep.post_recv(x.qp_num(), recv).unwrap();
+        }
+        assert!(cq.resize(2, 2).is_err(), "four wait: a CQ of two is refused");
+        let mut out = Vec::new();
+        assert_eq!(cq.poll(&mut out, 8).unwrap(), 4);
+        assert_eq!(ctx.stats().cq_overruns, 0);
     }
 }

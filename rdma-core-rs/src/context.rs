@@ -1,14 +1,23 @@
 //! An open device (`ibv_context`): the engine, its sockets, and how the
 //! application's calls drive them.
 //!
-//! All state sits behind one mutex. Progress (receive what is waiting,
-//! fire due timers, send what the engine has) runs inside the
-//! application's calls: every post sends at once, every poll and wait
-//! receives (except a poll the CQ's queued completions already satisfy:
-//! [`SATISFIED_POLLS`]). Blocking waits sleep in `poll(2)` on the
-//! device's socket, one waiter at a time (the leader); other waiters sleep
-//! on a condition variable and are woken after each round of progress. With
-//! [`Progress::Thread`] a background thread is the permanent leader.
+//! A device runs one engine (a [`Shard`]: the engine and its sockets
+//! behind one mutex) or several (`DeviceConfig::threads`), and keeps its
+//! CQs and completion channels above them, behind a mutex of their own
+//! (`completions::Hub`): every call that may complete work moves the
+//! engine's completions there and raises the channels' events
+//! ([`Inner::announce_completions`]).
+//!
+//! With one engine, progress (receive what is waiting, fire due timers,
+//! send what the engine has) runs inside the application's calls: every
+//! post sends at once, every poll and wait receives (except a poll the
+//! CQ's queued completions already satisfy: [`SATISFIED_POLLS`]). Blocking
+//! waits sleep in `poll(2)` on the device's socket, one waiter at a time
+//! (the leader); other waiters sleep on a condition variable and are woken
+//! after each round of progress. With [`Progress::Thread`] a background
+//! thread is the permanent leader. With several engines each has such a
+//! thread, the application's polls only take from the CQs, and its waits
+//! sleep until an engine moved something (docs/multi-core-device.md).
 
 use crate::completions::Hub;
 use crate::device::{Backend, Device, DeviceConfig, Gid, Progress};
@@ -424,8 +433,9 @@ impl Inner {
 
     /// Moves the completions the engine queued into the device's CQs
     /// (nothing to do but a comparison when it queued none), and returns
-    /// the CQs.
-    pub(crate) fn collect<'a>(&'a self, st: &mut State) -> MutexGuard<'a, Hub> {
+    /// the CQs. Only through [`Inner::announce_completions`], which raises
+    /// the channels' events for what moved.
+    fn collect<'a>(&'a self, st: &mut State) -> MutexGuard<'a, Hub> {
         let mut hub = self.hub();
         st.moved_since_round |= hub.cqs.collect(&mut st.ep, &mut st.completions_seen);
         hub
@@ -459,6 +469,10 @@ impl Inner {
                 service.process(st);
             }
         }
+        // What the packets and timers completed reaches the CQs before
+        // more is sent: a CQ that overflowed fails its QPs now, before
+        // they ACK more (the ACKs go out in this transmit).
+        self.announce_completions(st);
         moved += st.io.transmit(&mut st.ep, now)?;
         self.wake_flusher(st);
         if st.io.receives_pending() {
@@ -537,8 +551,13 @@ impl Inner {
         Ok(())
     }
 
+    /// Sends what a call queued, moves the completions it made (a UD or UC
+    /// send completes as it leaves, a flush at once) to the CQs, and wakes
+    /// whoever drives the engine.
     pub(crate) fn doorbell(&self, st: &mut State) -> Result<()> {
-        st.io.transmit(&mut st.ep, self.now())?;
+        let sent = st.io.transmit(&mut st.ep, self.now());
+        self.announce_completions(st);
+        sent?;
         self.wake_flusher(st);
         let shard = self.shard(st);
         if st.leader || shard.thread.load(Ordering::Relaxed) {
@@ -577,6 +596,7 @@ impl Inner {
         if let Err(e) = st.io.transmit(&mut st.ep, self.now()) {
             tracing::debug!(error = %e, "could not send the held ACKs");
         }
+        self.announce_completions(st);
     }
 
     /// Drives progress until `check` returns a value or `timeout` passes
@@ -1047,6 +1067,7 @@ fn spawn_ack_flusher(inner: &Arc<Inner>, index: usize) -> Result<()> {
                 if let Err(e) = st.io.transmit(&mut st.ep, inner.now()) {
                     tracing::debug!(error = %e, "ACK flusher could not send");
                 }
+                inner.announce_completions(st);
                 busy = st.io.sends_left();
                 if st.leader && st.io.receives_pending() {
                     shard.kick();
@@ -1067,6 +1088,7 @@ fn spawn_ack_flusher(inner: &Arc<Inner>, index: usize) -> Result<()> {
                 if let Err(e) = st.io.transmit(&mut st.ep, now) {
                     tracing::debug!(error = %e, "ACK flusher could not send");
                 }
+                inner.announce_completions(st);
                 busy = st.io.sends_left();
                 if st.leader && st.io.receives_pending() {
                     // io_uring reaped packets while sending: no readiness

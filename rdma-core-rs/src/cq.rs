@@ -51,7 +51,14 @@ impl CompletionQueue {
     /// wait in it: pass the size the application asked for, before any
     /// rounding up, as rxe compares that one with the count.
     pub fn resize(&self, depth: usize, at_least: usize) -> Result<()> {
-        Ok(self.ctx.inner.hub().cqs.resize(self.id, depth, at_least)?)
+        // Counted with what the engines hold and have not moved yet.
+        let inner = &self.ctx.inner;
+        let mut engines = inner.lock_all();
+        for st in engines.iter_mut() {
+            inner.announce_completions(st);
+        }
+        let resized = inner.hub().cqs.resize(self.id, depth, at_least);
+        Ok(resized?)
     }
 
     /// `ibv_poll_cq`: makes progress, then appends up to `max` completions

@@ -197,19 +197,21 @@ impl QueuePair {
             // dropped) now, under the same lock as the transition.
             self.ctx.inner.drain_receive(&mut st)?;
         }
+        let was = st.ep.query_qp(self.qpn)?.0;
         st.ep.modify_qp(self.qpn, attr)?;
-        if attr.qp_state == Some(QpState::Reset) {
+        if attr.qp_state == Some(QpState::Reset) && was != QpState::Reset {
             // The engine cleaned its own CQs of the QP's completions (as
-            // mlx5 does on RESET); those the device holds go too.
-            let removed = self.ctx.inner.collect(&mut st).cqs.remove_qp(self.qpn);
+            // mlx5 does on RESET); those the device holds go too. The
+            // others the engine held move (and raise their events) first.
+            self.ctx.inner.announce_completions(&mut st);
+            let (send_cq, recv_cq) = st.ep.qp_cqs(self.qpn)?;
+            let removed = self.ctx.inner.hub().cqs.remove_qp(self.qpn, &[send_cq, recv_cq]);
             if removed > 0 {
                 tracing::debug!(qpn = self.qpn, removed, "QP reset: its queued completions removed from its CQs");
             }
         }
-        // Moving to ERR flushes: let waiters see the completions.
-        self.ctx.inner.doorbell(&mut st)?;
-        self.ctx.inner.announce_completions(&mut st);
-        Ok(())
+        // Moving to ERR flushes: the doorbell lets waiters see the completions.
+        self.ctx.inner.doorbell(&mut st)
     }
 
     /// `ibv_query_qp`: the state and the attributes in force.
@@ -243,7 +245,6 @@ impl QueuePair {
         }
         self.ctx.inner.receive_before_send(&mut st)?;
         self.ctx.inner.doorbell(&mut st)?;
-        self.ctx.inner.announce_completions(&mut st);
         result
     }
 
@@ -259,7 +260,6 @@ impl QueuePair {
         // waits must hear of it.
         if st.completions_pending() {
             self.ctx.inner.doorbell(&mut st)?;
-            self.ctx.inner.announce_completions(&mut st);
         }
         posted
     }

@@ -454,6 +454,11 @@ impl Endpoint {
         self.mrs.get(key)
     }
 
+    /// A CQ of `depth` completions (at least one): the one that finds it
+    /// full is lost, the CQ is in error and its QPs fail. A layer that
+    /// keeps the CQ's completions itself (the verbs device) creates it with
+    /// `usize::MAX`, takes them with [`Endpoint::drain_cq`] and bounds the
+    /// depth itself ([`Endpoint::cq_overrun`]).
     pub fn create_cq(&mut self, depth: usize) -> CqId {
         self.cqs.create(depth)
     }
@@ -470,8 +475,9 @@ impl Endpoint {
     /// `lost` completions of `cq` taken with [`Endpoint::drain_cq`] found
     /// the CQ full (or in error) above: they are counted as overruns, and
     /// the CQ overflowed as if here (IBTA 11.4.2.1): in error from now on,
-    /// its CQ error event raised and every QP on it moved to ERR, their
-    /// flushes lost with it. The difference from an overflow here: the QPs
+    /// its CQ error event raised and every QP on it moved to ERR (their
+    /// flushes into this CQ lost and counted; those into a QP's other CQ
+    /// delivered there). The difference from an overflow here: the QPs
     /// go to ERR when this is called (the end of the round that overflowed
     /// the CQ above), not in the call that queued the completion. `lost`
     /// may be 0: the CQ overflowed above with another engine's completions
@@ -774,6 +780,12 @@ impl Endpoint {
     pub fn query_qp(&self, qpn: u32) -> Result<(QpState, QpParams), VerbsError> {
         let qp = self.qps.get(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         Ok((qp.state, qp.params))
+    }
+
+    /// The send and receive CQs of `qpn` (as it was created).
+    pub fn qp_cqs(&self, qpn: u32) -> Result<(CqId, CqId), VerbsError> {
+        let qp = self.qps.get(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok((qp.init.send_cq, qp.init.recv_cq))
     }
 
     /// The PSNs `ibv_query_qp` reports, as rxe does: the next this QP's

@@ -92,7 +92,8 @@ pub struct Stats {
     /// IPv4 packets whose ICRC checked out only with a recovered
     /// Identification (see [`crate::Endpoint::set_ipv4_ident_unknown`]).
     pub ipv4_ident_recovered: u64,
-    /// Work completions delivered to completion queues.
+    /// Work completions delivered to completion queues: queued here, less
+    /// those a layer above lost to a full CQ (`Endpoint::cq_overrun`).
     pub completions: u64,
     pub cq_overruns: u64,
     /// MADs the GSI sent (retransmissions included).

@@ -400,8 +400,8 @@ fn a_full_cq_raises_a_cq_error_and_fails_its_qps() {
 /// A layer above that keeps a CQ's completions (the verbs device) drains
 /// the engine's CQ and reports what found no room there: the engine then
 /// treats the CQ as overflowed, the same event and the same QP
-/// transition as an overflow of its own, and the flushes that follow are
-/// lost with the CQ and counted.
+/// transition as an overflow of its own, and the flushes that follow into
+/// the CQ are lost with it and counted.
 #[test]
 fn an_overrun_reported_from_above_fails_the_cq_and_its_qps_like_one_here() {
     let (mut sim, a, b) = pair(PairConfig::default());

@@ -175,10 +175,10 @@ impl CmDevice {
             self.dispatch(&mut st.ep, &mut core);
             r
         };
-        // A QP the CM moved to ERR flushed its work requests: their
-        // completions raise the armed CQs' channel events now (rping's CQ
-        // thread ends on them after rdma_disconnect).
-        inner.announce_completions(&mut st);
+        // A QP the CM moved to ERR flushed its work requests: the doorbell
+        // moves their completions to the CQs and raises the armed CQs'
+        // channel events (rping's CQ thread ends on them after
+        // rdma_disconnect).
         inner.doorbell(&mut st)?;
         Ok(r)
     }
@@ -195,11 +195,11 @@ impl CmDevice {
         }
         self.dispatch(&mut st.ep, &mut core);
         drop(core);
-        // Flushes of QPs the CM moved to ERR (a DREQ, a REJ, a timeout).
-        self.ctx.inner.announce_completions(st);
         if let Err(e) = st.io.transmit(&mut st.ep, now) {
             tracing::debug!(error = %e, "could not send CM messages");
         }
+        // Flushes of QPs the CM moved to ERR (a DREQ, a REJ, a timeout).
+        self.ctx.inner.announce_completions(st);
     }
 
     /// Drives the device for up to `d`, handling CM messages, until `done`.

@@ -256,6 +256,13 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
         Some(srq) => srq.post_recv(&(0..rx_depth).map(|_| recv_wr(0)).collect::<Vec<_>>())?,
         None => qps[0].post_recv(&(0..rx_depth).map(|_| recv_wr(0)).collect::<Vec<_>>())?,
     }
+    // Armed before the exchange, as the examples arm it: once the peer
+    // knows this QP it may send, and a completion that came before the
+    // arming would raise no event (a device whose engines run on threads
+    // of their own takes packets in while this thread is elsewhere).
+    if channel.is_some() {
+        cq.req_notify(false)?;
+    }
     let gid = ctx.query_gid(0)?;
     let lid = ctx.lid();
     let local: Vec<Dest> =
@@ -328,9 +335,6 @@ pub fn run(kind: Kind, args: &Args) -> Result<(), PingPongError> {
                 *p |= SEND_WRID;
             }
         }
-    }
-    if channel.is_some() {
-        cq.req_notify(false)?;
     }
     let mut wcs = Vec::with_capacity(2 * num_qp + 2);
     while rcnt < args.iters || scnt < args.iters {

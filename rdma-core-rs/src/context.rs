@@ -164,6 +164,9 @@ pub(crate) struct Shard {
     thread: AtomicBool,
     /// The ACK flusher thread, if the shard has one.
     flusher: std::sync::OnceLock<std::thread::Thread>,
+    /// The progress thread, if the shard has one: the device's drop waits
+    /// for it to end (see `Inner`'s `Drop`).
+    progress: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The ACK flusher sleeps until woken (see [`Inner::wake_flusher`]).
     flusher_parked: AtomicBool,
 }
@@ -190,6 +193,7 @@ impl Shard {
             progressed: Condvar::new(),
             thread: AtomicBool::new(false),
             flusher: std::sync::OnceLock::new(),
+            progress: Mutex::new(None),
             flusher_parked: AtomicBool::new(false),
         })
     }
@@ -1022,6 +1026,18 @@ impl Drop for Inner {
             if let Some(t) = shard.flusher.get() {
                 t.unpark(); // it finds the device gone and ends
             }
+            shard.kick(); // a progress thread in poll(2) wakes, finds it gone and ends
+        }
+        // A thread asleep in poll(2) holds a reference to the sockets it
+        // watches: a shared port's socket would stay in the kernel's group
+        // after its member left (the record says it moved the last socket
+        // into its place), and datagrams steered there would be lost until
+        // the poll ended. The sockets close after the threads are gone.
+        for shard in &self.shards {
+            let handle = shard.progress.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(h) = handle.filter(|h| h.thread().id() != std::thread::current().id()) {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -1109,7 +1125,7 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
     inner.shards[index].thread.store(true, Ordering::Relaxed);
     let weak: Weak<Inner> = Arc::downgrade(inner);
     let name = format!("rdma-progress-{}", inner.device.name());
-    std::thread::Builder::new().name(name).spawn(move || loop {
+    let handle = std::thread::Builder::new().name(name).spawn(move || loop {
         let Some(inner) = weak.upgrade() else { return };
         let shard = &inner.shards[index];
         let sleep = {
@@ -1145,5 +1161,6 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
             drain_eventfd(i.shards[index].kick.as_raw_fd());
         }
     })?;
+    *inner.shards[index].progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
     Ok(())
 }

@@ -737,7 +737,16 @@ fn open_engine(device: &Device, seed: Option<u64>) -> Result<(Endpoint, Io)> {
         Backend::Udp => {
             ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
                                              // Several engines share the port, steered by QPN like processes.
-            let udp = rdma_link::udp::UdpConfig { shared: cfg.udp().shared || seed.is_some(), ..cfg.udp() };
+                                             // Without GSO for now: with it, SENDs between devices of two
+                                             // engines met ICRC mismatches (about one in 2,000 packets;
+                                             // none with one engine, shared or not, none without GSO), which
+                                             // RC repairs and UC and UD would not (docs/multi-core-device.md).
+            let several = seed.is_some();
+            let udp = rdma_link::udp::UdpConfig {
+                shared: cfg.udp().shared || several,
+                plain_datagrams: cfg.plain_datagrams || several,
+                ..cfg.udp()
+            };
             let io = UdpIo::bind(device.addr(), &udp)?;
             ep.set_payload_by_reference(io.sends_by_reference());
             if let Some(m) = io.member() {
@@ -911,6 +920,11 @@ impl Context {
     /// own thread and drives progress only when nobody else does.
     pub fn wait_fds(&self) -> [RawFd; 2] {
         self.inner.shards[0].wait_fds
+    }
+
+    /// How many engines the device runs (`DeviceConfig::threads`).
+    pub fn engines(&self) -> usize {
+        self.inner.engines()
     }
 
     /// The engine's counters (packets, retransmits, NAKs, drops by reason).

@@ -231,6 +231,11 @@ impl DeviceCqs {
         self.errored.get(told..).unwrap_or(&[])
     }
 
+    /// How many CQs went in error.
+    pub(crate) fn errored_count(&self) -> usize {
+        self.errored.len()
+    }
+
     /// Whether the application should get this CQ error event: the first
     /// of the engines' for `cq`.
     pub(crate) fn first_error_report(&mut self, cq: CqId) -> bool {

@@ -58,8 +58,9 @@ const MAX_DRAIN_CALLS: usize = 1024;
 pub const SATISFIED_POLLS: u32 = 8;
 
 /// How often a wait on a device of several engines looks again without
-/// being woken (an async event, a CM event, raises no wake-up).
-const ENGINE_LOOK: Duration = Duration::from_millis(1);
+/// being woken: completions, packets taken in (and the async events they
+/// raise) and the CM's events wake it, so this is a safety net.
+const ENGINE_LOOK: Duration = Duration::from_millis(10);
 
 /// The longest a waiter sleeps without looking again.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -148,9 +149,9 @@ pub(crate) trait MadService: Send + Sync {
 }
 
 /// One engine of the device: its state and sockets behind its lock, and
-/// what wakes the threads that wait on it. A device has one; the
-/// multi-core device (docs/multi-core-device.md) will give each core one,
-/// with its QPs in a QPN range of its own ([`Inner::shard_of`]).
+/// what wakes the threads that wait on it. A device has one, or several
+/// (`DeviceConfig::threads`, docs/multi-core-device.md), each with its QPs
+/// in a QPN range of its own ([`Inner::shard_of`]).
 pub(crate) struct Shard {
     state: Mutex<State>,
     /// The shared port's slot of its socket: the top bits of its QPNs.
@@ -227,6 +228,9 @@ pub(crate) struct Inner {
     /// MADs another engine received, for the first engine's GSI (innermost
     /// lock: taken with a shard's state held).
     mads: Mutex<Vec<rdma_transport::gsi::ReceivedMad>>,
+    /// How many CQs are in error (`DeviceCqs::errored_since`): an engine
+    /// told of fewer looks at the hub, the others skip it.
+    cq_errors: std::sync::atomic::AtomicUsize,
     /// Where the next QP goes (round robin over the engines).
     next_shard: std::sync::atomic::AtomicUsize,
     epoch: std::time::Instant,
@@ -372,6 +376,9 @@ impl Inner {
     /// engine's QPs on it (IBTA 11.4.2.1): each engine is told, in its own
     /// rounds, of the CQs that went in error since it last looked.
     fn spread_cq_errors(&self, st: &mut State) {
+        if self.cq_errors.load(Ordering::Acquire) == st.cq_errors_told {
+            return;
+        }
         let errored: Vec<CqId> = self.hub().cqs.errored_since(st.cq_errors_told).to_vec();
         st.cq_errors_told += errored.len();
         for cq in errored {
@@ -495,10 +502,33 @@ impl Inner {
     /// a move to ERR): without it the completion would reach neither the
     /// CQ nor an armed channel until some later round.
     pub(crate) fn announce_completions(&self, st: &mut State) {
+        let several = self.shards.len() > 1;
+        if several {
+            // A CQ another engine found overflowing fails this engine's QPs
+            // on it first: their flushes move with the rest.
+            self.spread_cq_errors(st);
+        }
         if st.completions_pending() {
-            self.collect(st).fire_channels();
-            if self.shards.len() > 1 {
+            let errored = {
+                let mut hub = self.collect(st);
+                hub.fire_channels();
+                hub.cqs.errored_count()
+            };
+            if several {
+                if self.cq_errors.fetch_max(errored, Ordering::AcqRel) < errored {
+                    // A CQ went in error here: the other engines' QPs on
+                    // it fail in their next round, which starts now.
+                    for (i, shard) in self.shards.iter().enumerate() {
+                        if i != st.shard {
+                            shard.kick();
+                        }
+                    }
+                }
+                // One another engine found meanwhile: its flushes too.
                 self.spread_cq_errors(st);
+                if st.completions_pending() {
+                    self.collect(st).fire_channels();
+                }
                 self.note_moved();
             }
             if st.followers > 0 {
@@ -579,6 +609,9 @@ impl Inner {
             shard.kick();
             shard.progressed.notify_all();
         }
+        if self.shards.len() > 1 {
+            self.note_moved();
+        }
     }
 
     /// Wakes the sleeping ACK flusher if an ACK is now held back, or the
@@ -612,11 +645,11 @@ impl Inner {
     ) -> Result<Option<T>> {
         let start = std::time::Instant::now();
         let deadline = timeout.map(|t| start + t);
-        // Adaptive polling: spin while packets keep moving, sleep once
-        // `spin` has passed without any.
         if self.shards.len() > 1 {
             return self.wait_for_engines(deadline, check);
         }
+        // Adaptive polling: spin while packets keep moving, sleep once
+        // `spin` has passed without any.
         let spin = self.device.config().spin;
         let mut spin_until = start + spin;
         let shard = &self.shards[0];
@@ -799,6 +832,7 @@ impl Context {
             moved_cv: Condvar::new(),
             mads: Mutex::new(Vec::new()),
             next_shard: std::sync::atomic::AtomicUsize::new(0),
+            cq_errors: std::sync::atomic::AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
@@ -942,10 +976,11 @@ impl Context {
     /// Each as of its QP's last send, CNP or timer: an idle QP with no
     /// pacer burst takes the increases due since when it next acts.
     pub fn min_qp_rate(&self) -> Option<u64> {
-        self.inner.lock().ep.min_qp_rate()
+        self.inner.shards.iter().filter_map(|s| s.lock().ep.min_qp_rate()).min()
     }
 
-    /// How long this device went without a round of progress ([`ProgressGaps`]).
+    /// How long this device went without a round of progress ([`ProgressGaps`]):
+    /// its first engine's (the one the application drives, with one).
     pub fn progress_gaps(&self) -> ProgressGaps {
         self.inner.lock().gaps
     }
@@ -1138,7 +1173,7 @@ fn spawn_ack_flusher(inner: &Arc<Inner>, index: usize) -> Result<()> {
 fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
     inner.shards[index].thread.store(true, Ordering::Relaxed);
     let weak: Weak<Inner> = Arc::downgrade(inner);
-    let name = format!("rdma-progress-{}", inner.device.name());
+    let name = format!("rdma-progress-{}-{index}", inner.device.name());
     let handle = std::thread::Builder::new().name(name).spawn(move || loop {
         let Some(inner) = weak.upgrade() else { return };
         let shard = &inner.shards[index];
@@ -1170,6 +1205,11 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
         };
         let fds = [shard.wait_fds[0], shard.wait_fds[1], shard.kick.as_raw_fd()];
         drop(inner);
+        if weak.strong_count() == 0 {
+            // That was the last handle: the device closed its sockets (on
+            // this thread), whose numbers may be another's by now.
+            return;
+        }
         let [.., kicked] = poll_readable(&fds, sleep);
         if let Some(i) = weak.upgrade().filter(|_| kicked) {
             drain_eventfd(i.shards[index].kick.as_raw_fd());

@@ -211,15 +211,17 @@ impl CmId {
             drop(g);
             return Err(self.wrong("set_qp_num", "bound to a device"));
         };
-        if let Some(q) = qpn.filter(|&q| !dev.ctx.inner.on_first_engine(q)) {
-            // The CM runs on the device's first engine and drives only its
-            // QPs (docs/multi-core-device.md).
+        // The CM runs on the device's first engine and moves only its QPs
+        // (docs/multi-core-device.md); a UD QP it only names in its SIDR
+        // reply, which any engine's may be.
+        let moves_it = g.ps != PortSpace::Udp;
+        if let Some(q) = qpn.filter(|&q| moves_it && !dev.ctx.inner.on_first_engine(q)) {
             drop(g);
             return Err(crate::Error::errno(
                 libc::EOPNOTSUPP,
                 format_args!(
-                    "rdma_create_qp: QP {q:#x} is on another engine of a device of several (threads > 1); \
-                     the RDMA CM drives the first engine's QPs only"
+                    "the RDMA CM cannot drive QP {q:#x}: it is on another engine of a device of several \
+                     (threads > 1), and the CM moves the first engine's QPs only (make it with rdma_create_qp)"
                 ),
             )
             .into());

@@ -284,8 +284,9 @@ impl Inner {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// The first shard's state: the device's own objects (QP1, the CM,
-    /// PDs and MRs while there is one shard) and its waits.
+    /// The first shard's state: what lives on the first engine alone (QP1
+    /// and the CM, SRQs, XRC, memory windows) and the application's waits;
+    /// with one engine, everything.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.shards[0].lock()
     }

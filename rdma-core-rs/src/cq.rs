@@ -62,7 +62,9 @@ impl CompletionQueue {
     }
 
     /// `ibv_poll_cq`: makes progress, then appends up to `max` completions
-    /// to `out`, oldest first, without blocking. Returns how many.
+    /// to `out`, oldest first, without blocking. Returns how many. (On a
+    /// device of several engines their threads make the progress, and a
+    /// poll only takes.)
     ///
     /// A poll that the CQ's queued completions satisfy (it holds at least
     /// `max`) takes them without a round of progress, up to

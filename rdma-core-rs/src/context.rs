@@ -474,7 +474,6 @@ impl Inner {
         }
         if self.shards.len() > 1 {
             self.forward_mads(st);
-            self.spread_cq_errors(st);
         }
         if st.ep.mads_waiting() {
             if let Some(service) = self.mad_service.get().and_then(Weak::upgrade) {
@@ -504,40 +503,43 @@ impl Inner {
     /// CQ nor an armed channel until some later round.
     pub(crate) fn announce_completions(&self, st: &mut State) {
         let several = self.shards.len() > 1;
-        if several {
-            // A CQ another engine found overflowing fails this engine's QPs
-            // on it first: their flushes move with the rest.
-            self.spread_cq_errors(st);
-        }
-        if st.completions_pending() {
+        let mut moved = false;
+        loop {
+            if several {
+                // A CQ another engine found overflowing fails this
+                // engine's QPs on it: their flushes move with the rest.
+                self.spread_cq_errors(st);
+            }
+            if !st.completions_pending() {
+                break;
+            }
+            moved = true;
             let errored = {
                 let mut hub = self.collect(st);
                 hub.fire_channels();
                 hub.cqs.errored_count()
             };
-            if several {
-                if self.cq_errors.fetch_max(errored, Ordering::AcqRel) < errored {
-                    // A CQ went in error here: the other engines' QPs on
-                    // it fail in their next round, which starts now.
-                    for (i, shard) in self.shards.iter().enumerate() {
-                        if i != st.shard {
-                            shard.kick();
-                        }
+            if several && self.cq_errors.fetch_max(errored, Ordering::AcqRel) < errored {
+                // A CQ went in error here: the other engines' QPs on it
+                // fail in their next round, which starts now.
+                for (i, shard) in self.shards.iter().enumerate() {
+                    if i != st.shard {
+                        shard.kick();
                     }
                 }
-                // One another engine found meanwhile: its flushes too.
-                self.spread_cq_errors(st);
-                if st.completions_pending() {
-                    self.collect(st).fire_channels();
-                }
-                self.note_moved();
             }
-            if st.followers > 0 {
-                self.shard(st).progressed.notify_all();
-            }
-            #[cfg(feature = "tokio")]
-            self.notify.notify_waiters();
         }
+        if !moved {
+            return;
+        }
+        if several {
+            self.note_moved();
+        }
+        if st.followers > 0 {
+            self.shard(st).progressed.notify_all();
+        }
+        #[cfg(feature = "tokio")]
+        self.notify.notify_waiters();
     }
 
     /// Hands the engine every datagram waiting in the receive socket (and,

@@ -197,9 +197,9 @@ impl QueuePair {
             // dropped) now, under the same lock as the transition.
             self.ctx.inner.drain_receive(&mut st)?;
         }
-        let was = st.ep.query_qp(self.qpn)?.0;
+        let to_reset = attr.qp_state == Some(QpState::Reset) && st.ep.query_qp(self.qpn)?.0 != QpState::Reset;
         st.ep.modify_qp(self.qpn, attr)?;
-        if attr.qp_state == Some(QpState::Reset) && was != QpState::Reset {
+        if to_reset {
             // The engine cleaned its own CQs of the QP's completions (as
             // mlx5 does on RESET); those the device holds go too. The
             // others the engine held move (and raise their events) first.

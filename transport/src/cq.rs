@@ -30,8 +30,6 @@ pub struct CqTable {
     /// here because the completer and responder, which finish requests,
     /// reach the endpoint's state through this table.
     pub(crate) pool: WrPool,
-    /// What [`CqTable::drain`] drains for a CQ that does not exist.
-    empty: VecDeque<WorkCompletion>,
 }
 
 impl CqTable {
@@ -96,11 +94,8 @@ impl CqTable {
     }
 
     /// Takes every completion waiting in `cq`, oldest first.
-    pub(crate) fn drain(&mut self, cq: CqId) -> std::collections::vec_deque::Drain<'_, WorkCompletion> {
-        match self.cqs.get_mut(cq.0) {
-            Some((_, q)) => q.drain(..),
-            None => self.empty.drain(..),
-        }
+    pub(crate) fn drain(&mut self, cq: CqId) -> impl Iterator<Item = WorkCompletion> + '_ {
+        self.cqs.get_mut(cq.0).into_iter().flat_map(|(_, q)| q.drain(..))
     }
 
     /// `lost` completions taken out of `cq` found no room above (see

@@ -468,7 +468,7 @@ impl Endpoint {
     /// completions from several engines). Such a layer creates the CQ with
     /// a depth of `usize::MAX`, bounds it itself and reports what found no
     /// room with [`Endpoint::cq_overrun`].
-    pub fn drain_cq(&mut self, cq: CqId) -> std::collections::vec_deque::Drain<'_, WorkCompletion> {
+    pub fn drain_cq(&mut self, cq: CqId) -> impl Iterator<Item = WorkCompletion> + '_ {
         self.cqs.drain(cq)
     }
 

@@ -367,6 +367,25 @@ fn limited_members_of_a_partition_do_not_talk() {
     assert_eq!(read(&b, 0, 4), b"full");
 }
 
+/// A second RC QP of `b`, completing into `cq`, brought up against `a`'s
+/// QP, with `receives` receives posted; then three SENDs for it: three
+/// receive completions for `cq`. Returns its QPN.
+fn receiving_qp_on(sim: &mut Sim, a: &Side, b: &Side, cq: CqId, receives: u64) -> u32 {
+    let qpn = sim.ep(b.ep).create_qp(QpInitAttr::new(QpType::Rc, b.pd, cq)).unwrap();
+    let cfg = PairConfig::default();
+    rdma_transport::sim::bring_up(sim.ep(b.ep), qpn, IpAddr::from(A), a.qpn, EPSN, 0x20, &cfg);
+    let ep = sim.ep(b.ep);
+    for i in 0..receives {
+        ep.post_recv(qpn, RecvWr { wr_id: i, sg_list: sge(b, i * 64, 64) }).unwrap();
+    }
+    for i in 0..3 {
+        let mut t = TransportRepr::new(BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(EPSN + i as u32)));
+        t.bth.ack_req = true;
+        ep.handle_packet(Instant::ZERO, &craft(&t, b"hi"));
+    }
+    qpn
+}
+
 /// A CQ that overflows is in error: the event says so, and the QPs that
 /// complete into it go to the error state (libibverbs' IBV_EVENT_CQ_ERR),
 /// rather than losing completions silently.
@@ -374,20 +393,8 @@ fn limited_members_of_a_partition_do_not_talk() {
 fn a_full_cq_raises_a_cq_error_and_fails_its_qps() {
     let (mut sim, a, b) = pair(PairConfig::default());
     let small = sim.ep(b.ep).create_cq(2);
-    let pd = b.pd;
-    let init = QpInitAttr::new(QpType::Rc, pd, small);
-    let qpn = sim.ep(b.ep).create_qp(init).unwrap();
-    let cfg = PairConfig::default();
-    rdma_transport::sim::bring_up(sim.ep(b.ep), qpn, IpAddr::from(A), a.qpn, EPSN, 0x20, &cfg);
+    let qpn = receiving_qp_on(&mut sim, &a, &b, small, 3);
     let ep = sim.ep(b.ep);
-    for i in 0..3 {
-        ep.post_recv(qpn, RecvWr { wr_id: i, sg_list: sge(&b, i * 64, 64) }).unwrap();
-    }
-    for i in 0..3 {
-        let mut t = TransportRepr::new(BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(EPSN + i as u32)));
-        t.bth.ack_req = true;
-        ep.handle_packet(Instant::ZERO, &craft(&t, b"hi"));
-    }
     assert_eq!(ep.cq_len(small), 2);
     assert_eq!(ep.stats().cq_overruns, 1);
     assert_eq!(ep.poll_event(), Some(AsyncEvent::CqError(small)));
@@ -406,19 +413,8 @@ fn a_full_cq_raises_a_cq_error_and_fails_its_qps() {
 fn an_overrun_reported_from_above_fails_the_cq_and_its_qps_like_one_here() {
     let (mut sim, a, b) = pair(PairConfig::default());
     let above = sim.ep(b.ep).create_cq(usize::MAX);
-    let init = QpInitAttr::new(QpType::Rc, b.pd, above);
-    let qpn = sim.ep(b.ep).create_qp(init).unwrap();
-    let cfg = PairConfig::default();
-    rdma_transport::sim::bring_up(sim.ep(b.ep), qpn, IpAddr::from(A), a.qpn, EPSN, 0x20, &cfg);
+    let qpn = receiving_qp_on(&mut sim, &a, &b, above, 5);
     let ep = sim.ep(b.ep);
-    for i in 0..5 {
-        ep.post_recv(qpn, RecvWr { wr_id: i, sg_list: sge(&b, i * 64, 64) }).unwrap();
-    }
-    for i in 0..3 {
-        let mut t = TransportRepr::new(BthRepr::new(Opcode::RC_SEND_ONLY, qpn, Psn::new(EPSN + i as u32)));
-        t.bth.ack_req = true;
-        ep.handle_packet(Instant::ZERO, &craft(&t, b"hi"));
-    }
     // Unbounded here: all three are queued, and none was lost yet.
     let before = ep.completions_delivered();
     let drained: Vec<u64> = ep.drain_cq(above).map(|wc| wc.wr_id).collect();

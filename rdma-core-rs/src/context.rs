@@ -772,17 +772,14 @@ fn open_engine(device: &Device, seed: Option<u64>) -> Result<(Endpoint, Io)> {
         }
         Backend::Udp => {
             ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
-                                             // Several engines share the port, steered by QPN like processes.
-                                             // Without GSO for now: with it, SENDs between devices of two
-                                             // engines met ICRC mismatches (about one in 2,000 packets;
-                                             // none with one engine, shared or not, none without GSO), which
-                                             // RC repairs and UC and UD would not (docs/multi-core-device.md).
+                                             // Several engines share the port, steered by QPN like
+                                             // processes, and take no GRO: a member alone takes it, and the
+                                             // first engine is alone until the second joins, when it would
+                                             // turn GRO off with merged datagrams perhaps still queued (read
+                                             // without their segment size: ICRC mismatches).
             let several = seed.is_some();
-            let udp = rdma_link::udp::UdpConfig {
-                shared: cfg.udp().shared || several,
-                plain_datagrams: cfg.plain_datagrams || several,
-                ..cfg.udp()
-            };
+            let udp =
+                rdma_link::udp::UdpConfig { shared: cfg.udp().shared || several, plain_receive: several, ..cfg.udp() };
             let io = UdpIo::bind(device.addr(), &udp)?;
             ep.set_payload_by_reference(io.sends_by_reference());
             if let Some(m) = io.member() {

@@ -214,6 +214,7 @@ impl DeviceConfig {
         rdma_link::udp::UdpConfig {
             scope_id: self.scope_id,
             plain_datagrams: self.plain_datagrams,
+            plain_receive: false,
             shared: self.shared,
             faults: self.faults,
             io_driver: self.io_driver,

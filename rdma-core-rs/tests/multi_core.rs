@@ -92,6 +92,11 @@ fn qps_spread_over_the_engines_and_every_byte_and_completion_arrives() {
     let (sa, sb) = (a.ctx.stats(), b.ctx.stats());
     assert_eq!(sa.retransmits, 0, "{sa:?}");
     assert_eq!(sb.drops.values().sum::<u64>(), 0, "{sb:?}");
+    // The engines send runs of packets as GSO messages and take no GRO:
+    // a merged datagram would go to the engine of its first packet.
+    assert!(a.ctx.offloads().gso && !a.ctx.offloads().gro, "{:?}", a.ctx.offloads());
+    let io = a.ctx.io_stats();
+    assert!(io.gso_sends > 0 && b.ctx.io_stats().gro_receives == 0, "{io:?}");
 }
 
 /// A channel armed on a CQ shared by the engines raises its event for a

@@ -143,8 +143,7 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     let (a_ip, b_ip) = (addr(cidrs[0]), addr(cidrs[1]));
     let (a, cap) = wire.inside(0, || (side(&format!("cap-{tag}-a"), a_ip, unconnected), capture(&wire.link)));
     let b = wire.inside(1, || side(&format!("cap-{tag}-b"), b_ip, unconnected));
-    // (A device of several engines sends without GSO for now.)
-    assert!(a.ctx.offloads().gso || a.ctx.engines() > 1, "UDP GSO is on by default");
+    assert!(a.ctx.offloads().gso, "UDP GSO is on by default");
     let opts =
         ConnectOptions { mtu: Mtu::Mtu4096, traffic_class: DSCP_26, hop_limit: HOP_LIMIT, ..ConnectOptions::default() };
     a.qp.connect(0x100, &b.info(0x200), &opts).unwrap();
@@ -257,9 +256,8 @@ fn check_the_wire(tag: &str, cidrs: [&str; 2], unconnected: bool) {
     }
     // Nobody marked CE on the way (a CE mark would be counted).
     assert_eq!(a.ctx.stats().ecn_ce_received + b.ctx.stats().ecn_ce_received, 0);
-    // The Identifications of GSO runs (a device of several engines sends
-    // without GSO for now).
-    if a_ip.is_ipv4() && a.ctx.engines() == 1 {
+    // The Identifications of GSO runs.
+    if a_ip.is_ipv4() {
         assert!(nonzero_ident > 0, "no segment after the first of a GSO run was captured");
         // Unconnected: each call's segments count from 0, so few distinct
         // numbers; connected: a counter per socket, so about one per packet.

@@ -82,6 +82,60 @@ fn each_member_receives_the_packets_of_its_own_qpns() {
     assert!(gro_becomes(&a, true), "alone again, GRO again");
 }
 
+/// The engines of one device take no GRO even while one is alone: the
+/// first would turn it off when the second joins, and merged datagrams
+/// still queued then come up without their segment size (see
+/// `a_member_that_turns_gro_off_reads_queued_merged_datagrams_whole`).
+/// Their sends keep GSO.
+#[test]
+fn a_member_with_plain_receive_never_takes_gro() {
+    let addr: IpAddr = "127.0.22.15".parse().unwrap();
+    let plain = UdpConfig { plain_receive: true, ..shared() };
+    let a = UdpIo::bind(addr, &plain).unwrap();
+    assert!(!gro_becomes(&a, true), "alone, a member of plain receive takes no GRO");
+    assert!(a.offloads().gso && !a.offloads().gro, "{:?}", a.offloads());
+    let b = UdpIo::bind(addr, &plain).unwrap();
+    drop(b);
+    assert!(!gro_becomes(&a, true), "nor when it is alone again");
+}
+
+/// Why: a member alone takes GRO; a GSO message queued on its socket
+/// stays merged, and once a newcomer's join has turned GRO off, the
+/// kernel hands it up whole and without the UDP_GRO control message that
+/// says where its packets end. (A process whose device is joined while
+/// packets wait on its socket reads such a datagram as one packet, which
+/// fails its ICRC: docs/shared-device.md.)
+#[test]
+fn a_member_that_turns_gro_off_reads_queued_merged_datagrams_whole() {
+    let addr: IpAddr = "127.0.22.16".parse().unwrap();
+    let a = UdpIo::bind(addr, &shared()).unwrap();
+    assert!(gro_becomes(&a, true), "alone, a member takes GRO");
+    // Three segments of 100 bytes for a QP of `a`, in one GSO send.
+    let tx = UdpSocket::bind((addr, 0)).unwrap();
+    let seg: i32 = 100;
+    // SAFETY: an int option on our own socket.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&tx),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&seg as *const i32).cast(),
+            std::mem::size_of::<i32>() as u32,
+        )
+    };
+    assert_eq!(r, 0, "UDP_SEGMENT");
+    let mut msg = [0u8; 300];
+    for k in 0..3 {
+        msg[k * 100..k * 100 + 32].copy_from_slice(&to_qp(qpn_range(slot(&a)).start + 0x11));
+    }
+    tx.send_to(&msg, (addr, 4791)).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    assert!(gro_becomes(&a, false), "two members take no GRO");
+    let got = received(&a);
+    assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), vec![300], "one datagram of three packets");
+    drop(b);
+}
+
 /// Whether `io`'s receive socket has UDP GRO set to `on` within a second
 /// (another member's keeper follows a change of the record).
 fn gro_becomes(io: &UdpIo, on: bool) -> bool {

@@ -79,6 +79,11 @@ pub struct UdpConfig {
     pub scope_id: u32,
     /// One datagram per packet: no UDP GSO on send, no GRO on receive.
     pub plain_datagrams: bool,
+    /// No UDP GRO on receive, while sends may still use GSO: for the
+    /// members of a port that are never alone there, the engines of one
+    /// device (a member alone takes GRO, and one that stops must not be
+    /// holding merged datagrams: [`crate::share`]).
+    pub plain_receive: bool,
     /// Share port 4791 of the address with the other processes of the
     /// host that open the same device ([`crate::share`]).
     pub shared: bool,
@@ -107,6 +112,7 @@ impl Default for UdpConfig {
         UdpConfig {
             scope_id: 0,
             plain_datagrams: false,
+            plain_receive: false,
             shared: false,
             faults: FaultConfig::default(),
             io_driver: IoDriver::Sockets,

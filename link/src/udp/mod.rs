@@ -204,10 +204,11 @@ impl UdpIo {
         }
         grow_buffers(&rx);
         rx.set_nonblocking(true)?;
-        let member = shared_port::bind_rx(&rx, local, scope_id, cfg.shared, offload)?;
+        let merged = offload && !cfg.plain_receive;
+        let member = shared_port::bind_rx(&rx, local, scope_id, cfg.shared, merged)?;
         // A shared port's member takes GRO only while alone (it sets it).
         let gro =
-            offload && (member.is_some() || setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok());
+            merged && (member.is_some() || setsockopt_int(rx.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok());
         // Every datagram's TOS comes up as a control message: its ECN bits
         // reach the engine in the datagram's headers.
         let (level, name) = if local.is_ipv4() {

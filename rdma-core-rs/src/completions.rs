@@ -126,6 +126,9 @@ struct DeviceCq {
     /// Its CQ error event went to the application: every engine raises
     /// one, the device passes the first on.
     error_reported: bool,
+    /// The engines (a bit each) that have had a QP on it: where a busy
+    /// poll that finds it empty makes progress (a device of several).
+    engines: u32,
 }
 
 /// The device's CQs, numbered as the engine numbers them.
@@ -151,7 +154,21 @@ impl DeviceCqs {
             solicited: 0,
             in_error: false,
             error_reported: false,
+            engines: 0,
         });
+    }
+
+    /// Engine `engine` has a QP on CQ `cq` (for as long as the CQ lives:
+    /// a bit left by a QP destroyed costs a round that finds nothing).
+    pub(crate) fn note_engine(&mut self, cq: CqId, engine: usize) {
+        if let Some(c) = self.cqs.get_mut(cq.0) {
+            c.engines |= 1u32.checked_shl(engine as u32).unwrap_or(0);
+        }
+    }
+
+    /// The engines that have had a QP on CQ `cq`, a bit each.
+    pub(crate) fn engines_of(&self, cq: CqId) -> u32 {
+        self.cqs.get(cq.0).map_or(0, |c| c.engines)
     }
 
     /// Moves every completion the engine has queued into its CQ here;

@@ -277,6 +277,11 @@ impl State {
     pub(crate) fn completions_moved(&self) -> bool {
         self.moved_since_round
     }
+
+    /// The index of this state's engine in the device.
+    pub(crate) fn engine(&self) -> usize {
+        self.shard
+    }
 }
 
 impl Inner {
@@ -493,6 +498,30 @@ impl Inner {
         }
         self.announce_completions(st);
         Ok(moved > 0)
+    }
+
+    /// A poll that found CQ `cq` empty on a device of several engines: a
+    /// round of progress on each engine that has QPs on the CQ and that no
+    /// other thread holds, as every poll of a device of one engine makes.
+    /// Without it a packet waits for its engine's thread to wake, tens of
+    /// microseconds when the cores are busy (docs/multi-core-device.md).
+    /// Returns whether any round moved completions.
+    pub(crate) fn progress_engines_of(&self, cq: rdma_transport::CqId) -> Result<bool> {
+        let engines = self.hub().cqs.engines_of(cq);
+        let mut moved = false;
+        for (i, shard) in self.shards.iter().enumerate() {
+            if engines & 1u32.checked_shl(i as u32).unwrap_or(0) == 0 {
+                continue;
+            }
+            let mut st = match shard.state.try_lock() {
+                Ok(st) => st,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            self.progress_locked(&mut st)?;
+            moved |= st.completions_moved();
+        }
+        Ok(moved)
     }
 
     /// If the engine queued completions since they last moved: moves them

@@ -64,7 +64,8 @@ impl CompletionQueue {
     /// `ibv_poll_cq`: makes progress, then appends up to `max` completions
     /// to `out`, oldest first, without blocking. Returns how many. (On a
     /// device of several engines their threads make the progress, and a
-    /// poll only takes.)
+    /// poll takes; one that finds the CQ empty also makes a round on each
+    /// engine with QPs on the CQ that no thread holds.)
     ///
     /// A poll that the CQ's queued completions satisfy (it holds at least
     /// `max`) takes them without a round of progress, up to
@@ -86,7 +87,12 @@ impl CompletionQueue {
         let inner = &self.ctx.inner;
         if inner.engines() > 1 {
             // The engines' threads make progress and move completions
-            // here: a poll only takes.
+            // here. A busy poll that finds none makes the rounds itself
+            // rather than wait for a thread to wake for each packet.
+            let n = inner.hub().cqs.take(self.id, max, out);
+            if n > 0 || max == 0 || !inner.progress_engines_of(self.id)? {
+                return Ok(n);
+            }
             return Ok(inner.hub().cqs.take(self.id, max, out));
         }
         let mut st = inner.lock();

@@ -85,6 +85,11 @@ impl ProtectionDomain {
             QpType::XrcSend => st.ep.create_xrc_qp(init, None)?,
             _ => st.ep.create_qp(init)?,
         };
+        {
+            let mut hub = self.ctx.inner.hub();
+            hub.cqs.note_engine(attr.send_cq.id, st.engine());
+            hub.cqs.note_engine(attr.recv_cq.id, st.engine());
+        }
         drop(st);
         QueuePair::attach(&self.ctx, qpn, attr.qp_type)
     }

@@ -251,3 +251,30 @@ fn ud_ping_pong_loses_nothing() {
         wait(&a, "a's receive", i);
     }
 }
+
+/// A poll that finds its CQ empty makes a round of progress on the
+/// engines with QPs on that CQ, as a poll of a device of one engine does
+/// (a busy poller then takes a packet without waiting for an engine's
+/// thread to wake), and on no other: a CQ without QPs costs no system call.
+#[test]
+fn an_empty_poll_makes_progress_on_the_engines_of_its_cq() {
+    let (a_ip, _) = addresses();
+    let (a, _) = Side::new("empty-poll-a", a_ip, QpType::Rc, engines_config(), None);
+    let lonely = a.ctx.create_cq(16, None).unwrap();
+    let receives = || a.ctx.io_stats().recv_syscalls;
+    const POLLS: u64 = 200;
+    let mut out = Vec::new();
+    let before = receives();
+    for _ in 0..POLLS {
+        assert_eq!(lonely.poll(&mut out, 1).unwrap(), 0);
+    }
+    let between = receives();
+    // The engines' threads sleep meanwhile (nothing is in flight).
+    assert!(between - before < 5, "polls of a CQ without QPs made {} receive calls", between - before);
+    for _ in 0..POLLS {
+        assert_eq!(a.cq.poll(&mut out, 1).unwrap(), 0);
+    }
+    let after = receives();
+    // A round whose lock an engine's thread held is skipped: a few.
+    assert!(after - between >= POLLS - 5, "{POLLS} empty polls made {} receive calls", after - between);
+}

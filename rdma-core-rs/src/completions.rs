@@ -131,6 +131,9 @@ struct DeviceCq {
     engines: u32,
 }
 
+// A bit per engine in `DeviceCq::engines`.
+const _: () = assert!(crate::MAX_THREADS <= 32);
+
 /// The device's CQs, numbered as the engine numbers them.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceCqs {
@@ -158,11 +161,11 @@ impl DeviceCqs {
         });
     }
 
-    /// Engine `engine` has a QP on CQ `cq` (for as long as the CQ lives:
+    /// Engine `engine` (below [`crate::MAX_THREADS`]) has a QP on CQ `cq` (for as long as the CQ lives:
     /// a bit left by a QP destroyed costs a round that finds nothing).
     pub(crate) fn note_engine(&mut self, cq: CqId, engine: usize) {
         if let Some(c) = self.cqs.get_mut(cq.0) {
-            c.engines |= 1u32.checked_shl(engine as u32).unwrap_or(0);
+            c.engines |= 1u32 << engine;
         }
     }
 

@@ -16,8 +16,10 @@
 //! (the leader); other waiters sleep on a condition variable and are woken
 //! after each round of progress. With [`Progress::Thread`] a background
 //! thread is the permanent leader. With several engines each has such a
-//! thread, the application's polls only take from the CQs, and its waits
-//! sleep until an engine moved something (docs/multi-core-device.md).
+//! thread; the application's polls take from the CQs (one that finds its
+//! CQ empty makes a round on the CQ's engines that no thread holds), and
+//! its waits sleep until an engine moved something
+//! (docs/multi-core-device.md).
 
 use crate::completions::Hub;
 use crate::device::{Backend, Device, DeviceConfig, Gid, Progress};
@@ -160,6 +162,9 @@ pub(crate) struct Shard {
     wait_fds: [RawFd; 2],
     /// Wakes the leader: a post that armed a timer, or shutdown.
     kick: OwnedFd,
+    /// A kick is written and not yet taken: the next kicks write nothing
+    /// (the thread they would wake is awake, or about to be).
+    kicked: AtomicBool,
     progressed: Condvar,
     /// A progress thread drives this shard ([`Progress::Thread`]).
     thread: AtomicBool,
@@ -170,6 +175,10 @@ pub(crate) struct Shard {
     progress: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The ACK flusher sleeps until woken (see [`Inner::wake_flusher`]).
     flusher_parked: AtomicBool,
+    /// When the progress thread's sleep ends (`Inner::now`, ns), as it
+    /// planned under the lock: another thread's round that leaves an
+    /// earlier deadline kicks it ([`Inner::progress_engines_of`]).
+    wakes_at: std::sync::atomic::AtomicU64,
 }
 
 impl Shard {
@@ -191,11 +200,13 @@ impl Shard {
             }),
             slot,
             kick: eventfd()?,
+            kicked: AtomicBool::new(false),
             progressed: Condvar::new(),
             thread: AtomicBool::new(false),
             flusher: std::sync::OnceLock::new(),
             progress: Mutex::new(None),
             flusher_parked: AtomicBool::new(false),
+            wakes_at: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 
@@ -203,8 +214,19 @@ impl Shard {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Takes the kicks written, after a wake that found the eventfd
+    /// readable; the caller then makes a round, which sees whatever a
+    /// kick that came meanwhile (and wrote nothing) was for.
+    fn take_kick(&self) {
+        drain_eventfd(self.kick.as_raw_fd());
+        self.kicked.store(false, Ordering::Release);
+    }
+
     /// Wakes the waiter sleeping in poll(2) (or the progress thread).
     fn kick(&self) {
+        if self.kicked.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let one = 1u64;
         // SAFETY: writes 8 bytes to our eventfd.
         unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
@@ -505,12 +527,15 @@ impl Inner {
     /// other thread holds, as every poll of a device of one engine makes.
     /// Without it a packet waits for its engine's thread to wake, tens of
     /// microseconds when the cores are busy (docs/multi-core-device.md).
-    /// Returns whether any round moved completions.
+    /// The engine's thread is kicked when the round leaves work due before
+    /// its planned wake (a held ACK, a timer, sends the budget left), and
+    /// the waits look again when the round moved packets, as after the
+    /// thread's own rounds. Returns whether any round moved completions.
     pub(crate) fn progress_engines_of(&self, cq: rdma_transport::CqId) -> Result<bool> {
         let engines = self.hub().cqs.engines_of(cq);
         let mut moved = false;
         for (i, shard) in self.shards.iter().enumerate() {
-            if engines & 1u32.checked_shl(i as u32).unwrap_or(0) == 0 {
+            if engines & (1u32 << i) == 0 {
                 continue;
             }
             let mut st = match shard.state.try_lock() {
@@ -518,8 +543,14 @@ impl Inner {
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => continue,
             };
-            self.progress_locked(&mut st)?;
+            if self.progress_locked(&mut st)? {
+                self.note_moved();
+            }
             moved |= st.completions_moved();
+            let due = if st.io.has_pending() || st.io.sends_left() { Some(self.now()) } else { st.ep.poll_timeout() };
+            if due.is_some_and(|t| t.as_nanos() < shard.wakes_at.load(Ordering::Relaxed)) {
+                shard.kick();
+            }
         }
         Ok(moved)
     }
@@ -722,7 +753,7 @@ impl Inner {
                 let [.., kicked] =
                     poll_readable(&[shard.wait_fds[0], shard.wait_fds[1], shard.kick.as_raw_fd()], sleep);
                 if kicked {
-                    drain_eventfd(shard.kick.as_raw_fd()); // a read less per wake-up by a packet
+                    shard.take_kick(); // a read less per wake-up by a packet
                 }
                 st = shard.lock();
                 st.leader = false;
@@ -868,8 +899,8 @@ impl Context {
         });
         tracing::info!(device = device.name(), addr = %device.addr(), link = cfg.link.name(), lid = device.lid(), engines, "device open");
         for index in 0..inner.shards.len() {
-            // Several engines: each has its thread (the application's calls
-            // drive none of them).
+            // Several engines: each has its thread (the application's posts
+            // and empty polls make rounds too, but a wait only sleeps).
             if cfg.progress == Progress::Thread || inner.shards.len() > 1 {
                 spawn_progress_thread(&inner, index)?;
             } else if !cfg.ack_delay.is_zero() {
@@ -1225,12 +1256,14 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
             if st.followers > 0 {
                 shard.progressed.notify_all();
             }
-            let engine = st.ep.poll_timeout().map(|t| t.saturating_since(inner.now()));
-            if st.io.has_pending() {
-                Duration::ZERO
-            } else {
-                engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP))
-            }
+            let now = inner.now();
+            let engine = st.ep.poll_timeout().map(|t| t.saturating_since(now));
+            let sleep =
+                if st.io.has_pending() { Duration::ZERO } else { engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP)) };
+            // Under the lock: a round another thread makes after this one
+            // compares its deadline with this (progress_engines_of).
+            shard.wakes_at.store(now.as_nanos().saturating_add(sleep.as_nanos() as u64), Ordering::Relaxed);
+            sleep
         };
         let fds = [shard.wait_fds[0], shard.wait_fds[1], shard.kick.as_raw_fd()];
         drop(inner);
@@ -1241,7 +1274,7 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
         }
         let [.., kicked] = poll_readable(&fds, sleep);
         if let Some(i) = weak.upgrade().filter(|_| kicked) {
-            drain_eventfd(i.shards[index].kick.as_raw_fd());
+            i.shards[index].take_kick();
         }
     })?;
     *inner.shards[index].progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);

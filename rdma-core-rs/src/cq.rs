@@ -65,7 +65,8 @@ impl CompletionQueue {
     /// to `out`, oldest first, without blocking. Returns how many. (On a
     /// device of several engines their threads make the progress, and a
     /// poll takes; one that finds the CQ empty also makes a round on each
-    /// engine with QPs on the CQ that no thread holds.)
+    /// engine with QPs on the CQ that no thread holds.) An error of the
+    /// socket layer in a round comes back, as a device's fatal error.
     ///
     /// A poll that the CQ's queued completions satisfy (it holds at least
     /// `max`) takes them without a round of progress, up to

@@ -105,6 +105,8 @@ impl ProtectionDomain {
         let mut st = self.ctx.inner.lock();
         let id = st.ep.create_xrc_srq(self.pd, xrcd.id, cq.id, max_wr, limit)?;
         let num = st.ep.srq_num(id).expect("an XRC SRQ has a number");
+        // Its receives complete on `cq` from the first engine.
+        self.ctx.inner.hub().cqs.note_engine(cq.id, st.engine());
         drop(st);
         Ok(XrcSrq { srq: SharedReceiveQueue::from_id(&self.ctx, id), num })
     }

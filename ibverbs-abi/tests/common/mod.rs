@@ -123,6 +123,11 @@ pub fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
 /// the test then returns. The temporary directory stays when the program
 /// fails, for a look.
 pub fn run_c(tag: &str, devices: &str, src: &str) -> Option<String> {
+    run_c_with(tag, devices, &[], src)
+}
+
+/// [`run_c`] with more of the program's environment (`env`).
+pub fn run_c_with(tag: &str, devices: &str, env: &[(&str, &str)], src: &str) -> Option<String> {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         testkit::skip("/usr/include/infiniband/verbs.h is absent (apt-get install libibverbs-dev)");
         return None;
@@ -133,6 +138,7 @@ pub fn run_c(tag: &str, devices: &str, src: &str) -> Option<String> {
     let out = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
         .env("SOFTROCE_DEVICES", devices)
+        .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("run the {tag} program: {e}"));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

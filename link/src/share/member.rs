@@ -26,8 +26,9 @@ struct Shared {
     /// This process's claims of CM services, counted: CM IDs of one
     /// process may bind one port together (see [`Services`]).
     claims: Mutex<HashMap<u32, usize>>,
-    /// The nonces of probes that reached this member's socket.
-    seen: Mutex<Vec<u64>>,
+    /// The probes this member is waiting for, and those of them that
+    /// reached its socket.
+    seen: Mutex<Probing>,
     /// Whether the socket may take UDP GRO (the device's offloads).
     gro_allowed: bool,
     /// Whether it takes it now: only while it is the port's only member.
@@ -40,6 +41,22 @@ struct Shared {
 const PROBES: u64 = 16;
 /// How long a member waits for its probes to come back round.
 const PROBE_WAIT: Duration = Duration::from_millis(50);
+
+/// The nonces of the probes a member sent (`count` from `first`, none
+/// while it is not probing) and those of them that came back: what other
+/// members' probes for its index bring is not kept.
+#[derive(Debug, Default)]
+struct Probing {
+    first: u64,
+    count: u64,
+    back: Vec<u64>,
+}
+
+impl Probing {
+    fn ours(&self, nonce: u64) -> bool {
+        nonce.wrapping_sub(self.first) < self.count
+    }
+}
 
 /// A process's place in a shared port. Leaves on [`Member::leave`]; a
 /// process that dies leaves through the others' keepers.
@@ -111,38 +128,51 @@ impl Shared {
         st.pids.iter().filter(|p| p.0 != self.slot).map(|p| p.1).collect()
     }
 
-    /// Whether this member's socket is at `index` of the kernel's array:
-    /// all [`PROBES`] probes naming it came back here. None if none came
-    /// back at all (landed elsewhere, or nothing reads our socket now).
-    fn at_index(&self, index: u32) -> Option<bool> {
+    /// Which of `indices` of the kernel's array holds this member's
+    /// socket: [`PROBES`] probes naming each go out at once, and the index
+    /// whose probes all come back here (within [`PROBE_WAIT`]) is ours.
+    /// None if no index's did (ours is not among them, or nothing reads
+    /// our socket now). All at once, because probes naming another
+    /// member's index never come back: one index after another, each
+    /// wrong one cost the whole wait (three after two members of a process
+    /// died together: 150 ms, longer than an RC QP of timeout 12 retries).
+    fn find_index(&self, indices: &[u32]) -> Option<u32> {
         let base = random_u64();
-        let mut sent = 0;
-        for k in 0..PROBES {
-            let mut p = [0u8; steer::PROBE_LEN];
-            p[..4].copy_from_slice(&steer::PROBE_MAGIC.to_be_bytes());
-            p[4..8].copy_from_slice(&index.to_be_bytes());
-            p[8..].copy_from_slice(&base.wrapping_add(k).to_be_bytes());
-            let to = |port| match self.addr {
-                IpAddr::V4(a) => std::net::SocketAddr::from((a, port)),
-                IpAddr::V6(a) => std::net::SocketAddrV6::new(a, port, 0, self.scope_id).into(),
-            };
-            let s = std::net::UdpSocket::bind(to(0));
-            if s.and_then(|s| s.send_to(&p, to(rdma_wire::ROCE_V2_PORT))).is_ok() {
-                sent += 1;
+        let id = |n: usize, k: u64| base.wrapping_add(n as u64 * PROBES + k);
+        let to = |port| match self.addr {
+            IpAddr::V4(a) => std::net::SocketAddr::from((a, port)),
+            IpAddr::V6(a) => std::net::SocketAddrV6::new(a, port, 0, self.scope_id).into(),
+        };
+        let mut complete = vec![true; indices.len()];
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) =
+            Probing { first: base, count: indices.len() as u64 * PROBES, back: Vec::new() };
+        for (n, &index) in indices.iter().enumerate() {
+            for k in 0..PROBES {
+                let mut p = [0u8; steer::PROBE_LEN];
+                p[..4].copy_from_slice(&steer::PROBE_MAGIC.to_be_bytes());
+                p[4..8].copy_from_slice(&index.to_be_bytes());
+                p[8..].copy_from_slice(&id(n, k).to_be_bytes());
+                let s = std::net::UdpSocket::bind(to(0));
+                if s.and_then(|s| s.send_to(&p, to(rdma_wire::ROCE_V2_PORT))).is_err() {
+                    complete[n] = false; // not all of them can come back
+                }
             }
         }
         let start = Instant::now();
-        let back = loop {
+        let found = loop {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            let back = (0..PROBES).filter(|k| seen.contains(&base.wrapping_add(*k))).count();
-            if back == sent || start.elapsed() > PROBE_WAIT {
-                break back;
+            let all_back = |n: usize| complete[n] && (0..PROBES).all(|k| seen.back.contains(&id(n, k)));
+            if let Some(n) = (0..indices.len()).find(|&n| all_back(n)) {
+                break Some(indices[n]);
+            }
+            if start.elapsed() > PROBE_WAIT {
+                break None;
             }
             drop(seen);
             std::thread::sleep(Duration::from_millis(1));
         };
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        (back > 0).then_some(back == PROBES as usize)
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Probing::default();
+        found
     }
 
     /// Checks with probes that this member's socket is where the record
@@ -155,16 +185,12 @@ impl Shared {
         let Some(expected) = st.order.iter().position(|&s| s == self.slot) else { return };
         // Only probes that all came back say where we are: none back may
         // be another member's index or nothing reading our socket now.
-        let candidates = std::iter::once(expected).chain((0..st.order.len() + 2).filter(|&i| i != expected));
-        for i in candidates {
-            if self.at_index(i as u32) == Some(true) {
-                if i != expected {
-                    self.move_to(i);
-                }
-                return;
-            }
+        let candidates: Vec<u32> = (0..st.order.len() + 2).map(|i| i as u32).collect();
+        match self.find_index(&candidates) {
+            Some(i) if i as usize != expected => self.move_to(i as usize),
+            Some(_) => {}
+            None => tracing::debug!(slot = self.slot, "shared port: no probe told our place (is anything receiving?)"),
         }
-        tracing::debug!(slot = self.slot, "shared port: no probe told our place (is anything receiving?)");
     }
 
     /// Records this member at `index`, found by probing.
@@ -172,6 +198,9 @@ impl Shared {
         let r = self.reg.lock().and_then(|l| {
             let mut st = self.reg.read(&l);
             let Some(was) = st.order.iter().position(|&s| s == self.slot) else { return Ok(()) };
+            if was == index {
+                return Ok(()); // another member's repair put us there meanwhile
+            }
             if st.order.len() <= index {
                 st.order.resize(index + 1, UNKNOWN);
             }
@@ -325,9 +354,10 @@ impl Member {
         }
         let mut nonce = [0u8; 8];
         nonce.copy_from_slice(&d[8..]);
+        let nonce = u64::from_be_bytes(nonce);
         let mut seen = self.shared.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.len() < 4 * PROBES as usize {
-            seen.push(u64::from_be_bytes(nonce));
+        if seen.ours(nonce) && !seen.back.contains(&nonce) {
+            seen.back.push(nonce);
         }
         true
     }

@@ -1060,11 +1060,15 @@ impl Endpoint {
     /// A MAD that another engine of this device received on QP1 (a
     /// device of several engines, whose sockets the host steers QP1's
     /// datagrams among: its GSI and CM are on one engine): matched against
-    /// this GSI's sends and queued as if it had come here.
+    /// this GSI's sends and queued as if it had come here. Not counted in
+    /// `mads_received` again: the engine that took it in counted it, and
+    /// a device adds its engines' counters.
     pub fn gsi_forwarded(&mut self, m: ReceivedMad) {
         self.touch();
         let (gsi, stats) = (self.gsi.get(), &mut self.stats);
+        let received = stats.mads_received;
         gsi.receive(m.from, rdma_wire::mad::GSI_QKEY, m.src_qp, &m.mad, stats);
+        stats.mads_received = received;
     }
 
     /// Whether a MAD or a MAD timeout waits for [`Endpoint::poll_mad`] or

@@ -176,8 +176,9 @@ pub(crate) struct Shard {
     /// The ACK flusher sleeps until woken (see [`Inner::wake_flusher`]).
     flusher_parked: AtomicBool,
     /// When the progress thread's sleep ends (`Inner::now`, ns), as it
-    /// planned under the lock: another thread's round that leaves an
-    /// earlier deadline kicks it ([`Inner::progress_engines_of`]).
+    /// planned under the lock (0 during its own round): another thread's
+    /// round that leaves an earlier deadline kicks it
+    /// (`Inner::kick_if_due_sooner`).
     wakes_at: std::sync::atomic::AtomicU64,
 }
 
@@ -440,7 +441,7 @@ impl Inner {
             }
         } else if st.ep.mads_waiting() {
             let mut mads = self.mads.lock().unwrap_or_else(|e| e.into_inner());
-            while let Some(m) = st.ep.poll_mad() {
+            while let Some(m) = st.ep.poll_mad_to_forward() {
                 tracing::debug!(engine = st.shard, from = %m.from, "a MAD for the first engine's GSI");
                 mads.push(m);
             }
@@ -519,7 +520,24 @@ impl Inner {
             moved += st.io.transmit(&mut st.ep, now)?;
         }
         self.announce_completions(st);
+        self.kick_if_due_sooner(st);
         Ok(moved > 0)
+    }
+
+    /// After a round that another thread than the engine's progress thread
+    /// made (a poll, a wait, the CM's service): kicks the progress thread
+    /// if the round left work due before its planned wake (a held ACK, a
+    /// timer, sends the budget left), which it would otherwise sleep past
+    /// (up to [`MAX_SLEEP`]). The thread's own rounds find `wakes_at` 0.
+    fn kick_if_due_sooner(&self, st: &mut State) {
+        let shard = self.shard(st);
+        if !shard.thread.load(Ordering::Relaxed) {
+            return;
+        }
+        let due = if st.io.has_pending() || st.io.sends_left() { Some(self.now()) } else { st.ep.poll_timeout() };
+        if due.is_some_and(|t| t.as_nanos() < shard.wakes_at.load(Ordering::Relaxed)) {
+            shard.kick();
+        }
     }
 
     /// A poll that found CQ `cq` empty on a device of several engines: a
@@ -527,9 +545,7 @@ impl Inner {
     /// other thread holds, as every poll of a device of one engine makes.
     /// Without it a packet waits for its engine's thread to wake, tens of
     /// microseconds when the cores are busy (docs/multi-core-device.md).
-    /// The engine's thread is kicked when the round leaves work due before
-    /// its planned wake (a held ACK, a timer, sends the budget left), and
-    /// the waits look again when the round moved packets, as after the
+    /// The waits look again when a round moved packets, as after the
     /// thread's own rounds. Returns whether any round moved completions.
     pub(crate) fn progress_engines_of(&self, cq: rdma_transport::CqId) -> Result<bool> {
         let engines = self.hub().cqs.engines_of(cq);
@@ -547,10 +563,6 @@ impl Inner {
                 self.note_moved();
             }
             moved |= st.completions_moved();
-            let due = if st.io.has_pending() || st.io.sends_left() { Some(self.now()) } else { st.ep.poll_timeout() };
-            if due.is_some_and(|t| t.as_nanos() < shard.wakes_at.load(Ordering::Relaxed)) {
-                shard.kick();
-            }
         }
         Ok(moved)
     }
@@ -1239,6 +1251,7 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
         let shard = &inner.shards[index];
         let sleep = {
             let mut st = shard.lock();
+            shard.wakes_at.store(0, Ordering::Relaxed); // this round: none to kick
             match inner.progress_locked(&mut st) {
                 Ok(moved) => {
                     if moved && inner.shards.len() > 1 {

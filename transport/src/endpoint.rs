@@ -1060,15 +1060,22 @@ impl Endpoint {
     /// A MAD that another engine of this device received on QP1 (a
     /// device of several engines, whose sockets the host steers QP1's
     /// datagrams among: its GSI and CM are on one engine): matched against
-    /// this GSI's sends and queued as if it had come here. Not counted in
-    /// `mads_received` again: the engine that took it in counted it, and
-    /// a device adds its engines' counters.
+    /// this GSI's sends and queued as if it had come here, or dropped (and
+    /// counted) as here.
     pub fn gsi_forwarded(&mut self, m: ReceivedMad) {
         self.touch();
         let (gsi, stats) = (self.gsi.get(), &mut self.stats);
-        let received = stats.mads_received;
         gsi.receive(m.from, rdma_wire::mad::GSI_QKEY, m.src_qp, &m.mad, stats);
-        stats.mads_received = received;
+    }
+
+    /// The next MAD received on QP1, taken to be handed to the engine of
+    /// the device's GSI ([`Endpoint::gsi_forwarded`]), which counts it:
+    /// not counted in this engine's `mads_received` (a device adds its
+    /// engines' counters).
+    pub fn poll_mad_to_forward(&mut self) -> Option<ReceivedMad> {
+        let m = self.poll_mad()?;
+        self.stats.mads_received = self.stats.mads_received.saturating_sub(1);
+        Some(m)
     }
 
     /// Whether a MAD or a MAD timeout waits for [`Endpoint::poll_mad`] or

@@ -41,20 +41,25 @@ struct Shared {
 const PROBES: u64 = 16;
 /// How long a member waits for its probes to come back round.
 const PROBE_WAIT: Duration = Duration::from_millis(50);
+/// How long it waits for those naming its recorded index before it
+/// probes every index: they come back within a millisecond or two.
+const FIRST_WAIT: Duration = Duration::from_millis(10);
 
-/// The nonces of the probes a member sent (`count` from `first`, none
-/// while it is not probing) and those of them that came back: what other
-/// members' probes for its index bring is not kept.
+/// The probes a member sent (nonces from `first`, one flag each: none
+/// while it is not probing), and which came back: what other members'
+/// probes for its index bring is not kept.
 #[derive(Debug, Default)]
 struct Probing {
     first: u64,
-    count: u64,
-    back: Vec<u64>,
+    back: Vec<bool>,
 }
 
 impl Probing {
-    fn ours(&self, nonce: u64) -> bool {
-        nonce.wrapping_sub(self.first) < self.count
+    /// Notes probe `nonce` back, if it is one of ours.
+    fn note(&mut self, nonce: u64) {
+        if let Some(b) = usize::try_from(nonce.wrapping_sub(self.first)).ok().and_then(|i| self.back.get_mut(i)) {
+            *b = true;
+        }
     }
 }
 
@@ -129,23 +134,23 @@ impl Shared {
     }
 
     /// Which of `indices` of the kernel's array holds this member's
-    /// socket: [`PROBES`] probes naming each go out at once, and the index
-    /// whose probes all come back here (within [`PROBE_WAIT`]) is ours.
-    /// None if no index's did (ours is not among them, or nothing reads
-    /// our socket now). All at once, because probes naming another
-    /// member's index never come back: one index after another, each
-    /// wrong one cost the whole wait (three after two members of a process
-    /// died together: 150 ms, longer than an RC QP of timeout 12 retries).
-    fn find_index(&self, indices: &[u32]) -> Option<u32> {
+    /// socket: [`PROBES`] probes naming each go out at once, and an index
+    /// whose probes all come back here within `wait` is ours. The array
+    /// has `len` sockets as recorded: probes naming an index past its end
+    /// are hashed by flow (all of them come back to a member alone), so
+    /// such an index counts only when no index below `len` answered.
+    /// None if none did (ours is not among them, or nothing reads our
+    /// socket now).
+    fn find_index(&self, indices: &[u32], len: usize, wait: Duration) -> Option<u32> {
         let base = random_u64();
         let id = |n: usize, k: u64| base.wrapping_add(n as u64 * PROBES + k);
         let to = |port| match self.addr {
             IpAddr::V4(a) => std::net::SocketAddr::from((a, port)),
             IpAddr::V6(a) => std::net::SocketAddrV6::new(a, port, 0, self.scope_id).into(),
         };
+        let count = indices.len() * PROBES as usize;
         let mut complete = vec![true; indices.len()];
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) =
-            Probing { first: base, count: indices.len() as u64 * PROBES, back: Vec::new() };
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Probing { first: base, back: vec![false; count] };
         for (n, &index) in indices.iter().enumerate() {
             for k in 0..PROBES {
                 let mut p = [0u8; steer::PROBE_LEN];
@@ -161,12 +166,14 @@ impl Shared {
         let start = Instant::now();
         let found = loop {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            let all_back = |n: usize| complete[n] && (0..PROBES).all(|k| seen.back.contains(&id(n, k)));
-            if let Some(n) = (0..indices.len()).find(|&n| all_back(n)) {
-                break Some(indices[n]);
+            let per = PROBES as usize;
+            let all_back = |n: usize| complete[n] && seen.back[n * per..(n + 1) * per].iter().all(|&b| b);
+            let answered: Vec<u32> = (0..indices.len()).filter(|&n| all_back(n)).map(|n| indices[n]).collect();
+            if let Some(&i) = answered.iter().find(|&&i| (i as usize) < len) {
+                break Some(i);
             }
-            if start.elapsed() > PROBE_WAIT {
-                break None;
+            if start.elapsed() > wait {
+                break answered.first().copied(); // past the end, and nothing inside answered
             }
             drop(seen);
             std::thread::sleep(Duration::from_millis(1));
@@ -180,13 +187,24 @@ impl Shared {
     /// its place moves to ours; each member checks itself). Run after a
     /// join and after members died, when the kernel's order may differ
     /// from the record's (see [`ambiguous`]).
+    ///
+    /// The recorded index first, which is the usual answer; if its probes
+    /// did not all come back within [`FIRST_WAIT`], every index at once.
+    /// (One index after another, each wrong one cost the whole wait: after
+    /// two members of a process died together the repair took 150 ms,
+    /// longer than an RC QP of timeout 12 retries.)
     fn verify(&self) {
         let st = self.reg.read_unlocked();
         let Some(expected) = st.order.iter().position(|&s| s == self.slot) else { return };
-        // Only probes that all came back say where we are: none back may
-        // be another member's index or nothing reading our socket now.
-        let candidates: Vec<u32> = (0..st.order.len() + 2).map(|i| i as u32).collect();
-        match self.find_index(&candidates) {
+        if st.order.len() == 1 {
+            return; // alone: every datagram is ours, whatever the index
+        }
+        let len = st.order.len();
+        let found = self.find_index(&[expected as u32], len, FIRST_WAIT).or_else(|| {
+            let all: Vec<u32> = (0..len + 2).map(|i| i as u32).collect();
+            self.find_index(&all, len, PROBE_WAIT)
+        });
+        match found {
             Some(i) if i as usize != expected => self.move_to(i as usize),
             Some(_) => {}
             None => tracing::debug!(slot = self.slot, "shared port: no probe told our place (is anything receiving?)"),
@@ -354,11 +372,7 @@ impl Member {
         }
         let mut nonce = [0u8; 8];
         nonce.copy_from_slice(&d[8..]);
-        let nonce = u64::from_be_bytes(nonce);
-        let mut seen = self.shared.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.ours(nonce) && !seen.back.contains(&nonce) {
-            seen.back.push(nonce);
-        }
+        self.shared.seen.lock().unwrap_or_else(|e| e.into_inner()).note(u64::from_be_bytes(nonce));
         true
     }
 

@@ -102,9 +102,9 @@ fn a_member_with_plain_receive_never_takes_gro() {
 /// Why: a member alone takes GRO; a GSO message queued on its socket
 /// stays merged, and once a newcomer's join has turned GRO off, the
 /// kernel hands it up whole and without the UDP_GRO control message that
-/// says where its packets end. (A process whose device is joined while
-/// packets wait on its socket reads such a datagram as one packet, which
-/// fails its ICRC: docs/shared-device.md.)
+/// says where its packets end. (The receive path cuts one longer than any
+/// packet where its packets begin, `udp::rx::merged_segment`; a shorter
+/// one is read as one packet and fails its ICRC: docs/shared-device.md.)
 #[test]
 fn a_member_that_turns_gro_off_reads_queued_merged_datagrams_whole() {
     let addr: IpAddr = "127.0.22.16".parse().unwrap();

@@ -6,7 +6,7 @@
 use super::config::BATCH;
 use super::sys::CMSG_SPACE_8;
 use crate::io_stats::IoStats;
-use rdma_transport::{Endpoint, Instant};
+use rdma_transport::{Endpoint, Instant, MAX_PACKET};
 use rdma_wire::DatagramHeaders;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -244,7 +244,10 @@ pub(crate) fn split_datagram(
         tracing::debug!(at, len, "datagram outside its buffer dropped");
         return 0;
     };
-    let seg = seg.filter(|&s| s > 0 && s < len).unwrap_or(len.max(1));
+    let seg = seg
+        .filter(|&s| s > 0 && s < len)
+        .or_else(|| (len > MAX_PACKET).then(|| merged_segment(&buf[at..end])).flatten())
+        .unwrap_or(len.max(1));
     if seg < len {
         stats.gro_receives += 1;
     }
@@ -262,9 +265,77 @@ pub(crate) fn split_datagram(
     packets
 }
 
+/// The segment size of a datagram longer than any packet that came up
+/// without UDP_GRO's control message: one UDP GRO merged while the socket
+/// took it, read after a shared port's join turned GRO off (the kernel
+/// then leaves the message out: docs/shared-device.md). The run is one
+/// QP's packets in PSN order, all of one size but the last (a sender of
+/// this stack cuts its GSO runs at a change of QP, and a GSO send arrives
+/// whole): the size at whose every multiple the next packet of that QP
+/// begins. None if no size fits (the datagram then fails as one packet).
+fn merged_segment(d: &[u8]) -> Option<usize> {
+    const BTH: usize = 12;
+    let qpn = |p: &[u8]| [p[5], p[6], p[7]];
+    let psn = |p: &[u8]| u32::from_be_bytes([0, p[9], p[10], p[11]]);
+    if d.len() < BTH {
+        return None;
+    }
+    // A packet is a BTH, headers and payload padded to 4 bytes, and an ICRC.
+    let found = (BTH + 4..=MAX_PACKET.min(d.len() - 1)).step_by(4).find(|&s| {
+        d.chunks(s)
+            .enumerate()
+            .skip(1)
+            .all(|(k, p)| p.len() >= BTH + 4 && qpn(p) == qpn(d) && psn(p) == (psn(d) + k as u32) & 0xff_ffff)
+    });
+    tracing::debug!(len = d.len(), segment = ?found, "a merged datagram without its segment size");
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run of `n` packets of QP 0x123 from PSN 0xfffffe (it wraps), each
+    /// `size` bytes but the last (`last`), merged into one datagram.
+    fn merged_run(n: usize, size: usize, last: usize) -> Vec<u8> {
+        let mut d = Vec::new();
+        for k in 0..n {
+            let mut p = vec![0x5a; if k + 1 == n { last } else { size }];
+            p[0] = 0x01; // RC SEND MIDDLE
+            p[5..8].copy_from_slice(&[0x00, 0x01, 0x23]);
+            let psn = (0xff_fffe + k as u32) & 0xff_ffff;
+            p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+            d.extend_from_slice(&p);
+        }
+        d
+    }
+
+    /// A datagram longer than any packet, without its segment size (GRO
+    /// turned off after it was merged), is cut where its packets begin:
+    /// runs of full 4 KiB MIDDLE packets and of 1 KiB SEND ONLY ones.
+    #[test]
+    fn a_merged_datagram_without_its_segment_size_is_cut_where_its_packets_begin() {
+        for (n, size, last) in [(15, 4112, 4112), (16, 1052, 400), (5, 4112, 16)] {
+            let d = merged_run(n, size, last);
+            assert!(d.len() > MAX_PACKET);
+            let mut lens = Vec::new();
+            let packets = split_datagram(&d, 0, d.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
+            let mut want = vec![size; n - 1];
+            want.push(last);
+            assert_eq!((packets, lens), (n, want), "{n} x {size}");
+        }
+        // Not a run of one QP: handed on whole (its ICRC then fails).
+        let mut d = merged_run(15, 4112, 4112);
+        d[4112 + 7] ^= 1;
+        let mut lens = Vec::new();
+        split_datagram(&d, 0, d.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
+        assert_eq!(lens, [d.len()]);
+        // A packet (not longer than one can be) is never cut.
+        let one = merged_run(1, 0, 4112);
+        let mut lens = Vec::new();
+        split_datagram(&one, 0, one.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
+        assert_eq!(lens, [4112]);
+    }
 
     fn storage_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         let a = socket2::SockAddr::from(addr);

@@ -90,9 +90,9 @@ pub fn udp_receive(data: &[u8]) -> u64 {
         packets.push(pkt.to_vec());
     });
     assert_eq!(n, packets.len());
-    let segments = match seg {
-        Some(s) if s > 0 && s < len => len.div_ceil(s),
-        _ => 1,
+    let segments = match crate::udp::rx_segment_size(seg, buf.get(at..at + len).unwrap_or(&[])) {
+        Some(s) => len.div_ceil(s),
+        None => 1,
     };
     assert!(n <= segments, "{n} packets from {segments} segments");
     if !fits {

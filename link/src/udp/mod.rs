@@ -73,7 +73,7 @@ mod uring;
 
 pub use config::{IoDriver, Offloads, UdpConfig, BATCH, MAX_TX_SOCKETS, TX_BATCH, TX_BATCHES_PER_CALL};
 pub use multicast::group_ip;
-pub(crate) use rx::split_datagram;
+pub(crate) use rx::{segment_size as rx_segment_size, split_datagram};
 
 use crate::faults::DatagramFaults;
 use crate::io_stats::IoStats;

@@ -6,7 +6,7 @@
 use super::config::BATCH;
 use super::sys::CMSG_SPACE_8;
 use crate::io_stats::IoStats;
-use rdma_transport::{Endpoint, Instant, MAX_PACKET};
+use rdma_transport::{Endpoint, Instant};
 use rdma_wire::DatagramHeaders;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -244,10 +244,7 @@ pub(crate) fn split_datagram(
         tracing::debug!(at, len, "datagram outside its buffer dropped");
         return 0;
     };
-    let seg = seg
-        .filter(|&s| s > 0 && s < len)
-        .or_else(|| (len > MAX_PACKET).then(|| merged_segment(&buf[at..end])).flatten())
-        .unwrap_or(len.max(1));
+    let seg = segment_size(seg, &buf[at..end]).unwrap_or(len.max(1));
     if seg < len {
         stats.gro_receives += 1;
     }
@@ -265,27 +262,45 @@ pub(crate) fn split_datagram(
     packets
 }
 
+/// The largest RoCE v2 packet after its UDP header: a BTH, the longest
+/// extension headers with a payload (XRCETH, RETH, immediate data), a
+/// 4 KiB path MTU's payload and the ICRC. RoCE caps the path MTU at 4 KiB
+/// on any Ethernet MTU.
+pub(crate) const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
+
+/// Where the packets of `datagram` end: every `seg` bytes (UDP_GRO's
+/// control message), or, for a datagram longer than any packet that came
+/// without one, every [`merged_segment`] bytes. None: it is one packet.
+pub(crate) fn segment_size(seg: Option<usize>, datagram: &[u8]) -> Option<usize> {
+    let len = datagram.len();
+    seg.filter(|&s| s > 0 && s < len)
+        .or_else(|| (len > MAX_ROCE_UDP_PAYLOAD).then(|| merged_segment(datagram)).flatten())
+}
+
 /// The segment size of a datagram longer than any packet that came up
 /// without UDP_GRO's control message: one UDP GRO merged while the socket
 /// took it, read after a shared port's join turned GRO off (the kernel
-/// then leaves the message out: docs/shared-device.md). The run is one
-/// QP's packets in PSN order, all of one size but the last (a sender of
-/// this stack cuts its GSO runs at a change of QP, and a GSO send arrives
-/// whole): the size at whose every multiple the next packet of that QP
-/// begins. None if no size fits (the datagram then fails as one packet).
+/// then leaves the message out: docs/shared-device.md). A run of this
+/// stack's senders over loopback or a veth is one QP's packets in PSN
+/// order, all of one size but the last (they cut their GSO runs at a
+/// change of QP, and a GSO send arrives whole): the size at whose every
+/// multiple the next packet of that QP begins, with the first's P_Key and
+/// transport version 0. None if no size fits (a run that mixes QPs, as
+/// GRO over a NIC may make): the datagram then fails as one packet.
 fn merged_segment(d: &[u8]) -> Option<usize> {
     const BTH: usize = 12;
-    let qpn = |p: &[u8]| [p[5], p[6], p[7]];
+    let qp = |p: &[u8]| [p[2], p[3], p[5], p[6], p[7]]; // P_Key and destination QP
     let psn = |p: &[u8]| u32::from_be_bytes([0, p[9], p[10], p[11]]);
-    if d.len() < BTH {
+    let tver0 = |p: &[u8]| p[1] & 0x0f == 0;
+    if d.len() < BTH || !tver0(d) {
         return None;
     }
     // A packet is a BTH, headers and payload padded to 4 bytes, and an ICRC.
-    let found = (BTH + 4..=MAX_PACKET.min(d.len() - 1)).step_by(4).find(|&s| {
+    let found = (BTH + 4..=MAX_ROCE_UDP_PAYLOAD.min(d.len() - 1)).step_by(4).find(|&s| {
         d.chunks(s)
             .enumerate()
             .skip(1)
-            .all(|(k, p)| p.len() >= BTH + 4 && qpn(p) == qpn(d) && psn(p) == (psn(d) + k as u32) & 0xff_ffff)
+            .all(|(k, p)| p.len() >= BTH + 4 && tver0(p) && qp(p) == qp(d) && psn(p) == (psn(d) + k as u32) & 0xff_ffff)
     });
     tracing::debug!(len = d.len(), segment = ?found, "a merged datagram without its segment size");
     found
@@ -301,8 +316,8 @@ mod tests {
         let mut d = Vec::new();
         for k in 0..n {
             let mut p = vec![0x5a; if k + 1 == n { last } else { size }];
-            p[0] = 0x01; // RC SEND MIDDLE
-            p[5..8].copy_from_slice(&[0x00, 0x01, 0x23]);
+            p[..8].copy_from_slice(&[0x01, 0x00, 0xff, 0xff, 0x00, 0x00, 0x01, 0x23]); // RC SEND MIDDLE, P_Key, QP
+            p[8] = 0;
             let psn = (0xff_fffe + k as u32) & 0xff_ffff;
             p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
             d.extend_from_slice(&p);
@@ -315,9 +330,9 @@ mod tests {
     /// runs of full 4 KiB MIDDLE packets and of 1 KiB SEND ONLY ones.
     #[test]
     fn a_merged_datagram_without_its_segment_size_is_cut_where_its_packets_begin() {
-        for (n, size, last) in [(15, 4112, 4112), (16, 1052, 400), (5, 4112, 16)] {
+        for (n, size, last) in [(15, 4112, 4112), (16, 1052, 400), (5, 4112, 16), (4, 1040, 1040)] {
             let d = merged_run(n, size, last);
-            assert!(d.len() > MAX_PACKET);
+            assert!(d.len() > MAX_ROCE_UDP_PAYLOAD);
             let mut lens = Vec::new();
             let packets = split_datagram(&d, 0, d.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
             let mut want = vec![size; n - 1];

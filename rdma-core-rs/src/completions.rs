@@ -161,8 +161,9 @@ impl DeviceCqs {
         });
     }
 
-    /// Engine `engine` (below [`crate::MAX_THREADS`]) has a QP on CQ `cq` (for as long as the CQ lives:
-    /// a bit left by a QP destroyed costs a round that finds nothing).
+    /// Engine `engine` (below [`crate::MAX_THREADS`]) has a QP on CQ `cq`,
+    /// for as long as the CQ lives (a bit a destroyed QP left costs a round
+    /// that finds nothing).
     pub(crate) fn note_engine(&mut self, cq: CqId, engine: usize) {
         if let Some(c) = self.cqs.get_mut(cq.0) {
             c.engines |= 1u32 << engine;

@@ -844,12 +844,12 @@ fn open_engine(device: &Device, seed: Option<u64>) -> Result<(Endpoint, Io)> {
         }
         Backend::Udp => {
             ep.set_ipv4_ident_unknown(true); // see rdma_link::udp
-                                             // Several engines share the port, steered by QPN like
-                                             // processes, and take no GRO: a member alone takes it, and the
-                                             // first engine is alone until the second joins, when it would
-                                             // turn GRO off with merged datagrams perhaps still queued (read
-                                             // without their segment size: ICRC mismatches).
             let several = seed.is_some();
+            // Several engines share the port, steered by QPN like
+            // processes, and take no GRO: a member alone takes it, and the
+            // first engine is alone until the second joins, when it would
+            // turn GRO off with merged datagrams perhaps still queued (read
+            // without their segment size: ICRC mismatches).
             let udp =
                 rdma_link::udp::UdpConfig { shared: cfg.udp().shared || several, plain_receive: several, ..cfg.udp() };
             let io = UdpIo::bind(device.addr(), &udp)?;
@@ -1274,7 +1274,7 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
             let sleep =
                 if st.io.has_pending() { Duration::ZERO } else { engine.map_or(MAX_SLEEP, |e| e.min(MAX_SLEEP)) };
             // Under the lock: a round another thread makes after this one
-            // compares its deadline with this (progress_engines_of).
+            // compares its deadline with this (kick_if_due_sooner).
             shard.wakes_at.store(now.as_nanos().saturating_add(sleep.as_nanos() as u64), Ordering::Relaxed);
             sleep
         };

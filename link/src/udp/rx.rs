@@ -266,7 +266,7 @@ pub(crate) fn split_datagram(
 /// extension headers with a payload (XRCETH, RETH, immediate data), a
 /// 4 KiB path MTU's payload and the ICRC. RoCE caps the path MTU at 4 KiB
 /// on any Ethernet MTU.
-pub(crate) const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
+const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
 
 /// Where the packets of `datagram` end: every `seg` bytes (UDP_GRO's
 /// control message), or, for a datagram longer than any packet that came
@@ -327,7 +327,7 @@ mod tests {
 
     /// A datagram longer than any packet, without its segment size (GRO
     /// turned off after it was merged), is cut where its packets begin:
-    /// runs of full 4 KiB MIDDLE packets and of 1 KiB SEND ONLY ones.
+    /// runs of one QP's 4 KiB and 1 KiB packets, with shorter last ones.
     #[test]
     fn a_merged_datagram_without_its_segment_size_is_cut_where_its_packets_begin() {
         for (n, size, last) in [(15, 4112, 4112), (16, 1052, 400), (5, 4112, 16), (4, 1040, 1040)] {

@@ -255,3 +255,28 @@ fn memory_windows_bind_guard_and_invalidate_from_c() {
         ],
     );
 }
+
+/// A device of several engines has no memory windows (yet): `ibv_alloc_mw`
+/// fails with EOPNOTSUPP, as libibverbs answers for a provider without
+/// them, not with ENOMEM (which says "try again with fewer").
+#[test]
+fn ibv_alloc_mw_on_a_device_of_two_engines_fails_with_eopnotsupp() {
+    const ALLOC: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <infiniband/verbs.h>
+int main(void) {
+    struct ibv_device **l = ibv_get_device_list(NULL);
+    struct ibv_context *ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
+    struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+    if (!pd) return 2;
+    errno = 0;
+    struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    printf("alloc_mw ret=%ld errno=%d\n", mw ? 0L : -1L, errno);
+    return 0;
+}
+"#;
+    let two = &[("SOFTROCE_THREADS", "2")];
+    let Some(text) = common::run_c_with("mw-engines", "mw1=127.0.13.9", two, ALLOC) else { return };
+    common::check_calls(&text, &[("alloc_mw", -1, Some(libc::EOPNOTSUPP))]);
+}

@@ -12,7 +12,9 @@
 //! leaves it [`IDLE_LOOK`] to the application (none if the application is
 //! asleep in `ibv_get_cq_event`), and takes it itself if the application
 //! did not poll in that time. Only an application that polls steadily
-//! (`polls.rs`) lets it rest without watching the device.
+//! (`polls.rs`) lets it rest without watching the device. A device of
+//! several engines (`SOFTROCE_THREADS`) has a thread per engine that makes
+//! its progress; there this thread only hands on the asynchronous events.
 
 use crate::abi::*;
 use crate::device::Dev;
@@ -65,6 +67,10 @@ const TIMER_SLACK_NS: libc::c_ulong = 1_000;
 /// How often the idle-progress thread looks at the engine's timers when
 /// no packet comes (retransmissions, RNR waits).
 pub const IDLE_DRIVE: Duration = Duration::from_millis(1);
+
+/// How long the thread of a device of several engines waits for an
+/// asynchronous event before it looks whether the device is closing.
+const ENGINES_LOOK: Duration = Duration::from_millis(10);
 
 /// The per-device tables the idle-progress thread reads to turn the engine's
 /// numbers into the application's pointers (stored as addresses).
@@ -361,6 +367,22 @@ fn spawn_idle_progress(
     activity: Arc<Activity>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("ibv-progress".into()).spawn(move || {
+        if verbs.engines() > 1 {
+            // A device of several engines: their threads make the progress
+            // (and the application's empty polls); this one only hands the
+            // engines' asynchronous events on to `ibv_get_async_event`.
+            while !shared.stop.load(Ordering::Relaxed) {
+                match verbs.get_async_event(Some(ENGINES_LOOK)) {
+                    Ok(Some(ev)) => deliver(&shared, ev),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the async event thread stops");
+                        return;
+                    }
+                }
+            }
+            return;
+        }
         // Sleeps of IDLE_LOOK as asked, not the default 50 us later.
         // SAFETY: prctl with PR_SET_TIMERSLACK changes only this thread's slack.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0) };

@@ -521,6 +521,11 @@ impl Inner {
         }
         self.announce_completions(st);
         self.kick_if_due_sooner(st);
+        if moved > 0 && self.shards.len() > 1 {
+            // A packet may have raised an async event or a CM event: the
+            // waits of a device of several engines look again.
+            self.note_moved();
+        }
         Ok(moved > 0)
     }
 
@@ -545,8 +550,7 @@ impl Inner {
     /// other thread holds, as every poll of a device of one engine makes.
     /// Without it a packet waits for its engine's thread to wake, tens of
     /// microseconds when the cores are busy (docs/multi-core-device.md).
-    /// The waits look again when a round moved packets, as after the
-    /// thread's own rounds. Returns whether any round moved completions.
+    /// Returns whether any round moved completions.
     pub(crate) fn progress_engines_of(&self, cq: rdma_transport::CqId) -> Result<bool> {
         let engines = self.hub().cqs.engines_of(cq);
         let mut moved = false;
@@ -559,9 +563,7 @@ impl Inner {
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => continue,
             };
-            if self.progress_locked(&mut st)? {
-                self.note_moved();
-            }
+            self.progress_locked(&mut st)?;
             moved |= st.completions_moved();
         }
         Ok(moved)
@@ -1252,19 +1254,10 @@ fn spawn_progress_thread(inner: &Arc<Inner>, index: usize) -> Result<()> {
         let sleep = {
             let mut st = shard.lock();
             shard.wakes_at.store(0, Ordering::Relaxed); // this round: none to kick
-            match inner.progress_locked(&mut st) {
-                Ok(moved) => {
-                    if moved && inner.shards.len() > 1 {
-                        // A packet may have raised an async event or a CM
-                        // event: the waits look again.
-                        inner.note_moved();
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "progress thread stops");
-                    shard.thread.store(false, Ordering::Relaxed);
-                    return;
-                }
+            if let Err(e) = inner.progress_locked(&mut st) {
+                tracing::error!(error = %e, "progress thread stops");
+                shard.thread.store(false, Ordering::Relaxed);
+                return;
             }
             if st.followers > 0 {
                 shard.progressed.notify_all();

@@ -384,7 +384,8 @@ fn forty_qps_share_sixteen_send_sockets_and_every_write_lands() {
 #[test]
 fn a_lone_packet_after_a_gso_run_of_smaller_packets_leaves_whole() {
     let (a_ip, b_ip) = addresses();
-    // One engine: a device of several sends without GSO for now.
+    // One engine: the runs of one QP on one socket (a device of several
+    // also sends with GSO, each engine from its own sockets).
     let cfg = DeviceConfig { progress: Progress::Thread, threads: 1, ..DeviceConfig::default() };
     let (a, _) = Side::new("lone-a", a_ip, QpType::Rc, cfg.clone(), None);
     let (b, _) = Side::new("lone-b", b_ip, QpType::Rc, cfg, None);

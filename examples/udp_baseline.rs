@@ -6,6 +6,13 @@
 //!   MODE is `plain` (one send and one receive system call per datagram),
 //!   `mmsg` (sendmmsg/recvmmsg of 32) or `gso` (UDP_SEGMENT sends of up to
 //!   64 segments, UDP_GRO receives). Prints the receiver's figures.
+//!   `gso-roce` sends as this backend sends RC WRITEs of SIZE bytes at a
+//!   4096-byte MTU, without any engine work: on a connected socket (as the
+//!   backend sends to its one peer), each WRITE as two UDP_SEGMENT
+//!   messages in one `sendmmsg`, since its FIRST packet is 16
+//!   bytes (the RETH) longer than the rest (4,128 and 4,112 bytes after
+//!   the UDP header): FIRST with the second packet, then the others. The
+//!   floor of `rdma-perf write-bw` given the wire format.
 //! - `pingpong SIZE ITERS POLL`: a SIZE-byte ping-pong on connected
 //!   sockets (`send`/`recv`: the cheapest system calls there are); POLL is
 //!   `busy` (non-blocking receives in a loop) or `block`. Prints round trips.
@@ -61,7 +68,7 @@ fn bw(mode: &str, size: usize, secs: f64) {
     let dest = rx.local_addr().unwrap();
     setopt(&rx, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
     rx.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-    if mode == "gso" {
+    if mode == "gso" || mode == "gso-roce" {
         setopt(&rx, libc::SOL_UDP, UDP_GRO, 1);
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -69,6 +76,11 @@ fn bw(mode: &str, size: usize, secs: f64) {
     let mode_tx = mode.to_string();
     let sender = std::thread::spawn(move || {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        if mode_tx == "gso-roce" {
+            setopt(&tx, libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20);
+            tx.connect(dest).unwrap();
+            return send_writes(&tx, size, &stop_tx);
+        }
         tx.connect(dest).unwrap();
         setopt(&tx, libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20);
         let segs = if mode_tx == "gso" { (65000 / size).clamp(1, 64) } else { 1 };
@@ -110,7 +122,9 @@ fn bw(mode: &str, size: usize, secs: f64) {
             }
         } else if let Ok(n) = rx.recv(&mut buf) {
             bytes += n as u64;
-            datagrams += (n as u64).div_ceil(size as u64);
+            // gso-roce: its segments are 4,112 and 4,128 bytes.
+            let segment = if mode == "gso-roce" { 4112 } else { size };
+            datagrams += (n as u64) / (segment as u64).max(1);
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
@@ -121,6 +135,41 @@ fn bw(mode: &str, size: usize, secs: f64) {
         bytes as f64 * 8.0 / elapsed / 1e9,
         datagrams as f64 / elapsed / 1e6
     );
+}
+
+/// `bw gso-roce`: WRITEs of `size` bytes until `stop`, each as two
+/// UDP_SEGMENT messages (FIRST and the next packet, then the rest) in one
+/// `sendmmsg` on the connected socket `tx`.
+fn send_writes(tx: &UdpSocket, size: usize, stop: &AtomicBool) {
+    const MTU: usize = 4096;
+    let (first, other) = (12 + 16 + MTU + 4, 12 + MTU + 4);
+    let packets = size.div_ceil(MTU).max(3);
+    let mut head = vec![0x5au8; first + other];
+    let mut rest = vec![0x5au8; other * (packets - 2)];
+    let mut iov = [
+        libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() },
+        libc::iovec { iov_base: rest.as_mut_ptr().cast(), iov_len: rest.len() },
+    ];
+    let mut control = [[0u64; 4]; 2];
+    let mut m = headers(&mut iov);
+    for (i, (h, segment)) in m.iter_mut().zip([first, other]).enumerate() {
+        let h = &mut h.msg_hdr;
+        h.msg_control = control[i].as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA stay within `control[i]`.
+        unsafe {
+            h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+            let c = libc::CMSG_FIRSTHDR(h);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
+        }
+    }
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: the headers point at live buffers and controls.
+        let n = unsafe { libc::sendmmsg(tx.as_raw_fd(), m.as_mut_ptr(), 2, 0) };
+        assert!(n >= 0, "sendmmsg: {}", std::io::Error::last_os_error());
+    }
 }
 
 /// `connected`: `send`/`recv` on connected sockets (`pingpong`), else
@@ -286,7 +335,7 @@ fn pingpong_roce(size: usize, iters: usize, busy: bool, connected: bool) {
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let usage = "usage: udp_baseline bw plain|mmsg|gso SIZE SECS | pingpong|pingpong-unconnected|pingpong-roce|pingpong-roce-connected SIZE ITERS busy|block";
+    let usage = "usage: udp_baseline bw plain|mmsg|gso|gso-roce SIZE SECS | pingpong|pingpong-unconnected|pingpong-roce|pingpong-roce-connected SIZE ITERS busy|block";
     match a.get(1).map(String::as_str) {
         Some("bw") if a.len() == 5 => bw(&a[2], a[3].parse().expect(usage), a[4].parse().expect(usage)),
         Some("pingpong") if a.len() == 5 => {

@@ -893,7 +893,10 @@ impl Context {
         });
         let mut shards = Vec::with_capacity(engines);
         for index in 0..engines {
-            let (ep, io) = open_engine(device, seed)?;
+            let (mut ep, io) = open_engine(device, seed)?;
+            if index > 0 {
+                ep.relay_mads(); // the first engine's GSI sends the device's MADs
+            }
             let slot = io.slot();
             shards.push(Shard::new(index, slot, ep, io)?);
         }

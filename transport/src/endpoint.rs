@@ -1068,6 +1068,16 @@ impl Endpoint {
         gsi.receive(m.from, rdma_wire::mad::GSI_QKEY, m.src_qp, &m.mad, stats);
     }
 
+    /// Makes this engine's QP1 a relay for another engine's GSI (a device
+    /// of several engines, the one whose GSI sends the device's MADs): it
+    /// takes in every MAD that passes the MAD layer's checks, responses to
+    /// sends it never made included, for [`Endpoint::poll_mad_to_forward`].
+    /// Without it such a response was dropped here as unmatched. Call it
+    /// before QP1 is used.
+    pub fn relay_mads(&mut self) {
+        self.gsi.set_relay();
+    }
+
     /// The next MAD received on QP1, taken to be handed to the engine of
     /// the device's GSI ([`Endpoint::gsi_forwarded`]), which counts it:
     /// not counted in this engine's `mads_received` (a device adds its

@@ -256,6 +256,53 @@ fn a_forwarded_mad_is_queued_by_the_gsi_and_counted_once() {
     assert_eq!((other.stats().mads_received, first.stats().mads_received), (0, 1));
 }
 
+/// A response that the host steers to an engine other than the one whose
+/// GSI sent the request (a device of several engines) is taken in there as
+/// a relay (`Endpoint::relay_mads`), not dropped as unmatched, and answers
+/// the send on the GSI's engine: no retry, no timeout. Without the relay
+/// the other engine drops it and the send times out.
+#[test]
+fn a_response_another_engine_takes_in_answers_the_send_of_the_gsis_engine() {
+    let now = Instant::ZERO;
+    let get = MadHeaderRepr { method: mad::method::GET, ..MadHeaderRepr::cm(mad::attr::CLASS_PORT_INFO, 0) };
+    let respond = |tid| {
+        let resp =
+            MadHeaderRepr { method: mad::method::GET_RESP, ..MadHeaderRepr::cm(mad::attr::CLASS_PORT_INFO, tid) };
+        gsi::OutgoingMad::from((resp, [3u8; MAD_DATA_LEN])).0
+    };
+    for relay in [true, false] {
+        let (mut first, mut other) = (Endpoint::with_seed(B, 2), Endpoint::with_seed(B, 3));
+        if relay {
+            other.relay_mads();
+        }
+        let tid = first.gsi_send(A, (get, [0u8; MAD_DATA_LEN]), Some(50 * MS), 1).unwrap();
+        let mut buf = vec![0u8; MAX_PACKET];
+        first.poll_transmit(now, &mut buf).expect("the GET leaves");
+        other.handle_packet(now + MS, &crafted(GSI_QKEY, &respond(tid)));
+        while let Some(m) = other.poll_mad_to_forward() {
+            first.gsi_forwarded(m);
+        }
+        // Past the first timeout, a retry's leaving, and its timeout.
+        for t in [now + 60 * MS, now + Duration::from_secs(1)] {
+            first.handle_timeout(t);
+            while first.poll_transmit(t, &mut buf).is_some() {}
+        }
+        if relay {
+            let got = first.poll_mad().expect("the response reaches the GSI's engine");
+            assert!(got.answers_send);
+            assert_eq!(&got.mad[24..], &[3u8; MAD_DATA_LEN][..]);
+            assert_eq!(first.poll_mad_timeout(), None);
+            let s = first.stats();
+            assert_eq!((s.mads_received, s.mad_retries, s.mad_timeouts), (1, 0, 0));
+            assert_eq!(other.stats().drops_for(Drop::MadUnmatchedResponse), 0);
+        } else {
+            assert!(first.poll_mad().is_none());
+            assert_eq!(other.stats().drops_for(Drop::MadUnmatchedResponse), 1);
+            assert_eq!(first.poll_mad_timeout().map(|t| t.transaction_id), Some(tid));
+        }
+    }
+}
+
 #[test]
 fn a_repeated_response_is_dropped_as_a_duplicate() {
     let mut sim = sim();

@@ -95,6 +95,8 @@ pub struct Gsi {
     psn: u32,
     /// The UDP source port MADs leave from, if not [`GSI_SRC_PORT`].
     src_port: Option<u16>,
+    /// Only a relay for another agent ([`Gsi::relay`]).
+    relay: bool,
 }
 
 impl Gsi {
@@ -102,6 +104,15 @@ impl Gsi {
     /// the endpoint's `gsi_first_tid`).
     pub fn with_first_tid(first: u64) -> Gsi {
         Gsi { next_tid: first, ..Gsi::default() }
+    }
+
+    /// An agent that only takes MADs in for another, which matches them:
+    /// on a device of several engines, the host steers QP1's datagrams to
+    /// any engine, but the MADs are sent from one, whose sends a response
+    /// answers. A relay queues every MAD that passes the MAD layer's checks,
+    /// responses included, for [`Gsi::poll_mad`] to hand on.
+    pub fn relay() -> Gsi {
+        Gsi { relay: true, ..Gsi::default() }
     }
 
     /// Queues `mad` for `dest`. A transaction ID of 0 is replaced by one
@@ -259,6 +270,13 @@ impl Gsi {
         }
         let (tid, class) = (m.transaction_id(), m.mgmt_class());
         let from = from.to_canonical();
+        if self.relay {
+            if self.received.len() >= RECV_QUEUE_MAX {
+                return stats.drop(Drop::MadQueueFull, 1);
+            }
+            stats.mads_received += 1;
+            return self.received.push_back(ReceivedMad { from, src_qp, mad, answers_send: false });
+        }
         // A CM MRA shares its request's transaction ID but answers nothing:
         // it says "received, wait longer", and the CM stretches the send's
         // timer (`delay`) instead of ending it.

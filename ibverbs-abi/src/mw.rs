@@ -41,8 +41,8 @@ pub unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_int) -> *mut ibv_m
             Ok(v) => v,
             Err(e) => {
                 // Every window slot taken: libibverbs' providers say ENOMEM.
-                // A device of several engines has no windows: EOPNOTSUPP, as
-                // libibverbs answers for a provider without them.
+                // A refusal that names EOPNOTSUPP keeps it, as libibverbs
+                // answers for a provider without windows.
                 tracing::debug!(error = %e, "ibv_alloc_mw refused");
                 let errno = crate::ffi::errno_of(&e);
                 set_errno(if errno == libc::EOPNOTSUPP { errno } else { libc::ENOMEM });

@@ -891,11 +891,14 @@ impl Context {
             use std::hash::BuildHasher;
             std::collections::hash_map::RandomState::new().hash_one(std::process::id())
         });
-        let mut shards = Vec::with_capacity(engines);
+        let mut shards: Vec<Shard> = Vec::with_capacity(engines);
         for index in 0..engines {
             let (mut ep, io) = open_engine(device, seed)?;
-            if index > 0 {
+            if let Some(first) = shards.first() {
                 ep.relay_mads(); // the first engine's GSI sends the device's MADs
+                                 // One table of memory windows: a window bound through one
+                                 // engine's QP is reached through any QP of its PD.
+                ep.share_windows(first.lock().ep.window_table());
             }
             let slot = io.slot();
             shards.push(Shard::new(index, slot, ep, io)?);

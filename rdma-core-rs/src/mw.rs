@@ -55,15 +55,8 @@ pub struct MemoryWindow {
 impl ProtectionDomain {
     /// `ibv_alloc_mw`: a new, unbound window of this PD.
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow> {
-        if self.ctx.inner.engines() > 1 {
-            // A window is bound through one QP's engine, and a peer may
-            // reach it through any QP of the PD: every engine would have to
-            // see each bind (docs/multi-core-device.md).
-            return Err(Error::errno(
-                libc::EOPNOTSUPP,
-                format_args!("ibv_alloc_mw: memory windows on a device of several engines (threads > 1)"),
-            ));
-        }
+        // The engines of a device of several share one window table: the
+        // first's lock is enough to allocate (docs/multi-core-device.md).
         let (id, rkey) = self
             .ctx
             .inner

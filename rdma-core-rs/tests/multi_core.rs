@@ -291,3 +291,42 @@ fn an_empty_poll_makes_progress_on_the_engines_of_its_cq() {
     let calls = after - between;
     assert!((POLLS - 5..=POLLS + 5).contains(&calls), "{POLLS} empty polls made {calls} receive calls");
 }
+
+/// The engines of a device share one table of memory windows: a type 1
+/// window bound through a QP of one engine is reached by the peer through
+/// a QP of the other, and unbound through that other, it reaches nothing
+/// through the first. (Each engine had its own table: the WRITE failed.)
+#[test]
+fn a_window_bound_through_one_engine_is_reached_through_the_other() {
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("mw-engines-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, _) = Side::new("mw-engines-b", b_ip, QpType::Rc, engines_config(), None);
+    let opts = ConnectOptions::default();
+    let (qa0, qb0) = connected_qps(&a, &b, &opts, 100);
+    let (qa1, qb1) = connected_qps(&a, &b, &opts, 200);
+    assert_ne!(slot(qb0.qp_num()), slot(qb1.qp_num()), "the peer's QPs are on both engines");
+    let target = b.pd.reg_mr(8192, Access::ALL | Access::MW_BIND).unwrap();
+    let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
+    let window =
+        MwBindInfo { mr: Some(&target), addr: target.addr() + 4096, length: 4096, access: Access::REMOTE_WRITE };
+    let rkey = mw.bind(&qb0, 1, true, &window).unwrap();
+    let bound = take(&b.cq, 1);
+    assert_eq!((bound[0].status, bound[0].opcode), (WcStatus::Success, WcOpcode::BindMw), "{bound:?}");
+
+    a.mr.write(0, b"through the window").unwrap();
+    let write = |qp: &QueuePair, id, rkey| {
+        let op = SendOp::RdmaWrite { remote_addr: target.addr() + 4096 + 64, rkey };
+        qp.post_send(&[SendWr::new(id, op, vec![a.mr.sge(0, 18).unwrap()])]).unwrap();
+        take(&a.cq, 1)[0].status
+    };
+    assert_eq!(write(&qa1, 2, rkey), WcStatus::Success, "bound through engine {}", slot(qb0.qp_num()));
+    let mut got = [0u8; 18];
+    target.read(4096 + 64, &mut got).unwrap();
+    assert_eq!(&got, b"through the window");
+
+    // Unbound (a zero-length bind) through the other engine's QP.
+    let none = MwBindInfo { mr: None, addr: 0, length: 0, access: Access::NONE };
+    let rkey = mw.bind(&qb1, 3, true, &none).unwrap();
+    assert_eq!(take(&b.cq, 1)[0].status, WcStatus::Success);
+    assert_eq!(write(&qa0, 4, rkey), WcStatus::RemAccessErr, "an unbound window reaches nothing");
+}

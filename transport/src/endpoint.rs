@@ -408,8 +408,22 @@ impl Endpoint {
     }
 
     /// The window of a handle: its PD, type, current rkey and binding.
-    pub fn mw(&self, id: MwId) -> Option<&MemoryWindow> {
+    pub fn mw(&self, id: MwId) -> Option<MemoryWindow> {
         self.mrs.window(id)
+    }
+
+    /// The memory window table, for [`Endpoint::share_windows`].
+    pub fn window_table(&self) -> crate::window::WindowTable {
+        self.mrs.window_table()
+    }
+
+    /// Makes this endpoint use `table`, another engine's, for memory
+    /// windows: a device of several engines, whose QPs reach a type 1
+    /// window bound through any of them, and whose engines' regions have
+    /// the same keys (registered in every engine in the same order from
+    /// one seed). Call it before any window is allocated here.
+    pub fn share_windows(&mut self, table: crate::window::WindowTable) {
+        self.mrs.share_window_table(table);
     }
 
     /// How many memory windows are bound to the region of `key`.

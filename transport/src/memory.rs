@@ -527,6 +527,9 @@ pub enum AccessError {
     NotOnDemand { key: u32 },
 }
 
+/// Mixed into the seed of the windows' key generator.
+const WINDOW_SEED: u64 = 0x7769_6e64_6f77_7321;
+
 /// The memory regions of an endpoint, by key.
 ///
 /// Keys are `index << 8 | generation`, so a stale key of a deregistered
@@ -544,7 +547,10 @@ pub struct MemoryTable {
 impl MemoryTable {
     /// A table whose keys draw their low byte from `keys`.
     pub fn with_rng(keys: crate::rng::Rng) -> MemoryTable {
-        MemoryTable { slots: Vec::new(), keys, windows: Default::default() }
+        // The windows' keys from a generator of their own, seeded from
+        // (not drawn from) the regions': `keys` stays as it was.
+        let windows = crate::window::WindowTable::with_rng(crate::rng::Rng::new(keys.clone().next_u64() ^ WINDOW_SEED));
+        MemoryTable { slots: Vec::new(), keys, windows }
     }
 
     /// Registers `memory` at address `va`; returns the new region's keys.

@@ -20,6 +20,8 @@
 //! See docs/memory-windows.md for the rules and where each comes from.
 
 use crate::protection::{Access, Pd};
+use crate::rng::Rng;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) mod verbs;
 
@@ -85,13 +87,26 @@ pub struct MemoryWindow {
     pub binding: Option<WindowBinding>,
 }
 
-/// The windows of an endpoint, by index.
+/// The windows of an endpoint, by index: a handle that the engines of a
+/// device of several share ([`crate::Endpoint::share_windows`]), since a
+/// window is bound through one QP's engine and reached through any QP of
+/// its PD (type 1), and every engine's deregistration must see the
+/// windows bound to a region. Each call takes the table's lock for its
+/// own work and gives copies back, so the lock is never held across
+/// another; regions' accesses never take it (their keys never have
+/// [`WINDOW_KEY_BIT`]).
+#[derive(Debug, Clone, Default)]
+pub struct WindowTable(Arc<Mutex<Windows>>);
+
 #[derive(Debug, Default)]
-pub struct WindowTable {
-    slots: Vec<Option<MemoryWindow>>,
+pub(crate) struct Windows {
+    pub(crate) slots: Vec<Option<MemoryWindow>>,
+    /// Draws each window key's low byte: the table's own, so that windows
+    /// made on one engine leave the engines' region keys in step.
+    pub(crate) keys: Rng,
 }
 
-impl WindowTable {
+impl Windows {
     fn index(id: MwId) -> Option<usize> {
         let raw = id.0 << 8;
         if !is_window_key(raw) {
@@ -100,33 +115,60 @@ impl WindowTable {
         Some(((raw & !WINDOW_KEY_BIT) >> 8).checked_sub(1)? as usize)
     }
 
-    /// The window whose handle is `id`.
-    pub fn by_id(&self, id: MwId) -> Option<&MemoryWindow> {
+    fn by_id(&self, id: MwId) -> Option<&MemoryWindow> {
         self.slots.get(Self::index(id)?)?.as_ref()
     }
 
-    fn by_id_mut(&mut self, id: MwId) -> Option<&mut MemoryWindow> {
-        self.slots.get_mut(Self::index(id)?)?.as_mut()
+    pub(crate) fn slot_mut(&mut self, id: MwId) -> Option<&mut Option<MemoryWindow>> {
+        self.slots.get_mut(Self::index(id)?)
     }
 
     /// The window whose current rkey is `key`.
-    pub fn get(&self, key: u32) -> Option<&MemoryWindow> {
+    pub(crate) fn get(&self, key: u32) -> Option<&MemoryWindow> {
         self.by_id(MwId::of(key)).filter(|w| w.rkey == key)
     }
 
-    fn get_mut(&mut self, key: u32) -> Option<&mut MemoryWindow> {
-        self.by_id_mut(MwId::of(key)).filter(|w| w.rkey == key)
+    pub(crate) fn get_mut(&mut self, key: u32) -> Option<&mut MemoryWindow> {
+        self.slot_mut(MwId::of(key))?.as_mut().filter(|w| w.rkey == key)
+    }
+}
+
+impl WindowTable {
+    /// An empty table whose keys draw their low byte from `keys`.
+    pub(crate) fn with_rng(keys: Rng) -> WindowTable {
+        WindowTable(Arc::new(Mutex::new(Windows { slots: Vec::new(), keys })))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Windows> {
+        // A panic elsewhere cannot leave a window half changed: every
+        // change is one assignment.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `other` is this same table.
+    pub fn same(&self, other: &WindowTable) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The window whose handle is `id`.
+    pub fn by_id(&self, id: MwId) -> Option<MemoryWindow> {
+        self.lock().by_id(id).copied()
+    }
+
+    /// The window whose current rkey is `key`.
+    pub fn get(&self, key: u32) -> Option<MemoryWindow> {
+        self.lock().get(key).copied()
     }
 
     /// How many windows are bound to the region of `mr_key`.
     pub fn bound_to(&self, mr_key: u32) -> usize {
-        self.slots.iter().flatten().filter(|w| w.binding.is_some_and(|b| b.mr_key == mr_key)).count()
+        self.lock().slots.iter().flatten().filter(|w| w.binding.is_some_and(|b| b.mr_key == mr_key)).count()
     }
 
     /// Unbinds every type 2 window bound to QP `qpn` (it is destroyed: a
     /// later QP that reuses the number must not inherit them).
-    pub(crate) fn unbind_all_of_qp(&mut self, qpn: u32) {
-        for w in self.slots.iter_mut().flatten() {
+    pub(crate) fn unbind_all_of_qp(&self, qpn: u32) {
+        for w in self.lock().slots.iter_mut().flatten() {
             if w.binding.is_some_and(|b| b.qpn == Some(qpn)) {
                 w.binding = None;
             }
@@ -134,8 +176,8 @@ impl WindowTable {
     }
 
     /// Unbinds every window bound to the region of `mr_key`.
-    pub(crate) fn unbind_all_of(&mut self, mr_key: u32) {
-        for w in self.slots.iter_mut().flatten() {
+    pub(crate) fn unbind_all_of(&self, mr_key: u32) {
+        for w in self.lock().slots.iter_mut().flatten() {
             if w.binding.is_some_and(|b| b.mr_key == mr_key) {
                 w.binding = None;
             }

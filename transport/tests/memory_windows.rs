@@ -210,13 +210,13 @@ fn bind_misuse_completes_with_mw_bind_error_and_changes_nothing() {
                 (id, k, bind_op(k, mr, VA + 64, 64, WINDOW_RW))
             }
         };
-        let before = *sim.ep(b.ep).mw(id).unwrap();
+        let before = sim.ep(b.ep).mw(id).unwrap();
         post(&mut sim, &b, 7, op, vec![]);
         sim.run_idle(LIMIT);
         let wcs = completions(&mut sim, &b);
         assert_eq!(statuses(&wcs), [(7, WcStatus::MwBindErr)], "{what}");
         assert_eq!((wcs[0].opcode, WcStatus::MwBindErr as u32), (WcOpcode::BindMw, 6), "{what}");
-        assert_eq!(*sim.ep(b.ep).mw(id).unwrap(), before, "{what}: the window is as it was");
+        assert_eq!(sim.ep(b.ep).mw(id).unwrap(), before, "{what}: the window is as it was");
         assert_eq!(sim.ep(b.ep).mw(id).unwrap().rkey, rkey, "{what}");
         assert_eq!(sim.ep(b.ep).query_qp(b.qpn).unwrap().0, QpState::Err, "{what}: the QP fails, as in rxe");
     }
@@ -288,7 +288,7 @@ fn a_type1_window_is_unbound_by_a_zero_length_bind() {
     post(&mut sim, &b, 2, bind_op(rkey, 0, 0, 0, Access::NONE), vec![]);
     sim.run_idle(LIMIT);
     assert_eq!(statuses(&completions(&mut sim, &b)), [(2, WcStatus::Success)]);
-    let w = *sim.ep(b.ep).mw(id).unwrap();
+    let w = sim.ep(b.ep).mw(id).unwrap();
     assert_eq!(w.binding, None);
     post(&mut sim, &a, 3, SendOp::RdmaRead { remote_addr: VA, rkey: w.rkey }, sge(&a, 0, 8));
     sim.run_idle(LIMIT);
@@ -513,11 +513,11 @@ fn hostile_sends_with_invalidate_of_keys_the_qp_may_not_invalidate_are_naked() {
             }
         };
         let _ = completions(&mut sim, &b);
-        let before = id.map(|id| *sim.ep(b.ep).mw(id).unwrap());
+        let before = id.map(|id| sim.ep(b.ep).mw(id).unwrap());
         sim.ep(b.ep).post_recv(b.qpn, RecvWr { wr_id: 5, sg_list: sge(&b, 0, 64) }).unwrap();
         assert_eq!(answers(&mut sim, &b, &hostile_send_with_inv(&b, key, &[0xab; 16])), [NAK_INVALID], "{what}");
         assert_eq!(read(&b, 0, 16), vec![0; 16], "{what}: nothing placed");
-        assert_eq!(id.map(|id| *sim.ep(b.ep).mw(id).unwrap()), before, "{what}: window unchanged");
+        assert_eq!(id.map(|id| sim.ep(b.ep).mw(id).unwrap()), before, "{what}: window unchanged");
         let rwc = sim.ep(b.ep).poll_cq(b.recv_cq, usize::MAX);
         assert_eq!(statuses(&rwc)[0], (5, WcStatus::RemInvReqErr), "{what}");
         assert!(sim.ep(b.ep).mr(mr).is_some(), "{what}: the region is untouched");

@@ -6,7 +6,7 @@
 
 use super::{
     is_window_key, BindArgs, BindError, InvalidateError, MemoryWindow, MwId, MwType, WindowBinding, WindowTable,
-    MAX_WINDOWS, WINDOW_KEY_BIT,
+    Windows, MAX_WINDOWS, WINDOW_KEY_BIT,
 };
 use crate::memory::{Access, AccessError, MemoryRegion, MemoryTable, Pd};
 
@@ -60,22 +60,23 @@ impl MemoryTable {
     /// `ibv_alloc_mw`: a new unbound window of `pd`; `None` when every
     /// slot is taken.
     pub fn alloc_window(&mut self, pd: Pd, mw_type: MwType) -> Option<(MwId, u32)> {
-        let index = match self.windows.slots.iter().position(Option::is_none) {
+        let mut windows = self.windows.lock();
+        let index = match windows.slots.iter().position(Option::is_none) {
             Some(i) => i,
-            None if self.windows.slots.len() < MAX_WINDOWS => {
-                self.windows.slots.push(None);
-                self.windows.slots.len() - 1
+            None if windows.slots.len() < MAX_WINDOWS => {
+                windows.slots.push(None);
+                windows.slots.len() - 1
             }
             None => return None,
         };
-        let rkey = WINDOW_KEY_BIT | ((index as u32 + 1) << 8) | u32::from(self.keys.next_u64() as u8);
-        self.windows.slots[index] = Some(MemoryWindow { pd, mw_type, rkey, binding: None });
+        let rkey = WINDOW_KEY_BIT | ((index as u32 + 1) << 8) | u32::from(windows.keys.next_u64() as u8);
+        windows.slots[index] = Some(MemoryWindow { pd, mw_type, rkey, binding: None });
         Some((MwId::of(rkey), rkey))
     }
 
     /// `ibv_dealloc_mw`: unbinds and frees the window; returns whether it existed.
     pub fn dealloc_window(&mut self, id: MwId) -> bool {
-        match WindowTable::index(id).and_then(|i| self.windows.slots.get_mut(i)) {
+        match self.windows.lock().slot_mut(id) {
             Some(slot @ Some(_)) => {
                 *slot = None;
                 true
@@ -85,7 +86,7 @@ impl MemoryTable {
     }
 
     /// The window whose handle is `id`.
-    pub fn window(&self, id: MwId) -> Option<&MemoryWindow> {
+    pub fn window(&self, id: MwId) -> Option<MemoryWindow> {
         self.windows.by_id(id)
     }
 
@@ -95,13 +96,26 @@ impl MemoryTable {
         self.windows.bound_to(mr_key)
     }
 
+    /// The window table, to share with the other engines of a device.
+    pub fn window_table(&self) -> WindowTable {
+        self.windows.clone()
+    }
+
+    /// Uses `table` (another engine's) for windows from now on; this
+    /// table's own windows, if any, are forgotten.
+    pub fn share_window_table(&mut self, table: WindowTable) {
+        self.windows = table;
+    }
+
     /// Executes a bind posted on QP `qpn` of PD `qp_pd`; returns the
     /// window's new rkey. Refused binds change nothing. The checks are
     /// rxe's (`rxe_check_bind_mw`), plus: the region's PD must be the
     /// window's (libibverbs' `ibv_bind_mw` checks it for type 1) and
-    /// zero-based windows are refused.
+    /// zero-based windows are refused. Checked and done under the window
+    /// table's lock: another engine binding the same window waits.
     pub fn bind_window(&mut self, qp_pd: Pd, qpn: u32, a: &BindArgs) -> Result<u32, BindError> {
-        let w = *self.windows.get(a.mw_rkey).ok_or(BindError::NoWindow(a.mw_rkey))?;
+        let mut windows = self.windows.lock();
+        let w = *windows.get(a.mw_rkey).ok_or(BindError::NoWindow(a.mw_rkey))?;
         if a.access.0 & !WINDOW_ACCESS != 0 {
             return Err(BindError::BadAccess(a.access.0));
         }
@@ -139,7 +153,7 @@ impl MemoryTable {
             Some(WindowBinding { mr_key: r.lkey, addr: a.addr, len: a.length, access: a.access, qpn })
         };
         let rkey = (w.rkey & !0xff) | (a.rkey & 0xff);
-        let slot = self.windows.get_mut(a.mw_rkey).expect("looked up above");
+        let slot = windows.get_mut(a.mw_rkey).expect("looked up above");
         slot.rkey = rkey;
         slot.binding = binding;
         Ok(rkey)
@@ -149,28 +163,16 @@ impl MemoryTable {
     /// (`qpn` None) or by a SEND with invalidate arriving on QP `qpn`,
     /// which must be the QP a type 2 window is bound to. Changes nothing.
     pub fn check_invalidate(&self, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
-        if !is_window_key(key) {
-            return Err(InvalidateError::Region(key));
-        }
-        let w = self.windows.get(key).ok_or(InvalidateError::NoWindow(key))?;
-        if w.mw_type == MwType::Type1 {
-            return Err(InvalidateError::Type1(key)); // o10-37.2.26
-        }
-        if w.pd != pd {
-            return Err(InvalidateError::PdMismatch(key));
-        }
-        let b = w.binding.ok_or(InvalidateError::NotBound(key))?;
-        if qpn.is_some_and(|q| b.qpn != Some(q)) {
-            return Err(InvalidateError::OtherQp(key));
-        }
-        Ok(())
+        check_invalidate(&self.windows.lock(), key, pd, qpn)
     }
 
     /// Invalidates the window of `key` if [`MemoryTable::check_invalidate`]
-    /// allows it: it is unbound, and its rkey reaches nothing until bound again.
+    /// allows it: it is unbound, and its rkey reaches nothing until bound
+    /// again. Checked and done under the window table's lock.
     pub fn invalidate(&mut self, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
-        self.check_invalidate(key, pd, qpn)?;
-        if let Some(w) = self.windows.get_mut(key) {
+        let mut windows = self.windows.lock();
+        check_invalidate(&windows, key, pd, qpn)?;
+        if let Some(w) = windows.get_mut(key) {
             w.binding = None;
         }
         Ok(())
@@ -214,6 +216,25 @@ impl MemoryTable {
         // been reregistered since.
         self.check(b.mr_key, w.pd, addr, len, Access::NONE)
     }
+}
+
+/// [`MemoryTable::check_invalidate`] with the window table locked.
+fn check_invalidate(windows: &Windows, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
+    if !is_window_key(key) {
+        return Err(InvalidateError::Region(key));
+    }
+    let w = windows.get(key).ok_or(InvalidateError::NoWindow(key))?;
+    if w.mw_type == MwType::Type1 {
+        return Err(InvalidateError::Type1(key)); // o10-37.2.26
+    }
+    if w.pd != pd {
+        return Err(InvalidateError::PdMismatch(key));
+    }
+    let b = w.binding.ok_or(InvalidateError::NotBound(key))?;
+    if qpn.is_some_and(|q| b.qpn != Some(q)) {
+        return Err(InvalidateError::OtherQp(key));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

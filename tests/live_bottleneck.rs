@@ -179,7 +179,8 @@ fn dcqcn_holds_a_live_bottleneck_without_loss_and_drop_tail_without_it_loses() {
     // 100 Mb/s: well below what even a debug build on a loaded host can
     // offer, so the senders are really throttled by the bottleneck. The
     // buffer is twice Kmax: marking has room to act before the tail drops.
-    let on = run("on", 2, &["--dcqcn", "nvidia"], 100, 400_000);
+    // -u 17 as in the TIMELY test below: a starved client must not give up.
+    let on = run("on", 2, &["--dcqcn", "nvidia", "-u", "17"], 100, 400_000);
     let r = &on.report;
     assert_eq!(r.flows.len(), 2, "both flows went through the router");
     assert_eq!(r.drops, 0, "DCQCN kept the queue inside the buffer");

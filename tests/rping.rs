@@ -273,13 +273,48 @@ fn a_persistent_server_serves_three_clients_at_once() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 50);
     }
     let mut server = server;
-    // A persistent server never ends by itself.
-    std::thread::sleep(Duration::from_millis(300));
+    // A persistent server never ends by itself; it prints each disconnect
+    // when its CM thread gets to it (waited for: a loaded machine).
+    let stderr = Gathered::new(server.stderr.take().expect("piped"));
+    stderr.until("server DISCONNECT EVENT...", 3, Duration::from_secs(10));
     assert!(server.try_wait().unwrap().is_none(), "the persistent server still runs");
     let _ = server.kill();
     let out = server.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().filter(|l| l.starts_with("server ping data: rdma-ping-")).count(), 150);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr.text();
     assert_eq!(err.matches("server DISCONNECT EVENT...").count(), 3, "{err}");
+}
+
+/// The lines `pipe` gives, gathered by a thread until it closes; `until`
+/// waits (up to `limit`) for `needle` to appear `n` times in what came.
+struct Gathered(std::sync::Arc<std::sync::Mutex<String>>, std::thread::JoinHandle<()>);
+
+impl Gathered {
+    fn new(pipe: impl std::io::Read + Send + 'static) -> Gathered {
+        use std::io::BufRead;
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let into = text.clone();
+        let thread = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut t = into.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        Gathered(text, thread)
+    }
+
+    fn until(&self, needle: &str, n: usize, limit: Duration) {
+        let start = std::time::Instant::now();
+        while self.0.lock().unwrap().matches(needle).count() < n && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything, once the pipe closed.
+    fn text(self) -> String {
+        self.1.join().expect("the reader");
+        std::sync::Arc::try_unwrap(self.0).expect("the reader is done").into_inner().unwrap()
+    }
 }

@@ -145,21 +145,27 @@ fn ce_marked_writes_get_cnps_back_over_udp() {
     let mut cnps = Vec::new();
     let mut last = start;
     let mut buf = [0u8; 2048];
-    for k in 0..n {
-        raw_write(&raw, dev_ip, b.qp.qp_num(), psn + k, &b.mr, &[7; 64]);
-        b.ctx.progress().unwrap();
-    }
-    // Let a deferred CNP (marks inside the last interval) come due, and collect.
-    while start.elapsed() < Duration::from_millis(300) {
-        b.ctx.progress().unwrap();
+    // Read as they come: ACKs and CNPs for 200 WRITEs could overflow the
+    // raw socket's default buffer on a slow machine.
+    let mut drain = |cnps: &mut Vec<(u8, Vec<u8>)>, last: &mut Instant| {
         while let Some((len, tos)) = recv_tos(&raw, &mut buf) {
             let p = &buf[..len];
             // ACKs come back too; CNPs are opcode 0x81.
             if p[0] == 0x81 {
                 cnps.push((tos, p.to_vec()));
-                last = Instant::now();
+                *last = Instant::now();
             }
         }
+    };
+    for k in 0..n {
+        raw_write(&raw, dev_ip, b.qp.qp_num(), psn + k, &b.mr, &[7; 64]);
+        b.ctx.progress().unwrap();
+        drain(&mut cnps, &mut last);
+    }
+    // Let a deferred CNP (marks inside the last interval) come due, and collect.
+    while start.elapsed() < Duration::from_millis(300) {
+        b.ctx.progress().unwrap();
+        drain(&mut cnps, &mut last);
     }
     let span = last.duration_since(start);
     assert!(!cnps.is_empty(), "no CNP came back: {:?}", b.ctx.stats());

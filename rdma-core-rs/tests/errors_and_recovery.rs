@@ -75,9 +75,10 @@ fn a_send_before_its_receive_is_posted_waits_through_rnr_naks() {
 fn loss_duplication_reordering_and_corruption_still_deliver_every_byte() {
     let faults = FaultConfig { loss: 0.05, duplicate: 0.03, reorder: 0.03, corrupt: 0.02, seed: 7 };
     let cfg = DeviceConfig { progress: Progress::Thread, faults, ..DeviceConfig::default() };
-    // ~4 ms timer: short enough for a quick test, long enough that seven
-    // retries (~30 ms) survive a loaded machine starving the progress thread.
-    let opts = ConnectOptions { timeout: 10, mtu: Mtu::Mtu1024, ..ConnectOptions::default() };
+    // ~17 ms timer: short enough for a quick test (a lost tail waits one),
+    // long enough that eight tries (~134 ms) survive a loaded machine
+    // starving the progress thread (4 ms, 33 ms in all, did not always).
+    let opts = ConnectOptions { timeout: 12, mtu: Mtu::Mtu1024, ..ConnectOptions::default() };
     let (a, b) = pair_with(QpType::Rc, cfg, opts);
     let n = 64;
     let len = 4000;

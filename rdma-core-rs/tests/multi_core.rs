@@ -276,20 +276,29 @@ fn an_empty_poll_makes_progress_on_the_engines_of_its_cq() {
     }
     const POLLS: u64 = 200;
     let mut out = Vec::new();
-    let before = receives();
-    for _ in 0..POLLS {
-        assert_eq!(lonely.poll(&mut out, 1).unwrap(), 0);
+    // The engines' threads still wake every 100 ms and make a receive call
+    // of their own: a test thread held up that long counts theirs too. So
+    // the best of three tries counts (each try takes well under 100 ms).
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let before = receives();
+        for _ in 0..POLLS {
+            assert_eq!(lonely.poll(&mut out, 1).unwrap(), 0);
+        }
+        let between = receives();
+        for _ in 0..POLLS {
+            assert_eq!(a.cq.poll(&mut out, 1).unwrap(), 0);
+        }
+        let after = receives();
+        // A round whose lock an engine's thread held is skipped: a few. The
+        // CQ's QP is on the first engine: the other makes none.
+        let (lonely_calls, calls) = (between - before, after - between);
+        if lonely_calls < 5 && (POLLS - 5..=POLLS + 5).contains(&calls) {
+            return;
+        }
+        tries.push((lonely_calls, calls));
     }
-    let between = receives();
-    assert!(between - before < 5, "polls of a CQ without QPs made {} receive calls", between - before);
-    for _ in 0..POLLS {
-        assert_eq!(a.cq.poll(&mut out, 1).unwrap(), 0);
-    }
-    let after = receives();
-    // A round whose lock an engine's thread held is skipped: a few. The
-    // CQ's QP is on the first engine: the other makes none.
-    let calls = after - between;
-    assert!((POLLS - 5..=POLLS + 5).contains(&calls), "{POLLS} empty polls made {calls} receive calls");
+    panic!("{POLLS} empty polls of a CQ without QPs, then of a CQ with one, made (receive calls) {tries:?}");
 }
 
 /// The engines of a device share one table of memory windows: a type 1

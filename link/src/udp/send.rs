@@ -513,6 +513,13 @@ mod tests {
         assert_eq!(runs, [(0, 2), (2, 2), (4, 1)]);
     }
 
+    /// IPv6 has one loopback address, whose RoCE port two tests bind (each
+    /// alone on it): held while one does, when `local` is it.
+    fn ipv6_loopback(local: IpAddr) -> Option<std::sync::MutexGuard<'static, ()>> {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        local.is_ipv6().then(|| ONE.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The one-packet path (fault injection, resends after a refused
     /// message) sends with the TOS and TTL too, and the device's receive
     /// socket reads them back from the control messages: IPv4 TOS and TTL,
@@ -523,6 +530,7 @@ mod tests {
     fn send_one_sets_the_tos_and_ttl_and_the_receive_side_reads_them_once_asked() {
         for local in ["127.31.9.1", "::1"] {
             let local: IpAddr = local.parse().unwrap();
+            let _alone = ipv6_loopback(local);
             let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
             // SOFTROCE_IO_DRIVER may have armed io_uring's receive, which
             // would take the datagrams before the plain `recvmsg` below.
@@ -556,6 +564,7 @@ mod tests {
     fn each_tos_leaves_from_a_socket_of_its_own_without_a_control_message_and_in_order() {
         for (local, hl) in [("127.31.10.1", 20), ("::1", 40)] {
             let local: IpAddr = local.parse().unwrap();
+            let _alone = ipv6_loopback(local);
             let mut io = UdpIo::bind(local, &UdpConfig::default()).unwrap();
             // As above: the plain `recvmsg` below reads the receive socket.
             io.driver = Driver::Sockets(super::super::rx::RxRing::new(rdma_transport::MAX_PACKET));

@@ -313,8 +313,8 @@ impl Inner {
     }
 
     /// The first shard's state: what lives on the first engine alone (QP1
-    /// and the CM, SRQs, XRC, memory windows) and the application's waits;
-    /// with one engine, everything.
+    /// and the CM, XRC), the tables the engines share (SRQs, memory
+    /// windows), and the application's waits; with one engine, everything.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.shards[0].lock()
     }
@@ -343,8 +343,8 @@ impl Inner {
     }
 
     /// The shard a new QP goes to: the next in turn when `spreads` (a
-    /// plain RC, UC or UD QP), else the first (whatever the device's own
-    /// objects reach: SRQs, XRC, the RDMA CM).
+    /// plain RC, UC or UD QP, on an SRQ or not), else the first (whatever
+    /// the device's own objects reach: XRC, the RDMA CM).
     pub(crate) fn place_qp(&self, spreads: bool) -> &Shard {
         if !spreads || self.shards.len() == 1 {
             return &self.shards[0];
@@ -895,10 +895,15 @@ impl Context {
         for index in 0..engines {
             let (mut ep, io) = open_engine(device, seed)?;
             if let Some(first) = shards.first() {
-                ep.relay_mads(); // the first engine's GSI sends the device's MADs
-                                 // One table of memory windows: a window bound through one
-                                 // engine's QP is reached through any QP of its PD.
-                ep.share_windows(first.lock().ep.window_table());
+                // The first engine's GSI sends the device's MADs; the others
+                // hand it what they take in.
+                ep.relay_mads();
+                // One table of memory windows (a window bound through one
+                // engine's QP is reached through any QP of its PD) and one
+                // of SRQs (the QPs on an SRQ spread over the engines).
+                let first = first.lock();
+                ep.share_windows(first.ep.window_table());
+                ep.share_srqs(first.ep.srq_table());
             }
             let slot = io.slot();
             shards.push(Shard::new(index, slot, ep, io)?);

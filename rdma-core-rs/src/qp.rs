@@ -48,9 +48,9 @@ impl ProtectionDomain {
     /// `ibv_create_qp`. The QP starts in RESET; bring it up with
     /// [`QueuePair::modify`] (INIT, RTR, RTS).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
-        // A device of several engines spreads plain QPs over them; a QP on
-        // an SRQ stays with the SRQ, on the first.
-        let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) && attr.srq.is_none();
+        // A device of several engines spreads plain QPs over them, those on
+        // an SRQ too (its engines share the SRQs: Endpoint::share_srqs).
+        let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud);
         self.create_qp_placed(attr, spreads)
     }
 

@@ -339,3 +339,67 @@ fn a_window_bound_through_one_engine_is_reached_through_the_other() {
     assert_eq!(take(&b.cq, 1)[0].status, WcStatus::Success);
     assert_eq!(write(&qa0, 4, rkey), WcStatus::RemAccessErr, "an unbound window reaches nothing");
 }
+
+/// The engines share the device's SRQs: QPs on one SRQ spread over the
+/// engines, and every receive posted to it is taken exactly once, by
+/// whichever engine's QP a message came to; the limit event is raised
+/// once. (Before, QPs on an SRQ all stayed on the first engine.)
+#[test]
+fn qps_on_one_srq_spread_over_the_engines_and_share_its_receives() {
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("srq-engines-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, srq) = Side::new("srq-engines-b", b_ip, QpType::Rc, engines_config(), Some(256));
+    let srq = srq.expect("an SRQ");
+    let opts = ConnectOptions::default();
+    // Four QPs of b on the SRQ (the side's own and three more), in turn on the engines.
+    let mut pairs = vec![(a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap(), None)];
+    for _ in 0..3 {
+        let mut attr = QpInitAttr::new(QpType::Rc, &b.cq);
+        attr.srq = Some(&srq);
+        let qb = b.pd.create_qp(&attr).unwrap();
+        pairs.push((a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap(), Some(qb)));
+    }
+    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+    let mut slots = BTreeSet::new();
+    for (i, (qa, qb)) in pairs.iter().enumerate() {
+        let qb = qb.as_ref().unwrap_or(&b.qp);
+        slots.insert(slot(qb.qp_num()));
+        let psn = 100 * i as u32;
+        qa.connect(psn, &PeerInfo { qpn: qb.qp_num(), psn: psn + 50, gid: gid(&b) }, &opts).unwrap();
+        qb.connect(psn + 50, &PeerInfo { qpn: qa.qp_num(), psn, gid: gid(&a) }, &opts).unwrap();
+    }
+    assert_eq!(slots.len(), ENGINES, "the QPs on the SRQ are on every engine: {slots:?}");
+
+    const RECVS: u64 = 64;
+    let wrs: Vec<RecvWr> =
+        (0..RECVS).map(|i| RecvWr { wr_id: i, sg_list: vec![b.mr.sge(i as usize * 64, 64).unwrap()] }).collect();
+    srq.post_recv(&wrs).unwrap();
+    srq.arm_limit(8).unwrap();
+    // 60 SENDs, 15 on each QP: the SRQ falls below its limit of 8 once.
+    a.mr.write(0, &pattern(64, 9)).unwrap();
+    for (i, (qa, _)) in pairs.iter().enumerate() {
+        let sends: Vec<SendWr> = (0..15)
+            .map(|k| SendWr::new(1000 + 15 * i as u64 + k, SendOp::Send, vec![a.mr.sge(0, 64).unwrap()]))
+            .collect();
+        qa.post_send(&sends).unwrap();
+    }
+    let sent = take(&a.cq, 60);
+    assert!(sent.iter().all(|wc| wc.status == WcStatus::Success), "{sent:?}");
+    let got = take(&b.cq, 60);
+    assert!(got.iter().all(|wc| wc.status == WcStatus::Success && wc.byte_len == 64), "{got:?}");
+    let ids: BTreeSet<u64> = got.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids.len(), 60, "each receive taken once: {ids:?}");
+    assert!(ids.iter().all(|&id| id < RECVS));
+    let by_engine: BTreeSet<u32> = got.iter().map(|wc| slot(wc.qp_num)).collect();
+    assert_eq!(by_engine.len(), ENGINES, "receives completed on QPs of every engine");
+    for wc in &got {
+        let mut bytes = [0u8; 64];
+        b.mr.read(wc.wr_id as usize * 64, &mut bytes).unwrap();
+        assert_eq!(bytes.to_vec(), pattern(64, 9), "receive {} holds its message", wc.wr_id);
+    }
+    assert_eq!(
+        b.ctx.get_async_event(Some(Duration::from_secs(2))).unwrap(),
+        Some(AsyncEvent::SrqLimitReached(SrqId(srq.id())))
+    );
+    assert_eq!(b.ctx.get_async_event(Some(Duration::from_millis(200))).unwrap(), None, "the limit event once");
+}

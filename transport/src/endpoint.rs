@@ -539,6 +539,20 @@ impl Endpoint {
         self.cqs.solicited(cq)
     }
 
+    /// The shared receive queues, for [`Endpoint::share_srqs`].
+    pub fn srq_table(&self) -> SrqTable {
+        self.srqs.clone()
+    }
+
+    /// Makes this endpoint use `table`, another engine's, for its SRQs: a
+    /// device of several engines, whose QPs on every engine take receives
+    /// from one SRQ (their PDs and CQs have the same numbers in every
+    /// engine). Call it before any SRQ is created here. XRC domains stay
+    /// each engine's own, and so do the XRC QPs.
+    pub fn share_srqs(&mut self, table: SrqTable) {
+        self.srqs = table;
+    }
+
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
         self.srqs.create(pd, max_wr, limit)
     }

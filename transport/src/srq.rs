@@ -5,6 +5,7 @@ use crate::memory::Pd;
 use crate::qp::attr::{CqId, SrqId, XrcdId};
 use crate::wr::RecvWr;
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A shared receive queue.
 #[derive(Debug)]
@@ -18,58 +19,79 @@ struct Srq {
     xrc: Option<(XrcdId, CqId)>,
 }
 
-/// Shared receive queues, and the limit events they raised.
+/// Shared receive queues, and the limit events they raised: a handle that
+/// the engines of a device of several share ([`crate::Endpoint::share_srqs`]),
+/// so that QPs on every engine take receives from one SRQ. Each call takes
+/// the table's lock for its own work; none holds it across another.
+#[derive(Debug, Clone, Default)]
+pub struct SrqTable(Arc<Mutex<Srqs>>);
+
 #[derive(Debug, Default)]
-pub struct SrqTable {
+struct Srqs {
     srqs: Vec<Srq>,
     limit_events: VecDeque<SrqId>,
 }
 
 impl SrqTable {
+    fn lock(&self) -> MutexGuard<'_, Srqs> {
+        // Every change is complete before the lock is let go, so a panic
+        // elsewhere leaves nothing half done.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `other` is this same table.
+    pub fn same(&self, other: &SrqTable) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Puts back a WQE taken for a message that was then abandoned.
-    pub(crate) fn give_back(&mut self, id: SrqId, wr: RecvWr) {
-        if let Some(srq) = self.srqs.get_mut(id.0) {
+    pub(crate) fn give_back(&self, id: SrqId, wr: RecvWr) {
+        if let Some(srq) = self.lock().srqs.get_mut(id.0) {
             srq.queue.push_front(wr);
         }
     }
 
     /// The next receive WQE and the PD its buffers belong to.
-    pub(crate) fn take(&mut self, id: SrqId) -> Option<(RecvWr, Pd)> {
-        let srq = self.srqs.get_mut(id.0)?;
+    pub(crate) fn take(&self, id: SrqId) -> Option<(RecvWr, Pd)> {
+        let mut t = self.lock();
+        let srq = t.srqs.get_mut(id.0)?;
         let r = srq.queue.pop_front()?;
+        let pd = srq.pd;
         if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
             srq.limit = 0; // the event disarms itself, as in ibv_modify_srq(3)
-            self.limit_events.push_back(id);
+            t.limit_events.push_back(id);
         }
-        Some((r, srq.pd))
+        Some((r, pd))
     }
-}
 
-impl SrqTable {
     /// A new SRQ of up to `max_wr` WQEs (at least one) whose buffers belong to `pd`.
-    pub(crate) fn create(&mut self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
-        self.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc: None });
-        SrqId(self.srqs.len() - 1)
+    pub(crate) fn create(&self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
+        self.create_in(pd, max_wr, limit, None)
+    }
+
+    fn create_in(&self, pd: Pd, max_wr: u32, limit: u32, xrc: Option<(XrcdId, CqId)>) -> SrqId {
+        let mut t = self.lock();
+        t.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc });
+        SrqId(t.srqs.len() - 1)
     }
 
     /// A new XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`) in `xrcd`,
     /// completing on `cq`.
-    pub(crate) fn create_xrc(&mut self, pd: Pd, xrcd: XrcdId, cq: CqId, max_wr: u32, limit: u32) -> SrqId {
-        let id = self.create(pd, max_wr, limit);
-        self.srqs[id.0].xrc = Some((xrcd, cq));
-        id
+    pub(crate) fn create_xrc(&self, pd: Pd, xrcd: XrcdId, cq: CqId, max_wr: u32, limit: u32) -> SrqId {
+        self.create_in(pd, max_wr, limit, Some((xrcd, cq)))
     }
 
     /// The XRC domain and CQ of an XRC SRQ (`None` for another SRQ).
     pub(crate) fn xrc_of(&self, id: SrqId) -> Option<(XrcdId, CqId)> {
-        self.srqs.get(id.0)?.xrc
+        self.lock().srqs.get(id.0)?.xrc
     }
 
     /// The target of an XRC request naming SRQ number `srqn` at a QP of
     /// `xrcd`: the SRQ, its PD and its CQ, if it is an XRC SRQ of that domain.
     pub(crate) fn xrc_target(&self, srqn: u32, xrcd: XrcdId) -> Option<(SrqId, Pd, CqId)> {
         let id = SrqId(usize::try_from(srqn).ok()?);
-        let s = self.srqs.get(id.0)?;
+        let t = self.lock();
+        let s = t.srqs.get(id.0)?;
         match s.xrc {
             Some((d, cq)) if d == xrcd => Some((id, s.pd, cq)),
             _ => None,
@@ -78,8 +100,8 @@ impl SrqTable {
 
     /// An SRQ destroyed: its WQEs go, it leaves its XRC domain, and no
     /// request can name it.
-    pub(crate) fn release(&mut self, id: SrqId) {
-        if let Some(s) = self.srqs.get_mut(id.0) {
+    pub(crate) fn release(&self, id: SrqId) {
+        if let Some(s) = self.lock().srqs.get_mut(id.0) {
             s.queue.clear();
             s.xrc = None;
             s.max_wr = 0;
@@ -88,23 +110,24 @@ impl SrqTable {
 
     /// Whether an XRC SRQ of `xrcd` exists.
     pub(crate) fn uses_xrcd(&self, xrcd: XrcdId) -> bool {
-        self.srqs.iter().any(|s| s.xrc.is_some_and(|(d, _)| d == xrcd))
+        self.lock().srqs.iter().any(|s| s.xrc.is_some_and(|(d, _)| d == xrcd))
     }
 
     /// Whether `id` was created.
     pub(crate) fn exists(&self, id: SrqId) -> bool {
-        id.0 < self.srqs.len()
+        id.0 < self.lock().srqs.len()
     }
 
     /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
-    pub(crate) fn arm(&mut self, id: SrqId, limit: u32) -> Result<(), VerbsError> {
-        self.srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?.limit = limit;
+    pub(crate) fn arm(&self, id: SrqId, limit: u32) -> Result<(), VerbsError> {
+        self.lock().srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?.limit = limit;
         Ok(())
     }
 
     /// `ibv_post_srq_recv`.
-    pub(crate) fn post(&mut self, id: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
-        let s = self.srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?;
+    pub(crate) fn post(&self, id: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
+        let mut t = self.lock();
+        let s = t.srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?;
         if s.queue.len() as u32 >= s.max_wr {
             return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
         }
@@ -112,8 +135,9 @@ impl SrqTable {
         Ok(())
     }
 
-    /// The oldest limit event not yet raised.
-    pub(crate) fn take_limit_event(&mut self) -> Option<SrqId> {
-        self.limit_events.pop_front()
+    /// The oldest limit event not yet raised (raised once, by whichever
+    /// engine sharing the table asks first).
+    pub(crate) fn take_limit_event(&self) -> Option<SrqId> {
+        self.lock().limit_events.pop_front()
     }
 }

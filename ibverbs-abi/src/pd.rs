@@ -535,10 +535,18 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         // SAFETY: `live` checks the registry.
         let Some(m) = (unsafe { live(&MRS, p, "ibv_mr") }) else { return libc::EINVAL };
         // As rxe (IBA 10.6.7.2.6): a region with windows bound to it stays.
-        let bound = m.state.lock().unwrap_or_else(|e| e.into_inner()).verbs.as_ref().map_or(0, |v| v.windows_bound());
-        if bound > 0 {
-            tracing::debug!(bound, "ibv_dereg_mr refused: memory windows are bound to the region");
-            return libc::EINVAL;
+        // Checked and deregistered in one step with every engine's lock
+        // held (`MemoryRegion::dereg`): a bind on another engine cannot
+        // come between the check and the deregistration.
+        {
+            let mut st = m.state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(v) = st.verbs.take() {
+                if let Err((v, e)) = v.dereg() {
+                    tracing::debug!(error = %e, "ibv_dereg_mr refused");
+                    st.verbs = Some(v);
+                    return libc::EINVAL;
+                }
+            }
         }
         if !MRS.remove(p) {
             return libc::EINVAL;

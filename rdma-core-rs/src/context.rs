@@ -441,7 +441,10 @@ impl Inner {
             }
         } else if st.ep.mads_waiting() {
             let mut mads = self.mads.lock().unwrap_or_else(|e| e.into_inner());
-            while let Some(m) = st.ep.poll_mad_to_forward() {
+            // Bounded: what the first engine has not taken yet waits in this
+            // engine's GSI queue, which drops (and counts) past its limit.
+            while mads.len() < rdma_transport::gsi::agent::RECV_QUEUE_MAX {
+                let Some(m) = st.ep.poll_mad_to_forward() else { break };
                 tracing::debug!(engine = st.shard, from = %m.from, "a MAD for the first engine's GSI");
                 mads.push(m);
             }

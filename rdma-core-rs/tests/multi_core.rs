@@ -333,11 +333,13 @@ fn a_window_bound_through_one_engine_is_reached_through_the_other() {
     target.read(4096 + 64, &mut got).unwrap();
     assert_eq!(&got, b"through the window");
 
-    // Unbound (a zero-length bind) through the other engine's QP.
+    // Unbound (a zero-length bind) through the other engine's QP: neither
+    // its new key nor the one it was bound under reaches anything.
     let none = MwBindInfo { mr: None, addr: 0, length: 0, access: Access::NONE };
-    let rkey = mw.bind(&qb1, 3, true, &none).unwrap();
+    let unbound = mw.bind(&qb1, 3, true, &none).unwrap();
     assert_eq!(take(&b.cq, 1)[0].status, WcStatus::Success);
-    assert_eq!(write(&qa0, 4, rkey), WcStatus::RemAccessErr, "an unbound window reaches nothing");
+    assert_eq!(write(&qa0, 4, unbound), WcStatus::RemAccessErr, "an unbound window reaches nothing");
+    assert_eq!(write(&qa1, 5, rkey), WcStatus::RemAccessErr, "the key it was bound under is gone");
 }
 
 /// The engines share the device's SRQs: QPs on one SRQ spread over the

@@ -1101,7 +1101,7 @@ impl Endpoint {
     /// takes in every MAD that passes the MAD layer's checks, responses to
     /// sends it never made included, for [`Endpoint::poll_mad_to_forward`].
     /// Without it such a response was dropped here as unmatched. Call it
-    /// before QP1 is used.
+    /// before QP1 is used (a GSI made already becomes a relay from then on).
     pub fn relay_mads(&mut self) {
         self.gsi.set_relay();
     }
@@ -1111,8 +1111,13 @@ impl Endpoint {
     /// not counted in this engine's `mads_received` (a device adds its
     /// engines' counters).
     pub fn poll_mad_to_forward(&mut self) -> Option<ReceivedMad> {
-        let m = self.poll_mad()?;
-        self.stats.mads_received = self.stats.mads_received.saturating_sub(1);
+        let g = self.gsi.made_mut()?;
+        let relay = g.is_relay();
+        let m = g.poll_mad()?;
+        if !relay {
+            // A relay did not count it; an agent that matched it did.
+            self.stats.mads_received = self.stats.mads_received.saturating_sub(1);
+        }
         Some(m)
     }
 

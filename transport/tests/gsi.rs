@@ -295,6 +295,7 @@ fn a_response_another_engine_takes_in_answers_the_send_of_the_gsis_engine() {
             let s = first.stats();
             assert_eq!((s.mads_received, s.mad_retries, s.mad_timeouts), (1, 0, 0));
             assert_eq!(other.stats().drops_for(Drop::MadUnmatchedResponse), 0);
+            assert_eq!(other.stats().mads_received, 0, "counted once, where it was matched");
         } else {
             assert!(first.poll_mad().is_none());
             assert_eq!(other.stats().drops_for(Drop::MadUnmatchedResponse), 1);

@@ -640,3 +640,25 @@ fn hostile_request_streams_around_a_window_touch_nothing_outside_it() {
         "the streams reached the window ({landed}) and invalidated it ({invalidated})"
     );
 }
+
+/// Two engines of one device (one seed) that share a window table: a
+/// window made through one leaves both engines' region keys in step (the
+/// window's key draws from the table's own generator), and both see one
+/// window. Before, a window's key was drawn from the engine's region-key
+/// generator, so the next region got other keys there.
+#[test]
+fn engines_sharing_a_window_table_keep_their_region_keys_in_step() {
+    let ip = IpAddr::V4(core::net::Ipv4Addr::new(10, 0, 0, 9));
+    let (mut first, mut other) = (Endpoint::with_seed(ip, 5), Endpoint::with_seed(ip, 5));
+    other.share_windows(first.window_table());
+    let (pd, pd2) = (first.alloc_pd(), other.alloc_pd());
+    assert_eq!(pd, pd2);
+    let keys = |ep: &mut Endpoint| ep.reg_mr(pd, 0x1000, RegionMemory::zeroed(4096), BINDABLE);
+    assert_eq!(keys(&mut first), keys(&mut other));
+    let (id, rkey) = first.alloc_mw(pd, MwType::Type1).unwrap();
+    let (mr, _) = keys(&mut first);
+    assert_eq!(keys(&mut other).0, mr, "a region made after the window has one key in both engines");
+    assert_eq!(other.mw(id).map(|w| (w.rkey, w.binding)), Some((rkey, None)), "one window");
+    assert!(other.dealloc_mw(id));
+    assert!(first.mw(id).is_none(), "freed through the other engine");
+}

@@ -26,10 +26,12 @@ impl GsiSlot {
         self.gsi.get_or_insert_with(|| Box::new(if relay { Gsi::relay() } else { Gsi::with_first_tid(first) }))
     }
 
-    /// The GSI only relays (before it is made).
+    /// The GSI only relays, from now on.
     pub(super) fn set_relay(&mut self) {
-        debug_assert!(self.gsi.is_none(), "an engine becomes a relay before QP1 is used");
         self.relay = true;
+        if let Some(g) = &mut self.gsi {
+            g.set_relay();
+        }
     }
 
     /// QP1, if it was made.

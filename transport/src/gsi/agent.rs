@@ -115,6 +115,16 @@ impl Gsi {
         Gsi { relay: true, ..Gsi::default() }
     }
 
+    /// Makes this agent a relay ([`Gsi::relay`]) from now on.
+    pub fn set_relay(&mut self) {
+        self.relay = true;
+    }
+
+    /// Whether this agent only relays.
+    pub fn is_relay(&self) -> bool {
+        self.relay
+    }
+
     /// Queues `mad` for `dest`. A transaction ID of 0 is replaced by one
     /// the agent assigns; any other is kept (a response carries its
     /// request's). With `expect_response`, the MAD is sent again each time
@@ -128,6 +138,8 @@ impl Gsi {
         expect_response: Option<Duration>,
         retries: u8,
     ) -> Option<u64> {
+        // A relay hands every response on: one it awaited would never match.
+        debug_assert!(!self.relay || expect_response.is_none(), "a relay sends no request that awaits a response");
         let mut b = mad.0;
         let mut m = Mad::new_unchecked(&mut b[..]);
         let mut tid = m.transaction_id();
@@ -271,10 +283,10 @@ impl Gsi {
         let (tid, class) = (m.transaction_id(), m.mgmt_class());
         let from = from.to_canonical();
         if self.relay {
+            // Counted where it is taken in for good: the GSI it is handed to.
             if self.received.len() >= RECV_QUEUE_MAX {
                 return stats.drop(Drop::MadQueueFull, 1);
             }
-            stats.mads_received += 1;
             return self.received.push_back(ReceivedMad { from, src_qp, mad, answers_send: false });
         }
         // A CM MRA shares its request's transaction ID but answers nothing:

@@ -455,9 +455,9 @@ fn another_qp_is_acked_while_one_replays_a_16_mib_read() {
     });
     assert!(acked, "the replaying QP never ACKed a WRITE behind its replay");
     // Nearly every duplicate READ arrived (the replay they cause shares
-    // loopback's backlog with them: one may be lost on a loaded machine).
+    // loopback's backlog with them: a few may be lost on a loaded machine).
     let dups = ctx.stats().duplicates;
-    assert!((200..250 + tries).contains(&dups), "{dups} duplicates counted of 250 + {} sent", tries - 1);
+    assert!((245..250 + tries).contains(&dups), "{dups} duplicates counted of 250 + {} sent", tries - 1);
     eprintln!("ACK waits {waits:?}; the first QP replayed {replayed} packets meanwhile");
     // The bound, 0.2 s, for all but the slowest of nine (a loaded
     // machine can hold any one thread up); the slowest within 1 s.

@@ -287,7 +287,8 @@ fn a_persistent_server_serves_three_clients_at_once() {
 }
 
 /// The lines `pipe` gives, gathered by a thread until it closes; `until`
-/// waits (up to `limit`) for `needle` to appear `n` times in what came.
+/// waits (up to `limit`) for `needle` to appear `n` times in what came,
+/// then 300 ms more.
 struct Gathered(std::sync::Arc<std::sync::Mutex<String>>, std::thread::JoinHandle<()>);
 
 impl Gathered {
@@ -296,10 +297,11 @@ impl Gathered {
         let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let into = text.clone();
         let thread = std::thread::spawn(move || {
-            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut t = into.lock().unwrap();
-                t.push_str(&line);
-                t.push('\n');
+            let mut r = std::io::BufReader::new(pipe);
+            let mut line = Vec::new();
+            while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                into.lock().unwrap().push_str(&String::from_utf8_lossy(&line));
+                line.clear();
             }
         });
         Gathered(text, thread)
@@ -310,6 +312,8 @@ impl Gathered {
         while self.0.lock().unwrap().matches(needle).count() < n && start.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(20));
         }
+        // A moment more, in which one too many would show.
+        std::thread::sleep(Duration::from_millis(300));
     }
 
     /// Everything, once the pipe closed.

@@ -389,9 +389,14 @@ fn qps_on_one_srq_spread_over_the_engines_and_share_its_receives() {
     assert!(sent.iter().all(|wc| wc.status == WcStatus::Success), "{sent:?}");
     let got = take(&b.cq, 60);
     assert!(got.iter().all(|wc| wc.status == WcStatus::Success && wc.byte_len == 64), "{got:?}");
+    // Taken in the order posted, whatever the engine: the first 60, each
+    // once, and on each QP in rising order.
     let ids: BTreeSet<u64> = got.iter().map(|wc| wc.wr_id).collect();
-    assert_eq!(ids.len(), 60, "each receive taken once: {ids:?}");
-    assert!(ids.iter().all(|&id| id < RECVS));
+    assert_eq!(ids, (0..60).collect(), "each of the first 60 receives taken once");
+    for qpn in got.iter().map(|wc| wc.qp_num).collect::<BTreeSet<_>>() {
+        let on: Vec<u64> = got.iter().filter(|wc| wc.qp_num == qpn).map(|wc| wc.wr_id).collect();
+        assert!(on.windows(2).all(|w| w[0] < w[1]), "QP {qpn:#x} took its receives out of order: {on:?}");
+    }
     let by_engine: BTreeSet<u32> = got.iter().map(|wc| slot(wc.qp_num)).collect();
     assert_eq!(by_engine.len(), ENGINES, "receives completed on QPs of every engine");
     for wc in &got {

@@ -88,7 +88,6 @@ pub struct Endpoint {
     cqs: CqTable,
     srqs: SrqTable,
     /// XRC domains: whether each is open.
-    xrcds: Vec<bool>,
     stats: Stats,
     /// The transmit scheduler's state (see [`scheduler::Scheduler`]).
     sched: scheduler::Scheduler,
@@ -127,7 +126,6 @@ impl Endpoint {
             qpns,
             cqs: CqTable::default(),
             srqs: SrqTable::default(),
-            xrcds: Vec::new(),
             stats: Stats::default(),
             sched: scheduler::Scheduler::new(),
             events: VecDeque::new(),
@@ -544,12 +542,13 @@ impl Endpoint {
         self.srqs.clone()
     }
 
-    /// Makes this endpoint use `table`, another engine's, for its SRQs: a
-    /// device of several engines, whose QPs on every engine take receives
-    /// from one SRQ (their PDs and CQs have the same numbers in every
-    /// engine). Call it before any SRQ is created here. XRC domains stay
-    /// each engine's own, and so do the XRC QPs.
+    /// Makes this endpoint use `table`, another engine's, for its SRQs and
+    /// XRC domains: a device of several engines, whose QPs on every engine
+    /// take receives from one SRQ (their PDs and CQs have the same numbers
+    /// in every engine). Call it before any SRQ or domain is made here.
+    /// The XRC QPs stay on one engine (`close_xrcd` counts only its own).
     pub fn share_srqs(&mut self, table: SrqTable) {
+        debug_assert!(self.srqs.is_empty(), "SRQs are shared before any is made");
         self.srqs = table;
     }
 
@@ -574,29 +573,25 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// `ibv_open_xrcd` of a new, process-private XRC domain.
+    /// `ibv_open_xrcd` of a new, process-private XRC domain (in the SRQ
+    /// table: engines that share it share the domains).
     pub fn open_xrcd(&mut self) -> XrcdId {
-        self.xrcds.push(true);
-        XrcdId(self.xrcds.len() as u32 - 1)
+        self.srqs.open_xrcd()
     }
 
     /// `ibv_close_xrcd`: refused (`XrcdInUse`, EBUSY) while an XRC SRQ or
-    /// an XRC_RECV QP is in it.
+    /// an XRC_RECV QP of this engine is in it (a device of several engines
+    /// keeps its XRC QPs on the engine that opens its domains).
     pub fn close_xrcd(&mut self, xrcd: XrcdId) -> Result<(), VerbsError> {
-        if !self.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
-            return Err(VerbsError::NoSuchXrcd(xrcd.0));
-        }
-        if self.srqs.uses_xrcd(xrcd) || self.qps.values().any(|q| q.xrcd == Some(xrcd)) {
-            return Err(VerbsError::XrcdInUse(xrcd.0));
-        }
-        self.xrcds[xrcd.0 as usize] = false;
-        Ok(())
+        let qps = self.qps.values().any(|q| q.xrcd == Some(xrcd));
+        self.srqs.close_xrcd(xrcd, qps)
     }
 
     fn xrcd_open(&self, xrcd: XrcdId) -> Result<(), VerbsError> {
-        match self.xrcds.get(xrcd.0 as usize) {
-            Some(true) => Ok(()),
-            _ => Err(VerbsError::NoSuchXrcd(xrcd.0)),
+        if self.srqs.xrcd_open(xrcd) {
+            Ok(())
+        } else {
+            Err(VerbsError::NoSuchXrcd(xrcd.0))
         }
     }
 

@@ -30,6 +30,10 @@ pub struct SrqTable(Arc<Mutex<Srqs>>);
 struct Srqs {
     srqs: Vec<Srq>,
     limit_events: VecDeque<SrqId>,
+    /// The XRC domains (open or closed), which XRC SRQs name: kept with
+    /// the SRQs, so that engines sharing the SRQs agree on what a domain
+    /// number means.
+    xrcds: Vec<bool>,
 }
 
 impl SrqTable {
@@ -39,9 +43,36 @@ impl SrqTable {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `other` is this same table.
-    pub fn same(&self, other: &SrqTable) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+    /// Whether no SRQ and no XRC domain was ever made in it.
+    pub(crate) fn is_empty(&self) -> bool {
+        let t = self.lock();
+        t.srqs.is_empty() && t.xrcds.is_empty()
+    }
+
+    /// `ibv_open_xrcd`: a new domain.
+    pub(crate) fn open_xrcd(&self) -> XrcdId {
+        let mut t = self.lock();
+        t.xrcds.push(true);
+        XrcdId(t.xrcds.len() as u32 - 1)
+    }
+
+    /// Whether `xrcd` is open.
+    pub(crate) fn xrcd_open(&self, xrcd: XrcdId) -> bool {
+        self.lock().xrcds.get(xrcd.0 as usize).copied().unwrap_or(false)
+    }
+
+    /// `ibv_close_xrcd`: closes `xrcd` unless it is not open or an XRC SRQ
+    /// is in it, or `in_use` (its QPs) says so, all under the lock.
+    pub(crate) fn close_xrcd(&self, xrcd: XrcdId, in_use: bool) -> Result<(), VerbsError> {
+        let mut t = self.lock();
+        if !t.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
+            return Err(VerbsError::NoSuchXrcd(xrcd.0));
+        }
+        if in_use || t.srqs.iter().any(|s| s.xrc.is_some_and(|(d, _)| d == xrcd)) {
+            return Err(VerbsError::XrcdInUse(xrcd.0));
+        }
+        t.xrcds[xrcd.0 as usize] = false;
+        Ok(())
     }
 
     /// Puts back a WQE taken for a message that was then abandoned.
@@ -106,11 +137,6 @@ impl SrqTable {
             s.xrc = None;
             s.max_wr = 0;
         }
-    }
-
-    /// Whether an XRC SRQ of `xrcd` exists.
-    pub(crate) fn uses_xrcd(&self, xrcd: XrcdId) -> bool {
-        self.lock().srqs.iter().any(|s| s.xrc.is_some_and(|(d, _)| d == xrcd))
     }
 
     /// Whether `id` was created.

@@ -145,11 +145,6 @@ impl WindowTable {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `other` is this same table.
-    pub fn same(&self, other: &WindowTable) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
     /// The window whose handle is `id`.
     pub fn by_id(&self, id: MwId) -> Option<MemoryWindow> {
         self.lock().by_id(id).copied()

@@ -440,10 +440,17 @@ fn an_rtu_handled_before_accept_returns_leaves_the_id_connected_and_its_disconne
     id.connect(&ConnParam::default()).unwrap();
     let req = expect(&sch, EventType::ConnectRequest);
     qp_on(&req.id);
+    /// Takes the hook out however the test ends: other tests' accepts run free.
+    struct Unhook;
+    impl Drop for Unhook {
+        fn drop(&mut self) {
+            *super::connect::AFTER_REP_SENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
     *super::connect::AFTER_REP_SENT.lock().unwrap() = Some(wait_for_the_rtu);
-    let accepted = req.id.accept(&ConnParam::default());
-    *super::connect::AFTER_REP_SENT.lock().unwrap() = None; // other tests' accepts run free
-    accepted.unwrap();
+    let unhook = Unhook;
+    req.id.accept(&ConnParam::default()).unwrap();
+    drop(unhook);
     // The race happened: ESTABLISHED was queued before accept returned.
     let est = sch.get_cm_event(Some(Duration::ZERO)).expect("the RTU was handled while accept ran");
     assert_eq!((est.event, est.id == req.id), (EventType::Established, true), "{est:?}");

@@ -313,8 +313,9 @@ impl Inner {
     }
 
     /// The first shard's state: what lives on the first engine alone (QP1
-    /// and the CM, XRC), the tables the engines share (SRQs, memory
-    /// windows), and the application's waits; with one engine, everything.
+    /// and the CM), the tables the engines share (SRQs and XRC domains,
+    /// memory windows), and the application's waits; with one engine,
+    /// everything.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.shards[0].lock()
     }
@@ -342,9 +343,9 @@ impl Inner {
         self.shards.len()
     }
 
-    /// The shard a new QP goes to: the next in turn when `spreads` (a
-    /// plain RC, UC or UD QP, on an SRQ or not), else the first (whatever
-    /// the device's own objects reach: XRC, the RDMA CM).
+    /// The shard a new QP goes to: the next in turn when `spreads` (an RC,
+    /// UC, UD or XRC QP), else the first (the RDMA CM's, which it drives
+    /// from there).
     pub(crate) fn place_qp(&self, spreads: bool) -> &Shard {
         if !spreads || self.shards.len() == 1 {
             return &self.shards[0];

@@ -48,9 +48,10 @@ impl ProtectionDomain {
     /// `ibv_create_qp`. The QP starts in RESET; bring it up with
     /// [`QueuePair::modify`] (INIT, RTR, RTS).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
-        // A device of several engines spreads plain QPs over them, those on
-        // an SRQ too (its engines share the SRQs: Endpoint::share_srqs).
-        let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud);
+        // A device of several engines spreads plain and XRC_SEND QPs over
+        // them, those on an SRQ too (its engines share the SRQs and XRC
+        // domains: Endpoint::share_srqs).
+        let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend);
         self.create_qp_placed(attr, spreads)
     }
 

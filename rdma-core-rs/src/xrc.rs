@@ -50,7 +50,14 @@ impl Xrcd {
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.ctx.inner.lock().ep.close_xrcd(self.id)?;
+        // Every engine's lock, in order: no XRC_RECV QP of the domain can
+        // be made on another engine while the first closes it.
+        let mut all = self.ctx.inner.lock_all();
+        if all[1..].iter().any(|st| st.ep.xrcd_has_qps(self.id)) {
+            return Err(rdma_transport::VerbsError::XrcdInUse(self.id.0).into());
+        }
+        all[0].ep.close_xrcd(self.id)?;
+        drop(all);
         self.closed.store(true, Ordering::Release);
         Ok(())
     }
@@ -63,14 +70,16 @@ impl Xrcd {
         let init = rdma_transport::QpInitAttr::new(QpType::XrcRecv, rdma_transport::Pd(0), rdma_transport::CqId(0));
         let init =
             rdma_transport::QpInitAttr { cap: QpCap { max_send_wr: 0, max_recv_wr: 0, ..QpCap::default() }, ..init };
-        let qpn = self.ctx.inner.lock().ep.create_xrc_qp(init, Some(self.id))?;
+        // On the engines in turn, as other QPs: they share the domains and
+        // the XRC SRQs.
+        let qpn = self.ctx.inner.place_qp(true).lock().ep.create_xrc_qp(init, Some(self.id))?;
         QueuePair::attach(&self.ctx, qpn, QpType::XrcRecv)
     }
 
     /// `ibv_open_qp`: a handle to the existing XRC_RECV QP `qpn` of this
     /// domain. The QP is destroyed when every handle is.
     pub fn open_qp(&self, qpn: u32) -> Result<QueuePair> {
-        self.ctx.inner.lock().ep.open_xrc_qp(qpn, self.id)?;
+        self.ctx.inner.lock_qp(qpn).ep.open_xrc_qp(qpn, self.id)?;
         QueuePair::attach(&self.ctx, qpn, QpType::XrcRecv)
     }
 }
@@ -105,9 +114,14 @@ impl ProtectionDomain {
         let mut st = self.ctx.inner.lock();
         let id = st.ep.create_xrc_srq(self.pd, xrcd.id, cq.id, max_wr, limit)?;
         let num = st.ep.srq_num(id).expect("an XRC SRQ has a number");
-        // Its receives complete on `cq` from the first engine.
-        self.ctx.inner.hub().cqs.note_engine(cq.id, st.engine());
         drop(st);
+        // Its receives complete on `cq` from whichever engine's XRC_RECV QP
+        // took the message: any.
+        let mut hub = self.ctx.inner.hub();
+        for engine in 0..self.ctx.inner.engines() {
+            hub.cqs.note_engine(cq.id, engine);
+        }
+        drop(hub);
         Ok(XrcSrq { srq: SharedReceiveQueue::from_id(&self.ctx, id), num })
     }
 }

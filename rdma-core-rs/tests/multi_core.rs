@@ -410,3 +410,63 @@ fn qps_on_one_srq_spread_over_the_engines_and_share_its_receives() {
     );
     assert_eq!(b.ctx.get_async_event(Some(Duration::from_millis(200))).unwrap(), None, "the limit event once");
 }
+
+/// XRC spreads too: XRC_RECV QPs of one domain on both engines land their
+/// messages in one XRC SRQ (the engines share SRQs and domains), whose CQ
+/// a poll drives on every engine; the domain does not close while a QP of
+/// another engine than the first is in it.
+#[test]
+fn xrc_recv_qps_on_both_engines_share_a_domain_and_its_srq() {
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("xrc-engines-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, _) = Side::new("xrc-engines-b", b_ip, QpType::Rc, engines_config(), None);
+    let xrcd = b.ctx.open_xrcd().unwrap();
+    let srq = b.pd.create_xrc_srq(&xrcd, &b.cq, 64, 0).unwrap();
+    let recv_qps: Vec<QueuePair> = (0..2).map(|_| xrcd.create_recv_qp().unwrap()).collect();
+    let slots: BTreeSet<u32> = recv_qps.iter().map(|q| slot(q.qp_num())).collect();
+    assert_eq!(slots.len(), ENGINES, "the XRC_RECV QPs are on every engine: {slots:?}");
+    let opts = ConnectOptions::default();
+    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
+    let send_qps: Vec<QueuePair> = recv_qps
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let s = a.pd.create_qp(&QpInitAttr::new(QpType::XrcSend, &a.cq)).unwrap();
+            let psn = 0x10 + 0x100 * i as u32;
+            s.connect(psn, &PeerInfo { qpn: r.qp_num(), psn: psn + 0x10, gid: gid(&b) }, &opts).unwrap();
+            r.connect(psn + 0x10, &PeerInfo { qpn: s.qp_num(), psn, gid: gid(&a) }, &opts).unwrap();
+            s
+        })
+        .collect();
+    let wrs: Vec<RecvWr> =
+        (0..8).map(|i| RecvWr { wr_id: i, sg_list: vec![b.mr.sge(i as usize * 256, 256).unwrap()] }).collect();
+    srq.srq().post_recv(&wrs).unwrap();
+    a.mr.write(0, &pattern(256, 3)).unwrap();
+    for (i, s) in send_qps.iter().enumerate() {
+        let sends: Vec<SendWr> = (0..4)
+            .map(|k| SendWr {
+                xrc_srqn: srq.srq_num(),
+                ..SendWr::new(10 * i as u64 + k, SendOp::Send, vec![a.mr.sge(0, 256).unwrap()])
+            })
+            .collect();
+        s.post_send(&sends).unwrap();
+    }
+    let sent = take(&a.cq, 8);
+    assert!(sent.iter().all(|wc| wc.status == WcStatus::Success), "{sent:?}");
+    let got = take(&b.cq, 8);
+    assert!(got.iter().all(|wc| wc.status == WcStatus::Success && wc.byte_len == 256), "{got:?}");
+    let ids: BTreeSet<u64> = got.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, (0..8).collect(), "each receive of the SRQ taken once");
+    let by: BTreeSet<u32> = got.iter().map(|wc| wc.qp_num).collect();
+    assert_eq!(by, recv_qps.iter().map(QueuePair::qp_num).collect(), "both XRC_RECV QPs took messages");
+
+    // In use while a QP of the second engine is in it.
+    let busy = |x: &Xrcd| matches!(x.close(), Err(Error::Verbs(VerbsError::XrcdInUse(_))));
+    drop(srq);
+    let (first, second): (Vec<QueuePair>, Vec<QueuePair>) =
+        recv_qps.into_iter().partition(|q| slot(q.qp_num()) == slot(b.qp.qp_num()));
+    drop(first);
+    assert!(busy(&xrcd), "a QP on the other engine is still in the domain");
+    drop(second);
+    xrcd.close().unwrap();
+}

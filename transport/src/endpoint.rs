@@ -546,7 +546,7 @@ impl Endpoint {
     /// XRC domains: a device of several engines, whose QPs on every engine
     /// take receives from one SRQ (their PDs and CQs have the same numbers
     /// in every engine). Call it before any SRQ or domain is made here.
-    /// The XRC QPs stay on one engine (`close_xrcd` counts only its own).
+    /// `close_xrcd` counts only this engine's XRC QPs: ask the others.
     pub fn share_srqs(&mut self, table: SrqTable) {
         debug_assert!(self.srqs.is_empty(), "SRQs are shared before any is made");
         self.srqs = table;
@@ -580,11 +580,16 @@ impl Endpoint {
     }
 
     /// `ibv_close_xrcd`: refused (`XrcdInUse`, EBUSY) while an XRC SRQ or
-    /// an XRC_RECV QP of this engine is in it (a device of several engines
-    /// keeps its XRC QPs on the engine that opens its domains).
+    /// an XRC_RECV QP of this engine is in it. A device of several engines
+    /// asks the others first ([`Endpoint::xrcd_has_qps`]).
     pub fn close_xrcd(&mut self, xrcd: XrcdId) -> Result<(), VerbsError> {
-        let qps = self.qps.values().any(|q| q.xrcd == Some(xrcd));
+        let qps = self.xrcd_has_qps(xrcd);
         self.srqs.close_xrcd(xrcd, qps)
+    }
+
+    /// Whether an XRC_RECV QP of this engine is in `xrcd`.
+    pub fn xrcd_has_qps(&self, xrcd: XrcdId) -> bool {
+        self.qps.values().any(|q| q.xrcd == Some(xrcd))
     }
 
     fn xrcd_open(&self, xrcd: XrcdId) -> Result<(), VerbsError> {

@@ -392,7 +392,8 @@ impl Inner {
     /// Every shard's state, locked in their order (the order every caller
     /// that holds more than one takes them in): for what the device
     /// mirrors in each engine (PDs, MRs, CQs), done in the same order in
-    /// all of them.
+    /// all of them, and for checks that must see every engine at once (an
+    /// XRC domain's close).
     pub(crate) fn lock_all(&self) -> Vec<MutexGuard<'_, State>> {
         self.shards.iter().map(Shard::lock).collect()
     }

@@ -39,7 +39,7 @@ impl Context {
 }
 
 impl Xrcd {
-    /// The engine's number of this domain.
+    /// The device's number of this domain (the same in every engine).
     pub fn id(&self) -> XrcdId {
         self.id
     }

@@ -438,6 +438,8 @@ fn xrc_recv_qps_on_both_engines_share_a_domain_and_its_srq() {
             s
         })
         .collect();
+    let send_slots: BTreeSet<u32> = send_qps.iter().map(|q| slot(q.qp_num())).collect();
+    assert_eq!(send_slots.len(), ENGINES, "the XRC_SEND QPs are on every engine: {send_slots:?}");
     let wrs: Vec<RecvWr> =
         (0..8).map(|i| RecvWr { wr_id: i, sg_list: vec![b.mr.sge(i as usize * 256, 256).unwrap()] }).collect();
     srq.srq().post_recv(&wrs).unwrap();
@@ -463,8 +465,10 @@ fn xrc_recv_qps_on_both_engines_share_a_domain_and_its_srq() {
     // In use while a QP of the second engine is in it.
     let busy = |x: &Xrcd| matches!(x.close(), Err(Error::Verbs(VerbsError::XrcdInUse(_))));
     drop(srq);
+    // Side::new made b's own QP first, on the first engine.
     let (first, second): (Vec<QueuePair>, Vec<QueuePair>) =
         recv_qps.into_iter().partition(|q| slot(q.qp_num()) == slot(b.qp.qp_num()));
+    assert_eq!((first.len(), second.len()), (1, 1));
     drop(first);
     assert!(busy(&xrcd), "a QP on the other engine is still in the domain");
     drop(second);

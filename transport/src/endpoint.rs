@@ -87,7 +87,6 @@ pub struct Endpoint {
     qpns: QpnAllocator,
     cqs: CqTable,
     srqs: SrqTable,
-    /// XRC domains: whether each is open.
     stats: Stats,
     /// The transmit scheduler's state (see [`scheduler::Scheduler`]).
     sched: scheduler::Scheduler,
@@ -611,11 +610,10 @@ impl Endpoint {
         max_wr: u32,
         limit: u32,
     ) -> Result<SrqId, VerbsError> {
-        self.xrcd_open(xrcd)?;
         if !self.cqs.exists(cq) {
             return Err(VerbsError::NoSuchCq(cq.0));
         }
-        Ok(self.srqs.create_xrc(pd, xrcd, cq, max_wr, limit))
+        self.srqs.create_xrc(pd, xrcd, cq, max_wr, limit)
     }
 
     /// `ibv_get_srq_num`: the number XRC senders name (`remote_srqn`).

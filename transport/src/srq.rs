@@ -19,7 +19,8 @@ struct Srq {
     xrc: Option<(XrcdId, CqId)>,
 }
 
-/// Shared receive queues, and the limit events they raised: a handle that
+/// Shared receive queues, the limit events they raised, and the XRC
+/// domains their XRC SRQs are in: a handle that
 /// the engines of a device of several share ([`crate::Endpoint::share_srqs`]),
 /// so that QPs on every engine take receives from one SRQ. Each call takes
 /// the table's lock for its own work; none holds it across another.
@@ -62,7 +63,9 @@ impl SrqTable {
     }
 
     /// `ibv_close_xrcd`: closes `xrcd` unless it is not open or an XRC SRQ
-    /// is in it, or `in_use` (its QPs) says so, all under the lock.
+    /// is in it, or `in_use` (its QPs) says so, all under the lock. The
+    /// caller counts `in_use` under the locks that keep QPs from being
+    /// made in the domain meanwhile (every sharing engine's).
     pub(crate) fn close_xrcd(&self, xrcd: XrcdId, in_use: bool) -> Result<(), VerbsError> {
         let mut t = self.lock();
         if !t.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
@@ -97,19 +100,29 @@ impl SrqTable {
 
     /// A new SRQ of up to `max_wr` WQEs (at least one) whose buffers belong to `pd`.
     pub(crate) fn create(&self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
-        self.create_in(pd, max_wr, limit, None)
-    }
-
-    fn create_in(&self, pd: Pd, max_wr: u32, limit: u32, xrc: Option<(XrcdId, CqId)>) -> SrqId {
         let mut t = self.lock();
-        t.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc });
+        t.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc: None });
         SrqId(t.srqs.len() - 1)
     }
 
     /// A new XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`) in `xrcd`,
     /// completing on `cq`.
-    pub(crate) fn create_xrc(&self, pd: Pd, xrcd: XrcdId, cq: CqId, max_wr: u32, limit: u32) -> SrqId {
-        self.create_in(pd, max_wr, limit, Some((xrcd, cq)))
+    /// The domain must be open: checked under the same lock as the SRQ is
+    /// made, so that a close on another engine cannot come between.
+    pub(crate) fn create_xrc(
+        &self,
+        pd: Pd,
+        xrcd: XrcdId,
+        cq: CqId,
+        max_wr: u32,
+        limit: u32,
+    ) -> Result<SrqId, VerbsError> {
+        let mut t = self.lock();
+        if !t.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
+            return Err(VerbsError::NoSuchXrcd(xrcd.0));
+        }
+        t.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc: Some((xrcd, cq)) });
+        Ok(SrqId(t.srqs.len() - 1))
     }
 
     /// The XRC domain and CQ of an XRC SRQ (`None` for another SRQ).

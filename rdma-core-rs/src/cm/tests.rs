@@ -447,8 +447,8 @@ fn an_rtu_handled_before_accept_returns_leaves_the_id_connected_and_its_disconne
             *super::connect::AFTER_REP_SENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
-    *super::connect::AFTER_REP_SENT.lock().unwrap() = Some(wait_for_the_rtu);
     let unhook = Unhook;
+    *super::connect::AFTER_REP_SENT.lock().unwrap() = Some(wait_for_the_rtu);
     req.id.accept(&ConnParam::default()).unwrap();
     drop(unhook);
     // The race happened: ESTABLISHED was queued before accept returned.

@@ -982,14 +982,20 @@ impl Endpoint {
 
     /// Raises the event of every CQ that overflowed since the last call,
     /// and moves the QPs that use it to the error state (their flushed
-    /// requests are lost with the CQ, and counted as overruns).
+    /// requests are lost with the CQ, and counted as overruns): those
+    /// whose own CQ it is, and the XRC_RECV QPs of a domain with an XRC
+    /// SRQ that completes on it.
     fn settle_cq_errors(&mut self) {
         while let Some(cq) = self.cqs.take_overflowed() {
             tracing::warn!(cq = cq.0, "completion queue overrun: the CQ and its QPs are in error");
             self.touch();
             self.events.push_back(AsyncEvent::CqError(cq));
+            let srqs = &self.srqs;
             for (qpn, qp) in self.qps.iter_mut() {
-                if qp.state != QpState::Err && (qp.init.send_cq == cq || qp.init.recv_cq == cq) {
+                let uses = qp.init.send_cq == cq
+                    || qp.init.recv_cq == cq
+                    || qp.xrcd.is_some_and(|d| srqs.xrc_completes_on(d, cq));
+                if qp.state != QpState::Err && uses {
                     qp.state = QpState::Err;
                     qp.flush(&mut self.cqs);
                     self.events.push_back(AsyncEvent::QpFatal(qpn));

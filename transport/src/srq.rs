@@ -125,6 +125,12 @@ impl SrqTable {
         Ok(SrqId(t.srqs.len() - 1))
     }
 
+    /// Whether an XRC SRQ of `xrcd` completes on `cq`: the domain's
+    /// XRC_RECV QPs, which have no CQ of their own, then complete there.
+    pub(crate) fn xrc_completes_on(&self, xrcd: XrcdId, cq: CqId) -> bool {
+        self.lock().srqs.iter().any(|s| s.xrc == Some((xrcd, cq)))
+    }
+
     /// The XRC domain and CQ of an XRC SRQ (`None` for another SRQ).
     pub(crate) fn xrc_of(&self, id: SrqId) -> Option<(XrcdId, CqId)> {
         self.lock().srqs.get(id.0)?.xrc

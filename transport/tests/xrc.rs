@@ -116,6 +116,34 @@ fn one_xrc_send_qp_reaches_two_srqs_of_one_domain() {
     assert_eq!(ep.close_xrcd(xrcd), Err(VerbsError::NoSuchXrcd(xrcd.0)));
 }
 
+/// A CQ that an XRC SRQ completes on overruns: the XRC_RECV QPs of the
+/// SRQ's domain fail with it, as the QPs whose own CQ it is do (the QP
+/// has no CQ of its own: it completes on the SRQ's). Before, it stayed
+/// ready and went on taking messages whose completions were lost.
+#[test]
+fn an_overrun_of_an_xrc_srqs_cq_fails_the_domains_recv_qps() {
+    let mut x = setup(LinkConfig::default(), 3);
+    let (b_ep, recv_qpn) = (x.b.ep, x.recv_qpn);
+    let ep = x.sim.ep(b_ep);
+    let small = ep.create_cq(2);
+    let srq = ep.create_xrc_srq(x.b.pd, x.xrcd, small, 16, 0).unwrap();
+    let n = ep.srq_num(srq).unwrap();
+    for i in 0..4 {
+        recv(&mut x, srq, 100 + i, i * 64, 64);
+    }
+    fill(&x.a, 0, 64, 7);
+    for i in 0..4 {
+        let sg = sge(&x.a, 0, 64);
+        send(&mut x, i, SendOp::Send, sg, n);
+    }
+    x.sim.run_idle(Duration::from_millis(50));
+    let ep = x.sim.ep(b_ep);
+    assert_eq!(ep.query_qp(recv_qpn).unwrap().0, QpState::Err, "the XRC_RECV QP failed with the CQ");
+    let events: Vec<AsyncEvent> = std::iter::from_fn(|| ep.poll_event()).collect();
+    assert!(events.contains(&AsyncEvent::CqError(small)), "{events:?}");
+    assert!(events.contains(&AsyncEvent::QpFatal(recv_qpn)), "{events:?}");
+}
+
 #[test]
 fn xrc_survives_a_lossy_link() {
     for seed in 0..6 {

@@ -58,9 +58,9 @@ run $udp bw gso-roce 65536 "$secs"
 run $udp bw mmsg 92 "$secs"
 run $udp pingpong 8 20000 busy
 run $udp pingpong 8 20000 block
-# The same from unconnected sockets, as this backend sends (the ICRC
+# The same from unconnected sockets, as this backend first sent (the ICRC
 # covers the IPv4 Identification, which Linux writes as a fixed 0 only for
-# unconnected sends).
+# unconnected sends; it now probes a connected socket's numbers instead).
 run $udp pingpong-unconnected 8 20000 busy
 run $udp pingpong-unconnected 8 20000 block
 # The system calls of an RC ping-pong (a 24-byte SEND of 8 bytes and the
@@ -213,9 +213,10 @@ for test in ("write-bw", "read-bw", "send-bw"):
         us = f"{u:7.2f}" if u else "      -"
         print(f"  {test:10} {size:>8} {r['gbps']:7.2f}  {ratio(r['gbps'], plain['gbps'])} "
               f"{ratio(r['gbps'], mmsg['gbps'])} {ratio(r['gbps'], gso['gbps'])}  {us} {ratio(r['gbps'], u)}")
-print(f"  raw UDP: plain {plain['gbps']:.2f}, sendmmsg {mmsg['gbps']:.2f}, GSO/GRO {gso['gbps']:.2f} Gb/s; "
-      f"64 KiB WRITEs' packets through GSO/GRO without the engine {gso_roce['gbps']:.2f} Gb/s "
-      f"({ratio(gso_roce['gbps'], gso['gbps']).strip()} GSO)")
+gso_roce_gbps = gso_roce and gso_roce['gbps']
+print(f"  raw UDP: plain {plain['gbps']:.2f}, sendmmsg {mmsg['gbps']:.2f}, GSO/GRO {gso['gbps']:.2f} Gb/s"
+      + (f"; 64 KiB WRITEs' packets through GSO/GRO without the engine {gso_roce_gbps:.2f} Gb/s "
+         f"({ratio(gso_roce_gbps, gso['gbps']).strip()} GSO)" if gso_roce_gbps else ""))
 print()
 print("Scaling, 64 KiB WRITEs (Gb/s)")
 one = pick(tag="bw", test="write-bw", size=65536)
@@ -280,9 +281,10 @@ for b in ("roce1", "ib"):
         print(f"  {b:6} not measured (needs root and network namespaces)")
 print()
 print("Goals: WRITE 64 KiB 1 QP >= 0.5x GSO and >= 2x UCX; RTT <= 1.3x raw UDP (same mode), below UCX and")
-print("libfabric; >= 1 M 64-byte WRITEs/s.")
+print("libfabric; >= 1 M 64-byte WRITEs/s. (Issue 32 asks 0.9x GSO; the wire format alone leaves the")
+print("ratio of its packets without the engine, docs/performance.md.)")
 wbw = one
 print(f"  WRITE 64 KiB / GSO {ratio(wbw['gbps'], gso['gbps'])}, / its packets without the engine "
-      f"{ratio(wbw['gbps'], gso_roce['gbps']).strip()}, / UCX {ratio(wbw['gbps'], ucx_gbps(65536))}; "
+      f"{ratio(wbw['gbps'], gso_roce_gbps).strip()}, / UCX {ratio(wbw['gbps'], ucx_gbps(65536))}; "
       f"peak RSS {wbw['peak_rss_kib'] / 1024:.1f} MiB; retransmits {wbw['retransmits']}")
 PY

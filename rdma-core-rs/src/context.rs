@@ -508,7 +508,9 @@ impl Inner {
         if self.shards.len() > 1 {
             self.forward_mads(st);
         }
-        if st.ep.mads_waiting() {
+        // The CM and the MAD service are the first engine's; another
+        // engine's QP1 only relays (what `forward_mads` left there waits).
+        if st.shard == 0 && st.ep.mads_waiting() {
             if let Some(service) = self.mad_service.get().and_then(Weak::upgrade) {
                 service.process(st);
             }

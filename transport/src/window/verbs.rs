@@ -102,7 +102,7 @@ impl MemoryTable {
     }
 
     /// Uses `table` (another engine's) for windows from now on; this
-    /// table's own windows, if any, are forgotten.
+    /// table must have none of its own yet.
     pub fn share_window_table(&mut self, table: WindowTable) {
         debug_assert!(self.windows.lock().slots.is_empty(), "windows are shared before any is made");
         self.windows = table;

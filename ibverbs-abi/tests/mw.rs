@@ -99,6 +99,8 @@ int main(void) {
     ia.send_cq = cq; ia.recv_cq = cq; ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = 16; ia.cap.max_recv_wr = 16; ia.cap.max_send_sge = 1; ia.cap.max_recv_sge = 1;
     a = ibv_create_qp(pd, &ia); b = ibv_create_qp(pd, &ia);
+    /* a QPN's engine is its shared-port slot, bits 17 on (docs/multi-core-device.md) */
+    printf("engines of a and b differ %d\n", (a->qp_num >> 17) != (b->qp_num >> 17));
     SHOW("connect", connect_rc(a, b->qp_num) || connect_rc(b, a->qp_num));
     static char dst[256], plain[64], rbuf[64];
     msrc = ibv_reg_mr(pd, src, sizeof src, 0);
@@ -200,6 +202,7 @@ int main(void) {
 #[test]
 fn memory_windows_bind_guard_and_invalidate_from_c() {
     if let Some(text) = common::run_c_with("mw", "mw0=127.0.13.8", ONE_ENGINE, PROGRAM) {
+        common::check_lines(&text, &["engines of a and b differ 0"]);
         check(&text);
     }
 }
@@ -207,6 +210,9 @@ fn memory_windows_bind_guard_and_invalidate_from_c() {
 #[test]
 fn memory_windows_bind_guard_and_invalidate_from_c_on_two_engines() {
     if let Some(text) = common::run_c_with("mw-engines", "mw1=127.0.13.9", TWO_ENGINES, PROGRAM) {
+        // What makes this run worth having: the windows are bound through
+        // one engine's QP and reached through the other's.
+        common::check_lines(&text, &["engines of a and b differ 1"]);
         check(&text);
     }
 }

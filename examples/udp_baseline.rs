@@ -138,6 +138,22 @@ fn bw(mode: &str, size: usize, secs: f64) {
     );
 }
 
+/// Makes `h` a UDP_SEGMENT message of `segment`-byte segments, its
+/// control message written into `control`, which must outlive the send.
+fn set_segment(h: &mut libc::msghdr, control: &mut [u64; 4], segment: u16) {
+    h.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA stay within `control`
+    // (32 bytes; one control message of a u16 takes 20).
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+    }
+}
+
 /// `bw gso-roce`: WRITEs of `size` bytes until `stop`, each as two
 /// UDP_SEGMENT messages (FIRST and the next packet, then the rest) in one
 /// `sendmmsg` on the connected socket `tx`.
@@ -154,17 +170,7 @@ fn send_writes(tx: &UdpSocket, size: usize, stop: &AtomicBool) {
     let mut control = [[0u64; 4]; 2];
     let mut m = headers(&mut iov);
     for (i, (h, segment)) in m.iter_mut().zip([first, other]).enumerate() {
-        let h = &mut h.msg_hdr;
-        h.msg_control = control[i].as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA stay within `control[i]`.
-        unsafe {
-            h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-            let c = libc::CMSG_FIRSTHDR(h);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
-        }
+        set_segment(&mut h.msg_hdr, &mut control[i], segment as u16);
     }
     while !stop.load(Ordering::Relaxed) {
         // SAFETY: the headers point at live buffers and controls.
@@ -270,16 +276,7 @@ fn send_with_ack(s: &UdpSocket, msg: &mut [u8], to: Option<&std::net::SocketAddr
         h.msg_name = (name as *mut libc::sockaddr_in).cast();
         h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
     }
-    h.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA stay within `control`.
-    unsafe {
-        h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-        let c = libc::CMSG_FIRSTHDR(h);
-        (*c).cmsg_level = libc::SOL_UDP;
-        (*c).cmsg_type = UDP_SEGMENT;
-        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), (msg.len() - 20) as u16);
-    }
+    set_segment(h, &mut control, (msg.len() - 20) as u16);
     // SAFETY: the header points at live buffers of the stated sizes.
     let n = unsafe { libc::sendmmsg(s.as_raw_fd(), m.as_mut_ptr(), 1, 0) };
     assert_eq!(n, 1, "sendmmsg: {}", std::io::Error::last_os_error());

@@ -275,7 +275,7 @@ fn a_persistent_server_serves_three_clients_at_once() {
     let mut server = server;
     // A persistent server never ends by itself; it prints each disconnect
     // when its CM thread gets to it (waited for: a loaded machine).
-    let stderr = Gathered::new(server.stderr.take().expect("piped"));
+    let stderr = testkit::Gathered::new(server.stderr.take().expect("piped"));
     stderr.until("server DISCONNECT EVENT...", 3, Duration::from_secs(10));
     assert!(server.try_wait().unwrap().is_none(), "the persistent server still runs");
     let _ = server.kill();
@@ -284,41 +284,4 @@ fn a_persistent_server_serves_three_clients_at_once() {
     assert_eq!(text.lines().filter(|l| l.starts_with("server ping data: rdma-ping-")).count(), 150);
     let err = stderr.text();
     assert_eq!(err.matches("server DISCONNECT EVENT...").count(), 3, "{err}");
-}
-
-/// The lines `pipe` gives, gathered by a thread until it closes; `until`
-/// waits (up to `limit`) for `needle` to appear `n` times in what came,
-/// then 300 ms more.
-struct Gathered(std::sync::Arc<std::sync::Mutex<String>>, std::thread::JoinHandle<()>);
-
-impl Gathered {
-    fn new(pipe: impl std::io::Read + Send + 'static) -> Gathered {
-        use std::io::BufRead;
-        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let into = text.clone();
-        let thread = std::thread::spawn(move || {
-            let mut r = std::io::BufReader::new(pipe);
-            let mut line = Vec::new();
-            while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-                into.lock().unwrap().push_str(&String::from_utf8_lossy(&line));
-                line.clear();
-            }
-        });
-        Gathered(text, thread)
-    }
-
-    fn until(&self, needle: &str, n: usize, limit: Duration) {
-        let start = std::time::Instant::now();
-        while self.0.lock().unwrap().matches(needle).count() < n && start.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // A moment more, in which one too many would show.
-        std::thread::sleep(Duration::from_millis(300));
-    }
-
-    /// Everything, once the pipe closed.
-    fn text(self) -> String {
-        self.1.join().expect("the reader");
-        std::sync::Arc::try_unwrap(self.0).expect("the reader is done").into_inner().unwrap()
-    }
 }

@@ -35,6 +35,16 @@ fn take(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
     out
 }
 
+/// Waits for `n` successful sends on `a`'s CQ and `n` successful receives
+/// of `len` bytes on `b`'s; returns the receives.
+fn delivered(a: &Side, b: &Side, n: usize, len: u32) -> Vec<WorkCompletion> {
+    let sent = take(&a.cq, n);
+    assert!(sent.iter().all(|wc| wc.status == WcStatus::Success), "{sent:?}");
+    let got = take(&b.cq, n);
+    assert!(got.iter().all(|wc| wc.status == WcStatus::Success && wc.byte_len == len), "{got:?}");
+    got
+}
+
 #[test]
 fn qps_spread_over_the_engines_and_every_byte_and_completion_arrives() {
     let (a_ip, b_ip) = addresses();
@@ -116,9 +126,7 @@ fn an_armed_cq_gets_its_event_from_any_engine() {
     for i in 0..8 {
         let qa = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
         let qb = b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq)).unwrap();
-        let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
-        qa.connect(i * 10, &PeerInfo { qpn: qb.qp_num(), psn: i * 10 + 5, gid: gid(&b) }, &opts).unwrap();
-        qb.connect(i * 10 + 5, &PeerInfo { qpn: qa.qp_num(), psn: i * 10, gid: gid(&a) }, &opts).unwrap();
+        connect_pair((&a, &qa), (&b, &qb), &opts, i * 10);
         if slot(qa.qp_num()) != first {
             other = Some((qa, qb));
             break;
@@ -144,13 +152,11 @@ fn a_cq_overrun_fails_the_qps_of_every_engine_on_it() {
     let (b, _) = Side::new("overrun-b", b_ip, QpType::Rc, engines_config(), None);
     let small = a.ctx.create_cq(4, None).unwrap();
     let opts = ConnectOptions::default();
-    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
     let mut pairs = Vec::new();
     for i in 0..2u32 {
         let qa = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &small)).unwrap();
         let qb = b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq)).unwrap();
-        qa.connect(i * 10, &PeerInfo { qpn: qb.qp_num(), psn: i * 10 + 5, gid: gid(&b) }, &opts).unwrap();
-        qb.connect(i * 10 + 5, &PeerInfo { qpn: qa.qp_num(), psn: i * 10, gid: gid(&a) }, &opts).unwrap();
+        connect_pair((&a, &qa), (&b, &qb), &opts, i * 10);
         pairs.push((qa, qb));
     }
     assert_ne!(slot(pairs[0].0.qp_num()), slot(pairs[1].0.qp_num()), "one QP on each engine");
@@ -361,14 +367,11 @@ fn qps_on_one_srq_spread_over_the_engines_and_share_its_receives() {
         let qb = b.pd.create_qp(&attr).unwrap();
         pairs.push((a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap(), Some(qb)));
     }
-    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
     let mut slots = BTreeSet::new();
     for (i, (qa, qb)) in pairs.iter().enumerate() {
         let qb = qb.as_ref().unwrap_or(&b.qp);
         slots.insert(slot(qb.qp_num()));
-        let psn = 100 * i as u32;
-        qa.connect(psn, &PeerInfo { qpn: qb.qp_num(), psn: psn + 50, gid: gid(&b) }, &opts).unwrap();
-        qb.connect(psn + 50, &PeerInfo { qpn: qa.qp_num(), psn, gid: gid(&a) }, &opts).unwrap();
+        connect_pair((&a, qa), (&b, qb), &opts, 100 * i as u32);
     }
     assert_eq!(slots.len(), ENGINES, "the QPs on the SRQ are on every engine: {slots:?}");
 
@@ -385,10 +388,7 @@ fn qps_on_one_srq_spread_over_the_engines_and_share_its_receives() {
             .collect();
         qa.post_send(&sends).unwrap();
     }
-    let sent = take(&a.cq, 60);
-    assert!(sent.iter().all(|wc| wc.status == WcStatus::Success), "{sent:?}");
-    let got = take(&b.cq, 60);
-    assert!(got.iter().all(|wc| wc.status == WcStatus::Success && wc.byte_len == 64), "{got:?}");
+    let got = delivered(&a, &b, 60, 64);
     // Taken in the order posted, whatever the engine: the first 60, each
     // once, and on each QP in rising order.
     let ids: BTreeSet<u64> = got.iter().map(|wc| wc.wr_id).collect();
@@ -426,15 +426,12 @@ fn xrc_recv_qps_on_both_engines_share_a_domain_and_its_srq() {
     let slots: BTreeSet<u32> = recv_qps.iter().map(|q| slot(q.qp_num())).collect();
     assert_eq!(slots.len(), ENGINES, "the XRC_RECV QPs are on every engine: {slots:?}");
     let opts = ConnectOptions::default();
-    let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
     let send_qps: Vec<QueuePair> = recv_qps
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let s = a.pd.create_qp(&QpInitAttr::new(QpType::XrcSend, &a.cq)).unwrap();
-            let psn = 0x10 + 0x100 * i as u32;
-            s.connect(psn, &PeerInfo { qpn: r.qp_num(), psn: psn + 0x10, gid: gid(&b) }, &opts).unwrap();
-            r.connect(psn + 0x10, &PeerInfo { qpn: s.qp_num(), psn, gid: gid(&a) }, &opts).unwrap();
+            connect_pair((&a, &s), (&b, r), &opts, 0x10 + 0x100 * i as u32);
             s
         })
         .collect();
@@ -453,10 +450,7 @@ fn xrc_recv_qps_on_both_engines_share_a_domain_and_its_srq() {
             .collect();
         s.post_send(&sends).unwrap();
     }
-    let sent = take(&a.cq, 8);
-    assert!(sent.iter().all(|wc| wc.status == WcStatus::Success), "{sent:?}");
-    let got = take(&b.cq, 8);
-    assert!(got.iter().all(|wc| wc.status == WcStatus::Success && wc.byte_len == 256), "{got:?}");
+    let got = delivered(&a, &b, 8, 256);
     let ids: BTreeSet<u64> = got.iter().map(|wc| wc.wr_id).collect();
     assert_eq!(ids, (0..8).collect(), "each receive of the SRQ taken once");
     let by: BTreeSet<u32> = got.iter().map(|wc| wc.qp_num).collect();

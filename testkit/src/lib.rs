@@ -99,6 +99,44 @@ pub fn show(o: &std::process::Output) -> String {
     )
 }
 
+/// The lines `pipe` gives (a child's stderr, say), gathered by a thread
+/// until it closes; `until` waits (up to `limit`) for `needle` to appear
+/// `n` times in what came, then 300 ms more, in which one too many would
+/// show: for a process that prints when its threads get to it.
+pub struct Gathered(std::sync::Arc<std::sync::Mutex<String>>, std::thread::JoinHandle<()>);
+
+impl Gathered {
+    pub fn new(pipe: impl std::io::Read + Send + 'static) -> Gathered {
+        use std::io::BufRead;
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let into = text.clone();
+        let thread = std::thread::spawn(move || {
+            let mut r = std::io::BufReader::new(pipe);
+            let mut line = Vec::new();
+            while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                into.lock().unwrap().push_str(&String::from_utf8_lossy(&line));
+                line.clear();
+            }
+        });
+        Gathered(text, thread)
+    }
+
+    pub fn until(&self, needle: &str, n: usize, limit: std::time::Duration) {
+        let start = std::time::Instant::now();
+        while self.0.lock().unwrap().matches(needle).count() < n && start.elapsed() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // A moment more, in which one too many would show.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+
+    /// Everything, once the pipe closed.
+    pub fn text(self) -> String {
+        self.1.join().expect("the reader");
+        std::sync::Arc::try_unwrap(self.0).expect("the reader is done").into_inner().unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

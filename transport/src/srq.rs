@@ -37,6 +37,17 @@ struct Srqs {
     xrcds: Vec<bool>,
 }
 
+impl Srqs {
+    fn xrcd_is_open(&self, xrcd: XrcdId) -> bool {
+        self.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false)
+    }
+
+    fn push(&mut self, pd: Pd, max_wr: u32, limit: u32, xrc: Option<(XrcdId, CqId)>) -> SrqId {
+        self.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc });
+        SrqId(self.srqs.len() - 1)
+    }
+}
+
 impl SrqTable {
     fn lock(&self) -> MutexGuard<'_, Srqs> {
         // Every change is complete before the lock is let go, so a panic
@@ -59,7 +70,7 @@ impl SrqTable {
 
     /// Whether `xrcd` is open.
     pub(crate) fn xrcd_open(&self, xrcd: XrcdId) -> bool {
-        self.lock().xrcds.get(xrcd.0 as usize).copied().unwrap_or(false)
+        self.lock().xrcd_is_open(xrcd)
     }
 
     /// `ibv_close_xrcd`: closes `xrcd` unless it is not open or an XRC SRQ
@@ -68,7 +79,7 @@ impl SrqTable {
     /// made in the domain meanwhile (every sharing engine's).
     pub(crate) fn close_xrcd(&self, xrcd: XrcdId, in_use: bool) -> Result<(), VerbsError> {
         let mut t = self.lock();
-        if !t.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
+        if !t.xrcd_is_open(xrcd) {
             return Err(VerbsError::NoSuchXrcd(xrcd.0));
         }
         if in_use || t.srqs.iter().any(|s| s.xrc.is_some_and(|(d, _)| d == xrcd)) {
@@ -100,14 +111,11 @@ impl SrqTable {
 
     /// A new SRQ of up to `max_wr` WQEs (at least one) whose buffers belong to `pd`.
     pub(crate) fn create(&self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
-        let mut t = self.lock();
-        t.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc: None });
-        SrqId(t.srqs.len() - 1)
+        self.lock().push(pd, max_wr, limit, None)
     }
 
     /// A new XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`) in `xrcd`,
-    /// completing on `cq`.
-    /// The domain must be open: checked under the same lock as the SRQ is
+    /// completing on `cq`. The domain must be open: checked under the same lock as the SRQ is
     /// made, so that a close on another engine cannot come between.
     pub(crate) fn create_xrc(
         &self,
@@ -118,11 +126,10 @@ impl SrqTable {
         limit: u32,
     ) -> Result<SrqId, VerbsError> {
         let mut t = self.lock();
-        if !t.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false) {
+        if !t.xrcd_is_open(xrcd) {
             return Err(VerbsError::NoSuchXrcd(xrcd.0));
         }
-        t.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc: Some((xrcd, cq)) });
-        Ok(SrqId(t.srqs.len() - 1))
+        Ok(t.push(pd, max_wr, limit, Some((xrcd, cq))))
     }
 
     /// Whether an XRC SRQ of `xrcd` completes on `cq`: the domain's

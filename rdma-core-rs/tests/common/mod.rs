@@ -111,10 +111,17 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 pub fn connected_qps(a: &Side, b: &Side, opts: &ConnectOptions, psn: u32) -> (QueuePair, QueuePair) {
     let mk = |s: &Side| s.pd.create_qp(&QpInitAttr::new(QpType::Rc, &s.cq)).unwrap();
     let (qa, qb) = (mk(a), mk(b));
+    connect_pair((a, &qa), (b, &qb), opts, psn);
+    (qa, qb)
+}
+
+/// Connects QP `qa` of device `a` and `qb` of `b` to each other: `qa`
+/// sends from PSN `psn`, `qb` from `psn + 1000`.
+pub fn connect_pair(a: (&Side, &QueuePair), b: (&Side, &QueuePair), opts: &ConnectOptions, psn: u32) {
+    let ((a, qa), (b, qb)) = (a, b);
     let gid = |s: &Side| s.ctx.query_gid(0).unwrap();
     qa.connect(psn, &PeerInfo { qpn: qb.qp_num(), psn: psn + 1000, gid: gid(b) }, opts).unwrap();
     qb.connect(psn + 1000, &PeerInfo { qpn: qa.qp_num(), psn, gid: gid(a) }, opts).unwrap();
-    (qa, qb)
 }
 
 /// A device whose progress only its own calls drive (a test that watches

@@ -40,12 +40,11 @@ pub unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_int) -> *mut ibv_m
         let verbs = match p.verbs.alloc_mw(t) {
             Ok(v) => v,
             Err(e) => {
-                // Every window slot taken: libibverbs' providers say ENOMEM.
-                // A refusal that names EOPNOTSUPP keeps it, as libibverbs
-                // answers for a provider without windows.
+                // Every window slot taken (the one refusal left, now that a
+                // device of several engines has windows too): libibverbs'
+                // providers say ENOMEM.
                 tracing::debug!(error = %e, "ibv_alloc_mw refused");
-                let errno = crate::ffi::errno_of(&e);
-                set_errno(if errno == libc::EOPNOTSUPP { errno } else { libc::ENOMEM });
+                set_errno(libc::ENOMEM);
                 return std::ptr::null_mut();
             }
         };

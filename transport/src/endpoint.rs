@@ -1104,10 +1104,10 @@ impl Endpoint {
     /// of several engines, the one whose GSI sends the device's MADs): it
     /// takes in every MAD that passes the MAD layer's checks, responses to
     /// sends it never made included, for [`Endpoint::poll_mad_to_forward`].
-    /// Without it such a response was dropped here as unmatched. Call it
-    /// before QP1 is used (a GSI made already becomes a relay from then on).
+    /// Without it such a response was dropped here as unmatched. Makes
+    /// QP1 now if it was not.
     pub fn relay_mads(&mut self) {
-        self.gsi.set_relay();
+        self.gsi_mut().set_relay();
     }
 
     /// The next MAD received on QP1, taken to be handed to the engine of

@@ -100,10 +100,10 @@ pub struct WindowTable(Arc<Mutex<Windows>>);
 
 #[derive(Debug, Default)]
 pub(crate) struct Windows {
-    pub(crate) slots: Vec<Option<MemoryWindow>>,
+    slots: Vec<Option<MemoryWindow>>,
     /// Draws each window key's low byte: the table's own, so that windows
     /// made on one engine leave the engines' region keys in step.
-    pub(crate) keys: Rng,
+    keys: Rng,
 }
 
 impl Windows {
@@ -119,16 +119,16 @@ impl Windows {
         self.slots.get(Self::index(id)?)?.as_ref()
     }
 
-    pub(crate) fn slot_mut(&mut self, id: MwId) -> Option<&mut Option<MemoryWindow>> {
+    fn slot_mut(&mut self, id: MwId) -> Option<&mut Option<MemoryWindow>> {
         self.slots.get_mut(Self::index(id)?)
     }
 
     /// The window whose current rkey is `key`.
-    pub(crate) fn get(&self, key: u32) -> Option<&MemoryWindow> {
+    fn get(&self, key: u32) -> Option<&MemoryWindow> {
         self.by_id(MwId::of(key)).filter(|w| w.rkey == key)
     }
 
-    pub(crate) fn get_mut(&mut self, key: u32) -> Option<&mut MemoryWindow> {
+    fn get_mut(&mut self, key: u32) -> Option<&mut MemoryWindow> {
         self.slot_mut(MwId::of(key))?.as_mut().filter(|w| w.rkey == key)
     }
 }

@@ -10,28 +10,17 @@ pub(super) struct GsiSlot {
     /// kernel's MAD agents put an agent number in the high half, so that
     /// ours do not meet the IDs a peer chose (which our responses echo).
     first_tid: u64,
-    /// The GSI, when made, only relays MADs to another engine's
-    /// ([`super::Endpoint::relay_mads`]).
-    relay: bool,
 }
 
 impl GsiSlot {
     pub(super) fn new(first_tid: u64) -> GsiSlot {
-        GsiSlot { gsi: None, first_tid, relay: false }
+        GsiSlot { gsi: None, first_tid }
     }
 
     /// QP1, made now if it was not.
     pub(super) fn get(&mut self) -> &mut Gsi {
-        let (first, relay) = (self.first_tid, self.relay);
-        self.gsi.get_or_insert_with(|| Box::new(if relay { Gsi::relay() } else { Gsi::with_first_tid(first) }))
-    }
-
-    /// The GSI only relays, from now on.
-    pub(super) fn set_relay(&mut self) {
-        self.relay = true;
-        if let Some(g) = &mut self.gsi {
-            g.set_relay();
-        }
+        let first = self.first_tid;
+        self.gsi.get_or_insert_with(|| Box::new(Gsi::with_first_tid(first)))
     }
 
     /// QP1, if it was made.

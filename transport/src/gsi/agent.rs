@@ -95,7 +95,7 @@ pub struct Gsi {
     psn: u32,
     /// The UDP source port MADs leave from, if not [`GSI_SRC_PORT`].
     src_port: Option<u16>,
-    /// Only a relay for another agent ([`Gsi::relay`]).
+    /// Only a relay for another agent ([`Gsi::set_relay`]).
     relay: bool,
 }
 
@@ -106,16 +106,11 @@ impl Gsi {
         Gsi { next_tid: first, ..Gsi::default() }
     }
 
-    /// An agent that only takes MADs in for another, which matches them:
-    /// on a device of several engines, the host steers QP1's datagrams to
-    /// any engine, but the MADs are sent from one, whose sends a response
-    /// answers. A relay queues every MAD that passes the MAD layer's checks,
-    /// responses included, for [`Gsi::poll_mad`] to hand on.
-    pub fn relay() -> Gsi {
-        Gsi { relay: true, ..Gsi::default() }
-    }
-
-    /// Makes this agent a relay ([`Gsi::relay`]) from now on.
+    /// Makes this agent one that only takes MADs in for another, which
+    /// matches them: on a device of several engines, the host steers QP1's
+    /// datagrams to any engine, but the MADs are sent from one, whose sends
+    /// a response answers. A relay queues every MAD that passes the MAD
+    /// layer's checks, responses included, for [`Gsi::poll_mad`] to hand on.
     pub fn set_relay(&mut self) {
         self.relay = true;
     }

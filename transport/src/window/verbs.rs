@@ -164,7 +164,7 @@ impl MemoryTable {
     /// (`qpn` None) or by a SEND with invalidate arriving on QP `qpn`,
     /// which must be the QP a type 2 window is bound to. Changes nothing.
     pub fn check_invalidate(&self, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
-        check_invalidate(&self.windows.lock(), key, pd, qpn)
+        self.windows.lock().check_invalidate(key, pd, qpn)
     }
 
     /// Invalidates the window of `key` if [`MemoryTable::check_invalidate`]
@@ -172,7 +172,7 @@ impl MemoryTable {
     /// again. Checked and done under the window table's lock.
     pub fn invalidate(&mut self, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
         let mut windows = self.windows.lock();
-        check_invalidate(&windows, key, pd, qpn)?;
+        windows.check_invalidate(key, pd, qpn)?;
         if let Some(w) = windows.get_mut(key) {
             w.binding = None;
         }
@@ -219,23 +219,25 @@ impl MemoryTable {
     }
 }
 
-/// [`MemoryTable::check_invalidate`] with the window table locked.
-fn check_invalidate(windows: &Windows, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
-    if !is_window_key(key) {
-        return Err(InvalidateError::Region(key));
+impl Windows {
+    /// [`MemoryTable::check_invalidate`], the table locked.
+    fn check_invalidate(&self, key: u32, pd: Pd, qpn: Option<u32>) -> Result<(), InvalidateError> {
+        if !is_window_key(key) {
+            return Err(InvalidateError::Region(key));
+        }
+        let w = self.get(key).ok_or(InvalidateError::NoWindow(key))?;
+        if w.mw_type == MwType::Type1 {
+            return Err(InvalidateError::Type1(key)); // o10-37.2.26
+        }
+        if w.pd != pd {
+            return Err(InvalidateError::PdMismatch(key));
+        }
+        let b = w.binding.ok_or(InvalidateError::NotBound(key))?;
+        if qpn.is_some_and(|q| b.qpn != Some(q)) {
+            return Err(InvalidateError::OtherQp(key));
+        }
+        Ok(())
     }
-    let w = windows.get(key).ok_or(InvalidateError::NoWindow(key))?;
-    if w.mw_type == MwType::Type1 {
-        return Err(InvalidateError::Type1(key)); // o10-37.2.26
-    }
-    if w.pd != pd {
-        return Err(InvalidateError::PdMismatch(key));
-    }
-    let b = w.binding.ok_or(InvalidateError::NotBound(key))?;
-    if qpn.is_some_and(|q| b.qpn != Some(q)) {
-        return Err(InvalidateError::OtherQp(key));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -126,23 +126,8 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_a
             return std::ptr::null_mut();
         }
         // SAFETY: the caller's attributes.
-        unsafe { create(pd, &mut *init, (0, ibv_qp_ex_ops::default()), None, false) }
+        unsafe { create(pd, &mut *init, (0, ibv_qp_ex_ops::default()), None) }
     })
-}
-
-/// `ibv_create_qp` for `rdma_create_qp`: on the device's first engine,
-/// where the RDMA CM that drives it runs (a device of several engines,
-/// `SOFTROCE_THREADS`, spreads the others' QPs).
-///
-/// # Safety
-/// As `ibv_create_qp`.
-pub(crate) unsafe fn create_for_cm(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
-    if init.is_null() {
-        set_errno(libc::EINVAL);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: the caller's attributes.
-    unsafe { create(pd, &mut *init, (0, ibv_qp_ex_ops::default()), None, true) }
 }
 
 /// `ibv_create_qp`, and `ibv_create_qp_ex` once its extended attributes are
@@ -159,7 +144,6 @@ pub(crate) unsafe fn create(
     init: &mut ibv_qp_init_attr,
     (send_ops, ex): (u64, ibv_qp_ex_ops),
     context: Option<*mut ibv_context>,
-    for_cm: bool,
 ) -> *mut ibv_qp {
     // The uses of the PD, CQs and SRQ are taken with their lookups, so
     // none of them can be destroyed from here on (EBUSY); given back if
@@ -261,8 +245,7 @@ pub(crate) unsafe fn create(
         cap,
         sq_sig_all: init.sq_sig_all != 0,
     };
-    let made = if for_cm { p.verbs.create_qp_for_cm(&attr) } else { p.verbs.create_qp(&attr) };
-    let verbs = match made {
+    let verbs = match p.verbs.create_qp(&attr) {
         Ok(q) => q,
         Err(e) => {
             tracing::warn!(error = %e, "ibv_create_qp refused");

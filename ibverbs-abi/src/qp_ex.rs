@@ -130,7 +130,7 @@ pub unsafe extern "C" fn create_qp_ex(context: *mut ibv_context, attr: *mut ibv_
         // SAFETY: same layout for the leading fields (checked in tests/header.rs).
         let init = unsafe { &mut *attr.cast::<ibv_qp_init_attr>() };
         // SAFETY: create checks every object against its registry.
-        unsafe { crate::qp::create(a.pd, init, (send_ops, ops(send_ops)), Some(context), false) }
+        unsafe { crate::qp::create(a.pd, init, (send_ops, ops(send_ops)), Some(context)) }
     })
 }
 

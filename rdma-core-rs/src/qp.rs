@@ -51,20 +51,8 @@ impl ProtectionDomain {
         // A device of several engines spreads plain and XRC_SEND QPs over
         // them, those on an SRQ too (its engines share the SRQs and XRC
         // domains: Endpoint::share_srqs).
+        // The RDMA CM's QPs too: it drives each on its own engine.
         let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend);
-        self.create_qp_placed(attr, spreads)
-    }
-
-    /// `ibv_create_qp` for the RDMA CM (the C library's `rdma_create_qp`,
-    /// which hands it over with [`crate::cm::CmId::set_qp_num`]): on the
-    /// device's first engine, where the CM runs and drives it.
-    pub fn create_qp_for_cm(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
-        self.create_qp_placed(attr, false)
-    }
-
-    /// `ibv_create_qp` on the device's first engine when not `spreads`:
-    /// the RDMA CM's QPs (the CM drives them from there).
-    pub(crate) fn create_qp_placed(&self, attr: &QpInitAttr<'_>, spreads: bool) -> Result<QueuePair> {
         same_device(&self.ctx, &attr.send_cq.ctx, "the send CQ")?;
         same_device(&self.ctx, &attr.recv_cq.ctx, "the receive CQ")?;
         if let Some(srq) = attr.srq {

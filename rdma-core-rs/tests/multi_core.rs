@@ -468,3 +468,82 @@ fn xrc_recv_qps_on_both_engines_share_a_domain_and_its_srq() {
     drop(second);
     xrcd.close().unwrap();
 }
+
+/// The RDMA CM drives the QPs of every engine: the QPs of its IDs spread
+/// like any other, the CM takes each through RTR and RTS where it lives,
+/// and a disconnect moves it to ERR there, its posted receive flushed to
+/// the CQ. (Before, the CM's QPs all stayed on the first engine, where the
+/// CM runs.)
+#[test]
+fn the_rdma_cm_connects_and_disconnects_qps_on_every_engine() {
+    use rdma_core_rs::cm::{attach_context, ConnParam, EventChannel, EventType, PortSpace};
+    use std::net::SocketAddr;
+    let expect = |ch: &EventChannel, e: EventType| {
+        let ev = ch.get_cm_event(Some(Duration::from_secs(10))).expect("an event within 10 s");
+        assert_eq!(ev.event, e, "{ev:?}");
+        ev
+    };
+    let (a_ip, b_ip) = addresses();
+    let (a, _) = Side::new("cm-engines-a", a_ip, QpType::Rc, engines_config(), None);
+    let (b, _) = Side::new("cm-engines-b", b_ip, QpType::Rc, engines_config(), None);
+    attach_context(&a.ctx).unwrap();
+    attach_context(&b.ctx).unwrap();
+    let server = SocketAddr::new(b_ip, 7471);
+    let sch = EventChannel::new();
+    let listen = sch.create_id(PortSpace::Tcp);
+    listen.bind_addr(server).unwrap();
+    listen.listen(8).unwrap();
+    let cch = EventChannel::new();
+    const N: usize = 4;
+    let pairs: Vec<_> = (0..N)
+        .map(|_| {
+            let id = cch.create_id(PortSpace::Tcp);
+            id.resolve_addr(Some(a_ip), server, Duration::from_secs(2)).unwrap();
+            expect(&cch, EventType::AddrResolved);
+            id.resolve_route(Duration::from_secs(2)).unwrap();
+            expect(&cch, EventType::RouteResolved);
+            let qa = id.create_qp(&a.pd, &QpInitAttr::new(QpType::Rc, &a.cq)).unwrap();
+            id.connect(&ConnParam::default()).unwrap();
+            let req = expect(&sch, EventType::ConnectRequest);
+            let qb = req.id.create_qp(&b.pd, &QpInitAttr::new(QpType::Rc, &b.cq)).unwrap();
+            req.id.accept(&ConnParam::default()).unwrap();
+            expect(&cch, EventType::Established);
+            expect(&sch, EventType::Established);
+            (id, req.id, qa, qb)
+        })
+        .collect();
+    let slots: BTreeSet<u32> = pairs.iter().map(|p| slot(p.2.qp_num())).collect();
+    assert_eq!(slots.len(), ENGINES, "the client's CM QPs are on every engine: {slots:?}");
+    let slots_b: BTreeSet<u32> = pairs.iter().map(|p| slot(p.3.qp_num())).collect();
+    assert_eq!(slots_b.len(), ENGINES, "the server's too: {slots_b:?}");
+
+    // A SEND on every connection.
+    for (q, (_, _, qa, qb)) in pairs.iter().enumerate() {
+        qb.post_recv(&[RecvWr { wr_id: q as u64, sg_list: vec![b.mr.sge(q * 64, 64).unwrap()] }]).unwrap();
+        qa.post_send(&[SendWr::new(q as u64, SendOp::Send, vec![a.mr.sge(q * 64, 64).unwrap()])]).unwrap();
+    }
+    let got = delivered(&a, &b, N, 64);
+    let by: BTreeSet<u32> = got.iter().map(|wc| wc.qp_num).collect();
+    assert_eq!(by, pairs.iter().map(|p| p.3.qp_num()).collect(), "every connection carried its SEND");
+
+    // Disconnected from the client; the server's answering disconnect
+    // moves its QP to ERR on whichever engine holds it, and the receive
+    // posted there flushes to the CQ.
+    for (q, (id, sid, _, qb)) in pairs.iter().enumerate() {
+        qb.post_recv(&[RecvWr { wr_id: 100 + q as u64, sg_list: vec![b.mr.sge(0, 64).unwrap()] }]).unwrap();
+        id.disconnect().unwrap();
+        expect(&cch, EventType::Disconnected);
+        expect(&sch, EventType::Disconnected);
+        sid.disconnect().unwrap();
+        assert_eq!(qb.query().unwrap().0, QpState::Err, "server QP {q} in ERR");
+    }
+    let flushed = take(&b.cq, N);
+    for wc in &flushed {
+        assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
+    }
+    let ids: BTreeSet<u64> = flushed.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, (100..100 + N as u64).collect(), "every QP's posted receive flushed");
+    for p in &pairs {
+        assert_eq!(p.2.query().unwrap().0, QpState::Err, "the client's QPs in ERR");
+    }
+}

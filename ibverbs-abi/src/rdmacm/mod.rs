@@ -508,7 +508,7 @@ pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, at
             }
         }
         // SAFETY: the caller's attributes, checked by ibv_create_qp.
-        let qp = unsafe { crate::qp::create_for_cm(pd, attr) };
+        let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
             let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
             // SAFETY: the caller's attributes, as above.

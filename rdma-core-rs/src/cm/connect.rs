@@ -5,7 +5,7 @@ use super::id::{depth, ACK_TIMEOUT, PATH_MTU};
 use super::objects::CmDevice;
 use super::objects::{CmId, ConnParam, Phase, PortSpace};
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
-use rdma_transport::cm::{ConnId, ConnParams};
+use rdma_transport::cm::{CmHost, ConnId, ConnParams};
 use rdma_transport::{Mtu, QpAttr, QpState};
 use rdma_wire::cm::{
     sidr_status, RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
@@ -319,7 +319,7 @@ fn after_rep_sent(id: &CmId) {
 fn after_rep_sent(_: &CmId) {}
 
 /// Moves the ID's QP, if it has one, to ERR (its queues flush).
-fn qp_to_err(ep: &mut rdma_transport::Endpoint, qpn: Option<u32>) {
+fn qp_to_err(ep: &mut dyn CmHost, qpn: Option<u32>) {
     if let Some(q) = qpn {
         let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
     }

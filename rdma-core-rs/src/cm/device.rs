@@ -6,6 +6,7 @@
 //! Lock order: the device's engine state, then [`Core`], then an ID, then
 //! a channel. Nothing here takes the engine state while holding a later one.
 
+use super::engines::CmEngines;
 use super::objects::{Buried, CmDevice, Core, IdShared, Listener};
 use super::route;
 use super::{CmError, Result};
@@ -15,7 +16,6 @@ use rdma_link::share::fork::PerProcess;
 use rdma_link::share::steer::SLOT_BITS;
 use rdma_link::share::ShareError;
 use rdma_transport::cm::{Cm, CmConfig, CommIdPrefix, ConnId};
-use rdma_transport::Endpoint;
 use rdma_wire::cma::service_id_parts;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -164,15 +164,16 @@ impl CmDevice {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` on the engine and the CM, then handles what the CM has to
+    /// Runs `f` on the engines and the CM, then handles what the CM has to
     /// say and sends what it queued.
-    pub(crate) fn with_cm<T>(&self, f: impl FnOnce(&mut Endpoint, &mut Core) -> T) -> Result<T> {
+    pub(crate) fn with_cm<T>(&self, f: impl FnOnce(&mut CmEngines<'_>, &mut Core) -> T) -> Result<T> {
         let inner = &self.ctx.inner;
         let mut st = inner.lock();
         let r = {
             let mut core = self.core();
-            let r = f(&mut st.ep, &mut core);
-            self.dispatch(&mut st.ep, &mut core);
+            let mut engines = CmEngines { inner, first: &mut st };
+            let r = f(&mut engines, &mut core);
+            self.dispatch(&mut engines, &mut core);
             r
         };
         // A QP the CM moved to ERR flushed its work requests: the doorbell
@@ -189,11 +190,12 @@ impl CmDevice {
     pub(crate) fn process(&self, st: &mut State) {
         let now = self.ctx.inner.now();
         let mut core = self.core();
-        core.cm.process(now, &mut st.ep);
+        let mut engines = CmEngines { inner: &self.ctx.inner, first: st };
+        core.cm.process(now, &mut engines);
         if core.cm.poll_timeout().is_some_and(|t| t <= now) {
             core.cm.handle_timeout(now);
         }
-        self.dispatch(&mut st.ep, &mut core);
+        self.dispatch(&mut engines, &mut core);
         drop(core);
         if let Err(e) = st.io.transmit(&mut st.ep, now) {
             tracing::debug!(error = %e, "could not send CM messages");

@@ -3,19 +3,19 @@
 //! `cma_hdr`'s address), the new ID of a CONNECT_REQUEST, the events'
 //! parameters; and the connections of IDs the application dropped.
 
+use super::engines::CmEngines;
 use super::objects::{CmDevice, Core};
 use super::objects::{CmEvent, EventParam, EventType};
 use super::objects::{CmId, IdShared, Phase, PortSpace};
 use super::REQ_USER_DATA_LEN;
 use rdma_transport::cm::{CmEvent as IbEvent, ConnId};
-use rdma_transport::Endpoint;
 use rdma_wire::cm::{sidr_status, RejReason};
 use rdma_wire::cma::{service_id_parts, CmaHdr, CmaHdrRepr, CMA_HDR_LEN};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 impl CmDevice {
-    fn lay_to_rest(&self, ep: &mut Endpoint, core: &mut Core) {
+    fn lay_to_rest(&self, ep: &mut CmEngines<'_>, core: &mut Core) {
         let dead = std::mem::take(&mut *self.graveyard.lock().unwrap_or_else(|e| e.into_inner()));
         for b in dead {
             core.conns.remove(&b.conn.0);
@@ -33,7 +33,7 @@ impl CmDevice {
     }
 
     /// Turns the IB CM's events into RDMA CM events on the IDs' channels.
-    pub(super) fn dispatch(&self, ep: &mut Endpoint, core: &mut Core) {
+    pub(super) fn dispatch(&self, ep: &mut CmEngines<'_>, core: &mut Core) {
         self.lay_to_rest(ep, core);
         self.release_held(ep, core);
         while let Some(e) = core.cm.poll_event() {
@@ -128,7 +128,7 @@ impl CmDevice {
     /// Held requests whose port nobody holds any more (the ID that bound
     /// it was dropped, or moved on without listening): refused as if
     /// nobody had ever bound it.
-    fn release_held(&self, ep: &mut Endpoint, core: &mut Core) {
+    fn release_held(&self, ep: &mut CmEngines<'_>, core: &mut Core) {
         if core.held.is_empty() {
             return;
         }
@@ -151,7 +151,7 @@ impl CmDevice {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_request(
         &self,
-        ep: &mut Endpoint,
+        ep: &mut CmEngines<'_>,
         core: &mut Core,
         conn: ConnId,
         from: IpAddr,
@@ -160,7 +160,7 @@ impl CmDevice {
         remote_qpn: Option<u32>,
         private_data: &[u8],
     ) {
-        let refuse = |core: &mut Core, ep: &mut Endpoint, reason: RejReason| {
+        let refuse = |core: &mut Core, ep: &mut CmEngines<'_>, reason: RejReason| {
             if remote_qpn.is_some() {
                 let _ = core.cm.reject(ep, conn, reason, &[]);
             } else {

@@ -207,24 +207,9 @@ impl CmId {
             drop(g);
             return Err(self.wrong("set_qp_num", "without a QP"));
         }
-        let Some(dev) = g.dev.clone() else {
+        if g.dev.is_none() {
             drop(g);
             return Err(self.wrong("set_qp_num", "bound to a device"));
-        };
-        // The CM runs on the device's first engine and moves only its QPs
-        // (docs/multi-core-device.md); a UD QP it only names in its SIDR
-        // reply, which any engine's may be.
-        let moves_it = g.ps != PortSpace::Udp;
-        if let Some(q) = qpn.filter(|&q| moves_it && !dev.ctx.inner.on_first_engine(q)) {
-            drop(g);
-            return Err(crate::Error::errno(
-                libc::EOPNOTSUPP,
-                format_args!(
-                    "the RDMA CM cannot drive QP {q:#x}: it is on another engine of a device of several \
-                     (threads > 1), and the CM moves the first engine's QPs only (make it with rdma_create_qp)"
-                ),
-            )
-            .into());
         }
         g.ext_qpn = qpn;
         Ok(())
@@ -285,7 +270,7 @@ impl CmId {
         let dev = dev.ok_or_else(|| self.wrong("init_qp_attr", "bound to a device"))?;
         let mut attr = match (conn, ps) {
             (Some(conn), PortSpace::Tcp | PortSpace::Other(_)) => {
-                let r = dev.with_cm(|ep, core| core.cm.init_qp_attr(ep, conn, state))?;
+                let r = dev.with_cm(|ep, core| core.cm.init_qp_attr(&ep.first.ep, conn, state))?;
                 r.map_err(|_| self.wrong("init_qp_attr", "past the request (passive) or the reply (active)"))?
             }
             _ => {
@@ -534,8 +519,7 @@ impl CmId {
         if self.shared.lock().qpn().is_some() {
             return Err(self.wrong("create_qp", "without a QP"));
         }
-        // On the device's first engine, with the CM.
-        let qp = pd.create_qp_placed(attr, false)?;
+        let qp = pd.create_qp(attr)?;
         let mut init =
             QpAttr { qp_state: Some(QpState::Init), pkey_index: Some(0), port_num: Some(1), ..QpAttr::default() };
         if attr.qp_type == QpType::Ud {

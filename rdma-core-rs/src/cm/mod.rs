@@ -38,6 +38,7 @@ mod connect;
 mod constants;
 mod device;
 mod dispatch;
+mod engines;
 mod error;
 mod event;
 mod id;

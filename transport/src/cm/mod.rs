@@ -1,5 +1,5 @@
 //! The IB CM connection state machine (REQ/REP/RTU, REJ, DREQ/DREP), sans
-//! IO. It drives an [`Endpoint`] through its public API only: QPs with
+//! IO. It drives a [`CmHost`] (an [`Endpoint`], or the engines of a device): QPs with
 //! `modify_qp`, MADs with `gsi_send`/`poll_mad`/`poll_mad_timeout`. The
 //! GSI retransmits MADs; the CM keeps only its time-wait timer.
 //!
@@ -39,6 +39,7 @@ use crate::qp::{AddressVector, Mtu, QpAttr, QpState};
 use crate::time::Instant;
 use core::net::IpAddr;
 use core::time::Duration;
+pub use host::CmHost;
 use rdma_wire::cm::{
     msg, transport_type, CmMadRepr, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejReason, RejRepr, RepRepr,
     ReqRepr, RtuRepr, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, MRA_PRIVATE_DATA_LEN, REJ_ARI_LEN,
@@ -48,6 +49,7 @@ use rdma_wire::cm::{
 use rdma_wire::mad::{Mad, MAD_LEN};
 use std::collections::{HashMap, VecDeque};
 
+mod host;
 mod receive;
 mod sidr;
 
@@ -635,7 +637,7 @@ impl Cm {
     /// Active, the consumer moving its QP: after [`CmEvent::ConnectResponse`]
     /// (and the QP in RTS), sends the RTU. The connection is established;
     /// no event follows (librdmacm's `rdma_establish`).
-    pub fn establish(&mut self, ep: &mut Endpoint, id: ConnId) -> Result<(), CmError> {
+    pub fn establish(&mut self, host: &mut dyn CmHost, id: ConnId) -> Result<(), CmError> {
         let i = self.find(id)?;
         let c = &self.conns[i];
         if c.state != State::RepRcvd {
@@ -649,7 +651,7 @@ impl Cm {
                 private_data: [0; RTU_PRIVATE_DATA_LEN],
             }),
         );
-        self.send(ep, c.peer, rtu, false);
+        self.send(host, c.peer, rtu, false);
         self.conns[i].state = State::Established;
         Ok(())
     }
@@ -691,19 +693,19 @@ impl Cm {
     /// Returns the transaction ID it went with: the REQ's, or a fresh one
     /// where the REQ's was 0 (the GSI's "pick one"), which the connection
     /// must then know its REP's timeout report by.
-    fn send_rep(ep: &mut Endpoint, dest: IpAddr, rep: [u8; MAD_LEN], req: &ReqRepr) -> Option<u64> {
-        ep.gsi_send(dest, rep, Some(peer_timeout(req)), req.max_cm_retries).ok()
+    fn send_rep(host: &mut dyn CmHost, dest: IpAddr, rep: [u8; MAD_LEN], req: &ReqRepr) -> Option<u64> {
+        host.gsi().gsi_send(dest, rep, Some(peer_timeout(req)), req.max_cm_retries).ok()
     }
 
-    fn send(&self, ep: &mut Endpoint, dest: IpAddr, mad: [u8; MAD_LEN], expect: bool) {
+    fn send(&self, host: &mut dyn CmHost, dest: IpAddr, mad: [u8; MAD_LEN], expect: bool) {
         let timeout = expect.then_some(self.config.response_timeout);
         // Refused only if that transaction already waits for its answer:
         // then the copy in flight does the job.
-        let _ = ep.gsi_send(dest, mad, timeout, if expect { self.config.max_retries } else { 0 });
+        let _ = host.gsi().gsi_send(dest, mad, timeout, if expect { self.config.max_retries } else { 0 });
     }
 
-    fn to_init(ep: &mut Endpoint, qpn: u32, access: Access) -> Result<(), CmError> {
-        let (state, _) = ep.query_qp(qpn)?;
+    fn to_init(host: &mut dyn CmHost, qpn: u32, access: Access) -> Result<(), CmError> {
+        let state = host.qp_state(qpn)?;
         if state == QpState::Reset {
             let init = QpAttr {
                 qp_state: Some(QpState::Init),
@@ -712,15 +714,15 @@ impl Cm {
                 qp_access_flags: Some(access),
                 ..QpAttr::default()
             };
-            ep.modify_qp(qpn, &init)?;
+            host.modify_qp(qpn, &init)?;
         }
         Ok(())
     }
 
     /// `qpn` to ERR, unless `None` (no QP, or the consumer's to move).
-    fn to_err(ep: &mut Endpoint, qpn: Option<u32>) {
+    fn to_err(host: &mut dyn CmHost, qpn: Option<u32>) {
         if let Some(q) = qpn {
-            let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+            let _ = host.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
         }
     }
 
@@ -729,7 +731,7 @@ impl Cm {
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
-        ep: &mut Endpoint,
+        host: &mut dyn CmHost,
         qpn: u32,
         dest: IpAddr,
         service_id: u64,
@@ -738,11 +740,11 @@ impl Cm {
     ) -> Result<ConnId, CmError> {
         let private_data = pad::<REQ_PRIVATE_DATA_LEN>(private_data).ok_or(CmError::PrivateDataTooLong)?;
         if !params.consumer_moves_qp {
-            Self::to_init(ep, qpn, params.access)?;
+            Self::to_init(host, qpn, params.access)?;
         }
         let local_id = self.alloc_id();
         let exp = timeout_exp(self.config.response_timeout);
-        let ib = ep.link() == crate::framing::LinkKind::Ib;
+        let ib = host.gsi().link() == crate::framing::LinkKind::Ib;
         let req = ReqRepr {
             local_comm_id: local_id,
             vendor_id: params.vendor_id & 0xff_ffff,
@@ -770,9 +772,9 @@ impl Cm {
             primary_path: PathRepr {
                 // RoCE: the permissive LID, as rdma_cm writes; native IB:
                 // the LIDs of the route.
-                local_lid: if ib { ep.lid() } else { 0xffff },
-                remote_lid: if ib { ep.route(dest).dlid } else { 0xffff },
-                local_gid: gid(ep.local_addr()),
+                local_lid: if ib { host.gsi().lid() } else { 0xffff },
+                remote_lid: if ib { host.gsi().route(dest).dlid } else { 0xffff },
+                local_gid: gid(host.gsi().local_addr()),
                 remote_gid: gid(dest),
                 traffic_class: params.traffic_class,
                 hop_limit: params.hop_limit,
@@ -783,7 +785,7 @@ impl Cm {
             sap_supported: false,
             private_data,
         };
-        let tid = ep.gsi_send(
+        let tid = host.gsi().gsi_send(
             dest,
             emit(0, CmMessage::Req(req)),
             Some(self.config.response_timeout),
@@ -817,7 +819,7 @@ impl Cm {
     /// responder resources and the reverse).
     pub fn accept(
         &mut self,
-        ep: &mut Endpoint,
+        host: &mut dyn CmHost,
         id: ConnId,
         qpn: u32,
         private_data: &[u8],
@@ -846,16 +848,16 @@ impl Cm {
             // RTS before the REP leaves, as librdmacm does: the active side
             // may send as soon as it has the REP, before our RTU arrives.
             let remote_qpn = req.local_qpn;
-            let moved = Self::to_init(ep, qpn, params.access).and_then(|_| {
+            let moved = Self::to_init(host, qpn, params.access).and_then(|_| {
                 for state in [QpState::Rtr, QpState::Rts] {
-                    let attr = plan.attr(ep, peer, remote_qpn, state).expect("RTR and RTS have attributes");
-                    ep.modify_qp(qpn, &attr)?;
+                    let attr = plan.attr(host.gsi(), peer, remote_qpn, state).expect("RTR and RTS have attributes");
+                    host.modify_qp(qpn, &attr)?;
                 }
                 Ok(())
             });
             if let Err(e) = moved {
                 // The consumer's QP is not usable: the peer must not wait.
-                self.send(ep, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
+                self.send(host, peer, rej_mad(tid, id.0, remote_id, msg::REQ, RejReason::NO_QP), false);
                 self.conns.remove(i);
                 return Err(e);
             }
@@ -883,7 +885,7 @@ impl Cm {
         );
         let mut rep = rep;
         let c = &mut self.conns[i];
-        if let Some(used) = Self::send_rep(ep, peer, rep, &req) {
+        if let Some(used) = Self::send_rep(host, peer, rep, &req) {
             c.tid = used;
             Mad::new_unchecked(&mut rep[..]).set_transaction_id(used);
         }
@@ -900,7 +902,7 @@ impl Cm {
     /// private data for the peer.
     pub fn reject(
         &mut self,
-        ep: &mut Endpoint,
+        host: &mut dyn CmHost,
         id: ConnId,
         reason: RejReason,
         private_data: &[u8],
@@ -923,7 +925,7 @@ impl Cm {
                 private_data,
             }),
         );
-        self.send(ep, c.peer, rej, false);
+        self.send(host, c.peer, rej, false);
         let until = self.now + self.rejected_for(c.req.as_ref());
         let c = &mut self.conns[i];
         c.state = State::Rejected { until };
@@ -943,17 +945,17 @@ impl Cm {
     /// Either side: moves the QP to ERR and sends a DREQ. After the
     /// peer's DREQ (answered already, DISCONNECTED reported) it only moves
     /// the QP to ERR, as `rdma_disconnect` does then.
-    pub fn disconnect(&mut self, ep: &mut Endpoint, id: ConnId) -> Result<(), CmError> {
+    pub fn disconnect(&mut self, host: &mut dyn CmHost, id: ConnId) -> Result<(), CmError> {
         let i = self.find(id)?;
         let c = &self.conns[i];
         if matches!(c.state, State::TimeWait { .. }) && c.drep.is_some() {
-            Self::to_err(ep, c.moved_qpn());
+            Self::to_err(host, c.moved_qpn());
             return Ok(());
         }
         if c.state != State::Established {
             return Err(CmError::WrongState(id));
         }
-        Self::to_err(ep, c.moved_qpn());
+        Self::to_err(host, c.moved_qpn());
         let dreq = emit(
             0,
             CmMessage::Dreq(DreqRepr {
@@ -964,7 +966,7 @@ impl Cm {
             }),
         );
         let peer = c.peer;
-        let tid = ep.gsi_send(peer, dreq, Some(self.config.response_timeout), self.config.max_retries)?;
+        let tid = host.gsi().gsi_send(peer, dreq, Some(self.config.response_timeout), self.config.max_retries)?;
         let c = &mut self.conns[i];
         c.dreq_tid = tid;
         c.state = State::DreqSent;

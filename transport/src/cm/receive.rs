@@ -10,24 +10,24 @@ use rdma_wire::mad::{method, MGMT_CLASS_CM};
 const MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB: u16 = 0x000c;
 
 impl Cm {
-    /// Takes every MAD and every GSI timeout report from `ep` and acts on them.
-    pub fn process(&mut self, now: Instant, ep: &mut Endpoint) {
+    /// Takes every MAD and every GSI timeout report from the host's GSI and acts on them.
+    pub fn process(&mut self, now: Instant, host: &mut dyn CmHost) {
         self.now = self.now.max(now);
-        while let Some(t) = ep.poll_mad_timeout() {
+        while let Some(t) = host.gsi().poll_mad_timeout() {
             if self.sidr_timeout(t.dest, t.transaction_id) {
                 continue;
             }
-            self.on_mad_timeout(now, ep, t.dest, t.transaction_id);
+            self.on_mad_timeout(now, host, t.dest, t.transaction_id);
         }
-        while let Some(r) = ep.poll_mad() {
+        while let Some(r) = host.gsi().poll_mad() {
             let parsed = Mad::new_checked(&r.mad[..]).ok().and_then(|m| CmMadRepr::parse(&m).ok());
             let Some(cm) = parsed else {
-                self.not_cm(ep, r.from.to_canonical(), &r.mad);
+                self.not_cm(host, r.from.to_canonical(), &r.mad);
                 continue;
             };
-            self.on_message(now, ep, r.from.to_canonical(), cm);
+            self.on_message(now, host, r.from.to_canonical(), cm);
         }
-        self.communication_established(ep);
+        self.communication_established(host);
     }
 
     /// A MAD that is no CM message. A GET or SET of another class (no
@@ -35,7 +35,7 @@ impl Cm {
     /// "unsupported method/attribute", as Linux's MAD layer answers an
     /// unmatched request (`generate_unmatched_resp`); anything else is
     /// dropped. One answer per request: no amplification.
-    fn not_cm(&mut self, ep: &mut Endpoint, from: IpAddr, mad: &[u8; MAD_LEN]) {
+    fn not_cm(&mut self, host: &mut dyn CmHost, from: IpAddr, mad: &[u8; MAD_LEN]) {
         self.stats.malformed += 1;
         let m = Mad::new_unchecked(&mad[..]);
         if m.mgmt_class() == MGMT_CLASS_CM || !matches!(m.method(), method::GET | method::SET) {
@@ -47,18 +47,18 @@ impl Cm {
         r.set_status(MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB);
         self.stats.unsupported_answered += 1;
         // A response: the GSI neither retries nor waits for an answer.
-        let _ = ep.gsi_send(from, resp, None, 0);
+        let _ = host.gsi().gsi_send(from, resp, None, 0);
     }
 
     /// IB's "communication established": a passive connection whose QP has
     /// taken a request from the peer is up even if the RTU was lost (the
     /// active side sends once it has the REP). Seen as the responder's
     /// expected PSN having moved past the one our REP advertised.
-    fn communication_established(&mut self, ep: &Endpoint) {
+    fn communication_established(&mut self, host: &mut dyn CmHost) {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             let (State::RepSent, Some(qpn)) = (c.state, c.qpn) else { continue };
-            if ep.expected_psn(qpn).is_some_and(|p| p != c.params.starting_psn & 0xff_ffff) {
+            if host.expected_psn(qpn).is_some_and(|p| p != c.params.starting_psn & 0xff_ffff) {
                 tracing::debug!(qpn, "data before the RTU: established");
                 self.stats.established_by_data += 1;
                 self.on_rtu(i);
@@ -66,7 +66,7 @@ impl Cm {
         }
     }
 
-    fn on_mad_timeout(&mut self, now: Instant, ep: &mut Endpoint, dest: IpAddr, tid: u64) {
+    fn on_mad_timeout(&mut self, now: Instant, host: &mut dyn CmHost, dest: IpAddr, tid: u64) {
         let Some(i) =
             self.conns.iter().position(|c| c.peer == dest && (c.tid == tid || (c.dreq_tid == tid && c.dreq_tid != 0)))
         else {
@@ -76,7 +76,7 @@ impl Cm {
         let id = ConnId(c.local_id);
         match c.state {
             State::ReqSent | State::RepSent | State::RepRcvd => {
-                Self::to_err(ep, c.moved_qpn());
+                Self::to_err(host, c.moved_qpn());
                 self.events.push_back(CmEvent::TimedOut { id });
                 self.conns.remove(i);
             }
@@ -96,12 +96,12 @@ impl Cm {
             .position(|c| c.peer == from && c.local_id == local_id && (c.remote_id == remote_id || c.remote_id == 0))
     }
 
-    fn on_message(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, m: CmMadRepr) {
+    fn on_message(&mut self, now: Instant, host: &mut dyn CmHost, from: IpAddr, m: CmMadRepr) {
         let tid = m.transaction_id;
         tracing::debug!(peer = %from, tid, attr = m.message.attribute_id(), "CM message received");
         match m.message {
-            CmMessage::Req(req) => self.on_req(ep, from, tid, req),
-            CmMessage::Rep(rep) => self.on_rep(ep, from, tid, rep),
+            CmMessage::Req(req) => self.on_req(host, from, tid, req),
+            CmMessage::Rep(rep) => self.on_rep(host, from, tid, rep),
             CmMessage::Rtu(rtu) => match self.by_ids(from, rtu.remote_comm_id, rtu.local_comm_id) {
                 Some(i) if self.conns[i].state == State::RepSent => self.on_rtu(i),
                 _ => self.stats.unexpected += 1,
@@ -109,7 +109,7 @@ impl Cm {
             CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
                 Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent | State::RepRcvd) => {
                     let c = self.conns.remove(i);
-                    Self::to_err(ep, c.moved_qpn());
+                    Self::to_err(host, c.moved_qpn());
                     let private_data = Box::new(rej.private_data);
                     self.events.push_back(CmEvent::Rejected {
                         id: ConnId(c.local_id),
@@ -119,7 +119,7 @@ impl Cm {
                 }
                 _ => self.stats.unexpected += 1,
             },
-            CmMessage::Dreq(dreq) => self.on_dreq(now, ep, from, tid, dreq),
+            CmMessage::Dreq(dreq) => self.on_dreq(now, host, from, tid, dreq),
             CmMessage::Drep(drep) => match self.by_ids(from, drep.remote_comm_id, drep.local_comm_id) {
                 Some(i) if self.conns[i].state == State::DreqSent => {
                     self.conns[i].state = State::TimeWait { until: now + self.config.timewait };
@@ -127,15 +127,15 @@ impl Cm {
                 }
                 _ => self.stats.unexpected += 1,
             },
-            CmMessage::Mra(mra) => self.on_mra(now, ep, from, mra),
-            CmMessage::SidrReq(req) => self.on_sidr_req(ep, from, tid, req),
+            CmMessage::Mra(mra) => self.on_mra(now, host, from, mra),
+            CmMessage::SidrReq(req) => self.on_sidr_req(host, from, tid, req),
             CmMessage::SidrRep(rep) => self.on_sidr_rep(from, rep),
         }
     }
 
     /// The peer got our REQ or REP and needs time: stretch that send's
     /// timer by the service timeout it names (§3.7).
-    fn on_mra(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, mra: MraRepr) {
+    fn on_mra(&mut self, now: Instant, host: &mut dyn CmHost, from: IpAddr, mra: MraRepr) {
         let Some(i) = self.by_ids(from, mra.remote_comm_id, mra.local_comm_id) else {
             self.stats.unexpected += 1;
             return;
@@ -147,25 +147,25 @@ impl Cm {
             return;
         }
         let extra = cm_time(mra.service_timeout) + self.config.response_timeout;
-        if ep.gsi_delay(now, c.peer, c.tid, extra) {
+        if host.gsi().gsi_delay(now, c.peer, c.tid, extra) {
             self.stats.mra_received += 1;
             tracing::debug!(peer = %c.peer, ?extra, "MRA: waiting longer for the peer");
         }
     }
 
-    fn on_req(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, req: ReqRepr) {
+    fn on_req(&mut self, host: &mut dyn CmHost, from: IpAddr, tid: u64, req: ReqRepr) {
         if let Some(c) = self.conns.iter().find(|c| c.peer == from && c.remote_id == req.local_comm_id) {
             // A repeated REQ: our REP was lost (or is slow). Send it again;
             // in any other state the copy in flight or the RTU settles it.
             match (c.state, c.reply, c.req) {
                 (State::RepSent, Some(rep), Some(first)) => {
-                    let _ = Self::send_rep(ep, from, rep, &first);
+                    let _ = Self::send_rep(host, from, rep, &first);
                     self.stats.rep_resent += 1;
                 }
                 // The consumer refused it: the same REJ again, never a
                 // second connect request for the consumer.
                 (State::Rejected { .. }, Some(rej), first) => {
-                    self.send(ep, from, rej, false);
+                    self.send(host, from, rej, false);
                     self.stats.rej_resent += 1;
                     let until = self.now + self.rejected_for(first.as_ref());
                     if let Some(c) = self.conns.iter_mut().find(|c| c.peer == from && c.remote_id == req.local_comm_id)
@@ -186,7 +186,7 @@ impl Cm {
                             private_data: [0; MRA_PRIVATE_DATA_LEN],
                         }),
                     );
-                    self.send(ep, from, mra, false);
+                    self.send(host, from, mra, false);
                     self.stats.mra_sent += 1;
                 }
                 _ => self.stats.unexpected += 1,
@@ -204,10 +204,10 @@ impl Cm {
         if let Some(i) = stale {
             tracing::info!(peer = %from, qpn = req.local_qpn, "stale connection: REJ 10");
             self.stats.stale_rejected += 1;
-            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, RejReason::STALE_CONN), false);
+            self.send(host, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, RejReason::STALE_CONN), false);
             if self.conns[i].state == State::Established {
                 let id = ConnId(self.conns[i].local_id);
-                let _ = self.disconnect(ep, id);
+                let _ = self.disconnect(host, id);
             }
             return;
         }
@@ -226,7 +226,7 @@ impl Cm {
             None
         };
         if let Some(reason) = reason {
-            self.send(ep, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, reason), false);
+            self.send(host, from, rej_mad(tid, 0, req.local_comm_id, msg::REQ, reason), false);
             return;
         }
         if !self.backlog_room(req.service_id) {
@@ -261,7 +261,7 @@ impl Cm {
         });
     }
 
-    fn on_rep(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, rep: RepRepr) {
+    fn on_rep(&mut self, host: &mut dyn CmHost, from: IpAddr, tid: u64, rep: RepRepr) {
         let Some(i) = self.by_ids(from, rep.remote_comm_id, rep.local_comm_id) else {
             self.stats.unexpected += 1;
             return;
@@ -278,7 +278,7 @@ impl Cm {
         match c.state {
             State::ReqSent => {}
             // Our RTU was lost: the peer repeats its REP.
-            State::Established if c.remote_id == rep.local_comm_id => return self.send(ep, from, rtu, false),
+            State::Established if c.remote_id == rep.local_comm_id => return self.send(host, from, rtu, false),
             // The consumer has not established yet: the RTU is on its way.
             State::RepRcvd if c.remote_id == rep.local_comm_id => return,
             _ => {
@@ -292,18 +292,18 @@ impl Cm {
         let consumer_moves_qp = c.params.consumer_moves_qp;
         if !consumer_moves_qp {
             let moved = [QpState::Rtr, QpState::Rts].into_iter().try_for_each(|state| {
-                let attr = plan.attr(ep, from, rep.local_qpn, state).expect("RTR and RTS have attributes");
-                ep.modify_qp(qpn, &attr)
+                let attr = plan.attr(host.gsi(), from, rep.local_qpn, state).expect("RTR and RTS have attributes");
+                host.modify_qp(qpn, &attr)
             });
             if moved.is_err() {
                 // The REP's values do not fit the QP: refuse it, do not panic.
-                Self::to_err(ep, Some(qpn));
-                self.send(ep, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
+                Self::to_err(host, Some(qpn));
+                self.send(host, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
                 self.conns.remove(i);
                 self.events.push_back(CmEvent::QpError { id });
                 return;
             }
-            self.send(ep, from, rtu, false);
+            self.send(host, from, rtu, false);
         }
         let c = &mut self.conns[i];
         c.remote_id = rep.local_comm_id;
@@ -333,7 +333,7 @@ impl Cm {
         self.events.push_back(CmEvent::Established { id, qpn, remote_qpn });
     }
 
-    fn on_dreq(&mut self, now: Instant, ep: &mut Endpoint, from: IpAddr, tid: u64, dreq: DreqRepr) {
+    fn on_dreq(&mut self, now: Instant, host: &mut dyn CmHost, from: IpAddr, tid: u64, dreq: DreqRepr) {
         let found = self.by_ids(from, dreq.remote_comm_id, dreq.local_comm_id);
         let drep = emit(
             tid,
@@ -347,7 +347,7 @@ impl Cm {
             // No such connection (long gone): answer so the peer stops
             // retrying, as Linux does.
             self.stats.unexpected += 1;
-            return self.send(ep, from, drep, false);
+            return self.send(host, from, drep, false);
         };
         let c = &self.conns[i];
         // Linux ignores a DREQ not naming its QP; so do we.
@@ -364,7 +364,7 @@ impl Cm {
             // the peer had executed it (libfabric's fi_pingpong -e msg saw
             // its last SEND flushed).
             State::Established | State::DreqSent => {
-                self.send(ep, from, drep, false);
+                self.send(host, from, drep, false);
                 let id = ConnId(c.local_id);
                 let c = &mut self.conns[i];
                 c.state = State::TimeWait { until: now + self.config.timewait };
@@ -374,7 +374,7 @@ impl Cm {
             // A repeated DREQ: our DREP was lost.
             State::TimeWait { .. } => {
                 let again = c.drep.unwrap_or(drep);
-                self.send(ep, from, again, false);
+                self.send(host, from, again, false);
             }
             _ => self.stats.unexpected += 1,
         }

@@ -4,8 +4,8 @@
 //! remembers meanwhile is the parent module's [`super::SidrTable`].
 
 use super::{Incoming, Outgoing, ANSWERED_MAX};
+use crate::cm::CmHost;
 use crate::cm::{emit, pad, Cm, CmError, CmEvent, ConnId};
-use crate::endpoint::Endpoint;
 use core::net::IpAddr;
 use rdma_wire::cm::{
     sidr_status, CmMessage, SidrRepRepr, SidrReqRepr, SIDR_REP_INFO_LEN, SIDR_REP_PRIVATE_DATA_LEN,
@@ -20,7 +20,7 @@ impl Cm {
     /// request ID as its `id`.
     pub fn sidr_request(
         &mut self,
-        ep: &mut Endpoint,
+        host: &mut dyn CmHost,
         dest: IpAddr,
         service_id: u64,
         private_data: &[u8],
@@ -30,7 +30,7 @@ impl Cm {
         // random-started (duplicates are keyed on it by the peer).
         let request_id = self.alloc_id();
         let req = SidrReqRepr { request_id, pkey: 0xffff, service_id, private_data };
-        let tid = ep.gsi_send(
+        let tid = host.gsi().gsi_send(
             dest,
             emit(0, CmMessage::SidrReq(req)),
             Some(self.config.response_timeout),
@@ -44,7 +44,7 @@ impl Cm {
     /// the QPN and Q_Key of the UD QP, or a refusal (`sidr_status::REJECT`).
     pub fn sidr_reply(
         &mut self,
-        ep: &mut Endpoint,
+        host: &mut dyn CmHost,
         id: ConnId,
         status: u8,
         qpn: u32,
@@ -55,7 +55,7 @@ impl Cm {
         let i = self.sidr.pending.iter().position(|p| p.id == id.0).ok_or(CmError::NoSuchConn(id))?;
         let mut p = self.sidr.pending.remove(i);
         let rep = sidr_rep(p.tid, p.request_id, status, qpn, p.service_id, qkey, private_data);
-        self.send(ep, p.peer, rep, false);
+        self.send(host, p.peer, rep, false);
         p.reply = Some(rep);
         if self.sidr.answered.len() == ANSWERED_MAX {
             self.sidr.answered.pop_front();
@@ -64,7 +64,7 @@ impl Cm {
         Ok(())
     }
 
-    pub(in crate::cm) fn on_sidr_req(&mut self, ep: &mut Endpoint, from: IpAddr, tid: u64, req: SidrReqRepr) {
+    pub(in crate::cm) fn on_sidr_req(&mut self, host: &mut dyn CmHost, from: IpAddr, tid: u64, req: SidrReqRepr) {
         let same = |p: &Incoming| p.peer == from && p.request_id == req.request_id;
         if self.sidr.pending.iter().any(same) {
             // Repeated while the consumer decides: its answer will do.
@@ -72,7 +72,7 @@ impl Cm {
             return;
         }
         if let Some(rep) = self.sidr.answered.iter().find(|p| same(p)).and_then(|p| p.reply) {
-            return self.send(ep, from, rep, false);
+            return self.send(host, from, rep, false);
         }
         if !self.listens.contains_key(&req.service_id) {
             let rep = sidr_rep(
@@ -84,7 +84,7 @@ impl Cm {
                 0,
                 [0; SIDR_REP_PRIVATE_DATA_LEN],
             );
-            return self.send(ep, from, rep, false);
+            return self.send(host, from, rep, false);
         }
         if !self.backlog_room(req.service_id) {
             return;

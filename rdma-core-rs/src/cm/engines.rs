@@ -1,0 +1,60 @@
+//! The device's engines as its RDMA CM drives them ([`CmHost`]): MADs on
+//! the first engine's QP1, where the CM runs, and each connection's QP on
+//! the engine that holds it, so that the CM's QPs spread over the engines
+//! as any other QP does (docs/multi-core-device.md).
+
+use crate::context::{Inner, State};
+use rdma_transport::cm::CmHost;
+use rdma_transport::{Endpoint, QpAttr, QpState, VerbsError};
+
+/// The first engine's state, held, and the way to the others.
+pub(crate) struct CmEngines<'a> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) first: &'a mut State,
+}
+
+impl CmEngines<'_> {
+    /// Runs `f` on the state of QP `qpn`'s engine. Another engine's lock is
+    /// taken with the first's held: the order every caller that holds
+    /// several takes them in (`Inner::lock_all`).
+    fn look_at<T>(&mut self, qpn: u32, f: impl FnOnce(&mut State) -> T) -> T {
+        if self.inner.on_first_engine(qpn) {
+            return f(self.first);
+        }
+        f(&mut self.inner.lock_qp(qpn))
+    }
+
+    /// [`CmEngines::look_at`] for a change: on another engine, what it
+    /// queued (the flushes of a QP moved to ERR, a packet) is announced and
+    /// sent before that engine's lock goes, and its thread looks again. The
+    /// first engine's is sent by whoever holds it when the CM is done.
+    fn change<T>(&mut self, qpn: u32, f: impl FnOnce(&mut State) -> T) -> T {
+        if self.inner.on_first_engine(qpn) {
+            return f(self.first);
+        }
+        let mut st = self.inner.lock_qp(qpn);
+        let r = f(&mut st);
+        if let Err(e) = self.inner.doorbell(&mut st) {
+            tracing::debug!(error = %e, qpn, engine = st.engine(), "could not send after a CM transition");
+        }
+        r
+    }
+}
+
+impl CmHost for CmEngines<'_> {
+    fn gsi(&mut self) -> &mut Endpoint {
+        &mut self.first.ep
+    }
+
+    fn qp_state(&mut self, qpn: u32) -> Result<QpState, VerbsError> {
+        self.look_at(qpn, |st| Ok(st.ep.query_qp(qpn)?.0))
+    }
+
+    fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
+        self.change(qpn, |st| st.ep.modify_qp(qpn, attr))
+    }
+
+    fn expected_psn(&mut self, qpn: u32) -> Option<u32> {
+        self.look_at(qpn, |st| st.ep.expected_psn(qpn))
+    }
+}

@@ -140,7 +140,8 @@ impl ProgressGaps {
 }
 
 /// What handles the MADs a round of progress takes in (the device's RDMA
-/// CM). It runs under the device lock in whichever thread made the round:
+/// CM). It runs under the first engine's lock in whichever thread made the
+/// round (and takes another engine's for a call on a QP there):
 /// an application that polls without pause holds that lock nearly all the
 /// time, and a mutex is not fair, so the CM's own service thread alone
 /// could wait for it for seconds while the peer's REQs and DREQs go
@@ -344,8 +345,7 @@ impl Inner {
     }
 
     /// The shard a new QP goes to: the next in turn when `spreads` (an RC,
-    /// UC, UD or XRC QP), else the first (the RDMA CM's, which it drives
-    /// from there).
+    /// UC, UD or XRC QP, the RDMA CM's too), else the first.
     pub(crate) fn place_qp(&self, spreads: bool) -> &Shard {
         if !spreads || self.shards.len() == 1 {
             return &self.shards[0];

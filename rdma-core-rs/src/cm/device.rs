@@ -1,10 +1,14 @@
-//! One CM per soft device: the IB CM state machine of the device's engine,
-//! the RDMA CM's tables on top (listeners by service ID, connections by
-//! communication ID), the graveyard of dropped IDs, and the service thread
-//! (the translation of events is in `dispatch.rs`).
+//! One CM per soft device: the IB CM state machine beside the device's
+//! first engine, the RDMA CM's tables on top (listeners by service ID,
+//! connections by communication ID), the graveyard of dropped IDs, and the
+//! service thread (the translation of events is in `dispatch.rs`).
 //!
-//! Lock order: the device's engine state, then [`Core`], then an ID, then
-//! a channel. Nothing here takes the engine state while holding a later one.
+//! Lock order: the first engine's state, then [`Core`], then another
+//! engine's state (for one call on a connection's QP there: `CmEngines`),
+//! then an ID, then a channel. Nothing here takes the first engine's state
+//! or [`Core`] while holding a later one; and nothing anywhere may call
+//! into the CM (`with_cm`, a round of the first engine that serves MADs)
+//! while holding another engine's state.
 
 use super::engines::CmEngines;
 use super::objects::{Buried, CmDevice, Core, IdShared, Listener};

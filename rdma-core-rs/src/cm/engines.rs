@@ -15,8 +15,9 @@ pub(crate) struct CmEngines<'a> {
 
 impl CmEngines<'_> {
     /// Runs `f` on the state of QP `qpn`'s engine. Another engine's lock is
-    /// taken with the first's held: the order every caller that holds
-    /// several takes them in (`Inner::lock_all`).
+    /// taken with the first's and the CM's held: the order every caller
+    /// that holds several takes them in (`Inner::lock_all`; the CM's lock
+    /// order, `device.rs`).
     fn look_at<T>(&mut self, qpn: u32, f: impl FnOnce(&mut State) -> T) -> T {
         if self.inner.on_first_engine(qpn) {
             return f(self.first);
@@ -51,7 +52,18 @@ impl CmHost for CmEngines<'_> {
     }
 
     fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
-        self.change(qpn, |st| st.ep.modify_qp(qpn, attr))
+        let inner = self.inner;
+        self.change(qpn, |st| {
+            if attr.qp_state == Some(QpState::Rtr) {
+                // As `QueuePair::modify`: a packet is judged in the state
+                // its QP had when it arrived, so what waits in the socket
+                // from before RTR is handled (and dropped) first.
+                if let Err(e) = inner.drain_receive(st) {
+                    tracing::debug!(error = %e, qpn, "could not drain the receive queue before RTR");
+                }
+            }
+            st.ep.modify_qp(qpn, attr)
+        })
     }
 
     fn expected_psn(&mut self, qpn: u32) -> Option<u32> {

@@ -23,7 +23,8 @@
 //!   carries the CM's MADs and the data of all its QPs.
 //! - **Routes** come from the IP addresses, as RoCE does: GIDs are the
 //!   addresses (IPv4-mapped), no path record is asked for.
-//! - **The CM** is `rdma_transport::cm::Cm`, driven by the device's engine;
+//! - **The CM** is `rdma_transport::cm::Cm`, beside the device's first
+//!   engine's QP1, moving each connection's QP on the engine that holds it;
 //!   this layer adds what `rdma_cm` adds: service IDs (port space << 16 |
 //!   port), the 36-byte `cma_hdr` in the REQ, matching a REQ to a listener
 //!   by service ID then by address, and the events.

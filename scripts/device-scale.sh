@@ -17,6 +17,8 @@
 #   - rdma-perf write-bw --loopback -s 65536: 1 QP on 1 engine, and 8 QPs on
 #     1, 4 and 8 engines a device (--threads): the aggregate's scaling
 #     with the cores given (the goal: 8 QPs on 8 cores >= 6x one QP);
+#   - 8 QPs connected over the RDMA CM (-R) between two processes, on 1
+#     and 8 engines each;
 #   - the busy 8-byte SEND round trip on one engine (send-lat).
 # With DEVICE_FABRIC_HOSTS=N also one `rdma-fabric run allreduce --hosts N
 # --size 64MiB` (ring) on every core, its wall time and JSON.
@@ -34,7 +36,7 @@ if [ "${1:-}" = prepare ]; then
     echo "carry: [\"$dir\"]; command: bash scripts/device-scale.sh run" >&2
     exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[ "${1:-}" = run ] || { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 secs="${2:-2}"
 out="${OUT:-$dir}/device-scale.jsonl"
 : >"$out"
@@ -66,6 +68,17 @@ for round in 1 2 3; do
         row q8-t$t $round "$dir/rdma-perf" write-bw --loopback -s 65536 -q 8 --threads $t -D "$secs" --quiet --json
     done
     row busy-rtt $round "$dir/rdma-perf" send-lat --loopback -s 8 -n 20000 --quiet --json
+    # The same 8 QPs connected by the RDMA CM (perftest's -R), server and
+    # client in two processes: the CM's QPs spread over the engines too.
+    for t in 1 8; do
+        [ "$t" -le "$cores" ] || continue
+        "$dir/rdma-perf" write-bw -R --bind 127.0.0.2 -q 8 -s 65536 --threads $t --quiet >/dev/null 2>&1 &
+        srv=$!
+        sleep 1
+        row cm-q8-t$t $round "$dir/rdma-perf" write-bw -R --bind 127.0.0.3 127.0.0.2 -q 8 -s 65536 --threads $t \
+            -D "$secs" --quiet --json
+        wait $srv || true
+    done
 done
 
 if [ -n "${DEVICE_FABRIC_HOSTS:-}" ]; then
@@ -102,6 +115,12 @@ for t in (1, 4, 8):
     if m:
         print(f"  WRITE 64 KiB, 8 QPs, {t} engine(s)        {show(m, 'Gb/s')}"
               + (f"  = {m[0] / one[0]:.2f}x one QP" if one else ""))
+cm_one = med("cm-q8-t1", "gbps")
+for t in (1, 8):
+    m = med(f"cm-q8-t{t}", "gbps")
+    if m:
+        print(f"  the same over the RDMA CM, {t} engine(s)  {show(m, 'Gb/s')}"
+              + (f"  = {m[0] / cm_one[0]:.2f}x one engine" if cm_one and t > 1 else ""))
 print(f"  busy 8-byte SEND round trip             {show(med('busy-rtt', 'rtt_us_p50'), 'us')}")
 for r in rows:
     if r.get("tag") == "allreduce":

@@ -29,8 +29,9 @@ dir=target-device
 if [ "${1:-}" = prepare ]; then
     cargo build --release -q --bin rdma-perf --bin rdma-fabric --example udp_baseline
     mkdir -p "$dir"
-    for b in target/release/rdma-perf target/release/rdma-fabric target/release/examples/udp_baseline; do
-        strip -o "$dir/$(basename "$b")" "$b"
+    release="${CARGO_TARGET_DIR:-target}/release"
+    for b in "$release/rdma-perf" "$release/rdma-fabric" "$release/examples/udp_baseline"; do
+        if command -v strip >/dev/null; then strip -o "$dir/$(basename "$b")" "$b"; else cp "$b" "$dir/"; fi
     done
     du -sh "$dir" >&2
     echo "carry: [\"$dir\"]; command: bash scripts/device-scale.sh run" >&2
@@ -38,11 +39,16 @@ if [ "${1:-}" = prepare ]; then
 fi
 [ "${1:-}" = run ] || { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 secs="${2:-2}"
-out="${OUT:-$dir}/device-scale.jsonl"
-: >"$out"
 for b in rdma-perf rdma-fabric udp_baseline; do
     [ -x "$dir/$b" ] || { echo "no $dir/$b: run 'scripts/device-scale.sh prepare' first" >&2; exit 1; }
 done
+command -v python3 >/dev/null || { echo "python3 is needed for the summary" >&2; exit 1; }
+out="${OUT:-$dir}/device-scale.jsonl"
+log="${OUT:-$dir}/device-scale.log"
+: >"$out"
+: >"$log"
+# No process of this run outlives it (a server whose client failed).
+trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
 cores=$(nproc)
 echo "== $(uname -r), $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" >&2
 
@@ -51,10 +57,11 @@ row() {
     local tag=$1 round=$2
     shift 2
     local line
-    line=$("$@" 2>/dev/null | tail -1) || true
+    echo "== $tag, round $round: $*" >>"$log"
+    line=$(timeout 120 "$@" 2>>"$log" | tail -1) || true
     case "$line" in
         \{*) echo "{\"tag\":\"$tag\",\"round\":$round,${line#\{}" >>"$out"; echo "   $tag: $(echo "$line" | cut -c1-120)" >&2 ;;
-        *) echo "   $tag: no result ($line)" >&2 ;;
+        *) echo "   $tag: no result (see $log)" >&2 ;;
     esac
 }
 
@@ -67,17 +74,19 @@ for round in 1 2 3; do
         [ "$t" -le "$cores" ] || continue
         row q8-t$t $round "$dir/rdma-perf" write-bw --loopback -s 65536 -q 8 --threads $t -D "$secs" --quiet --json
     done
-    row busy-rtt $round "$dir/rdma-perf" send-lat --loopback -s 8 -n 20000 --quiet --json
+    row busy-rtt $round "$dir/rdma-perf" send-lat --loopback -s 8 -n 20000 --threads 1 --quiet --json
     # The same 8 QPs connected by the RDMA CM (perftest's -R), server and
     # client in two processes: the CM's QPs spread over the engines too.
     for t in 1 8; do
         [ "$t" -le "$cores" ] || continue
-        "$dir/rdma-perf" write-bw -R --bind 127.0.0.2 -q 8 -s 65536 --threads $t --quiet >/dev/null 2>&1 &
+        timeout $((secs + 60)) "$dir/rdma-perf" write-bw -R --bind 127.0.0.2 -q 8 -s 65536 --threads $t --quiet \
+            >>"$log" 2>&1 &
         srv=$!
-        sleep 1
+        sleep 1 # the client tries again while the server is not listening yet (REJ 8)
         row cm-q8-t$t $round "$dir/rdma-perf" write-bw -R --bind 127.0.0.3 127.0.0.2 -q 8 -s 65536 --threads $t \
             -D "$secs" --quiet --json
-        wait $srv || true
+        kill $srv 2>/dev/null || true
+        wait $srv 2>/dev/null || true
     done
 done
 
@@ -85,7 +94,7 @@ if [ -n "${DEVICE_FABRIC_HOSTS:-}" ]; then
     echo "== rdma-fabric run allreduce --hosts $DEVICE_FABRIC_HOSTS --size 64MiB --threads $cores" >&2
     start=$(date +%s%N)
     line=$("$dir/rdma-fabric" run allreduce --algorithm ring --hosts "$DEVICE_FABRIC_HOSTS" --size 64MiB \
-        --threads "$cores" --json 2>/dev/null | tail -1) || true
+        --threads "$cores" --quiet --json 2>>"$log" | tail -1) || true
     wall=$(( ($(date +%s%N) - start) / 1000000 ))
     case "$line" in
         \{*) echo "{\"tag\":\"allreduce\",\"wall_ms\":$wall,${line#\{}" >>"$out" ;;

@@ -344,10 +344,11 @@ impl Inner {
         self.shards.len()
     }
 
-    /// The shard a new QP goes to: the next in turn when `spreads` (an RC,
-    /// UC, UD or XRC QP, the RDMA CM's too), else the first.
-    pub(crate) fn place_qp(&self, spreads: bool) -> &Shard {
-        if !spreads || self.shards.len() == 1 {
+    /// The shard a new QP goes to: the next in turn. Every kind spreads: the
+    /// engines share the SRQs and XRC domains (`Endpoint::share_srqs`) and
+    /// the memory windows, and the RDMA CM drives a QP on its own engine.
+    pub(crate) fn place_qp(&self) -> &Shard {
+        if self.shards.len() == 1 {
             return &self.shards[0];
         }
         let i = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
@@ -644,6 +645,17 @@ impl Inner {
         }
         self.announce_completions(st);
         Ok(total)
+    }
+
+    /// Before the transition `attr` asks for on a QP of the engine of `st`:
+    /// to RTR, what waits in the socket from before is handled (and
+    /// dropped) first, under the same lock as the transition, since a
+    /// packet is judged in the state its QP had when it arrived.
+    pub(crate) fn before_transition(&self, st: &mut State, attr: &rdma_transport::QpAttr) -> Result<()> {
+        if attr.qp_state == Some(rdma_transport::QpState::Rtr) {
+            self.drain_receive(st)?;
+        }
+        Ok(())
     }
 
     /// Sends what a post queued, and makes the leader look at its timers again.

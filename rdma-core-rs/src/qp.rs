@@ -48,11 +48,6 @@ impl ProtectionDomain {
     /// `ibv_create_qp`. The QP starts in RESET; bring it up with
     /// [`QueuePair::modify`] (INIT, RTR, RTS).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
-        // A device of several engines spreads plain and XRC_SEND QPs over
-        // them, those on an SRQ too (its engines share the SRQs and XRC
-        // domains: Endpoint::share_srqs).
-        // The RDMA CM's QPs too: it drives each on its own engine.
-        let spreads = matches!(attr.qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend);
         same_device(&self.ctx, &attr.send_cq.ctx, "the send CQ")?;
         same_device(&self.ctx, &attr.recv_cq.ctx, "the receive CQ")?;
         if let Some(srq) = attr.srq {
@@ -67,7 +62,7 @@ impl ProtectionDomain {
             cap: attr.cap,
             sq_sig_all: attr.sq_sig_all,
         };
-        let mut st = self.ctx.inner.place_qp(spreads).lock();
+        let mut st = self.ctx.inner.place_qp().lock();
         // An XRC_SEND QP (a send queue only; each request names the remote
         // XRC SRQ, `SendWr::xrc_srqn`): `recv_cq` and `srq` are unused.
         let qpn = match attr.qp_type {
@@ -185,12 +180,7 @@ impl QueuePair {
                 )));
             }
         }
-        if attr.qp_state == Some(QpState::Rtr) {
-            // A packet is judged in the state its QP had when it arrived:
-            // what waits in the socket from before RTR is handled (and
-            // dropped) now, under the same lock as the transition.
-            self.ctx.inner.drain_receive(&mut st)?;
-        }
+        self.ctx.inner.before_transition(&mut st, attr)?;
         let to_reset = attr.qp_state == Some(QpState::Reset) && st.ep.query_qp(self.qpn)?.0 != QpState::Reset;
         st.ep.modify_qp(self.qpn, attr)?;
         if to_reset {

@@ -72,7 +72,7 @@ impl Xrcd {
             rdma_transport::QpInitAttr { cap: QpCap { max_send_wr: 0, max_recv_wr: 0, ..QpCap::default() }, ..init };
         // On the engines in turn, as other QPs: they share the domains and
         // the XRC SRQs.
-        let qpn = self.ctx.inner.place_qp(true).lock().ep.create_xrc_qp(init, Some(self.id))?;
+        let qpn = self.ctx.inner.place_qp().lock().ep.create_xrc_qp(init, Some(self.id))?;
         QueuePair::attach(&self.ctx, qpn, QpType::XrcRecv)
     }
 

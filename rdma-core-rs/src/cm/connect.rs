@@ -6,7 +6,7 @@ use super::objects::CmDevice;
 use super::objects::{CmId, ConnParam, Phase, PortSpace};
 use super::{CmError, Result, RDMA_UDP_QKEY, REQ_USER_DATA_LEN, SIDR_USER_DATA_LEN};
 use rdma_transport::cm::{CmHost, ConnId, ConnParams};
-use rdma_transport::{Mtu, QpAttr, QpState};
+use rdma_transport::Mtu;
 use rdma_wire::cm::{
     sidr_status, RejReason, REJ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN,
     SIDR_REQ_PRIVATE_DATA_LEN,
@@ -70,8 +70,8 @@ impl CmId {
         let sid = service_id(ps.ps(), remote.port());
         let qpn = qp;
         let me = Arc::downgrade(&self.shared);
-        let conn = dev.with_cm(|ep, core| {
-            let c = core.cm.connect(ep, qpn, remote.ip(), sid, &pd, params);
+        let conn = dev.with_cm(|engines, core| {
+            let c = core.cm.connect(engines, qpn, remote.ip(), sid, &pd, params);
             if let Ok(c) = c {
                 core.conns.insert(c.0, me);
                 if own {
@@ -105,8 +105,8 @@ impl CmId {
         pd[CMA_HDR_LEN..CMA_HDR_LEN + data.len()].copy_from_slice(data);
         let sid = service_id(RdmaPs::UDP, remote.port());
         let me = Arc::downgrade(&self.shared);
-        let r = dev.with_cm(|ep, core| {
-            let r = core.cm.sidr_request(ep, remote.ip(), sid, &pd);
+        let r = dev.with_cm(|engines, core| {
+            let r = core.cm.sidr_request(engines, remote.ip(), sid, &pd);
             if let Ok(c) = r {
                 core.conns.insert(c.0, me);
                 self.sent(c, Phase::Connecting);
@@ -157,9 +157,10 @@ impl CmId {
                     what: "UD accept (SIDR reply)",
                 });
             }
-            let r = dev.with_cm(|ep, core| {
+            let r = dev.with_cm(|engines, core| {
                 core.conns.remove(&conn.0);
-                let r = core.cm.sidr_reply(ep, conn, sidr_status::SUCCESS, qpn, RDMA_UDP_QKEY, &param.private_data);
+                let r =
+                    core.cm.sidr_reply(engines, conn, sidr_status::SUCCESS, qpn, RDMA_UDP_QKEY, &param.private_data);
                 if r.is_ok() {
                     // Nothing follows for UD: the peer has what it needs.
                     let mut g = self.shared.lock();
@@ -188,8 +189,8 @@ impl CmId {
             traffic_class: tos,
             ..ConnParams::default()
         };
-        let r = dev.with_cm(|ep, core| {
-            let r = core.cm.accept(ep, conn, qpn, &param.private_data, params);
+        let r = dev.with_cm(|engines, core| {
+            let r = core.cm.accept(engines, conn, qpn, &param.private_data, params);
             if r.is_ok() {
                 if own {
                     self.shared.lock().own_qpn = Some(qpn);
@@ -237,13 +238,13 @@ impl CmId {
                 }
             }
         };
-        let r = dev.with_cm(|ep, core| {
+        let r = dev.with_cm(|engines, core| {
             core.conns.remove(&conn.0);
             if ps == PortSpace::Udp {
                 let data = &private_data[..private_data.len().min(SIDR_REP_PRIVATE_DATA_LEN)];
-                core.cm.sidr_reply(ep, conn, sidr_status::REJECT, 0, 0, data)
+                core.cm.sidr_reply(engines, conn, sidr_status::REJECT, 0, 0, data)
             } else {
-                core.cm.reject(ep, conn, RejReason::CONSUMER_DEFINED, private_data)
+                core.cm.reject(engines, conn, RejReason::CONSUMER_DEFINED, private_data)
             }
         })?;
         r.map_err(|e| CmError::Cm { call: "reject", detail: format!("{e:?}") })?;
@@ -264,7 +265,7 @@ impl CmId {
             (g.dev.clone(), g.conn, g.phase, g.qpn())
         };
         if let (Phase::Disconnected, Some(dev)) = (phase, &dev) {
-            dev.with_cm(|ep, _| qp_to_err(ep, qpn))?;
+            dev.with_cm(|engines, _| engines.to_err(qpn))?;
             return Ok(());
         }
         let (Some(dev), Some(conn)) = (dev, conn) else {
@@ -276,7 +277,7 @@ impl CmId {
         };
         match phase {
             Phase::Connected => {
-                let r = dev.with_cm(|ep, core| core.cm.disconnect(ep, conn))?;
+                let r = dev.with_cm(|engines, core| core.cm.disconnect(engines, conn))?;
                 if let Err(e) = r {
                     // Already torn down by the peer's DREQ in the meantime.
                     tracing::debug!(error = ?e, "disconnect: the connection is already closing");
@@ -286,10 +287,10 @@ impl CmId {
             Phase::Connecting | Phase::ConnectRequest => {
                 // Not established: abandon it (the QP goes to ERR; the
                 // peer's retries end in its own timeout).
-                dev.with_cm(|ep, core| {
+                dev.with_cm(|engines, core| {
                     core.cm.forget(conn);
                     core.conns.remove(&conn.0);
-                    qp_to_err(ep, qpn);
+                    engines.to_err(qpn);
                 })?;
                 let mut g = self.shared.lock();
                 g.conn = None;
@@ -317,10 +318,3 @@ fn after_rep_sent(id: &CmId) {
 
 #[cfg(not(test))]
 fn after_rep_sent(_: &CmId) {}
-
-/// Moves the ID's QP, if it has one, to ERR (its queues flush).
-fn qp_to_err(ep: &mut dyn CmHost, qpn: Option<u32>) {
-    if let Some(q) = qpn {
-        let _ = ep.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
-    }
-}

@@ -175,7 +175,7 @@ impl CmDevice {
         let mut st = inner.lock();
         let r = {
             let mut core = self.core();
-            let mut engines = CmEngines { inner, first: &mut st };
+            let mut engines = CmEngines::new(inner, &mut st);
             let r = f(&mut engines, &mut core);
             self.dispatch(&mut engines, &mut core);
             r
@@ -194,7 +194,7 @@ impl CmDevice {
     pub(crate) fn process(&self, st: &mut State) {
         let now = self.ctx.inner.now();
         let mut core = self.core();
-        let mut engines = CmEngines { inner: &self.ctx.inner, first: st };
+        let mut engines = CmEngines::new(&self.ctx.inner, st);
         core.cm.process(now, &mut engines);
         if core.cm.poll_timeout().is_some_and(|t| t <= now) {
             core.cm.handle_timeout(now);
@@ -250,7 +250,7 @@ impl CmDevice {
     }
 
     pub(crate) fn listen(&self, id: &Arc<IdShared>, service_id: u64, addr: IpAddr, backlog: u32) -> Result<()> {
-        self.with_cm(|ep, core| {
+        self.with_cm(|engines, core| {
             let list = core.listeners.entry(service_id).or_default();
             list.retain(|l| l.id.strong_count() > 0);
             let me = Arc::as_ptr(id);
@@ -272,7 +272,7 @@ impl CmDevice {
                 std::mem::take(&mut core.held).into_iter().partition(|h| h.service_id == service_id);
             core.held = later;
             for h in now {
-                self.on_request(ep, core, h.conn, h.from, h.service_id, h.remote_qpn, &h.private_data);
+                self.on_request(engines, core, h.conn, h.from, h.service_id, h.remote_qpn, &h.private_data);
             }
             Ok(())
         })?

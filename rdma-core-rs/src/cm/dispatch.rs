@@ -15,14 +15,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 impl CmDevice {
-    fn lay_to_rest(&self, ep: &mut CmEngines<'_>, core: &mut Core) {
+    fn lay_to_rest(&self, engines: &mut CmEngines<'_>, core: &mut Core) {
         let dead = std::mem::take(&mut *self.graveyard.lock().unwrap_or_else(|e| e.into_inner()));
         for b in dead {
             core.conns.remove(&b.conn.0);
             let r = match (b.connected, b.requested, b.ud) {
-                (true, ..) => core.cm.disconnect(ep, b.conn),
-                (_, true, false) => core.cm.reject(ep, b.conn, RejReason::CONSUMER_DEFINED, &[]),
-                (_, true, true) => core.cm.sidr_reply(ep, b.conn, sidr_status::REJECT, 0, 0, &[]),
+                (true, ..) => core.cm.disconnect(engines, b.conn),
+                (_, true, false) => core.cm.reject(engines, b.conn, RejReason::CONSUMER_DEFINED, &[]),
+                (_, true, true) => core.cm.sidr_reply(engines, b.conn, sidr_status::REJECT, 0, 0, &[]),
                 _ => {
                     core.cm.forget(b.conn);
                     Ok(())
@@ -33,16 +33,16 @@ impl CmDevice {
     }
 
     /// Turns the IB CM's events into RDMA CM events on the IDs' channels.
-    pub(super) fn dispatch(&self, ep: &mut CmEngines<'_>, core: &mut Core) {
-        self.lay_to_rest(ep, core);
-        self.release_held(ep, core);
+    pub(super) fn dispatch(&self, engines: &mut CmEngines<'_>, core: &mut Core) {
+        self.lay_to_rest(engines, core);
+        self.release_held(engines, core);
         while let Some(e) = core.cm.poll_event() {
             match e {
                 IbEvent::ConnectRequest { id, from, service_id, remote_qpn, private_data } => {
-                    self.on_request(ep, core, id, from, service_id, Some(remote_qpn), &private_data)
+                    self.on_request(engines, core, id, from, service_id, Some(remote_qpn), &private_data)
                 }
                 IbEvent::SidrRequest { id, from, service_id, private_data } => {
-                    self.on_request(ep, core, id, from, service_id, None, &private_data[..])
+                    self.on_request(engines, core, id, from, service_id, None, &private_data[..])
                 }
                 IbEvent::SidrReply { id, status, qpn, qkey, private_data } => {
                     if status == sidr_status::SUCCESS {
@@ -128,7 +128,7 @@ impl CmDevice {
     /// Held requests whose port nobody holds any more (the ID that bound
     /// it was dropped, or moved on without listening): refused as if
     /// nobody had ever bound it.
-    fn release_held(&self, ep: &mut CmEngines<'_>, core: &mut Core) {
+    fn release_held(&self, engines: &mut CmEngines<'_>, core: &mut Core) {
         if core.held.is_empty() {
             return;
         }
@@ -141,7 +141,7 @@ impl CmDevice {
                 core.held.push(h);
             } else {
                 // Listening now (or nobody at all): on_request decides.
-                self.on_request(ep, core, h.conn, h.from, h.service_id, h.remote_qpn, &h.private_data);
+                self.on_request(engines, core, h.conn, h.from, h.service_id, h.remote_qpn, &h.private_data);
             }
         }
     }
@@ -151,7 +151,7 @@ impl CmDevice {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_request(
         &self,
-        ep: &mut CmEngines<'_>,
+        engines: &mut CmEngines<'_>,
         core: &mut Core,
         conn: ConnId,
         from: IpAddr,
@@ -160,16 +160,16 @@ impl CmDevice {
         remote_qpn: Option<u32>,
         private_data: &[u8],
     ) {
-        let refuse = |core: &mut Core, ep: &mut CmEngines<'_>, reason: RejReason| {
+        let refuse = |core: &mut Core, engines: &mut CmEngines<'_>, reason: RejReason| {
             if remote_qpn.is_some() {
-                let _ = core.cm.reject(ep, conn, reason, &[]);
+                let _ = core.cm.reject(engines, conn, reason, &[]);
             } else {
                 let status = if reason == RejReason::INVALID_SERVICE_ID {
                     sidr_status::UNSUPPORTED_SERVICE_ID
                 } else {
                     sidr_status::REJECT
                 };
-                let _ = core.cm.sidr_reply(ep, conn, status, 0, 0, &[]);
+                let _ = core.cm.sidr_reply(engines, conn, status, 0, 0, &[]);
             }
         };
         // Listening IDs, and IDs bound to the port that may still listen.
@@ -186,7 +186,7 @@ impl CmDevice {
         if live.is_empty() && bound.is_empty() {
             // Nobody listens any more: as if nobody ever had.
             core.cm.unlisten(service_id);
-            refuse(core, ep, RejReason::INVALID_SERVICE_ID);
+            refuse(core, engines, RejReason::INVALID_SERVICE_ID);
             return;
         }
         let hdr = CmaHdr::new_checked(&private_data[..CMA_HDR_LEN.min(private_data.len())])
@@ -212,7 +212,7 @@ impl CmDevice {
             // What Linux does for a bad cma_hdr or an address nobody
             // listens on: REJ 28, indistinguishable from a consumer reject.
             tracing::info!(peer = %from, ?hdr, "request matches no listener's address: refused");
-            refuse(core, ep, RejReason::CONSUMER_DEFINED);
+            refuse(core, engines, RejReason::CONSUMER_DEFINED);
             return;
         };
         let (ps, port) = service_id_parts(service_id);
@@ -220,7 +220,7 @@ impl CmDevice {
         if (ps == PortSpace::Udp) != remote_qpn.is_none() {
             // A REQ for a UD service or a SIDR_REQ for a connected one.
             tracing::info!(peer = %from, ?ps, "request of the wrong kind for the port space: refused");
-            refuse(core, ep, RejReason::CONSUMER_DEFINED);
+            refuse(core, engines, RejReason::CONSUMER_DEFINED);
             return;
         }
         let channel = listener.lock().channel.clone();

@@ -9,11 +9,17 @@ use rdma_transport::{Endpoint, QpAttr, QpState, VerbsError};
 
 /// The first engine's state, held, and the way to the others.
 pub(crate) struct CmEngines<'a> {
-    pub(crate) inner: &'a Inner,
-    pub(crate) first: &'a mut State,
+    inner: &'a Inner,
+    first: &'a mut State,
 }
 
-impl CmEngines<'_> {
+impl<'a> CmEngines<'a> {
+    /// The engines of the device of `inner`, whose first engine's state
+    /// `first` is (held).
+    pub(crate) fn new(inner: &'a Inner, first: &'a mut State) -> CmEngines<'a> {
+        CmEngines { inner, first }
+    }
+
     /// Runs `f` on the state of QP `qpn`'s engine. Another engine's lock is
     /// taken with the first's and the CM's held: the order every caller
     /// that holds several takes them in (`Inner::lock_all`; the CM's lock
@@ -30,15 +36,16 @@ impl CmEngines<'_> {
     /// sent before that engine's lock goes, and its thread looks again. The
     /// first engine's is sent by whoever holds it when the CM is done.
     fn change<T>(&mut self, qpn: u32, f: impl FnOnce(&mut State) -> T) -> T {
-        if self.inner.on_first_engine(qpn) {
-            return f(self.first);
-        }
-        let mut st = self.inner.lock_qp(qpn);
-        let r = f(&mut st);
-        if let Err(e) = self.inner.doorbell(&mut st) {
-            tracing::debug!(error = %e, qpn, engine = st.engine(), "could not send after a CM transition");
-        }
-        r
+        let inner = self.inner;
+        self.look_at(qpn, |st| {
+            let r = f(st);
+            if st.engine() != 0 {
+                if let Err(e) = inner.doorbell(st) {
+                    tracing::debug!(error = %e, qpn, engine = st.engine(), "could not send after a CM transition");
+                }
+            }
+            r
+        })
     }
 }
 
@@ -54,13 +61,8 @@ impl CmHost for CmEngines<'_> {
     fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
         let inner = self.inner;
         self.change(qpn, |st| {
-            if attr.qp_state == Some(QpState::Rtr) {
-                // As `QueuePair::modify`: a packet is judged in the state
-                // its QP had when it arrived, so what waits in the socket
-                // from before RTR is handled (and dropped) first.
-                if let Err(e) = inner.drain_receive(st) {
-                    tracing::debug!(error = %e, qpn, "could not drain the receive queue before RTR");
-                }
+            if let Err(e) = inner.before_transition(st, attr) {
+                tracing::debug!(error = %e, qpn, "could not drain the receive queue before RTR");
             }
             st.ep.modify_qp(qpn, attr)
         })

@@ -9,6 +9,7 @@ use super::{CmError, Result, RDMA_UDP_QKEY};
 use crate::context::Context;
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpInitAttr, QueuePair};
+use rdma_transport::cm::CmHost;
 use rdma_transport::{Access, Mtu, QpAttr, QpState, QpType};
 use rdma_wire::cma::{service_id, RdmaPs};
 use std::net::{IpAddr, SocketAddr};
@@ -270,7 +271,7 @@ impl CmId {
         let dev = dev.ok_or_else(|| self.wrong("init_qp_attr", "bound to a device"))?;
         let mut attr = match (conn, ps) {
             (Some(conn), PortSpace::Tcp | PortSpace::Other(_)) => {
-                let r = dev.with_cm(|ep, core| core.cm.init_qp_attr(&ep.first.ep, conn, state))?;
+                let r = dev.with_cm(|engines, core| core.cm.init_qp_attr(engines.gsi(), conn, state))?;
                 r.map_err(|_| self.wrong("init_qp_attr", "past the request (passive) or the reply (active)"))?
             }
             _ => {
@@ -311,8 +312,8 @@ impl CmId {
                 }
             }
         };
-        let r = dev.with_cm(|ep, core| {
-            let r = core.cm.establish(ep, conn);
+        let r = dev.with_cm(|engines, core| {
+            let r = core.cm.establish(engines, conn);
             if r.is_ok() {
                 self.shared.lock().phase = Phase::Connected;
             }

@@ -22,6 +22,14 @@ pub trait CmHost {
 
     /// The PSN QP `qpn`'s responder expects next (`None`: no such QP).
     fn expected_psn(&mut self, qpn: u32) -> Option<u32>;
+
+    /// QP `qpn` to ERR (its queues flush), unless `None` (no QP, or the
+    /// consumer's to move); a QP already gone is no error.
+    fn to_err(&mut self, qpn: Option<u32>) {
+        if let Some(q) = qpn {
+            let _ = self.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
+        }
+    }
 }
 
 impl CmHost for Endpoint {

@@ -719,13 +719,6 @@ impl Cm {
         Ok(())
     }
 
-    /// `qpn` to ERR, unless `None` (no QP, or the consumer's to move).
-    fn to_err(host: &mut dyn CmHost, qpn: Option<u32>) {
-        if let Some(q) = qpn {
-            let _ = host.modify_qp(q, &QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() });
-        }
-    }
-
     /// Active side: moves `qpn` to INIT if it is in RESET and sends a REQ
     /// for `service_id` to `dest`.
     #[allow(clippy::too_many_arguments)]
@@ -949,13 +942,13 @@ impl Cm {
         let i = self.find(id)?;
         let c = &self.conns[i];
         if matches!(c.state, State::TimeWait { .. }) && c.drep.is_some() {
-            Self::to_err(host, c.moved_qpn());
+            host.to_err(c.moved_qpn());
             return Ok(());
         }
         if c.state != State::Established {
             return Err(CmError::WrongState(id));
         }
-        Self::to_err(host, c.moved_qpn());
+        host.to_err(c.moved_qpn());
         let dreq = emit(
             0,
             CmMessage::Dreq(DreqRepr {

@@ -76,7 +76,7 @@ impl Cm {
         let id = ConnId(c.local_id);
         match c.state {
             State::ReqSent | State::RepSent | State::RepRcvd => {
-                Self::to_err(host, c.moved_qpn());
+                host.to_err(c.moved_qpn());
                 self.events.push_back(CmEvent::TimedOut { id });
                 self.conns.remove(i);
             }
@@ -109,7 +109,7 @@ impl Cm {
             CmMessage::Rej(rej) => match self.by_ids(from, rej.remote_comm_id, rej.local_comm_id) {
                 Some(i) if matches!(self.conns[i].state, State::ReqSent | State::RepSent | State::RepRcvd) => {
                     let c = self.conns.remove(i);
-                    Self::to_err(host, c.moved_qpn());
+                    host.to_err(c.moved_qpn());
                     let private_data = Box::new(rej.private_data);
                     self.events.push_back(CmEvent::Rejected {
                         id: ConnId(c.local_id),
@@ -297,7 +297,7 @@ impl Cm {
             });
             if moved.is_err() {
                 // The REP's values do not fit the QP: refuse it, do not panic.
-                Self::to_err(host, Some(qpn));
+                host.to_err(Some(qpn));
                 self.send(host, from, rej_mad(tid, id.0, rep.local_comm_id, msg::REP, RejReason::NO_QP), false);
                 self.conns.remove(i);
                 self.events.push_back(CmEvent::QpError { id });

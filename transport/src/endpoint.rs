@@ -189,7 +189,7 @@ impl Endpoint {
     pub fn congestion_telemetry(&mut self, now: Instant, qpn: u32, acked: Psn, hops: &[HopTelemetry]) -> bool {
         let Some(qp) = self.qps.get_mut(qpn) else { return false };
         let next = qp.req.sq.next_psn();
-        let Some(cc) = qp.cc.as_deref_mut().filter(|c| c.rate.is_some()) else { return false };
+        let Some(cc) = qp.cc.as_mut().filter(|c| c.rate.is_some()) else { return false };
         cc.on_telemetry(now, hops, (acked, next), &mut qp.stats, &mut self.stats, &mut qp.timers);
         self.touch_qp(qpn);
         true
@@ -1179,7 +1179,7 @@ fn fire_timers(
         qp.timers.stop(Timer::RnrWait);
     }
     let due = [Timer::Cnp, Timer::RateControl, Timer::Paced].into_iter().any(|t| qp.timers.is_due(t, now));
-    if let Some(cc) = qp.cc.as_deref_mut().filter(|_| due) {
+    if let Some(cc) = qp.cc.as_mut().filter(|_| due) {
         cc.on_timer(now, &mut qp.stats, stats, &mut qp.timers);
     }
 }

@@ -66,14 +66,14 @@ pub(crate) struct QpCc {
 
 impl QpCc {
     /// Congestion control for a QP under `factory` (`None`: none).
-    pub fn attach(slot: &mut Option<Box<QpCc>>, factory: Option<&Arc<dyn ControllerFactory>>, timers: &mut Timers) {
+    pub fn attach(slot: &mut Option<QpCc>, factory: Option<&Arc<dyn ControllerFactory>>, timers: &mut Timers) {
         let rate = factory.map(RateControl::new);
-        match slot.as_deref_mut() {
+        match slot.as_mut() {
             Some(c) => (c.rate, c.paced_until) = (rate, None),
-            None if rate.is_some() => *slot = Some(Box::new(QpCc { rate, ..QpCc::default() })),
+            None if rate.is_some() => *slot = Some(QpCc { rate, ..QpCc::default() }),
             None => {}
         }
-        if let Some(cc) = slot.as_deref() {
+        if let Some(cc) = slot.as_ref() {
             cc.arm(timers);
         }
     }

@@ -392,9 +392,9 @@ impl Endpoint {
         if is_response {
             // A controller hears of positive answers only: a NAK's PSN
             // names what did not arrive, and times nothing.
-            let comp = qp.cc.as_deref().and_then(|cc| cc.rate.as_ref()).map(|_| qp.req.sq.comp_psn());
+            let comp = qp.cc.as_ref().and_then(|cc| cc.rate.as_ref()).map(|_| qp.req.sq.comp_psn());
             qp.handle_response(now, t, &self.mrs, &mut self.cqs, &mut self.stats);
-            if let (Some(comp), Some(cc)) = (comp, qp.cc.as_deref_mut()) {
+            if let (Some(comp), Some(cc)) = (comp, qp.cc.as_mut()) {
                 let positive = op != Operation::Acknowledge || t.aeth().is_some_and(|a| a.syndrome().is_ack());
                 if positive {
                     let acked = qp.req.sq.comp_psn().distance_from(comp);
@@ -489,7 +489,7 @@ impl Endpoint {
         self.stats.cnps_received += 1;
         qp.stats.cnps_received += 1;
         tracing::debug!(qpn, "CNP received");
-        if let Some(cc) = qp.cc.as_deref_mut() {
+        if let Some(cc) = qp.cc.as_mut() {
             cc.on_cnp(now, &mut qp.stats, &mut self.stats, &mut qp.timers);
         }
     }

@@ -332,7 +332,7 @@ impl Endpoint {
         // Congestion control: owed CNPs first, then the pacer's gate on
         // data. Without CE marks and with it off, this `Option` is all it costs.
         let mut paced = None;
-        if let Some(cc) = qp.cc.as_deref_mut() {
+        if let Some(cc) = qp.cc.as_mut() {
             if cc.cnps_due > 0 {
                 cc.cnps_due -= 1;
                 if let Some(t) = cnp_transmit(&qp.params, qp.src_port, &self.port.framer, self.cc.np.cnp_dscp, buf) {
@@ -361,7 +361,7 @@ impl Endpoint {
             qp.responder_transmit(now, (self.sched.ack_delay, ack_first), &self.mrs, &self.port.framer, buf)
         };
         if let Some((len, dest, payload)) = response {
-            if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
+            if let (Some((_, true)), Some(cc)) = (paced, qp.cc.as_mut()) {
                 let bytes = len + payload.as_ref().map_or(0, |p| p.len);
                 cc.on_data_sent(now, bytes, None, &mut qp.stats, &mut self.stats, &mut qp.timers);
             }
@@ -382,7 +382,7 @@ impl Endpoint {
         // is unacknowledged. Counted to the cursor, so that a go-back-N
         // pass, which moves the cursor back, is never held by it; the ACK
         // that opens the window touches the QP again.
-        let window = paced.and(qp.cc.as_deref()).and_then(|cc| cc.window_bytes());
+        let window = paced.and(qp.cc.as_ref()).and_then(|cc| cc.window_bytes());
         qp.req.ack_each = window.is_some();
         if let Some(w) = window {
             if let Some((_, _, _, psn)) = qp.req.sq.at_cursor() {
@@ -395,7 +395,7 @@ impl Endpoint {
         loop {
             // A delay-based controller times the packet: its PSN, read
             // before the requester moves the cursor past it.
-            let timed_psn = match (paced, qp.cc.as_deref()) {
+            let timed_psn = match (paced, qp.cc.as_ref()) {
                 (Some(_), Some(cc)) if cc.times_packets() => qp.req.sq.at_cursor().map(|c| c.3),
                 _ => None,
             };
@@ -430,7 +430,7 @@ impl Endpoint {
                 ReqOutcome::Sent { len, dest, payload } => {
                     // UC and UD requests complete once sent.
                     qp.complete_sent(&mut self.cqs);
-                    if let (Some(_), Some(cc)) = (paced, qp.cc.as_deref_mut()) {
+                    if let (Some(_), Some(cc)) = (paced, qp.cc.as_mut()) {
                         let bytes = len + payload.as_ref().map_or(0, |p| p.len);
                         let timed = timed_psn.map(|psn| (psn, qp.req.asked_for_ack()));
                         cc.on_data_sent(now, bytes, timed, &mut qp.stats, &mut self.stats, &mut qp.timers);

@@ -39,9 +39,9 @@ fn came_before_listen(o: &std::process::Output) -> bool {
 
 /// The tests of this file one at a time: each runs a pair of perftests
 /// that spin on their CQs, and seven pairs at once on two cores (with the
-/// rest of a test run) made the servers lose the race above twelve times
-/// in a row once (`SOFTROCE_THREADS=2`, three engine threads a process
-/// more); two under two CPU hogs lose about two attempts in three.
+/// rest of a test run, `SOFTROCE_THREADS=2`: two engine threads a process)
+/// made a server lose the race above twelve times in a row once; a pair
+/// alone under two CPU hogs loses about two attempts in three.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE.lock().unwrap_or_else(|e| e.into_inner())

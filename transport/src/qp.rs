@@ -73,7 +73,9 @@ impl Qp {
         self.timers.next()
     }
 
-    /// Asks the cache for what this QP points to and a packet for it reads.
+    /// Asks the cache for what a packet for this QP reads beyond its first
+    /// lines: its congestion-control state (in the QP since it is no longer
+    /// boxed) and its oldest WQEs.
     pub(crate) fn prefetch_deep(&self) {
         if let Some(cc) = &self.cc {
             cc.prefetch();

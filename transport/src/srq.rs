@@ -115,8 +115,9 @@ impl SrqTable {
     }
 
     /// A new XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`) in `xrcd`,
-    /// completing on `cq`. The domain must be open: checked under the same lock as the SRQ is
-    /// made, so that a close on another engine cannot come between.
+    /// completing on `cq`. The domain must be open: checked under the same
+    /// lock as the SRQ is made, so that a close on another engine cannot
+    /// come between.
     pub(crate) fn create_xrc(
         &self,
         pd: Pd,

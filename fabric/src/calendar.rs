@@ -47,6 +47,8 @@ pub struct Calendar {
     /// Buckets `at + BUCKETS` on.
     later: BinaryHeap<Reverse<Key>>,
     seq: u64,
+    /// Room for sorting the run (kept, so that a turn allocates nothing).
+    sorted: Vec<Key>,
 }
 
 impl Default for Calendar {
@@ -60,6 +62,7 @@ impl Default for Calendar {
             in_ring: 0,
             later: BinaryHeap::new(),
             seq: 0,
+            sorted: Vec::new(),
         }
     }
 }
@@ -175,8 +178,7 @@ impl Calendar {
             let keys = std::mem::replace(&mut self.ring[i], std::mem::take(&mut self.run));
             self.in_ring -= keys.len();
             self.run = keys;
-            // Keys are unique (the order scheduled), so unstable is exact.
-            self.run.sort_unstable_by(|a, b| b.cmp(a));
+            self.sort_run();
         }
         while let Some(&Reverse(key)) = self.later.peek() {
             if bucket(key.0) - self.at >= BUCKETS as u64 {
@@ -185,6 +187,55 @@ impl Calendar {
             self.later.pop();
             self.place(key);
         }
+    }
+
+    /// Puts the run latest first. A bucket spans [`WIDTH_NS`] instants,
+    /// and a bucket's keys of one instant lie in it in the order scheduled
+    /// (those the ring brought in from `later`, which pops them in order,
+    /// come before any scheduled into the bucket directly: that is only
+    /// possible once the ring reaches it). So ordering by the instant
+    /// alone, keeping that order among equals, is ordering by (instant,
+    /// order scheduled): a counting sort over the bucket's instants, with
+    /// no comparisons of keys. At 256 hosts a bucket holds 10-40 events,
+    /// and a comparison sort of them was 4-5 % of the run, its branches
+    /// mispredicted; a handful is left to insertion.
+    fn sort_run(&mut self) {
+        const SMALL: usize = 8;
+        if self.run.len() <= SMALL {
+            // Keys are unique (the order scheduled), so unstable is exact.
+            self.run.sort_unstable_by(|a, b| b.cmp(a));
+            return;
+        }
+        let instant = |k: &Key| (k.0.as_nanos() & (WIDTH_NS - 1)) as usize;
+        let mut count = [0usize; WIDTH_NS as usize];
+        for k in &self.run {
+            count[instant(k)] += 1;
+        }
+        // Latest instant first; within one, latest scheduled first: the
+        // keys walked backwards land at rising places.
+        let mut place = [0usize; WIDTH_NS as usize];
+        let mut at = 0;
+        for i in (0..WIDTH_NS as usize).rev() {
+            place[i] = at;
+            at += count[i];
+        }
+        self.sorted.clear();
+        self.sorted.resize(self.run.len(), (Instant::ZERO, 0, 0));
+        for k in self.run.iter().rev() {
+            let i = instant(k);
+            self.sorted[place[i]] = *k;
+            place[i] += 1;
+        }
+        std::mem::swap(&mut self.run, &mut self.sorted);
+        debug_assert!(self.run.windows(2).all(|w| w[0] > w[1]), "a bucket's keys out of schedule order");
+    }
+
+    /// The slot `n` places after the earliest in the run of the bucket
+    /// due now (a hint for prefetching: events scheduled into the bucket
+    /// since it turned are not counted).
+    pub fn ahead(&self, n: usize) -> Option<usize> {
+        let i = self.run.len().checked_sub(n + 1)?;
+        Some(self.run[i].2)
     }
 
     /// The number of the first filled bucket after `at` (there is one).
@@ -266,6 +317,51 @@ mod tests {
         fn pops_in_time_then_push_order(ops in proptest::collection::vec((0u8..3, delay()), 0..600)) {
             check(&ops);
         }
+    }
+
+    /// Crowded buckets (most pushes a few ns ahead, more pushes than
+    /// pops), so that turns sort runs of more than a handful: the
+    /// counting sort's path.
+    fn crowded() -> impl Strategy<Value = (u8, u64)> {
+        let op = prop_oneof![7 => Just(1u8), 2 => Just(0u8), 1 => Just(2u8)];
+        let d = prop_oneof![8 => 0u64..40, 1 => 0u64..8000];
+        (op, d)
+    }
+
+    proptest! {
+        #[test]
+        fn crowded_buckets_pop_in_time_then_push_order(ops in proptest::collection::vec(crowded(), 0..800)) {
+            check(&ops);
+        }
+    }
+
+    /// A bucket of 24 keys over its 8 instants, a third of them brought
+    /// in from beyond the horizon (in time order, not push order) before
+    /// the rest were pushed into it directly.
+    #[test]
+    fn a_full_bucket_comes_out_in_time_then_push_order() {
+        let mut cal = Calendar::default();
+        let base = WIDTH_NS * BUCKETS as u64 * 2;
+        let mut model = BTreeSet::new();
+        let mut slot = 0;
+        for i in (0..8u64).rev() {
+            cal.push(Instant::from_nanos(base + i), slot);
+            model.insert((Instant::from_nanos(base + i), slot));
+            slot += 1;
+        }
+        // Turn the ring near the bucket (a key just before it), so the
+        // first eight move into it.
+        cal.push(Instant::from_nanos(base - 1), slot);
+        assert_eq!(cal.pop(), Some((Instant::from_nanos(base - 1), slot)));
+        slot += 1;
+        for i in 0..16u64 {
+            let t = Instant::from_nanos(base + (i * 5) % 8);
+            cal.push(t, slot);
+            model.insert((t, slot));
+            slot += 1;
+        }
+        let popped: Vec<_> = std::iter::from_fn(|| cal.pop()).collect();
+        assert_eq!(popped, model.into_iter().collect::<Vec<_>>());
     }
 
     /// The path the fabric takes when timers fire before the next event:

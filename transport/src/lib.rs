@@ -44,7 +44,7 @@ mod net_header;
 pub mod odp;
 pub mod paths;
 mod pool;
-mod prefetch;
+pub mod prefetch;
 mod protection;
 pub mod qp;
 mod qpn_alloc;

@@ -7,7 +7,7 @@
 /// targets without a prefetch instruction. Never faults, never changes
 /// what any read returns.
 #[inline]
-pub(crate) fn lines_of<T: ?Sized>(r: &T) {
+pub fn lines_of<T: ?Sized>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

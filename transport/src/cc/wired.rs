@@ -17,15 +17,58 @@ use std::sync::Arc;
 use rdma_wire::Psn;
 
 use super::controller::{Controller, ControllerFactory, Event};
+use super::dcqcn::Dcqcn;
 use super::{DcqcnParams, NotificationPoint, Pacer, RttSampler};
 use crate::stats::{QpStats, Stats};
 use crate::timers::{Timer, Timers};
 use crate::Instant;
 
+/// A QP's controller. DCQCN, the default, is kept in the QP's own
+/// memory: its state is read at every paced packet and rate timer, and
+/// behind the box its factory made it was one more line to wait for on a
+/// QP gone cold among thousands (docs/performance.md). Any other
+/// controller stays in its box.
+#[derive(Debug)]
+pub(crate) enum QpController {
+    Dcqcn(Dcqcn),
+    Boxed(Box<dyn Controller>),
+}
+
+impl QpController {
+    /// Takes a controller out of its factory's box if it is DCQCN's (a
+    /// copy: its parameters stay shared, behind their `Arc`).
+    fn new(built: Box<dyn Controller>) -> QpController {
+        match built.as_any().downcast_ref::<Dcqcn>() {
+            Some(d) => QpController::Dcqcn(d.clone()),
+            None => QpController::Boxed(built),
+        }
+    }
+}
+
+impl core::ops::Deref for QpController {
+    type Target = dyn Controller;
+
+    fn deref(&self) -> &(dyn Controller + 'static) {
+        match self {
+            QpController::Dcqcn(d) => d,
+            QpController::Boxed(b) => &**b,
+        }
+    }
+}
+
+impl core::ops::DerefMut for QpController {
+    fn deref_mut(&mut self) -> &mut (dyn Controller + 'static) {
+        match self {
+            QpController::Dcqcn(d) => d,
+            QpController::Boxed(b) => &mut **b,
+        }
+    }
+}
+
 /// The controller and the pacer that holds the QP to its rate.
 #[derive(Debug)]
 pub(crate) struct RateControl {
-    pub ctl: Box<dyn Controller>,
+    pub ctl: QpController,
     pub pacer: Pacer,
     /// Send times of timed packets, when the controller reads RTTs.
     pub rtt: Option<Box<RttSampler>>,
@@ -47,7 +90,7 @@ impl RateControl {
     }
 
     pub fn new(factory: &Arc<dyn ControllerFactory>) -> RateControl {
-        let ctl = Arc::clone(factory).build_shared();
+        let ctl = QpController::new(Arc::clone(factory).build_shared());
         let pacer = Pacer::with_burst(ctl.rate_bps(), factory.pacer_burst());
         let rtt = ctl.wants_rtt().then(Box::default);
         RateControl { ctl, pacer, rtt }
@@ -78,9 +121,9 @@ impl QpCc {
         }
     }
 
-    /// Asks the cache for this state (not its controller's, which is
-    /// behind a pointer in this state: reading it now would wait for the
-    /// line this asks for).
+    /// Asks the cache for this state, DCQCN's controller with it (another
+    /// controller is behind a pointer in this state: reading it now would
+    /// wait for the line this asks for).
     pub fn prefetch(&self) {
         crate::prefetch::lines_of(self);
     }
@@ -229,6 +272,24 @@ mod tests {
 
     const LINE: u64 = 100_000_000_000;
     const PACKET: usize = 1_000;
+
+    /// DCQCN's controller sits in the QP's own state, still reading the
+    /// device's one copy of its parameters; another algorithm's stays in
+    /// the box its factory made, and both answer through the seam.
+    #[test]
+    fn dcqcn_is_kept_in_the_qp_and_others_in_their_box() {
+        let params = Arc::new(DcqcnParams::nvidia(LINE));
+        let shared: Arc<dyn ControllerFactory> = params.clone();
+        let rc = RateControl::new(&shared);
+        let QpController::Dcqcn(d) = &rc.ctl else { panic!("DCQCN boxed: {:?}", rc.ctl) };
+        assert!(std::ptr::eq(d.rp.params(), &*params), "the parameters read are the shared ones");
+        assert_eq!(Arc::strong_count(&params), 3, "the factory's box let go of its Arc");
+        assert_eq!(rc.ctl.rate_bps(), LINE);
+        let timely: Arc<dyn ControllerFactory> = Arc::new(crate::cc::TimelyParams::new(LINE, Duration::from_micros(20)));
+        let other = RateControl::new(&timely);
+        assert!(matches!(other.ctl, QpController::Boxed(_)), "{:?}", other.ctl);
+        assert!(other.ctl.as_any().is::<crate::cc::Timely>());
+    }
 
     fn factory(params: DcqcnParams) -> Arc<dyn ControllerFactory> {
         Arc::new(params)

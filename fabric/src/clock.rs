@@ -87,8 +87,8 @@ impl EventQueue {
 
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
         let (t, slot) = self.order.pop()?;
-        // The slot of the event two after this one: cold by now (it was
-        // written when scheduled, a link delay ago), and read as the
+        // The slot of the event two after the next one: cold by now (it
+        // was written when scheduled, a link delay ago), and read as the
         // second event's hint (`peek_second`) after the next pop.
         if let Some(s) = self.order.ahead(2) {
             rdma_transport::prefetch::lines_of(&self.slots[s]);

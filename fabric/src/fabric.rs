@@ -233,7 +233,8 @@ impl Fabric {
     /// that packet's QP into the cache while this event runs (see
     /// [`prefetch_next`]).
     fn prefetch_next(&self) {
-        prefetch_next(&self.events, &self.timers, &self.topo.nodes, |h| &self.topo.hosts[h]);
+        let topo = &self.topo;
+        prefetch_next(&self.events, &self.timers, &topo.nodes, |h| &topo.hosts[h], |_, sw| &topo.switches[sw]);
     }
 
     /// Every flow is finished or failed and the workload, if any, is done
@@ -470,6 +471,7 @@ pub(crate) fn prefetch_next<'h>(
     timers: &HostTimers,
     nodes: &[Node],
     host: impl Fn(usize) -> &'h Host,
+    switch: impl Fn(usize, usize) -> &'h Switch,
 ) {
     let next = events.peek();
     if let Some((tt, h)) = timers.peek_hint() {
@@ -486,12 +488,13 @@ pub(crate) fn prefetch_next<'h>(
                 }
             }
             // A host's port comes free: it pulls its next packet, from
-            // the QP whose turn is next (cold on a host of many QPs).
-            Some(Event::PortFree { node, .. }) if deep => {
-                if let Node::Host(h) = nodes[*node] {
-                    host(h).ep.prefetch_transmit();
-                }
-            }
+            // the QP whose turn is next (cold on a host of many QPs). A
+            // switch's sends the head of its queue, written when it was
+            // queued, long before on a busy fabric.
+            Some(Event::PortFree { node, port }) if deep => match nodes[*node] {
+                Node::Host(h) => host(h).ep.prefetch_transmit(),
+                Node::Switch(sw) => switch(*node, sw).prefetch_head(*port),
+            },
             _ => {}
         }
     }

@@ -52,6 +52,7 @@ pub mod pfc;
 pub mod plot;
 pub mod progress;
 pub mod report;
+pub mod routes;
 pub mod scenario_file;
 pub mod scenarios;
 mod site;

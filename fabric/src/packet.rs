@@ -207,7 +207,7 @@ mod tests {
     /// reach host 1, whole, and what the switch held at its fullest.
     fn through_a_switch(hosts: &mut [Host]) -> (Vec<Vec<u8>>, u64) {
         let mut sw = Switch::new(1, Red { kmin_bytes: 0, kmax_bytes: 0, pmax: 1.0 }, 1 << 20);
-        sw.routes.insert(hosts[1].addr, 0);
+        sw.routes.set_port(hosts[1].addr, 0);
         let mut int = EchoTable::default();
         let (mut tx, mut rx) = (vec![0; SCRATCH], Vec::new());
         let (now, mut rng) = (Instant::ZERO, Rng::new(1));

@@ -284,7 +284,13 @@ impl Part {
             if te.is_some_and(|e| e <= t) {
                 let (_, ev) = self.events.pop().expect("peeked");
                 let me = self.id;
-                crate::fabric::prefetch_next(&self.events, &self.timers, w.nodes, |h| &*w.host(me, h));
+                crate::fabric::prefetch_next(
+                    &self.events,
+                    &self.timers,
+                    w.nodes,
+                    |h| &*w.host(me, h),
+                    |node, sw| &*w.switch(me, node, sw),
+                );
                 PartSite { part: self, w }.handle(ev);
             } else {
                 PartSite { part: self, w }.fire_timers();

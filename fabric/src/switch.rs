@@ -17,7 +17,7 @@ use crate::multipath::{pick, Multipath};
 use crate::packet::Packet;
 use crate::pfc::PfcConfig;
 use rdma_transport::sim::{mark_ce, Rng};
-use rustc_hash::FxHashMap;
+use crate::routes::RouteTable;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
@@ -147,11 +147,10 @@ pub struct Switch {
     pub shared_bytes: Option<u64>,
     /// Bytes queued on every egress port together.
     pub queued_bytes: u64,
-    /// (Fx hashing: addresses are few, fixed and not chosen by a peer; SipHash was 15 % of a 512-host run.)
-    pub routes: FxHashMap<Ipv4Addr, usize>,
-    /// Equal-cost next hops, where there is more than one: chosen by
-    /// [`Self::multipath`] (per flow by [`flow_hash`] by default).
-    pub ecmp: FxHashMap<Ipv4Addr, Vec<usize>>,
+    /// Next hops by destination, and equal-cost groups where there is
+    /// more than one: chosen by [`Self::multipath`] (per flow by
+    /// [`flow_hash`] by default).
+    pub routes: RouteTable,
     pub multipath: Multipath,
     /// This switch's own generator for spraying: seeded per switch, so a
     /// run replays and one switch's draws do not shift another's.
@@ -170,8 +169,7 @@ impl Switch {
             buffer_bytes,
             shared_bytes: None,
             queued_bytes: 0,
-            routes: FxHashMap::default(),
-            ecmp: FxHashMap::default(),
+            routes: RouteTable::default(),
             multipath: Multipath::Ecmp,
             spray_rng: Rng::new(0),
             egress: (0..ports).map(|_| Egress::default()).collect(),
@@ -186,14 +184,15 @@ impl Switch {
     /// with the fewest queued bytes), else the single route.
     pub fn route(&mut self, packet: &[u8]) -> Option<usize> {
         let dst = ipv4_dst(packet)?;
-        if let (Some(g), Some(h)) = (self.ecmp.get(&dst), flow_hash(packet)) {
+        let route = self.routes.get(dst)?;
+        if let (Some(g), Some(h)) = (route.group, flow_hash(packet)) {
             if !g.is_empty() {
                 let egress = &self.egress;
                 let load = |p: usize| egress[p].data_bytes + egress[p].control_bytes;
                 return Some(pick(self.multipath, g, h, load, &mut self.spray_rng));
             }
         }
-        self.routes.get(&dst).copied()
+        route.port
     }
 
     /// Routes and enqueues a packet that came in on `in_port`, or drops it:
@@ -279,6 +278,22 @@ impl Switch {
         Some((p, resume))
     }
 
+    /// Asks the cache for the packet egress `port` sends next (a hint:
+    /// the packet was written when it was queued, and on a busy fabric
+    /// its lines are cold by the time the port frees; the dequeue waited
+    /// for them). Changes nothing.
+    pub fn prefetch_head(&self, port: usize) {
+        let Some(q) = self.egress.get(port) else { return };
+        match q.control.front() {
+            Some(p) => rdma_transport::prefetch::lines_of(p),
+            None => {
+                if let Some(p) = q.data.front() {
+                    rdma_transport::prefetch::lines_of(p);
+                }
+            }
+        }
+    }
+
     /// Every packet queued on any port.
     pub fn queued_packets_mut(&mut self) -> impl Iterator<Item = &mut Packet> {
         self.egress
@@ -314,8 +329,8 @@ mod tests {
         let mut sw = Switch::new(2, Red::PAPER, 100);
         sw.shared_bytes = Some(150);
         let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-        sw.routes.insert(a, 0);
-        sw.routes.insert(b, 1);
+        sw.routes.set_port(a, 0);
+        sw.routes.set_port(b, 1);
         let to = |dst: Ipv4Addr, len: usize| {
             let mut p = udp(1);
             p.resize(len, 0);
@@ -343,8 +358,8 @@ mod tests {
     fn ecmp_spreads_source_ports_and_is_deterministic() {
         let mut sw = Switch::new(5, Red::PAPER, 1000);
         let dst = Ipv4Addr::new(10, 0, 0, 1);
-        sw.routes.insert(dst, 0);
-        sw.ecmp.insert(dst, vec![0, 1, 2, 3]);
+        sw.routes.set_port(dst, 0);
+        sw.routes.set_group(dst, vec![0, 1, 2, 3]);
         let mut count = [0u32; 4];
         for port in 49152..49152 + 400 {
             let p = udp(port);

@@ -342,19 +342,21 @@ impl Topology {
             let mut routes_on = vec![0u32; self.ports[n].len()];
             for (lid, addr) in &by_lid {
                 let (lid, addr) = (*lid, addr);
-                let port = match sw.ecmp.get(addr) {
+                let route = sw.routes.get(*addr);
+                let group = route.and_then(|r| r.group);
+                let port = match group {
                     Some(g) if !g.is_empty() => {
                         let p = *g.iter().min_by_key(|&&p| routes_on[p]).expect("not empty");
                         routes_on[p] += 1;
                         Some(p)
                     }
-                    _ => sw.routes.get(addr).copied(),
+                    _ => route.and_then(|r| r.port),
                 };
                 if let Some(p) = port {
                     ib.set_route(lid, p);
                 }
-                if let Some(g) = sw.ecmp.get(addr).filter(|g| g.len() > 1) {
-                    ib.set_ar_group(lid, g.clone());
+                if let Some(g) = group.filter(|g| g.len() > 1) {
+                    ib.set_ar_group(lid, g.to_vec());
                 }
             }
             sw.ib = Some(ib);
@@ -481,7 +483,7 @@ impl Topology {
             }
             for (i, node) in self.nodes.iter().enumerate() {
                 if let (Node::Switch(sw), Some(port)) = (node, next[i]) {
-                    self.switches[*sw].routes.insert(addr, port);
+                    self.switches[*sw].routes.set_port(addr, port);
                 }
             }
         }
@@ -561,7 +563,7 @@ impl Topology {
             let addr = t.hosts[d].addr;
             for i in (0..n).filter(|&i| i != d) {
                 let port = if reroute && d == (n + 1) % n { ccw[i] } else { cw[i] };
-                t.switches[i].routes.insert(addr, port);
+                t.switches[i].routes.set_port(addr, port);
             }
         }
         t.bottleneck = (0, cw[0]);
@@ -631,7 +633,7 @@ impl Topology {
                 let addr = t.hosts[h].addr;
                 for (_, &l) in leaf.iter().enumerate().filter(|&(i, _)| i != lh) {
                     let Node::Switch(sw) = t.nodes[l] else { continue };
-                    t.switches[sw].ecmp.insert(addr, (0..spines).collect());
+                    t.switches[sw].routes.set_group(addr, (0..spines).collect());
                 }
             }
         }

@@ -36,7 +36,7 @@ fn all_paths_reach(t: &Topology, src: usize, dst: usize, max_links: usize) -> bo
         let s = &t.switches[sw];
         let next: Vec<usize> = match &s.ib {
             Some(ib) => ib.ar_group(dlid).map(<[usize]>::to_vec).or_else(|| ib.route(dlid).map(|p| vec![p])),
-            None => s.ecmp.get(&addr).cloned().or_else(|| s.routes.get(&addr).map(|&p| vec![p])),
+            None => s.routes.group(addr).map(<[usize]>::to_vec).or_else(|| s.routes.port(addr).map(|p| vec![p])),
         }
         .unwrap_or_default();
         if next.is_empty() {

@@ -14,6 +14,7 @@
 //! | [`pfc`] | the 802.1Qbb frame, quanta, the headroom formula, PFC settings |
 //! | [`multipath`] | `--multipath ecmp\|spray\|adaptive`: how a switch picks among equal-cost next hops |
 //! | [`switch`] | routing and ECMP, egress queues, drop-tail, RED/ECN marking, PFC ingress accounting |
+//! | [`routes`] | a switch's routing table: next hop and equal-cost group by destination |
 //! | [`host`] | an endpoint behind a NIC port, and flows of RDMA WRITEs |
 //! | [`ib`] | `--link ib`: credits per VL, VL15, SL2VL, VL arbitration, LFT forwarding |
 //! | [`topology`] | incast, victim, ring, leaf-spine (ECMP, oversubscription), rail-optimized and dumbbell, routes by destination IP; ports' pause state |

@@ -16,8 +16,8 @@ use crate::lines::Lined;
 use crate::multipath::{pick, Multipath};
 use crate::packet::Packet;
 use crate::pfc::PfcConfig;
-use rdma_transport::sim::{mark_ce, Rng};
 use crate::routes::RouteTable;
+use rdma_transport::sim::{mark_ce, Rng};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
@@ -352,6 +352,23 @@ mod tests {
         sw.shared_bytes = None;
         assert!(matches!(sw.admit(to(a, 50), 0), Admit::Queued { port: 0, .. }));
         assert_eq!(sw.queued_bytes, 190);
+    }
+
+    /// A packet without a flow hash (not UDP) takes the single route; a
+    /// destination with only a group has none for it.
+    #[test]
+    fn a_packet_without_a_flow_hash_takes_the_single_route() {
+        let mut sw = Switch::new(5, Red::PAPER, 1000);
+        let mut tcp = udp(49152);
+        tcp[9] = 6;
+        let dst = Ipv4Addr::new(10, 0, 0, 1);
+        sw.routes.set_group(dst, vec![1, 2, 3]);
+        assert_eq!(sw.route(&tcp), None, "a group only: no route without a hash");
+        assert!(matches!(sw.route(&udp(49152)), Some(1..=3)));
+        sw.routes.set_port(dst, 4);
+        assert_eq!(sw.route(&tcp), Some(4));
+        sw.routes.set_group(dst, Vec::new());
+        assert_eq!(sw.route(&udp(49152)), Some(4), "an empty group: the single route");
     }
 
     #[test]

@@ -285,7 +285,8 @@ mod tests {
         assert!(std::ptr::eq(d.rp.params(), &*params), "the parameters read are the shared ones");
         assert_eq!(Arc::strong_count(&params), 3, "the factory's box let go of its Arc");
         assert_eq!(rc.ctl.rate_bps(), LINE);
-        let timely: Arc<dyn ControllerFactory> = Arc::new(crate::cc::TimelyParams::new(LINE, Duration::from_micros(20)));
+        let timely: Arc<dyn ControllerFactory> =
+            Arc::new(crate::cc::TimelyParams::new(LINE, Duration::from_micros(20)));
         let other = RateControl::new(&timely);
         assert!(matches!(other.ctl, QpController::Boxed(_)), "{:?}", other.ctl);
         assert!(other.ctl.as_any().is::<crate::cc::Timely>());

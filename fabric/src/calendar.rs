@@ -193,7 +193,8 @@ impl Calendar {
     /// and a bucket's keys of one instant lie in it in the order scheduled
     /// (those the ring brought in from `later`, which pops them in order,
     /// come before any scheduled into the bucket directly: that is only
-    /// possible once the ring reaches it). So ordering by the instant
+    /// possible once the bucket is within the ring's horizon, and the turn
+    /// that brought it there moved them). So ordering by the instant
     /// alone, keeping that order among equals, is ordering by (instant,
     /// order scheduled): a counting sort over the bucket's instants, with
     /// no comparisons of keys. At 256 hosts a bucket holds 10-40 events,

@@ -229,8 +229,8 @@ impl Fabric {
         }
     }
 
-    /// Asks the engine that the next event reaches to bring the state of
-    /// that packet's QP into the cache while this event runs (see
+    /// Asks for the state the next event reads (a packet's QP, a host's
+    /// next QP, a switch port's next packet) while this event runs (see
     /// [`prefetch_next`]).
     fn prefetch_next(&self) {
         let topo = &self.topo;
@@ -463,9 +463,11 @@ pub(crate) fn stuck_ports<'a>(
 /// this one), the QP of that host's earliest deadline instead: under
 /// congestion one packet-hop in five waits for a pacer's or rate timer on
 /// a QP gone cold (docs/performance.md). When the next event frees a
-/// host's port, the QP the host will send from next. The single queue and each
+/// host's port, the QP the host will send from next; a switch's port,
+/// the packet at the head of its queue. The single queue and each
 /// partition of the partitioned loop ask the same way; `host` gives the
-/// hosts the queue's events and timers are for.
+/// hosts the queue's events and timers are for, `switch` its switches (by
+/// node and switch index).
 pub(crate) fn prefetch_next<'h>(
     events: &EventQueue,
     timers: &HostTimers,
@@ -489,8 +491,8 @@ pub(crate) fn prefetch_next<'h>(
             }
             // A host's port comes free: it pulls its next packet, from
             // the QP whose turn is next (cold on a host of many QPs). A
-            // switch's sends the head of its queue, written when it was
-            // queued, long before on a busy fabric.
+            // switch's port sends the head of its queue, written when it
+            // was queued, long before on a busy fabric.
             Some(Event::PortFree { node, port }) if deep => match nodes[*node] {
                 Node::Host(h) => host(h).ep.prefetch_transmit(),
                 Node::Switch(sw) => switch(*node, sw).prefetch_head(*port),

@@ -3,9 +3,8 @@
 //!
 //! One hash probe answers both, and a group is stored once however many
 //! destinations share it (a leaf's uplinks are the group of every remote
-//! host): with a map for each and a `Vec` per destination, a packet at a
-//! 256-host leaf looked up two tables and read a group of its own, each
-//! a line gone cold since that destination's last packet.
+//! host), so the lines a packet reads stay few and warm on a large fabric
+//! (docs/performance.md, sixth session).
 
 use rustc_hash::FxHashMap;
 use std::net::Ipv4Addr;
@@ -29,10 +28,11 @@ pub struct Route<'a> {
     pub group: Option<&'a [usize]>,
 }
 
+/// Next hops and equal-cost groups by destination IPv4 address.
 #[derive(Debug, Default, Clone)]
 pub struct RouteTable {
-    /// (Fx hashing: addresses are few, fixed and not chosen by a peer;
-    /// SipHash was 15 % of a 512-host run.)
+    /// Fx hashing: addresses are few, fixed and not chosen by a peer
+    /// (SipHash was 15 % of a 512-host run).
     next: FxHashMap<Ipv4Addr, Next>,
     /// The distinct groups.
     groups: Vec<Vec<usize>>,
@@ -45,7 +45,8 @@ impl RouteTable {
         self.next.entry(dst).or_insert(Next { port: NONE, group: NONE }).port = port;
     }
 
-    /// `dst` leaves by one of `ports`, as the switch's multipath mode picks.
+    /// `dst` leaves by one of `ports`, as the switch's multipath mode
+    /// picks. (A group it replaces stays stored: tables are built once.)
     pub fn set_group(&mut self, dst: Ipv4Addr, ports: Vec<usize>) {
         let i = match self.groups.iter().position(|g| *g == ports) {
             Some(i) => i,

@@ -284,13 +284,10 @@ impl Switch {
     /// for them). Changes nothing.
     pub fn prefetch_head(&self, port: usize) {
         let Some(q) = self.egress.get(port) else { return };
-        match q.control.front() {
-            Some(p) => rdma_transport::prefetch::lines_of(p),
-            None => {
-                if let Some(p) = q.data.front() {
-                    rdma_transport::prefetch::lines_of(p);
-                }
-            }
+        if let Some(p) = q.control.front() {
+            rdma_transport::prefetch::lines_of(p);
+        } else if let Some(p) = q.data.front() {
+            rdma_transport::prefetch::lines_of(p);
         }
     }
 

@@ -342,6 +342,9 @@ impl Topology {
             let mut routes_on = vec![0u32; self.ports[n].len()];
             for (lid, addr) in &by_lid {
                 let (lid, addr) = (*lid, addr);
+                // As `Switch::route` forwards: a non-empty group, else the
+                // single port (here the group's least used member, so that
+                // the LFT spreads destinations over it).
                 let route = sw.routes.get(*addr);
                 let group = route.and_then(|r| r.group);
                 let port = match group {

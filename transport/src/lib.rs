@@ -44,6 +44,7 @@ mod net_header;
 pub mod odp;
 pub mod paths;
 mod pool;
+#[doc(hidden)]
 pub mod prefetch;
 mod protection;
 pub mod qp;

@@ -23,7 +23,7 @@ use crate::stats::{QpStats, Stats};
 use crate::timers::{Timer, Timers};
 use crate::Instant;
 
-/// A QP's controller. DCQCN, the default, is kept in the QP's own
+/// A QP's controller. DCQCN (the fabric's default) is kept in the QP's own
 /// memory: its state is read at every paced packet and rate timer, and
 /// behind the box its factory made it was one more line to wait for on a
 /// QP gone cold among thousands (docs/performance.md). Any other

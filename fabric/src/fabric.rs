@@ -493,9 +493,10 @@ pub(crate) fn prefetch_next<'h>(
             // the QP whose turn is next (cold on a host of many QPs). A
             // switch's port sends the head of its queue, written when it
             // was queued, long before on a busy fabric.
-            Some(Event::PortFree { node, port }) if deep => match nodes[*node] {
-                Node::Host(h) => host(h).ep.prefetch_transmit(),
-                Node::Switch(sw) => switch(*node, sw).prefetch_head(*port),
+            Some(Event::PortFree { node, port }) => match nodes[*node] {
+                Node::Host(h) => host(h).ep.prefetch_transmit(deep),
+                Node::Switch(sw) if deep => switch(*node, sw).prefetch_head(*port),
+                Node::Switch(_) => {}
             },
             _ => {}
         }

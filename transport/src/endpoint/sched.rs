@@ -193,14 +193,21 @@ impl Endpoint {
     /// simulator that knows this device's port comes free next. On a host
     /// of hundreds of QPs each turn goes to a QP gone cold since its last;
     /// the ask at a turn's start (`next_packet_agenda`) comes
-    /// too early to last until then. A hint like [`Endpoint::prefetch_for`].
-    pub fn prefetch_transmit(&self) {
+    /// too early to last until then. A hint like [`Endpoint::prefetch_for`],
+    /// and `deep` as there: what the QP points to too, which reads the QP
+    /// itself (for a port that frees next, after a shallow ask one event
+    /// earlier).
+    pub fn prefetch_transmit(&self, deep: bool) {
         if !self.agenda_on() {
             return; // few QPs: they stay in the cache
         }
         let Ok(agenda) = self.sched.agenda.try_borrow() else { return };
         if let Some(qp) = agenda.peek_ready(self.sched.rr).and_then(|qpn| self.qps.get(qpn)) {
-            qp.prefetch_deep();
+            if deep {
+                qp.prefetch_deep();
+            } else {
+                crate::prefetch::lines_of::<crate::qp::Qp>(qp);
+            }
         }
     }
 

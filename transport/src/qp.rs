@@ -73,14 +73,16 @@ impl Qp {
         self.timers.next()
     }
 
-    /// Asks the cache for what a packet for this QP reads beyond its first
-    /// lines: its congestion-control state (in the QP since it is no longer
-    /// boxed) and its oldest WQEs.
-    pub(crate) fn prefetch_deep(&self) {
-        if let Some(cc) = &self.cc {
-            cc.prefetch();
+    /// Asks the cache for this QP in two steps, as a simulator that knows
+    /// its next events does: shallow, the QP's own lines (its congestion
+    /// state and DCQCN's controller among them); `deep`, one event later,
+    /// what it points to, its oldest WQEs, which reads the QP itself.
+    pub(crate) fn prefetch(&self, deep: bool) {
+        if deep {
+            self.req.sq.prefetch();
+        } else {
+            crate::prefetch::lines_of(self);
         }
-        self.req.sq.prefetch();
     }
 
     pub(crate) fn new(num: u32, init: QpInitAttr) -> Qp {

@@ -121,13 +121,6 @@ impl QpCc {
         }
     }
 
-    /// Asks the cache for this state, DCQCN's controller with it (another
-    /// controller is behind a pointer in this state: reading it now would
-    /// wait for the line this asks for).
-    pub fn prefetch(&self) {
-        crate::prefetch::lines_of(self);
-    }
-
     /// Puts this state's deadlines into the QP's timer table.
     pub fn arm(&self, timers: &mut Timers) {
         timers.set_opt(Timer::Cnp, self.np.as_ref().and_then(NotificationPoint::next_timer));

@@ -501,7 +501,7 @@ impl Endpoint {
     pub fn prefetch_due(&self) {
         let Ok(agenda) = self.sched.agenda.try_borrow() else { return };
         if let Some(qp) = agenda.earliest_hint().and_then(|qpn| self.qps.get(qpn)) {
-            crate::prefetch::lines_of::<crate::qp::Qp>(qp);
+            qp.prefetch(false);
         }
     }
 
@@ -510,18 +510,12 @@ impl Endpoint {
     /// is asked into the cache now. Changes nothing; a packet it cannot
     /// read is ignored.
     ///
-    /// `deep` also asks for what the QP points to (its congestion
-    /// state, its oldest WQEs), which reads the QP itself: for a packet
-    /// whose QP was asked for shallowly one event earlier.
+    /// `deep` asks instead for what the QP points to (its oldest WQEs),
+    /// which reads the QP itself: for a packet whose QP was asked for
+    /// shallowly one event earlier (`Qp::prefetch`).
     pub fn prefetch_for(&self, l3: &[u8], deep: bool) {
-        if let Some(qpn) = self.port.framer.dest_qpn(l3) {
-            if let Some(qp) = self.qps.get(qpn) {
-                if deep {
-                    qp.prefetch_deep();
-                } else {
-                    crate::prefetch::lines_of::<crate::qp::Qp>(qp);
-                }
-            }
+        if let Some(qp) = self.port.framer.dest_qpn(l3).and_then(|qpn| self.qps.get(qpn)) {
+            qp.prefetch(deep);
         }
     }
 }

@@ -189,25 +189,20 @@ impl Endpoint {
     }
 
     /// Asks for the state of the QP the next transmit is likely from
-    /// (the first ready at the cursor), with what it points to: for a
-    /// simulator that knows this device's port comes free next. On a host
+    /// (the first ready at the cursor): for a simulator that knows this
+    /// device's port comes free soon. On a host
     /// of hundreds of QPs each turn goes to a QP gone cold since its last;
     /// the ask at a turn's start (`next_packet_agenda`) comes
     /// too early to last until then. A hint like [`Endpoint::prefetch_for`],
-    /// and `deep` as there: what the QP points to too, which reads the QP
-    /// itself (for a port that frees next, after a shallow ask one event
-    /// earlier).
+    /// `deep` as there (`Qp::prefetch`): shallow when the port frees the
+    /// event after next, deep when it frees next.
     pub fn prefetch_transmit(&self, deep: bool) {
         if !self.agenda_on() {
             return; // few QPs: they stay in the cache
         }
         let Ok(agenda) = self.sched.agenda.try_borrow() else { return };
         if let Some(qp) = agenda.peek_ready(self.sched.rr).and_then(|qpn| self.qps.get(qpn)) {
-            if deep {
-                qp.prefetch_deep();
-            } else {
-                crate::prefetch::lines_of::<crate::qp::Qp>(qp);
-            }
+            qp.prefetch(deep);
         }
     }
 
@@ -301,7 +296,7 @@ impl Endpoint {
                 let agenda = self.sched.agenda.get_mut();
                 if let Some(next) = agenda.ready_after(qpn) {
                     if let Some(q) = self.qps.get(next) {
-                        crate::prefetch::lines_of::<crate::qp::Qp>(q);
+                        q.prefetch(false);
                     }
                 }
             }

@@ -1,11 +1,12 @@
 //! Queue pairs (`ibv_qp`), shared receive queues (`ibv_srq`) and address
 //! handles (`ibv_ah`).
 
-use crate::context::Context;
+use crate::context::{Context, State};
 use crate::cq::CompletionQueue;
 use crate::device::Gid;
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
+use rdma_transport::endpoint::SrqTable;
 use rdma_transport::{AddressVector, QpAttr, QpCap, QpState, QpType, RecvWr, SendWr, SrqId, UdDest};
 use std::sync::Arc;
 
@@ -105,8 +106,9 @@ impl ProtectionDomain {
     /// `ibv_create_srq` with room for `max_wr` receives; `limit` arms the
     /// SRQ limit event (0: not armed).
     pub fn create_srq(&self, max_wr: u32, limit: u32) -> Result<SharedReceiveQueue> {
-        let id = self.ctx.inner.lock().ep.create_srq(self.pd, max_wr, limit);
-        Ok(SharedReceiveQueue { ctx: self.ctx.clone(), id })
+        let mut st = self.ctx.inner.lock();
+        let id = st.ep.create_srq(self.pd, max_wr, limit);
+        Ok(SharedReceiveQueue { ctx: self.ctx.clone(), id, table: st.ep.srq_table() })
     }
 
     /// `ibv_create_ah`. On native IB the DLID is the one the port's path
@@ -271,11 +273,15 @@ impl Drop for QueuePair {
 pub struct SharedReceiveQueue {
     pub(crate) ctx: Context,
     pub(crate) id: SrqId,
+    /// The device's SRQs, shared by its engines: posting takes only their
+    /// lock, not an engine's, so it never waits for a progress round.
+    table: SrqTable,
 }
 
 impl SharedReceiveQueue {
-    pub(crate) fn from_id(ctx: &Context, id: SrqId) -> SharedReceiveQueue {
-        SharedReceiveQueue { ctx: ctx.clone(), id }
+    /// The SRQ `id` of the device of `ctx`, whose first engine's state is `st`.
+    pub(crate) fn from_id(ctx: &Context, st: &State, id: SrqId) -> SharedReceiveQueue {
+        SharedReceiveQueue { ctx: ctx.clone(), id, table: st.ep.srq_table() }
     }
 
     /// A number naming this SRQ, as in [`rdma_transport::AsyncEvent::SrqLimitReached`].
@@ -284,12 +290,15 @@ impl SharedReceiveQueue {
     }
 
     /// `ibv_post_srq_recv`.
+    ///
+    /// A receive gives the engines nothing to do until a message comes (an
+    /// RNR-waiting peer finds it when it retries), so no engine is woken.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<()> {
-        let mut st = self.ctx.inner.lock();
-        for (index, wr) in wrs.iter().enumerate() {
-            st.ep.post_srq_recv_copy(self.id, wr).map_err(|source| Error::Post { index, wr_id: wr.wr_id, source })?;
-        }
-        Ok(())
+        self.table.post_copy(self.id, wrs).map_err(|(index, source)| Error::Post {
+            index,
+            wr_id: wrs[index].wr_id,
+            source,
+        })
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event.
@@ -342,5 +351,45 @@ impl AddressHandle {
             remote_qpn,
             remote_qkey,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Device;
+    use rdma_transport::{Access, RecvWr};
+    use std::sync::mpsc;
+    use std::thread;
+    use std::time::Duration;
+
+    /// An application's post to an SRQ takes only the SRQ table's lock:
+    /// it goes through while an engine (here the first, whose lock SRQ
+    /// posts took before) holds its own lock for a round.
+    #[test]
+    fn posting_to_an_srq_does_not_wait_for_an_engine() {
+        let dev = Device::new("rxe-srq-nolock", "127.53.17.3".parse().unwrap()).unwrap();
+        let pd = dev.open().unwrap().alloc_pd().unwrap();
+        let mr = pd.reg_mr(4096, Access::ALL).unwrap();
+        let srq = pd.create_srq(16, 0).unwrap();
+        let inner = pd.ctx.inner.clone();
+        let (held, is_held) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let holder = thread::spawn(move || {
+            let _engine = inner.lock();
+            held.send(()).unwrap();
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        });
+        is_held.recv().unwrap();
+        let (done, posted) = mpsc::channel();
+        let wrs = vec![RecvWr { wr_id: 5, sg_list: vec![mr.sge(0, 64).unwrap()] }];
+        let poster = {
+            let srq = srq.clone();
+            thread::spawn(move || done.send(srq.post_recv(&wrs)).unwrap())
+        };
+        let result = posted.recv_timeout(Duration::from_secs(5));
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        poster.join().unwrap();
+        assert!(matches!(result, Ok(Ok(()))), "the post waited for the engine's lock: {result:?}");
     }
 }

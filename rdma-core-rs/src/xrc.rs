@@ -114,6 +114,7 @@ impl ProtectionDomain {
         let mut st = self.ctx.inner.lock();
         let id = st.ep.create_xrc_srq(self.pd, xrcd.id, cq.id, max_wr, limit)?;
         let num = st.ep.srq_num(id).expect("an XRC SRQ has a number");
+        let srq = SharedReceiveQueue::from_id(&self.ctx, &st, id);
         drop(st);
         // Its receives complete on `cq` from whichever engine's XRC_RECV QP
         // took the message: any.
@@ -122,7 +123,7 @@ impl ProtectionDomain {
             hub.cqs.note_engine(cq.id, engine);
         }
         drop(hub);
-        Ok(XrcSrq { srq: SharedReceiveQueue::from_id(&self.ctx, id), num })
+        Ok(XrcSrq { srq, num })
     }
 }
 

@@ -951,9 +951,10 @@ impl Endpoint {
     }
 
     /// [`Endpoint::post_srq_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).
+    /// (A device's application posts through [`SrqTable::post_copy`], which
+    /// needs no engine.)
     pub fn post_srq_recv_copy(&mut self, srq: SrqId, wr: &RecvWr) -> Result<(), VerbsError> {
-        let sg_list = self.cqs.pool.copy_sges(&wr.sg_list);
-        self.post_srq_recv(srq, RecvWr { wr_id: wr.wr_id, sg_list })
+        self.srqs.post_copy(srq, std::slice::from_ref(wr)).map_err(|(_, e)| e)
     }
 
     /// `ibv_post_recv`.

@@ -13,6 +13,11 @@ pub(crate) struct WrPool {
     spare_sges: Vec<Vec<Sge>>,
     /// The same for the inline data of finished requests.
     spare_inline: Vec<Vec<u8>>,
+    /// Scatter lists of receives taken from an SRQ and finished, which
+    /// belong to the SRQ table's spare lists: handed over at this engine's
+    /// next take from an SRQ ([`crate::srq::SrqTable::take`]), under the
+    /// lock that takes anyway.
+    pub(crate) srq_finished: Vec<Vec<Sge>>,
 }
 
 /// Spare scatter/gather lists kept, and the longest list kept.

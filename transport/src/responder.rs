@@ -27,7 +27,7 @@ use crate::resources::{read_matches, Executed, Resource, Resources};
 use crate::srq::SrqTable;
 use crate::stats::{Drop, Stats};
 use crate::timers::{Timer, Timers};
-use crate::wr::{wc_flags, RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{wc_flags, RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use rdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Position, Psn, RethRepr, RnrTimer, Syndrome,
     Transport, TransportPacket, TransportRepr,
@@ -294,8 +294,19 @@ impl RespQp<'_> {
     /// the PD its buffers are checked against (the SRQ's, for an SRQ).
     fn take_recv(&mut self, ctx: &mut RespCtx<'_>) -> Option<(RecvWr, Pd)> {
         match self.srq {
-            Some(srq) => ctx.srqs.take(srq),
+            Some(srq) => ctx.srqs.take(srq, &mut ctx.cqs.pool.srq_finished),
             None => self.rq.pop_front().map(|r| (r, self.pd)),
+        }
+    }
+
+    /// Keeps a finished receive's scatter list for the copies of new
+    /// posts: in the pool it was copied from (for a receive taken from an
+    /// SRQ, the SRQ table's, shared by every engine, which takes it at the
+    /// engine's next take from an SRQ).
+    fn recycle_recv(&self, ctx: &mut RespCtx<'_>, sges: Vec<Sge>) {
+        match self.srq {
+            Some(_) => ctx.cqs.pool.srq_finished.push(sges),
+            None => ctx.cqs.pool.recycle(sges),
         }
     }
 
@@ -641,7 +652,7 @@ impl Responder {
                         self.invalidate = Some(rkey);
                     }
                     ctx.cqs.push(qp.recv_cq, wc);
-                    ctx.cqs.pool.recycle(recv.sg_list);
+                    qp.recycle_recv(ctx, recv.sg_list);
                     self.msn = (self.msn + 1) & 0xff_ffff;
                 } else {
                     self.cur = Some(InMessage::Send { recv, pd, offset: end });
@@ -711,7 +722,7 @@ impl Responder {
                         wc.wc_flags |= wc_flags::WITH_IMM;
                         wc.solicited = p.bth().solicited();
                         ctx.cqs.push(qp.recv_cq, wc);
-                        ctx.cqs.pool.recycle(recv.sg_list);
+                        qp.recycle_recv(ctx, recv.sg_list);
                     }
                     self.msn = (self.msn + 1) & 0xff_ffff;
                 } else {
@@ -1015,7 +1026,7 @@ impl Responder {
             wc.wc_flags |= wc_flags::WITH_IMM;
         }
         ctx.cqs.push(qp.recv_cq, wc);
-        ctx.cqs.pool.recycle(recv.sg_list);
+        qp.recycle_recv(ctx, recv.sg_list);
     }
 
     /// Writes the next response packet into `buf`, if one is waiting.

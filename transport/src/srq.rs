@@ -2,8 +2,9 @@
 
 use crate::error::VerbsError;
 use crate::memory::Pd;
+use crate::pool::WrPool;
 use crate::qp::attr::{CqId, SrqId, XrcdId};
-use crate::wr::RecvWr;
+use crate::wr::{RecvWr, Sge};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -23,7 +24,9 @@ struct Srq {
 /// domains their XRC SRQs are in: a handle that
 /// the engines of a device of several share ([`crate::Endpoint::share_srqs`]),
 /// so that QPs on every engine take receives from one SRQ. Each call takes
-/// the table's lock for its own work; none holds it across another.
+/// the table's lock for its own work; none holds it across another, and
+/// none needs an engine's lock: the application posts to an SRQ
+/// ([`SrqTable::post_copy`]) beside every engine's progress.
 #[derive(Debug, Clone, Default)]
 pub struct SrqTable(Arc<Mutex<Srqs>>);
 
@@ -35,11 +38,26 @@ struct Srqs {
     /// the SRQs, so that engines sharing the SRQs agree on what a domain
     /// number means.
     xrcds: Vec<bool>,
+    /// Spare scatter lists for the copies of posted receives. A receive
+    /// taken from an SRQ gives its list back here (at its engine's next
+    /// [`SrqTable::take`]), whichever engine took it: with one pool per engine, the lists
+    /// posted from one engine's pool went back to the pools of the others,
+    /// and posts allocated once it ran dry.
+    spare: WrPool,
 }
 
 impl Srqs {
     fn xrcd_is_open(&self, xrcd: XrcdId) -> bool {
         self.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false)
+    }
+
+    fn post(&mut self, id: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
+        let s = self.srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?;
+        if s.queue.len() as u32 >= s.max_wr {
+            return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
+        }
+        s.queue.push_back(wr);
+        Ok(())
     }
 
     fn push(&mut self, pd: Pd, max_wr: u32, limit: u32, xrc: Option<(XrcdId, CqId)>) -> SrqId {
@@ -96,9 +114,15 @@ impl SrqTable {
         }
     }
 
-    /// The next receive WQE and the PD its buffers belong to.
-    pub(crate) fn take(&self, id: SrqId) -> Option<(RecvWr, Pd)> {
+    /// The next receive WQE and the PD its buffers belong to. `finished`,
+    /// the scatter lists of this engine's SRQ receives finished since its
+    /// last take, go back to the spare lists under the same lock (one take
+    /// of it a receive, not two).
+    pub(crate) fn take(&self, id: SrqId, finished: &mut Vec<Vec<Sge>>) -> Option<(RecvWr, Pd)> {
         let mut t = self.lock();
+        for sges in finished.drain(..) {
+            t.spare.recycle(sges);
+        }
         let srq = t.srqs.get_mut(id.0)?;
         let r = srq.queue.pop_front()?;
         let pd = srq.pd;
@@ -179,12 +203,19 @@ impl SrqTable {
 
     /// `ibv_post_srq_recv`.
     pub(crate) fn post(&self, id: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
+        self.lock().post(id, wr)
+    }
+
+    /// `ibv_post_srq_recv` of a list: copies of `wrs` (their scatter lists
+    /// in spare ones, so that posting allocates nothing in steady state),
+    /// in order, under one take of the lock. On a refusal, the index of
+    /// the request refused: those before it are posted.
+    pub fn post_copy(&self, id: SrqId, wrs: &[RecvWr]) -> Result<(), (usize, VerbsError)> {
         let mut t = self.lock();
-        let s = t.srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?;
-        if s.queue.len() as u32 >= s.max_wr {
-            return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
+        for (i, wr) in wrs.iter().enumerate() {
+            let sg_list = t.spare.copy_sges(&wr.sg_list);
+            t.post(id, RecvWr { wr_id: wr.wr_id, sg_list }).map_err(|e| (i, e))?;
         }
-        s.queue.push_back(wr);
         Ok(())
     }
 
@@ -192,5 +223,54 @@ impl SrqTable {
     /// engine sharing the table asks first).
     pub(crate) fn take_limit_event(&self) -> Option<SrqId> {
         self.lock().limit_events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recv(wr_id: u64) -> RecvWr {
+        RecvWr { wr_id, sg_list: vec![Sge { addr: 0x1000 * wr_id, length: 64, lkey: 7 }] }
+    }
+
+    /// The engines of a device share the table and its spare lists: a
+    /// receive posted through one handle and finished on another engine
+    /// gives its list back for the next post, which allocates nothing.
+    #[test]
+    fn a_receive_finished_on_another_engine_gives_its_list_to_the_next_post() {
+        let first = SrqTable::default();
+        let other = first.clone();
+        let srq = first.create(Pd(1), 4, 0);
+        first.post_copy(srq, &[recv(1)]).unwrap();
+        let mut finished = Vec::new();
+        let (taken, pd) = other.take(srq, &mut finished).expect("the receive posted");
+        assert_eq!((taken.wr_id, pd), (1, Pd(1)));
+        let list = taken.sg_list.as_ptr();
+        // Finished on the other engine, handed back at its next take (of
+        // nothing, here).
+        finished.push(taken.sg_list);
+        assert!(other.take(srq, &mut finished).is_none());
+        assert!(finished.is_empty());
+        first.post_copy(srq, &[recv(2)]).unwrap();
+        let (again, _) = first.take(srq, &mut Vec::new()).expect("the second receive");
+        assert_eq!(again.sg_list, recv(2).sg_list);
+        assert_eq!(again.sg_list.as_ptr(), list, "the finished receive's list is reused");
+    }
+
+    /// A list posted into a full SRQ stops at the first request refused,
+    /// naming it; those before it are posted, in order.
+    #[test]
+    fn a_post_past_the_depth_names_the_request_refused() {
+        let t = SrqTable::default();
+        let srq = t.create(Pd(1), 2, 0);
+        let (index, err) = t.post_copy(srq, &[recv(1), recv(2), recv(3)]).unwrap_err();
+        assert_eq!(index, 2);
+        assert!(matches!(err, VerbsError::QueueFull { depth: 2, .. }), "{err:?}");
+        let mut finished = Vec::new();
+        assert_eq!(t.take(srq, &mut finished).map(|(r, _)| r.wr_id), Some(1));
+        assert_eq!(t.take(srq, &mut finished).map(|(r, _)| r.wr_id), Some(2));
+        assert!(t.take(srq, &mut finished).is_none());
+        assert!(matches!(t.post_copy(SrqId(9), &[recv(4)]), Err((0, VerbsError::NoSuchSrq(9)))));
     }
 }

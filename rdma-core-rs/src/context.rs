@@ -314,8 +314,9 @@ impl Inner {
     }
 
     /// The first shard's state: what lives on the first engine alone (QP1
-    /// and the CM), the tables the engines share (SRQs and XRC domains,
-    /// memory windows), and the application's waits; with one engine,
+    /// and the CM), the handles of the tables the engines share (SRQs and
+    /// XRC domains, memory windows: each has its own lock, which an SRQ
+    /// post takes alone), and the application's waits; with one engine,
     /// everything.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.shards[0].lock()

@@ -269,13 +269,20 @@ impl Drop for QueuePair {
 }
 
 /// A shared receive queue.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SharedReceiveQueue {
     pub(crate) ctx: Context,
     pub(crate) id: SrqId,
     /// The device's SRQs, shared by its engines: posting takes only their
     /// lock, not an engine's, so it never waits for a progress round.
     table: SrqTable,
+}
+
+/// Not the table: it holds every SRQ's queued receives.
+impl std::fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue").field("ctx", &self.ctx).field("id", &self.id).finish()
+    }
 }
 
 impl SharedReceiveQueue {

@@ -1,7 +1,9 @@
 //! Recycling of work-request buffers: the scatter/gather lists and
 //! inline data of finished requests are kept for the engine's copies of
 //! new ones ([`crate::Endpoint::post_send_copy`] and its kin), so that
-//! posting allocates nothing in steady state.
+//! posting allocates nothing in steady state. (The SRQ table keeps a pool
+//! of its own for the receives posted to SRQs, which any engine may take:
+//! [`crate::srq::SrqTable::post_copy`].)
 
 use crate::wr::Sge;
 

@@ -213,8 +213,11 @@ impl SrqTable {
     pub fn post_copy(&self, id: SrqId, wrs: &[RecvWr]) -> Result<(), (usize, VerbsError)> {
         let mut t = self.lock();
         for (i, wr) in wrs.iter().enumerate() {
+            // Checked first, so that a refusal takes no spare list.
+            t.post(id, RecvWr { wr_id: wr.wr_id, sg_list: Vec::new() }).map_err(|e| (i, e))?;
             let sg_list = t.spare.copy_sges(&wr.sg_list);
-            t.post(id, RecvWr { wr_id: wr.wr_id, sg_list }).map_err(|e| (i, e))?;
+            let posted = t.srqs[id.0].queue.back_mut().expect("just posted");
+            posted.sg_list = sg_list;
         }
         Ok(())
     }

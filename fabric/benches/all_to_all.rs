@@ -67,6 +67,8 @@ fn env_list(name: &str, default: &str) -> Vec<usize> {
 }
 
 fn main() {
+    // As the tool runs (huge pages for its heap: rdma_fabric::huge_pages).
+    rdma_fabric::huge_pages::restart_with_huge_pages();
     // `cargo bench` passes `--bench`; `cargo test --benches` does not: then one quick round.
     let bench = std::env::args().any(|a| a == "--bench");
     let sizes = if bench { env_list("FABRIC_BENCH_HOSTS", "16,32,64,128,256") } else { vec![16] };

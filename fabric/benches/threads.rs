@@ -82,6 +82,8 @@ fn summary(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 fn main() {
+    // As the tool runs (huge pages for its heap: rdma_fabric::huge_pages).
+    rdma_fabric::huge_pages::restart_with_huge_pages();
     // `cargo bench` passes `--bench`; `cargo test --benches` does not: then one quick round.
     let bench = std::env::args().any(|a| a == "--bench");
     let hosts = if bench { env_list("FABRIC_BENCH_HOSTS", "128")[0] } else { 32 };

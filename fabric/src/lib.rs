@@ -42,6 +42,7 @@ pub mod fabric;
 pub mod fuzzing;
 mod handlers;
 pub mod host;
+pub mod huge_pages;
 pub mod ib;
 pub mod int;
 pub mod lines;

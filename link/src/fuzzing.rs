@@ -24,6 +24,9 @@ pub mod udp_flags {
     /// The datagram is misplaced in its buffer: parameter 6 is its offset,
     /// parameter 7 bytes more than the buffer holds are claimed.
     pub const MISPLACED: u8 = 8;
+    /// The datagram may be merged without saying so (a shared port's GRO
+    /// just went off): cut where a run of one QP's packets would begin.
+    pub const MAYBE_MERGED: u8 = 16;
 }
 
 /// The UDP receive path after the socket: GRO splitting, each packet
@@ -84,13 +87,14 @@ pub fn udp_receive(data: &[u8]) -> u64 {
     let mut stats = IoStats::default();
     let mut packets: Vec<Vec<u8>> = Vec::new();
     let buf_range = buf.as_ptr_range();
-    let n = split_datagram(&buf, at, len, seg, &mut stats, |pkt| {
+    let maybe_merged = flags & udp_flags::MAYBE_MERGED != 0;
+    let n = split_datagram(&buf, at, len, seg, maybe_merged, &mut stats, |pkt| {
         let r = pkt.as_ptr_range();
         assert!(r.start >= buf_range.start && r.end <= buf_range.end, "a packet outside its buffer");
         packets.push(pkt.to_vec());
     });
     assert_eq!(n, packets.len());
-    let segments = match crate::udp::rx_segment_size(seg, buf.get(at..at + len).unwrap_or(&[])) {
+    let segments = match crate::udp::rx_segment_size(seg, buf.get(at..at + len).unwrap_or(&[]), maybe_merged) {
         Some(s) => len.div_ceil(s),
         None => 1,
     };

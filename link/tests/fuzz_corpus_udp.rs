@@ -144,6 +144,12 @@ fn write_the_seed_corpus() {
                 (0x6a, 0)
             };
             put(&format!("{fam}-gro-{count}x{size}-last{last}"), input(gro, seg as u16, [0, 0], ecn, &d));
+            // Merged, but come up without the segment size (a shared
+            // port's GRO went off while it waited).
+            put(
+                &format!("{fam}-gro-{count}x{size}-unsaid"),
+                input(flags | udp_flags::MAYBE_MERGED, 0, [0, 0], ecn, &d),
+            );
             // Truncated: the last segment cut short, and cut inside a header.
             put(&format!("{fam}-gro-{count}x{size}-cut"), input(gro, seg as u16, [0, 0], ecn, &d[..d.len() - 5]));
             put(&format!("{fam}-gro-{count}x{size}-cut-header"), input(gro, seg as u16, [0, 0], ecn, &d[..seg + 6]));

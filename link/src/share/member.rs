@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,9 @@ struct Shared {
     gro_allowed: bool,
     /// Whether it takes it now: only while it is the port's only member.
     gro_on: AtomicBool,
+    /// How many times GRO went off: datagrams merged before may still
+    /// wait on the socket, and come up without their segment size.
+    gro_offs: AtomicU64,
 }
 
 /// Probes sent per index, each from a socket of its own: an index past
@@ -252,6 +255,12 @@ impl Shared {
         if self.gro_on.swap(want, Ordering::AcqRel) == want {
             return;
         }
+        if !want {
+            // Counted before the change: a receiver that reads the count
+            // and then finds the socket empty has read every datagram
+            // merged before it.
+            self.gro_offs.fetch_add(1, Ordering::AcqRel);
+        }
         let v: i32 = want.into();
         // SAFETY: an int option on the member's socket.
         let r = unsafe {
@@ -328,6 +337,7 @@ impl Member {
             seen: Mutex::default(),
             gro_allowed,
             gro_on: AtomicBool::new(false),
+            gro_offs: AtomicU64::new(0),
         };
         let (mut st, _) = probe.pruned(&l);
         let mut slot = None;
@@ -382,6 +392,15 @@ impl Member {
     #[cfg(test)]
     pub(crate) fn verify_place(&self) {
         self.shared.verify();
+    }
+
+    /// How many times this member's socket turned UDP GRO off. A
+    /// receiver that has not drained the socket since the count last
+    /// changed may find datagrams merged while GRO was on, without the
+    /// control message that says where their packets end
+    /// (`udp::rx::segment_size`).
+    pub fn gro_offs(&self) -> u64 {
+        self.shared.gro_offs.load(Ordering::Acquire)
     }
 
     /// This process's slot: its QPNs are [`steer::qpn_range`] of it.

@@ -102,17 +102,74 @@ fn a_member_with_plain_receive_never_takes_gro() {
 /// Why: a member alone takes GRO; a GSO message queued on its socket
 /// stays merged, and once a newcomer's join has turned GRO off, the
 /// kernel hands it up whole and without the UDP_GRO control message that
-/// says where its packets end. (The receive path cuts one longer than any
-/// packet where its packets begin, `udp::rx::merged_segment`; a shorter
-/// one is read as one packet and fails its ICRC: docs/shared-device.md.)
+/// says where its packets end. (The receive path cuts it where its
+/// packets begin, `udp::rx::merged_segment`: the next test.)
 #[test]
 fn a_member_that_turns_gro_off_reads_queued_merged_datagrams_whole() {
     let addr: IpAddr = "127.0.22.16".parse().unwrap();
     let a = UdpIo::bind(addr, &shared()).unwrap();
     assert!(gro_becomes(&a, true), "alone, a member takes GRO");
     // Three segments of 100 bytes for a QP of `a`, in one GSO send.
+    let msg = run_of(qpn_range(slot(&a)).start + 0x11, 3, 100);
+    gso_sender(addr, 100).send_to(&msg, (addr, 4791)).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    assert!(gro_becomes(&a, false), "two members take no GRO");
+    let got = received(&a);
+    assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), vec![300], "one datagram of three packets");
+    drop(b);
+}
+
+/// The receive path cuts such a datagram where its packets begin, however
+/// short, while its member's GRO went off since the socket was last
+/// drained (`UdpIo::receive`, `udp::rx::segment_size`): before, one of at
+/// most 4,140 bytes (a few small SENDs or ACKs) was read as one packet,
+/// failed its ICRC and was lost to UC and UD. Once drained, a datagram
+/// that merely looks like a run is one packet again.
+#[test]
+fn a_short_merged_datagram_read_after_gro_went_off_is_cut_into_its_packets() {
+    let addr: IpAddr = "127.0.22.18".parse().unwrap();
+    let mut a = UdpIo::bind(addr, &shared()).unwrap();
+    assert!(gro_becomes(&a, true), "alone, a member takes GRO");
+    let run = run_of(qpn_range(slot(&a)).start + 0x11, 3, 100);
+    gso_sender(addr, 100).send_to(&run, (addr, 4791)).unwrap();
+    let b = UdpIo::bind(addr, &shared()).unwrap();
+    assert!(gro_becomes(&a, false), "two members take no GRO");
+    let mut ep = rdma_transport::Endpoint::new(addr);
+    let (packets, cut) = receive_all(&mut a, &mut ep);
+    assert_eq!((packets, cut), (3, 1), "the merged run, cut into its three packets");
+    // Drained since GRO went off: the same bytes sent as one datagram
+    // (GRO is off, nothing merges them) are one packet.
+    UdpSocket::bind((addr, 0)).unwrap().send_to(&run, (addr, 4791)).unwrap();
+    assert_eq!(receive_all(&mut a, &mut ep), (1, 0), "a lone datagram is not cut");
+    drop(b);
+}
+
+/// Receives on `io` until its socket is drained, after waiting up to
+/// 200 ms for the first datagram: the packets handed to the engine, and
+/// the datagrams cut into several.
+fn receive_all(io: &mut UdpIo, ep: &mut rdma_transport::Endpoint) -> (u64, u64) {
+    let before = (io.stats.datagrams_received, io.stats.gro_receives);
+    crate::wait::poll_readable(&[io.rx_fd()], Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(50));
+    while io.receive(ep, rdma_transport::Instant::ZERO).unwrap() > 0 {}
+    (io.stats.datagrams_received - before.0, io.stats.gro_receives - before.1)
+}
+
+/// `n` packets of `size` bytes for `qpn` from PSN 0 on, back to back:
+/// what a GSO send of one QP's run carries.
+fn run_of(qpn: u32, n: usize, size: usize) -> Vec<u8> {
+    let mut msg = vec![0u8; n * size];
+    for k in 0..n {
+        let p = &mut msg[k * size..(k + 1) * size];
+        p[..32].copy_from_slice(&to_qp(qpn));
+        p[11] = k as u8; // the PSN's low byte
+    }
+    msg
+}
+
+/// A socket whose sends go out as UDP_SEGMENT runs of `seg` bytes.
+fn gso_sender(addr: IpAddr, seg: i32) -> UdpSocket {
     let tx = UdpSocket::bind((addr, 0)).unwrap();
-    let seg: i32 = 100;
     // SAFETY: an int option on our own socket.
     let r = unsafe {
         libc::setsockopt(
@@ -124,16 +181,7 @@ fn a_member_that_turns_gro_off_reads_queued_merged_datagrams_whole() {
         )
     };
     assert_eq!(r, 0, "UDP_SEGMENT");
-    let mut msg = [0u8; 300];
-    for k in 0..3 {
-        msg[k * 100..k * 100 + 32].copy_from_slice(&to_qp(qpn_range(slot(&a)).start + 0x11));
-    }
-    tx.send_to(&msg, (addr, 4791)).unwrap();
-    let b = UdpIo::bind(addr, &shared()).unwrap();
-    assert!(gro_becomes(&a, false), "two members take no GRO");
-    let got = received(&a);
-    assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), vec![300], "one datagram of three packets");
-    drop(b);
+    tx
 }
 
 /// Whether `io`'s receive socket has UDP GRO set to `on` within a second

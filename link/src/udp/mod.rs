@@ -157,6 +157,10 @@ pub struct UdpIo {
     tx_left: bool,
     /// The IP multicast groups joined, and their sockets ([`multicast`]).
     mcast: multicast::Groups,
+    /// The shared port member's count of GRO turned off
+    /// ([`Member::gro_offs`]) when its socket was last drained: while the
+    /// count is higher, a datagram may be merged without saying so.
+    drained_at_gro_offs: u64,
     pub stats: IoStats,
 }
 
@@ -286,6 +290,7 @@ impl UdpIo {
             sink,
             tx_left: false,
             mcast,
+            drained_at_gro_offs: 0,
             stats: IoStats::default(),
         };
         if io.capture.is_some() || cfg.as_link {

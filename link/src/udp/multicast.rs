@@ -93,7 +93,7 @@ impl Groups {
                 };
                 n += 1;
                 let headers = control.headers(src, group);
-                deliver(ep, now, &self.buf, 0, len, None, &headers, stats, tap);
+                deliver(ep, now, &self.buf, 0, len, None, false, &headers, stats, tap);
             }
         }
         n

@@ -27,6 +27,10 @@ impl UdpIo {
                 return Ok(groups + u.receive(ep, now, self.local, &mut self.stats, &mut self.capture)?);
             }
         };
+        // Read before the socket: if this call drains it, it has read every
+        // datagram merged before GRO last went off.
+        let gro_offs = self.member.as_ref().map_or(0, |m| m.gro_offs());
+        let maybe_merged = gro_offs != self.drained_at_gro_offs;
         // SAFETY: every pointer refers to live buffers of the stated sizes.
         let n = unsafe {
             libc::recvmmsg(
@@ -41,7 +45,11 @@ impl UdpIo {
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                io::ErrorKind::WouldBlock => {
+                    self.drained_at_gro_offs = gro_offs;
+                    Ok(0)
+                }
+                io::ErrorKind::Interrupted => Ok(0),
                 _ => Err(e),
             };
         }
@@ -61,12 +69,16 @@ impl UdpIo {
                     Some(src) => {
                         let headers = control.headers(src, self.local);
                         let (buf, seg) = (&rx_ring.bufs[i], control.segment);
-                        deliver(ep, now, buf, 0, len, seg, &headers, &mut self.stats, &mut self.capture)
+                        deliver(ep, now, buf, 0, len, seg, maybe_merged, &headers, &mut self.stats, &mut self.capture)
                     }
                     None => tracing::debug!(namelen, "datagram without a usable source address dropped"),
                 }
             }
             rx_ring.reset(i);
+        }
+        if n < BATCH {
+            // Fewer than asked for: the socket was drained.
+            self.drained_at_gro_offs = gro_offs;
         }
         if let Some(c) = self.capture.as_mut().filter(|_| n + groups > 0) {
             c.flush();

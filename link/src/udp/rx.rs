@@ -203,8 +203,9 @@ pub(super) fn source_address(name: &libc::sockaddr_storage, len: libc::socklen_t
 }
 
 /// Hands the packets of one datagram (`len` bytes at `buf[at..]`, cut
-/// every `seg` bytes if UDP_GRO coalesced it) to the engine, each with the
-/// headers the socket reported.
+/// every `seg` bytes if UDP_GRO coalesced it, or where its packets begin
+/// if it may be merged without saying so: [`segment_size`]) to the
+/// engine, each with the headers the socket reported.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn deliver(
     ep: &mut Endpoint,
@@ -213,11 +214,12 @@ pub(super) fn deliver(
     at: usize,
     len: usize,
     seg: Option<usize>,
+    maybe_merged: bool,
     headers: &DatagramHeaders,
     stats: &mut IoStats,
     tap: &mut Option<crate::capture::IpTap>,
 ) {
-    split_datagram(buf, at, len, seg, stats, |packet| {
+    split_datagram(buf, at, len, seg, maybe_merged, stats, |packet| {
         if let Some(t) = tap {
             t.received(headers, packet);
         }
@@ -226,8 +228,9 @@ pub(super) fn deliver(
 }
 
 /// The receive path without the engine: cuts the datagram of `len` bytes
-/// at `buf[at..]` into packets of `seg` bytes (the last may be shorter)
-/// and calls `each` with each packet. A datagram that does not fit the
+/// at `buf[at..]` into packets of `seg` bytes (the last may be shorter;
+/// without `seg`, see [`segment_size`] for `maybe_merged`) and calls
+/// `each` with each packet. A datagram that does not fit the
 /// buffer is counted as truncated and dropped (the kernel hands up none;
 /// this keeps the function total for the fuzzer). Returns the number of
 /// packets handed on.
@@ -236,6 +239,7 @@ pub(crate) fn split_datagram(
     mut at: usize,
     len: usize,
     seg: Option<usize>,
+    maybe_merged: bool,
     stats: &mut IoStats,
     mut each: impl FnMut(&[u8]),
 ) -> usize {
@@ -244,7 +248,7 @@ pub(crate) fn split_datagram(
         tracing::debug!(at, len, "datagram outside its buffer dropped");
         return 0;
     };
-    let seg = segment_size(seg, &buf[at..end]).unwrap_or(len.max(1));
+    let seg = segment_size(seg, &buf[at..end], maybe_merged).unwrap_or(len.max(1));
     if seg < len {
         stats.gro_receives += 1;
     }
@@ -269,12 +273,19 @@ pub(crate) fn split_datagram(
 const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
 
 /// Where the packets of `datagram` end: every `seg` bytes (UDP_GRO's
-/// control message), or, for a datagram longer than any packet that came
-/// without one, every [`merged_segment`] bytes. None: it is one packet.
-pub(crate) fn segment_size(seg: Option<usize>, datagram: &[u8]) -> Option<usize> {
+/// control message), or, for one that came without it, every
+/// [`merged_segment`] bytes if it is longer than any packet, or if it
+/// `maybe_merged` (a shared port's member turned GRO off since its
+/// socket was last found empty, so a datagram merged before may be
+/// waiting: a short run, two small SENDs or ACKs, is as merged as a long
+/// one). None: it is one packet. A packet is never cut outside those
+/// windows, where `merged_segment`'s look for a run would cost every
+/// packet a scan (and could, for a payload holding a BTH of its own QP's
+/// next PSN at a 4-byte offset, cut one that its ICRC then drops).
+pub(crate) fn segment_size(seg: Option<usize>, datagram: &[u8], maybe_merged: bool) -> Option<usize> {
     let len = datagram.len();
     seg.filter(|&s| s > 0 && s < len)
-        .or_else(|| (len > MAX_ROCE_UDP_PAYLOAD).then(|| merged_segment(datagram)).flatten())
+        .or_else(|| (len > MAX_ROCE_UDP_PAYLOAD || maybe_merged).then(|| merged_segment(datagram)).flatten())
 }
 
 /// The segment size of a datagram longer than any packet that came up
@@ -334,7 +345,7 @@ mod tests {
             let d = merged_run(n, size, last);
             assert!(d.len() > MAX_ROCE_UDP_PAYLOAD);
             let mut lens = Vec::new();
-            let packets = split_datagram(&d, 0, d.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
+            let packets = split_datagram(&d, 0, d.len(), None, false, &mut IoStats::default(), |p| lens.push(p.len()));
             let mut want = vec![size; n - 1];
             want.push(last);
             assert_eq!((packets, lens), (n, want), "{n} x {size}");
@@ -343,12 +354,12 @@ mod tests {
         let mut d = merged_run(15, 4112, 4112);
         d[4112 + 7] ^= 1;
         let mut lens = Vec::new();
-        split_datagram(&d, 0, d.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
+        split_datagram(&d, 0, d.len(), None, false, &mut IoStats::default(), |p| lens.push(p.len()));
         assert_eq!(lens, [d.len()]);
         // A packet (not longer than one can be) is never cut.
         let one = merged_run(1, 0, 4112);
         let mut lens = Vec::new();
-        split_datagram(&one, 0, one.len(), None, &mut IoStats::default(), |p| lens.push(p.len()));
+        split_datagram(&one, 0, one.len(), None, false, &mut IoStats::default(), |p| lens.push(p.len()));
         assert_eq!(lens, [4112]);
     }
 

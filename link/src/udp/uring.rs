@@ -321,7 +321,8 @@ impl Uring {
             read_control(&h)
         };
         let at = len - payload;
-        deliver(ep, now, buf, at, payload, control.segment, &control.headers(src, local), stats, tap);
+        // A shared port, the only one whose GRO changes, has no io_uring.
+        deliver(ep, now, buf, at, payload, control.segment, false, &control.headers(src, local), stats, tap);
     }
 
     /// Submits every message of `batch` and waits until each has

@@ -4,6 +4,9 @@
 # interleaved round by round so that a noisy machine slows each alike.
 # Usage: scripts/fabric-a2a-times.sh ROUNDS "LEAVES..." BINARY...
 # e.g.   scripts/fabric-a2a-times.sh 3 "2 4 8" /tmp/rdma-fabric.before target/release/rdma-fabric
+# Against a build from before fabric/src/huge_pages.rs, set
+# RDMA_FABRIC_HUGE_PAGES=0 (or GLIBC_TUNABLES=glibc.malloc.hugetlb=1) so
+# that both sides run on the same pages.
 set -euo pipefail
 rounds=$1 leaves=$2
 shift 2

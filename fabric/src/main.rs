@@ -12,8 +12,10 @@ use std::time::Duration;
 #[command(
     name = "rdma-fabric",
     about = "A deterministic simulated RoCE v2 fabric running the real engine",
-    after_help = "Environment: the tool starts again once with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (huge pages for its \
-                  heap: large fabrics run 5-8 % faster, the same results); RDMA_FABRIC_HUGE_PAGES=0 turns that off."
+    after_help = "Environment: where the kernel's transparent huge pages are in madvise mode, the tool starts again once \
+                  with glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES, so that its heap is in 2 MiB pages (a 256-host \
+                  run 5-7 % faster, the same results). RDMA_FABRIC_HUGE_PAGES=0 turns that off (for comparisons with \
+                  older builds, or under valgrind)."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -85,6 +85,7 @@ impl EventQueue {
         self.slots[self.order.second()?].0.as_ref()
     }
 
+    #[inline(always)]
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
         let (t, slot) = self.order.pop()?;
         // The slot of the event two after the next one: cold by now (it

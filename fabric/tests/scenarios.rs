@@ -362,3 +362,27 @@ fn a_shared_buffer_smaller_than_the_port_limit_drops_more() {
     let pooled = go("incast", Options { shared_buffer_bytes: Some(150_000), ..base });
     assert!(pooled.drops > own.drops, "pooled {} vs own {}", pooled.drops, own.drops);
 }
+
+/// The tool's start again with huge pages for its heap
+/// (`rdma_fabric::huge_pages`) changes where memory comes from, not what
+/// a run computes: the same JSON with it and without it, and the opt-out
+/// is a real process of its own (no restart: `RDMA_FABRIC_HUGE_PAGES=0`).
+#[test]
+fn huge_pages_or_not_a_run_gives_the_same_json() {
+    let run = |huge: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-fabric"))
+            .args(["run", "all-to-all", "--topology", "leaf-spine", "--leaves", "2", "--spines", "2"])
+            .args(["--hosts-per-leaf", "8", "--flow-kb", "16", "--json"])
+            .env(rdma_fabric::huge_pages::ENV, huge)
+            .env_remove("GLIBC_TUNABLES")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "nothing said on stderr: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let (with, without) = (run("1"), run("0"));
+    let r: serde_json::Value = serde_json::from_slice(&with).unwrap();
+    assert_eq!(r["flows"].as_array().map(Vec::len), Some(16 * 15), "an all-to-all of 16 hosts ran");
+    assert_eq!(String::from_utf8_lossy(&with), String::from_utf8_lossy(&without));
+}

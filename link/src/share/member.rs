@@ -33,8 +33,9 @@ struct Shared {
     gro_allowed: bool,
     /// Whether it takes it now: only while it is the port's only member.
     gro_on: AtomicBool,
-    /// How many times GRO went off: datagrams merged before may still
-    /// wait on the socket, and come up without their segment size.
+    /// Twice the times GRO went off, odd while it is going off (counted
+    /// before the change and again after it): datagrams merged before may
+    /// still wait on the socket, and come up without their segment size.
     gro_offs: AtomicU64,
 }
 
@@ -256,9 +257,9 @@ impl Shared {
             return;
         }
         if !want {
-            // Counted before the change: a receiver that reads the count
-            // and then finds the socket empty has read every datagram
-            // merged before it.
+            // Odd from here until GRO is off: a receiver that drains the
+            // socket meanwhile may not have read a datagram merged just
+            // before the change (see `UdpIo::receive`).
             self.gro_offs.fetch_add(1, Ordering::AcqRel);
         }
         let v: i32 = want.into();
@@ -272,6 +273,9 @@ impl Shared {
                 std::mem::size_of::<i32>() as u32,
             )
         };
+        if !want {
+            self.gro_offs.fetch_add(1, Ordering::AcqRel);
+        }
         if r == 0 {
             tracing::debug!(addr = %self.addr, slot = self.slot, gro = want, members = st.order.len(), "shared port: UDP GRO follows the members");
         } else {
@@ -394,11 +398,11 @@ impl Member {
         self.shared.verify();
     }
 
-    /// How many times this member's socket turned UDP GRO off. A
-    /// receiver that has not drained the socket since the count last
-    /// changed may find datagrams merged while GRO was on, without the
-    /// control message that says where their packets end
-    /// (`udp::rx::segment_size`).
+    /// Twice the times this member's socket turned UDP GRO off, odd while
+    /// it is turning it off. A receiver that has not drained the socket
+    /// since the count was last even and unchanged may find datagrams
+    /// merged while GRO was on, without the control message that says
+    /// where their packets end (`udp::rx::segment_size`).
     pub fn gro_offs(&self) -> u64 {
         self.shared.gro_offs.load(Ordering::Acquire)
     }

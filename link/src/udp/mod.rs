@@ -157,10 +157,9 @@ pub struct UdpIo {
     tx_left: bool,
     /// The IP multicast groups joined, and their sockets ([`multicast`]).
     mcast: multicast::Groups,
-    /// The shared port member's count of GRO turned off
-    /// ([`Member::gro_offs`]) when its socket was last drained: while the
-    /// count is higher, a datagram may be merged without saying so.
-    drained_at_gro_offs: u64,
+    /// Whether a datagram read now may be merged without saying so (a
+    /// shared port's member turned GRO off since the socket was drained).
+    merged: recv::MergedWindow,
     pub stats: IoStats,
 }
 
@@ -290,7 +289,7 @@ impl UdpIo {
             sink,
             tx_left: false,
             mcast,
-            drained_at_gro_offs: 0,
+            merged: recv::MergedWindow::default(),
             stats: IoStats::default(),
         };
         if io.capture.is_some() || cfg.as_link {

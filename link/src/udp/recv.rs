@@ -28,9 +28,10 @@ impl UdpIo {
             }
         };
         // Read before the socket: if this call drains it, it has read every
-        // datagram merged before GRO last went off.
-        let gro_offs = self.member.as_ref().map_or(0, |m| m.gro_offs());
-        let maybe_merged = gro_offs != self.drained_at_gro_offs;
+        // datagram merged before the changes of GRO this count had finished
+        // (an odd count: one is under way, and a datagram may still be
+        // merged and queued after the drain).
+        let before = self.member.as_ref().map_or(0, |m| m.gro_offs());
         // SAFETY: every pointer refers to live buffers of the stated sizes.
         let n = unsafe {
             libc::recvmmsg(
@@ -46,7 +47,7 @@ impl UdpIo {
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock => {
-                    self.drained_at_gro_offs = gro_offs;
+                    self.merged.drained(before);
                     Ok(0)
                 }
                 io::ErrorKind::Interrupted => Ok(0),
@@ -54,6 +55,11 @@ impl UdpIo {
             };
         }
         let n = n as usize;
+        // Read after the socket: the kernel leaves the segment size out of
+        // a datagram read after GRO went off, even in this call.
+        let after = self.member.as_ref().map_or(0, |m| m.gro_offs());
+        let bytes = rx_ring.msgs[..n].iter().map(|m| m.msg_len as usize).sum();
+        let maybe_merged = self.merged.judge(after, bytes);
         for i in 0..n {
             let m = &rx_ring.msgs[i];
             let (len, flags, namelen) = (m.msg_len as usize, m.msg_hdr.msg_flags, m.msg_hdr.msg_namelen);
@@ -78,11 +84,78 @@ impl UdpIo {
         }
         if n < BATCH {
             // Fewer than asked for: the socket was drained.
-            self.drained_at_gro_offs = gro_offs;
+            self.merged.drained(before);
         }
         if let Some(c) = self.capture.as_mut().filter(|_| n + groups > 0) {
             c.flush();
         }
         Ok(n + groups)
+    }
+}
+
+/// The window in which a datagram may be merged without saying so: from
+/// the moment a shared port's member turns UDP GRO off
+/// ([`crate::share::Member::gro_offs`] counts it, odd while it happens)
+/// until the socket is found drained after the change, or more bytes than
+/// it could hold at the change were read (a receiver that never catches up
+/// would otherwise look for runs in every packet: about 2-4 us for one of
+/// 4 KiB).
+#[derive(Debug, Default)]
+pub(super) struct MergedWindow {
+    /// The count (even) that the socket was last drained after.
+    drained_at: u64,
+    /// Bytes read since the count last differed from it.
+    read: usize,
+}
+
+impl MergedWindow {
+    /// Whether datagrams of `bytes`, read when the count was `now`, may be
+    /// merged without saying so.
+    pub(super) fn judge(&mut self, now: u64, bytes: usize) -> bool {
+        if now == self.drained_at {
+            self.read = 0;
+            return false;
+        }
+        self.read += bytes;
+        // The kernel charges a socket up to twice its buffer's setting, and
+        // at least a datagram's length for each.
+        if now % 2 == 0 && self.read > 2 * super::sys::SOCKET_BUFFER {
+            self.drained(now);
+            return false;
+        }
+        true
+    }
+
+    /// A read that began when the count was `before` found the socket
+    /// drained: it read every datagram merged before the changes that
+    /// count had finished (while one is under way, odd, a datagram may
+    /// still be merged and queued after it).
+    pub(super) fn drained(&mut self, before: u64) {
+        self.drained_at = before & !1;
+        self.read = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MergedWindow;
+
+    /// The window opens when the count moves, survives a drain that began
+    /// while the change was under way, closes at a drain after it, and
+    /// closes too once more than a full socket was read.
+    #[test]
+    fn the_merged_window_closes_only_after_a_drain_that_follows_the_change() {
+        let mut w = MergedWindow::default();
+        assert!(!w.judge(0, 100), "GRO never went off");
+        assert!(w.judge(1, 100), "going off");
+        w.drained(1);
+        assert!(w.judge(2, 100), "a drain begun while it went off may have missed a merged datagram");
+        w.drained(2);
+        assert!(!w.judge(2, 100), "drained after the change");
+        assert!(w.judge(4, 100));
+        let full = 2 * super::super::sys::SOCKET_BUFFER;
+        assert!(w.judge(4, full - 100), "as much as the socket holds may still be from before");
+        assert!(!w.judge(4, 1), "more than it could hold");
+        assert!(!w.judge(4, 100), "closed until the count moves again");
     }
 }

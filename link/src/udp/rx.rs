@@ -276,22 +276,24 @@ const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
 /// control message), or, for one that came without it, every
 /// [`merged_segment`] bytes if it is longer than any packet, or if it
 /// `maybe_merged` (a shared port's member turned GRO off since its
-/// socket was last found empty, so a datagram merged before may be
-/// waiting: a short run, two small SENDs or ACKs, is as merged as a long
-/// one). None: it is one packet. A packet is never cut outside those
-/// windows, where `merged_segment`'s look for a run would cost every
-/// packet a scan (and could, for a payload holding a BTH of its own QP's
-/// next PSN at a 4-byte offset, cut one that its ICRC then drops).
+/// socket was last found drained, so a datagram merged before may be
+/// waiting: a short run, a few small SENDs, is as merged as a long one).
+/// None: it is one packet. A datagram no longer than a packet is never
+/// cut outside those windows, where the look for a run would cost every
+/// packet a scan; inside them, a packet whose payload holds a BTH of its
+/// own QP's next PSN at a 4-byte offset could be cut, and its pieces
+/// would fail their ICRC (on IPv4, whose Identification recovery accepts
+/// a wrong ICRC once in 2^16, almost always).
 pub(crate) fn segment_size(seg: Option<usize>, datagram: &[u8], maybe_merged: bool) -> Option<usize> {
     let len = datagram.len();
     seg.filter(|&s| s > 0 && s < len)
         .or_else(|| (len > MAX_ROCE_UDP_PAYLOAD || maybe_merged).then(|| merged_segment(datagram)).flatten())
 }
 
-/// The segment size of a datagram longer than any packet that came up
-/// without UDP_GRO's control message: one UDP GRO merged while the socket
-/// took it, read after a shared port's join turned GRO off (the kernel
-/// then leaves the message out: docs/shared-device.md). A run of this
+/// The segment size of a datagram that came up without UDP_GRO's control
+/// message and may be merged: one UDP GRO merged while the socket took
+/// it, read after a shared port's join turned GRO off (the kernel then
+/// leaves the message out: docs/shared-device.md). A run of this
 /// stack's senders over loopback or a veth is one QP's packets in PSN
 /// order, all of one size but the last (they cut their GSO runs at a
 /// change of QP, and a GSO send arrives whole): the size at whose every
@@ -303,7 +305,8 @@ fn merged_segment(d: &[u8]) -> Option<usize> {
     let qp = |p: &[u8]| [p[2], p[3], p[5], p[6], p[7]]; // P_Key and destination QP
     let psn = |p: &[u8]| u32::from_be_bytes([0, p[9], p[10], p[11]]);
     let tver0 = |p: &[u8]| p[1] & 0x0f == 0;
-    if d.len() < BTH || !tver0(d) {
+    // Every packet's length is a multiple of 4 (headers, padded payload, ICRC).
+    if d.len() < BTH || d.len() % 4 != 0 || !tver0(d) {
         return None;
     }
     // A packet is a BTH, headers and payload padded to 4 bytes, and an ICRC.
@@ -313,7 +316,9 @@ fn merged_segment(d: &[u8]) -> Option<usize> {
             .skip(1)
             .all(|(k, p)| p.len() >= BTH + 4 && tver0(p) && qp(p) == qp(d) && psn(p) == (psn(d) + k as u32) & 0xff_ffff)
     });
-    tracing::debug!(len = d.len(), segment = ?found, "a merged datagram without its segment size");
+    if found.is_some() || d.len() > MAX_ROCE_UDP_PAYLOAD {
+        tracing::debug!(len = d.len(), segment = ?found, "a merged datagram without its segment size");
+    }
     found
 }
 
@@ -361,6 +366,28 @@ mod tests {
         let mut lens = Vec::new();
         split_datagram(&one, 0, one.len(), None, false, &mut IoStats::default(), |p| lens.push(p.len()));
         assert_eq!(lens, [4112]);
+    }
+
+    /// While a datagram may be merged without saying so (a shared port's
+    /// GRO just went off), a short run is cut too; a lone packet, a tiny
+    /// datagram or one whose length no run can have is not.
+    #[test]
+    fn a_short_run_is_cut_only_while_it_may_be_merged() {
+        let cut = |d: &[u8], maybe_merged: bool| {
+            let mut lens = Vec::new();
+            split_datagram(d, 0, d.len(), None, maybe_merged, &mut IoStats::default(), |p| lens.push(p.len()));
+            lens
+        };
+        let run = merged_run(3, 80, 40);
+        assert_eq!(cut(&run, true), [80, 80, 40]);
+        assert_eq!(cut(&run, false), [200], "outside the window a short datagram is one packet");
+        assert_eq!(cut(&merged_run(1, 0, 80), true), [80], "a lone packet");
+        assert_eq!(cut(&run[..198], true), [198], "no run is 198 bytes long");
+        for len in 1..=40 {
+            let d = merged_run(3, 16, 16);
+            assert_eq!(cut(&d[..len.min(d.len())], true).iter().sum::<usize>(), len.min(d.len()), "{len} bytes");
+        }
+        assert_eq!(cut(&merged_run(3, 16, 16), true), [16, 16, 16], "three bare BTHs with their ICRCs");
     }
 
     fn storage_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {

@@ -308,9 +308,10 @@ impl SharedReceiveQueue {
         })
     }
 
-    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event.
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event (under
+    /// the SRQ table's lock alone, as posts are).
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
-        Ok(self.ctx.inner.lock().ep.arm_srq(self.id, limit)?)
+        Ok(self.table.arm(self.id, limit)?)
     }
 }
 

@@ -196,7 +196,7 @@ impl SrqTable {
     }
 
     /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
-    pub(crate) fn arm(&self, id: SrqId, limit: u32) -> Result<(), VerbsError> {
+    pub fn arm(&self, id: SrqId, limit: u32) -> Result<(), VerbsError> {
         self.lock().srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?.limit = limit;
         Ok(())
     }

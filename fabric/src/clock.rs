@@ -85,10 +85,12 @@ impl EventQueue {
         self.slots[self.order.second()?].0.as_ref()
     }
 
-    /// Inlined: a call returned the event through a stack slot that the
-    /// loop then read back, which waited for the store buffer to drain
-    /// (the cold stores of the events before); inlined, the event moves
-    /// straight from its slot.
+    /// The earliest event, taken out (its slot is freed).
+    //
+    // Inlined: a call returned the event through a stack slot that the
+    // loop then read back, which waited for the store buffer to drain (the
+    // cold stores of the events before); inlined, the event moves straight
+    // from its slot.
     #[inline(always)]
     pub fn pop(&mut self) -> Option<(Instant, Event)> {
         let (t, slot) = self.order.pop()?;

@@ -18,11 +18,11 @@
 //! whose state fits the TLB, nothing changes; a small run pays the exec
 //! and the zeroing of 2 MiB pages, 10-30 ms at 64 hosts
 //! (docs/performance.md, seventh session). `RDMA_FABRIC_HUGE_PAGES=0`
-//! turns it off (for comparisons with older binaries, or under a tool
-//! that an exec would escape).
+//! turns it off (for timing against builds from before it, or under a
+//! tool that an exec would escape).
 
-/// The opt-out: `RDMA_FABRIC_HUGE_PAGES=0`.
-pub const ENV: &str = "RDMA_FABRIC_HUGE_PAGES";
+/// The opt-out's variable: `RDMA_FABRIC_HUGE_PAGES=0`.
+pub const OPT_OUT_ENV: &str = "RDMA_FABRIC_HUGE_PAGES";
 /// Set in the restarted process: it never starts again, whatever glibc
 /// did with `GLIBC_TUNABLES` (it drops them in secure-execution mode).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -83,11 +83,15 @@ fn restart() {
     {
         return;
     }
-    let current = std::env::var_os("GLIBC_TUNABLES");
-    let Some(current) = current.as_ref().map_or(Some(""), |c| c.to_str()) else { return };
-    let opt_out = std::env::var(ENV).ok();
+    // Tunables that are not UTF-8 are the user's business: left alone.
+    let current = match std::env::var_os("GLIBC_TUNABLES").map(|c| c.into_string()) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(_)) => return,
+    };
+    let opt_out = std::env::var(OPT_OUT_ENV).ok();
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok();
-    let Some(tunables) = tunables_to_restart_with(Some(current), opt_out.as_deref(), thp.as_deref()) else {
+    let Some(tunables) = tunables_to_restart_with(current.as_deref(), opt_out.as_deref(), thp.as_deref()) else {
         return;
     };
     let mut args = std::env::args_os();

@@ -14,8 +14,8 @@ use std::time::Duration;
     about = "A deterministic simulated RoCE v2 fabric running the real engine",
     after_help = "Environment: where the kernel's transparent huge pages are in madvise mode, the tool starts again once \
                   with glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES, so that its heap is in 2 MiB pages (a 256-host \
-                  run 5-7 % faster, the same results). RDMA_FABRIC_HUGE_PAGES=0 turns that off (for comparisons with \
-                  older builds, or under valgrind)."
+                  run 5-7 % faster, the same results). RDMA_FABRIC_HUGE_PAGES=0 turns that off (for timing against \
+                  builds from before it, or under a tool that an exec would escape)."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -147,7 +147,7 @@ fn write_the_seed_corpus() {
             // Merged, but come up without the segment size (a shared
             // port's GRO went off while it waited).
             put(
-                &format!("{fam}-gro-{count}x{size}-unsaid"),
+                &format!("{fam}-gro-{count}x{size}-maybe-merged"),
                 input(flags | udp_flags::MAYBE_MERGED, 0, [0, 0], ecn, &d),
             );
             // Truncated: the last segment cut short, and cut inside a header.

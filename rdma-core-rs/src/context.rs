@@ -315,9 +315,9 @@ impl Inner {
 
     /// The first shard's state: what lives on the first engine alone (QP1
     /// and the CM), the handles of the tables the engines share (SRQs and
-    /// XRC domains, memory windows: each has its own lock, which an SRQ
-    /// post takes alone), and the application's waits; with one engine,
-    /// everything.
+    /// XRC domains, memory windows: each has its own lock, which SRQ posts
+    /// and limit arming take without an engine's), and the application's
+    /// waits; with one engine, everything.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.shards[0].lock()
     }

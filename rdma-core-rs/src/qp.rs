@@ -108,7 +108,7 @@ impl ProtectionDomain {
     pub fn create_srq(&self, max_wr: u32, limit: u32) -> Result<SharedReceiveQueue> {
         let mut st = self.ctx.inner.lock();
         let id = st.ep.create_srq(self.pd, max_wr, limit);
-        Ok(SharedReceiveQueue { ctx: self.ctx.clone(), id, table: st.ep.srq_table() })
+        Ok(SharedReceiveQueue::from_id(&self.ctx, &st, id))
     }
 
     /// `ibv_create_ah`. On native IB the DLID is the one the port's path

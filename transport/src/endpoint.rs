@@ -560,6 +560,8 @@ impl Endpoint {
         self.srqs.arm(srq, limit)
     }
 
+    /// (A device's application posts copies through the table,
+    /// [`SrqTable::post_copy`], which needs no engine.)
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
         self.srqs.post(srq, wr)
     }
@@ -948,13 +950,6 @@ impl Endpoint {
     pub fn post_recv_copy(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
         let sg_list = self.cqs.pool.copy_sges(&wr.sg_list);
         self.post_recv(qpn, RecvWr { wr_id: wr.wr_id, sg_list })
-    }
-
-    /// [`Endpoint::post_srq_recv`] of a copy of `wr` (see [`Endpoint::post_send_copy`]).
-    /// (A device's application posts through [`SrqTable::post_copy`], which
-    /// needs no engine.)
-    pub fn post_srq_recv_copy(&mut self, srq: SrqId, wr: &RecvWr) -> Result<(), VerbsError> {
-        self.srqs.post_copy(srq, std::slice::from_ref(wr)).map_err(|(_, e)| e)
     }
 
     /// `ibv_post_recv`.

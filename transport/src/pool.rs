@@ -7,18 +7,41 @@
 
 use crate::wr::Sge;
 
-/// Spare buffers of finished work requests.
+/// Spare scatter/gather lists of finished work requests, for the copies
+/// of new ones: posting then allocates nothing in steady state.
+#[derive(Debug, Default)]
+pub(crate) struct SgePool {
+    spare: Vec<Vec<Sge>>,
+}
+
+impl SgePool {
+    /// A copy of `sges` in a spare list if there is one.
+    pub(crate) fn copy(&mut self, sges: &[Sge]) -> Vec<Sge> {
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.extend_from_slice(sges);
+        v
+    }
+
+    /// Keeps the list of a finished work request for reuse.
+    pub(crate) fn recycle(&mut self, mut sges: Vec<Sge>) {
+        if self.spare.len() < SPARE_SGES && sges.capacity() <= SPARE_SGE_CAPACITY {
+            sges.clear();
+            self.spare.push(sges);
+        }
+    }
+}
+
+/// Spare buffers of finished work requests, an engine's.
 #[derive(Debug, Default)]
 pub(crate) struct WrPool {
-    /// Scatter/gather lists of finished work requests, for the engine's
-    /// copies of new ones: posting then allocates nothing in steady state.
-    spare_sges: Vec<Vec<Sge>>,
+    /// Scatter/gather lists of its QPs' own finished work requests.
+    sges: SgePool,
     /// The same for the inline data of finished requests.
     spare_inline: Vec<Vec<u8>>,
     /// Scatter lists of receives taken from an SRQ and finished, which
     /// belong to the SRQ table's spare lists: handed over at this engine's
     /// next take from an SRQ ([`crate::srq::SrqTable::take`]), under the
-    /// lock that takes anyway.
+    /// table's lock, which that take holds anyway.
     pub(crate) srq_finished: Vec<Vec<Sge>>,
 }
 
@@ -32,9 +55,7 @@ const SPARE_INLINE_CAPACITY: usize = 1024;
 impl WrPool {
     /// A copy of `sges` in a spare list if there is one.
     pub(crate) fn copy_sges(&mut self, sges: &[Sge]) -> Vec<Sge> {
-        let mut v = self.spare_sges.pop().unwrap_or_default();
-        v.extend_from_slice(sges);
-        v
+        self.sges.copy(sges)
     }
 
     /// A copy of inline data in a spare buffer if there is one.
@@ -45,11 +66,8 @@ impl WrPool {
     }
 
     /// Keeps the list of a finished work request for reuse.
-    pub(crate) fn recycle(&mut self, mut sges: Vec<Sge>) {
-        if self.spare_sges.len() < SPARE_SGES && sges.capacity() <= SPARE_SGE_CAPACITY {
-            sges.clear();
-            self.spare_sges.push(sges);
-        }
+    pub(crate) fn recycle(&mut self, sges: Vec<Sge>) {
+        self.sges.recycle(sges);
     }
 
     /// Keeps the inline data buffer of a finished work request for reuse.

@@ -2,7 +2,7 @@
 
 use crate::error::VerbsError;
 use crate::memory::Pd;
-use crate::pool::WrPool;
+use crate::pool::SgePool;
 use crate::qp::attr::{CqId, SrqId, XrcdId};
 use crate::wr::{RecvWr, Sge};
 use std::collections::VecDeque;
@@ -40,10 +40,11 @@ struct Srqs {
     xrcds: Vec<bool>,
     /// Spare scatter lists for the copies of posted receives. A receive
     /// taken from an SRQ gives its list back here (at its engine's next
-    /// [`SrqTable::take`]), whichever engine took it: with one pool per engine, the lists
-    /// posted from one engine's pool went back to the pools of the others,
-    /// and posts allocated once it ran dry.
-    spare: WrPool,
+    /// [`SrqTable::take`]), whichever engine took it. (Before, with one
+    /// pool per engine, the lists posted from the first engine's pool went
+    /// back to the pools of the others, and posts allocated once it ran
+    /// dry.)
+    spare: SgePool,
 }
 
 impl Srqs {
@@ -51,16 +52,22 @@ impl Srqs {
         self.xrcds.get(xrcd.0 as usize).copied().unwrap_or(false)
     }
 
-    fn post(&mut self, id: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
-        let s = self.srqs.get_mut(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?;
+    /// Whether SRQ `id` has room for one more receive.
+    fn check_room(&self, id: SrqId) -> Result<(), VerbsError> {
+        let s = self.srqs.get(id.0).ok_or(VerbsError::NoSuchSrq(id.0))?;
         if s.queue.len() as u32 >= s.max_wr {
             return Err(VerbsError::QueueFull { qpn: 0, queue: "shared receive", depth: s.max_wr });
         }
-        s.queue.push_back(wr);
         Ok(())
     }
 
-    fn push(&mut self, pd: Pd, max_wr: u32, limit: u32, xrc: Option<(XrcdId, CqId)>) -> SrqId {
+    fn post(&mut self, id: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
+        self.check_room(id)?;
+        self.srqs[id.0].queue.push_back(wr);
+        Ok(())
+    }
+
+    fn add(&mut self, pd: Pd, max_wr: u32, limit: u32, xrc: Option<(XrcdId, CqId)>) -> SrqId {
         self.srqs.push(Srq { pd, queue: VecDeque::new(), max_wr: max_wr.max(1), limit, xrc });
         SrqId(self.srqs.len() - 1)
     }
@@ -117,7 +124,7 @@ impl SrqTable {
     /// The next receive WQE and the PD its buffers belong to. `finished`,
     /// the scatter lists of this engine's SRQ receives finished since its
     /// last take, go back to the spare lists under the same lock (one take
-    /// of it a receive, not two).
+    /// of the lock per receive, not two).
     pub(crate) fn take(&self, id: SrqId, finished: &mut Vec<Vec<Sge>>) -> Option<(RecvWr, Pd)> {
         let mut t = self.lock();
         for sges in finished.drain(..) {
@@ -135,7 +142,7 @@ impl SrqTable {
 
     /// A new SRQ of up to `max_wr` WQEs (at least one) whose buffers belong to `pd`.
     pub(crate) fn create(&self, pd: Pd, max_wr: u32, limit: u32) -> SrqId {
-        self.lock().push(pd, max_wr, limit, None)
+        self.lock().add(pd, max_wr, limit, None)
     }
 
     /// A new XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`) in `xrcd`,
@@ -154,7 +161,7 @@ impl SrqTable {
         if !t.xrcd_is_open(xrcd) {
             return Err(VerbsError::NoSuchXrcd(xrcd.0));
         }
-        Ok(t.push(pd, max_wr, limit, Some((xrcd, cq))))
+        Ok(t.add(pd, max_wr, limit, Some((xrcd, cq))))
     }
 
     /// Whether an XRC SRQ of `xrcd` completes on `cq`: the domain's
@@ -214,10 +221,9 @@ impl SrqTable {
         let mut t = self.lock();
         for (i, wr) in wrs.iter().enumerate() {
             // Checked first, so that a refusal takes no spare list.
-            t.post(id, RecvWr { wr_id: wr.wr_id, sg_list: Vec::new() }).map_err(|e| (i, e))?;
-            let sg_list = t.spare.copy_sges(&wr.sg_list);
-            let posted = t.srqs[id.0].queue.back_mut().expect("just posted");
-            posted.sg_list = sg_list;
+            t.check_room(id).map_err(|e| (i, e))?;
+            let sg_list = t.spare.copy(&wr.sg_list);
+            t.post(id, RecvWr { wr_id: wr.wr_id, sg_list }).map_err(|e| (i, e))?;
         }
         Ok(())
     }

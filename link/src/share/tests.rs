@@ -150,6 +150,7 @@ fn a_short_merged_datagram_read_after_gro_went_off_is_cut_into_its_packets() {
 fn receive_all(io: &mut UdpIo, ep: &mut rdma_transport::Endpoint) -> (u64, u64) {
     let before = (io.stats.datagrams_received, io.stats.gro_receives);
     crate::wait::poll_readable(&[io.rx_fd()], Duration::from_millis(200));
+    // The rest of what was sent arrives before the drain below.
     std::thread::sleep(Duration::from_millis(50));
     while io.receive(ep, rdma_transport::Instant::ZERO).unwrap() > 0 {}
     (io.stats.datagrams_received - before.0, io.stats.gro_receives - before.1)

@@ -159,7 +159,7 @@ pub struct UdpIo {
     mcast: multicast::Groups,
     /// Whether a datagram read now may be merged without saying so (a
     /// shared port's member turned GRO off since the socket was drained).
-    merged: recv::MergedWindow,
+    merged_window: recv::MergedWindow,
     pub stats: IoStats,
 }
 
@@ -289,7 +289,7 @@ impl UdpIo {
             sink,
             tx_left: false,
             mcast,
-            merged: recv::MergedWindow::default(),
+            merged_window: recv::MergedWindow::default(),
             stats: IoStats::default(),
         };
         if io.capture.is_some() || cfg.as_link {

@@ -93,6 +93,7 @@ impl Groups {
                 };
                 n += 1;
                 let headers = control.headers(src, group);
+                // Group sockets take no GRO.
                 deliver(ep, now, &self.buf, 0, len, None, false, &headers, stats, tap);
             }
         }

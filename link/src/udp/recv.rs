@@ -47,7 +47,7 @@ impl UdpIo {
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock => {
-                    self.merged.drained(before);
+                    self.merged_window.drained(before);
                     Ok(0)
                 }
                 io::ErrorKind::Interrupted => Ok(0),
@@ -59,7 +59,7 @@ impl UdpIo {
         // a datagram read after GRO went off, even in this call.
         let after = self.member.as_ref().map_or(0, |m| m.gro_offs());
         let bytes = rx_ring.msgs[..n].iter().map(|m| m.msg_len as usize).sum();
-        let maybe_merged = self.merged.judge(after, bytes);
+        let maybe_merged = self.merged_window.maybe_merged(after, bytes);
         for i in 0..n {
             let m = &rx_ring.msgs[i];
             let (len, flags, namelen) = (m.msg_len as usize, m.msg_hdr.msg_flags, m.msg_hdr.msg_namelen);
@@ -84,7 +84,7 @@ impl UdpIo {
         }
         if n < BATCH {
             // Fewer than asked for: the socket was drained.
-            self.merged.drained(before);
+            self.merged_window.drained(before);
         }
         if let Some(c) = self.capture.as_mut().filter(|_| n + groups > 0) {
             c.flush();
@@ -104,25 +104,30 @@ impl UdpIo {
 pub(super) struct MergedWindow {
     /// The count (even) that the socket was last drained after.
     drained_at: u64,
-    /// Bytes read since the count last differed from it.
+    /// Bytes read since the count became `read_at` (reset when it moves:
+    /// a second change opens the window again, for as much as before).
     read: usize,
+    read_at: u64,
 }
 
 impl MergedWindow {
     /// Whether datagrams of `bytes`, read when the count was `now`, may be
     /// merged without saying so.
-    pub(super) fn judge(&mut self, now: u64, bytes: usize) -> bool {
+    pub(super) fn maybe_merged(&mut self, now: u64, bytes: usize) -> bool {
         if now == self.drained_at {
-            self.read = 0;
             return false;
         }
-        self.read += bytes;
+        if now != self.read_at {
+            (self.read, self.read_at) = (0, now);
+        }
         // The kernel charges a socket up to twice its buffer's setting, and
-        // at least a datagram's length for each.
+        // at least a datagram's length for each: past that, nothing read is
+        // from before the change (the batch that crosses it may be).
         if now % 2 == 0 && self.read > 2 * super::sys::SOCKET_BUFFER {
             self.drained(now);
             return false;
         }
+        self.read += bytes;
         true
     }
 
@@ -132,7 +137,6 @@ impl MergedWindow {
     /// still be merged and queued after it).
     pub(super) fn drained(&mut self, before: u64) {
         self.drained_at = before & !1;
-        self.read = 0;
     }
 }
 
@@ -146,16 +150,17 @@ mod tests {
     #[test]
     fn the_merged_window_closes_only_after_a_drain_that_follows_the_change() {
         let mut w = MergedWindow::default();
-        assert!(!w.judge(0, 100), "GRO never went off");
-        assert!(w.judge(1, 100), "going off");
+        assert!(!w.maybe_merged(0, 100), "GRO never went off");
+        assert!(w.maybe_merged(1, 100), "going off");
         w.drained(1);
-        assert!(w.judge(2, 100), "a drain begun while it went off may have missed a merged datagram");
+        assert!(w.maybe_merged(2, 100), "a drain begun while it went off may have missed a merged datagram");
         w.drained(2);
-        assert!(!w.judge(2, 100), "drained after the change");
-        assert!(w.judge(4, 100));
+        assert!(!w.maybe_merged(2, 100), "drained after the change");
         let full = 2 * super::super::sys::SOCKET_BUFFER;
-        assert!(w.judge(4, full - 100), "as much as the socket holds may still be from before");
-        assert!(!w.judge(4, 1), "more than it could hold");
-        assert!(!w.judge(4, 100), "closed until the count moves again");
+        assert!(w.maybe_merged(4, full), "as much as the socket holds may still be from before");
+        assert!(w.maybe_merged(6, 100), "a second change: the window opens again for as much");
+        assert!(w.maybe_merged(6, full), "the batch that crosses a full socket may hold some from before");
+        assert!(!w.maybe_merged(6, 1), "past it, nothing is");
+        assert!(!w.maybe_merged(6, 100), "closed until the count moves again");
     }
 }

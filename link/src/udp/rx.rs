@@ -274,7 +274,7 @@ const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
 
 /// Where the packets of `datagram` end: every `seg` bytes (UDP_GRO's
 /// control message), or, for one that came without it, every
-/// [`merged_segment`] bytes if it is longer than any packet, or if it
+/// [`merged_segment`] bytes if it is longer than any packet, or if
 /// `maybe_merged` (a shared port's member turned GRO off since its
 /// socket was last found drained, so a datagram merged before may be
 /// waiting: a short run, a few small SENDs, is as merged as a long one).
@@ -282,8 +282,8 @@ const MAX_ROCE_UDP_PAYLOAD: usize = 12 + 28 + 4096 + 4;
 /// cut outside those windows, where the look for a run would cost every
 /// packet a scan; inside them, a packet whose payload holds a BTH of its
 /// own QP's next PSN at a 4-byte offset could be cut, and its pieces
-/// would fail their ICRC (on IPv4, whose Identification recovery accepts
-/// a wrong ICRC once in 2^16, almost always).
+/// would almost always fail their ICRC (on IPv4 the Identification
+/// recovery lets a wrong one pass about once in 2^16).
 pub(crate) fn segment_size(seg: Option<usize>, datagram: &[u8], maybe_merged: bool) -> Option<usize> {
     let len = datagram.len();
     seg.filter(|&s| s > 0 && s < len)

@@ -55,7 +55,8 @@
 
 // The parts, each a leaf or above leaves only: `config` and `sys` (what
 // every part shares), `rx` and `batch` (the receive buffers and a round
-// of sends), `connected`, `multicast`, `shared_port` and `uring`. This
+// of sends), `connected`, `multicast`, `shared_port`, `uring` and
+// `merged_window` (whether a datagram may be merged unsaid). This
 // file holds the device's sockets (`UdpIo`) and uses those parts; `recv`
 // and `send` extend `UdpIo` with receiving and sending, `link` makes it a
 // `Link` (one packet a call), and nothing here uses them, so the modules form no cycle (docs/design.md, "Modules").
@@ -63,6 +64,7 @@ mod batch;
 mod config;
 mod connected;
 mod link;
+mod merged_window;
 mod multicast;
 mod recv;
 mod rx;
@@ -159,7 +161,7 @@ pub struct UdpIo {
     mcast: multicast::Groups,
     /// Whether a datagram read now may be merged without saying so (a
     /// shared port's member turned GRO off since the socket was drained).
-    merged_window: recv::MergedWindow,
+    merged_window: merged_window::MergedWindow,
     pub stats: IoStats,
 }
 
@@ -289,7 +291,7 @@ impl UdpIo {
             sink,
             tx_left: false,
             mcast,
-            merged_window: recv::MergedWindow::default(),
+            merged_window: merged_window::MergedWindow::default(),
             stats: IoStats::default(),
         };
         if io.capture.is_some() || cfg.as_link {

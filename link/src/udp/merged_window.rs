@@ -22,9 +22,10 @@ pub(super) struct MergedWindow {
 }
 
 impl MergedWindow {
-    /// Whether datagrams of `bytes`, read when the count was `now`, may be
+    /// Whether datagrams of `bytes` (counted only while the window is
+    /// open: every receive asks), read when the count was `now`, may be
     /// merged without saying so.
-    pub(super) fn maybe_merged(&mut self, now: u64, bytes: usize) -> bool {
+    pub(super) fn maybe_merged(&mut self, now: u64, bytes: impl FnOnce() -> usize) -> bool {
         if now == self.drained_at {
             return false;
         }
@@ -38,7 +39,7 @@ impl MergedWindow {
             self.drained(now);
             return false;
         }
-        self.read += bytes;
+        self.read += bytes();
         true
     }
 
@@ -61,17 +62,17 @@ mod tests {
     #[test]
     fn the_merged_window_closes_only_after_a_drain_that_follows_the_change() {
         let mut w = MergedWindow::default();
-        assert!(!w.maybe_merged(0, 100), "GRO never went off");
-        assert!(w.maybe_merged(1, 100), "going off");
+        assert!(!w.maybe_merged(0, || 100), "GRO never went off");
+        assert!(w.maybe_merged(1, || 100), "going off");
         w.drained(1);
-        assert!(w.maybe_merged(2, 100), "a drain begun while it went off may have missed a merged datagram");
+        assert!(w.maybe_merged(2, || 100), "a drain begun while it went off may have missed a merged datagram");
         w.drained(2);
-        assert!(!w.maybe_merged(2, 100), "drained after the change");
+        assert!(!w.maybe_merged(2, || 100), "drained after the change");
         let full = 2 * SOCKET_BUFFER;
-        assert!(w.maybe_merged(4, full), "as much as the socket holds may still be from before");
-        assert!(w.maybe_merged(6, 100), "a second change: the window opens again for as much");
-        assert!(w.maybe_merged(6, full), "the batch that crosses a full socket may hold some from before");
-        assert!(!w.maybe_merged(6, 1), "past it, nothing is");
-        assert!(!w.maybe_merged(6, 100), "closed until the count moves again");
+        assert!(w.maybe_merged(4, || full), "as much as the socket holds may still be from before");
+        assert!(w.maybe_merged(6, || 100), "a second change: the window opens again for as much");
+        assert!(w.maybe_merged(6, || full), "the batch that crosses a full socket may hold some from before");
+        assert!(!w.maybe_merged(6, || 1), "past it, nothing is");
+        assert!(!w.maybe_merged(6, || 100), "closed until the count moves again");
     }
 }

@@ -58,7 +58,7 @@ impl UdpIo {
         // Read after the socket: the kernel leaves the segment size out of
         // a datagram read after GRO went off, even in this call.
         let after = self.member.as_ref().map_or(0, |m| m.gro_offs());
-        let bytes = rx_ring.msgs[..n].iter().map(|m| m.msg_len as usize).sum();
+        let bytes = || rx_ring.msgs[..n].iter().map(|m| m.msg_len as usize).sum();
         let maybe_merged = self.merged_window.maybe_merged(after, bytes);
         for i in 0..n {
             let m = &rx_ring.msgs[i];
